@@ -1,0 +1,28 @@
+"""`python -m lab env [--out FILE]`: print the environment manifest and write it as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("env", help="print the environment manifest (and write it with --out)")
+    p.add_argument("--out", type=Path, help="write the manifest to this JSON file")
+    p.add_argument("--profile", default="cpu", help="profile whose model's weights provenance to record")
+    p.add_argument("--weights", help="local GPT-2 checkpoint folder, or 'random'")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from lab import manifest, profiles
+    from lab.model import resolve_weights
+    from lab.results import write_json_atomic
+
+    profile = profiles.get(args.profile)
+    data = manifest.collect(weights=resolve_weights(profile.model, args.weights))
+    print(json.dumps(data, indent=1, default=str))
+    if args.out:
+        write_json_atomic(args.out, data)
+    return 0

@@ -1,0 +1,92 @@
+"""decode_recompiles: the growing-cache step against the fixed-shape step, each compiled and called N times.
+
+The growing step's cache gets one slot longer every call and its position is a Python int, so a
+guard fails every call; the fixed step keeps every shape and reads the position from a device
+buffer, so it compiles once. Counted with CountingBackend (graphs run eagerly, no compiler needed).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._dynamo.utils import counters
+
+from lab import decode
+from lab.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
+
+
+def _prompt(ctx, batch: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
+
+
+def _measure(label: str, ctx, call, calls: int, dynamic: bool | None = None) -> CountingBackend:
+    torch._dynamo.reset()
+    counters.clear()
+    backend = CountingBackend()
+    with recompile_reasons() as reasons, quiet_dynamo(), torch.no_grad():
+        call(backend, calls, dynamic)
+    frames = dict(counters.get("frames", {}))
+    compiles = int(frames.get("ok", backend.graph_count))
+    hit = limit_hit({k: dict(v) for k, v in counters.items()})
+    mode = {None: "automatic", False: "False", True: "True"}[dynamic]
+    ctx.metric("compiles", compiles, "count", step=label, dynamic=mode, calls=calls)
+    ctx.metric("graphs", backend.graph_count, "count", step=label, dynamic=mode, calls=calls)
+    ctx.metric("limit_hit", hit, "bool", step=label, dynamic=mode)
+    ctx.metric("op_nodes_first_graph", backend.graphs[0].call_nodes if backend.graphs else 0, "count", step=label,
+               dynamic=mode)
+    ctx.metric("symbolic_graphs", sum(g.symbolic for g in backend.graphs), "count", step=label, dynamic=mode)
+    ctx.note(f"recompile_reasons.{label}.{mode}", [r.splitlines()[-1].strip() for r in reasons][:6])
+    ctx.progress(f"{label} (dynamic={mode}): {compiles} compiles, {backend.graph_count} graphs, limit hit: {hit}")
+    return backend
+
+
+def run(ctx) -> None:
+    calls = int(ctx.opt("calls", 20))
+    _, w = ctx.gpt2()
+    prompt = _prompt(ctx, 1).to(ctx.device)
+    max_len = ctx.profile.prompt_len + calls + 2
+
+    def growing(backend: CountingBackend, n: int, dynamic: bool | None) -> None:
+        logits, past = decode.growing_prefill(w, prompt)
+        tok = logits.argmax(-1, keepdim=True)
+        step = torch.compile(decode.growing_step, backend=backend, dynamic=dynamic)
+        pos = prompt.shape[1]
+        for _ in range(n):
+            logits, past = step(tok, pos, past, w)
+            tok = logits.argmax(-1, keepdim=True)
+            pos += 1
+
+    def fixed(backend: CountingBackend, n: int, dynamic: bool | None) -> None:
+        state = decode.new_state(w, 1, max_len)
+        decode.prefill(state, w, prompt)
+        step = torch.compile(decode.decode_step, backend=backend, dynamic=dynamic)
+        for _ in range(n):
+            step(state, w)
+
+    # Automatic dynamic shapes (the default) can turn the growing length and the int position into
+    # symbols after the first recompile; dynamic=False shows the one-compile-per-call cliff.
+    _measure("growing", ctx, growing, calls, None)
+    _measure("growing", ctx, growing, calls, False)
+    _measure("fixed", ctx, fixed, calls, None)
+    _measure("fixed", ctx, fixed, calls, False)
+
+    # Graph breaks and explain's own op count for one call of each step.
+    state = decode.new_state(w, 1, max_len)
+    decode.prefill(state, w, prompt)
+    with torch.no_grad():
+        e_fixed = explain(decode.decode_step, state, w)
+        logits, past = decode.growing_prefill(w, prompt)
+        e_grow = explain(decode.growing_step, logits.argmax(-1, keepdim=True), prompt.shape[1], past, w)
+    for label, e in (("fixed", e_fixed), ("growing", e_grow)):
+        ctx.metric("graph_breaks", e.breaks, "count", step=label)
+        ctx.metric("explain_ops", e.ops, "count", step=label)
+        ctx.note(f"break_reasons.{label}", e.reasons)
+    for mode in ("automatic", "False"):
+        fixed_compiles = ctx.record.metric("compiles", step="fixed", dynamic=mode).value
+        fixed_graphs = ctx.record.metric("graphs", step="fixed", dynamic=mode).value
+        ctx.check(f"fixed step (dynamic={mode}): one compile, one graph, no break",
+                  fixed_compiles == 1 and fixed_graphs == 1 and e_fixed.breaks == 0,
+                  detail=f"{fixed_compiles} compiles, {fixed_graphs} graphs, {e_fixed.breaks} breaks")
+        grow_compiles = ctx.record.metric("compiles", step="growing", dynamic=mode).value
+        ctx.check(f"growing step (dynamic={mode}) recompiles", grow_compiles > 1, detail=f"{grow_compiles} compiles",
+                  fatal=False)

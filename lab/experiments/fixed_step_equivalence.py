@@ -1,0 +1,78 @@
+"""fixed_step_equivalence: the fixed-shape step decodes exactly what transformers' greedy generate does.
+
+Checked in fp32 on the profile's device: batch 1 and a batch of different prompts equal the
+reference token for token; garbage written into every unreached cache slot changes nothing; each
+sequence decoded in a batch equals the same sequence decoded alone. Every compared sequence must
+contain many distinct tokens, or equality would prove nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lab import decode
+
+MIN_DISTINCT_FRACTION = 0.3  # of the generated tokens, per sequence
+
+
+def prompts(ctx, batch: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
+
+
+def _distinct_ok(ctx, name: str, tokens: torch.Tensor) -> None:
+    counts = [len(set(row.tolist())) for row in tokens]
+    need = max(2, int(MIN_DISTINCT_FRACTION * tokens.shape[1]))
+    ctx.metric("distinct_tokens_min", min(counts), "count", case=name)
+    ctx.check(f"{name}: every sequence has >= {need} distinct tokens", min(counts) >= need,
+              detail=f"distinct per sequence: {counts}")
+
+
+def _equal(ctx, name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    same = torch.equal(got, want)
+    first_diff = None
+    if not same and got.shape == want.shape:
+        diff = (got != want).nonzero()
+        first_diff = diff[0].tolist() if len(diff) else None
+    ctx.metric("tokens_equal", same, "bool", case=name)
+    ctx.check(f"{name}: tokens equal", same, detail="" if same else f"first difference at [seq, step] {first_diff}")
+
+
+@torch.no_grad()
+def run(ctx) -> None:
+    steps = int(ctx.opt("steps", 24))
+    model, w = ctx.gpt2("float32")
+    max_len = ctx.profile.prompt_len + steps + 8
+    batch = max(ctx.profile.batches[-1], 2)
+
+    # 1. batch 1 and a batch of different prompts against transformers' greedy generate
+    for name, p in (("batch1", prompts(ctx, 1, 10)), (f"batch{batch}", prompts(ctx, batch, 11))):
+        ref = decode.generate_reference(model, p, steps)
+        fixed = decode.generate_fixed(w, p, steps, max_len=max_len)
+        _distinct_ok(ctx, name, ref)
+        _equal(ctx, f"{name} fixed vs reference", fixed, ref)
+        grow = decode.generate_growing(w, p, steps)
+        _equal(ctx, f"{name} growing vs reference", grow, ref)
+
+    # 2. garbage in every unreached cache slot changes nothing
+    p = prompts(ctx, batch, 12).to(ctx.device)
+    clean = decode.generate_fixed(w, p, steps, max_len=max_len)
+    state = decode.new_state(w, batch, max_len)
+    g = torch.Generator(device=ctx.device).manual_seed(3)
+    state.k.copy_(torch.randn(state.k.shape, generator=g, device=ctx.device) * 1e4)
+    state.v.copy_(torch.randn(state.v.shape, generator=g, device=ctx.device) * 1e4)
+    decode.prefill(state, w, p)  # overwrites slots [0, T) only
+    T = p.shape[1]
+    for _ in range(steps - 1):
+        decode.decode_step(state, w)
+    garbage = state.out[:, T:T + steps].cpu()
+    _distinct_ok(ctx, "garbage", clean)
+    _equal(ctx, "garbage in unreached slots", garbage, clean)
+    ctx.metric("garbage_scale", 1e4, "x randn", case="garbage in unreached slots")
+
+    # 3. each sequence decoded in a batch equals the same sequence decoded alone
+    together = decode.generate_fixed(w, p, steps, max_len=max_len)
+    alone = torch.cat([decode.generate_fixed(w, p[i:i + 1], steps, max_len=max_len) for i in range(batch)])
+    _equal(ctx, "batch independence", together, alone)
+    ctx.note("steps", steps)
+    ctx.note("batch", batch)

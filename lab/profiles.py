@@ -1,0 +1,115 @@
+"""Profiles: every knob of a run and its default, in one place.
+
+- `smoke`: a tiny GPT-2-shaped model on the CPU, for tests and CI (whole run in a few minutes on 2 cores).
+- `cpu`:   GPT-2 124M on the CPU.
+- `gpu`:   the full GPU lab (GPT-2 124M on CUDA); designed to finish in one 8-minute run on an H200.
+
+Experiment-specific knobs live in `options[experiment_id]`, read with `Profile.opt(id, key, default)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GPT-2-shaped model; the fields map onto transformers.GPT2Config."""
+
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    # Random weights at GPT-2's default init (std 0.02) with tied embeddings make greedy decoding
+    # repeat the input token; a larger std makes the argmax depend on context, so equality tests
+    # compare sequences with many distinct tokens.
+    init_std: float = 0.3
+    seed: int = 0
+
+
+TINY = ModelSpec("gpt2-tiny", n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=128)
+GPT2 = ModelSpec("gpt2-124M", n_layer=12, n_embd=768, n_head=12)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    device: str  # "cpu" or "cuda"
+    model: ModelSpec
+    dtype: str = "float32"
+    prompt_len: int = 16  # tokens in each prompt
+    decode_steps: int = 128  # decode steps timed per round
+    max_len: int = 256  # slots in the fixed-shape cache
+    batches: tuple[int, ...] = (1,)
+    rounds: int = 5  # rounds, methods in rotating order
+    warmup: int = 3  # untimed calls before timing (lazy init, allocator, autotuning)
+    threads: int | None = None  # torch.set_num_threads on the CPU; None keeps torch's default
+    experiments: tuple[str, ...] | None = None  # None: the whole catalogue
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def opt(self, experiment: str, key: str, default: Any = None) -> Any:
+        return self.options.get(experiment, {}).get(key, default)
+
+    def with_options(self, experiment: str, **values: Any) -> "Profile":
+        merged = {k: dict(v) for k, v in self.options.items()}
+        merged.setdefault(experiment, {}).update(values)
+        return replace(self, options=MappingProxyType(merged))
+
+    def params(self) -> dict[str, Any]:
+        """The profile as plain JSON-able data, for the results file."""
+        return {
+            "name": self.name, "device": self.device, "model": self.model.__dict__.copy(), "dtype": self.dtype,
+            "prompt_len": self.prompt_len, "decode_steps": self.decode_steps, "max_len": self.max_len,
+            "batches": list(self.batches), "rounds": self.rounds, "warmup": self.warmup, "threads": self.threads,
+            "options": {k: dict(v) for k, v in self.options.items()},
+        }
+
+
+def _frozen(options: dict[str, dict[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
+    return MappingProxyType({k: MappingProxyType(v) for k, v in options.items()})
+
+
+PROFILES: dict[str, Profile] = {
+    "smoke": Profile(
+        name="smoke",
+        description="tiny GPT-2-shaped model on the CPU, for tests and CI",
+        device="cpu", model=TINY, prompt_len=8, decode_steps=24, max_len=64, batches=(1, 4), rounds=3, warmup=2,
+        options=_frozen({
+            "recompiles": {"batch_sizes": list(range(1, 13))},
+            "decode_recompiles": {"calls": 20},
+            "fixed_step_equivalence": {"steps": 24},
+        }),
+    ),
+    "cpu": Profile(
+        name="cpu",
+        description="GPT-2 124M on the CPU",
+        device="cpu", model=GPT2, prompt_len=16, decode_steps=32, max_len=256, batches=(1, 4), rounds=5,
+        options=_frozen({
+            "recompiles": {"batch_sizes": list(range(1, 13))},
+            "decode_recompiles": {"calls": 20},
+            "fixed_step_equivalence": {"steps": 40},
+        }),
+    ),
+    "gpu": Profile(
+        name="gpu",
+        description="the full GPU lab: GPT-2 124M on CUDA, batches 1-64",
+        device="cuda", model=GPT2, prompt_len=16, decode_steps=128, max_len=256, batches=(1, 8, 16, 64), rounds=5,
+        options=_frozen({
+            "recompiles": {"batch_sizes": list(range(1, 13))},
+            "decode_recompiles": {"calls": 20},
+            "fixed_step_equivalence": {"steps": 40},
+        }),
+    ),
+}
+
+
+def get(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r} (choose from {', '.join(PROFILES)})") from None
