@@ -7,13 +7,15 @@ its own argmax back as the next input and advances the position on the device. N
 depends on values, so the step is the same work at every position: Dynamo compiles it once and a
 CUDA graph can capture it. The price: attention reads all `max_len` slots every step.
 
-Layouts: tokens [B, 1]; cache k, v [L, B, H, max_len, dh]; output [B, max_len]. The output buffer
-holds the prompt in slots [0, T) and each generated token at the slot after the one it was fed from.
+Layouts: tokens [B, 1]; cache kv [L, 2, B, H, max_len, dh] (K and V of a layer side by side, so one
+indexed copy writes both); output [B, max_len]. The output buffer holds the prompt in slots [0, T)
+and each generated token at the slot after the one it was fed from. Attention is
+`scaled_dot_product_attention` with a boolean mask over the whole buffer: one fused kernel where
+the backend has one, instead of matmul, mask, softmax, matmul.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
@@ -30,9 +32,18 @@ class DecodeState:
     tok: torch.Tensor  # [B, 1] int64: the token fed to the next step
     pos: torch.Tensor  # [1] int64: the position of `tok`
     out: torch.Tensor  # [B, max_len] int64: prompt, then generated tokens
-    k: torch.Tensor  # [L, B, H, max_len, dh]
-    v: torch.Tensor  # [L, B, H, max_len, dh]
+    kv: torch.Tensor  # [L, 2, B, H, max_len, dh]: keys and values
     slots: torch.Tensor  # [max_len] int64: 0..max_len-1, constant (for masks)
+
+    @property
+    def k(self) -> torch.Tensor:
+        """Keys [L, B, H, max_len, dh] (a view of kv)."""
+        return self.kv[:, 0]
+
+    @property
+    def v(self) -> torch.Tensor:
+        """Values [L, B, H, max_len, dh] (a view of kv)."""
+        return self.kv[:, 1]
 
     @property
     def batch(self) -> int:
@@ -66,13 +77,12 @@ class DecodeState:
 
 def new_state(w: Weights, batch: int, max_len: int) -> DecodeState:
     dev, dt = w.device, w.dtype
-    shape = (w.n_layer, batch, w.n_head, max_len, w.head_dim)
+    shape = (w.n_layer, 2, batch, w.n_head, max_len, w.head_dim)
     return DecodeState(
         tok=torch.zeros(batch, 1, dtype=torch.long, device=dev),
         pos=torch.zeros(1, dtype=torch.long, device=dev),
         out=torch.zeros(batch, max_len, dtype=torch.long, device=dev),
-        k=torch.zeros(shape, dtype=dt, device=dev),
-        v=torch.zeros(shape, dtype=dt, device=dev),
+        kv=torch.zeros(shape, dtype=dt, device=dev),
         slots=torch.arange(max_len, dtype=torch.long, device=dev),
     )
 
@@ -87,20 +97,24 @@ def _mlp(x: torch.Tensor, lw: LayerWeights, eps: float) -> torch.Tensor:
     return torch.addmm(lw.fc2_b, h, lw.fc2_w).view_as(x)
 
 
-def _qkv(x: torch.Tensor, lw: LayerWeights, n_head: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[B, T, E] -> q, k, v each [B, H, T, dh]."""
+def _qkv_stacked(x: torch.Tensor, lw: LayerWeights, n_head: int, eps: float) -> torch.Tensor:
+    """[B, T, E] -> q, k, v stacked as [3, B, H, T, dh]."""
     B, T, E = x.shape
     h = _ln(x, lw.ln1_w, lw.ln1_b, eps)
     qkv = torch.addmm(lw.attn_b, h.reshape(B * T, E), lw.attn_w).view(B, T, 3, n_head, E // n_head)
-    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    return qkv.permute(2, 0, 3, 1, 4)
+
+
+def _qkv(x: torch.Tensor, lw: LayerWeights, n_head: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[B, T, E] -> q, k, v each [B, H, T, dh]."""
+    q, k, v = _qkv_stacked(x, lw, n_head, eps).unbind(0)
     return q, k, v
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-    """q [B,H,Tq,dh] over k,v [B,H,S,dh]; `masked` True where a slot must not be read."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, Tq, S]
-    scores = scores.masked_fill(masked, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v  # [B, H, Tq, dh]
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:
+    """q [B,H,Tq,dh] over k,v [B,H,S,dh]; `masked` ([S] or [Tq, S]) True where a slot must not be read."""
+    allowed = None if masked is None else ~masked.view(-1, masked.shape[-1])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # [B, H, Tq, dh]
 
 
 def _proj(att: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
@@ -131,8 +145,8 @@ def prefill(state: DecodeState, w: Weights, prompt: torch.Tensor) -> torch.Tenso
     causal = positions[None, :] > positions[:, None]  # [T, T] True above the diagonal
     for i, lw in enumerate(w.layers):
         q, k, v = _qkv(x, lw, w.n_head, w.eps)
-        state.k[i, :, :, :T] = k
-        state.v[i, :, :, :T] = v
+        state.kv[i, 0, :, :, :T] = k
+        state.kv[i, 1, :, :, :T] = v
         x = x + _proj(_attend(q, k, v, causal), lw)
         x = x + _mlp(x, lw, w.eps)
     logits = _logits(x[:, -1:], w)[:, 0]
@@ -153,11 +167,10 @@ def decode_step(state: DecodeState, w: Weights) -> torch.Tensor:
     x = F.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)  # [B, 1, E]
     unreached = state.slots > pos  # [max_len]: slots beyond the position are masked, never sliced
     for i, lw in enumerate(w.layers):
-        q, k, v = _qkv(x, lw, w.n_head, w.eps)
-        kc, vc = state.k[i], state.v[i]  # [B, H, max_len, dh] views of the cache
-        kc.index_copy_(2, pos, k)  # write at the device-side position
-        vc.index_copy_(2, pos, v)
-        x = x + _proj(_attend(q, kc, vc, unreached), lw)
+        qkv = _qkv_stacked(x, lw, w.n_head, w.eps)  # [3, B, H, 1, dh]
+        kv = state.kv[i]  # [2, B, H, max_len, dh], a view of the cache
+        kv.index_copy_(3, pos, qkv[1:])  # write K and V at the device-side position, in one copy
+        x = x + _proj(_attend(qkv[0], kv[0], kv[1], unreached), lw)
         x = x + _mlp(x, lw, w.eps)
     logits = _logits(x, w)[:, 0]  # [B, V]
     nxt = logits.argmax(-1, keepdim=True)  # [B, 1]
@@ -169,20 +182,20 @@ def decode_step(state: DecodeState, w: Weights) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------- the split step
 
-def decode_core(x: torch.Tensor, write: torch.Tensor, unreached: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+def decode_core(x: torch.Tensor, write: torch.Tensor, unreached: torch.Tensor, kv: torch.Tensor,
                 w: Weights) -> torch.Tensor:
     """The layers of a step with no indexed operation: the cache write is a full-buffer `where`.
 
-    x [B, 1, E] embedded input; write [max_len] bool (the slot to write); unreached [max_len] bool.
-    Compilers that cannot lower indexed loads and stores can still compile this part.
+    x [B, 1, E] embedded input; write [max_len] bool (the slot to write); unreached [max_len] bool;
+    kv [L, 2, B, H, max_len, dh]. Compilers that cannot lower indexed loads and stores can still
+    compile this part.
     """
-    sel = write.view(1, 1, -1, 1)
+    sel = write.view(1, 1, 1, -1, 1)
     for i, lw in enumerate(w.layers):
-        q, kn, vn = _qkv(x, lw, w.n_head, w.eps)
-        kc, vc = k[i], v[i]
-        kc.copy_(torch.where(sel, kn, kc))
-        vc.copy_(torch.where(sel, vn, vc))
-        x = x + _proj(_attend(q, kc, vc, unreached), lw)
+        qkv = _qkv_stacked(x, lw, w.n_head, w.eps)
+        cache = kv[i]
+        cache.copy_(torch.where(sel, qkv[1:], cache))
+        x = x + _proj(_attend(qkv[0], cache[0], cache[1], unreached), lw)
         x = x + _mlp(x, lw, w.eps)
     return _logits(x, w)[:, 0]
 
@@ -192,7 +205,7 @@ def decode_step_split(state: DecodeState, w: Weights,
     """The fixed-shape step with the indexed bookkeeping eager and the layers in `core`."""
     pos = state.pos
     x = F.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
-    logits = core(x, state.slots == pos, state.slots > pos, state.k, state.v, w)
+    logits = core(x, state.slots == pos, state.slots > pos, state.kv, w)
     nxt = logits.argmax(-1, keepdim=True)
     state.out.index_copy_(1, pos + 1, nxt)
     state.tok.copy_(nxt)
@@ -218,8 +231,7 @@ def growing_step(tok: torch.Tensor, pos: int, past: Past, w: Weights) -> tuple[t
         k = torch.cat([past[i][0], k], dim=2)
         v = torch.cat([past[i][1], v], dim=2)
         new_past.append((k, v))
-        no_mask = torch.zeros(1, dtype=torch.bool, device=x.device)
-        x = x + _proj(_attend(q, k, v, no_mask), lw)
+        x = x + _proj(_attend(q, k, v, None), lw)  # the cache holds exactly the reached slots
         x = x + _mlp(x, lw, w.eps)
     return _logits(x, w)[:, 0], new_past
 

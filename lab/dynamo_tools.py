@@ -102,9 +102,10 @@ def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Explained:
 
 
 @contextlib.contextmanager
-def recompile_reasons() -> Iterator[list[str]]:
-    """Collect Dynamo's recompile messages (TORCH_LOGS=recompiles) without printing them."""
-    import torch._dynamo.guards  # noqa: F401  (registers the artifact logger)
+def artifact_logs(artifact: str) -> Iterator[list[str]]:
+    """Collect the messages of one torch logging artifact (as TORCH_LOGS=<artifact>) without printing them."""
+    import torch._dynamo.guards  # noqa: F401  (registers the recompiles artifact logger)
+    import torch._inductor.cudagraph_utils  # noqa: F401  (registers the cudagraphs artifact logger)
 
     messages: list[str] = []
 
@@ -113,9 +114,9 @@ def recompile_reasons() -> Iterator[list[str]]:
             messages.append(record.getMessage())
 
     handler = _Collect()
-    torch._logging.set_logs(recompiles=True)
+    torch._logging.set_logs(**{artifact: True})
     loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
-               if name.endswith("__recompiles")]
+               if name.endswith(f"__{artifact}")]
     saved = [(lg, lg.propagate) for lg in loggers]
     for lg in loggers:
         lg.addHandler(handler)
@@ -127,6 +128,11 @@ def recompile_reasons() -> Iterator[list[str]]:
             lg.removeHandler(handler)
             lg.propagate = propagate
         torch._logging.set_logs()
+
+
+def recompile_reasons() -> contextlib.AbstractContextManager[list[str]]:
+    """Collect Dynamo's recompile messages (TORCH_LOGS=recompiles) without printing them."""
+    return artifact_logs("recompiles")
 
 
 def limit_hit(counters: dict[str, Any]) -> bool:

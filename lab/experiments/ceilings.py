@@ -1,0 +1,147 @@
+"""ceilings: this host's launch, bandwidth and compute ceilings, and which one binds each method's step.
+
+Measured in this run on the profile's device: the cost of one tiny eager op and of one node of a
+replayed CUDA graph, the device copy bandwidth, fp32 and bf16 matmul peaks (the best of several
+repeats is the ceiling; all samples are kept). Then, for each method and batch of this run's
+cuda_graph_decode (or, where that did not run, the eager step measured here): kernels per step,
+bytes and FLOPs per step, the three bounds, which binds, and measured / bound.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lab import ceilings, stepmethods
+from lab.timing import rotating_rounds
+
+GRAPH_METHODS = {"graph", "compile+graph"}
+
+
+def _sizes(ctx) -> dict[str, int]:
+    cuda = ctx.device.type == "cuda"
+    return {
+        "copy_bytes": int(ctx.opt("copy_bytes", (2 << 30) if cuda else (128 << 20))),
+        "matmul_n_fp32": int(ctx.opt("matmul_n_fp32", 8192 if cuda else 1024)),
+        "matmul_n_bf16": int(ctx.opt("matmul_n_bf16", 8192 if cuda else 0)),
+    }
+
+
+def _decode_record(ctx):
+    for rec in ctx.results.experiments:
+        if rec.id == "cuda_graph_decode" and rec.status == "OK":
+            return rec
+    return None
+
+
+def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
+    if method in GRAPH_METHODS:
+        return True
+    if method.startswith("reduce-overhead") and rec is not None:
+        try:
+            return rec.metric("cudagraph_skips", method=method, batch=batch, dtype=dtype).value == 0
+        except KeyError:
+            return False
+    return False
+
+
+def _own_measurements(ctx, w) -> list[dict]:
+    """Eager (and graph replay on CUDA) step times and kernel counts, when cuda_graph_decode did not run."""
+    prof = ctx.profile
+    rows = []
+    steps = min(int(ctx.opt("steps", prof.decode_steps)), prof.max_len - prof.prompt_len - 2)
+    methods = ("eager", "graph") if ctx.device.type == "cuda" else ("eager",)
+    for batch in prof.batches:
+        g = torch.Generator().manual_seed(3000 + batch)
+        prompt = torch.randint(0, prof.model.vocab_size, (batch, prof.prompt_len), generator=g).to(ctx.device)
+        built = {m: stepmethods.build(m, w, prompt, prof.max_len, warmup=prof.warmup) for m in methods}
+        samples = rotating_rounds({m: (lambda b=b: b.decode(steps, ctx.clock, False)) for m, b in built.items()},
+                                  max(2, prof.rounds - 2))
+        for m, b in built.items():
+            sp = ctx.timing("step_ms", [x for r in samples[m] for x in r], "ms", method=m, batch=batch, dtype="float32",
+                            readback=False)
+            b.start()
+            kernels = stepmethods.count_kernels(b.call, ctx.device)["kernels"]
+            rows.append({"method": m, "batch": batch, "dtype": "float32", "ms": sp.median, "kernels": kernels})
+    return rows
+
+
+def run(ctx) -> None:
+    dev = ctx.device
+    sizes = _sizes(ctx)
+    ctx.note("sizes", sizes)
+    # --- the ceilings
+    eager_us = ceilings.launch_us_eager(dev)
+    ctx.timing("launch_us_per_op_samples", eager_us, "us", mode="eager")
+    launch_eager = min(eager_us)
+    ctx.metric("launch_us_per_op", round(launch_eager, 4), "us", mode="eager")
+    launch_node = None
+    if dev.type == "cuda":
+        node_us = ceilings.launch_us_graph_node(dev)
+        ctx.timing("launch_us_per_op_samples", node_us, "us", mode="graph_node")
+        launch_node = min(node_us)
+        ctx.metric("launch_us_per_op", round(launch_node, 4), "us", mode="graph_node")
+    else:
+        ctx.skip("launch_us_per_op graph_node", "no_cuda", "graph-node launch cost needs a CUDA device")
+    bw = ceilings.copy_bandwidth_gbps(dev, sizes["copy_bytes"])
+    ctx.timing("bandwidth_GBps_samples", bw, "GB/s", kind="copy", bytes=sizes["copy_bytes"])
+    bandwidth = max(bw)
+    ctx.metric("bandwidth_GBps", round(bandwidth, 2), "GB/s", kind="copy")
+    peaks: dict[str, float] = {}
+    for dtype_name, dtype, n in (("float32", torch.float32, sizes["matmul_n_fp32"]),
+                                 ("bfloat16", torch.bfloat16, sizes["matmul_n_bf16"])):
+        if n <= 0:
+            ctx.skip(f"matmul_TFLOPs {dtype_name}", "not_on_this_device",
+                     f"the {dtype_name} matmul peak is measured on CUDA devices only (set ceilings.matmul_n_bf16 to force)")
+            continue
+        tf = ceilings.matmul_tflops(dev, dtype, n)
+        ctx.timing("matmul_TFLOPs_samples", tf, "TFLOP/s", dtype=dtype_name, n=n)
+        peaks[dtype_name] = max(tf)
+        ctx.metric("matmul_TFLOPs", round(peaks[dtype_name], 3), "TFLOP/s", dtype=dtype_name, n=n)
+    if dev.type == "cuda":
+        ctx.note("tf32_matmul_allowed", torch.backends.cuda.matmul.allow_tf32)
+    # --- the bounds of each measured step
+    rec = _decode_record(ctx)
+    rows: list[dict] = []
+    if rec is not None:
+        source = "cuda_graph_decode"
+        for m in rec.metrics:
+            if m.name == "step_ms" and m.params.get("readback") is False:
+                p = m.params
+                try:
+                    k = rec.metric("kernels_per_step", method=p["method"], batch=p["batch"], dtype=p["dtype"]).value
+                except KeyError:
+                    continue
+                rows.append({"method": p["method"], "batch": p["batch"], "dtype": p["dtype"], "ms": m.value, "kernels": k})
+    else:
+        source = "measured here"
+        rows = _own_measurements(ctx, ctx.gpt2("float32")[1])
+    ctx.note("step_source", source)
+    weights = {"float32": ctx.gpt2("float32")[1]}
+    for row in rows:
+        dtype = row["dtype"]
+        if dtype not in weights:
+            weights[dtype] = ctx.gpt2(dtype)[1]
+        if dtype not in peaks:
+            ctx.skip(f"bounds {row['method']} batch {row['batch']} {dtype}", "no_peak",
+                     f"no {dtype} matmul peak was measured on this device")
+            continue
+        w = weights[dtype]
+        graphed = _uses_graphs(rec, row["method"], row["batch"], dtype)
+        basis = "graph_node" if (graphed and launch_node is not None) else "eager"
+        per_kernel = launch_node if basis == "graph_node" else launch_eager
+        nbytes = ceilings.step_bytes(w, row["batch"], ctx.profile.max_len)
+        flops = ceilings.step_flops(w, row["batch"], ctx.profile.max_len)
+        b = ceilings.bounds(int(row["kernels"]), per_kernel, nbytes, bandwidth, flops, peaks[dtype])
+        params = {"method": row["method"], "batch": row["batch"], "dtype": dtype}
+        ctx.metric("kernels_per_step", row["kernels"], "count", **params)
+        ctx.metric("launch_cost_basis", basis, "", **params)
+        ctx.metric("bytes_per_step", nbytes, "B", **params)
+        ctx.metric("flops_per_step", flops, "FLOP", **params)
+        ctx.metric("bound_launch_ms", round(b.launch_ms, 5), "ms", **params)
+        ctx.metric("bound_bandwidth_ms", round(b.bandwidth_ms, 5), "ms", **params)
+        ctx.metric("bound_compute_ms", round(b.compute_ms, 5), "ms", **params)
+        ctx.metric("bound_ms", round(b.bound_ms, 5), "ms", **params)
+        ctx.metric("binding", b.binding, "", **params)
+        ctx.metric("measured_ms", row["ms"], "ms", **params)
+        ctx.metric("measured_over_bound", round(row["ms"] / b.bound_ms, 3), "x", **params)
+        ctx.metric("achieved_GBps", round(nbytes / (row["ms"] / 1e3) / 1e9, 2), "GB/s", **params)

@@ -1,0 +1,68 @@
+"""graph_cost: what a captured graph costs — warm-up + capture time, break-even steps, memory.
+
+Per batch: a fresh state is prefilled and captured (`GraphedStep`); the saving per step is eager's
+median minus replay's (taken from this run's cuda_graph_decode when present, else measured here
+with the same method); break-even = capture time / saving. Memory: the state and cache buffers,
+and what the graph's private pool reserved beyond them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lab import decode, stepmethods
+from lab.costs import break_even_calls
+from lab.graphs import GraphedStep
+from lab.timing import rotating_rounds
+
+MIB = 1024 * 1024
+
+
+def _step_ms_from_run(ctx, method: str, batch: int) -> float | None:
+    for rec in ctx.results.experiments:
+        if rec.id == "cuda_graph_decode" and rec.status == "OK":
+            try:
+                return float(rec.metric("step_ms", method=method, batch=batch, dtype="float32", readback=False).value)
+            except KeyError:
+                return None
+    return None
+
+
+def run(ctx) -> None:
+    prof = ctx.profile
+    _, w = ctx.gpt2("float32")
+    for batch in prof.batches:
+        g = torch.Generator().manual_seed(2000 + batch)
+        prompt = torch.randint(0, prof.model.vocab_size, (batch, prof.prompt_len), generator=g).to(ctx.device)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        alloc0 = torch.cuda.memory_allocated()
+        state = decode.new_state(w, batch, prof.max_len)
+        state_bytes = torch.cuda.memory_allocated() - alloc0
+        decode.prefill(state, w, prompt)
+        graphed = GraphedStep(decode.decode_step, state, w, warmup=prof.warmup)
+        ctx.metric("capture_s", round(graphed.capture_s, 4), "s", batch=batch)
+        ctx.metric("warmup_s", round(graphed.warmup_s, 4), "s", batch=batch)
+        ctx.metric("capture_only_s", round(graphed.capture_only_s, 4), "s", batch=batch)
+        ctx.metric("state_MiB", round(state.nbytes() / MIB, 3), "MiB", batch=batch)
+        ctx.metric("state_allocated_MiB", round(state_bytes / MIB, 3), "MiB", batch=batch)
+        ctx.metric("graph_pool_MiB", round(graphed.pool_bytes / MIB, 3), "MiB", batch=batch)
+        ctx.metric("weights_MiB", round(w.nbytes() / MIB, 3), "MiB", batch=batch)
+        eager_ms = _step_ms_from_run(ctx, "eager", batch)
+        graph_ms = _step_ms_from_run(ctx, "graph", batch)
+        source = "cuda_graph_decode"
+        if eager_ms is None or graph_ms is None:
+            source = "measured here"
+            eager = stepmethods.build("eager", w, prompt, prof.max_len)
+            replay = stepmethods.StepMethod("graph", state, w, prompt, call=graphed.replay, graphed=graphed)
+            steps = min(prof.decode_steps, prof.max_len - prof.prompt_len - 2)
+            samples = rotating_rounds({"eager": lambda: eager.decode(steps, ctx.clock, False),
+                                       "graph": lambda: replay.decode(steps, ctx.clock, False)}, 3)
+            eager_ms = ctx.timing("step_ms", [x for r in samples["eager"] for x in r], "ms", method="eager", batch=batch).median
+            graph_ms = ctx.timing("step_ms", [x for r in samples["graph"] for x in r], "ms", method="graph", batch=batch).median
+        saving = eager_ms - graph_ms
+        ctx.metric("saving_ms_per_step", round(saving, 5), "ms", batch=batch, source=source)
+        be = break_even_calls(graphed.capture_s, eager_ms, graph_ms)
+        ctx.metric("break_even_steps", be, "steps", batch=batch)
+        ctx.progress(f"batch {batch}: capture {graphed.capture_s:.3f} s, saves {saving:.3f} ms/step, pays after {be} steps")
+        del graphed, state
