@@ -31,15 +31,15 @@ HUB_NAMES = ("openai-community/gpt2", "gpt2")
 class LayerWeights:
     ln1_w: torch.Tensor
     ln1_b: torch.Tensor
-    attn_w: torch.Tensor  # [E, 3E] (transformers' Conv1D layout: x @ W + b)
+    attn_w: torch.Tensor  # [3E, E]: nn.Linear's [out, in] layout (F.linear(x, W, b))
     attn_b: torch.Tensor
     proj_w: torch.Tensor  # [E, E]
     proj_b: torch.Tensor
     ln2_w: torch.Tensor
     ln2_b: torch.Tensor
-    fc_w: torch.Tensor  # [E, 4E]
+    fc_w: torch.Tensor  # [4E, E]
     fc_b: torch.Tensor
-    fc2_w: torch.Tensor  # [4E, E]
+    fc2_w: torch.Tensor  # [E, 4E]
     fc2_b: torch.Tensor
 
 
@@ -160,10 +160,18 @@ def build_model(spec: ModelSpec, provenance: dict[str, Any], device: str | torch
 
 
 def extract_weights(model: Any, dtype: torch.dtype | None = None, device: str | torch.device | None = None) -> Weights:
-    """The lab's view of a transformers GPT-2: detached tensors, optionally converted."""
+    """The lab's view of a transformers GPT-2: detached tensors, optionally converted.
 
-    def t(x: torch.Tensor) -> torch.Tensor:
+    transformers keeps GPT-2's projections in Conv1D's [in, out] layout (x @ W + b). The lab stores
+    them transposed, [out, in] as nn.Linear does: for a single token the product is a matrix-vector
+    product, and on an H200 in fp32 cuBLAS ran the [out, in] form near the copy bandwidth and the
+    [in, out] form at about half of it.
+    """
+
+    def t(x: torch.Tensor, transpose: bool = False) -> torch.Tensor:
         x = x.detach()
+        if transpose:
+            x = x.t()
         if dtype is not None or device is not None:
             x = x.to(device=device or x.device, dtype=dtype or x.dtype)
         return x.contiguous()
@@ -172,11 +180,11 @@ def extract_weights(model: Any, dtype: torch.dtype | None = None, device: str | 
     layers = tuple(
         LayerWeights(
             ln1_w=t(b.ln_1.weight), ln1_b=t(b.ln_1.bias),
-            attn_w=t(b.attn.c_attn.weight), attn_b=t(b.attn.c_attn.bias),
-            proj_w=t(b.attn.c_proj.weight), proj_b=t(b.attn.c_proj.bias),
+            attn_w=t(b.attn.c_attn.weight, True), attn_b=t(b.attn.c_attn.bias),
+            proj_w=t(b.attn.c_proj.weight, True), proj_b=t(b.attn.c_proj.bias),
             ln2_w=t(b.ln_2.weight), ln2_b=t(b.ln_2.bias),
-            fc_w=t(b.mlp.c_fc.weight), fc_b=t(b.mlp.c_fc.bias),
-            fc2_w=t(b.mlp.c_proj.weight), fc2_b=t(b.mlp.c_proj.bias),
+            fc_w=t(b.mlp.c_fc.weight, True), fc_b=t(b.mlp.c_fc.bias),
+            fc2_w=t(b.mlp.c_proj.weight, True), fc2_b=t(b.mlp.c_proj.bias),
         )
         for b in tr.h
     )

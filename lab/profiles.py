@@ -26,12 +26,15 @@ class ModelSpec:
     n_positions: int = 1024
     # Random weights at GPT-2's default init (std 0.02) with tied embeddings make greedy decoding
     # repeat the input token; a larger std makes the argmax depend on context, so equality tests
-    # compare sequences with many distinct tokens.
-    init_std: float = 0.3
+    # compare sequences with many distinct tokens. Too large a std makes activations grow until fp32
+    # rounding flips near-tied argmaxes: on an H200, GPT-2 124M at std 0.3 agreed with fp64 on only
+    # 95.6% of 2,560 greedy tokens (median logit error 0.06), at std 0.1 on all of them (error 1e-4,
+    # 21 distinct tokens of 41); at 0.05 only 5 distinct tokens remained.
+    init_std: float = 0.1
     seed: int = 0
 
 
-TINY = ModelSpec("gpt2-tiny", n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=128)
+TINY = ModelSpec("gpt2-tiny", n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=128, init_std=0.3)
 GPT2 = ModelSpec("gpt2-124M", n_layer=12, n_embd=768, n_head=12)
 
 

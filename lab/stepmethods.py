@@ -53,6 +53,29 @@ def _counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str,
     }
 
 
+# One top-level function per compiled method: Dynamo caches compiled code per code object, so methods
+# compiled from one function would share (and overwrite) each other's cache entries.
+def _step_default(state: DecodeState, w: Weights) -> torch.Tensor:
+    return decode.decode_step(state, w)
+
+
+def _step_reduce_overhead(state: DecodeState, w: Weights) -> torch.Tensor:
+    return decode.decode_step(state, w)
+
+
+def _step_reduce_overhead_static(state: DecodeState, w: Weights) -> torch.Tensor:
+    return decode.decode_step(state, w)
+
+
+def _step_max_autotune(state: DecodeState, w: Weights) -> torch.Tensor:
+    return decode.decode_step(state, w)
+
+
+STEP_FUNCTIONS = {"compile-default": _step_default, "compile+graph": _step_default,
+                  "reduce-overhead": _step_reduce_overhead, "reduce-overhead-static": _step_reduce_overhead_static,
+                  "max-autotune-no-cudagraphs": _step_max_autotune}
+
+
 def _tree_step(compiled: Callable[..., Any], state: DecodeState, w: Weights) -> Any:
     """One call of a compiled step; tells cudagraph trees a new step begins (the previous output is dead)."""
     torch.compiler.cudagraph_mark_step_begin()
@@ -118,7 +141,7 @@ def build(name: str, w: Weights, prompt: torch.Tensor, max_len: int, warmup: int
             method.call = method.graphed.replay
         elif name in ("compile-default", "reduce-overhead", "max-autotune-no-cudagraphs", "compile+graph"):
             mode = {"compile-default": None, "compile+graph": None}.get(name, name)
-            compiled = torch.compile(decode.decode_step, mode=mode)
+            compiled = torch.compile(STEP_FUNCTIONS[name], mode=mode)
             saved = state.snapshot()
             for _ in range(warmup):  # first call compiles; reduce-overhead records its graphs on later calls
                 _tree_step(compiled, state, w)
@@ -135,7 +158,7 @@ def build(name: str, w: Weights, prompt: torch.Tensor, max_len: int, warmup: int
             sw = clone_weights(w)
             method.weights = sw
             mark_static(list(state.buffers().values()) + sw.tensors())
-            compiled = torch.compile(decode.decode_step, mode="reduce-overhead")
+            compiled = torch.compile(STEP_FUNCTIONS[name], mode="reduce-overhead")
             saved = state.snapshot()
             for _ in range(warmup):
                 _tree_step(compiled, state, sw)
@@ -163,9 +186,21 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]
     events = prof.events()
     if device.type == "cuda":
         kernels = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
-                   and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
-        device_us = sum(e.device_time for e in kernels) if kernels and hasattr(kernels[0], "device_time") else \
-            sum(getattr(e, "cuda_time", 0.0) for e in kernels)
-        return {"kernels": len(kernels), "device_us": float(device_us)}
+                   and "memset" not in e.name.lower()]
+        times = [float(getattr(e, "device_time", getattr(e, "cuda_time", 0.0))) for e in kernels]
+        return {"kernels": len(kernels), "device_us": sum(times),
+                "top": top_kernels([(e.name, t) for e, t in zip(kernels, times)])}
     ops = [e for e in events if e.name.startswith("aten::") and e.cpu_parent is None]
-    return {"kernels": len(ops), "device_us": None}
+    return {"kernels": len(ops), "device_us": None,
+            "top": top_kernels([(e.name, float(e.self_cpu_time_total)) for e in ops])}
+
+
+def top_kernels(named_us: list[tuple[str, float]], n: int = 8) -> list[dict[str, Any]]:
+    """The kernels (or ops) that took the most time, grouped by name: where a step's time goes."""
+    agg: dict[str, list[float]] = {}
+    for name, us in named_us:
+        entry = agg.setdefault(name[:100], [0, 0.0])
+        entry[0] += 1
+        entry[1] += us
+    ranked = sorted(agg.items(), key=lambda kv: -kv[1][1])[:n]
+    return [{"name": k, "count": int(v[0]), "us": round(v[1], 2)} for k, v in ranked]

@@ -71,6 +71,7 @@ def _measure_batch(ctx, w, batch: int, dtype: str, methods: tuple[str, ...], rea
         ctx.metric("kernels_per_step", k["kernels"], "count", method=name, batch=batch, dtype=dtype)
         if k["device_us"] is not None:
             ctx.metric("kernel_time_per_step_us", round(k["device_us"], 2), "us", method=name, batch=batch, dtype=dtype)
+        ctx.note(f"top_kernels.{name}.b{batch}.{dtype}", k["top"])
     # steady state: rounds in rotating order over (method, readback)
     before = dynamo_counters()
     pairs = {(n, rb): (lambda m=m, rb=rb: m.decode(steps, ctx.clock, readback=rb))

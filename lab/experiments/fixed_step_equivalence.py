@@ -43,7 +43,9 @@ def run(ctx) -> None:
     steps = int(ctx.opt("steps", 24))
     model, w = ctx.gpt2("float32")
     max_len = ctx.profile.prompt_len + steps + 8
-    batch = max(ctx.profile.batches[-1], 2)
+    # A batch of different prompts; kept small so that the fp32 check is about the step, not about
+    # how many near-tied argmaxes a big batch happens to contain (see ModelSpec.init_std).
+    batch = int(ctx.opt("batch", 4))
 
     # 1. batch 1 and a batch of different prompts against transformers' greedy generate
     for name, p in (("batch1", prompts(ctx, 1, 10)), (f"batch{batch}", prompts(ctx, batch, 11))):
