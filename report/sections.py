@@ -334,6 +334,7 @@ class ExperimentView:
     skipped: Table
     notes: str
     samples: int
+    metric_count: int
 
 
 def experiments(results: Results) -> list[ExperimentView]:
@@ -351,5 +352,6 @@ def experiments(results: Results) -> list[ExperimentView]:
             id=rec.id, title=rec.title, status=rec.status,
             reason=f"{rec.reason.code}: {rec.reason.message}" if rec.reason else "",
             duration=fmt(rec.duration_s, "s"), tables=metric_tables(rec), checks=checks, skipped=skipped,
-            notes=json.dumps(rec.notes, indent=1, default=str) if rec.notes else "", samples=len(rec.samples)))
+            notes=json.dumps(rec.notes, indent=1, default=str) if rec.notes else "", samples=len(rec.samples),
+            metric_count=len(rec.metrics)))
     return views

@@ -140,13 +140,10 @@ def metric_tables(record: Record) -> list[Table]:
         keys: list[str] = []
         for m in metrics:
             keys += [k for k in m.params if k not in keys]
-        has_spread = any(m.spread for m in metrics)
-        table = Table(columns=keys + ["value"] + (["spread"] if has_spread else []), caption=name, cls="metrics")
+        table = Table(columns=keys + ["value"], caption=name, cls="metrics")
         for m in metrics:
             row = [Cell(fmt(m.params.get(k)) if k in m.params else "") for k in keys]
             row.append(timing_cell(m) if m.spread else num(m.value, m.unit))
-            if has_spread:
-                row.append(Cell(spread_text(m.spread)))
             table.rows.append(row)
         tables.append(table)
     return tables
@@ -162,6 +159,13 @@ def pivot(record: Record | None, row_keys: list[str], names: list[str], labels: 
     for m in record.metrics:
         if m.name in names and all(k in m.params for k in row_keys):
             rows.setdefault(tuple(m.params[k] for k in row_keys), {})[m.name] = m
+    # A metric with fewer of the row params (fusion's ceiling_x has n_ops, not residency) fills every row it fits.
+    for m in record.metrics:
+        present = [i for i, k in enumerate(row_keys) if k in m.params]
+        if m.name in names and present and len(present) < len(row_keys):
+            for key, cells in rows.items():
+                if all(key[i] == m.params[row_keys[i]] for i in present):
+                    cells.setdefault(m.name, m)
     for key in sorted(rows, key=lambda k: tuple(sort_key(v) for v in k)):
         cells = [Cell(fmt(v)) for v in key]
         for n in names:

@@ -18,7 +18,7 @@ def lay_out_runs(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     gpu_fixture.write(root / "gpu-fixture")
     for name in ("cpu-smoke", "malformed"):
-        shutil.copytree(FIXTURES / "runs" / name, root / name)
+        shutil.copytree(FIXTURES / "report_runs" / name, root / name)
     return root
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from report.discover import load_runs
 from report.tables import fmt
 from report_helpers import FIXTURES, gpu_fixture, lay_out_runs, row, table, tables
 
-CPU_RESULTS = json.loads((FIXTURES / "runs" / "cpu-smoke" / "results.json").read_text())
+CPU_RESULTS = json.loads((FIXTURES / "report_runs" / "cpu-smoke" / "results.json").read_text())
 GPU = gpu_fixture.build()
 
 
@@ -212,7 +213,7 @@ def test_compare_page(site) -> None:
 ])
 def test_bad_input_is_one_line_naming_the_file_and_others_still_render(tmp_path: Path, content: str,
                                                                        expected: str, capsys) -> None:
-    lay_out_runs(tmp_path / "runs")
+    shutil.copytree(FIXTURES / "report_runs" / "cpu-smoke", tmp_path / "runs" / "cpu-smoke")
     bad = tmp_path / "runs" / "bad" / "results.json"
     bad.parent.mkdir()
     bad.write_text(content)
@@ -223,7 +224,7 @@ def test_bad_input_is_one_line_naming_the_file_and_others_still_render(tmp_path:
     assert len(lines) == 1 and expected in lines[0] and lines[0].startswith("error: ")
     index = (tmp_path / "site" / "index.html").read_text()
     assert str(bad) in index and expected in index.replace("&#39;", "'")
-    assert (tmp_path / "site" / "run-gpu-fixture.html").exists() and (tmp_path / "site" / "run-cpu-smoke.html").exists()
+    assert "cpu-smoke" in index and (tmp_path / "site" / "run-cpu-smoke.html").exists()
 
 
 def test_a_run_that_cannot_be_rendered_is_listed_not_fatal(tmp_path: Path, monkeypatch) -> None:
@@ -271,3 +272,10 @@ def test_fmt() -> None:
     assert fmt(None) == "—" and fmt(True) == "yes" and fmt(1234567) == "1,234,567"
     assert fmt(3.14159, "ms") == "3.14 ms" and fmt(0.000123, "s") == "1.23e-04 s" and fmt(4260.0) == "4,260"
     assert fmt(float("nan")) == "nan" and fmt(2, "count") == "2" and fmt(0.00413, "ms") == "0.00413 ms"
+
+
+def test_fusion_table_fills_per_n_ops_ceiling(gpu_html: str) -> None:
+    t = table(gpu_html, caption="Compiled (fused) chain over eager")
+    cache16 = [r for r in t["rows"] if r[0][0] == "16" and r[1][0] == "cache"][0]
+    assert cache16[3][0] == "16 x"
+    assert cache16[2][0] == fmt(gpu_metric("fusion", "speedup", n_ops=16, residency="cache")["value"], "x")
