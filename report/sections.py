@@ -50,7 +50,7 @@ def why_absent(results: Results, *ids: str) -> str:
             parts.append(f"{rid} is {rec.status} ({rec.reason.code}): {rec.reason.message}")
         else:
             parts.append(f"{rid} ran but recorded none of the metrics this section shows.")
-    return " ".join(parts)
+    return "\n".join(parts)
 
 
 def method_key(method: Any) -> tuple[int, str]:
