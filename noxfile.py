@@ -4,6 +4,8 @@
     nox -s tests      the test suite (CPU; GPU tests skip with a reason without CUDA)
     nox -s cpu_lab    the cpu profile            nox -s gpu_lab   the gpu profile
     nox -s smoke      the tiny smoke profile (a minute or two)
+    nox -s report     the static HTML report of manifests/ and runs/ into site/ (-- RUN_DIR ... --out DIR)
+    nox -s compare -- A B   what differs between two runs or manifests, with ratios and marks
 
 Runs land in runs/<profile>-<timestamp>/ unless `-- --out DIR` is given.
 """
@@ -20,6 +22,8 @@ nox.options.reuse_existing_virtualenvs = True
 # The torch the lab measures. On CPU hosts here the 2.13.0 CPU wheel is on disk; on a CUDA host set
 # LAB_TORCH to the build you want measured (e.g. "torch==2.11.0" from the CUDA index).
 TORCH = os.environ.get("LAB_TORCH", "torch==2.13.0")
+# The report and compare read JSON and draw charts: they need no torch, so a laptop holding results can run them.
+REPORT_DEPS = ("jinja2>=3.1", "matplotlib>=3.8")
 
 
 def install(session: nox.Session, *extras: str) -> None:
@@ -75,3 +79,25 @@ def env(session: nox.Session) -> None:
     """Print this host's environment manifest (-- --out FILE to write it)."""
     install(session)
     session.run("python", "-m", "lab", "env", *session.posargs)
+
+
+def install_report(session: nox.Session) -> None:
+    """The lab without its dependencies (no torch) plus what the report needs."""
+    session.install(*REPORT_DEPS)
+    session.install("--no-deps", "-e", ".")
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Render the static report (site/index.html) from manifests/ and runs/, or from -- RUN_DIR ... [--out DIR]."""
+    install_report(session)
+    session.run("python", "-m", "lab", "report", *session.posargs)
+
+
+@nox.session(default=False)
+def compare(session: nox.Session) -> None:
+    """Compare two runs or manifests: -- A B (run directories, results.json or manifest.json)."""
+    if len(session.posargs) < 2:
+        session.error("usage: nox -s compare -- A B (run directories, results.json or manifest.json files)")
+    install_report(session)
+    session.run("python", "-m", "lab", "compare", *session.posargs)

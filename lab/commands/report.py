@@ -1,0 +1,38 @@
+"""`python -m lab report [RUN_DIR ...] [--out DIR]`: render the static report site.
+
+Without RUN_DIR it reads every run under manifests/ (committed reference runs) and runs/ (local
+ones). A file that cannot be read is reported on one line naming it, and the other runs still render.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("report", help="render the static HTML report from run directories (default: manifests/ runs/)")
+    p.add_argument("paths", nargs="*", type=Path, metavar="RUN_DIR",
+                   help="run directories, results.json files, or folders holding runs (default: manifests/ and runs/)")
+    p.add_argument("--out", type=Path, default=Path("site"), help="output folder (default: site/)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any file was skipped")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from report import render_site
+    from report.discover import DEFAULT_ROOTS, default_paths
+
+    paths = args.paths or default_paths()
+    if not paths:
+        raise ValueError(f"no run given and none of {', '.join(d + '/' for d in DEFAULT_ROOTS)} exists here "
+                         "(run `nox -s smoke` or `python -m lab run` first)")
+    site = render_site(paths, args.out)
+    for skipped in site.skipped:
+        print(f"error: {skipped.reason} (skipped)", file=sys.stderr)
+    if not site.runs:
+        raise ValueError(f"no run could be rendered from {', '.join(str(p) for p in paths)}")
+    extra = f", comparison {site.compare}" if site.compare else ""
+    print(f"{site.index}: {len(site.runs)} run(s), {len(site.skipped)} skipped{extra}")
+    return 1 if args.strict and site.skipped else 0

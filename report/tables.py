@@ -1,0 +1,175 @@
+"""Tables as data: the renderer builds `Table`s in Python and the templates only lay them out.
+
+Formatting lives here too (`fmt`), so every number in the report is written the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from lab.results import Metric, Record, Spread
+
+
+@dataclass
+class Cell:
+    """One table cell. `sub` is a second, smaller line; `cls` a CSS class (num, good, bad, noisy, ...)."""
+
+    text: str
+    cls: str = ""
+    title: str = ""
+    sub: str = ""
+    href: str = ""
+    pre: bool = False  # preformatted text (tracebacks, notes)
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    caption: str = ""
+    cls: str = ""
+    id: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+
+def fmt(value: Any, unit: str = "") -> str:
+    """A value as a reader wants it: 3 significant digits, thousands separated, booleans as yes/no."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        text = f"{value:,}"
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            text = str(value)
+        elif value == 0:
+            text = "0"
+        elif abs(value) >= 1000:
+            text = f"{value:,.0f}"
+        elif abs(value) >= 0.001:
+            text = f"{value:.3g}"
+        else:
+            text = f"{value:.2e}"
+    elif isinstance(value, (dict, list)):
+        text = json.dumps(value, default=str)
+    else:
+        text = str(value)
+    return f"{text} {unit}" if unit and unit not in ("count", "bool") and not isinstance(value, bool) else text
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def num(value: Any, unit: str = "", **kw: Any) -> Cell:
+    return Cell(fmt(value, unit), cls=kw.pop("cls", "num" if is_number(value) else ""), **kw)
+
+
+def spread_text(sp: Spread | None) -> str:
+    if sp is None:
+        return ""
+    return f"IQR {sp.rel_iqr * 100:.1f}% · n={sp.n}"
+
+
+def timing_cell(m: Metric, extra: str = "") -> Cell:
+    """A median with its spread underneath; noisy measurements are flagged, not hidden."""
+    sp = m.spread
+    text = fmt(m.value, m.unit)
+    cls = "num"
+    title = ""
+    if sp is not None:
+        title = (f"median {fmt(sp.median)}, quartiles {fmt(sp.q1)}–{fmt(sp.q3)}, min {fmt(sp.min)}, "
+                 f"max {fmt(sp.max)}, n={sp.n}")
+        if sp.noisy:
+            cls += " noisy"
+            text += " ⚠"
+            title = f"noisy: IQR {sp.rel_iqr * 100:.1f}% of the median. " + title
+    sub = " · ".join(s for s in (extra, spread_text(sp)) if s)
+    return Cell(text, cls=cls, title=title, sub=sub)
+
+
+def notes_text(value: Any) -> str:
+    """A note (list, dict or string) as one readable line."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "; ".join(notes_text(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {notes_text(v)}" for k, v in value.items())
+    return str(value)
+
+
+def params_text(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Numbers numerically, then everything else as text (batch 8 before batch 64)."""
+    if is_number(value):
+        return 0, value
+    return 1, str(value)
+
+
+def matching(metrics: Iterable[Metric], name: str, **params: Any) -> list[Metric]:
+    return [m for m in metrics if m.name == name and all(m.params.get(k) == v for k, v in params.items())]
+
+
+def first(record: Record | None, name: str, **params: Any) -> Metric | None:
+    if record is None:
+        return None
+    found = matching(record.metrics, name, **params)
+    return found[0] if found else None
+
+
+def metric_tables(record: Record) -> list[Table]:
+    """Every metric of a record, one table per metric name with its params as columns.
+
+    This is what makes experiments the report knows nothing specific about still show in full.
+    """
+    groups: dict[str, list[Metric]] = {}
+    for m in record.metrics:
+        groups.setdefault(m.name, []).append(m)
+    tables = []
+    for name, metrics in groups.items():
+        keys: list[str] = []
+        for m in metrics:
+            keys += [k for k in m.params if k not in keys]
+        table = Table(columns=keys + ["value"], caption=name, cls="metrics")
+        for m in metrics:
+            row = [Cell(fmt(m.params.get(k)) if k in m.params else "") for k in keys]
+            row.append(timing_cell(m) if m.spread else num(m.value, m.unit))
+            table.rows.append(row)
+        tables.append(table)
+    return tables
+
+
+def pivot(record: Record | None, row_keys: list[str], names: list[str], labels: dict[str, str] | None = None
+          ) -> Table:
+    """Metrics `names` side by side, one row per combination of the `row_keys` params."""
+    table = Table(columns=row_keys + [(labels or {}).get(n, n) for n in names])
+    if record is None:
+        return table
+    rows: dict[tuple[Any, ...], dict[str, Metric]] = {}
+    for m in record.metrics:
+        if m.name in names and all(k in m.params for k in row_keys):
+            rows.setdefault(tuple(m.params[k] for k in row_keys), {})[m.name] = m
+    # A metric with fewer of the row params (fusion's ceiling_x has n_ops, not residency) fills every row it fits.
+    for m in record.metrics:
+        present = [i for i, k in enumerate(row_keys) if k in m.params]
+        if m.name in names and present and len(present) < len(row_keys):
+            for key, cells in rows.items():
+                if all(key[i] == m.params[row_keys[i]] for i in present):
+                    cells.setdefault(m.name, m)
+    for key in sorted(rows, key=lambda k: tuple(sort_key(v) for v in k)):
+        cells = [Cell(fmt(v)) for v in key]
+        for n in names:
+            m = rows[key].get(n)
+            cells.append(Cell("—") if m is None else (timing_cell(m) if m.spread else num(m.value, m.unit)))
+        table.rows.append(cells)
+    return table

@@ -1,0 +1,77 @@
+"""Shared by the report tests: the fixture runs laid out in a folder, and a small HTML table reader."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+
+import gpu_fixture  # noqa: E402
+
+
+def lay_out_runs(root: Path) -> Path:
+    """root/{gpu-fixture,cpu-smoke,malformed}: the OK-heavy GPU-like fixture, the CPU smoke run, a cut-off file."""
+    root.mkdir(parents=True, exist_ok=True)
+    gpu_fixture.write(root / "gpu-fixture")
+    for name in ("cpu-smoke", "malformed"):
+        shutil.copytree(FIXTURES / "report_runs" / name, root / name)
+    return root
+
+
+class Tables(HTMLParser):
+    """Collects every <table> as {id, caption, rows: [[(text, class)]]}; good enough for content checks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[dict] = []
+        self._cell: list[str] | None = None
+        self._cls = ""
+        self._caption: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "table":
+            self.tables.append({"id": a.get("id") or "", "caption": "", "rows": []})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["rows"].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._cell, self._cls = [], a.get("class") or ""
+        elif tag == "caption":
+            self._caption = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self.tables and self.tables[-1]["rows"]:
+            self.tables[-1]["rows"][-1].append((" ".join("".join(self._cell).split()), self._cls))
+            self._cell = None
+        elif tag == "caption" and self._caption is not None:
+            self.tables[-1]["caption"] = " ".join("".join(self._caption).split())
+            self._caption = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data + " ")
+        elif self._caption is not None:
+            self._caption.append(data)
+
+
+def tables(html: str) -> list[dict]:
+    parser = Tables()
+    parser.feed(html)
+    return parser.tables
+
+
+def table(html: str, *, id: str = "", caption: str = "") -> dict:
+    """The one table with this id, or whose caption starts with `caption`."""
+    found = [t for t in tables(html) if (id and t["id"] == id) or (caption and t["caption"].startswith(caption))]
+    assert len(found) == 1, f"{len(found)} tables match id={id!r} caption={caption!r}"
+    return found[0]
+
+
+def row(t: dict, first: str) -> list[tuple[str, str]]:
+    found = [r for r in t["rows"] if r and r[0][0] == first]
+    assert found, f"no row starting {first!r} in {t['caption'] or t['id']}"
+    return found[0]
