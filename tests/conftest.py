@@ -1,0 +1,25 @@
+"""Shared fixtures: the tiny model of the smoke profile, built once per session."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab import model as M
+from lab.profiles import TINY
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """(transformers model, lab Weights) of the smoke profile's tiny GPT-2, on the CPU."""
+    m = M.build_model(TINY, M.resolve_weights(TINY, "random"))
+    return m, M.extract_weights(m)
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
