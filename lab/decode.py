@@ -7,8 +7,9 @@ its own argmax back as the next input and advances the position on the device. N
 depends on values, so the step is the same work at every position: Dynamo compiles it once and a
 CUDA graph can capture it. The price: attention reads all `max_len` slots every step.
 
-Layouts: tokens [B, 1]; cache kv [L, 2, B, H, max_len, dh] (K and V of a layer side by side, so one
-indexed copy writes both); output [B, max_len]. The output buffer holds the prompt in slots [0, T)
+Layouts: tokens [B, 1]; one cache tensor per layer, [2, B, H, max_len, dh] (K and V side by side,
+so one indexed write stores both; a whole tensor rather than a view of a bigger one, so Inductor
+can write it in place instead of copying the buffer); output [B, max_len]. The output buffer holds the prompt in slots [0, T)
 and each generated token at the slot after the one it was fed from. Weights are in the
 [out, in] layout of nn.Linear (see lab.model), and attention is written out (matmul, mask, softmax,
 matmul): on an H200 in fp32, PyTorch's fused memory-efficient attention kernel took 33 us per layer
@@ -34,18 +35,8 @@ class DecodeState:
     tok: torch.Tensor  # [B, 1] int64: the token fed to the next step
     pos: torch.Tensor  # [1] int64: the position of `tok`
     out: torch.Tensor  # [B, max_len] int64: prompt, then generated tokens
-    kv: torch.Tensor  # [L, 2, B, H, max_len, dh]: keys and values
+    caches: tuple[torch.Tensor, ...]  # per layer [2, B, H, max_len, dh]: keys and values
     slots: torch.Tensor  # [max_len] int64: 0..max_len-1, constant (for masks)
-
-    @property
-    def k(self) -> torch.Tensor:
-        """Keys [L, B, H, max_len, dh] (a view of kv)."""
-        return self.kv[:, 0]
-
-    @property
-    def v(self) -> torch.Tensor:
-        """Values [L, B, H, max_len, dh] (a view of kv)."""
-        return self.kv[:, 1]
 
     @property
     def batch(self) -> int:
@@ -56,7 +47,14 @@ class DecodeState:
         return int(self.out.shape[1])
 
     def buffers(self) -> dict[str, torch.Tensor]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out: dict[str, torch.Tensor] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                out.update({f"{f.name}.{i}": t for i, t in enumerate(value)})
+            else:
+                out[f.name] = value
+        return out
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Copies of every buffer (for save/restore around warm-up and capture)."""
@@ -79,12 +77,12 @@ class DecodeState:
 
 def new_state(w: Weights, batch: int, max_len: int) -> DecodeState:
     dev, dt = w.device, w.dtype
-    shape = (w.n_layer, 2, batch, w.n_head, max_len, w.head_dim)
+    shape = (2, batch, w.n_head, max_len, w.head_dim)
     return DecodeState(
         tok=torch.zeros(batch, 1, dtype=torch.long, device=dev),
         pos=torch.zeros(1, dtype=torch.long, device=dev),
         out=torch.zeros(batch, max_len, dtype=torch.long, device=dev),
-        kv=torch.zeros(shape, dtype=dt, device=dev),
+        caches=tuple(torch.zeros(shape, dtype=dt, device=dev) for _ in range(w.n_layer)),
         slots=torch.arange(max_len, dtype=torch.long, device=dev),
     )
 
@@ -148,8 +146,8 @@ def prefill(state: DecodeState, w: Weights, prompt: torch.Tensor) -> torch.Tenso
     causal = positions[None, :] > positions[:, None]  # [T, T] True above the diagonal
     for i, lw in enumerate(w.layers):
         q, k, v = _qkv(x, lw, w.n_head, w.eps)
-        state.kv[i, 0, :, :, :T] = k
-        state.kv[i, 1, :, :, :T] = v
+        state.caches[i][0, :, :, :T] = k
+        state.caches[i][1, :, :, :T] = v
         x = x + _proj(_attend(q, k, v, causal), lw)
         x = x + _mlp(x, lw, w.eps)
     logits = _logits(x[:, -1:], w)[:, 0]
@@ -171,8 +169,8 @@ def decode_step(state: DecodeState, w: Weights) -> torch.Tensor:
     unreached = state.slots > pos  # [max_len]: slots beyond the position are masked, never sliced
     for i, lw in enumerate(w.layers):
         qkv = _qkv_stacked(x, lw, w.n_head, w.eps)  # [3, B, H, 1, dh]
-        kv = state.kv[i]  # [2, B, H, max_len, dh], a view of the cache
-        kv.index_copy_(3, pos, qkv[1:])  # write K and V at the device-side position, in one copy
+        kv = state.caches[i]  # [2, B, H, max_len, dh]
+        kv[:, :, :, pos] = qkv[1:]  # write K and V at the device-side position, in one indexed store
         x = x + _proj(_attend(qkv[0], kv[0], kv[1], unreached), lw)
         x = x + _mlp(x, lw, w.eps)
     logits = _logits(x, w)[:, 0]  # [B, V]
@@ -185,18 +183,18 @@ def decode_step(state: DecodeState, w: Weights) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------- the split step
 
-def decode_core(x: torch.Tensor, write: torch.Tensor, unreached: torch.Tensor, kv: torch.Tensor,
+def decode_core(x: torch.Tensor, write: torch.Tensor, unreached: torch.Tensor, caches: tuple[torch.Tensor, ...],
                 w: Weights) -> torch.Tensor:
     """The layers of a step with no indexed operation: the cache write is a full-buffer `where`.
 
     x [B, 1, E] embedded input; write [max_len] bool (the slot to write); unreached [max_len] bool;
-    kv [L, 2, B, H, max_len, dh]. Compilers that cannot lower indexed loads and stores can still
-    compile this part.
+    caches: per layer [2, B, H, max_len, dh]. Compilers that cannot lower indexed loads and stores
+    can still compile this part.
     """
     sel = write.view(1, 1, 1, -1, 1)
     for i, lw in enumerate(w.layers):
         qkv = _qkv_stacked(x, lw, w.n_head, w.eps)
-        cache = kv[i]
+        cache = caches[i]
         cache.copy_(torch.where(sel, qkv[1:], cache))
         x = x + _proj(_attend(qkv[0], cache[0], cache[1], unreached), lw)
         x = x + _mlp(x, lw, w.eps)
@@ -208,7 +206,7 @@ def decode_step_split(state: DecodeState, w: Weights,
     """The fixed-shape step with the indexed bookkeeping eager and the layers in `core`."""
     pos = state.pos
     x = F.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
-    logits = core(x, state.slots == pos, state.slots > pos, state.kv, w)
+    logits = core(x, state.slots == pos, state.slots > pos, state.caches, w)
     nxt = logits.argmax(-1, keepdim=True)
     state.out.index_copy_(1, pos + 1, nxt)
     state.tok.copy_(nxt)

@@ -160,8 +160,11 @@ def build(name: str, w: Weights, prompt: torch.Tensor, max_len: int, warmup: int
             mark_static(list(state.buffers().values()) + sw.tensors())
             compiled = torch.compile(STEP_FUNCTIONS[name], mode="reduce-overhead")
             saved = state.snapshot()
-            for _ in range(warmup):
-                _tree_step(compiled, state, sw)
+            # A fresh compile (no FX-graph-cache hit from the plain reduce-overhead method): the cached
+            # artefact would bring that method's decision to skip CUDA graphs with it.
+            with torch._inductor.config.patch(fx_graph_cache=False):
+                for _ in range(warmup):
+                    _tree_step(compiled, state, sw)
             sync()
             state.restore(saved)
             method.call = lambda: _tree_step(compiled, state, sw)

@@ -26,7 +26,9 @@ def test_a_broken_step_is_caught(tiny) -> None:
     p = _prompts(2, 3)
     ref = decode.generate_reference(model, p, 16)
     state = decode.new_state(w, 2, 40)
-    state.kv.normal_(generator=torch.Generator().manual_seed(0)).mul_(100)
+    g = torch.Generator().manual_seed(0)
+    for c in state.caches:
+        c.normal_(generator=g).mul_(100)
     decode.prefill(state, w, p)
     original = decode._attend
     try:
@@ -43,7 +45,9 @@ def test_garbage_in_unreached_slots_changes_nothing(tiny) -> None:
     p = _prompts(3, 4)
     clean = decode.generate_fixed(w, p, 20, max_len=48)
     state = decode.new_state(w, 3, 48)
-    state.kv.normal_(generator=torch.Generator().manual_seed(1)).mul_(1e4)
+    g = torch.Generator().manual_seed(1)
+    for c in state.caches:
+        c.normal_(generator=g).mul_(1e4)
     decode.prefill(state, w, p)
     for _ in range(19):
         decode.decode_step(state, w)
@@ -77,7 +81,7 @@ def test_split_step_equals_indexed_step(tiny) -> None:
         la = decode.decode_step(a, w)
         lb = decode.decode_step_split(b, w)
         assert (la - lb).abs().max().item() < 1e-5
-    assert torch.equal(a.out, b.out) and torch.equal(a.kv, b.kv)
+    assert torch.equal(a.out, b.out) and all(torch.equal(x, y) for x, y in zip(a.caches, b.caches))
 
 
 def test_snapshot_restore_in_place(tiny) -> None:

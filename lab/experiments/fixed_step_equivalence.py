@@ -61,8 +61,8 @@ def run(ctx) -> None:
     clean = decode.generate_fixed(w, p, steps, max_len=max_len)
     state = decode.new_state(w, batch, max_len)
     g = torch.Generator(device=ctx.device).manual_seed(3)
-    state.k.copy_(torch.randn(state.k.shape, generator=g, device=ctx.device) * 1e4)
-    state.v.copy_(torch.randn(state.v.shape, generator=g, device=ctx.device) * 1e4)
+    for cache in state.caches:
+        cache.copy_(torch.randn(cache.shape, generator=g, device=ctx.device) * 1e4)
     decode.prefill(state, w, p)  # overwrites slots [0, T) only
     T = p.shape[1]
     for _ in range(steps - 1):
