@@ -83,6 +83,15 @@ PROFILES: dict[str, Profile] = {
             "recompiles": {"batch_sizes": list(range(1, 13))},
             "decode_recompiles": {"calls": 20},
             "fixed_step_equivalence": {"steps": 24},
+            # overheads (tiny sizes: compile time dominates; together well under a minute once warm)
+            "graph_break_repair": {"rows": 2, "dim": 16, "iters": 20},
+            "fusion": {"n_ops": [1, 4], "cache_bytes": 64 * 1024, "memory_bytes": 4 << 20, "rounds": 2,
+                       "iters_cache": 10, "iters_memory": 3},
+            "launch_overhead": {"n_ops": 40, "iters": 20},
+            "allocation": {"k": 32, "numel": 256, "iters": 20},
+            "gemm_bound": {"batch": 128, "dim": 256, "layers": 1, "iters": 3, "rounds": 2},
+            "amdahl": {"block_batch": 2, "block_seq": 16, "iters": 5, "rounds": 2, "compile_decode": False},
+            "diagnose": {"rounds": 2, "iters": 5},
         }),
     ),
     "cpu": Profile(
@@ -93,6 +102,15 @@ PROFILES: dict[str, Profile] = {
             "recompiles": {"batch_sizes": list(range(1, 13))},
             "decode_recompiles": {"calls": 20},
             "fixed_step_equivalence": {"steps": 40},
+            # overheads: caches here are L2 1 MiB/core, L3 8 MiB -> 256 KiB inside, 64 MiB outside
+            "graph_break_repair": {"rows": 2, "dim": 16, "iters": 50},
+            "fusion": {"n_ops": [1, 2, 3, 4, 5, 6, 7, 8], "cache_bytes": 256 * 1024, "memory_bytes": 64 << 20,
+                       "rounds": 3, "iters_cache": 20, "iters_memory": 3},
+            "launch_overhead": {"n_ops": 100, "iters": 30},
+            "allocation": {"k": 64, "numel": 256, "iters": 30},
+            "gemm_bound": {"batch": 256, "dim": 512, "layers": 2, "iters": 3, "rounds": 3},
+            "amdahl": {"decode_layers": 2, "block_batch": 2, "block_seq": 64, "iters": 5, "rounds": 3},
+            "diagnose": {"rounds": 3, "iters": 10},
         }),
     ),
     "gpu": Profile(
@@ -103,6 +121,16 @@ PROFILES: dict[str, Profile] = {
             "recompiles": {"batch_sizes": list(range(1, 13))},
             "decode_recompiles": {"calls": 20},
             "fixed_step_equivalence": {"steps": 40},
+            # overheads: ~90 s together, compiles included. L2 is 50 MB: 4 MiB inside, 1 GiB far outside
+            "graph_break_repair": {"rows": 64, "dim": 4096, "iters": 100},
+            "manual_graph_recipe": {"warmup": 10, "iters": 200},
+            "fusion": {"n_ops": [1, 2, 4, 8], "cache_bytes": 4 << 20, "memory_bytes": 1 << 30, "rounds": 3,
+                       "iters_cache": 50, "iters_memory": 10},
+            "launch_overhead": {"n_ops": 200, "iters": 50},
+            "allocation": {"k": 64, "numel": 256, "iters": 50},
+            "gemm_bound": {"batch": 8192, "dim": 4096, "layers": 2, "dtype": "bfloat16", "iters": 10, "rounds": 3},
+            "amdahl": {"block_batch": 32, "block_seq": 256, "iters": 20, "rounds": 3},
+            "diagnose": {"rounds": 3, "iters": 20},
         }),
     ),
 }

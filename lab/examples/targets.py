@@ -42,8 +42,8 @@ class _GemmStack(torch.nn.Module):
 
 
 def gemm_stack(device: str = "cpu") -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """Three Linear(D, D) + ReLU at a large batch: D=1024, batch 512 on the CPU; D=4096, batch 8192 on CUDA."""
-    dim, batch = (4096, 8192) if torch.device(device).type == "cuda" else (1024, 512)
+    """Three Linear(D, D) + ReLU at a large batch: D=512, batch 256 on the CPU; D=4096, batch 8192 on CUDA."""
+    dim, batch = (4096, 8192) if torch.device(device).type == "cuda" else (512, 256)
     torch.manual_seed(0)
     model = _GemmStack(dim, 3).to(device).eval()
     return model, (torch.randn(batch, dim, device=device),)
