@@ -75,3 +75,22 @@ def test_cli_renders_five_checks_and_verdict() -> None:
     for n in range(1, 6):
         assert f"  {n}. " in out.stdout
     assert "verdict: graph-broken" in out.stdout and "needs CUDA" in out.stdout
+
+
+_calls = [0]
+
+
+def _counts_calls(x):
+    _calls[0] += 1  # a Python value Dynamo guards on: it changes every call
+    return x + _calls[0]
+
+
+def test_recompile_check_finds_changing_python_values() -> None:
+    import torch
+
+    from lab.diagnose import _recompiles
+
+    c = _recompiles(_counts_calls, (torch.ones(3),), calls=4)
+    assert c.status == "finding" and c.data["recompiles"] >= 1 and c.data["reasons"]
+    ok = _recompiles(lambda x: x * 2, (torch.ones(3),), calls=4)
+    assert ok.status == "ok" and ok.data["recompiles"] == 0

@@ -59,6 +59,6 @@ def _rms_step_with_breaks(h: torch.Tensor) -> torch.Tensor:
 
 
 def breaks_every_call(device: str = "cpu") -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """RMS-normalisation with `.item()`, a Python `if` and `print` on a [8, 512] tensor."""
+    """RMS-normalisation with `.item()`, a Python `if` and `print` on a [4, 64] tensor."""
     g = torch.Generator().manual_seed(0)
-    return _rms_step_with_breaks, (torch.randn(8, 512, generator=g).to(device),)
+    return _rms_step_with_breaks, (torch.randn(4, 64, generator=g).to(device),)

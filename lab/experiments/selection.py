@@ -104,15 +104,19 @@ def choose(cands: list[Candidate]) -> Choice:
 
 
 def evidence(choice: Choice, cands: list[Candidate], skipped: list[str]) -> str:
+    """One line: every candidate's median, then who won, by how much, and the rule's reading of it."""
     parts = [f"{c.method} {c.median:.4g} ms{' (noisy)' if c.noisy else ''}" for c in sorted(cands, key=lambda c: c.median)]
     text = "; ".join(parts)
-    w = choice.winner
-    if choice.tie_with_eager:
-        text += f" — the fastest is within eager's spread: eager is enough ({WHY['eager']})"
+    w, other = choice.winner, choice.runner_up
+    if choice.tie_with_eager and other is not None:
+        text += (f" — {other.method} was {choice.eager.median / other.median:.2f}× eager but inside eager's spread: "
+                 f"eager is enough ({WHY['eager']})")
+    elif w.family == "eager" and other is not None:
+        text += f" — eager wins, {other.method} is {other.median / w.median:.2f}× slower: {WHY['eager']}"
     elif choice.speedup_vs_eager is not None:
         text += f" — {w.method} ({w.family}) {choice.speedup_vs_eager:.2f}× eager: {WHY.get(w.family, '')}"
-    if choice.margin is not None:
-        text += f"; {choice.margin:.2f}× ahead of {choice.runner_up.method}"
+        if other is not None and other.family != "eager":
+            text += f"; {choice.margin:.2f}× ahead of {other.method}"
     if skipped:
         text += f"; not measured: {', '.join(skipped)}"
     return text
