@@ -82,9 +82,10 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         measured = measured_override
         ctx.note(f"measured_source.{workload}", "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
     elif not compile_it:
+        key = "compile_decode" if workload == "gpt2_decode_step" else "compile_block"
         ctx.skip(f"measured speedup of {workload}", "profile_budget",
-                 "compiling the decode step is left out of this profile to keep it short: run the cpu or gpu "
-                 "profile, or --set amdahl.compile_decode=true")
+                 f"compiling the {workload} is left out of this profile to keep it short: run the cpu or gpu "
+                 f"profile, or --set amdahl.{key}=true")
         return
     else:
         torch._dynamo.reset()
@@ -130,4 +131,5 @@ def run(ctx) -> None:
     pos = torch.arange(seq, device=dev)
     causal = pos[None, :] > pos[:, None]
     ctx.note("block_shape", [batch, seq, w.n_embd])
-    _measure(ctx, "transformer_block", _block, (x, w.layers[0], w.n_head, w.eps, causal), lambda: None, "memory")
+    _measure(ctx, "transformer_block", _block, (x, w.layers[0], w.n_head, w.eps, causal), lambda: None, "memory",
+             compile_it=bool(ctx.opt("compile_block", True)))

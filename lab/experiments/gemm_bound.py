@@ -42,9 +42,10 @@ def run(ctx) -> None:
     ctx.metric("setup_s", round(c.setup_s, 3), "s", method=COMPILED)
     with torch.no_grad():
         ref, got = model(x), c.fn(x)
-        tol = 1e-3 if dtype == torch.float32 else 5e-2
-        ctx.check("compiled equals eager", torch.allclose(got, ref, rtol=tol, atol=tol),
-                  detail=f"max diff {float((got - ref).abs().max()):.2e}")
+        # relative error of the whole output: GEMM algorithms may differ between eager and compiled
+        tol = 1e-4 if dtype == torch.float32 else 2e-2
+        rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
+        ctx.check("compiled equals eager (relative error)", rel < tol, detail=f"{rel:.2e} (limit {tol:.0e})")
         for method, f in ((EAGER, model), (COMPILED, c.fn)):
             prof = profile_step(lambda f=f: f(x), dev, steps=3, warmup=1)
             ctx.metric("kernels", prof.kernels, "count", method=method)
