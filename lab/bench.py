@@ -1,0 +1,71 @@
+"""Timing several ways of running the same work, and compiling with the cost kept apart.
+
+Every overhead experiment compares methods (eager, compiled, graph, compile+graph) on one piece of
+work. The rules are the lab's: warm up, synchronise, time each call with the run's clock (CUDA
+events on the GPU), rotate the method order between rounds, keep every sample; the first call of a
+compiled function (Dynamo + Inductor) is timed on its own as `setup_s` and never mixed into steps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from lab.opprofile import enable_cpp_kernel_profile
+from lab.timing import Clock, rotating_rounds, sync, time_calls
+
+# Canonical method names, shared with `selection` (the lead's cuda_graph_decode uses its own).
+EAGER, COMPILED, GRAPH, COMPILE_GRAPH = "eager", "compiled", "graph", "compile+graph"
+
+
+@dataclass
+class Compiled:
+    fn: Callable[..., Any]
+    setup_s: float  # the first call: tracing, lowering, code generation, C++/Triton compilation
+
+
+def compile_first_call(fn: Callable[..., Any], args: tuple[Any, ...], device: torch.device | str,
+                       **compile_kwargs: Any) -> Compiled:
+    """torch.compile `fn` and make the first call (timed, synchronised); generated C++ kernels are profilable."""
+    compiled = torch.compile(fn, **compile_kwargs)
+    with enable_cpp_kernel_profile(), torch.no_grad():
+        sync(device)
+        start = time.perf_counter()
+        compiled(*args)
+        sync(device)
+    return Compiled(compiled, time.perf_counter() - start)
+
+
+def time_methods(methods: dict[str, Callable[[], Any]], clock: Clock, rounds: int, iters: int,
+                 warmup: int = 2) -> dict[str, list[float]]:
+    """Per-call ms for each method: `rounds` rounds in rotating order, `iters` timed calls per round."""
+    per_round = rotating_rounds({name: (lambda f=f: time_calls(f, iters, clock, warmup)) for name, f in methods.items()},
+                                rounds)
+    return {name: [x for r in rounds_ for x in r] for name, rounds_ in per_round.items()}
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def inductor_skip(ctx: Any, item: str) -> bool:
+    """Record `item` as skipped (with the toolchain's reason) when Inductor cannot compile here; True if skipped."""
+    reason = ctx.toolchain.reason_for("inductor", ctx.device.type)
+    if reason is None:
+        return False
+    ctx.skip(item, reason.code, reason.message)
+    return True
+
+
+def cuda_skip(ctx: Any, item: str) -> bool:
+    """Record `item` as skipped when the run is not on a CUDA device (graph replay needs one); True if skipped."""
+    if ctx.device.type == "cuda":
+        return False
+    ctx.skip(item, "no_cuda", "CUDA graph capture and replay need a CUDA device: run the gpu profile on a host "
+                              "with an NVIDIA GPU and a CUDA build of torch")
+    return True

@@ -1,0 +1,135 @@
+"""amdahl: the fusible fraction of a profile, the compile speedup it predicts, and the one measured.
+
+Two workloads: the GPT-2 fixed-shape decode step (batch 1) and one transformer block at a large
+batch. From an eager profile, f is the share of kernel time outside matrix products (layer norm,
+GELU, softmax, residual adds, copies: what fusion can attack); matrix products are library kernels
+compile leaves alone. If fusion makes that part k× faster, Amdahl predicts 1 / ((1 − f) + f / k).
+
+k is measured, not assumed, when this run has a `fusion` record: its compiled speedup for a chain
+of `k_n_ops` ops (default 4: a block's fusible runs are short — bias + GELU, residual add, the
+layer-norm arithmetic) at the residency matching the workload (cache for the decode step's small
+activations, memory for the large block). Without one, k = 3 as in the module text, marked assumed.
+The measured speedup comes from compiling the same function; on the GPU the decode step's is read
+from `cuda_graph_decode` (compile-default, batch 1) when that record is in the run, to not compile
+GPT-2 twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from lab import decode
+from lab.bench import COMPILED, EAGER, compile_first_call, time_methods
+from lab.dynamo_tools import quiet_dynamo
+from lab.opprofile import profile_step
+
+DEFAULT_K = 3.0
+
+
+def predicted_speedup(f: float, k: float) -> float:
+    """Amdahl: a fraction f of the time made k× faster, the rest unchanged."""
+    if not 0.0 <= f <= 1.0 or k <= 0:
+        raise ValueError(f"need 0 <= f <= 1 and k > 0 (got f={f}, k={k})")
+    return 1.0 / ((1.0 - f) + f / k)
+
+
+def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float, str]:
+    """(k, where it came from): the fusion record's measured speedup, else the module's 3×."""
+    for rec in records:
+        if rec.id == "fusion" and rec.status == "OK":
+            for m in rec.metrics:
+                if m.name == "speedup" and m.params.get("n_ops") == n_ops and m.params.get("residency") == residency:
+                    return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
+                                                     f"({float(m.value):.2f}x, floored at 1)"
+    return DEFAULT_K, f"assumed: no fusion record with n_ops={n_ops}, {residency} in this run (module text's 3x)"
+
+
+def _block(x: torch.Tensor, lw: Any, n_head: int, eps: float, causal: torch.Tensor) -> torch.Tensor:
+    q, k, v = decode._qkv(x, lw, n_head, eps)
+    x = x + decode._proj(decode._attend(q, k, v, causal), lw)
+    return x + decode._mlp(x, lw, eps)
+
+
+def _lead_decode_speedup(records: list[Any]) -> float | None:
+    for rec in records:
+        if rec.id == "cuda_graph_decode" and rec.status == "OK":
+            for m in rec.metrics:
+                if (m.name == "speedup_vs_eager" and m.params.get("method") == "compile-default"
+                        and m.params.get("batch") == 1 and not m.params.get("readback", False)):
+                    return float(m.value)
+    return None
+
+
+def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], reset: Callable[[], None],
+             residency: str, measured_override: float | None = None, compile_it: bool = True) -> None:
+    dev = ctx.device
+    with torch.no_grad():
+        reset()
+        prof = profile_step(lambda: fn(*args), dev, steps=3, warmup=1)
+    f = prof.fusible_fraction
+    k, source = k_from_fusion(ctx.results.experiments, int(ctx.opt("k_n_ops", 4)), residency)
+    pred = predicted_speedup(f, k)
+    ctx.metric("fusible_fraction", f, "fraction", workload=workload)
+    ctx.metric("matmul_share", prof.matmul_share, "fraction", workload=workload)
+    ctx.metric("kernels", prof.kernels, "count", workload=workload, method=EAGER)
+    ctx.metric("k", k, "x", workload=workload)
+    ctx.note(f"k_source.{workload}", source)
+    ctx.note(f"top.{workload}", prof.top(8))
+    ctx.metric("predicted_speedup", pred, "x", workload=workload)
+    if measured_override is not None:
+        measured = measured_override
+        ctx.note(f"measured_source.{workload}", "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
+    elif not compile_it:
+        key = "compile_decode" if workload == "gpt2_decode_step" else "compile_block"
+        ctx.skip(f"measured speedup of {workload}", "profile_budget",
+                 f"compiling the {workload} is left out of this profile to keep it short: run the cpu or gpu "
+                 f"profile, or --set amdahl.{key}=true")
+        return
+    else:
+        torch._dynamo.reset()
+        reset()
+        with quiet_dynamo():
+            c = compile_first_call(fn, args, dev)
+        ctx.metric("setup_s", round(c.setup_s, 3), "s", workload=workload)
+        with torch.no_grad():
+            reset()
+            cprof = profile_step(lambda: c.fn(*args), dev, steps=3, warmup=1)
+            ctx.metric("kernels", cprof.kernels, "count", workload=workload, method=COMPILED)
+            reset()
+            samples = time_methods({EAGER: lambda: fn(*args), COMPILED: lambda: c.fn(*args)}, ctx.clock,
+                                   rounds=int(ctx.opt("rounds", ctx.profile.rounds)), iters=int(ctx.opt("iters", 5)),
+                                   warmup=1)
+        ms = {m: ctx.timing("step_ms", xs, "ms", workload=workload, method=m).median for m, xs in samples.items()}
+        measured = ms[EAGER] / ms[COMPILED]
+        ctx.note(f"measured_source.{workload}", "compiled here (Inductor default mode), rotating rounds")
+        torch._dynamo.reset()
+    ctx.metric("measured_speedup", measured, "x", workload=workload)
+    ctx.metric("measured_over_predicted", measured / pred, "x", workload=workload)
+    ctx.progress(f"{workload}: f={f:.2f} k={k:.2f} predicted {pred:.2f}x measured {measured:.2f}x")
+
+
+def run(ctx) -> None:
+    dev = ctx.device
+    _, w = ctx.gpt2()
+    layers = ctx.opt("decode_layers")
+    wd = w.truncated(int(layers)) if layers else w
+    ctx.note("decode_layers", wd.n_layer)
+    state = decode.new_state(wd, 1, ctx.profile.max_len)
+    prompt = torch.randint(0, w.wte.shape[0], (1, ctx.profile.prompt_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        decode.prefill(state, wd, prompt.to(dev))
+    saved = state.snapshot()
+    lead = _lead_decode_speedup(ctx.results.experiments) if dev.type == "cuda" and not layers else None
+    # steps advance the position; restoring before each block keeps them inside the cache
+    _measure(ctx, "gpt2_decode_step", decode.decode_step, (state, wd), lambda: state.restore(saved), "cache", lead,
+             compile_it=bool(ctx.opt("compile_decode", True)))
+
+    batch, seq = int(ctx.opt("block_batch", 4)), int(ctx.opt("block_seq", 64))
+    x = torch.randn(batch, seq, w.n_embd, device=dev, dtype=w.dtype)
+    pos = torch.arange(seq, device=dev)
+    causal = pos[None, :] > pos[:, None]
+    ctx.note("block_shape", [batch, seq, w.n_embd])
+    _measure(ctx, "transformer_block", _block, (x, w.layers[0], w.n_head, w.eps, causal), lambda: None, "memory",
+             compile_it=bool(ctx.opt("compile_block", True)))

@@ -1,0 +1,93 @@
+"""fusion: a chain of N elementwise ops on B bytes, eager vs compiled, inside and far outside the cache.
+
+Eager writes every intermediate and reads it back: 2·N·B bytes for N ops. Fused, the chain reads
+its input once and writes its output once: 2·B. The ceiling is therefore N×, reached only when
+memory traffic is all that costs. Inside the cache (L2 on a GPU, L1/L2 on the CPU) the
+intermediates never reach DRAM/HBM and per-op overheads weigh more; far outside it the bytes rule.
+Kernel counts before and after come from the profiler (device kernels on CUDA, op events on CPU).
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stdout
+from typing import Any, Callable
+
+import torch
+
+from lab.bench import COMPILED, EAGER, compile_first_call, time_methods
+from lab.dynamo_tools import quiet_dynamo
+from lab.opprofile import profile_step
+
+# Cheap arithmetic only (no transcendental): each op is memory-bound on its own.
+_STEPS: tuple[Callable[[torch.Tensor], torch.Tensor], ...] = (
+    lambda x: x * 1.0001, lambda x: x + 0.001, lambda x: x * 0.9999, lambda x: x - 0.0005,
+)
+
+
+def make_chain(n_ops: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        for i in range(n_ops):
+            x = _STEPS[i % len(_STEPS)](x)
+        return x
+
+    chain.__name__ = f"chain_{n_ops}"
+    return chain
+
+
+def bytes_moved(n_ops: int, nbytes: int, fused: bool) -> int:
+    """Read + write of each op (eager), or one read + one write (fused)."""
+    return 2 * nbytes if fused else 2 * n_ops * nbytes
+
+
+def run(ctx) -> None:
+    dev = ctx.device
+    n_list = [int(n) for n in ctx.opt("n_ops", [1, 2, 4, 8])]
+    sizes = {"cache": int(ctx.opt("cache_bytes", 256 * 1024)), "memory": int(ctx.opt("memory_bytes", 64 << 20))}
+    rounds = int(ctx.opt("rounds", ctx.profile.rounds))
+    iters = {"cache": int(ctx.opt("iters_cache", 20)), "memory": int(ctx.opt("iters_memory", 3))}
+    ctx.note("bytes", sizes)
+    ctx.note("dtype", "float32")
+    ctx.note("kernels_meaning", "device kernels per call" if dev.type == "cuda" else
+             "outermost op events + generated C++ kernels per call (the CPU has no launches)")
+    inputs = {res: torch.rand(b // 4, device=dev) for res, b in sizes.items()}
+    for n in ctx.track(n_list, "chains"):
+        chain = make_chain(n)
+        torch._dynamo.reset()
+        compiled: dict[str, Any] = {}
+        with quiet_dynamo(), redirect_stdout(io.StringIO()):
+            # static shapes, one compile per size: a dynamic kernel cannot decide at compile time that a
+            # cache-sized tensor is too small to split across threads, and pays for it on every call
+            for res, x in inputs.items():
+                compiled[res] = compile_first_call(chain, (x,), dev, dynamic=False)
+                ctx.metric("setup_s", round(compiled[res].setup_s, 3), "s", n_ops=n, residency=res)
+        c = compiled["cache"]
+        with torch.no_grad():
+            small = inputs["cache"]
+            for method, f in ((EAGER, chain), (COMPILED, c.fn)):
+                prof = profile_step(lambda f=f: f(small), dev, steps=3, warmup=1)
+                ctx.metric("kernels", prof.kernels, "count", method=method, n_ops=n)
+            for res, x in inputs.items():
+                cf = compiled[res].fn
+                ok = torch.allclose(cf(x), chain(x), rtol=1e-5, atol=1e-6)
+                ctx.check(f"compiled equals eager (n_ops={n}, {res})", ok, n_ops=n, residency=res)
+                methods: dict[str, Any] = {EAGER: lambda x=x: chain(x), COMPILED: lambda x=x, cf=cf: cf(x)}
+                samples = time_methods(methods, ctx.clock, rounds=rounds, iters=iters[res], warmup=1)
+                ms = {}
+                for method, xs in samples.items():
+                    ms[method] = ctx.timing("step_ms", xs, "ms", method=method, n_ops=n, residency=res).median
+                    moved = bytes_moved(n, sizes[res], fused=method == COMPILED)
+                    ctx.metric("bytes_moved", moved, "B", method=method, n_ops=n, residency=res)
+                    ctx.metric("achieved_GBps", moved / (ms[method] * 1e-3) / 1e9, "GB/s", method=method, n_ops=n,
+                               residency=res)
+                ctx.metric("speedup", ms[EAGER] / ms[COMPILED], "x", n_ops=n, residency=res)
+        ctx.metric("ceiling_x", n, "x", n_ops=n)
+    torch._dynamo.reset()
+    # What the numbers say, as non-fatal facts of this host.
+    n_max = max(n_list)
+    kern = ctx.record.metric("kernels", method=COMPILED, n_ops=n_max).value
+    ctx.check(f"compiled chain of {n_max} ops runs as at most 2 kernels", kern <= 2, fatal=False,
+              detail=f"{kern:.0f} kernel(s) per call")
+    for res in sizes:
+        sp = ctx.record.metric("speedup", n_ops=n_max, residency=res).value
+        ctx.note(f"speedup_over_ceiling.{res}", round(sp / n_max, 3))

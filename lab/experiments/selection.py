@@ -1,0 +1,155 @@
+"""selection: per workload, which of eager / compile / graph / compile+graph won, by how much, and why.
+
+It measures nothing: it reads this run's earlier records (`ctx.results.experiments`) — the lead's
+`cuda_graph_decode` and the overhead experiments — and fills the chapter's selection rule in with
+this host's numbers. A case is one set of parameters (batch, n_ops, residency, ...); its candidates
+are the `step_ms` medians of each method. A win inside the spread (the winner's upper quartile above
+eager's lower quartile) is reported as a tie with eager. A workload absent from the run, NOT_RUN or
+FAILED is listed as not measured with its record's reason; methods a record skipped are named in
+the evidence.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+# workload id -> what it is
+WORKLOADS: dict[str, str] = {
+    "cuda_graph_decode": "GPT-2 fixed-shape decode step",
+    "launch_overhead": "many tiny ops at batch 1",
+    "fusion": "chain of N elementwise ops",
+    "allocation": "K intermediates: allocation vs planning",
+    "gemm_bound": "large-batch GEMM-dominated MLP",
+    "graph_break_repair": "RMS-norm step, broken vs repaired",
+    "amdahl": "decode step and transformer block (Amdahl)",
+    "manual_graph_recipe": "Linear(256,256) captured by hand",
+}
+
+# method name in a record -> the chapter's four families (unknown names keep their own)
+FAMILY: dict[str, str] = {
+    "eager": "eager", "compiled": "compile", "compile-default": "compile",
+    "max-autotune-no-cudagraphs": "compile", "graph": "graph", "graph-no-clone": "graph",
+    "compile+graph": "compile+graph", "reduce-overhead": "compile+graph", "reduce-overhead-static": "compile+graph",
+    "allocating": "eager",
+}
+
+WHY: dict[str, str] = {
+    "eager": "nothing worth removing: the overheads compile and replay attack are small here (or compile/graph "
+             "added work)",
+    "compile": "the computation changed: fewer kernels and fewer bytes (fusion), lower host cost per call",
+    "graph": "host launch work dominated and the kernels were already fine: replay removes the launches",
+    "compile+graph": "both: compile cut kernels and bytes, replay then launched what was left at once",
+}
+
+
+@dataclass
+class Candidate:
+    method: str
+    median: float
+    q1: float
+    q3: float
+    noisy: bool
+
+    @property
+    def family(self) -> str:
+        return FAMILY.get(self.method, self.method)
+
+
+def case_key(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "method") or "-"
+
+
+def candidates_by_case(record: Any) -> dict[str, list[Candidate]]:
+    """step_ms metrics of a record grouped by their parameters other than `method`."""
+    out: dict[str, list[Candidate]] = defaultdict(list)
+    for m in record.metrics:
+        if m.name != "step_ms" or "method" not in m.params or m.value is None:
+            continue
+        if m.params.get("readback") is True:  # the decode step with the token read back: a separate question
+            continue
+        sp = m.spread
+        out[case_key(m.params)].append(Candidate(str(m.params["method"]), float(m.value),
+                                                 sp.q1 if sp else float(m.value), sp.q3 if sp else float(m.value),
+                                                 bool(sp.noisy) if sp else False))
+    return out
+
+
+@dataclass
+class Choice:
+    winner: Candidate
+    eager: Candidate | None
+    runner_up: Candidate | None
+    tie_with_eager: bool
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        return self.eager.median / self.winner.median if self.eager else None
+
+    @property
+    def margin(self) -> float | None:
+        return self.runner_up.median / self.winner.median if self.runner_up else None
+
+
+def choose(cands: list[Candidate]) -> Choice:
+    ranked = sorted(cands, key=lambda c: c.median)
+    eager = next((c for c in cands if c.family == "eager" and c.method in ("eager", "allocating")), None)
+    winner = ranked[0]
+    tie = eager is not None and winner is not eager and winner.q3 >= eager.q1
+    if tie:
+        winner = eager
+        ranked = [eager] + [c for c in ranked if c is not eager]
+    return Choice(winner, eager, ranked[1] if len(ranked) > 1 else None, tie)
+
+
+def evidence(choice: Choice, cands: list[Candidate], skipped: list[str]) -> str:
+    """One line: every candidate's median, then who won, by how much, and the rule's reading of it."""
+    parts = [f"{c.method} {c.median:.4g} ms{' (noisy)' if c.noisy else ''}" for c in sorted(cands, key=lambda c: c.median)]
+    text = "; ".join(parts)
+    w, other = choice.winner, choice.runner_up
+    if choice.tie_with_eager and other is not None:
+        text += (f" — {other.method} was {choice.eager.median / other.median:.2f}× eager but inside eager's spread: "
+                 f"eager is enough ({WHY['eager']})")
+    elif w.family == "eager" and other is not None:
+        text += f" — eager wins, {other.method} is {other.median / w.median:.2f}× slower: {WHY['eager']}"
+    elif choice.speedup_vs_eager is not None:
+        text += f" — {w.method} ({w.family}) {choice.speedup_vs_eager:.2f}× eager: {WHY.get(w.family, '')}"
+        if other is not None and other.family != "eager":
+            text += f"; {choice.margin:.2f}× ahead of {other.method}"
+    if skipped:
+        text += f"; not measured: {', '.join(skipped)}"
+    return text
+
+
+def run(ctx) -> None:
+    records = {r.id: r for r in ctx.results.experiments}
+    chosen = 0
+    for wid, what in WORKLOADS.items():
+        rec = records.get(wid)
+        if rec is None:
+            ctx.skip(wid, "not_measured", f"{what}: not in this run; run `python -m lab run --only {wid},selection`")
+            continue
+        if rec.status != "OK":
+            code = rec.reason.code if rec.reason else rec.status.lower()
+            msg = rec.reason.message if rec.reason else rec.status
+            ctx.skip(wid, code, f"{what}: {rec.status}: {msg}")
+            continue
+        cases = candidates_by_case(rec)
+        if not cases:
+            ctx.skip(wid, "no_timings", f"{what}: the record has no step_ms timings to compare")
+            continue
+        skipped = [f"{s.item} ({s.code})" for s in rec.skipped]
+        for case, cands in cases.items():
+            choice = choose(cands)
+            ctx.metric("winner", choice.winner.method, "method", workload=wid, case=case)
+            ctx.metric("winner_family", choice.winner.family, "family", workload=wid, case=case)
+            if choice.speedup_vs_eager is not None:
+                ctx.metric("speedup_vs_eager", choice.speedup_vs_eager, "x", workload=wid, case=case)
+            if choice.margin is not None:
+                ctx.metric("margin_vs_runner_up", choice.margin, "x", workload=wid, case=case)
+            ctx.metric("tie_with_eager", choice.tie_with_eager, "bool", workload=wid, case=case)
+            ctx.note(f"evidence.{wid}.{case}", evidence(choice, cands, skipped))
+            chosen += 1
+    ctx.metric("cases", chosen, "count")
+    ctx.progress(f"{chosen} cases chosen; {len(ctx.record.skipped)} workload(s) not measured")

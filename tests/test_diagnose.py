@@ -1,0 +1,96 @@
+"""`lab diagnose`: target loading, the verdict rule on fed numbers, and the three examples' verdicts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lab.diagnose import Check, diagnose, load_target, verdict
+from lab.toolchain import probe
+
+
+def _checks(host=None, kern=None, brk="ok", rec="ok", steady="ok"):
+    return [Check(1, "host", host[0] if host else "needs_cuda", "", host[1] if host else {"us_per_op": 50.0, "ops": 5}),
+            Check(2, "kernels", "ok", "", kern or {"eager": 10, "compiled": 10, "matmul_share": 0.1}),
+            Check(3, "breaks", brk, "", {"graph_breaks": 2, "reasons": ["Tensor.item()"]}),
+            Check(4, "recompiles", rec, "", {"recompiles": 3}), Check(5, "steady", steady, "", {})]
+
+
+def test_verdict_order_and_kinds() -> None:
+    assert verdict(_checks(brk="finding", rec="finding"), 1.0, "cpu")[0] == "graph-broken"
+    assert verdict(_checks(rec="finding"), 1.0, "cpu")[0] == "recompiling"
+    gemm = {"eager": 6, "compiled": 6, "matmul_share": 0.9}
+    assert verdict(_checks(kern=gemm), 1.02, "cpu")[0] == "gemm-bound"
+    assert verdict(_checks(kern=gemm), 2.0, "cpu")[0] == "fusion"  # beyond what removing all non-GEMM time allows
+    host = ("finding", {"host_share": 0.82, "self_cpu_ms": 3.0, "self_device_ms": 0.5})
+    kind, text = verdict(_checks(host=host, kern={"eager": 640, "compiled": 110, "matmul_share": 0.3}), 2.5, "cuda")
+    assert kind == "launch-bound" and "82% of step time is host" in text and "640 → 110" in text
+    assert verdict(_checks(host=("needs_cuda", {"us_per_op": 3.0, "ops": 40})), 4.0, "cpu")[0] == "dispatch-bound"
+    assert verdict(_checks(), 1.0, "cpu")[0] == "no-overhead"
+
+
+def test_load_target_errors_name_the_target() -> None:
+    for bad, match in (("nocolon", "module:function"), ("no_such_mod_xyz:f", "cannot import"),
+                       ("lab.examples.targets:nope", "no function")):
+        with pytest.raises(ValueError, match=match):
+            load_target(bad, "cpu")
+    fn, args = load_target("lab.examples.targets:elementwise_chain", "cpu")
+    assert callable(fn) and args[0].shape == (1, 256)
+
+
+def _inductor() -> str | None:
+    r = probe().reason_for("inductor", "cpu")
+    return f"{r.code}: {r.message}" if r else None
+
+
+@pytest.mark.parametrize("target,expected", [
+    ("breaks_every_call", {"graph-broken"}),
+    ("gemm_stack", {"gemm-bound"}),
+    ("elementwise_chain", {"dispatch-bound", "fusion"}),
+])
+def test_example_verdicts(target: str, expected: set[str]) -> None:
+    fn, args = load_target(f"lab.examples.targets:{target}", "cpu")
+    d = diagnose(fn, args, "cpu", target=target, inductor_reason=_inductor(), rounds=2, iters=5)
+    assert [c.number for c in d.checks] == [1, 2, 3, 4, 5]
+    assert d.check(1).status == "needs_cuda"  # the CPU says which check needs CUDA
+    assert d.verdict in expected, d.render()
+    if target == "breaks_every_call":
+        assert d.check(3).data["graph_breaks"] >= 1 and d.check(3).data["reasons"]
+    if target == "elementwise_chain" and d.compiled_ms is not None:
+        assert d.check(2).data["compiled"] < d.check(2).data["eager"]
+
+
+def test_cli_one_line_error() -> None:
+    out = subprocess.run([sys.executable, "-m", "lab", "diagnose", "not_a_target"], capture_output=True, text=True)
+    assert out.returncode == 2 and "module:function" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_renders_five_checks_and_verdict() -> None:
+    out = subprocess.run([sys.executable, "-m", "lab", "diagnose", "lab.examples.targets:breaks_every_call",
+                          "--device", "cpu", "--no-compile", "--rounds", "1", "--iters", "3"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for n in range(1, 6):
+        assert f"  {n}. " in out.stdout
+    assert "verdict: graph-broken" in out.stdout and "needs CUDA" in out.stdout
+
+
+_calls = [0]
+
+
+def _counts_calls(x):
+    _calls[0] += 1  # a Python value Dynamo guards on: it changes every call
+    return x + _calls[0]
+
+
+def test_recompile_check_finds_changing_python_values() -> None:
+    import torch
+
+    from lab.diagnose import _recompiles
+
+    c = _recompiles(_counts_calls, (torch.ones(3),), calls=4)
+    assert c.status == "finding" and c.data["recompiles"] >= 1 and c.data["reasons"]
+    ok = _recompiles(lambda x: x * 2, (torch.ones(3),), calls=4)
+    assert ok.status == "ok" and ok.data["recompiles"] == 0
