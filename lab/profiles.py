@@ -83,6 +83,10 @@ PROFILES: dict[str, Profile] = {
             "recompiles": {"batch_sizes": list(range(1, 13))},
             "decode_recompiles": {"calls": 20},
             "fixed_step_equivalence": {"steps": 24},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 15, "equiv_steps": 15, "steps_per_round": 8, "rounds": 3, "warmup": 2},
+            "compile_cost": {"mlp_trials": 1, "depths": [2], "rounds": 3, "steady_steps": 10,
+                             "reuse_probe": False, "child_timeout_s": 300},
         }),
     ),
     "cpu": Profile(
@@ -93,6 +97,10 @@ PROFILES: dict[str, Profile] = {
             "recompiles": {"batch_sizes": list(range(1, 13))},
             "decode_recompiles": {"calls": 20},
             "fixed_step_equivalence": {"steps": 40},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 40, "equiv_steps": 15, "steps_per_round": 10, "rounds": 6, "warmup": 3},
+            "compile_cost": {"mlp_trials": 3, "depths": [2, 6, 12], "rounds": 5, "steady_steps": 10,
+                             "reuse_probe": True, "child_timeout_s": 900},
         }),
     ),
     "gpu": Profile(
@@ -103,6 +111,10 @@ PROFILES: dict[str, Profile] = {
             "recompiles": {"batch_sizes": list(range(1, 13))},
             "decode_recompiles": {"calls": 20},
             "fixed_step_equivalence": {"steps": 40},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 40, "equiv_steps": 15, "steps_per_round": 32, "rounds": 5, "warmup": 3},
+            "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
+                             "reuse_probe": False, "child_timeout_s": 300},
         }),
     ),
 }
