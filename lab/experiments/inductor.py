@@ -15,6 +15,7 @@ events through ctx.clock).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,7 +29,7 @@ from lab.dynamo_tools import explain, quiet_dynamo
 from lab.timing import rotating_rounds, sync, time_calls
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
-COMPILED_TOLERANCE = 1e-2  # compiled vs eager: fusion reorders float32 sums (the chapter saw 0.001)
+COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums
 
 
 # ---------------------------------------------------------------------------- bisecting a failed compile
@@ -126,15 +127,21 @@ def decode_logits(step: Callable[[decode.DecodeState, Any], torch.Tensor], w: An
 
 
 def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor],
-            tolerance: float, fatal: bool) -> None:
+            tolerance: float, fatal: bool, relative: bool = True) -> None:
     diff = float((got[0] - want[0]).abs().max())
+    scale = float(want[0].abs().max()) or 1.0
+    rel = diff / scale
     same = torch.equal(got[1], want[1])
     agree = float((got[1] == want[1]).float().mean())
     ctx.metric("max_logit_diff", diff, "abs", step=step_name, steps=int(got[0].shape[0]))
     ctx.metric("tokens_equal", same, "bool", step=step_name, steps=int(got[0].shape[0]))
     ctx.metric("token_agreement", agree, "fraction", step=step_name, steps=int(got[0].shape[0]))
-    ctx.check(f"{step_name}: max logit difference < {tolerance:g}", diff < tolerance, detail=f"{diff:.3g}",
-              fatal=fatal)
+    ctx.metric("max_logit_rel_diff", rel, "fraction of max |logit|", step=step_name, steps=int(got[0].shape[0]))
+    # Random weights at init_std 0.3 give logits in the hundreds: an absolute tolerance would say
+    # more about the weights than about the compiler, so the compiled check is relative.
+    value = diff if relative is False else rel
+    ctx.check(f"{step_name}: max logit difference < {tolerance:g}{'' if relative is False else ' of max |logit|'}",
+              value < tolerance, detail=f"abs {diff:.3g}, rel {rel:.3g}", fatal=fatal)
     ctx.check(f"{step_name}: tokens equal", same, detail=f"agreement {agree:.3f}", fatal=fatal)
 
 
@@ -162,7 +169,9 @@ def run(ctx) -> None:
     prompt = prompt_for(ctx, batch)
     ctx.note("settings", {"steps": steps, "equiv_steps": equiv_steps, "batch": batch, "steps_per_round": per_round,
                           "rounds": rounds, "warmup": warmup, "max_len": max_len, "dtype": str(w.dtype),
-                          "threads": torch.get_num_threads(), "device": str(ctx.device)})
+                          "threads": torch.get_num_threads(), "device": str(ctx.device),
+                          # other work on the host makes CPU timings noisy: say how busy it was
+                          "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
     torch._dynamo.reset()
 
     # 1. the eager reference, and the split step equal to it (same arithmetic, cache written by `where`)
@@ -170,7 +179,8 @@ def run(ctx) -> None:
     reference = decode_logits(decode.decode_step, w, prompt, steps, max_len)
     split_eager = decode_logits(decode.decode_step_split, w, prompt, equiv_steps, max_len)
     compare(ctx, "split eager vs indexed eager", split_eager,
-            (reference[0][:equiv_steps], reference[1][:, :equiv_steps]), SPLIT_TOLERANCE, fatal=True)
+            (reference[0][:equiv_steps], reference[1][:, :equiv_steps]), SPLIT_TOLERANCE, fatal=True,
+            relative=False)
 
     # 2. the core is one graph with no breaks (counted by Dynamo, no compiler involved)
     state = decode.new_state(w, batch, max_len)
