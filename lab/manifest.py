@@ -150,6 +150,16 @@ def inductor_cache_dir() -> str:
         return os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
 
 
+def compile_cache_field(tc: Toolchain) -> dict[str, Any]:
+    """What a compile cache made here is valid for (lab.compile_cache); never sinks the manifest."""
+    try:
+        from lab.compile_cache import manifest_field
+
+        return manifest_field(tc)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def collect_env_fields() -> dict[str, Any]:
     """torch.utils.collect_env's own fields, verbatim (it is what bug reports use)."""
     from torch.utils import collect_env
@@ -183,6 +193,7 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
         "cpu": cpu_info(),
         "compiler_settings": compiler_settings(),
         "inductor_cache_dir": inductor_cache_dir(),
+        "compile_cache": compile_cache_field(tc),
         "lab": {"version": __version__, **git_info()},
         "container": container_info(),
         "packages": packages_digest(),

@@ -96,6 +96,10 @@ PROFILES: dict[str, Profile] = {
             "amdahl": {"block_batch": 2, "block_seq": 16, "iters": 5, "rounds": 2, "compile_decode": False,
                        "compile_block": False},
             "diagnose": {"rounds": 2, "iters": 5},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 15, "equiv_steps": 15, "steps_per_round": 8, "rounds": 3, "warmup": 2},
+            "compile_cost": {"mlp_trials": 1, "depths": [2], "rounds": 3, "steady_steps": 10,
+                             "reuse_probe": False, "child_timeout_s": 300},
         }),
     ),
     "cpu": Profile(
@@ -115,6 +119,10 @@ PROFILES: dict[str, Profile] = {
             "gemm_bound": {"batch": 256, "dim": 512, "layers": 2, "iters": 3, "rounds": 3},
             "amdahl": {"decode_layers": 2, "block_batch": 2, "block_seq": 64, "iters": 5, "rounds": 3},
             "diagnose": {"rounds": 3, "iters": 10},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 40, "equiv_steps": 15, "steps_per_round": 10, "rounds": 6, "warmup": 3},
+            "compile_cost": {"mlp_trials": 3, "depths": [2, 6, 12], "rounds": 5, "steady_steps": 10,
+                             "reuse_probe": True, "child_timeout_s": 900},
         }),
     ),
     "gpu": Profile(
@@ -135,6 +143,10 @@ PROFILES: dict[str, Profile] = {
             "gemm_bound": {"batch": 8192, "dim": 4096, "layers": 2, "dtype": "bfloat16", "iters": 10, "rounds": 3},
             "amdahl": {"block_batch": 32, "block_seq": 256, "iters": 20, "rounds": 3},
             "diagnose": {"rounds": 3, "iters": 20},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 40, "equiv_steps": 15, "steps_per_round": 32, "rounds": 5, "warmup": 3},
+            "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
+                             "reuse_probe": False, "child_timeout_s": 300},
         }),
     ),
 }

@@ -1,0 +1,272 @@
+"""inductor: Inductor on the indexed fixed-shape step and on the split step.
+
+Chapter 000 found that the indexed step (cache written with `index_copy_` at a device-side
+position) did not compile on its machine: the linker failed on the bounds check of indexed
+loads and stores. So this experiment first tries the indexed step as it is and, when that fails,
+records the exact error and compiles each indexed operation of the step on its own to name the
+smallest one that fails. Then it compiles the split step (`decode_core` compiled, the indexed
+bookkeeping eager, the cache write a full-buffer `where`), checks that the split step equals the
+indexed step and that its core is one graph with no breaks, and times eager against compiled
+over interleaved rounds. Correctness (logits and tokens) is checked outside the timed loops.
+
+Works on the profile's device: C++ kernels on the CPU, Triton kernels on CUDA (timed with CUDA
+events through ctx.clock).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from lab import decode
+from lab.childproc import last_error_line
+from lab.dynamo_tools import explain, quiet_dynamo
+from lab.timing import rotating_rounds, sync, time_calls
+
+SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
+COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums
+
+
+# ---------------------------------------------------------------------------- bisecting a failed compile
+
+@dataclass
+class OpCase:
+    """One indexed operation of the step, as a small function and its arguments."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+def op_cases(state: decode.DecodeState, w: Any) -> list[OpCase]:
+    """The indexed and position-dependent operations of `decode_step`, smallest first."""
+    pos, slots = state.pos.clone(), state.slots
+    kv = state.caches[0].clone()  # [2, B, H, max_len, dh]
+    new = torch.randn(2, kv.shape[1], kv.shape[2], 1, kv.shape[4], dtype=kv.dtype, device=kv.device)
+    out = state.out.clone()
+    tok = state.tok.clone()
+    scores = torch.randn(kv.shape[1], kv.shape[2], 1, kv.shape[3], dtype=kv.dtype, device=kv.device)
+
+    def position_advance(p: torch.Tensor) -> torch.Tensor:
+        return p.add_(1)
+
+    def slot_mask(s: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        return s > p
+
+    def token_embedding(t: torch.Tensor, wte: torch.Tensor) -> torch.Tensor:
+        return F.embedding(t, wte)
+
+    def position_embedding(wpe: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        return wpe.index_select(0, p)
+
+    def masked_softmax(sc: torch.Tensor, s: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(sc.masked_fill(s > p, float("-inf")), dim=-1)
+
+    def cache_write(cache: torch.Tensor, p: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        cache[:, :, :, p] = src  # as decode_step writes K and V at the device-side position
+        return cache
+
+    def token_write(o: torch.Tensor, p: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        return o.index_copy_(1, p + 1, logits.argmax(-1, keepdim=True))
+
+    logits = torch.randn(out.shape[0], w.wte.shape[0], dtype=w.dtype, device=w.device)
+    return [
+        OpCase("add_ (position advance)", position_advance, (pos,)),
+        OpCase("slots > pos (mask)", slot_mask, (slots, pos)),
+        OpCase("embedding (token)", token_embedding, (tok, w.wte)),
+        OpCase("index_select (position embedding)", position_embedding, (w.wpe, pos)),
+        OpCase("masked_fill + softmax (attention mask)", masked_softmax, (scores, slots, pos)),
+        OpCase("index_put_ (cache write at pos)", cache_write, (kv, pos, new)),
+        OpCase("argmax + index_copy_ (token write)", token_write, (out, pos, logits)),
+    ]
+
+
+def error_text(exc: BaseException) -> dict[str, str]:
+    """The exact error, its most telling line, and the type (for the record's notes)."""
+    message = str(exc)
+    return {"type": type(exc).__name__, "line": last_error_line(message) or message.splitlines()[0] if message else "",
+            "message": message[:3000]}
+
+
+def default_compile_call(case: OpCase) -> Any:
+    torch._dynamo.reset()
+    return torch.compile(case.fn, fullgraph=True)(*case.args)
+
+
+def bisect(cases: list[OpCase], compile_call: Callable[[OpCase], Any] = default_compile_call) -> list[dict[str, Any]]:
+    """Compile and run each case on its own; the failing ones, smallest first, name what breaks."""
+    found = []
+    for case in cases:
+        try:
+            compile_call(case)
+            found.append({"op": case.name, "compiles": True})
+        except Exception as exc:  # the compile error is the measurement
+            found.append({"op": case.name, "compiles": False, **error_text(exc)})
+    return found
+
+
+# ---------------------------------------------------------------------------- decoding helpers
+
+def prompt_for(ctx, batch: int, seed: int = 20) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
+
+
+def decode_logits(step: Callable[[decode.DecodeState, Any], torch.Tensor], w: Any, prompt: torch.Tensor, steps: int,
+                  max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits [steps, B, V], tokens [B, steps]) of `steps` calls of `step` after a prefill."""
+    state = decode.new_state(w, prompt.shape[0], max_len)
+    decode.prefill(state, w, prompt.to(w.device))
+    logits = [step(state, w).detach().float().clone() for _ in range(steps)]
+    T = prompt.shape[1]
+    return torch.stack(logits).cpu(), state.out[:, T + 1:T + 1 + steps].cpu()
+
+
+def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor],
+            tolerance: float, fatal: bool, relative: bool = True) -> None:
+    diff = float((got[0] - want[0]).abs().max())
+    scale = float(want[0].abs().max()) or 1.0
+    rel = diff / scale
+    same = torch.equal(got[1], want[1])
+    agree = float((got[1] == want[1]).float().mean())
+    ctx.metric("max_logit_diff", diff, "abs", step=step_name, steps=int(got[0].shape[0]))
+    ctx.metric("tokens_equal", same, "bool", step=step_name, steps=int(got[0].shape[0]))
+    ctx.metric("token_agreement", agree, "fraction", step=step_name, steps=int(got[0].shape[0]))
+    ctx.metric("max_logit_rel_diff", rel, "fraction of max |logit|", step=step_name, steps=int(got[0].shape[0]))
+    # Random weights at init_std 0.3 give logits in the hundreds: an absolute tolerance would say
+    # more about the weights than about the compiler, so the compiled check is relative.
+    value = diff if relative is False else rel
+    ctx.check(f"{step_name}: max logit difference < {tolerance:g}{'' if relative is False else ' of max |logit|'}",
+              value < tolerance, detail=f"abs {diff:.3g}, rel {rel:.3g}", fatal=fatal)
+    ctx.check(f"{step_name}: tokens equal", same, detail=f"agreement {agree:.3f}", fatal=fatal)
+
+
+def first_call_s(fn: Callable[[], Any], device: torch.device) -> float:
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------- the experiment
+
+@torch.no_grad()
+def run(ctx) -> None:
+    steps = int(ctx.opt("steps", 40))
+    equiv_steps = int(ctx.opt("equiv_steps", 15))
+    batch = int(ctx.opt("batch", 1))
+    per_round = int(ctx.opt("steps_per_round", ctx.profile.decode_steps))
+    rounds = int(ctx.opt("rounds", ctx.profile.rounds))
+    warmup = int(ctx.opt("warmup", ctx.profile.warmup))
+    _, w = ctx.gpt2()
+    T = ctx.profile.prompt_len
+    max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)
+    prompt = prompt_for(ctx, batch)
+    ctx.note("settings", {"steps": steps, "equiv_steps": equiv_steps, "batch": batch, "steps_per_round": per_round,
+                          "rounds": rounds, "warmup": warmup, "max_len": max_len, "dtype": str(w.dtype),
+                          "threads": torch.get_num_threads(), "device": str(ctx.device),
+                          # other work on the host makes CPU timings noisy: say how busy it was
+                          "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
+    torch._dynamo.reset()
+
+    # 1. the eager reference, and the split step equal to it (same arithmetic, cache written by `where`)
+    ctx.progress("eager reference")
+    reference = decode_logits(decode.decode_step, w, prompt, steps, max_len)
+    split_eager = decode_logits(decode.decode_step_split, w, prompt, equiv_steps, max_len)
+    compare(ctx, "split eager vs indexed eager", split_eager,
+            (reference[0][:equiv_steps], reference[1][:, :equiv_steps]), SPLIT_TOLERANCE, fatal=True,
+            relative=False)
+
+    # 2. the core is one graph with no breaks (counted by Dynamo, no compiler involved)
+    state = decode.new_state(w, batch, max_len)
+    decode.prefill(state, w, prompt.to(w.device))
+    pos = state.pos
+    x = F.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
+    ex = explain(decode.decode_core, x, state.slots == pos, state.slots > pos,
+                 tuple(c.clone() for c in state.caches), w)
+    ctx.metric("dynamo_graphs", ex.graphs, "count", function="decode_core")
+    ctx.metric("graph_breaks", ex.breaks, "count", function="decode_core")
+    ctx.check("decode_core is one graph with no breaks", ex.graphs == 1 and ex.breaks == 0,
+              detail=f"{ex.graphs} graph(s), {ex.breaks} break(s)" + (f": {ex.reasons[0]}" if ex.reasons else ""))
+    torch._dynamo.reset()
+
+    methods: dict[str, tuple[str, Callable[[decode.DecodeState, Any], torch.Tensor]]] = {
+        "eager-indexed": ("indexed", decode.decode_step),
+        "eager-split": ("split", decode.decode_step_split),
+    }
+
+    # 3. the indexed step as it is
+    ctx.progress("compiling the indexed step")
+    compiled_step = torch.compile(decode.decode_step)
+    state = decode.new_state(w, batch, max_len)
+    decode.prefill(state, w, prompt.to(w.device))
+    try:
+        with quiet_dynamo():
+            setup = first_call_s(lambda: compiled_step(state, w), ctx.device)
+    except Exception as exc:  # the failure is the finding: record it exactly, then bisect
+        err = error_text(exc)
+        ctx.metric("compiles", False, "bool", step="indexed")
+        ctx.note("indexed_error", err)
+        ctx.progress(f"indexed step did not compile ({err['line'][:120]}); bisecting")
+        found = bisect(op_cases(state, w))
+        ctx.note("bisect", found)
+        failing = [f["op"] for f in found if not f["compiles"]]
+        ctx.note("smallest_failing_ops", failing)
+        for f in found:
+            ctx.metric("op_compiles", f["compiles"], "bool", op=f["op"])
+        ctx.skip("compiled-indexed", "compile_failed",
+                 f"the indexed step does not compile here ({err['line'][:200]}); failing ops: "
+                 f"{', '.join(failing) or 'none on their own'}: the split step below is measured instead")
+        torch._dynamo.reset()
+    else:
+        ctx.metric("compiles", True, "bool", step="indexed")
+        ctx.metric("setup_s", setup, "s", step="indexed")
+        compare(ctx, "compiled indexed vs eager", decode_logits(compiled_step, w, prompt, steps, max_len),
+                reference, COMPILED_TOLERANCE, fatal=False)
+        methods["compiled-indexed"] = ("indexed", compiled_step)
+
+    # 4. the split step: core compiled, bookkeeping eager
+    ctx.progress("compiling the split step's core")
+    core = torch.compile(decode.decode_core)
+
+    def compiled_split(s: decode.DecodeState, ww: Any) -> torch.Tensor:
+        return decode.decode_step_split(s, ww, core=core)
+
+    state = decode.new_state(w, batch, max_len)
+    decode.prefill(state, w, prompt.to(w.device))
+    with quiet_dynamo():
+        setup = first_call_s(lambda: compiled_split(state, w), ctx.device)
+    ctx.metric("compiles", True, "bool", step="split")
+    ctx.metric("setup_s", setup, "s", step="split")
+    compare(ctx, "compiled split vs eager", decode_logits(compiled_split, w, prompt, steps, max_len), reference,
+            COMPILED_TOLERANCE, fatal=False)
+    methods["compiled-split"] = ("split", compiled_split)
+
+    # 5. steady step time, methods in rotating order; the state is restored before every round
+    state = decode.new_state(w, batch, max_len)
+    decode.prefill(state, w, prompt.to(w.device))
+    saved = state.snapshot()
+
+    def timer(step: Callable[[decode.DecodeState, Any], torch.Tensor]) -> Callable[[], list[float]]:
+        def once() -> list[float]:
+            state.restore(saved)
+            return time_calls(lambda: step(state, w), per_round, ctx.clock, warmup=warmup)
+        return once
+
+    ctx.progress(f"timing {len(methods)} methods, {rounds} rounds of {per_round} steps")
+    rounds_out = rotating_rounds({m: timer(fn) for m, (_, fn) in methods.items()}, rounds)
+    medians: dict[str, float] = {}
+    for method, per in rounds_out.items():
+        samples = [s for r in per for s in r]
+        medians[method] = ctx.timing("step_ms", samples, "ms", method=method, step=methods[method][0],
+                                     batch=batch).median
+    for step_name in ("indexed", "split"):
+        if f"compiled-{step_name}" in medians:
+            ctx.metric("speedup_vs_eager", medians[f"eager-{step_name}"] / medians[f"compiled-{step_name}"], "x",
+                       step=step_name, batch=batch)
