@@ -48,8 +48,9 @@ def _random_weights(model: dict[str, Any], n_layer: int, device: str, dtype: str
     def ones(n: int) -> torch.Tensor:
         return torch.ones(n, device=device, dtype=dt)
 
-    layers = tuple(LayerWeights(ones(E), r(E), r(E, 3 * E), r(3 * E), r(E, E), r(E), ones(E), r(E),
-                                r(E, 4 * E), r(4 * E), r(4 * E, E), r(E)) for _ in range(n_layer))
+    # projections in the [out, in] layout of lab.model.Weights
+    layers = tuple(LayerWeights(ones(E), r(E), r(3 * E, E), r(3 * E), r(E, E), r(E), ones(E), r(E),
+                                r(4 * E, E), r(4 * E), r(E, 4 * E), r(E)) for _ in range(n_layer))
     return Weights(r(V, E), r(P, E), layers, ones(E), r(E), int(model["n_head"]), 1e-5)
 
 
