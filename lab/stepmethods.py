@@ -190,7 +190,7 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]
     if device.type == "cuda":
         kernels = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
                    and "memset" not in e.name.lower()]
-        times = [float(getattr(e, "device_time", getattr(e, "cuda_time", 0.0))) for e in kernels]
+        times = [float(e.device_time if hasattr(e, "device_time") else e.cuda_time) for e in kernels]
         return {"kernels": len(kernels), "device_us": sum(times),
                 "top": top_kernels([(e.name, t) for e, t in zip(kernels, times)])}
     ops = [e for e in events if e.name.startswith("aten::") and e.cpu_parent is None]
