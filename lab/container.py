@@ -585,10 +585,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     bi.add_argument("--force", action="store_true", help="rebuild even if the image exists")
     ip = sub.add_parser("inductor-probe", help="compile a tiny function with Inductor (run inside an image)")
     ip.add_argument("--out", type=Path, help="write the outcome as JSON")
-    r = sub.add_parser("run", help="run `python -m lab ARGS` in a variant's image, out dir mounted at /out")
+    r = sub.add_parser("run", help="run `python -m lab ARGS` (given after --) in a variant's image, "
+                                   "the out dir mounted at /out")
     r.add_argument("variant", choices=sorted(VARIANTS))
     r.add_argument("--out", type=Path, required=True, help="host folder for results.json")
-    r.add_argument("lab_args", nargs=argparse.REMAINDER, help="arguments of `python -m lab` (after --)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    lab_args: list[str] = []
+    if "--" in argv:  # everything after `--` belongs to `python -m lab`
+        cut = argv.index("--")
+        argv, lab_args = argv[:cut], argv[cut + 1:]
     args = p.parse_args(argv)
     if args.cmd == "images":
         pip = PipSettings() if args.no_host_pip else host_pip_settings()
@@ -619,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out:
             write_json_atomic(args.out, result)
         return 0
-    lab_args = [a for a in args.lab_args if a != "--"] or ["run"]
+    lab_args = lab_args or ["run"]
     variant = VARIANTS[args.variant]
     if variant.os != "linux":
         raise ValueError(f"{variant.name}: run it on a Windows container host (docs/containers.md)")
