@@ -100,7 +100,7 @@ def test_cpu_nocc_installs_no_compiler_and_cpu_installs_headers():
     st = stages((DOCKER / "Dockerfile.cpu").read_text())
     runtime_chain = st["runtime"] + st["cpu-nocc"]
     assert not re.search(r"\b(g\+\+|gcc|clang|build-essential|python3-dev)\b", runtime_chain)
-    assert "g++" in st["cpu"] and "python3-dev" in st["cpu"]
+    assert "g++" in st["cpu"] and "python3-dev" in st["cpu"] and "openssl" in st["cpu"]
 
 
 def test_cuda_notriton_removes_triton():
