@@ -6,6 +6,11 @@
     nox -s smoke      the tiny smoke profile (a minute or two)
     nox -s report     the static HTML report of manifests/ and runs/ into site/ (-- RUN_DIR ... --out DIR)
     nox -s compare -- A B   what differs between two runs or manifests, with ratios and marks
+    nox -s images -- cpu cpu-nocc cuda cuda-notriton windows-msvc    build container images (docs/containers.md)
+    nox -s base_image the Debian base image made from the host's apt mirror (hosts without a registry)
+
+cpu_lab and gpu_lab run inside the matching image (graph-lab:cpu / graph-lab:cuda) when a Docker
+engine and the image are there, on the host otherwise (the manifest says why: LAB_HOST_FALLBACK).
 
 Runs land in runs/<profile>-<timestamp>/ unless `-- --out DIR` is given.
 """
@@ -13,8 +18,14 @@ Runs land in runs/<profile>-<timestamp>/ unless `-- --out DIR` is given.
 from __future__ import annotations
 
 import os
+import sys
+from datetime import datetime
+from pathlib import Path
 
 import nox
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lab import container  # noqa: E402  (standard library only: no venv needed to import it)
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -60,18 +71,69 @@ def smoke(session: nox.Session) -> None:
     run_profile(session, "smoke")
 
 
+def lab_in_container(session: nox.Session, profile: str) -> None:
+    """Run `profile` in its image when Docker and the image are there, else on the host, saying why.
+
+    Extra arguments: `--host` forces the host, `--variant NAME` picks another image (e.g. cpu-nocc);
+    the rest go to `python -m lab run` (`--out DIR` is mounted at /out so results land on the host).
+    """
+    args = list(session.posargs)
+    variant_name = container.option_value(args, "--variant")
+    args = container.without_option(args, "--variant")
+    forced_host = "--host" in args
+    args = [a for a in args if a != "--host"]
+    if forced_host:
+        variant, reason = None, container.Reason("host_requested", "--host was given: run on the host by request")
+    else:
+        variant, reason = container.container_plan(profile, gpu_needed=profile == "gpu", variant_name=variant_name)
+    if variant is not None:
+        out = Path(container.option_value(args, "--out") or
+                   Path("runs") / f"{profile}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+        code = container.run_lab(variant, ["run", "--profile", profile, *args], out, log=session.log)
+        if code != 0:
+            session.error(f"the lab exited with {code} in {variant.tag}")
+        session.log(f"results: {out / 'results.json'} (image {variant.tag})")
+        return
+    assert reason is not None
+    session.warn(f"running on the host, not in a container: {reason.code}: {reason.message}")
+    install(session)
+    session.run("python", "-m", "lab", "run", "--profile", profile, *args,
+                env={"LAB_HOST_FALLBACK": f"{reason.code}: {reason.message}"})
+
+
 @nox.session(default=False)
 def cpu_lab(session: nox.Session) -> None:
-    """The cpu profile: GPT-2 124M on the CPU."""
-    install(session)
-    run_profile(session, "cpu")
+    """The cpu profile (GPT-2 124M on the CPU), in graph-lab:cpu when Docker is there, else on the host."""
+    lab_in_container(session, "cpu")
 
 
 @nox.session(default=False)
 def gpu_lab(session: nox.Session) -> None:
-    """The gpu profile; without CUDA every GPU experiment is recorded NOT_RUN: no_cuda."""
-    install(session)
-    run_profile(session, "gpu")
+    """The gpu profile, in graph-lab:cuda with --gpus all when Docker is there, else on the host.
+
+    Without CUDA every GPU experiment is recorded NOT_RUN: no_cuda."""
+    lab_in_container(session, "gpu")
+
+
+@nox.session(venv_backend="none", default=False)
+def images(session: nox.Session) -> None:
+    """Build image variants: `nox -s images -- cpu cpu-nocc cuda cuda-notriton windows-msvc` (default cpu).
+
+    Options after the names: --base-image REF, --wheelhouse DIR, --pip-cert FILE, --no-host-pip,
+    --build-arg K=V. Outcomes (OK / NOT_RUN with why / FAILED) go to build/images.json."""
+    code = container.main(["images", *session.posargs])
+    if code != 0:
+        session.error("an image failed to build (see build/images.json)")
+
+
+@nox.session(venv_backend="none", default=False)
+def base_image(session: nox.Session) -> None:
+    """Make graph-lab-base:bookworm with debootstrap from the host's apt mirror (root; reused if present).
+
+    Options: --mirror URL, --suite NAME, --tag NAME:TAG, --force."""
+    code = container.main(["base-image", *session.posargs])
+    if code != 0:
+        session.error("no base image (see the line above)")
 
 
 @nox.session(default=False)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# CI's container step (called by .ci/run before the tests): install and start a Docker engine, make
+# the Debian base from the host's mirror (no registry needed; reused when present), build the `cpu`
+# and `cpu-nocc` images, run the lab's smoke profile inside each with the results folder mounted,
+# compile one function with Inductor in each, and resolve the cuda image's pins (no GPU here).
+# tests/test_docker_results.py then asserts on what lands in $LAB_DOCKER_RESULTS.
+#
+#   LAB_DOCKER_RESULTS=DIR .ci/docker.sh     (default DIR: build/docker-ci)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RESULTS="${LAB_DOCKER_RESULTS:-$PWD/build/docker-ci}"
+PY="${PYTHON:-python3}"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+T0=$SECONDS
+LAST=$SECONDS
+mkdir -p "$RESULTS"
+: > "$RESULTS/steps.tsv"
+step() {  # record how long the previous step took, announce the next
+    if [ -n "${STEP:-}" ]; then printf '%s\t%s\n' "$STEP" "$((SECONDS - LAST))" >> "$RESULTS/steps.tsv"; fi
+    STEP="$1"; LAST=$SECONDS
+    echo "== [$((SECONDS - T0)) s] $1"
+}
+
+step "install docker.io and debootstrap"
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null
+fi
+
+step "start dockerd"
+if ! docker info >/dev/null 2>&1; then
+    $SUDO sh -c 'nohup dockerd > /tmp/lab-dockerd.log 2>&1 &'
+    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker info >/dev/null 2>&1 || { echo "dockerd did not start:"; tail -20 /tmp/lab-dockerd.log; exit 1; }
+fi
+
+step "base image (debootstrap from the host's apt mirror, reused if present)"
+$SUDO "$PY" -m lab.container base-image
+
+step "build cpu and cpu-nocc (windows-msvc is listed NOT_RUN on Linux)"
+"$PY" -m lab.container images cpu cpu-nocc windows-msvc --report "$RESULTS/images.json"
+
+for variant in cpu cpu-nocc; do
+    step "smoke profile in graph-lab:$variant"
+    rm -rf "${RESULTS:?}/$variant"
+    "$PY" -m lab.container run "$variant" --out "$RESULTS/$variant" -- run --profile smoke
+    step "inductor probe in graph-lab:$variant"
+    docker run --rm --network none -v "$RESULTS/$variant:/out" --entrypoint python "graph-lab:$variant" \
+        -m lab.container inductor-probe --out /out/inductor_probe.json
+done
+
+step "cuda image: its pins resolved from metadata (the build up to the torch install)"
+"$PY" -m lab.container images cuda-resolve --report "$RESULTS/images-cuda.json" \
+    || echo "cuda-resolve failed: see $RESULTS/images-cuda.json (the tests report it)"
+
+step "done"
+echo "docker CI: $((SECONDS - T0)) s in all; per step:"
+cat "$RESULTS/steps.tsv"

@@ -1,0 +1,110 @@
+"""What the images do, asserted from the results that .ci/docker.sh leaves in $LAB_DOCKER_RESULTS.
+
+`cpu` must not come back NOT_RUN for a toolchain reason on any Inductor-on-CPU item (some may still
+be `not_implemented` while the lab grows); `cpu-nocc` must come back NOT_RUN: no_cxx_compiler on
+every one of them. The ids are derived from the catalogue (needs `inductor` or `cxx`), not listed.
+Locally, without the variable, these tests skip with a reason; in CI (CI=true) missing results fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lab.catalogue import CATALOGUE
+from lab.results import load
+
+TOOLCHAIN_CODES = {"no_cxx_compiler", "compiler_not_on_path", "no_python_headers"}
+INDUCTOR_CPU_IDS = [s.id for s in CATALOGUE if {"inductor", "cxx"} & set(s.needs)]
+
+
+def results_dir() -> Path:
+    env = os.environ.get("LAB_DOCKER_RESULTS")
+    if not env:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but LAB_DOCKER_RESULTS is unset: .ci/run must run .ci/docker.sh first")
+        pytest.skip("LAB_DOCKER_RESULTS unset: run .ci/docker.sh (installs Docker, builds cpu and cpu-nocc) to check")
+    return Path(env)
+
+
+def results_of(variant: str):
+    path = results_dir() / variant / "results.json"
+    if not path.is_file():
+        pytest.fail(f"{path}: missing; the smoke run in graph-lab:{variant} did not produce it (see .ci/docker.sh)")
+    return load(path)
+
+
+def probe_of(variant: str) -> dict:
+    path = results_dir() / variant / "inductor_probe.json"
+    if not path.is_file():
+        pytest.fail(f"{path}: missing; the Inductor probe in graph-lab:{variant} did not run")
+    return json.loads(path.read_text())
+
+
+def test_the_catalogue_has_inductor_on_cpu_items():
+    assert {"inductor", "compile_cost", "fusion", "gemm_bound", "amdahl"} <= set(INDUCTOR_CPU_IDS)
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cpu-nocc"])
+def test_manifest_names_image_variant_and_commit(variant):
+    res = results_of(variant)
+    c = res.manifest["container"]
+    assert c["in_container"] is True
+    assert c["image"] == f"graph-lab:{variant}"
+    assert c["variant"] == variant
+    assert str(c["image_id"]).startswith("sha256:"), c["image_id"]
+    assert c["fallback_reason"] is None
+    assert res.manifest["lab"]["source"] == "LAB_COMMIT" and res.manifest["lab"]["commit"] not in (None, "unknown")
+    assert res.run.state == "complete"
+
+
+def test_cpu_image_runs_inductor_items_without_toolchain_reasons():
+    res = results_of("cpu")
+    by_id = {r.id: r for r in res.experiments}
+    for exp_id in INDUCTOR_CPU_IDS:
+        rec = by_id[exp_id]
+        if rec.status == "NOT_RUN":
+            assert rec.reason is not None and rec.reason.code not in TOOLCHAIN_CODES, (exp_id, rec.reason)
+    tc = res.manifest["toolchain"]["cxx"]
+    assert tc["compiler"] and tc["python_h"], tc
+
+
+def test_cpu_nocc_image_reports_no_cxx_compiler():
+    res = results_of("cpu-nocc")
+    by_id = {r.id: r for r in res.experiments}
+    for exp_id in INDUCTOR_CPU_IDS:
+        rec = by_id[exp_id]
+        assert rec.status == "NOT_RUN" and rec.reason is not None, (exp_id, rec.status)
+        assert rec.reason.code == "no_cxx_compiler", (exp_id, rec.reason)
+        assert "apt-get install g++" in rec.reason.message
+    # Nothing else broke for want of a compiler: no record is FAILED.
+    assert [r.id for r in res.experiments if r.status == "FAILED"] == []
+
+
+def test_inductor_really_compiles_in_cpu_and_not_in_cpu_nocc():
+    cpu, nocc = probe_of("cpu"), probe_of("cpu-nocc")
+    assert cpu["compiled"] is True and cpu["equal"] is True and cpu["toolchain_reason"] is None, cpu
+    assert nocc["compiled"] is False and nocc["toolchain_reason"]["code"] == "no_cxx_compiler", nocc
+
+
+def test_images_report_lists_both_builds():
+    report = json.loads((results_dir() / "images.json").read_text())
+    status = {i["variant"]: i["status"] for i in report["images"]}
+    assert status == {"cpu": "OK", "cpu-nocc": "OK", "windows-msvc": "NOT_RUN"}
+    (win,) = [i for i in report["images"] if i["variant"] == "windows-msvc"]
+    assert win["reason"]["code"] == "windows_host_required"
+    ids = {i["variant"]: i["image_id"] for i in report["images"]}
+    for variant in ("cpu", "cpu-nocc"):
+        assert results_of(variant).manifest["container"]["image_id"] == ids[variant]
+
+
+def test_cuda_pins_resolve():
+    """The cuda Dockerfile up to its torch install: torch 2.11.0 + Triton 3.6.0 resolve with our pins."""
+    path = results_dir() / "images-cuda.json"
+    if not path.is_file():
+        pytest.fail(f"{path}: missing; the cuda-resolve build did not run")
+    (entry,) = json.loads(path.read_text())["images"]
+    assert entry["status"] == "OK", entry
