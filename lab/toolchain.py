@@ -65,6 +65,10 @@ class CxxInfo:
     search: list[str] = field(default_factory=list)  # names tried, in Inductor's order
     cxx_env: str | None = None  # $CXX as set (it overrides the default search)
     inductor_agrees: bool | None = None  # Inductor's own get_cpp_compiler() gave the same answer (None: not asked)
+    # torch >= 2.13 hashes precompiled headers by running `openssl sha512` when
+    # torch._inductor.config.cpp_cache_precompile_headers is on (seen failing in a container without it)
+    precompile_headers: bool | None = None
+    openssl: str | None = None
 
 
 @dataclass
@@ -264,7 +268,14 @@ def probe_cxx(view: HostView) -> CxxInfo:
         off_path = find_off_path_compilers(view.path, view.root, _under_root(view, cxx_env) if cxx_env else None)
     python_h = os.path.join(view.python_include, "Python.h") if view.python_include else ""
     agrees = _ask_inductor(compiler) if view.real and view.platform != "win32" else None
+    try:
+        from torch._inductor import config as inductor_config
+
+        precompile = bool(getattr(inductor_config, "cpp_cache_precompile_headers", False))
+    except ImportError:
+        precompile = None
     return CxxInfo(
+        precompile_headers=precompile, openssl=shutil.which("openssl", path=view.path),
         inductor_setting=repr(view.search), compiler=compiler, path=path, version=version, off_path=off_path,
         python_h=python_h if python_h and Path(python_h).is_file() else None, python_include=view.python_include,
         msvc=msvc_info, search=list(view.search), cxx_env=view.environ.get("CXX"), inductor_agrees=agrees,

@@ -139,3 +139,21 @@ def test_python_h_compile_probe(tmp_path: Path) -> None:
     ok, err = try_compile_python_extension(hidden)
     assert ok is False and "Python.h" in err
     assert try_compile_python_extension(CxxInfo("", None, None, None))[0] is None
+
+
+def test_missing_openssl_is_its_own_reason() -> None:
+    """torch 2.13's Inductor runs `openssl sha512` on precompiled headers: without it, NOT_RUN, not a crash."""
+    from dataclasses import replace
+
+    from lab.toolchain import probe
+
+    tc = probe()
+    if tc.cxx.compiler is None or tc.cxx.python_h is None:
+        import pytest
+
+        pytest.skip("needs a C++ compiler and Python.h on this host")
+    tc.cxx = replace(tc.cxx, precompile_headers=True, openssl=None)
+    reason = tc.reason_for("inductor", "cpu")
+    assert reason is not None and reason.code == "no_openssl" and "apt-get install openssl" in reason.message
+    tc.cxx = replace(tc.cxx, precompile_headers=False)
+    assert tc.reason_for("inductor", "cpu") is None
