@@ -117,6 +117,12 @@ class Toolchain:
                           "Inductor's C++ code fails with 'Python.h: No such file or directory': install the "
                           "Python development headers for this interpreter (Debian/Ubuntu: apt-get install "
                           "python3-dev; Fedora: dnf install python3-devel)")
+        if cxx.precompile_headers and cxx.openssl is None and not windows:
+            return Reason("no_openssl",
+                          f"C++ compiler {cxx.compiler} and Python.h found, but Inductor hashes its precompiled "
+                          "headers with the `openssl` command, which is not on PATH "
+                          "(torch._inductor.config.cpp_cache_precompile_headers): install openssl "
+                          "(Debian/Ubuntu: apt-get install openssl) or set TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0")
         return None
 
     def triton_reason(self) -> Reason | None:
