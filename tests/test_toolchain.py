@@ -15,11 +15,16 @@ from lab.toolchain import (CudaInfo, CxxInfo, HostView, Toolchain, TritonInfo, p
                            try_compile_python_extension)
 
 
-def fake_compiler(folder: Path, name: str = "g++", version: str = "g++ (Fake) 99.1") -> Path:
+def fake_compiler(folder: Path, name: str = "g++", version: str = "g++ (Fake) 99.1", openssl: bool = True) -> Path:
+    """A fake compiler (and, beside it, the openssl that Inductor's header precompiling runs)."""
     folder.mkdir(parents=True, exist_ok=True)
     exe = folder / name
     exe.write_text(f"#!/bin/sh\necho '{version}'\n")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    if openssl:
+        ssl = folder / "openssl"
+        ssl.write_text("#!/bin/sh\necho 'OpenSSL (fake)'\n")
+        ssl.chmod(ssl.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return exe
 
 
@@ -141,18 +146,15 @@ def test_python_h_compile_probe(tmp_path: Path) -> None:
     assert try_compile_python_extension(CxxInfo("", None, None, None))[0] is None
 
 
-def test_missing_openssl_is_its_own_reason() -> None:
+def test_missing_openssl_is_its_own_reason(tmp_path: Path) -> None:
     """torch 2.13's Inductor runs `openssl sha512` on precompiled headers: without it, NOT_RUN, not a crash."""
     from dataclasses import replace
 
-    from lab.toolchain import probe
-
-    tc = probe()
-    if tc.cxx.compiler is None or tc.cxx.python_h is None:
-        import pytest
-
-        pytest.skip("needs a C++ compiler and Python.h on this host")
-    tc.cxx = replace(tc.cxx, precompile_headers=True, openssl=None)
+    fake_compiler(tmp_path / "bin", openssl=False)
+    view = HostView.make(path=str(tmp_path / "bin"), root=str(tmp_path / "root"),
+                         python_include=str(headers(tmp_path / "inc")))
+    tc = toolchain(view)
+    tc.cxx = replace(tc.cxx, precompile_headers=True)
     reason = tc.reason_for("inductor", "cpu")
     assert reason is not None and reason.code == "no_openssl" and "apt-get install openssl" in reason.message
     tc.cxx = replace(tc.cxx, precompile_headers=False)
