@@ -44,13 +44,26 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def source_digest() -> str:
+    """sha256 over the lab's own source files (lab/ and report/): provenance even where there is no .git."""
+    h = hashlib.sha256()
+    for folder in ("lab", "report"):
+        for path in sorted((REPO_ROOT / folder).rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".html", ".css"):
+                h.update(str(path.relative_to(REPO_ROOT)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def git_info() -> dict[str, Any]:
-    """The lab's commit; an image build bakes it into LAB_COMMIT where there is no .git."""
+    """The lab's commit (git, or LAB_COMMIT baked into an image or exported by whoever copied the tree)."""
     commit = _run(["git", "rev-parse", "HEAD"], REPO_ROOT)
+    digest = source_digest()
     if commit is None:
-        return {"commit": os.environ.get("LAB_COMMIT"), "dirty": None, "source": "LAB_COMMIT" if os.environ.get("LAB_COMMIT") else None}
+        env = os.environ.get("LAB_COMMIT")
+        return {"commit": env, "dirty": None, "source": "LAB_COMMIT" if env else None, "source_sha256": digest}
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
-    return {"commit": commit, "dirty": bool(status), "source": "git"}
+    return {"commit": commit, "dirty": bool(status), "source": "git", "source_sha256": digest}
 
 
 def nvidia_smi() -> dict[str, Any] | None:

@@ -124,8 +124,13 @@ class StepMethod:
         return self.state.out.detach().cpu().clone()
 
 
-def build(name: str, w: Weights, prompt: torch.Tensor, max_len: int, warmup: int = 3) -> StepMethod:
-    """Make a method ready: compile and/or capture, timing that setup once (first call included)."""
+def build(name: str, w: Weights, prompt: torch.Tensor, max_len: int, warmup: int = 3,
+          dynamic: bool | None = None) -> StepMethod:
+    """Make a method ready: compile and/or capture, timing that setup once (first call included).
+
+    `dynamic` is torch.compile's: None (its default) lets automatic dynamic shapes make the batch
+    symbolic once a second batch size is seen; False compiles one static graph per batch size.
+    """
     state = decode.new_state(w, prompt.shape[0], max_len)
     method = StepMethod(name, state, w, prompt)
     decode.prefill(state, w, prompt)
@@ -141,7 +146,7 @@ def build(name: str, w: Weights, prompt: torch.Tensor, max_len: int, warmup: int
             method.call = method.graphed.replay
         elif name in ("compile-default", "reduce-overhead", "max-autotune-no-cudagraphs", "compile+graph"):
             mode = {"compile-default": None, "compile+graph": None}.get(name, name)
-            compiled = torch.compile(STEP_FUNCTIONS[name], mode=mode)
+            compiled = torch.compile(STEP_FUNCTIONS[name], mode=mode, dynamic=dynamic)
             saved = state.snapshot()
             for _ in range(warmup):  # first call compiles; reduce-overhead records its graphs on later calls
                 _tree_step(compiled, state, w)
@@ -158,7 +163,7 @@ def build(name: str, w: Weights, prompt: torch.Tensor, max_len: int, warmup: int
             sw = clone_weights(w)
             method.weights = sw
             mark_static(list(state.buffers().values()) + sw.tensors())
-            compiled = torch.compile(STEP_FUNCTIONS[name], mode="reduce-overhead")
+            compiled = torch.compile(STEP_FUNCTIONS[name], mode="reduce-overhead", dynamic=dynamic)
             saved = state.snapshot()
             # A fresh compile (no FX-graph-cache hit from the plain reduce-overhead method): the cached
             # artefact would bring that method's decision to skip CUDA graphs with it.

@@ -39,7 +39,7 @@ def _measure_batch(ctx, w, batch: int, dtype: str, methods: tuple[str, ...], rea
     # resetting would tear down cudagraph trees that earlier batches' methods still hold.
     for name in methods:
         ctx.progress(f"batch {batch} {dtype}: preparing {name}")
-        m = stepmethods.build(name, w, prompt, prof.max_len, warmup=prof.warmup)
+        m = stepmethods.build(name, w, prompt, prof.max_len, warmup=prof.warmup, dynamic=ctx.opt("dynamic", None))
         built[name] = m
         ctx.metric("setup_s", round(m.setup_s, 4), "s", method=name, batch=batch, dtype=dtype)
         if name in stepmethods.COMPILED_METHODS:
@@ -122,6 +122,7 @@ def run(ctx) -> None:
     rounds = int(ctx.opt("rounds", prof.rounds))
     ctx.note("config", {"prompt_len": prof.prompt_len, "steps": steps, "max_len": prof.max_len,
                         "rounds": rounds, "methods": list(methods), "readback": list(readbacks),
+                        "dynamic": ctx.opt("dynamic", None),
                         "readback_methods": list(ctx.opt("readback_methods", ("eager", "graph", "compile+graph"))),
                         "batches": list(ctx.opt("batches", prof.batches))})
     _, w = ctx.gpt2("float32")
