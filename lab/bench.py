@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from statistics import median  # noqa: F401  (re-exported: experiments call bench.median)
 from typing import Any, Callable
 
 import torch
@@ -45,12 +46,6 @@ def time_methods(methods: dict[str, Callable[[], Any]], clock: Clock, rounds: in
     per_round = rotating_rounds({name: (lambda f=f: time_calls(f, iters, clock, warmup)) for name, f in methods.items()},
                                 rounds)
     return {name: [x for r in rounds_ for x in r] for name, rounds_ in per_round.items()}
-
-
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 def inductor_skip(ctx: Any, item: str) -> bool:
