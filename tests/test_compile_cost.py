@@ -25,7 +25,6 @@ def test_cache_is_not_reused_under_another_shape_or_dtype(tmp_path: Path, monkey
     import torch._inductor.config as inductor_config
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", True)
 
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.relu(x @ w) + 1
@@ -37,12 +36,15 @@ def test_cache_is_not_reused_under_another_shape_or_dtype(tmp_path: Path, monkey
         return compile_cache.cache_counters()
 
     x, w = torch.randn(4, 8), torch.randn(8, 8)
-    assert compile_once(x, w)["fxgraph_cache_miss"] == 1  # populates the cache
-    assert compile_once(x, w)["fxgraph_cache_hit"] == 1  # same setting: reused
-    other_shape = compile_once(torch.randn(5, 8), w)
-    assert other_shape["fxgraph_cache_hit"] == 0 and other_shape["fxgraph_cache_miss"] == 1
-    other_dtype = compile_once(x.double(), w.double())
-    assert other_dtype["fxgraph_cache_hit"] == 0 and other_dtype["fxgraph_cache_miss"] == 1
+    # config.patch, not monkeypatch.setattr: undoing a monkeypatch on torch's config module deletes the
+    # option (it then reads "does not exist") and breaks every later compile in the process
+    with inductor_config.patch(fx_graph_cache=True):
+        assert compile_once(x, w)["fxgraph_cache_miss"] == 1  # populates the cache
+        assert compile_once(x, w)["fxgraph_cache_hit"] == 1  # same setting: reused
+        other_shape = compile_once(torch.randn(5, 8), w)
+        assert other_shape["fxgraph_cache_hit"] == 0 and other_shape["fxgraph_cache_miss"] == 1
+        other_dtype = compile_once(x.double(), w.double())
+        assert other_dtype["fxgraph_cache_hit"] == 0 and other_dtype["fxgraph_cache_miss"] == 1
     torch._dynamo.reset()
 
 
@@ -64,10 +66,10 @@ def test_repeated_core_calls_are_the_same_work() -> None:
     model = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=128, seed=0)
     fn, args, shapes = compile_cost._build("decode_core", model, 2, "cpu", "float32", 1, 32, 8)
     first = fn(*args).clone()
-    k = args[3].clone()
+    caches = [c.clone() for c in args[3]]
     second = fn(*args)
-    assert torch.equal(first, second) and torch.equal(k, args[3])
-    assert shapes["k"] == [2, 1, 4, 32, 16]
+    assert torch.equal(first, second) and all(torch.equal(a, b) for a, b in zip(caches, args[3]))
+    assert shapes["caches"] == [[2, 1, 4, 32, 16]] * 2
     mlp, mlp_args, mlp_shapes = compile_cost._build("mlp", model, 0, "cpu", "float64", 3, 32, 8)
     assert mlp(*mlp_args).dtype == torch.float64 and mlp_shapes == {"x": [3, 256]}
 
