@@ -9,6 +9,7 @@ back to the host every step as a real engine does to check for a stop condition.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -20,6 +21,7 @@ from lab.decode import DecodeState
 from lab.dynamo_tools import artifact_logs, dynamo_counters
 from lab.graphs import GraphedStep
 from lab.model import Weights
+from lab.opprofile import enable_cpp_kernel_profile
 from lab.timing import Clock
 
 COMPILED_METHODS = ("compile-default", "reduce-overhead", "reduce-overhead-static", "compile+graph",
@@ -138,7 +140,9 @@ def build(name: str, w: Weights, prompt: torch.Tensor, max_len: int, warmup: int
     sync = torch.cuda.synchronize if prompt.is_cuda else (lambda: None)
     sync()
     start = time.perf_counter()
-    with artifact_logs("cudagraphs") as cg_log, torch.no_grad():
+    # On the CPU, Inductor's generated kernels are profiler events only if it emitted them so.
+    kernel_events = enable_cpp_kernel_profile() if not prompt.is_cuda else contextlib.nullcontext()
+    with artifact_logs("cudagraphs") as cg_log, torch.no_grad(), kernel_events:
         if name == "eager":
             method.call = lambda: decode.decode_step(state, w)
         elif name == "graph":
@@ -198,9 +202,14 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]
         times = [float(e.device_time if hasattr(e, "device_time") else e.cuda_time) for e in kernels]
         return {"kernels": len(kernels), "device_us": sum(times),
                 "top": top_kernels([(e.name, t) for e, t in zip(kernels, times)])}
-    ops = [e for e in events if e.name.startswith("aten::") and e.cpu_parent is None]
-    return {"kernels": len(ops), "device_us": None,
-            "top": top_kernels([(e.name, float(e.self_cpu_time_total)) for e in ops])}
+    # On the CPU the host is the device: outermost operators plus the kernels Inductor generated
+    # (lab.opprofile's definition, shared with the overhead experiments).
+    from lab.opprofile import summarise
+
+    prof_cpu = summarise(list(events), 1, "cpu")
+    return {"kernels": int(prof_cpu.kernels), "device_us": None,
+            "top": [{"name": r["name"], "count": int(r["per_step"]), "us": round(r["ms_per_step"] * 1e3, 2)}
+                    for r in prof_cpu.top()]}
 
 
 def top_kernels(named_us: list[tuple[str, float]], n: int = 8) -> list[dict[str, Any]]:

@@ -79,3 +79,53 @@ def test_graphed_step_restores_state_and_replays_eager_tokens(tiny) -> None:
     else:
         pytest.fail("the host guard never fired")
     assert g.position == 31  # the step at 31 would write output slot 32 of a 32-slot cache
+
+
+def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
+    """cuda_graph_decode's measuring, checking and kernel counting, and ceilings' bounds built on its
+    record, exercised on the CPU with the methods that need no CUDA (the runner skips it there)."""
+    from lab import catalogue, profiles
+    from lab.experiments import ceilings as ceilings_exp
+    from lab.experiments import cuda_graph_decode
+    from lab.results import Record, Results, RunInfo
+    from lab.runner import Context, ModelCache
+    from lab.toolchain import probe
+
+    tc = probe()
+    methods = ["eager"] + (["compile-default"] if tc.cxx_reason() is None else [])
+    profile = profiles.get("smoke").with_options(
+        "cuda_graph_decode", methods=methods, bf16_batches=[], rounds=2, steps=6, readback_methods=["eager"])
+    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={})
+    models = ModelCache(profile, {"source": "random"})
+
+    def ctx_for(exp_id: str) -> Context:
+        spec = catalogue.BY_ID[exp_id]
+        rec = Record(id=exp_id, title=spec.title, status="OK")
+        results.experiments.append(rec)
+        return Context(spec, profile, tc, rec, results, models)
+
+    ctx = ctx_for("cuda_graph_decode")
+    cuda_graph_decode.run(ctx)
+    rec = ctx.record
+    assert all(c.passed for c in rec.checks if c.fatal), [c for c in rec.checks if not c.passed]
+    for batch in profile.batches:
+        for m in methods:
+            step = rec.metric("step_ms", method=m, batch=batch, dtype="float32", readback=False)
+            assert step.spread.n == 2 * 6 and len(rec.samples) >= 2
+            assert rec.metric("tokens_equal", method=m, batch=batch, dtype="float32").value is True
+            assert rec.metric("kernels_per_step", method=m, batch=batch, dtype="float32").value > 5
+        assert rec.metric("step_ms", method="eager", batch=batch, dtype="float32", readback=True).value > 0
+        assert rec.metric("speedup_vs_eager", method="eager", batch=batch, dtype="float32", readback=False).value == 1
+    assert [s.item for s in rec.skipped] == ["max-autotune-no-cudagraphs"]
+
+    bctx = ctx_for("ceilings")
+    ceilings_exp.run(bctx)
+    b = bctx.record
+    assert b.notes["step_source"] == "cuda_graph_decode"
+    for m in methods:
+        row = dict(method=m, batch=1, dtype="float32")
+        assert b.metric("binding", **row).value in ("launch", "bandwidth", "compute")
+        bound = b.metric("bound_ms", **row).value
+        assert bound == max(b.metric(f"bound_{k}_ms", **row).value for k in ("launch", "bandwidth", "compute"))
+        measured = rec.metric("step_ms", method=m, batch=1, dtype="float32", readback=False).value
+        assert b.metric("measured_over_bound", **row).value == round(measured / bound, 3)

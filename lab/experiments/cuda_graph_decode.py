@@ -91,10 +91,9 @@ def _measure_batch(ctx, w, batch: int, dtype: str, methods: tuple[str, ...], rea
     for key, per_round in samples.items():
         name, rb = key.split("|")
         flat = [x for r in per_round for x in r]
-        sp = ctx.timing("step_ms", flat, "ms", method=name, batch=batch, dtype=dtype, readback=rb == "True")
+        ctx.timing("step_ms", flat, "ms", method=name, batch=batch, dtype=dtype, readback=rb == "True")
         ctx.metric("round_medians_ms", [round(sorted(r)[len(r) // 2], 5) for r in per_round], "ms",
                    method=name, batch=batch, dtype=dtype, readback=rb == "True")
-        _ = sp
     for rb in readbacks:
         eager_ms = ctx.record.metric("step_ms", method="eager", batch=batch, dtype=dtype, readback=rb).value
         for name in built:
