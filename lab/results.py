@@ -22,7 +22,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 SCHEMA = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
@@ -147,6 +147,11 @@ class Results:
             if rec.id == experiment_id:
                 return rec
         raise KeyError(experiment_id)
+
+
+def ok_record(records: Iterable[Record], experiment_id: str) -> Record | None:
+    """The OK record of `experiment_id` among `records` (an earlier experiment of this run), or None."""
+    return next((r for r in records if r.id == experiment_id and r.status == "OK"), None)
 
 
 # ---------------------------------------------------------------------------- serialisation

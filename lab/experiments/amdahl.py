@@ -24,6 +24,7 @@ from lab import decode
 from lab.bench import COMPILED, EAGER, compile_first_call, time_methods
 from lab.dynamo_tools import quiet_dynamo
 from lab.opprofile import profile_step
+from lab.results import ok_record
 
 DEFAULT_K = 3.0
 
@@ -37,12 +38,11 @@ def predicted_speedup(f: float, k: float) -> float:
 
 def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float, str]:
     """(k, where it came from): the fusion record's measured speedup, else the module's 3×."""
-    for rec in records:
-        if rec.id == "fusion" and rec.status == "OK":
-            for m in rec.metrics:
-                if m.name == "speedup" and m.params.get("n_ops") == n_ops and m.params.get("residency") == residency:
-                    return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
-                                                     f"({float(m.value):.2f}x, floored at 1)"
+    rec = ok_record(records, "fusion")
+    for m in rec.metrics if rec else []:
+        if m.name == "speedup" and m.params.get("n_ops") == n_ops and m.params.get("residency") == residency:
+            return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
+                                             f"({float(m.value):.2f}x, floored at 1)"
     return DEFAULT_K, f"assumed: no fusion record with n_ops={n_ops}, {residency} in this run (module text's 3x)"
 
 
@@ -53,12 +53,11 @@ def _block(x: torch.Tensor, lw: Any, n_head: int, eps: float, causal: torch.Tens
 
 
 def _lead_decode_speedup(records: list[Any]) -> float | None:
-    for rec in records:
-        if rec.id == "cuda_graph_decode" and rec.status == "OK":
-            for m in rec.metrics:
-                if (m.name == "speedup_vs_eager" and m.params.get("method") == "compile-default"
-                        and m.params.get("batch") == 1 and not m.params.get("readback", False)):
-                    return float(m.value)
+    rec = ok_record(records, "cuda_graph_decode")
+    for m in rec.metrics if rec else []:
+        if (m.name == "speedup_vs_eager" and m.params.get("method") == "compile-default"
+                and m.params.get("batch") == 1 and not m.params.get("readback", False)):
+            return float(m.value)
     return None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from lab import ceilings, stepmethods
+from lab.results import ok_record
 from lab.timing import rotating_rounds
 
 GRAPH_METHODS = {"graph", "compile+graph"}
@@ -24,13 +25,6 @@ def _sizes(ctx) -> dict[str, int]:
         "matmul_n_fp32": int(ctx.opt("matmul_n_fp32", 8192 if cuda else 1024)),
         "matmul_n_bf16": int(ctx.opt("matmul_n_bf16", 8192 if cuda else 0)),
     }
-
-
-def _decode_record(ctx):
-    for rec in ctx.results.experiments:
-        if rec.id == "cuda_graph_decode" and rec.status == "OK":
-            return rec
-    return None
 
 
 def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
@@ -100,7 +94,7 @@ def run(ctx) -> None:
     if dev.type == "cuda":
         ctx.note("tf32_matmul_allowed", torch.backends.cuda.matmul.allow_tf32)
     # --- the bounds of each measured step
-    rec = _decode_record(ctx)
+    rec = ok_record(ctx.results.experiments, "cuda_graph_decode")
     rows: list[dict] = []
     if rec is not None:
         source = "cuda_graph_decode"

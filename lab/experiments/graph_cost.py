@@ -13,19 +13,19 @@ import torch
 from lab import decode, stepmethods
 from lab.costs import break_even_calls
 from lab.graphs import GraphedStep
+from lab.results import ok_record
 from lab.timing import rotating_rounds
 
 MIB = 1024 * 1024
 
 
 def _step_ms_from_run(ctx, method: str, batch: int) -> float | None:
-    for rec in ctx.results.experiments:
-        if rec.id == "cuda_graph_decode" and rec.status == "OK":
-            try:
-                return float(rec.metric("step_ms", method=method, batch=batch, dtype="float32", readback=False).value)
-            except KeyError:
-                return None
-    return None
+    rec = ok_record(ctx.results.experiments, "cuda_graph_decode")
+    try:
+        return None if rec is None else float(
+            rec.metric("step_ms", method=method, batch=batch, dtype="float32", readback=False).value)
+    except KeyError:
+        return None
 
 
 def run(ctx) -> None:
