@@ -1,0 +1,53 @@
+"""Why something did not run or failed: the `Reason` record and every reason code, in one place.
+
+A code is machine-readable and stable (reports, compare and tests match on it); the message beside
+it is the sentence that tells the user how to make the thing run. Producers build the message where
+they know the facts (the toolchain probe, the runner, the container tools); the codes live here.
+Standard library only: nox, the container tools and the report import it without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why something did not run (or failed): a machine-readable code and the sentence for a human."""
+
+    code: str
+    message: str
+
+
+class Code(StrEnum):
+    # prerequisites of the host (lab.toolchain)
+    NO_CUDA = "no_cuda"
+    NO_TRITON = "no_triton"
+    NO_CXX_COMPILER = "no_cxx_compiler"
+    COMPILER_NOT_ON_PATH = "compiler_not_on_path"
+    NO_PYTHON_HEADERS = "no_python_headers"
+    NO_OPENSSL = "no_openssl"
+    WINDOWS_HOST_REQUIRED = "windows_host_required"
+    LINUX_HOST_REQUIRED = "linux_host_required"
+    # the runner
+    EXCEPTION = "exception"
+    CHECK_FAILED = "check_failed"
+    CHILD_DIED = "child_died"
+    NOT_IMPLEMENTED = "not_implemented"
+    # parts of an experiment (ctx.skip)
+    FLAG_OFF = "flag_off"
+    PROFILE_BUDGET = "profile_budget"
+    DISABLED_IN_PROFILE = "disabled_in_profile"
+    NOT_ON_THIS_DEVICE = "not_on_this_device"
+    NOT_APPLICABLE = "not_applicable"
+    NOT_MEASURED = "not_measured"
+    NO_TIMINGS = "no_timings"
+    NO_PEAK = "no_peak"
+    COMPILE_FAILED = "compile_failed"
+    DEPTH_EXCEEDS_MODEL = "depth_exceeds_model"
+    # containers (lab.container)
+    NO_DOCKER = "no_docker"
+    DOCKER_DAEMON_UNREACHABLE = "docker_daemon_unreachable"
+    IMAGE_MISSING = "image_missing"
+    NO_NVIDIA_CONTAINER_TOOLKIT = "no_nvidia_container_toolkit"
