@@ -17,12 +17,12 @@ The loader refuses any other schema version with a one-line error that names the
 from __future__ import annotations
 
 import json
-import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal
+
+from lab.atomic import clean, write_json_atomic
+from lab.reasons import Reason
 
 SCHEMA = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
@@ -33,14 +33,6 @@ MANIFEST_NAME = "manifest.json"
 
 class ResultsError(ValueError):
     """A results or manifest file that cannot be used; the message is one line naming the file."""
-
-
-@dataclass(frozen=True)
-class Reason:
-    """Why something did not run (or failed): a machine-readable code and the sentence for a human."""
-
-    code: str
-    message: str
 
 
 @dataclass
@@ -156,35 +148,8 @@ def ok_record(records: Iterable[Record], experiment_id: str) -> Record | None:
 
 # ---------------------------------------------------------------------------- serialisation
 
-def _clean(value: Any) -> Any:
-    """JSON has no NaN/inf: store them as strings so the file stays strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def to_dict(results: Results) -> dict[str, Any]:
-    return _clean(asdict(results))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON next to its destination and rename it into place: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(_clean(data), handle, indent=1, sort_keys=False, allow_nan=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return clean(asdict(results))
 
 
 def save(results: Results, run_dir: Path) -> Path:

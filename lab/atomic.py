@@ -1,0 +1,41 @@
+"""Writing a JSON file so that no reader ever sees half of it (standard library only).
+
+The file is written next to its destination and renamed into place. JSON has no NaN or infinity:
+such floats are stored as the strings "nan", "inf", "-inf" so the file stays strict JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def clean(value: Any) -> Any:
+    """`value` with non-finite floats as strings and tuples as lists (JSON's own types only)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON next to its destination and rename it into place: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(clean(data), handle, indent=1, sort_keys=False, allow_nan=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
