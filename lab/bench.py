@@ -1,7 +1,7 @@
 """Timing several ways of running the same work, and compiling with the cost kept apart.
 
-Every overhead experiment compares methods (eager, compiled, graph, compile+graph) on one piece of
-work. The rules are the lab's: warm up, synchronise, time each call with the run's clock (CUDA
+Every overhead experiment compares methods (`lab.names.Method`: eager, compile-default, graph,
+compile+graph) on one piece of work. The rules are the lab's: warm up, synchronise, time each call with the run's clock (CUDA
 events on the GPU), rotate the method order between rounds, keep every sample; the first call of a
 compiled function (Dynamo + Inductor) is timed on its own as `setup_s` and never mixed into steps.
 """
@@ -16,10 +16,8 @@ from typing import Any, Callable
 import torch
 
 from lab.opprofile import enable_cpp_kernel_profile
+from lab.reasons import Code
 from lab.timing import Clock, rotating_rounds, sync, time_calls
-
-# Canonical method names, shared with `selection` (the lead's cuda_graph_decode uses its own).
-EAGER, COMPILED, GRAPH, COMPILE_GRAPH = "eager", "compiled", "graph", "compile+graph"
 
 
 @dataclass
@@ -61,6 +59,6 @@ def cuda_skip(ctx: Any, item: str) -> bool:
     """Record `item` as skipped when the run is not on a CUDA device (graph replay needs one); True if skipped."""
     if ctx.device.type == "cuda":
         return False
-    ctx.skip(item, "no_cuda", "CUDA graph capture and replay need a CUDA device: run the gpu profile on a host "
+    ctx.skip(item, Code.NO_CUDA, "CUDA graph capture and replay need a CUDA device: run the gpu profile on a host "
                               "with an NVIDIA GPU and a CUDA build of torch")
     return True

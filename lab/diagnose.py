@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from lab.bench import compile_first_call, median, time_methods
+from lab.names import Method
 from lab.opprofile import StepProfile, profile_step
 from lab.timing import clock_for, spread, sync
 
@@ -267,7 +268,7 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
     say("profiling eager")
     eager_prof = profile_step(eager_call, dev, steps=steps, warmup=warmup)
     compiled_prof: StepProfile | None = None
-    methods: dict[str, Callable[[], Any]] = {"eager": eager_call}
+    methods: dict[str, Callable[[], Any]] = {Method.EAGER: eager_call}
     setup_s = None
     why_not = None
     if not compile:
@@ -290,7 +291,7 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
 
         say("profiling compiled")
         compiled_prof = profile_step(compiled_call, dev, steps=steps, warmup=warmup)
-        methods["compiled"] = compiled_call
+        methods[Method.COMPILE_DEFAULT] = compiled_call
     say("timing (rotating rounds)")
     samples = time_methods(methods, clock_for(dev), rounds=rounds, iters=iters, warmup=warmup)
     naive = None
@@ -301,8 +302,8 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
             eager_call()
         naive = (time.perf_counter() - t0) * 1e3 / iters
         sync(dev)
-    eager_ms = median(samples["eager"])
-    compiled_ms = median(samples["compiled"]) if "compiled" in samples else None
+    eager_ms = median(samples[Method.EAGER])
+    compiled_ms = median(samples[Method.COMPILE_DEFAULT]) if Method.COMPILE_DEFAULT in samples else None
     checks = [_host_device(eager_prof, eager_ms, dev), _kernels(eager_prof, compiled_prof, why_not, dev), brk, rec,
               _steady(samples, rounds, setup_s, naive)]
     speedup = eager_ms / compiled_ms if compiled_ms else None

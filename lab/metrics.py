@@ -85,8 +85,187 @@ def spec(name: str) -> MetricSpec | None:
 
 
 L, H, N = Direction.LOWER, Direction.HIGHER, Direction.NONE
+NUMBERS, BOOL, TEXT = Kind.NUMBERS, Kind.BOOL, Kind.TEXT
 
-# ---------------------------------------------------------------------------- shared by several experiments
-STEP_MS = declare("step_ms", units.MS, L, "median time of one step (or call) of the method")
-SETUP_S = declare("setup_s", units.S, L, "time to make the method ready: compile and/or capture, first call included")
-SPEEDUP = declare("speedup_vs_eager", units.X, H, "eager's median step time over this method's")
+# Compile times depend on whether Inductor's cache already held the kernels: two values compare only
+# where the cache was in the same state (not recorded in the manifest yet: another issue adds it).
+_CACHE = ("manifest:compile_cache.state",)
+
+# Why counts of kernels, graphs and ops have no direction: they describe the program a method runs
+# (a torch upgrade may fuse differently); what they cost is judged by the times beside them.
+_STRUCTURE = " (a count describing the program, judged through the times: no direction)"
+
+# ---------------------------------------------------------------------------- step times and speedups
+STEP_MS = declare("step_ms", units.MS, L, "median time of one step (or call) of the method",
+                  comparable=("metric:bytes_moved",))
+ROUND_MEDIANS_MS = declare("round_medians_ms", units.MS, N, "the median step time of each round, in round order "
+                           "(the spread behind step_ms, judged through it)", kind=NUMBERS)
+STEADY_MS = declare("steady_ms", units.MS, L, "median steady-state call time in the warm child process")
+EMPTY_MS = declare("empty_ms", units.MS, L, "median time of K torch.empty calls of the workload's size")
+SETUP_S = declare("setup_s", units.S, L, "time to make the method ready: compile and/or capture, first call included",
+                  comparable=_CACHE)
+SPEEDUP_VS_EAGER = declare("speedup_vs_eager", units.X, H, "eager's median step time over this method's")
+SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
+                  "is named)")
+SPEEDUP_VS_BROKEN_EAGER = declare("speedup_vs_broken_eager", units.X, H,
+                                  "the broken step's eager median over this version and method's")
+MARGIN_VS_RUNNER_UP = declare("margin_vs_runner_up", units.X, N,
+                              "the runner-up's median over the winner's (how clear the choice was)")
+
+# ---------------------------------------------------------------------------- correctness (outside timing)
+TOKENS_EQUAL = declare("tokens_equal", units.BOOL, N, "the greedy tokens equal the reference's", kind=BOOL)
+TOKEN_AGREEMENT = declare("token_agreement", units.FRACTION, H, "share of greedy tokens equal to the reference's")
+MAX_LOGIT_DIFF = declare("max_logit_diff", units.ABS, L, "largest absolute logit difference from the reference")
+MAX_LOGIT_REL_DIFF = declare("max_logit_rel_diff", units.FRACTION, L,
+                             "largest logit difference as a fraction of the reference's largest |logit|")
+DISTINCT_TOKENS_MIN = declare("distinct_tokens_min", units.COUNT, N, "fewest distinct tokens in any compared "
+                              "sequence (equality of repetitive sequences would prove nothing)")
+GARBAGE_SCALE = declare("garbage_scale", units.X, N, "scale of the random values written into unreached cache "
+                        "slots (a setting, recorded beside the result)")
+
+# ---------------------------------------------------------------------------- the host's tools (toolchain)
+CXX_COMPILER_FOUND = declare("cxx_compiler_found", units.BOOL, N, "a C++ compiler Inductor would use was found",
+                             kind=BOOL)
+CXX_OFF_PATH = declare("cxx_off_path", units.COUNT, N, "C++ compilers found only off PATH (Inductor cannot use them)")
+PYTHON_HEADERS = declare("python_headers", units.BOOL, N, "Python.h was found", kind=BOOL)
+TRITON_IMPORTABLE = declare("triton_importable", units.BOOL, N, "Triton imports", kind=BOOL)
+CUDA_AVAILABLE = declare("cuda_available", units.BOOL, N, "torch sees a CUDA device", kind=BOOL)
+INDUCTOR_BACKEND_USABLE = declare("inductor_backend_usable", units.BOOL, N,
+                                  "Inductor's backend (cpp or triton) has what it needs here", kind=BOOL)
+PYTHON_EXTENSION_COMPILES = declare("python_extension_compiles", units.BOOL, N,
+                                    "a file including Python.h compiles with the compiler found", kind=BOOL)
+
+# ---------------------------------------------------------------------------- Dynamo: graphs, breaks, compiles
+GRAPHS = declare("graphs", units.COUNT, N, "graphs Dynamo made" + _STRUCTURE)
+DYNAMO_GRAPHS = declare("dynamo_graphs", units.COUNT, N, "graphs Dynamo made for the compiled step" + _STRUCTURE)
+SYMBOLIC_GRAPHS = declare("symbolic_graphs", units.COUNT, N,
+                          "graphs with a symbolic (dynamic) size among their inputs" + _STRUCTURE)
+OPS = declare("ops", units.COUNT, N, "operations in the graphs explain saw" + _STRUCTURE)
+EXPLAIN_OPS = declare("explain_ops", units.COUNT, N, "operations torch._dynamo.explain counted" + _STRUCTURE)
+OP_NODES_FIRST_GRAPH = declare("op_nodes_first_graph", units.COUNT, N,
+                               "call nodes in the first graph Dynamo made" + _STRUCTURE)
+GRAPH_BREAKS = declare("graph_breaks", units.COUNT, L, "graph breaks: each one returns to Python mid-step")
+COMPILES = declare("compiles", units.COUNT, L, "frames Dynamo compiled over the calls (each one costs a compile)")
+COMPILED_FRAMES = declare("compiled_frames", units.COUNT, N, "frames Dynamo compiled while making this method ready "
+                          "(0: it reused an earlier batch's graph; no direction: reuse depends on dynamic shapes)")
+RECOMPILES = declare("recompiles", units.COUNT, L, "recompilations seen over repeated calls")
+RECOMPILES_DURING_TIMING = declare("recompiles_during_timing", units.COUNT, L,
+                                   "frames compiled during the timed rounds (should be 0)")
+RECOMPILE_LIMIT = declare("recompile_limit", units.COUNT, N, "Dynamo's recompile limit (a setting of this torch)")
+LIMIT_HIT = declare("limit_hit", units.BOOL, N, "Dynamo hit its recompile limit and fell back to eager", kind=BOOL)
+CUDAGRAPH_SKIPS = declare("cudagraph_skips", units.COUNT, L,
+                          "times Inductor declined CUDA graphs for this method (reasons in the notes)")
+STEP_COMPILES = declare("step_compiles", units.BOOL, N, "the whole step compiles and runs", kind=BOOL)
+OP_COMPILES = declare("op_compiles", units.BOOL, N, "this operation of the step compiles and runs on its own",
+                      kind=BOOL)
+
+# ---------------------------------------------------------------------------- kernels and where time goes
+KERNELS = declare("kernels", units.COUNT, N, "kernels per call from the profiler: device kernels on CUDA, "
+                  "outermost ops + generated kernels on the CPU" + _STRUCTURE)
+KERNELS_PER_STEP = declare("kernels_per_step", units.COUNT, N, "kernels per decode step from the profiler (device "
+                           "kernels on CUDA, outermost ops + generated kernels on the CPU)" + _STRUCTURE)
+OPS_PER_STEP = declare("ops_per_step", units.COUNT, N, "ops (CPU) or kernels (CUDA) per call" + _STRUCTURE)
+KERNEL_TIME_PER_STEP_US = declare("kernel_time_per_step_us", units.US, L, "GPU time inside the step's kernels")
+MATMUL_SHARE = declare("matmul_share", units.FRACTION, N, "share of kernel time in matrix products (a property of "
+                       "the workload: no direction)")
+GEMM_SHARE = declare("gemm_share", units.FRACTION, N, "share of kernel time in GEMMs (a property of the workload: "
+                     "no direction)")
+FUSIBLE_FRACTION = declare("fusible_fraction", units.FRACTION, N,
+                           "share of kernel time outside matrix products: what fusion can attack (no direction)")
+HOST_SHARE = declare("host_share", units.FRACTION, N,
+                     "share of the step the GPU waits on the host (a diagnosis, not a performance: no direction)")
+
+# ---------------------------------------------------------------------------- ceilings and bounds
+LAUNCH_US_PER_OP = declare("launch_us_per_op", units.US, L, "the cost of one tiny op (eager) or one node of a "
+                           "replayed graph: the best of the samples")
+LAUNCH_US_PER_OP_SAMPLES = declare("launch_us_per_op_samples", units.US, L,
+                                   "the samples behind launch_us_per_op (median and spread)")
+BANDWIDTH_GBPS = declare("bandwidth_GBps", units.GBPS, H, "device copy bandwidth: the best of the samples")
+BANDWIDTH_GBPS_SAMPLES = declare("bandwidth_GBps_samples", units.GBPS, H,
+                                 "the samples behind bandwidth_GBps (median and spread)")
+MATMUL_TFLOPS = declare("matmul_TFLOPs", units.TFLOPS, H, "matmul peak: the best of the samples")
+MATMUL_TFLOPS_SAMPLES = declare("matmul_TFLOPs_samples", units.TFLOPS, H,
+                                "the samples behind matmul_TFLOPs (median and spread)")
+LAUNCH_COST_BASIS = declare("launch_cost_basis", units.NONE, N,
+                            "which per-kernel cost the launch bound uses: eager or graph_node", kind=TEXT)
+BYTES_PER_STEP = declare("bytes_per_step", units.BYTES, N, "bytes a step must read and write (weights, cache)")
+FLOPS_PER_STEP = declare("flops_per_step", units.FLOP, N, "floating-point operations of one step")
+BOUND_LAUNCH_MS = declare("bound_launch_ms", units.MS, L, "lower bound on a step: kernels x per-kernel launch cost")
+BOUND_BANDWIDTH_MS = declare("bound_bandwidth_ms", units.MS, L, "lower bound on a step: bytes / bandwidth")
+BOUND_COMPUTE_MS = declare("bound_compute_ms", units.MS, L, "lower bound on a step: FLOPs / matmul peak")
+BOUND_MS = declare("bound_ms", units.MS, L, "the largest of the three bounds: no step can be faster")
+BINDING = declare("binding", units.NONE, N, "which bound binds: launch, bandwidth or compute", kind=TEXT)
+MEASURED_MS = declare("measured_ms", units.MS, L, "the measured step time the bounds are set against")
+MEASURED_OVER_BOUND = declare("measured_over_bound", units.X, L, "measured step time over its bound: how far from "
+                              "the ceiling (1 is at it)")
+ACHIEVED_GBPS = declare("achieved_GBps", units.GBPS, H, "bytes moved per second at the measured time")
+ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time")
+
+# ---------------------------------------------------------------------------- graph capture and memory
+CAPTURE_S = declare("capture_s", units.S, L, "warm-up + capture of a CUDA graph")
+WARMUP_S = declare("warmup_s", units.S, L, "the side-stream warm-up before capture")
+CAPTURE_ONLY_S = declare("capture_only_s", units.S, L, "the capture itself")
+STATE_MIB = declare("state_MiB", units.MIB, L, "the decode state and KV cache, by tensor sizes")
+STATE_ALLOCATED_MIB = declare("state_allocated_MiB", units.MIB, L, "what allocating the state took from the allocator")
+GRAPH_POOL_MIB = declare("graph_pool_MiB", units.MIB, L, "what the graph's private memory pool reserved")
+WEIGHTS_MIB = declare("weights_MiB", units.MIB, N, "the model's weights (a property of the model)")
+SAVING_MS_PER_STEP = declare("saving_ms_per_step", units.MS, H, "eager's step time minus graph replay's")
+BREAK_EVEN_STEPS = declare("break_even_steps", units.STEPS, L, "steps after which capture has paid for itself")
+
+# ---------------------------------------------------------------------------- compile cost (fresh processes)
+FIRST_CALL_S = declare("first_call_s", units.S, L, "the first call of the compiled function in a fresh process: "
+                       "tracing, lowering, code generation, compilation (the phase param says which cache state)")
+SAVING_MS_PER_CALL = declare("saving_ms_per_call", units.MS, H, "eager's call time minus compiled's, in that phase's "
+                             "process")
+BREAK_EVEN_CALLS = declare("break_even_calls", units.CALLS, L, "calls after which the compile has paid for itself "
+                           "(null: never)")
+CACHE_REUSED = declare("cache_reused", units.BOOL, N, "the populated FX graph cache was hit under this setting",
+                       kind=BOOL)
+
+# ---------------------------------------------------------------------------- graph hazards
+REPLACED_INPUT_TOKENS_EQUAL_UNTOUCHED = declare(
+    "replaced_input_tokens_equal_untouched", units.BOOL, N,
+    "after replacing a captured input tensor, replay's tokens equal an untouched run's (the hazard)", kind=BOOL)
+COPIED_INPUT_CHANGES_TOKENS = declare("copied_input_changes_tokens", units.BOOL, N,
+                                      "copying into the captured input changes replay's tokens (the remedy)", kind=BOOL)
+CHILD_DIED = declare("child_died", units.BOOL, N, "stepping past the cache end ended the child process", kind=BOOL)
+CHILD_EXIT_CODE = declare("child_exit_code", units.NONE, N, "the child's exit status (null: killed or timed out)")
+DEVICE_ASSERT_SEEN = declare("device_assert_seen", units.BOOL, N, "the child's stderr shows a device-side assert",
+                             kind=BOOL)
+EAGER_CPU_EXCEPTION_CAUGHT = declare("eager_cpu_exception_caught", units.BOOL, N,
+                                     "eager past the cache end on the CPU raised a catchable exception", kind=BOOL)
+GUARD_RAISED = declare("guard_raised", units.BOOL, N, "GraphedStep's host guard raised before the cache end",
+                       kind=BOOL)
+GUARD_REPLAYS_BEFORE_ERROR = declare("guard_replays_before_error", units.STEPS, N,
+                                     "replays GraphedStep allowed before its guard raised (set by the cache size)")
+
+# ---------------------------------------------------------------------------- overheads
+BYTES_MOVED = declare("bytes_moved", units.BYTES, N, "bytes read and written per call: each op's (eager) or one "
+                      "read and one write (fused)")
+CEILING_X = declare("ceiling_x", units.X, N, "the fusion ceiling: N ops fused move N times fewer bytes (a property of "
+                    "the chain)")
+US_PER_OP = declare("us_per_op", units.US, L, "step time per op")
+US_PER_OP_REMOVED = declare("us_per_op_removed", units.US, H, "(eager - method) per op: the overhead removed")
+ALLOCATIONS_PER_STEP = declare("allocations_per_step", units.COUNT, L, "caching-allocator allocations per call (CUDA)")
+US_PER_INTERMEDIATE = declare("us_per_intermediate", units.US, L,
+                              "(allocating - method) per intermediate: what one intermediate tensor costs")
+US_PER_EMPTY = declare("us_per_empty", units.US, L, "one torch.empty of the workload's size")
+
+# ---------------------------------------------------------------------------- Amdahl
+K = declare("k", units.X, N, "how much faster fusion makes the fusible part (measured by fusion, or assumed 3): an "
+            "input of the prediction")
+PREDICTED_SPEEDUP = declare("predicted_speedup", units.X, N, "Amdahl's prediction 1 / ((1 - f) + f / k): a "
+                            "prediction, not a performance")
+MEASURED_SPEEDUP = declare("measured_speedup", units.X, H, "the compile speedup measured for the workload")
+MEASURED_OVER_PREDICTED = declare("measured_over_predicted", units.X, N,
+                                  "measured over predicted speedup: 1 is a perfect prediction (no direction)")
+
+# ---------------------------------------------------------------------------- verdicts (diagnose, selection)
+VERDICT = declare("verdict", units.NONE, N, "diagnose's verdict: graph-broken, recompiling, gemm-bound, launch-bound, "
+                  "dispatch-bound, fusion or no-overhead", kind=TEXT)
+WINNER = declare("winner", units.NONE, N, "the method with the lowest step time (eager on a tie inside the spread)",
+                 kind=TEXT)
+WINNER_FAMILY = declare("winner_family", units.NONE, N, "the winner's family: eager, compile, graph or compile+graph",
+                        kind=TEXT)
+TIE_WITH_EAGER = declare("tie_with_eager", units.BOOL, N, "the fastest method was inside eager's spread", kind=BOOL)
+CASES = declare("cases", units.COUNT, N, "cases the selection rule was applied to")

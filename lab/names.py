@@ -21,6 +21,41 @@ class Method(StrEnum):
     MAX_AUTOTUNE = "max-autotune-no-cudagraphs"  # torch.compile(mode="max-autotune-no-cudagraphs")
 
 
+class Variant(StrEnum):
+    """Other labels an experiment times beside the methods: the same work written another way."""
+
+    GRAPH_NO_CLONE = "graph-no-clone"  # manual_graph_recipe: replay without cloning the static output
+    ALLOCATING = "allocating"  # allocation: each op returns a fresh tensor (the eager way)
+    PLANNED = "planned"  # allocation: each op writes into one of two buffers allocated once
+    IN_PLACE = "in-place"  # allocation: no output tensor at all
+
+
+class Family(StrEnum):
+    """The chapter's four answers to "which way should this step run?" (experiments/selection.py)."""
+
+    EAGER = "eager"
+    COMPILE = "compile"
+    GRAPH = "graph"
+    COMPILE_GRAPH = "compile+graph"
+
+
+FAMILY: dict[str, Family] = {
+    Method.EAGER: Family.EAGER, Method.GRAPH: Family.GRAPH, Method.COMPILE_DEFAULT: Family.COMPILE,
+    Method.MAX_AUTOTUNE: Family.COMPILE, Method.COMPILE_GRAPH: Family.COMPILE_GRAPH,
+    # reduce-overhead is compile plus cudagraph trees: compile+graph by another road
+    Method.REDUCE_OVERHEAD: Family.COMPILE_GRAPH, Method.REDUCE_OVERHEAD_STATIC: Family.COMPILE_GRAPH,
+    Variant.GRAPH_NO_CLONE: Family.GRAPH, Variant.ALLOCATING: Family.EAGER,
+}
+
+# The labels a workload's baseline carries: what every other method is measured against.
+BASELINES: tuple[str, ...] = (Method.EAGER, Variant.ALLOCATING)
+
+
+def family(method: object) -> str:
+    """The family of a method or variant; a label the lab does not declare keeps its own name."""
+    return FAMILY.get(str(method), str(method))
+
+
 # The order in which tables and charts list methods: from the step as written to the most transformed.
 METHOD_ORDER: tuple[str, ...] = tuple(m.value for m in Method)
 

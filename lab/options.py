@@ -6,12 +6,13 @@ with `option(default, "one line of help")`. Profiles override fields by name
 (`--set EXPERIMENT.FIELD=VALUE`); `resolve` builds the instance the experiment receives as
 `ctx.options`, refusing unknown names and values of the wrong type with a one-line error. A field
 whose default is `None` takes its value from the profile (the help says which); the experiment
-reads `ctx.options.steps or ctx.profile.decode_steps`.
+reads `prof.decode_steps if ctx.options.steps is None else ctx.options.steps` (0 is a value).
 
 Text from the command line is parsed by the declared type: `true/false/1/0/yes/no/on/off` for
-bools; ints; floats; comma-separated lists (`1,8,16`) for tuples and lists; `none`/`null` for an
-Optional field. Values that come from a profile (Python objects) are checked against the same
-types, so `try_compile="False"` in a profile is an error, not a truthy string.
+bools; ints; floats; a member's value for an enum or a Literal (`compile-default`); comma-separated
+lists (`1,8,16`) for tuples and lists; `none`/`null` for an Optional field. Values that come from a
+profile (Python objects) are checked against the same types, so `try_compile="False"` in a profile
+is an error, not a truthy string.
 
 This module imports nothing but the standard library (the report and `list --options` use it).
 """
@@ -19,6 +20,7 @@ This module imports nothing but the standard library (the report and `list --opt
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
@@ -64,7 +66,13 @@ def _type_name(tp: Any) -> str:
         return f"list of {_type_name(args[0]) if args else 'values'}"
     if origin is typing.Literal:
         return " | ".join(repr(a) for a in get_args(tp))
+    if _is_enum(tp):
+        return " | ".join(repr(m.value) for m in tp)
     return getattr(tp, "__name__", str(tp))
+
+
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
 
 def describe(cls: type) -> list[OptionInfo]:
@@ -94,11 +102,12 @@ def _parse_scalar(text: str, tp: Any, where: str) -> Any:
             raise OptionsError(f"{where}: expected a float, got {text!r}") from None
     if tp is str:
         return text
-    if get_origin(tp) is typing.Literal:
-        allowed = get_args(tp)
-        if text in allowed:
-            return text
-        raise OptionsError(f"{where}: expected one of {', '.join(map(str, allowed))}, got {text!r}")
+    if get_origin(tp) is typing.Literal or _is_enum(tp):
+        try:
+            return _coerce_scalar(text.strip(), tp, where)
+        except OptionsError:
+            allowed = [m.value for m in tp] if _is_enum(tp) else get_args(tp)
+            raise OptionsError(f"{where}: expected one of {', '.join(map(str, allowed))}, got {text!r}") from None
     raise OptionsError(f"{where}: cannot parse a value of type {_type_name(tp)}")
 
 
@@ -109,13 +118,11 @@ def parse_text(text: str, tp: Any, where: str) -> Any:
         args = get_args(tp)
         if type(None) in args and text.strip().lower() in NONE:
             return None
-        inner = [a for a in args if a is not type(None)]
-        errors = []
-        for a in inner:
+        for a in (a for a in args if a is not type(None)):
             try:
                 return parse_text(text, a, where)
-            except OptionsError as exc:
-                errors.append(str(exc))
+            except OptionsError:
+                continue
         raise OptionsError(f"{where}: expected {_type_name(tp)}, got {text!r}")
     if origin in (tuple, list):
         args = [a for a in get_args(tp) if a is not Ellipsis]
@@ -125,16 +132,30 @@ def parse_text(text: str, tp: Any, where: str) -> Any:
     return _parse_scalar(text, tp, where)
 
 
-def _check_scalar(value: Any, tp: Any) -> bool:
+def _coerce_scalar(value: Any, tp: Any, where: str) -> Any:
+    """`value` as an instance of the scalar type `tp` (an int is a float; a member's value is the member)."""
+    if tp is Any:
+        return value
     if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if get_origin(tp) is typing.Literal:
-        return value in get_args(tp)
-    return isinstance(value, tp)
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        ok = False
+    elif get_origin(tp) is typing.Literal:
+        ok = value in get_args(tp) and not isinstance(value, bool)
+    elif _is_enum(tp):
+        try:
+            return tp(value)
+        except ValueError:
+            ok = False
+    else:
+        ok = isinstance(value, tp)
+    if not ok:
+        _fail(value, tp, where)
+    return value
 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
@@ -154,12 +175,11 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             _fail(value, tp, where)
         args = [a for a in get_args(tp) if a is not Ellipsis]
         item = args[0] if args else Any
-        if item is not Any and not all(_check_scalar(v, item) for v in value):
+        try:
+            return tuple(_coerce_scalar(v, item, where) for v in value)
+        except OptionsError:
             _fail(value, tp, where)
-        return tuple(float(v) if item is float else v for v in value)
-    if not _check_scalar(value, tp):
-        _fail(value, tp, where)
-    return float(value) if tp is float else value
+    return _coerce_scalar(value, tp, where)
 
 
 def _fail(value: Any, tp: Any, where: str) -> Any:
@@ -169,8 +189,8 @@ def _fail(value: Any, tp: Any, where: str) -> Any:
 def _known(cls: type, key: str, experiment: str, source: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     if key not in names:
-        valid = ", ".join(names) or "(none: this experiment has no options)"
-        raise OptionsError(f"{source}: {experiment} has no option {key!r} (valid: {valid})")
+        valid = f"valid: {', '.join(names)}" if names else "it has no options"
+        raise OptionsError(f"{source} {experiment}.{key}: {experiment} has no option {key!r} ({valid})")
 
 
 def resolve(cls: type, experiment: str, profile_values: Mapping[str, Any] | None = None,
@@ -180,7 +200,7 @@ def resolve(cls: type, experiment: str, profile_values: Mapping[str, Any] | None
     hints = _hints(cls)
     values: dict[str, Any] = {}
     for key, value in (profile_values or {}).items():
-        _known(cls, key, experiment, f"profile {profile_name}")
+        _known(cls, key, experiment, f"profile {profile_name}:")
         values[key] = coerce(value, hints[key], f"profile {profile_name}: {experiment}.{key}")
     for key, text in (set_text or {}).items():
         _known(cls, key, experiment, "--set")
@@ -188,10 +208,17 @@ def resolve(cls: type, experiment: str, profile_values: Mapping[str, Any] | None
     return cls(**values)
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def as_dict(options: Any) -> dict[str, Any]:
-    """The resolved options as plain JSON-able data (tuples become lists), for the manifest."""
-    return {f.name: (list(v) if isinstance(v := getattr(options, f.name), tuple) else v)
-            for f in dataclasses.fields(options)}
+    """The resolved options as plain JSON-able data (tuples become lists, enum members their values)."""
+    return {f.name: _plain(getattr(options, f.name)) for f in dataclasses.fields(options)}
 
 
 def parse_set(items: list[str]) -> dict[str, dict[str, str]]:

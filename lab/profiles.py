@@ -4,7 +4,9 @@
 - `cpu`:   GPT-2 124M on the CPU.
 - `gpu`:   the full GPU lab (GPT-2 124M on CUDA); designed to finish in one 8-minute run on an H200.
 
-Experiment-specific knobs live in `options[experiment_id]`, read with `Profile.opt(id, key, default)`.
+Experiment-specific knobs are declared by each experiment (`Options` in lab/experiments/<id>.py, with
+their defaults and help: `python -m lab list --options`); a profile overrides them by name in
+`options[experiment_id]`, checked against those declarations before a run starts.
 """
 
 from __future__ import annotations
@@ -54,9 +56,6 @@ class Profile:
     threads: int | None = None  # torch.set_num_threads on the CPU; None keeps torch's default
     experiments: tuple[str, ...] | None = None  # None: the whole catalogue
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def opt(self, experiment: str, key: str, default: Any = None) -> Any:
-        return self.options.get(experiment, {}).get(key, default)
 
     def with_options(self, experiment: str, **values: Any) -> "Profile":
         merged = {k: dict(v) for k, v in self.options.items()}

@@ -18,9 +18,13 @@ import torch
 from rich.console import Console
 
 from lab import __version__
-from lab.catalogue import ExperimentSpec, resolve
+from lab.catalogue import BY_ID, ExperimentSpec, resolve
 from lab.manifest import collect, now_iso
+from lab.metrics import Kind, MetricSpec
+from lab.options import OptionsError, as_dict
+from lab.options import resolve as resolve_options
 from lab.profiles import Profile
+from lab.reasons import Code
 from lab.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
                          save, write_json_atomic)
 from lab.timing import clock_for, spread
@@ -33,7 +37,7 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)
 class NotRun(Exception):
     """Raised by an experiment that finds, once started, that it cannot run here."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: Code, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.reason = Reason(code, message)
 
@@ -56,13 +60,33 @@ class ModelCache:
         return self._cache[key]
 
 
+def options_for(spec: ExperimentSpec, profile: Profile, set_text: dict[str, str] | None = None) -> Any:
+    """The experiment's declared Options with the profile's values and `--set` text applied (OptionsError if bad)."""
+    return resolve_options(spec.options_class(), spec.id, profile.options.get(spec.id), set_text, profile.name)
+
+
+def resolve_all(specs: list[ExperimentSpec], profile: Profile,
+                set_text: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """The resolved options of every selected experiment, before anything runs: a bad profile value or a bad
+    `--set` (unknown experiment, unknown key, wrong type) is one OptionsError. `--set` for an experiment that is
+    not selected is checked too."""
+    set_text = set_text or {}
+    unknown = [e for e in set_text if e not in BY_ID]
+    if unknown:
+        raise OptionsError(f"--set {unknown[0]}.{next(iter(set_text[unknown[0]]))}: unknown experiment "
+                           f"{unknown[0]!r} (valid: {', '.join(BY_ID)})")
+    wanted = [s.id for s in specs] + [e for e in set_text if e not in {s.id for s in specs}]
+    return {eid: options_for(BY_ID[eid], profile, set_text.get(eid)) for eid in wanted}
+
+
 class Context:
-    """What an experiment receives: the profile, the device, a clock, and a recorder."""
+    """What an experiment receives: the profile, its resolved options, the device, a clock, and a recorder."""
 
     def __init__(self, spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, record: Record,
-                 results: Results, models: ModelCache) -> None:
+                 results: Results, models: ModelCache, options: Any = None) -> None:
         self.spec = spec
         self.profile = profile
+        self.options = options if options is not None else options_for(spec, profile)
         self.toolchain = toolchain
         self.record = record
         self.results = results
@@ -71,16 +95,33 @@ class Context:
         self.clock = clock_for(self.device)
 
     # ---- recording
-    def metric(self, name: str, value: Any, unit: str, /, **params: Any) -> Metric:
-        m = Metric(name=name, value=value, unit=unit, params=params)
+    def _declared(self, spec: MetricSpec, value: Any) -> MetricSpec:
+        """`spec` if this experiment declares it (lab.catalogue) and `value` is of its kind; else ValueError."""
+        name = getattr(spec, "name", spec)
+        if not isinstance(spec, MetricSpec) or spec not in self.spec.metrics:
+            raise ValueError(f"{self.spec.id} recorded metric {name!r}, which its catalogue entry does not declare "
+                             f"(lab/catalogue.py; new names are declared in lab/metrics.py)")
+        if not spec.accepts(value):
+            raise ValueError(f"{self.spec.id} recorded metric {name!r} = {value!r} ({type(value).__name__}): "
+                             f"lab/metrics.py declares it {spec.kind.value}")
+        return spec
+
+    def metric(self, spec: MetricSpec, value: Any, /, **params: Any) -> Metric:
+        """Record one value of a declared metric (its unit comes from the declaration)."""
+        self._declared(spec, value)
+        m = Metric(name=spec.name, value=value, unit=spec.unit, params=params)
         self.record.metrics.append(m)
         return m
 
-    def timing(self, name: str, samples: list[float], unit: str = "ms", /, **params: Any) -> Spread:
+    def timing(self, spec: MetricSpec, samples: list[float], /, **params: Any) -> Spread:
         """A timing: the median as the metric's value, its spread, and the raw samples kept."""
         sp = spread(samples)
-        self.record.metrics.append(Metric(name=name, value=sp.median, unit=unit, params=params, spread=sp))
-        self.record.samples.append(Samples(name=name, unit=unit, params=params,
+        self._declared(spec, sp.median)
+        if spec.kind is not Kind.NUMBER:
+            raise ValueError(f"{self.spec.id} timed metric {spec.name!r}, which lab/metrics.py declares "
+                             f"{spec.kind.value}")
+        self.record.metrics.append(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
+        self.record.samples.append(Samples(name=spec.name, unit=spec.unit, params=params,
                                            values=[float(f"{x:.6g}") for x in samples]))
         return sp
 
@@ -91,7 +132,7 @@ class Context:
     def note(self, key: str, value: Any) -> None:
         self.record.notes[key] = value
 
-    def skip(self, item: str, code: str, message: str) -> None:
+    def skip(self, item: str, code: Code, message: str) -> None:
         """A part of this experiment that did not run: listed in the record, never dropped."""
         self.record.skipped.append(Skipped(item=item, code=code, message=message))
         self.progress(f"skipped {item}: {code}")
@@ -100,9 +141,6 @@ class Context:
     def gpt2(self, dtype: str | None = None) -> tuple[Any, Any]:
         """(transformers model, lab Weights) of the profile's GPT-2, on the profile's device."""
         return self._models.get(dtype)
-
-    def opt(self, key: str, default: Any = None) -> Any:
-        return self.profile.opt(self.spec.id, key, default)
 
     def progress(self, message: str) -> None:
         console.print(f"    [dim]{self.spec.id}: {message}[/dim]")
@@ -130,11 +168,11 @@ def _finish_status(record: Record) -> None:
     if record.status == "OK" and failed:
         record.status = "FAILED"
         names = ", ".join(c.name for c in failed[:5])
-        record.reason = Reason("check_failed", f"correctness check(s) failed: {names}")
+        record.reason = Reason(Code.CHECK_FAILED, f"correctness check(s) failed: {names}")
 
 
 def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, results: Results,
-                   models: ModelCache) -> Record:
+                   models: ModelCache, options: Any = None) -> Record:
     record = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
     reason = prerequisite_reason(spec, profile, toolchain)
     if reason is not None:
@@ -147,15 +185,15 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
         except ModuleNotFoundError as exc:
             if exc.name != spec.module:
                 raise
-            raise NotRun("not_implemented", f"this lab version ({__version__}) has no implementation of "
+            raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
                                             f"{spec.id} yet: update the lab") from None
-        ctx = Context(spec, profile, toolchain, record, results, models)
+        ctx = Context(spec, profile, toolchain, record, results, models, options)
         module.run(ctx)
     except NotRun as exc:
         record.status, record.reason = "NOT_RUN", exc.reason
     except Exception as exc:
         record.status = "FAILED"
-        record.reason = Reason("exception", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        record.reason = Reason(Code.EXCEPTION, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         record.error = {"type": type(exc).__name__, "message": str(exc)[:2000],
                         "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
     record.duration_s = round(time.perf_counter() - start, 3)
@@ -197,17 +235,23 @@ def _run_in_child(spec: ExperimentSpec, profile: Profile, weights: str | None) -
 
 
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
-        argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None) -> Results:
-    """Run the profile's experiments (or `only` these) and write out_dir/results.json after each."""
+        argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None,
+        set_text: dict[str, dict[str, str]] | None = None) -> Results:
+    """Run the profile's experiments (or `only` these) and write out_dir/results.json after each.
+
+    `set_text` is `--set` as {experiment: {option: text}}. Every selected experiment's options are
+    resolved before anything runs, so a bad value stops the run at once (OptionsError)."""
     from lab.model import resolve_weights
 
     specs = resolve(only or (list(profile.experiments) if profile.experiments else None))
+    options = resolve_all(specs, profile, set_text)
     if profile.threads:
         torch.set_num_threads(profile.threads)
     provenance = resolve_weights(profile.model, weights)
     toolchain = probe()
     manifest = collect(weights=provenance, toolchain=toolchain)
     manifest["profile"] = profile.params()
+    manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
     results = Results(run=RunInfo(profile=profile.name, started_at=now_iso(), argv=argv or [], only=only),
                       manifest=manifest, lab_version=__version__)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -223,7 +267,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
             if spec.isolate and prerequisite_reason(spec, profile, toolchain) is None:
                 record = _run_in_child(spec, profile, weights)
             else:
-                record = run_experiment(spec, profile, toolchain, results, models)
+                record = run_experiment(spec, profile, toolchain, results, models, options[spec.id])
             results.experiments.append(record)
             results.run.wall_s = round(time.perf_counter() - wall_start, 3)
             save(results, out_dir)

@@ -80,14 +80,15 @@ def test_break_even_from_child_results() -> None:
 
     record = Record(id="compile_cost", title="t", status="OK")
     ctx = Context(BY_ID["compile_cost"], profiles.get("smoke"), probe(), record, SimpleNamespace(), None)
-    cold = {"first_call_s": 10.0, "steady": {"eager": [3.0, 3.0, 3.0], "compiled": [2.0, 2.0, 2.0]}}
-    warm = {"first_call_s": 2.0, "steady": {"eager": [3.0, 3.1, 2.9], "compiled": [2.5, 2.5, 2.5]}}
-    never = {"first_call_s": 2.0, "steady": {"eager": [1.0], "compiled": [2.0]}}
+    # as a child's JSON brings them back: method names as plain strings
+    cold = {"first_call_s": 10.0, "steady": {"eager": [3.0, 3.0, 3.0], "compile-default": [2.0, 2.0, 2.0]}}
+    warm = {"first_call_s": 2.0, "steady": {"eager": [3.0, 3.1, 2.9], "compile-default": [2.5, 2.5, 2.5]}}
+    never = {"first_call_s": 2.0, "steady": {"eager": [1.0], "compile-default": [2.0]}}
     compile_cost._record_steady(ctx, "decode_core", cold, warm)
     got = {(m.name, m.params.get("phase"), m.params.get("method")): m.value for m in record.metrics}
     assert got[("break_even_calls", "cold", None)] == 10_000  # 10 s / 1 ms
     assert got[("break_even_calls", "warm", None)] == 4_000  # 2 s / 0.5 ms
-    assert got[("steady_ms", None, "compiled")] == 2.5  # from the warm process
+    assert got[("steady_ms", None, "compile-default")] == 2.5  # from the warm process
     compile_cost._record_steady(ctx, "mlp", never, never)
     assert any(m.name == "break_even_calls" and m.value is None for m in record.metrics)
     assert "never_pays.mlp.cold" in record.notes

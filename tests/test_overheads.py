@@ -9,10 +9,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lab import profiles
+from lab.catalogue import BY_ID
 from lab.experiments import amdahl, fusion, graph_break_repair, selection
 from lab.opprofile import is_matmul, summarise
 from lab.replay import check_like
 from lab.results import Metric, Reason, Record, Skipped, Spread
+from lab.runner import Context
 
 
 def test_matmul_names() -> None:
@@ -107,15 +110,14 @@ def test_selection_picks_winner_tie_and_not_measured() -> None:
         _timing("compile+graph", 0.645, batch=1, dtype="float32", readback=False),
         _timing("eager", 3.3, batch=1, dtype="float32", readback=True)])
     gemm = Record(id="gemm_bound", title="", status="OK",
-                  metrics=[_timing("eager", 10.0, 0.5), _timing("compiled", 9.9, 0.5)])
-    launch = Record(id="launch_overhead", title="", status="OK", metrics=[_timing("eager", 1.0), _timing("compiled", 0.2)],
+                  metrics=[_timing("eager", 10.0, 0.5), _timing("compile-default", 9.9, 0.5)])
+    launch = Record(id="launch_overhead", title="", status="OK",
+                    metrics=[_timing("eager", 1.0), _timing("compile-default", 0.2)],
                     skipped=[Skipped("graph and compile+graph", "no_cuda", "needs CUDA")])
     recipe = Record(id="manual_graph_recipe", title="", status="NOT_RUN", reason=Reason("no_cuda", "no GPU"))
     results = SimpleNamespace(experiments=[decode, gemm, launch, recipe])
     rec = Record(id="selection", title="", status="OK")
-    ctx = SimpleNamespace(results=results, record=rec, metric=lambda n, v, u, **p: rec.metrics.append(Metric(n, v, u, p)),
-                          note=lambda k, v: rec.notes.__setitem__(k, v),
-                          skip=lambda i, c, m: rec.skipped.append(Skipped(i, c, m)), progress=lambda m: None)
+    ctx = Context(BY_ID["selection"], profiles.get("smoke"), None, rec, results, None)  # checks every metric recorded
     selection.run(ctx)
     case = "batch=1, dtype=float32, readback=False"
     assert rec.metric("winner", workload="cuda_graph_decode", case=case).value == "compile+graph"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import catalogue, profiles, runner
+from lab import catalogue, metrics, profiles, runner
 from lab.__main__ import main
 from lab.manifest import REPO_ROOT
 from lab.results import load
@@ -51,7 +51,7 @@ def test_failures_are_recorded_and_the_run_goes_on(tmp_path: Path, monkeypatch) 
     import lab.experiments.recompiles as rec
 
     def boom(ctx):
-        ctx.metric("before_the_crash", 1, "count")
+        ctx.metric(metrics.COMPILES, 1)
         raise RuntimeError("synthetic failure")
 
     monkeypatch.setattr(rec, "run", boom)

@@ -10,14 +10,25 @@ intermediates left at all.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-from lab.bench import COMPILED, compile_first_call, inductor_skip, time_methods
+from lab import metrics as M
+from lab.bench import compile_first_call, inductor_skip, time_methods
 from lab.dynamo_tools import quiet_dynamo
+from lab.names import Method, Variant
+from lab.options import option
 
-ALLOCATING, PLANNED, IN_PLACE = "allocating", "planned", "in-place"
+ALLOCATING, PLANNED, IN_PLACE = Variant.ALLOCATING, Variant.PLANNED, Variant.IN_PLACE
+
+
+@dataclass(frozen=True)
+class Options:
+    k: int = option(64, "elementwise ops per call (intermediate tensors of the allocating version)")
+    numel: int = option(256, "elements of each tensor")
+    iters: int = option(30, "timed calls per round")
 
 
 def allocating(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -56,38 +67,37 @@ def allocations_per_call(f: Callable[[], Any], calls: int = 10) -> float | None:
 
 def run(ctx) -> None:
     dev = ctx.device
-    k = int(ctx.opt("k", 64))
-    numel = int(ctx.opt("numel", 256))
+    k, numel = ctx.options.k, ctx.options.numel
     x = torch.randn(numel, device=dev)
     bufs = (torch.empty_like(x), torch.empty_like(x))
     buf = torch.empty_like(x)
     methods: dict[str, Callable[[], Any]] = {
         ALLOCATING: lambda: allocating(x, k), PLANNED: lambda: planned(x, k, bufs), IN_PLACE: lambda: in_place(x, k, buf),
     }
-    if not inductor_skip(ctx, COMPILED):
+    if not inductor_skip(ctx, Method.COMPILE_DEFAULT):
         torch._dynamo.reset()
         with quiet_dynamo():
             c = compile_first_call(allocating, (x, k), dev, dynamic=False)
-        ctx.metric("setup_s", round(c.setup_s, 3), "s", method=COMPILED)
-        methods[COMPILED] = lambda: c.fn(x, k)
+        ctx.metric(M.SETUP_S, round(c.setup_s, 3), method=Method.COMPILE_DEFAULT)
+        methods[Method.COMPILE_DEFAULT] = lambda: c.fn(x, k)
     with torch.no_grad():
         ref = allocating(x, k).clone()
         for m, f in methods.items():
             ctx.check(f"{m} equals allocating", torch.allclose(f(), ref, rtol=1e-5, atol=1e-5), method=m)
             if dev.type == "cuda":
-                ctx.metric("allocations_per_step", allocations_per_call(f), "count", method=m)
-        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=int(ctx.opt("iters", 30)),
+                ctx.metric(M.ALLOCATIONS_PER_STEP, allocations_per_call(f), method=m)
+        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
                                warmup=ctx.profile.warmup)
-    ms = {m: ctx.timing("step_ms", xs, "ms", method=m, k=k, numel=numel).median for m, xs in samples.items()}
+    ms = {m: ctx.timing(M.STEP_MS, xs, method=m, k=k, numel=numel).median for m, xs in samples.items()}
     if dev.type != "cuda":
         ctx.note("allocations_per_step", {ALLOCATING: k, PLANNED: 0, IN_PLACE: 0,
                                           "why": "by construction: the CPU allocator keeps no counter"})
-    ctx.metric("us_per_intermediate", (ms[ALLOCATING] - ms[PLANNED]) * 1e3 / k, "us", removed_by=PLANNED)
-    ctx.metric("us_per_intermediate", (ms[ALLOCATING] - ms[IN_PLACE]) * 1e3 / k, "us", removed_by=IN_PLACE)
+    ctx.metric(M.US_PER_INTERMEDIATE, (ms[ALLOCATING] - ms[PLANNED]) * 1e3 / k, removed_by=PLANNED)
+    ctx.metric(M.US_PER_INTERMEDIATE, (ms[ALLOCATING] - ms[IN_PLACE]) * 1e3 / k, removed_by=IN_PLACE)
     # A direct probe of the allocator: allocate and free one tensor of the same size.
     with torch.no_grad():
         empty = time_methods({"empty": lambda: [torch.empty(numel, device=dev) for _ in range(k)]}, ctx.clock,
-                             rounds=ctx.profile.rounds, iters=int(ctx.opt("iters", 30)), warmup=2)["empty"]
-    ctx.timing("empty_ms", empty, "ms", k=k, numel=numel)
-    ctx.metric("us_per_empty", sorted(empty)[len(empty) // 2] * 1e3 / k, "us")
+                             rounds=ctx.profile.rounds, iters=ctx.options.iters, warmup=2)["empty"]
+    ctx.timing(M.EMPTY_MS, empty, k=k, numel=numel)
+    ctx.metric(M.US_PER_EMPTY, sorted(empty)[len(empty) // 2] * 1e3 / k)
     torch._dynamo.reset()

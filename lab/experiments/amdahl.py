@@ -16,17 +16,34 @@ GPT-2 twice.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from lab import decode
-from lab.bench import COMPILED, EAGER, compile_first_call, time_methods
+from lab import metrics as M
+from lab.bench import compile_first_call, time_methods
 from lab.dynamo_tools import quiet_dynamo
+from lab.names import Method
 from lab.opprofile import profile_step
+from lab.options import option
+from lab.reasons import Code
 from lab.results import ok_record
 
 DEFAULT_K = 3.0
+
+
+@dataclass(frozen=True)
+class Options:
+    decode_layers: int | None = option(None, "layers of the decode step profiled (default: all the model's layers)")
+    block_batch: int = option(4, "batch of the transformer-block workload")
+    block_seq: int = option(64, "sequence length of the transformer-block workload")
+    k_n_ops: int = option(4, "chain length whose fusion speedup is k")
+    iters: int = option(5, "timed calls per round")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
+    compile_decode: bool = option(True, "compile the decode step to measure its speedup")
+    compile_block: bool = option(True, "compile the transformer block to measure its speedup")
 
 
 def predicted_speedup(f: float, k: float) -> float:
@@ -40,7 +57,7 @@ def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float
     """(k, where it came from): the fusion record's measured speedup, else the module's 3×."""
     rec = ok_record(records, "fusion")
     for m in rec.metrics if rec else []:
-        if m.name == "speedup" and m.params.get("n_ops") == n_ops and m.params.get("residency") == residency:
+        if m.name == M.SPEEDUP.name and m.params.get("n_ops") == n_ops and m.params.get("residency") == residency:
             return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
                                              f"({float(m.value):.2f}x, floored at 1)"
     return DEFAULT_K, f"assumed: no fusion record with n_ops={n_ops}, {residency} in this run (module text's 3x)"
@@ -55,7 +72,7 @@ def _block(x: torch.Tensor, lw: Any, n_head: int, eps: float, causal: torch.Tens
 def _lead_decode_speedup(records: list[Any]) -> float | None:
     rec = ok_record(records, "cuda_graph_decode")
     for m in rec.metrics if rec else []:
-        if (m.name == "speedup_vs_eager" and m.params.get("method") == "compile-default"
+        if (m.name == M.SPEEDUP_VS_EAGER.name and m.params.get("method") == Method.COMPILE_DEFAULT
                 and m.params.get("batch") == 1 and not m.params.get("readback", False)):
             return float(m.value)
     return None
@@ -68,21 +85,22 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         reset()
         prof = profile_step(lambda: fn(*args), dev, steps=3, warmup=1)
     f = prof.fusible_fraction
-    k, source = k_from_fusion(ctx.results.experiments, int(ctx.opt("k_n_ops", 4)), residency)
+    o = ctx.options
+    k, source = k_from_fusion(ctx.results.experiments, o.k_n_ops, residency)
     pred = predicted_speedup(f, k)
-    ctx.metric("fusible_fraction", f, "fraction", workload=workload)
-    ctx.metric("matmul_share", prof.matmul_share, "fraction", workload=workload)
-    ctx.metric("kernels", prof.kernels, "count", workload=workload, method=EAGER)
-    ctx.metric("k", k, "x", workload=workload)
+    ctx.metric(M.FUSIBLE_FRACTION, f, workload=workload)
+    ctx.metric(M.MATMUL_SHARE, prof.matmul_share, workload=workload)
+    ctx.metric(M.KERNELS, prof.kernels, workload=workload, method=Method.EAGER)
+    ctx.metric(M.K, k, workload=workload)
     ctx.note(f"k_source.{workload}", source)
     ctx.note(f"top.{workload}", prof.top(8))
-    ctx.metric("predicted_speedup", pred, "x", workload=workload)
+    ctx.metric(M.PREDICTED_SPEEDUP, pred, workload=workload)
     if measured_override is not None:
         measured = measured_override
         ctx.note(f"measured_source.{workload}", "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
     elif not compile_it:
         key = "compile_decode" if workload == "gpt2_decode_step" else "compile_block"
-        ctx.skip(f"measured speedup of {workload}", "profile_budget",
+        ctx.skip(f"measured speedup of {workload}", Code.PROFILE_BUDGET,
                  f"compiling the {workload} is left out of this profile to keep it short: run the cpu or gpu "
                  f"profile, or --set amdahl.{key}=true")
         return
@@ -91,29 +109,30 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         reset()
         with quiet_dynamo():
             c = compile_first_call(fn, args, dev)
-        ctx.metric("setup_s", round(c.setup_s, 3), "s", workload=workload)
+        ctx.metric(M.SETUP_S, round(c.setup_s, 3), workload=workload)
         with torch.no_grad():
             reset()
             cprof = profile_step(lambda: c.fn(*args), dev, steps=3, warmup=1)
-            ctx.metric("kernels", cprof.kernels, "count", workload=workload, method=COMPILED)
+            ctx.metric(M.KERNELS, cprof.kernels, workload=workload, method=Method.COMPILE_DEFAULT)
             reset()
-            samples = time_methods({EAGER: lambda: fn(*args), COMPILED: lambda: c.fn(*args)}, ctx.clock,
-                                   rounds=int(ctx.opt("rounds", ctx.profile.rounds)), iters=int(ctx.opt("iters", 5)),
-                                   warmup=1)
-        ms = {m: ctx.timing("step_ms", xs, "ms", workload=workload, method=m).median for m, xs in samples.items()}
-        measured = ms[EAGER] / ms[COMPILED]
+            samples = time_methods({Method.EAGER: lambda: fn(*args), Method.COMPILE_DEFAULT: lambda: c.fn(*args)},
+                                   ctx.clock, rounds=ctx.profile.rounds if o.rounds is None else o.rounds,
+                                   iters=o.iters, warmup=1)
+        ms = {m: ctx.timing(M.STEP_MS, xs, workload=workload, method=m).median for m, xs in samples.items()}
+        measured = ms[Method.EAGER] / ms[Method.COMPILE_DEFAULT]
         ctx.note(f"measured_source.{workload}", "compiled here (Inductor default mode), rotating rounds")
         torch._dynamo.reset()
-    ctx.metric("measured_speedup", measured, "x", workload=workload)
-    ctx.metric("measured_over_predicted", measured / pred, "x", workload=workload)
+    ctx.metric(M.MEASURED_SPEEDUP, measured, workload=workload)
+    ctx.metric(M.MEASURED_OVER_PREDICTED, measured / pred, workload=workload)
     ctx.progress(f"{workload}: f={f:.2f} k={k:.2f} predicted {pred:.2f}x measured {measured:.2f}x")
 
 
 def run(ctx) -> None:
     dev = ctx.device
     _, w = ctx.gpt2()
-    layers = ctx.opt("decode_layers")
-    wd = w.truncated(int(layers)) if layers else w
+    o = ctx.options
+    layers = o.decode_layers
+    wd = w.truncated(layers) if layers else w
     ctx.note("decode_layers", wd.n_layer)
     state = decode.new_state(wd, 1, ctx.profile.max_len)
     prompt = torch.randint(0, w.wte.shape[0], (1, ctx.profile.prompt_len), generator=torch.Generator().manual_seed(0))
@@ -123,12 +142,12 @@ def run(ctx) -> None:
     lead = _lead_decode_speedup(ctx.results.experiments) if dev.type == "cuda" and not layers else None
     # steps advance the position; restoring before each block keeps them inside the cache
     _measure(ctx, "gpt2_decode_step", decode.decode_step, (state, wd), lambda: state.restore(saved), "cache", lead,
-             compile_it=bool(ctx.opt("compile_decode", True)))
+             compile_it=o.compile_decode)
 
-    batch, seq = int(ctx.opt("block_batch", 4)), int(ctx.opt("block_seq", 64))
+    batch, seq = o.block_batch, o.block_seq
     x = torch.randn(batch, seq, w.n_embd, device=dev, dtype=w.dtype)
     pos = torch.arange(seq, device=dev)
     causal = pos[None, :] > pos[:, None]
     ctx.note("block_shape", [batch, seq, w.n_embd])
     _measure(ctx, "transformer_block", _block, (x, w.layers[0], w.n_head, w.eps, causal), lambda: None, "memory",
-             compile_it=bool(ctx.opt("compile_block", True)))
+             compile_it=o.compile_block)

@@ -9,30 +9,52 @@ bytes and FLOPs per step, the three bounds, which binds, and measured / bound.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from lab import ceilings, stepmethods
+from lab import metrics as M
+from lab.names import Method
+from lab.options import option
+from lab.reasons import Code
 from lab.results import ok_record
 from lab.timing import rotating_rounds
 
-GRAPH_METHODS = {"graph", "compile+graph"}
+GRAPH_METHODS = {Method.GRAPH, Method.COMPILE_GRAPH}
+CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}  # graphs unless Inductor skipped them
+
+
+@dataclass(frozen=True)
+class Options:
+    copy_bytes: int | None = option(None, "bytes copied to measure bandwidth (default: 2 GiB on CUDA, 128 MiB on "
+                                           "the CPU)")
+    matmul_n_fp32: int | None = option(None, "n of the n x n fp32 matmul peak (default: 8192 on CUDA, 1024 on the CPU)")
+    matmul_n_bf16: int | None = option(None, "n of the n x n bf16 matmul peak, 0 to skip it (default: 8192 on CUDA, "
+                                             "0 on the CPU)")
+    steps: int | None = option(None, "decode steps per round where ceilings times the step itself (default: the "
+                                     "profile's decode_steps)")
 
 
 def _sizes(ctx) -> dict[str, int]:
-    cuda = ctx.device.type == "cuda"
+    cuda, o = ctx.device.type == "cuda", ctx.options
+
+    def pick(value: int | None, default: int) -> int:
+        return default if value is None else value
+
     return {
-        "copy_bytes": int(ctx.opt("copy_bytes", (2 << 30) if cuda else (128 << 20))),
-        "matmul_n_fp32": int(ctx.opt("matmul_n_fp32", 8192 if cuda else 1024)),
-        "matmul_n_bf16": int(ctx.opt("matmul_n_bf16", 8192 if cuda else 0)),
+        "copy_bytes": pick(o.copy_bytes, (2 << 30) if cuda else (128 << 20)),
+        "matmul_n_fp32": pick(o.matmul_n_fp32, 8192 if cuda else 1024),
+        "matmul_n_bf16": pick(o.matmul_n_bf16, 8192 if cuda else 0),
     }
 
 
 def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
     if method in GRAPH_METHODS:
         return True
-    if method.startswith("reduce-overhead") and rec is not None:
+    if method in CUDAGRAPH_TREE_METHODS and rec is not None:
         try:
-            return rec.metric("cudagraph_skips", method=method, batch=batch, dtype=dtype).value == 0
+            return rec.metric(M.CUDAGRAPH_SKIPS.name, method=method, batch=batch, dtype=dtype).value == 0
         except KeyError:
             return False
     return False
@@ -42,8 +64,9 @@ def _own_measurements(ctx, w) -> list[dict]:
     """Eager (and graph replay on CUDA) step times and kernel counts, when cuda_graph_decode did not run."""
     prof = ctx.profile
     rows = []
-    steps = min(int(ctx.opt("steps", prof.decode_steps)), prof.max_len - prof.prompt_len - 2)
-    methods = ("eager", "graph") if ctx.device.type == "cuda" else ("eager",)
+    steps = min(prof.decode_steps if ctx.options.steps is None else ctx.options.steps,
+                prof.max_len - prof.prompt_len - 2)
+    methods = (Method.EAGER, Method.GRAPH) if ctx.device.type == "cuda" else (Method.EAGER,)
     for batch in prof.batches:
         g = torch.Generator().manual_seed(3000 + batch)
         prompt = torch.randint(0, prof.model.vocab_size, (batch, prof.prompt_len), generator=g).to(ctx.device)
@@ -51,7 +74,7 @@ def _own_measurements(ctx, w) -> list[dict]:
         samples = rotating_rounds({m: (lambda b=b: b.decode(steps, ctx.clock, False)) for m, b in built.items()},
                                   max(2, prof.rounds - 2))
         for m, b in built.items():
-            sp = ctx.timing("step_ms", [x for r in samples[m] for x in r], "ms", method=m, batch=batch, dtype="float32",
+            sp = ctx.timing(M.STEP_MS, [x for r in samples[m] for x in r], method=m, batch=batch, dtype="float32",
                             readback=False)
             b.start()
             kernels = stepmethods.count_kernels(b.call, ctx.device)["kernels"]
@@ -65,32 +88,32 @@ def run(ctx) -> None:
     ctx.note("sizes", sizes)
     # --- the ceilings
     eager_us = ceilings.launch_us_eager(dev)
-    ctx.timing("launch_us_per_op_samples", eager_us, "us", mode="eager")
+    ctx.timing(M.LAUNCH_US_PER_OP_SAMPLES, eager_us, mode="eager")
     launch_eager = min(eager_us)
-    ctx.metric("launch_us_per_op", round(launch_eager, 4), "us", mode="eager")
+    ctx.metric(M.LAUNCH_US_PER_OP, round(launch_eager, 4), mode="eager")
     launch_node = None
     if dev.type == "cuda":
         node_us = ceilings.launch_us_graph_node(dev)
-        ctx.timing("launch_us_per_op_samples", node_us, "us", mode="graph_node")
+        ctx.timing(M.LAUNCH_US_PER_OP_SAMPLES, node_us, mode="graph_node")
         launch_node = min(node_us)
-        ctx.metric("launch_us_per_op", round(launch_node, 4), "us", mode="graph_node")
+        ctx.metric(M.LAUNCH_US_PER_OP, round(launch_node, 4), mode="graph_node")
     else:
-        ctx.skip("launch_us_per_op graph_node", "no_cuda", "graph-node launch cost needs a CUDA device")
+        ctx.skip("launch_us_per_op graph_node", Code.NO_CUDA, "graph-node launch cost needs a CUDA device")
     bw = ceilings.copy_bandwidth_gbps(dev, sizes["copy_bytes"])
-    ctx.timing("bandwidth_GBps_samples", bw, "GB/s", kind="copy", bytes=sizes["copy_bytes"])
+    ctx.timing(M.BANDWIDTH_GBPS_SAMPLES, bw, kind="copy", bytes=sizes["copy_bytes"])
     bandwidth = max(bw)
-    ctx.metric("bandwidth_GBps", round(bandwidth, 2), "GB/s", kind="copy")
+    ctx.metric(M.BANDWIDTH_GBPS, round(bandwidth, 2), kind="copy")
     peaks: dict[str, float] = {}
     for dtype_name, dtype, n in (("float32", torch.float32, sizes["matmul_n_fp32"]),
                                  ("bfloat16", torch.bfloat16, sizes["matmul_n_bf16"])):
         if n <= 0:
-            ctx.skip(f"matmul_TFLOPs {dtype_name}", "not_on_this_device",
+            ctx.skip(f"matmul_TFLOPs {dtype_name}", Code.NOT_ON_THIS_DEVICE,
                      f"the {dtype_name} matmul peak is measured on CUDA devices only (set ceilings.matmul_n_bf16 to force)")
             continue
         tf = ceilings.matmul_tflops(dev, dtype, n)
-        ctx.timing("matmul_TFLOPs_samples", tf, "TFLOP/s", dtype=dtype_name, n=n)
+        ctx.timing(M.MATMUL_TFLOPS_SAMPLES, tf, dtype=dtype_name, n=n)
         peaks[dtype_name] = max(tf)
-        ctx.metric("matmul_TFLOPs", round(peaks[dtype_name], 3), "TFLOP/s", dtype=dtype_name, n=n)
+        ctx.metric(M.MATMUL_TFLOPS, round(peaks[dtype_name], 3), dtype=dtype_name, n=n)
     if dev.type == "cuda":
         ctx.note("tf32_matmul_allowed", torch.backends.cuda.matmul.allow_tf32)
     # --- the bounds of each measured step
@@ -99,10 +122,10 @@ def run(ctx) -> None:
     if rec is not None:
         source = "cuda_graph_decode"
         for m in rec.metrics:
-            if m.name == "step_ms" and m.params.get("readback") is False:
+            if m.name == M.STEP_MS.name and m.params.get("readback") is False:
                 p = m.params
                 try:
-                    k = rec.metric("kernels_per_step", method=p["method"], batch=p["batch"], dtype=p["dtype"]).value
+                    k = rec.metric(M.KERNELS_PER_STEP.name, method=p["method"], batch=p["batch"], dtype=p["dtype"]).value
                 except KeyError:
                     continue
                 rows.append({"method": p["method"], "batch": p["batch"], "dtype": p["dtype"], "ms": m.value, "kernels": k})
@@ -116,7 +139,7 @@ def run(ctx) -> None:
         if dtype not in weights:
             weights[dtype] = ctx.gpt2(dtype)[1]
         if dtype not in peaks:
-            ctx.skip(f"bounds {row['method']} batch {row['batch']} {dtype}", "no_peak",
+            ctx.skip(f"bounds {row['method']} batch {row['batch']} {dtype}", Code.NO_PEAK,
                      f"no {dtype} matmul peak was measured on this device")
             continue
         w = weights[dtype]
@@ -127,15 +150,15 @@ def run(ctx) -> None:
         flops = ceilings.step_flops(w, row["batch"], ctx.profile.max_len)
         b = ceilings.bounds(int(row["kernels"]), per_kernel, nbytes, bandwidth, flops, peaks[dtype])
         params = {"method": row["method"], "batch": row["batch"], "dtype": dtype}
-        ctx.metric("kernels_per_step", row["kernels"], "count", **params)
-        ctx.metric("launch_cost_basis", basis, "", **params)
-        ctx.metric("bytes_per_step", nbytes, "B", **params)
-        ctx.metric("flops_per_step", flops, "FLOP", **params)
-        ctx.metric("bound_launch_ms", round(b.launch_ms, 5), "ms", **params)
-        ctx.metric("bound_bandwidth_ms", round(b.bandwidth_ms, 5), "ms", **params)
-        ctx.metric("bound_compute_ms", round(b.compute_ms, 5), "ms", **params)
-        ctx.metric("bound_ms", round(b.bound_ms, 5), "ms", **params)
-        ctx.metric("binding", b.binding, "", **params)
-        ctx.metric("measured_ms", row["ms"], "ms", **params)
-        ctx.metric("measured_over_bound", round(row["ms"] / b.bound_ms, 3), "x", **params)
-        ctx.metric("achieved_GBps", round(nbytes / (row["ms"] / 1e3) / 1e9, 2), "GB/s", **params)
+        ctx.metric(M.KERNELS_PER_STEP, row["kernels"], **params)
+        ctx.metric(M.LAUNCH_COST_BASIS, basis, **params)
+        ctx.metric(M.BYTES_PER_STEP, nbytes, **params)
+        ctx.metric(M.FLOPS_PER_STEP, flops, **params)
+        ctx.metric(M.BOUND_LAUNCH_MS, round(b.launch_ms, 5), **params)
+        ctx.metric(M.BOUND_BANDWIDTH_MS, round(b.bandwidth_ms, 5), **params)
+        ctx.metric(M.BOUND_COMPUTE_MS, round(b.compute_ms, 5), **params)
+        ctx.metric(M.BOUND_MS, round(b.bound_ms, 5), **params)
+        ctx.metric(M.BINDING, b.binding, **params)
+        ctx.metric(M.MEASURED_MS, row["ms"], **params)
+        ctx.metric(M.MEASURED_OVER_BOUND, round(row["ms"] / b.bound_ms, 3), **params)
+        ctx.metric(M.ACHIEVED_GBPS, round(nbytes / (row["ms"] / 1e3) / 1e9, 2), **params)

@@ -21,13 +21,32 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from lab import metrics as M
 from lab.compile_cache import DROP_ENV, cache_counters, isolated_env, provenance
 from lab.costs import break_even_calls
+from lab.names import Method
+from lab.options import option
+from lab.reasons import Code
 
 MLP_DIMS = (256, 1024)  # in/out features, hidden features
 MLP_BATCH = 16
+STEADY = (Method.EAGER, Method.COMPILE_DEFAULT)  # what each child times after its first call
+
+
+@dataclass(frozen=True)
+class Options:
+    depths: tuple[int, ...] | None = option(None, "model depths (layers) whose compile time is measured cold and "
+                                                  "warm (default: the profile's model's full depth)")
+    mlp_trials: int = option(3, "cold trials of the small MLP (0: no MLP)")
+    batch: int = option(1, "batch of the decode core")
+    rounds: int | None = option(None, "steady-state rounds in each child (default: the profile's rounds)")
+    steady_steps: int = option(10, "timed calls per steady-state round")
+    warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)")
+    child_timeout_s: float = option(900.0, "seconds each child process may take")
+    reuse_probe: bool = option(False, "offer the MLP's warm cache a different shape and dtype (both must miss)")
 
 
 # ---------------------------------------------------------------------------- in the child process
@@ -107,8 +126,8 @@ def child_first_call(target: str, model: dict[str, Any], n_layer: int, device: s
     hits = cache_counters()
     clock = clock_for(device)
     samples = rotating_rounds({
-        "eager": lambda: time_calls(lambda: fn(*args), steady_steps, clock, warmup=warmup),
-        "compiled": lambda: time_calls(lambda: compiled(*args), steady_steps, clock, warmup=warmup),
+        Method.EAGER: lambda: time_calls(lambda: fn(*args), steady_steps, clock, warmup=warmup),
+        Method.COMPILE_DEFAULT: lambda: time_calls(lambda: compiled(*args), steady_steps, clock, warmup=warmup),
     }, rounds)
     import torch._inductor.config as inductor_config
 
@@ -130,15 +149,15 @@ def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = N
            label: str = "") -> dict[str, Any]:
     from lab.childproc import run_child
 
-    p = ctx.profile
+    p, o = ctx.profile, ctx.options
     kwargs = {"target": target, "model": dict(p.model.__dict__), "n_layer": n_layer, "device": p.device,
-              "dtype": dtype or p.dtype, "batch": batch or (MLP_BATCH if target == "mlp" else int(ctx.opt("batch", 1))),
+              "dtype": dtype or p.dtype, "batch": batch or (MLP_BATCH if target == "mlp" else o.batch),
               "max_len": p.max_len, "prompt_len": p.prompt_len, "threads": _threads(),
-              "rounds": int(ctx.opt("rounds", p.rounds)), "steady_steps": int(ctx.opt("steady_steps", 10)),
-              "warmup": int(ctx.opt("warmup", p.warmup))}
+              "rounds": p.rounds if o.rounds is None else o.rounds, "steady_steps": o.steady_steps,
+              "warmup": p.warmup if o.warmup is None else o.warmup}
     ctx.progress(f"{label}: fresh process, cache {cache_dir}")
     child = run_child("lab.experiments.compile_cost:child_first_call", kwargs,
-                      timeout_s=float(ctx.opt("child_timeout_s", 900)), env=isolated_env(cache_dir), drop_env=DROP_ENV)
+                      timeout_s=o.child_timeout_s, env=isolated_env(cache_dir), drop_env=DROP_ENV)
     if not child.ok or child.value is None:
         raise ChildFailed(f"{label}: child process {child.describe()}")
     return child.value
@@ -174,8 +193,8 @@ def run(ctx) -> None:
 
     p = ctx.profile
     full = p.model.n_layer
-    depths = [int(d) for d in ctx.opt("depths", [full])]
-    trials = int(ctx.opt("mlp_trials", 3))
+    depths = [full] if ctx.options.depths is None else list(ctx.options.depths)
+    trials = ctx.options.mlp_trials
     ctx.note("settings", {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, "batch": MLP_BATCH},
                           "threads": torch.get_num_threads(), "device": p.device, "dtype": p.dtype,
                           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
@@ -192,46 +211,46 @@ def run(ctx) -> None:
             if n == full:
                 res = (cold, warm)
             elif n > full:
-                ctx.skip(f"depth {n}", "depth_exceeds_model", f"the profile's model has {full} layers; choose "
+                ctx.skip(f"depth {n}", Code.DEPTH_EXCEEDS_MODEL, f"the profile's model has {full} layers; choose "
                                                                 f"depths up to {full}")
                 continue
             else:
                 c, wm, _ = _cold_warm(ctx, root, "decode_core", n, f"decode_core[{n}]")
                 res = (c, wm)
             for phase, r in zip(("cold", "warm"), res):
-                ctx.metric("first_call_s", r["first_call_s"], "s", phase=phase, target="decode_core", n_layer=n)
+                ctx.metric(M.FIRST_CALL_S, r["first_call_s"], phase=phase, target="decode_core", n_layer=n)
 
         # 3. the small MLP: cold trials, one warm, and (optionally) the cache offered another setting
         mlp_dir = ""
         for t in range(trials):
             mlp_dir = tempfile.mkdtemp(prefix=f"mlp{t}-", dir=root)
             r = _child(ctx, mlp_dir, "mlp", 0, label=f"mlp trial {t + 1} cold")
-            ctx.metric("first_call_s", r["first_call_s"], "s", phase="cold", target="mlp", n_layer=0, trial=t + 1)
+            ctx.metric(M.FIRST_CALL_S, r["first_call_s"], phase="cold", target="mlp", n_layer=0, trial=t + 1)
             close = r["counters"]["fxgraph_cache_miss"] > 0 and r["counters"]["fxgraph_cache_hit"] == 0
             ctx.check(f"mlp trial {t + 1} cold: FX graph cache misses only", close, detail=str(r["counters"]))
         if trials:
             warm_mlp = _child(ctx, mlp_dir, "mlp", 0, label="mlp warm")
-            ctx.metric("first_call_s", warm_mlp["first_call_s"], "s", phase="warm", target="mlp", n_layer=0)
+            ctx.metric(M.FIRST_CALL_S, warm_mlp["first_call_s"], phase="warm", target="mlp", n_layer=0)
             ctx.check("mlp warm: FX graph cache hits only",
                       warm_mlp["counters"]["fxgraph_cache_hit"] > 0 and warm_mlp["counters"]["fxgraph_cache_miss"] == 0,
                       detail=str(warm_mlp["counters"]))
             _record_steady(ctx, "mlp", r, warm_mlp)
-            if ctx.opt("reuse_probe", False):
+            if ctx.options.reuse_probe:
                 _reuse_probe(ctx, mlp_dir, warm_mlp)
         else:
-            ctx.skip("mlp", "disabled_in_profile", "mlp_trials is 0 in this profile: set compile_cost.mlp_trials")
+            ctx.skip("mlp", Code.DISABLED_IN_PROFILE, "mlp_trials is 0 in this profile: set compile_cost.mlp_trials")
 
 
 def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
     """steady_ms from the warm child; break-even per phase from the saving measured in that phase's process."""
     medians = {}
-    for method in ("eager", "compiled"):
-        medians[method] = ctx.timing("steady_ms", warm["steady"][method], "ms", method=method, target=target).median
+    for method in STEADY:
+        medians[method] = ctx.timing(M.STEADY_MS, warm["steady"][method], method=method, target=target).median
     for phase, res in (("cold", cold), ("warm", warm)):
-        eager_ms, comp_ms = _median(res["steady"]["eager"]), _median(res["steady"]["compiled"])
-        ctx.metric("saving_ms_per_call", eager_ms - comp_ms, "ms", phase=phase, target=target)
+        eager_ms, comp_ms = (_median(res["steady"][m]) for m in STEADY)
+        ctx.metric(M.SAVING_MS_PER_CALL, eager_ms - comp_ms, phase=phase, target=target)
         calls = break_even_calls(res["first_call_s"], eager_ms, comp_ms)
-        ctx.metric("break_even_calls", calls, "calls", phase=phase, target=target)
+        ctx.metric(M.BREAK_EVEN_CALLS, calls, phase=phase, target=target)
         if calls is None:
             ctx.note(f"never_pays.{target}.{phase}", f"compiled {comp_ms:.3f} ms is not faster than eager "
                                                      f"{eager_ms:.3f} ms in the {phase} process: the compile never pays")
@@ -240,7 +259,7 @@ def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any])
 
 def _record_target(ctx, target: str, n_layer: int, cold: dict[str, Any], warm: dict[str, Any]) -> None:
     for phase, res in (("cold", cold), ("warm", warm)):
-        ctx.metric("first_call_s", res["first_call_s"], "s", phase=phase, target=target, n_layer=n_layer)
+        ctx.metric(M.FIRST_CALL_S, res["first_call_s"], phase=phase, target=target, n_layer=n_layer)
         ctx.note(f"counters.{target}.{phase}", res["counters"])
     _record_steady(ctx, target, cold, warm)
 
@@ -253,8 +272,8 @@ def _reuse_probe(ctx, cache_dir: str, same: dict[str, Any]) -> None:
     for setting, res in settings.items():
         c = res["counters"]
         reused = c["fxgraph_cache_hit"] > 0
-        ctx.metric("cache_reused", reused, "bool", target="mlp", setting=setting)
-        ctx.metric("first_call_s", res["first_call_s"], "s", phase=f"cache-{setting}", target="mlp", n_layer=0)
+        ctx.metric(M.CACHE_REUSED, reused, target="mlp", setting=setting)
+        ctx.metric(M.FIRST_CALL_S, res["first_call_s"], phase=f"cache-{setting}", target="mlp", n_layer=0)
         expect = setting == "same"
         ctx.check(f"mlp cache {'reused' if expect else 'not reused'} under {setting} setting", reused == expect,
                   detail=f"{c}; shapes {res['shapes']}", fatal=False)

@@ -7,11 +7,20 @@ buffer, so it compiles once. Counted with CountingBackend (graphs run eagerly, n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch._dynamo.utils import counters
 
 from lab import decode
+from lab import metrics as M
 from lab.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
+from lab.options import option
+
+
+@dataclass(frozen=True)
+class Options:
+    calls: int = option(20, "calls of each compiled step")
 
 
 def _prompt(ctx, batch: int) -> torch.Tensor:
@@ -29,19 +38,19 @@ def _measure(label: str, ctx, call, calls: int, dynamic: bool | None = None) -> 
     compiles = int(frames.get("ok", backend.graph_count))
     hit = limit_hit({k: dict(v) for k, v in counters.items()})
     mode = {None: "automatic", False: "False", True: "True"}[dynamic]
-    ctx.metric("compiles", compiles, "count", step=label, dynamic=mode, calls=calls)
-    ctx.metric("graphs", backend.graph_count, "count", step=label, dynamic=mode, calls=calls)
-    ctx.metric("limit_hit", hit, "bool", step=label, dynamic=mode)
-    ctx.metric("op_nodes_first_graph", backend.graphs[0].call_nodes if backend.graphs else 0, "count", step=label,
+    ctx.metric(M.COMPILES, compiles, step=label, dynamic=mode, calls=calls)
+    ctx.metric(M.GRAPHS, backend.graph_count, step=label, dynamic=mode, calls=calls)
+    ctx.metric(M.LIMIT_HIT, hit, step=label, dynamic=mode)
+    ctx.metric(M.OP_NODES_FIRST_GRAPH, backend.graphs[0].call_nodes if backend.graphs else 0, step=label,
                dynamic=mode)
-    ctx.metric("symbolic_graphs", sum(g.symbolic for g in backend.graphs), "count", step=label, dynamic=mode)
+    ctx.metric(M.SYMBOLIC_GRAPHS, sum(g.symbolic for g in backend.graphs), step=label, dynamic=mode)
     ctx.note(f"recompile_reasons.{label}.{mode}", [r.splitlines()[-1].strip() for r in reasons][:6])
     ctx.progress(f"{label} (dynamic={mode}): {compiles} compiles, {backend.graph_count} graphs, limit hit: {hit}")
     return backend
 
 
 def run(ctx) -> None:
-    calls = int(ctx.opt("calls", 20))
+    calls = ctx.options.calls
     _, w = ctx.gpt2()
     prompt = _prompt(ctx, 1).to(ctx.device)
     max_len = ctx.profile.prompt_len + calls + 2
@@ -78,15 +87,15 @@ def run(ctx) -> None:
         logits, past = decode.growing_prefill(w, prompt)
         e_grow = explain(decode.growing_step, logits.argmax(-1, keepdim=True), prompt.shape[1], past, w)
     for label, e in (("fixed", e_fixed), ("growing", e_grow)):
-        ctx.metric("graph_breaks", e.breaks, "count", step=label)
-        ctx.metric("explain_ops", e.ops, "count", step=label)
+        ctx.metric(M.GRAPH_BREAKS, e.breaks, step=label)
+        ctx.metric(M.EXPLAIN_OPS, e.ops, step=label)
         ctx.note(f"break_reasons.{label}", e.reasons)
     for mode in ("automatic", "False"):
-        fixed_compiles = ctx.record.metric("compiles", step="fixed", dynamic=mode).value
-        fixed_graphs = ctx.record.metric("graphs", step="fixed", dynamic=mode).value
+        fixed_compiles = ctx.record.metric(M.COMPILES.name, step="fixed", dynamic=mode).value
+        fixed_graphs = ctx.record.metric(M.GRAPHS.name, step="fixed", dynamic=mode).value
         ctx.check(f"fixed step (dynamic={mode}): one compile, one graph, no break",
                   fixed_compiles == 1 and fixed_graphs == 1 and e_fixed.breaks == 0,
                   detail=f"{fixed_compiles} compiles, {fixed_graphs} graphs, {e_fixed.breaks} breaks")
-        grow_compiles = ctx.record.metric("compiles", step="growing", dynamic=mode).value
+        grow_compiles = ctx.record.metric(M.COMPILES.name, step="growing", dynamic=mode).value
         ctx.check(f"growing step (dynamic={mode}) recompiles", grow_compiles > 1, detail=f"{grow_compiles} compiles",
                   fatal=False)

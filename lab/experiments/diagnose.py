@@ -7,13 +7,24 @@ The targets (lab/examples/targets.py) are chosen so each verdict is known in adv
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from lab import metrics as M
 from lab.diagnose import diagnose, load_target
+from lab.names import Method
+from lab.options import option
 
 TARGETS: dict[str, tuple[str, ...]] = {
     "lab.examples.targets:elementwise_chain": ("dispatch-bound", "launch-bound", "fusion"),
     "lab.examples.targets:gemm_stack": ("gemm-bound",),
     "lab.examples.targets:breaks_every_call": ("graph-broken",),
 }
+
+
+@dataclass(frozen=True)
+class Options:
+    rounds: int = option(3, "timing rounds per target, methods in rotating order")
+    iters: int = option(10, "timed calls per round")
 
 
 def run(ctx) -> None:
@@ -25,22 +36,22 @@ def run(ctx) -> None:
         name = target.split(":")[1]
         fn, args = load_target(target, dev)
         d = diagnose(fn, args, dev, target=target, inductor_reason=f"{reason.code}: {reason.message}" if reason else None,
-                     rounds=int(ctx.opt("rounds", 3)), iters=int(ctx.opt("iters", 10)),
+                     rounds=ctx.options.rounds, iters=ctx.options.iters,
                      progress=lambda m, n=name: ctx.progress(f"{n}: {m}"))
-        ctx.metric("verdict", d.verdict, "kind", target=name)
+        ctx.metric(M.VERDICT, d.verdict, target=name)
         for method, xs in d.samples.items():
-            ctx.timing("step_ms", xs, "ms", target=name, method=method)
+            ctx.timing(M.STEP_MS, xs, target=name, method=method)
         if d.compiled_ms is not None:
-            ctx.metric("speedup", d.speedup, "x", target=name)
-        k = d.check(2).data
-        ctx.metric("kernels", k["eager"], "count", target=name, method="eager")
+            ctx.metric(M.SPEEDUP, d.speedup, target=name)
+        k = d.check(2).data  # kernels per call, keyed eager / compiled by lab.diagnose
+        ctx.metric(M.KERNELS, k["eager"], target=name, method=Method.EAGER)
         if k.get("compiled") is not None:
-            ctx.metric("kernels", k["compiled"], "count", target=name, method="compiled")
-        ctx.metric("matmul_share", k["matmul_share"], "fraction", target=name)
-        ctx.metric("graph_breaks", d.check(3).data["graph_breaks"], "count", target=name)
-        ctx.metric("recompiles", d.check(4).data["recompiles"], "count", target=name)
+            ctx.metric(M.KERNELS, k["compiled"], target=name, method=Method.COMPILE_DEFAULT)
+        ctx.metric(M.MATMUL_SHARE, k["matmul_share"], target=name)
+        ctx.metric(M.GRAPH_BREAKS, d.check(3).data["graph_breaks"], target=name)
+        ctx.metric(M.RECOMPILES, d.check(4).data["recompiles"], target=name)
         if dev == "cuda":
-            ctx.metric("host_share", d.check(1).data["host_share"], "fraction", target=name)
+            ctx.metric(M.HOST_SHARE, d.check(1).data["host_share"], target=name)
         ctx.note(f"report.{name}", d.render().splitlines())
         ctx.check(f"{name}: verdict {' or '.join(expected)}", d.verdict in expected, fatal=False,
                   detail=f"{d.verdict}: {d.headline}", target=name)

@@ -8,11 +8,23 @@ contain many distinct tokens, or equality would prove nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from lab import decode
+from lab import metrics as M
+from lab.options import option
 
 MIN_DISTINCT_FRACTION = 0.3  # of the generated tokens, per sequence
+
+
+@dataclass(frozen=True)
+class Options:
+    steps: int = option(24, "greedy tokens decoded per sequence")
+    # Kept small so that the fp32 check is about the step, not about how many near-tied argmaxes a big
+    # batch happens to contain (see ModelSpec.init_std).
+    batch: int = option(4, "sequences in the batch of different prompts")
 
 
 def prompts(ctx, batch: int, seed: int) -> torch.Tensor:
@@ -23,7 +35,7 @@ def prompts(ctx, batch: int, seed: int) -> torch.Tensor:
 def _distinct_ok(ctx, name: str, tokens: torch.Tensor) -> None:
     counts = [len(set(row.tolist())) for row in tokens]
     need = max(2, int(MIN_DISTINCT_FRACTION * tokens.shape[1]))
-    ctx.metric("distinct_tokens_min", min(counts), "count", case=name)
+    ctx.metric(M.DISTINCT_TOKENS_MIN, min(counts), case=name)
     ctx.check(f"{name}: every sequence has >= {need} distinct tokens", min(counts) >= need,
               detail=f"distinct per sequence: {counts}")
 
@@ -34,18 +46,16 @@ def _equal(ctx, name: str, got: torch.Tensor, want: torch.Tensor) -> None:
     if not same and got.shape == want.shape:
         diff = (got != want).nonzero()
         first_diff = diff[0].tolist() if len(diff) else None
-    ctx.metric("tokens_equal", same, "bool", case=name)
+    ctx.metric(M.TOKENS_EQUAL, same, case=name)
     ctx.check(f"{name}: tokens equal", same, detail="" if same else f"first difference at [seq, step] {first_diff}")
 
 
 @torch.no_grad()
 def run(ctx) -> None:
-    steps = int(ctx.opt("steps", 24))
+    steps = ctx.options.steps
     model, w = ctx.gpt2("float32")
     max_len = ctx.profile.prompt_len + steps + 8
-    # A batch of different prompts; kept small so that the fp32 check is about the step, not about
-    # how many near-tied argmaxes a big batch happens to contain (see ModelSpec.init_std).
-    batch = int(ctx.opt("batch", 4))
+    batch = ctx.options.batch  # a batch of different prompts
 
     # 1. batch 1 and a batch of different prompts against transformers' greedy generate
     for name, p in (("batch1", prompts(ctx, 1, 10)), (f"batch{batch}", prompts(ctx, batch, 11))):
@@ -70,7 +80,7 @@ def run(ctx) -> None:
     garbage = state.out[:, T:T + steps].cpu()
     _distinct_ok(ctx, "garbage", clean)
     _equal(ctx, "garbage in unreached slots", garbage, clean)
-    ctx.metric("garbage_scale", 1e4, "x randn", case="garbage in unreached slots")
+    ctx.metric(M.GARBAGE_SCALE, 1e4, case="garbage in unreached slots")
 
     # 3. each sequence decoded in a batch equals the same sequence decoded alone
     together = decode.generate_fixed(w, p, steps, max_len=max_len)

@@ -11,13 +11,28 @@ from __future__ import annotations
 
 import io
 from contextlib import redirect_stdout
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-from lab.bench import COMPILED, EAGER, compile_first_call, time_methods
+from lab import metrics as M
+from lab.bench import compile_first_call, time_methods
 from lab.dynamo_tools import quiet_dynamo
+from lab.names import Method
 from lab.opprofile import profile_step
+from lab.options import option
+
+
+
+@dataclass(frozen=True)
+class Options:
+    n_ops: tuple[int, ...] = option((1, 2, 4, 8), "chain lengths (elementwise ops per chain)")
+    cache_bytes: int = option(256 * 1024, "bytes of the input that fits in cache")
+    memory_bytes: int = option(64 << 20, "bytes of the input far outside the cache")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
+    iters_cache: int = option(20, "timed calls per round, in cache")
+    iters_memory: int = option(3, "timed calls per round, far outside the cache")
 
 # Cheap arithmetic only (no transcendental): each op is memory-bound on its own.
 _STEPS: tuple[Callable[[torch.Tensor], torch.Tensor], ...] = (
@@ -42,10 +57,11 @@ def bytes_moved(n_ops: int, nbytes: int, fused: bool) -> int:
 
 def run(ctx) -> None:
     dev = ctx.device
-    n_list = [int(n) for n in ctx.opt("n_ops", [1, 2, 4, 8])]
-    sizes = {"cache": int(ctx.opt("cache_bytes", 256 * 1024)), "memory": int(ctx.opt("memory_bytes", 64 << 20))}
-    rounds = int(ctx.opt("rounds", ctx.profile.rounds))
-    iters = {"cache": int(ctx.opt("iters_cache", 20)), "memory": int(ctx.opt("iters_memory", 3))}
+    o = ctx.options
+    n_list = list(o.n_ops)
+    sizes = {"cache": o.cache_bytes, "memory": o.memory_bytes}
+    rounds = ctx.profile.rounds if o.rounds is None else o.rounds
+    iters = {"cache": o.iters_cache, "memory": o.iters_memory}
     ctx.note("bytes", sizes)
     ctx.note("dtype", "float32")
     ctx.note("kernels_meaning", "device kernels per call" if dev.type == "cuda" else
@@ -60,34 +76,35 @@ def run(ctx) -> None:
             # cache-sized tensor is too small to split across threads, and pays for it on every call
             for res, x in inputs.items():
                 compiled[res] = compile_first_call(chain, (x,), dev, dynamic=False)
-                ctx.metric("setup_s", round(compiled[res].setup_s, 3), "s", n_ops=n, residency=res)
+                ctx.metric(M.SETUP_S, round(compiled[res].setup_s, 3), n_ops=n, residency=res)
         c = compiled["cache"]
         with torch.no_grad():
             small = inputs["cache"]
-            for method, f in ((EAGER, chain), (COMPILED, c.fn)):
+            for method, f in ((Method.EAGER, chain), (Method.COMPILE_DEFAULT, c.fn)):
                 prof = profile_step(lambda f=f: f(small), dev, steps=3, warmup=1)
-                ctx.metric("kernels", prof.kernels, "count", method=method, n_ops=n)
+                ctx.metric(M.KERNELS, prof.kernels, method=method, n_ops=n)
             for res, x in inputs.items():
                 cf = compiled[res].fn
                 ok = torch.allclose(cf(x), chain(x), rtol=1e-5, atol=1e-6)
                 ctx.check(f"compiled equals eager (n_ops={n}, {res})", ok, n_ops=n, residency=res)
-                methods: dict[str, Any] = {EAGER: lambda x=x: chain(x), COMPILED: lambda x=x, cf=cf: cf(x)}
+                methods: dict[str, Any] = {Method.EAGER: lambda x=x: chain(x),
+                                           Method.COMPILE_DEFAULT: lambda x=x, cf=cf: cf(x)}
                 samples = time_methods(methods, ctx.clock, rounds=rounds, iters=iters[res], warmup=1)
                 ms = {}
                 for method, xs in samples.items():
-                    ms[method] = ctx.timing("step_ms", xs, "ms", method=method, n_ops=n, residency=res).median
-                    moved = bytes_moved(n, sizes[res], fused=method == COMPILED)
-                    ctx.metric("bytes_moved", moved, "B", method=method, n_ops=n, residency=res)
-                    ctx.metric("achieved_GBps", moved / (ms[method] * 1e-3) / 1e9, "GB/s", method=method, n_ops=n,
+                    ms[method] = ctx.timing(M.STEP_MS, xs, method=method, n_ops=n, residency=res).median
+                    moved = bytes_moved(n, sizes[res], fused=method == Method.COMPILE_DEFAULT)
+                    ctx.metric(M.BYTES_MOVED, moved, method=method, n_ops=n, residency=res)
+                    ctx.metric(M.ACHIEVED_GBPS, moved / (ms[method] * 1e-3) / 1e9, method=method, n_ops=n,
                                residency=res)
-                ctx.metric("speedup", ms[EAGER] / ms[COMPILED], "x", n_ops=n, residency=res)
-        ctx.metric("ceiling_x", n, "x", n_ops=n)
+                ctx.metric(M.SPEEDUP, ms[Method.EAGER] / ms[Method.COMPILE_DEFAULT], n_ops=n, residency=res)
+        ctx.metric(M.CEILING_X, n, n_ops=n)
     torch._dynamo.reset()
     # What the numbers say, as non-fatal facts of this host.
     n_max = max(n_list)
-    kern = ctx.record.metric("kernels", method=COMPILED, n_ops=n_max).value
+    kern = ctx.record.metric(M.KERNELS.name, method=Method.COMPILE_DEFAULT, n_ops=n_max).value
     ctx.check(f"compiled chain of {n_max} ops runs as at most 2 kernels", kern <= 2, fatal=False,
               detail=f"{kern:.0f} kernel(s) per call")
     for res in sizes:
-        sp = ctx.record.metric("speedup", n_ops=n_max, residency=res).value
+        sp = ctx.record.metric(M.SPEEDUP.name, n_ops=n_max, residency=res).value
         ctx.note(f"speedup_over_ceiling.{res}", round(sp / n_max, 3))

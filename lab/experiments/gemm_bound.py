@@ -8,12 +8,29 @@ kernel mix: the time share of matrix products, and the kernel counts before and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import torch
 
-from lab.bench import COMPILED, EAGER, compile_first_call, time_methods
+from lab import metrics as M
+from lab.bench import compile_first_call, time_methods
 from lab.dynamo_tools import quiet_dynamo
 from lab.model import torch_dtype
+from lab.names import Method
 from lab.opprofile import profile_step
+from lab.options import option
+
+
+
+@dataclass(frozen=True)
+class Options:
+    batch: int = option(256, "rows of the input")
+    dim: int = option(512, "model width D (each block is D -> 4D -> D)")
+    layers: int = option(2, "MLP blocks")
+    dtype: Literal["float32", "bfloat16", "float16"] = option("float32", "dtype of weights and input")
+    iters: int = option(5, "timed calls per round")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
 
 
 class MLPStack(torch.nn.Module):
@@ -30,8 +47,9 @@ class MLPStack(torch.nn.Module):
 
 def run(ctx) -> None:
     dev = ctx.device
-    batch, dim, layers = int(ctx.opt("batch", 256)), int(ctx.opt("dim", 512)), int(ctx.opt("layers", 2))
-    dtype = torch_dtype(ctx.opt("dtype", "float32"))
+    o = ctx.options
+    batch, dim, layers = o.batch, o.dim, o.layers
+    dtype = torch_dtype(o.dtype)
     torch.manual_seed(0)
     model = MLPStack(dim, layers).to(device=dev, dtype=dtype).eval()
     x = torch.randn(batch, dim, device=dev, dtype=dtype)
@@ -39,26 +57,26 @@ def run(ctx) -> None:
     ctx.note("shape", {"batch": batch, "dim": dim, "layers": layers, "dtype": str(dtype), "flops_per_call": flops})
     with quiet_dynamo():
         c = compile_first_call(model, (x,), dev)
-    ctx.metric("setup_s", round(c.setup_s, 3), "s", method=COMPILED)
+    ctx.metric(M.SETUP_S, round(c.setup_s, 3), method=Method.COMPILE_DEFAULT)
     with torch.no_grad():
         ref, got = model(x), c.fn(x)
         # relative error of the whole output: GEMM algorithms may differ between eager and compiled
         tol = 1e-4 if dtype == torch.float32 else 2e-2
         rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
         ctx.check("compiled equals eager (relative error)", rel < tol, detail=f"{rel:.2e} (limit {tol:.0e})")
-        for method, f in ((EAGER, model), (COMPILED, c.fn)):
+        for method, f in ((Method.EAGER, model), (Method.COMPILE_DEFAULT, c.fn)):
             prof = profile_step(lambda f=f: f(x), dev, steps=3, warmup=1)
-            ctx.metric("kernels", prof.kernels, "count", method=method)
-            ctx.metric("gemm_share", prof.matmul_share, "fraction", method=method)
+            ctx.metric(M.KERNELS, prof.kernels, method=method)
+            ctx.metric(M.GEMM_SHARE, prof.matmul_share, method=method)
             ctx.note(f"top.{method}", prof.top(6))
-        samples = time_methods({EAGER: lambda: model(x), COMPILED: lambda: c.fn(x)}, ctx.clock,
-                               rounds=int(ctx.opt("rounds", ctx.profile.rounds)), iters=int(ctx.opt("iters", 5)),
+        samples = time_methods({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)}, ctx.clock,
+                               rounds=ctx.profile.rounds if o.rounds is None else o.rounds, iters=o.iters,
                                warmup=1)
-    ms = {m: ctx.timing("step_ms", xs, "ms", method=m, batch=batch, dim=dim).median for m, xs in samples.items()}
-    sp = ms[EAGER] / ms[COMPILED]
-    ctx.metric("speedup", sp, "x")
-    ctx.metric("achieved_TFLOPs", flops / (ms[EAGER] * 1e-3) / 1e12, "TFLOP/s", method=EAGER)
-    share = ctx.record.metric("gemm_share", method=EAGER).value
+    ms = {m: ctx.timing(M.STEP_MS, xs, method=m, batch=batch, dim=dim).median for m, xs in samples.items()}
+    sp = ms[Method.EAGER] / ms[Method.COMPILE_DEFAULT]
+    ctx.metric(M.SPEEDUP, sp)
+    ctx.metric(M.ACHIEVED_TFLOPS, flops / (ms[Method.EAGER] * 1e-3) / 1e12, method=Method.EAGER)
+    share = ctx.record.metric(M.GEMM_SHARE.name, method=Method.EAGER).value
     ctx.check("GEMMs dominate eager time (>= 60%)", share >= 0.6, fatal=False, detail=f"{share:.0%}")
     ctx.check("compile gives about 1.0x (0.85-1.2)", 0.85 <= sp <= 1.2, fatal=False, detail=f"{sp:.2f}x")
     torch._dynamo.reset()

@@ -12,15 +12,26 @@ from __future__ import annotations
 
 import io
 from contextlib import redirect_stdout
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from lab.bench import COMPILED, EAGER, compile_first_call, inductor_skip, time_methods
+from lab import metrics as M
+from lab.bench import compile_first_call, inductor_skip, time_methods
 from lab.dynamo_tools import explain, quiet_dynamo
+from lab.names import Method
+from lab.options import option
 
 THRESHOLD = 3.0
 EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Options:
+    rows: int = option(2, "rows of the timed input")
+    dim: int = option(16, "features per row of the timed input")
+    iters: int = option(50, "timed calls per round")
 
 
 def _rms(h: torch.Tensor) -> torch.Tensor:
@@ -64,7 +75,7 @@ def _quiet_call(fn: Any, *args: Any) -> Any:
 
 def run(ctx) -> None:
     dev = ctx.device
-    rows, dim = int(ctx.opt("rows", 2)), int(ctx.opt("dim", 16))
+    rows, dim = ctx.options.rows, ctx.options.dim
     ctx.note("shape", [rows, dim])
 
     # 1. graph breaks of each version, with reasons (eager backend: no compiler needed)
@@ -72,12 +83,12 @@ def run(ctx) -> None:
     for name, fn in VERSIONS.items():
         with redirect_stdout(io.StringIO()):
             e = explain(fn, h0, s0)
-        ctx.metric("graphs", e.graphs, "count", version=name)
-        ctx.metric("graph_breaks", e.breaks, "count", version=name)
+        ctx.metric(M.GRAPHS, e.graphs, version=name)
+        ctx.metric(M.GRAPH_BREAKS, e.breaks, version=name)
         ctx.note(f"reasons.{name}", e.reasons)
-    ctx.check("repaired step: one graph, no break", ctx.record.metric("graph_breaks", version="repaired").value == 0,
+    ctx.check("repaired step: one graph, no break", ctx.record.metric(M.GRAPH_BREAKS.name, version="repaired").value == 0,
               detail=str(ctx.record.notes["reasons.repaired"]))
-    ctx.check("broken step: at least one break", ctx.record.metric("graph_breaks", version="broken").value >= 1,
+    ctx.check("broken step: at least one break", ctx.record.metric(M.GRAPH_BREAKS.name, version="broken").value >= 1,
               detail=str(ctx.record.notes["reasons.broken"]), fatal=False)
 
     # 2. equality on the validation inputs, outside timing (the chapter's shape (2, 16))
@@ -102,26 +113,27 @@ def run(ctx) -> None:
 
     # 3. time: each version eager and compiled
     h, s = torch.randn(rows, dim, device=dev), torch.full((rows, dim), 0.25, device=dev)
-    methods: dict[str, Any] = {f"{v}/{EAGER}": (lambda f=f: _quiet_call(f, h, s)) for v, f in VERSIONS.items()}
+    methods: dict[str, Any] = {f"{v}/{Method.EAGER}": (lambda f=f: _quiet_call(f, h, s)) for v, f in VERSIONS.items()}
     if not inductor_skip(ctx, "compiled timing of both versions"):
         for v, f in VERSIONS.items():
             torch._dynamo.reset()
             with quiet_dynamo(), redirect_stdout(io.StringIO()):
                 c = compile_first_call(f, (h, s), dev)
-            ctx.metric("setup_s", round(c.setup_s, 3), "s", version=v, method=COMPILED)
-            methods[f"{v}/{COMPILED}"] = lambda cf=c.fn: _quiet_call(cf, h, s)
+            ctx.metric(M.SETUP_S, round(c.setup_s, 3), version=v, method=Method.COMPILE_DEFAULT)
+            methods[f"{v}/{Method.COMPILE_DEFAULT}"] = lambda cf=c.fn: _quiet_call(cf, h, s)
             got = _quiet_call(c.fn, h, s)
             want = _quiet_call(f, h, s)
             ctx.check(f"{v}: compiled equals eager", all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
                                                         for a, b in zip(got, want)), version=v)
     with quiet_dynamo():
-        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=int(ctx.opt("iters", 50)),
+        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
                                warmup=ctx.profile.warmup)
     for key, xs in samples.items():
         version, method = key.split("/")
-        ctx.timing("step_ms", xs, "ms", version=version, method=method, rows=rows, dim=dim)
-    base = ctx.record.metric("step_ms", version="broken", method=EAGER).value
+        ctx.timing(M.STEP_MS, xs, version=version, method=method, rows=rows, dim=dim)
+    base = ctx.record.metric(M.STEP_MS.name, version="broken", method=Method.EAGER).value
     for key in samples:
         version, method = key.split("/")
-        ctx.metric("speedup_vs_broken_eager", base / ctx.record.metric("step_ms", version=version, method=method).value,
-                   "x", version=version, method=method)
+        ctx.metric(M.SPEEDUP_VS_BROKEN_EAGER, base / ctx.record.metric(M.STEP_MS.name, version=version,
+                                                                       method=method).value,
+                   version=version, method=method)

@@ -13,7 +13,11 @@ from contextlib import redirect_stdout
 
 import torch
 
+from lab import metrics as M
 from lab.dynamo_tools import explain
+from lab.options import NoOptions
+
+Options = NoOptions  # no knobs
 
 
 def control(x: torch.Tensor) -> torch.Tensor:
@@ -59,9 +63,9 @@ def run(ctx) -> None:
     for fn in FUNCTIONS:
         with redirect_stdout(io.StringIO()):  # uses_print prints while traced and run
             e = explain(fn, x)
-        ctx.metric("graphs", e.graphs, "count", function=fn.__name__)
-        ctx.metric("graph_breaks", e.breaks, "count", function=fn.__name__)
-        ctx.metric("ops", e.ops, "count", function=fn.__name__)
+        ctx.metric(M.GRAPHS, e.graphs, function=fn.__name__)
+        ctx.metric(M.GRAPH_BREAKS, e.breaks, function=fn.__name__)
+        ctx.metric(M.OPS, e.ops, function=fn.__name__)
         ctx.note(f"reasons.{fn.__name__}", e.reasons)
         expect_breaks = 0 if fn is control else 1
         ctx.check(f"{fn.__name__}: {expect_breaks} break(s), {expect_breaks + 1} graph(s)",

@@ -11,19 +11,24 @@ from __future__ import annotations
 import torch
 
 from lab import decode, stepmethods
+from lab import metrics as M
 from lab.costs import break_even_calls
 from lab.graphs import GraphedStep
+from lab.names import Method
+from lab.options import NoOptions
 from lab.results import ok_record
 from lab.timing import rotating_rounds
+
+Options = NoOptions  # no knobs: the profile's batches, warm-up and steps
 
 MIB = 1024 * 1024
 
 
-def _step_ms_from_run(ctx, method: str, batch: int) -> float | None:
+def _step_ms_from_run(ctx, method: Method, batch: int) -> float | None:
     rec = ok_record(ctx.results.experiments, "cuda_graph_decode")
     try:
         return None if rec is None else float(
-            rec.metric("step_ms", method=method, batch=batch, dtype="float32", readback=False).value)
+            rec.metric(M.STEP_MS.name, method=method, batch=batch, dtype="float32", readback=False).value)
     except KeyError:
         return None
 
@@ -41,28 +46,30 @@ def run(ctx) -> None:
         state_bytes = torch.cuda.memory_allocated() - alloc0
         decode.prefill(state, w, prompt)
         graphed = GraphedStep(decode.decode_step, state, w, warmup=prof.warmup)
-        ctx.metric("capture_s", round(graphed.capture_s, 4), "s", batch=batch)
-        ctx.metric("warmup_s", round(graphed.warmup_s, 4), "s", batch=batch)
-        ctx.metric("capture_only_s", round(graphed.capture_only_s, 4), "s", batch=batch)
-        ctx.metric("state_MiB", round(state.nbytes() / MIB, 3), "MiB", batch=batch)
-        ctx.metric("state_allocated_MiB", round(state_bytes / MIB, 3), "MiB", batch=batch)
-        ctx.metric("graph_pool_MiB", round(graphed.pool_bytes / MIB, 3), "MiB", batch=batch)
-        ctx.metric("weights_MiB", round(w.nbytes() / MIB, 3), "MiB", batch=batch)
-        eager_ms = _step_ms_from_run(ctx, "eager", batch)
-        graph_ms = _step_ms_from_run(ctx, "graph", batch)
+        ctx.metric(M.CAPTURE_S, round(graphed.capture_s, 4), batch=batch)
+        ctx.metric(M.WARMUP_S, round(graphed.warmup_s, 4), batch=batch)
+        ctx.metric(M.CAPTURE_ONLY_S, round(graphed.capture_only_s, 4), batch=batch)
+        ctx.metric(M.STATE_MIB, round(state.nbytes() / MIB, 3), batch=batch)
+        ctx.metric(M.STATE_ALLOCATED_MIB, round(state_bytes / MIB, 3), batch=batch)
+        ctx.metric(M.GRAPH_POOL_MIB, round(graphed.pool_bytes / MIB, 3), batch=batch)
+        ctx.metric(M.WEIGHTS_MIB, round(w.nbytes() / MIB, 3), batch=batch)
+        eager_ms = _step_ms_from_run(ctx, Method.EAGER, batch)
+        graph_ms = _step_ms_from_run(ctx, Method.GRAPH, batch)
         source = "cuda_graph_decode"
         if eager_ms is None or graph_ms is None:
             source = "measured here"
-            eager = stepmethods.build("eager", w, prompt, prof.max_len)
-            replay = stepmethods.StepMethod("graph", state, w, prompt, call=graphed.replay, graphed=graphed)
+            eager = stepmethods.build(Method.EAGER, w, prompt, prof.max_len)
+            replay = stepmethods.StepMethod(Method.GRAPH, state, w, prompt, call=graphed.replay, graphed=graphed)
             steps = min(prof.decode_steps, prof.max_len - prof.prompt_len - 2)
-            samples = rotating_rounds({"eager": lambda: eager.decode(steps, ctx.clock, False),
-                                       "graph": lambda: replay.decode(steps, ctx.clock, False)}, 3)
-            eager_ms = ctx.timing("step_ms", [x for r in samples["eager"] for x in r], "ms", method="eager", batch=batch).median
-            graph_ms = ctx.timing("step_ms", [x for r in samples["graph"] for x in r], "ms", method="graph", batch=batch).median
+            samples = rotating_rounds({Method.EAGER: lambda: eager.decode(steps, ctx.clock, False),
+                                       Method.GRAPH: lambda: replay.decode(steps, ctx.clock, False)}, 3)
+            eager_ms = ctx.timing(M.STEP_MS, [x for r in samples[Method.EAGER] for x in r], method=Method.EAGER,
+                                  batch=batch).median
+            graph_ms = ctx.timing(M.STEP_MS, [x for r in samples[Method.GRAPH] for x in r], method=Method.GRAPH,
+                                  batch=batch).median
         saving = eager_ms - graph_ms
-        ctx.metric("saving_ms_per_step", round(saving, 5), "ms", batch=batch, source=source)
+        ctx.metric(M.SAVING_MS_PER_STEP, round(saving, 5), batch=batch, source=source)
         be = break_even_calls(graphed.capture_s, eager_ms, graph_ms)
-        ctx.metric("break_even_steps", be, "steps", batch=batch)
+        ctx.metric(M.BREAK_EVEN_STEPS, be, batch=batch)
         ctx.progress(f"batch {batch}: capture {graphed.capture_s:.3f} s, saves {saving:.3f} ms/step, pays after {be} steps")
         del graphed, state

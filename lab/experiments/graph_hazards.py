@@ -17,10 +17,15 @@ from typing import Any
 import torch
 
 from lab import decode
+from lab import metrics as M
 from lab.childproc import last_error_line, run_child
 from lab.graphs import CacheFullError, GraphedStep
 from lab.model import build_model, extract_weights, resolve_weights
+from lab.names import Method
+from lab.options import NoOptions
 from lab.profiles import TINY
+
+Options = NoOptions  # no knobs: the chapter's tiny model and small cache, whatever the profile
 
 SMALL_CACHE = 24  # slots: the chapter's small cache
 PROMPT = 8
@@ -44,7 +49,7 @@ def past_end_child(kind: str, device: str = "cuda") -> dict[str, Any]:
     decode.prefill(state, w, _prompt(device))
     steps_done = 0
     with torch.no_grad():
-        if kind == "graph":
+        if kind == Method.GRAPH:
             g = GraphedStep(decode.decode_step, state, w)
             g.sync_position()
             for _ in range(SMALL_CACHE + 4):
@@ -84,8 +89,8 @@ def _replaced_input(ctx) -> None:
     replaced = run_graph("replace")
     copied = run_graph("copy")
     ctx.note("replaced_input", {"untouched": untouched, "after_replacing_tok": replaced, "after_copy_into_tok": copied})
-    ctx.metric("replaced_input_tokens_equal_untouched", replaced == untouched, "bool", hazard="replaced input")
-    ctx.metric("copied_input_changes_tokens", copied != untouched, "bool", hazard="replaced input")
+    ctx.metric(M.REPLACED_INPUT_TOKENS_EQUAL_UNTOUCHED, replaced == untouched, hazard="replaced input")
+    ctx.metric(M.COPIED_INPUT_CHANGES_TOKENS, copied != untouched, hazard="replaced input")
     ctx.check("replacing a captured input is silently ignored (tokens equal an untouched run)", replaced == untouched,
               detail=f"untouched {untouched}, replaced {replaced}", fatal=False)
     ctx.check("copying into the captured input changes the output", copied != untouched,
@@ -95,15 +100,16 @@ def _replaced_input(ctx) -> None:
 def _past_end(ctx) -> None:
     dev = str(ctx.device)
     outcomes: dict[str, Any] = {}
-    for kind in ("graph", "eager"):
-        child = run_child("lab.experiments.graph_hazards:past_end_child", {"kind": kind, "device": dev}, timeout_s=300)
+    for kind in (Method.GRAPH, Method.EAGER):
+        child = run_child("lab.experiments.graph_hazards:past_end_child", {"kind": str(kind), "device": dev},
+                          timeout_s=300)
         died = not child.ok
         outcomes[f"{kind}_cuda_child"] = {**child.as_dict(), "died": died, "value": child.value,
                                           "device_assert": "device-side assert" in child.stderr_tail,
                                           "message": last_error_line(child.stderr_tail)}
-        ctx.metric("child_died", died, "bool", method=kind, device=dev)
-        ctx.metric("child_exit_code", child.exit_code, "code", method=kind, device=dev)
-        ctx.metric("device_assert_seen", "device-side assert" in child.stderr_tail, "bool", method=kind, device=dev)
+        ctx.metric(M.CHILD_DIED, died, method=kind, device=dev)
+        ctx.metric(M.CHILD_EXIT_CODE, child.exit_code, method=kind, device=dev)
+        ctx.metric(M.DEVICE_ASSERT_SEEN, "device-side assert" in child.stderr_tail, method=kind, device=dev)
         ctx.progress(f"{kind} past the end on {dev}: {child.describe()}")
     ctx.check("graph replay past the cache end kills its process", outcomes["graph_cuda_child"]["died"],
               detail=outcomes["graph_cuda_child"]["how_it_ended"], fatal=False)
@@ -120,7 +126,7 @@ def _past_end(ctx) -> None:
     except (IndexError, RuntimeError) as exc:
         caught = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
     outcomes["eager_cpu_in_process"] = {"caught": caught, "steps_done": steps_done}
-    ctx.metric("eager_cpu_exception_caught", caught is not None, "bool", method="eager", device="cpu")
+    ctx.metric(M.EAGER_CPU_EXCEPTION_CAUGHT, caught is not None, method=Method.EAGER, device="cpu")
     # GraphedStep's guard: a Python error on the host, before any launch; the process carries on
     gw = _tiny_weights(dev)
     gstate = decode.new_state(gw, 1, SMALL_CACHE)
@@ -136,8 +142,8 @@ def _past_end(ctx) -> None:
     torch.cuda.synchronize()
     alive = bool(torch.ones(1, device=dev).add(1).item() == 2)
     outcomes["graphed_step_guard"] = {"raised": guard_msg, "replays_before": replays, "process_alive_after": alive}
-    ctx.metric("guard_raised", guard_msg is not None, "bool", method="GraphedStep")
-    ctx.metric("guard_replays_before_error", replays, "steps", method="GraphedStep")
+    ctx.metric(M.GUARD_RAISED, guard_msg is not None, method="GraphedStep")
+    ctx.metric(M.GUARD_REPLAYS_BEFORE_ERROR, replays, method="GraphedStep")
     ctx.check("GraphedStep's host guard raises before the cache end and the process lives on",
               guard_msg is not None and alive and replays == SMALL_CACHE - PROMPT - 1,
               detail=f"{replays} replays, then: {guard_msg}")

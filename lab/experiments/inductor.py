@@ -24,12 +24,26 @@ import torch
 import torch.nn.functional as F
 
 from lab import decode
+from lab import metrics as M
 from lab.childproc import last_error_line
 from lab.dynamo_tools import explain, quiet_dynamo
+from lab.names import Method
+from lab.options import option
+from lab.reasons import Code
 from lab.timing import rotating_rounds, sync, time_calls
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
 COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums
+
+
+@dataclass(frozen=True)
+class Options:
+    steps: int = option(40, "decode steps compared with the eager reference")
+    equiv_steps: int = option(15, "steps over which the eager split step must equal the indexed step")
+    batch: int = option(1, "sequences decoded together")
+    steps_per_round: int | None = option(None, "timed steps per round (default: the profile's decode_steps)")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
+    warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)")
 
 
 # ---------------------------------------------------------------------------- bisecting a failed compile
@@ -134,10 +148,11 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
     rel = diff / scale
     same = torch.equal(got[1], want[1])
     agree = float((got[1] == want[1]).float().mean())
-    ctx.metric("max_logit_diff", diff, "abs", step=step_name, steps=int(got[0].shape[0]))
-    ctx.metric("tokens_equal", same, "bool", step=step_name, steps=int(got[0].shape[0]))
-    ctx.metric("token_agreement", agree, "fraction", step=step_name, steps=int(got[0].shape[0]))
-    ctx.metric("max_logit_rel_diff", rel, "fraction of max |logit|", step=step_name, steps=int(got[0].shape[0]))
+    n = int(got[0].shape[0])
+    ctx.metric(M.MAX_LOGIT_DIFF, diff, step=step_name, steps=n)
+    ctx.metric(M.TOKENS_EQUAL, same, step=step_name, steps=n)
+    ctx.metric(M.TOKEN_AGREEMENT, agree, step=step_name, steps=n)
+    ctx.metric(M.MAX_LOGIT_REL_DIFF, rel, step=step_name, steps=n)
     # Random weights at init_std 0.3 give logits in the hundreds: an absolute tolerance would say
     # more about the weights than about the compiler, so the compiled check is relative.
     value = diff if relative is False else rel
@@ -158,12 +173,11 @@ def first_call_s(fn: Callable[[], Any], device: torch.device) -> float:
 
 @torch.no_grad()
 def run(ctx) -> None:
-    steps = int(ctx.opt("steps", 40))
-    equiv_steps = int(ctx.opt("equiv_steps", 15))
-    batch = int(ctx.opt("batch", 1))
-    per_round = int(ctx.opt("steps_per_round", ctx.profile.decode_steps))
-    rounds = int(ctx.opt("rounds", ctx.profile.rounds))
-    warmup = int(ctx.opt("warmup", ctx.profile.warmup))
+    o, prof = ctx.options, ctx.profile
+    steps, equiv_steps, batch = o.steps, o.equiv_steps, o.batch
+    per_round = prof.decode_steps if o.steps_per_round is None else o.steps_per_round
+    rounds = prof.rounds if o.rounds is None else o.rounds
+    warmup = prof.warmup if o.warmup is None else o.warmup
     _, w = ctx.gpt2()
     T = ctx.profile.prompt_len
     max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)
@@ -190,15 +204,16 @@ def run(ctx) -> None:
     x = F.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
     ex = explain(decode.decode_core, x, state.slots == pos, state.slots > pos,
                  tuple(c.clone() for c in state.caches), w)
-    ctx.metric("dynamo_graphs", ex.graphs, "count", function="decode_core")
-    ctx.metric("graph_breaks", ex.breaks, "count", function="decode_core")
+    ctx.metric(M.DYNAMO_GRAPHS, ex.graphs, function="decode_core")
+    ctx.metric(M.GRAPH_BREAKS, ex.breaks, function="decode_core")
     ctx.check("decode_core is one graph with no breaks", ex.graphs == 1 and ex.breaks == 0,
               detail=f"{ex.graphs} graph(s), {ex.breaks} break(s)" + (f": {ex.reasons[0]}" if ex.reasons else ""))
     torch._dynamo.reset()
 
-    methods: dict[str, tuple[str, Callable[[decode.DecodeState, Any], torch.Tensor]]] = {
-        "eager-indexed": ("indexed", decode.decode_step),
-        "eager-split": ("split", decode.decode_step_split),
+    # (method, which step) -> the step function timed
+    methods: dict[tuple[Method, str], Callable[[decode.DecodeState, Any], torch.Tensor]] = {
+        (Method.EAGER, "indexed"): decode.decode_step,
+        (Method.EAGER, "split"): decode.decode_step_split,
     }
 
     # 3. the indexed step as it is
@@ -211,7 +226,7 @@ def run(ctx) -> None:
             setup = first_call_s(lambda: compiled_step(state, w), ctx.device)
     except Exception as exc:  # the failure is the finding: record it exactly, then bisect
         err = error_text(exc)
-        ctx.metric("compiles", False, "bool", step="indexed")
+        ctx.metric(M.STEP_COMPILES, False, step="indexed")
         ctx.note("indexed_error", err)
         ctx.progress(f"indexed step did not compile ({err['line'][:120]}); bisecting")
         found = bisect(op_cases(state, w))
@@ -219,17 +234,17 @@ def run(ctx) -> None:
         failing = [f["op"] for f in found if not f["compiles"]]
         ctx.note("smallest_failing_ops", failing)
         for f in found:
-            ctx.metric("op_compiles", f["compiles"], "bool", op=f["op"])
-        ctx.skip("compiled-indexed", "compile_failed",
+            ctx.metric(M.OP_COMPILES, f["compiles"], op=f["op"])
+        ctx.skip(f"{Method.COMPILE_DEFAULT}, indexed step", Code.COMPILE_FAILED,
                  f"the indexed step does not compile here ({err['line'][:200]}); failing ops: "
                  f"{', '.join(failing) or 'none on their own'}: the split step below is measured instead")
         torch._dynamo.reset()
     else:
-        ctx.metric("compiles", True, "bool", step="indexed")
-        ctx.metric("setup_s", setup, "s", step="indexed")
+        ctx.metric(M.STEP_COMPILES, True, step="indexed")
+        ctx.metric(M.SETUP_S, setup, method=Method.COMPILE_DEFAULT, step="indexed")
         compare(ctx, "compiled indexed vs eager", decode_logits(compiled_step, w, prompt, steps, max_len),
                 reference, COMPILED_TOLERANCE, fatal=False)
-        methods["compiled-indexed"] = ("indexed", compiled_step)
+        methods[Method.COMPILE_DEFAULT, "indexed"] = compiled_step
 
     # 4. the split step: core compiled, bookkeeping eager
     ctx.progress("compiling the split step's core")
@@ -242,11 +257,11 @@ def run(ctx) -> None:
     decode.prefill(state, w, prompt.to(w.device))
     with quiet_dynamo():
         setup = first_call_s(lambda: compiled_split(state, w), ctx.device)
-    ctx.metric("compiles", True, "bool", step="split")
-    ctx.metric("setup_s", setup, "s", step="split")
+    ctx.metric(M.STEP_COMPILES, True, step="split")
+    ctx.metric(M.SETUP_S, setup, method=Method.COMPILE_DEFAULT, step="split")
     compare(ctx, "compiled split vs eager", decode_logits(compiled_split, w, prompt, steps, max_len), reference,
             COMPILED_TOLERANCE, fatal=False)
-    methods["compiled-split"] = ("split", compiled_split)
+    methods[Method.COMPILE_DEFAULT, "split"] = compiled_split
 
     # 5. steady step time, methods in rotating order; the state is restored before every round
     state = decode.new_state(w, batch, max_len)
@@ -260,13 +275,15 @@ def run(ctx) -> None:
         return once
 
     ctx.progress(f"timing {len(methods)} methods, {rounds} rounds of {per_round} steps")
-    rounds_out = rotating_rounds({m: timer(fn) for m, (_, fn) in methods.items()}, rounds)
-    medians: dict[str, float] = {}
-    for method, per in rounds_out.items():
+    keys = {f"{m} {s}": (m, s) for m, s in methods}
+    rounds_out = rotating_rounds({label: timer(methods[key]) for label, key in keys.items()}, rounds)
+    medians: dict[tuple[Method, str], float] = {}
+    for label, per in rounds_out.items():
+        method, step_name = keys[label]
         samples = [s for r in per for s in r]
-        medians[method] = ctx.timing("step_ms", samples, "ms", method=method, step=methods[method][0],
-                                     batch=batch).median
+        medians[method, step_name] = ctx.timing(M.STEP_MS, samples, method=method, step=step_name, batch=batch).median
     for step_name in ("indexed", "split"):
-        if f"compiled-{step_name}" in medians:
-            ctx.metric("speedup_vs_eager", medians[f"eager-{step_name}"] / medians[f"compiled-{step_name}"], "x",
-                       step=step_name, batch=batch)
+        compiled = medians.get((Method.COMPILE_DEFAULT, step_name))
+        if compiled is not None:
+            ctx.metric(M.SPEEDUP_VS_EAGER, medians[Method.EAGER, step_name] / compiled,
+                       method=Method.COMPILE_DEFAULT, step=step_name, batch=batch)

@@ -8,13 +8,25 @@ op removed is (eager − method) / ops. Graph parts need CUDA and are listed as 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-from lab.bench import COMPILE_GRAPH, COMPILED, EAGER, GRAPH, compile_first_call, cuda_skip, inductor_skip, time_methods
+from lab import metrics as M
+from lab.bench import compile_first_call, cuda_skip, inductor_skip, time_methods
 from lab.dynamo_tools import quiet_dynamo
+from lab.names import Method
 from lab.opprofile import profile_step
+from lab.options import option
+
+
+
+@dataclass(frozen=True)
+class Options:
+    n_ops: int = option(100, "tiny ops per call (rounded down to an even number)")
+    width: int = option(64, "floats each op touches")
+    iters: int = option(30, "timed calls per round")
 
 
 def make_tiny_chain(n_ops: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -30,47 +42,46 @@ def run(ctx) -> None:
     import time
 
     dev = ctx.device
-    n_ops = int(ctx.opt("n_ops", 100))
-    n_ops -= n_ops % 2
-    width = int(ctx.opt("width", 64))
+    n_ops = ctx.options.n_ops - ctx.options.n_ops % 2
+    width = ctx.options.width
     fn = make_tiny_chain(n_ops)
     x = torch.randn(1, width, device=dev)
     ctx.note("shape", [1, width])
-    methods: dict[str, Callable[[], Any]] = {EAGER: lambda: fn(x)}
+    methods: dict[str, Callable[[], Any]] = {Method.EAGER: lambda: fn(x)}
     compiled = None
-    if not inductor_skip(ctx, f"{COMPILED} and {COMPILE_GRAPH}"):
+    if not inductor_skip(ctx, f"{Method.COMPILE_DEFAULT} and {Method.COMPILE_GRAPH}"):
         torch._dynamo.reset()
         with quiet_dynamo():
             compiled = compile_first_call(fn, (x,), dev, dynamic=False)
-        ctx.metric("setup_s", round(compiled.setup_s, 3), "s", method=COMPILED)
-        methods[COMPILED] = lambda: compiled.fn(x)
-    if not cuda_skip(ctx, f"{GRAPH} and {COMPILE_GRAPH}"):
+        ctx.metric(M.SETUP_S, round(compiled.setup_s, 3), method=Method.COMPILE_DEFAULT)
+        methods[Method.COMPILE_DEFAULT] = lambda: compiled.fn(x)
+    if not cuda_skip(ctx, f"{Method.GRAPH} and {Method.COMPILE_GRAPH}"):
         from lab.replay import StaticGraph
 
         start = time.perf_counter()
         g = StaticGraph(fn, (x,))
-        ctx.metric("setup_s", round(time.perf_counter() - start, 3), "s", method=GRAPH)
-        methods[GRAPH] = g.replay  # static input already holds x: replay alone is the step
+        ctx.metric(M.SETUP_S, round(time.perf_counter() - start, 3), method=Method.GRAPH)
+        methods[Method.GRAPH] = g.replay  # static input already holds x: replay alone is the step
         if compiled is not None:
             start = time.perf_counter()
             cg = StaticGraph(compiled.fn, (x,))
-            ctx.metric("setup_s", round(time.perf_counter() - start, 3), "s", method=COMPILE_GRAPH)
-            methods[COMPILE_GRAPH] = cg.replay
+            ctx.metric(M.SETUP_S, round(time.perf_counter() - start, 3), method=Method.COMPILE_GRAPH)
+            methods[Method.COMPILE_GRAPH] = cg.replay
     with torch.no_grad():
         ref = fn(x)
         for method, f in methods.items():
             out = f()
             ctx.check(f"{method} equals eager", torch.allclose(out, ref, rtol=1e-5, atol=1e-6), method=method)
-        for method in (EAGER, COMPILED):
+        for method in (Method.EAGER, Method.COMPILE_DEFAULT):
             if method in methods:
                 prof = profile_step(methods[method], dev, steps=3, warmup=1)
-                ctx.metric("ops_per_step", prof.kernels, "count", method=method)
-        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=int(ctx.opt("iters", 30)),
+                ctx.metric(M.OPS_PER_STEP, prof.kernels, method=method)
+        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
                                warmup=ctx.profile.warmup)
-    ms = {m: ctx.timing("step_ms", xs, "ms", method=m, n_ops=n_ops).median for m, xs in samples.items()}
+    ms = {m: ctx.timing(M.STEP_MS, xs, method=m, n_ops=n_ops).median for m, xs in samples.items()}
     for m, v in ms.items():
-        ctx.metric("us_per_op", v * 1e3 / n_ops, "us", method=m)
-        if m != EAGER:
-            ctx.metric("us_per_op_removed", (ms[EAGER] - v) * 1e3 / n_ops, "us", method=m)
-            ctx.metric("speedup", ms[EAGER] / v, "x", method=m)
+        ctx.metric(M.US_PER_OP, v * 1e3 / n_ops, method=m)
+        if m != Method.EAGER:
+            ctx.metric(M.US_PER_OP_REMOVED, (ms[Method.EAGER] - v) * 1e3 / n_ops, method=m)
+            ctx.metric(M.SPEEDUP, ms[Method.EAGER] / v, method=m)
     torch._dynamo.reset()

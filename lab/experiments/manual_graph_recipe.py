@@ -11,25 +11,36 @@ untouched; a kept clone survives the next replay while the static output changes
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
-from lab.bench import EAGER, GRAPH, time_methods
+from lab import metrics as M
+from lab.bench import time_methods
+from lab.names import Method, Variant
+from lab.options import option
+from lab.reasons import Code
 from lab.replay import StaticGraph
 from lab.runner import NotRun
 
 
+@dataclass(frozen=True)
+class Options:
+    warmup: int = option(10, "side-stream warm-up calls before the capture")
+    iters: int = option(100, "timed calls per round")
+
+
 def run(ctx) -> None:
     if ctx.device.type != "cuda":
-        raise NotRun("no_cuda", "CUDA graph capture needs a CUDA device: run the gpu profile on a host with an NVIDIA "
+        raise NotRun(Code.NO_CUDA, "CUDA graph capture needs a CUDA device: run the gpu profile on a host with an NVIDIA "
                                 "GPU and a CUDA build of torch")
     dev = ctx.device
     torch.manual_seed(0)
     model = torch.nn.Linear(256, 256).to(dev).eval()
     example = torch.randn(1, 256, device=dev)
     start = time.perf_counter()
-    graphed = StaticGraph(model, (example,), warmup=int(ctx.opt("warmup", 10)))
-    ctx.metric("capture_s", round(time.perf_counter() - start, 4), "s")
+    graphed = StaticGraph(model, (example,), warmup=ctx.options.warmup)
+    ctx.metric(M.CAPTURE_S, round(time.perf_counter() - start, 4))
 
     with torch.no_grad():
         fresh = torch.randn(1, 256, device=dev)
@@ -55,9 +66,9 @@ def run(ctx) -> None:
                   and not torch.allclose(graphed.static_out, eager), fatal=True)
 
         x = fresh
-        samples = time_methods({EAGER: lambda: model(x), GRAPH: lambda: graphed(x),
-                                "graph-no-clone": lambda: graphed(x, clone=False)},
-                               ctx.clock, rounds=ctx.profile.rounds, iters=int(ctx.opt("iters", 100)),
+        samples = time_methods({Method.EAGER: lambda: model(x), Method.GRAPH: lambda: graphed(x),
+                                Variant.GRAPH_NO_CLONE: lambda: graphed(x, clone=False)},
+                               ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
                                warmup=ctx.profile.warmup)
-    ms = {m: ctx.timing("step_ms", xs, "ms", method=m).median for m, xs in samples.items()}
-    ctx.metric("speedup", ms[EAGER] / ms[GRAPH], "x", method=GRAPH)
+    ms = {m: ctx.timing(M.STEP_MS, xs, method=m).median for m, xs in samples.items()}
+    ctx.metric(M.SPEEDUP, ms[Method.EAGER] / ms[Method.GRAPH], method=Method.GRAPH)

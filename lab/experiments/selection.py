@@ -1,8 +1,8 @@
 """selection: per workload, which of eager / compile / graph / compile+graph won, by how much, and why.
 
-It measures nothing: it reads this run's earlier records (`ctx.results.experiments`) — the lead's
-`cuda_graph_decode` and the overhead experiments — and fills the chapter's selection rule in with
-this host's numbers. A case is one set of parameters (batch, n_ops, residency, ...); its candidates
+It measures nothing: it reads this run's earlier records (`ctx.results.experiments`) of the
+experiments whose catalogue entry names a `workload` — the lead's `cuda_graph_decode` and the
+overhead experiments — and fills the chapter's selection rule in with this host's numbers. A case is one set of parameters (batch, n_ops, residency, ...); its candidates
 are the `step_ms` medians of each method. A win inside the spread (the winner's upper quartile above
 eager's lower quartile) is reported as a tie with eager. A workload absent from the run, NOT_RUN or
 FAILED is listed as not measured with its record's reason; methods a record skipped are named in
@@ -15,32 +15,23 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-# workload id -> what it is
-WORKLOADS: dict[str, str] = {
-    "cuda_graph_decode": "GPT-2 fixed-shape decode step",
-    "launch_overhead": "many tiny ops at batch 1",
-    "fusion": "chain of N elementwise ops",
-    "allocation": "K intermediates: allocation vs planning",
-    "gemm_bound": "large-batch GEMM-dominated MLP",
-    "graph_break_repair": "RMS-norm step, broken vs repaired",
-    "amdahl": "decode step and transformer block (Amdahl)",
-    "manual_graph_recipe": "Linear(256,256) captured by hand",
-}
+from lab import metrics as M
+from lab.catalogue import CATALOGUE
+from lab.names import BASELINES, Family, family
+from lab.options import NoOptions
+from lab.reasons import Code
 
-# method name in a record -> the chapter's four families (unknown names keep their own)
-FAMILY: dict[str, str] = {
-    "eager": "eager", "compiled": "compile", "compile-default": "compile",
-    "max-autotune-no-cudagraphs": "compile", "graph": "graph", "graph-no-clone": "graph",
-    "compile+graph": "compile+graph", "reduce-overhead": "compile+graph", "reduce-overhead-static": "compile+graph",
-    "allocating": "eager",
-}
+Options = NoOptions  # no knobs: it reads the run's records
+
+# workload id -> what it is: every experiment whose catalogue entry names its workload
+WORKLOADS: dict[str, str] = {spec.id: spec.workload for spec in CATALOGUE if spec.workload}
 
 WHY: dict[str, str] = {
-    "eager": "nothing worth removing: the overheads compile and replay attack are small here (or compile/graph "
-             "added work)",
-    "compile": "the computation changed: fewer kernels and fewer bytes (fusion), lower host cost per call",
-    "graph": "host launch work dominated and the kernels were already fine: replay removes the launches",
-    "compile+graph": "both: compile cut kernels and bytes, replay then launched what was left at once",
+    Family.EAGER: "nothing worth removing: the overheads compile and replay attack are small here (or "
+                  "compile/graph added work)",
+    Family.COMPILE: "the computation changed: fewer kernels and fewer bytes (fusion), lower host cost per call",
+    Family.GRAPH: "host launch work dominated and the kernels were already fine: replay removes the launches",
+    Family.COMPILE_GRAPH: "both: compile cut kernels and bytes, replay then launched what was left at once",
 }
 
 
@@ -54,7 +45,7 @@ class Candidate:
 
     @property
     def family(self) -> str:
-        return FAMILY.get(self.method, self.method)
+        return family(self.method)
 
 
 def case_key(params: dict[str, Any]) -> str:
@@ -65,7 +56,7 @@ def candidates_by_case(record: Any) -> dict[str, list[Candidate]]:
     """step_ms metrics of a record grouped by their parameters other than `method`."""
     out: dict[str, list[Candidate]] = defaultdict(list)
     for m in record.metrics:
-        if m.name != "step_ms" or "method" not in m.params or m.value is None:
+        if m.name != M.STEP_MS.name or "method" not in m.params or m.value is None:
             continue
         if m.params.get("readback") is True:  # the decode step with the token read back: a separate question
             continue
@@ -94,7 +85,7 @@ class Choice:
 
 def choose(cands: list[Candidate]) -> Choice:
     ranked = sorted(cands, key=lambda c: c.median)
-    eager = next((c for c in cands if c.family == "eager" and c.method in ("eager", "allocating")), None)
+    eager = next((c for c in cands if c.method in BASELINES), None)
     winner = ranked[0]
     tie = eager is not None and winner is not eager and winner.q3 >= eager.q1
     if tie:
@@ -110,12 +101,12 @@ def evidence(choice: Choice, cands: list[Candidate], skipped: list[str]) -> str:
     w, other = choice.winner, choice.runner_up
     if choice.tie_with_eager and other is not None:
         text += (f" — {other.method} was {choice.eager.median / other.median:.2f}× eager but inside eager's spread: "
-                 f"eager is enough ({WHY['eager']})")
-    elif w.family == "eager" and other is not None:
-        text += f" — eager wins, {other.method} is {other.median / w.median:.2f}× slower: {WHY['eager']}"
+                 f"eager is enough ({WHY[Family.EAGER]})")
+    elif w.family == Family.EAGER and other is not None:
+        text += f" — eager wins, {other.method} is {other.median / w.median:.2f}× slower: {WHY[Family.EAGER]}"
     elif choice.speedup_vs_eager is not None:
         text += f" — {w.method} ({w.family}) {choice.speedup_vs_eager:.2f}× eager: {WHY.get(w.family, '')}"
-        if other is not None and other.family != "eager":
+        if other is not None and other.family != Family.EAGER:
             text += f"; {choice.margin:.2f}× ahead of {other.method}"
     if skipped:
         text += f"; not measured: {', '.join(skipped)}"
@@ -128,7 +119,7 @@ def run(ctx) -> None:
     for wid, what in WORKLOADS.items():
         rec = records.get(wid)
         if rec is None:
-            ctx.skip(wid, "not_measured", f"{what}: not in this run; run `python -m lab run --only {wid},selection`")
+            ctx.skip(wid, Code.NOT_MEASURED, f"{what}: not in this run; run `python -m lab run --only {wid},selection`")
             continue
         if rec.status != "OK":
             code = rec.reason.code if rec.reason else rec.status.lower()
@@ -137,19 +128,19 @@ def run(ctx) -> None:
             continue
         cases = candidates_by_case(rec)
         if not cases:
-            ctx.skip(wid, "no_timings", f"{what}: the record has no step_ms timings to compare")
+            ctx.skip(wid, Code.NO_TIMINGS, f"{what}: the record has no step_ms timings to compare")
             continue
         skipped = [f"{s.item} ({s.code})" for s in rec.skipped]
         for case, cands in cases.items():
             choice = choose(cands)
-            ctx.metric("winner", choice.winner.method, "method", workload=wid, case=case)
-            ctx.metric("winner_family", choice.winner.family, "family", workload=wid, case=case)
+            ctx.metric(M.WINNER, choice.winner.method, workload=wid, case=case)
+            ctx.metric(M.WINNER_FAMILY, choice.winner.family, workload=wid, case=case)
             if choice.speedup_vs_eager is not None:
-                ctx.metric("speedup_vs_eager", choice.speedup_vs_eager, "x", workload=wid, case=case)
+                ctx.metric(M.SPEEDUP_VS_EAGER, choice.speedup_vs_eager, workload=wid, case=case)
             if choice.margin is not None:
-                ctx.metric("margin_vs_runner_up", choice.margin, "x", workload=wid, case=case)
-            ctx.metric("tie_with_eager", choice.tie_with_eager, "bool", workload=wid, case=case)
+                ctx.metric(M.MARGIN_VS_RUNNER_UP, choice.margin, workload=wid, case=case)
+            ctx.metric(M.TIE_WITH_EAGER, choice.tie_with_eager, workload=wid, case=case)
             ctx.note(f"evidence.{wid}.{case}", evidence(choice, cands, skipped))
             chosen += 1
-    ctx.metric("cases", chosen, "count")
+    ctx.metric(M.CASES, chosen)
     ctx.progress(f"{chosen} cases chosen; {len(ctx.record.skipped)} workload(s) not measured")

@@ -8,7 +8,17 @@ container that has g++ but no python3-dev ("Python.h: No such file or directory"
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from lab import metrics as M
+from lab.options import option
+from lab.reasons import Code
 from lab.toolchain import try_compile_python_extension
+
+
+@dataclass(frozen=True)
+class Options:
+    try_compile: bool = option(False, "also compile a one-line file that includes Python.h with the compiler found")
 
 
 def run(ctx) -> None:
@@ -16,27 +26,27 @@ def run(ctx) -> None:
     ctx.note("toolchain", tc.as_dict())
     ctx.note("compiler", {"name": tc.cxx.compiler, "path": tc.cxx.path, "version": tc.cxx.version,
                           "search": tc.cxx.search, "CXX": tc.cxx.cxx_env, "inductor_agrees": tc.cxx.inductor_agrees})
-    ctx.metric("cxx_compiler_found", tc.cxx.compiler is not None, "bool")
-    ctx.metric("cxx_off_path", len(tc.cxx.off_path), "count")
-    ctx.metric("python_headers", tc.cxx.python_h is not None, "bool")
-    ctx.metric("triton_importable", tc.triton.importable, "bool")
-    ctx.metric("cuda_available", tc.cuda.available, "bool")
+    ctx.metric(M.CXX_COMPILER_FOUND, tc.cxx.compiler is not None)
+    ctx.metric(M.CXX_OFF_PATH, len(tc.cxx.off_path))
+    ctx.metric(M.PYTHON_HEADERS, tc.cxx.python_h is not None)
+    ctx.metric(M.TRITON_IMPORTABLE, tc.triton.importable)
+    ctx.metric(M.CUDA_AVAILABLE, tc.cuda.available)
     if tc.cxx.msvc is not None:
         ctx.note("msvc", tc.cxx.msvc)
     if tc.cxx.inductor_agrees is not None:
         ctx.check("the probe and Inductor's own get_cpp_compiler() agree", tc.cxx.inductor_agrees,
                   detail=f"probe: {tc.cxx.compiler}", fatal=False)
     for backend, reason in (("cpp", tc.cxx_reason()), ("triton", tc.triton_reason())):
-        ctx.metric("inductor_backend_usable", reason is None, "bool", backend=backend)
+        ctx.metric(M.INDUCTOR_BACKEND_USABLE, reason is None, backend=backend)
         if reason is not None:
             ctx.note(f"reason.{backend}", {"code": reason.code, "message": reason.message})
-    if ctx.opt("try_compile", False):
+    if ctx.options.try_compile:
         if tc.cxx_reason() is not None:
             ctx.skip("python_extension_compile", tc.cxx_reason().code, tc.cxx_reason().message)
         else:
             ok, err = try_compile_python_extension(tc.cxx)
             if ok is None:
-                ctx.skip("python_extension_compile", "not_applicable", err)
+                ctx.skip("python_extension_compile", Code.NOT_APPLICABLE, err)
             else:
-                ctx.metric("python_extension_compiles", ok, "bool")
+                ctx.metric(M.PYTHON_EXTENSION_COMPILES, ok)
                 ctx.check("a file including Python.h compiles", ok, detail=err, fatal=False)
