@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lab import metrics as M
+from lab import units
 from lab.results import MANIFEST_NAME, RESULTS_NAME, Metric, Results, ResultsError, from_dict
 
 FACTOR = 1.10
@@ -124,13 +126,13 @@ def manifest_diff(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] 
 
 # ---------------------------------------------------------------------------- metrics
 
-LOWER_UNITS = {"ms", "s", "us", "µs", "ns", "MiB", "GiB", "bytes"}
-HIGHER_UNITS = {"x", "GBps", "TFLOPs", "GB/s", "TFLOP/s"}
+LOWER_UNITS = {units.MS, units.S, units.US, "µs", "ns", units.MIB, "GiB", "bytes"}
+HIGHER_UNITS = {units.X, "GBps", "TFLOPs", units.GBPS, units.TFLOPS}
 
 
 def direction(name: str, unit: str) -> Literal["lower", "higher"] | None:
     """Which way is better for this metric (see the module docstring); None: no direction."""
-    if "speedup" in name or name in ("token_agreement", "ceiling_x") or unit in HIGHER_UNITS or name.endswith(
+    if "speedup" in name or name in (M.TOKEN_AGREEMENT.name, M.CEILING_X.name) or unit in HIGHER_UNITS or name.endswith(
             ("_GBps", "_TFLOPs")):
         return "higher"
     if unit in LOWER_UNITS or name.endswith(("_ms", "_s", "_us", "_MiB")) or name.startswith("break_even"):

@@ -17,9 +17,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lab import metrics as M  # noqa: E402
+from lab.names import METHOD_ORDER, Method, method_rank  # noqa: E402
 from lab.results import Results  # noqa: E402
 
-from report.sections import METHOD_ORDER, _step_metrics, method_key, record  # noqa: E402
+from report.sections import _step_metrics, record  # noqa: E402
 from report.tables import first, is_number, matching, sort_key  # noqa: E402
 
 STYLE = {
@@ -94,7 +96,7 @@ def step_time(results: Results) -> list[Chart]:
     charts = []
     for dtype in sorted({str(m.params.get("dtype")) for m in steps}):
         here = [m for m in steps if str(m.params.get("dtype")) == dtype]
-        methods = sorted({m.params["method"] for m in here}, key=method_key)
+        methods = sorted({m.params["method"] for m in here}, key=method_rank)
 
         def draw(here: list[Any] = here, methods: list[Any] = methods, dtype: str = dtype) -> Any:
             fig, ax = plt.subplots(figsize=(7.5, 4.2))
@@ -104,19 +106,19 @@ def step_time(results: Results) -> list[Chart]:
                              key=lambda p: sort_key(p[0]))
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colors[method], label=method)
                 bounds = sorted(((m.params["batch"], m.value) for m in matching(ceil.metrics if ceil else [],
-                                                                                  "bound_ms", method=method)
+                                                                                  M.BOUND_MS, method=method)
                                  if str(m.params.get("dtype", dtype)) == dtype and is_number(m.value)),
                                 key=lambda p: sort_key(p[0]))
                 if bounds:
                     ax.plot([p[0] for p in bounds], [p[1] for p in bounds], linestyle="--", linewidth=1,
                             color=colors[method], alpha=0.7)
             bw = sorted(((m.params["batch"], m.value) for m in matching(ceil.metrics if ceil else [],
-                                                                          "bound_bandwidth_ms")
+                                                                          M.BOUND_BANDWIDTH_MS)
                          if m.params.get("method") == methods[0] and is_number(m.value)), key=lambda p: sort_key(p[0]))
             if bw:
                 ax.plot([p[0] for p in bw], [p[1] for p in bw], color="0.35", linestyle=":", linewidth=1.5,
                         label="bandwidth floor")
-            if ceil and any(matching(ceil.metrics, "bound_ms")):
+            if ceil and any(matching(ceil.metrics, M.BOUND_MS)):
                 ax.plot([], [], linestyle="--", color="0.5", label="method's bound (dashed)")
             _log_axis(ax, "x", 2, sorted({m.params["batch"] for m in here}, key=sort_key))
             _log_axis(ax, "y")
@@ -139,12 +141,12 @@ def compile_cost(results: Results) -> list[Chart]:
     """Cumulative time against calls: eager, compiled from a cold cache, compiled from a warm one."""
     rec = record(results, "compile_cost")
     charts = []
-    targets = sorted({str(m.params.get("target")) for m in matching(rec.metrics if rec else [], "first_call_s")})
+    targets = sorted({str(m.params.get("target")) for m in matching(rec.metrics if rec else [], M.FIRST_CALL_S)})
     for target in targets:
-        cold = first(rec, "first_call_s", phase="cold", target=target)
-        warm = first(rec, "first_call_s", phase="warm", target=target)
-        eager = first(rec, "steady_ms", method="eager", target=target)
-        comp = first(rec, "steady_ms", method="compiled", target=target)
+        cold = first(rec, M.FIRST_CALL_S, phase="cold", target=target)
+        warm = first(rec, M.FIRST_CALL_S, phase="warm", target=target)
+        eager = first(rec, M.STEADY_MS, method=Method.EAGER, target=target)
+        comp = first(rec, M.STEADY_MS, method=Method.COMPILE_DEFAULT, target=target)
         if not all(m is not None and is_number(m.value) for m in (cold, eager, comp)):
             continue
 
@@ -184,12 +186,12 @@ def compile_cost(results: Results) -> list[Chart]:
 def setup_cost(results: Results) -> list[Chart]:
     """Setup (compile and/or capture) seconds per method and batch, as grouped bars."""
     rec = record(results, "cuda_graph_decode")
-    ms = [m for m in matching(rec.metrics if rec else [], "setup_s") if is_number(m.value)]
+    ms = [m for m in matching(rec.metrics if rec else [], M.SETUP_S) if is_number(m.value)]
     if not ms:
         return []
 
     def draw() -> Any:
-        methods = sorted({m.params.get("method") for m in ms}, key=method_key)
+        methods = sorted({m.params.get("method") for m in ms}, key=method_rank)
         batches = sorted({m.params.get("batch") for m in ms}, key=sort_key)
         fig, ax = plt.subplots(figsize=(7.5, 3.4))
         width = 0.8 / max(1, len(batches))
@@ -213,7 +215,7 @@ def setup_cost(results: Results) -> list[Chart]:
 def fusion(results: Results) -> list[Chart]:
     """Fusion speedup against chain length, in and out of cache, with the N× ceiling."""
     rec = record(results, "fusion")
-    sp = [m for m in matching(rec.metrics if rec else [], "speedup") if is_number(m.value) and "n_ops" in m.params]
+    sp = [m for m in matching(rec.metrics if rec else [], M.SPEEDUP) if is_number(m.value) and "n_ops" in m.params]
     if not sp:
         return []
 
@@ -223,7 +225,7 @@ def fusion(results: Results) -> list[Chart]:
             pts = sorted(((m.params["n_ops"], m.value) for m in sp if str(m.params.get("residency")) == residency),
                          key=lambda p: sort_key(p[0]))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"measured, {residency}")
-        ceil = sorted(((m.params["n_ops"], m.value) for m in matching(rec.metrics, "ceiling_x")
+        ceil = sorted(((m.params["n_ops"], m.value) for m in matching(rec.metrics, M.CEILING_X)
                        if "n_ops" in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")
@@ -242,11 +244,11 @@ def fusion(results: Results) -> list[Chart]:
 def recompiles(results: Results) -> list[Chart]:
     """Compiles per dynamic setting, with the recompile limit drawn in."""
     rc, dr = record(results, "recompiles"), record(results, "decode_recompiles")
-    a = [m for m in matching(rc.metrics if rc else [], "compiles") if is_number(m.value)]
-    b = [m for m in matching(dr.metrics if dr else [], "compiles") if is_number(m.value)]
+    a = [m for m in matching(rc.metrics if rc else [], M.COMPILES) if is_number(m.value)]
+    b = [m for m in matching(dr.metrics if dr else [], M.COMPILES) if is_number(m.value)]
     if not a and not b:
         return []
-    limit = first(rc, "recompile_limit")
+    limit = first(rc, M.RECOMPILE_LIMIT)
 
     def draw() -> Any:
         panels = [(p, t) for p, t in ((a, "recompiles: 12 batch sizes"), (b, "decode_recompiles: 20 calls")) if p]
@@ -258,7 +260,7 @@ def recompiles(results: Results) -> list[Chart]:
             if limit is not None and is_number(limit.value):
                 ax.axhline(limit.value, color="#c0504d", linestyle="--", linewidth=1, label=f"limit {limit.value}")
                 ax.legend(fontsize=7, frameon=False)
-            ax.set_ylabel("compiles")
+            ax.set_ylabel(M.COMPILES)
             ax.set_title(title)
         fig.tight_layout()
         return fig

@@ -17,6 +17,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from lab import metrics as M
 from lab.compare import Comparison, Side, compare
 from lab.results import Results
 
@@ -72,7 +73,7 @@ def fusion(results: Results) -> sections.Section | None:
     rec = sections.record(results, "fusion")
     if rec is None or rec.status != "OK":
         return None
-    table = pivot(rec, ["n_ops", "residency"], ["speedup", "ceiling_x"])
+    table = pivot(rec, ["n_ops", "residency"], [M.SPEEDUP, M.CEILING_X])
     table.caption = "Compiled (fused) chain over eager, against the bytes ceiling"
     return sections.Section("fusion", "Fusion", "", [table] if table else [],
                             empty="" if table else "fusion ran but recorded no speedup metrics.")

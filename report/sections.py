@@ -10,16 +10,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab import metrics as M
 from lab.compare import flatten
 from lab.costs import break_even_calls
+from lab.names import Method, method_rank
 from lab.results import Metric, Record, Results
 
 from report.tables import Cell, Table, first, fmt, is_number, matching, metric_tables, notes_text, num, params_text, \
     pivot, sort_key, timing_cell
 
-METHOD_ORDER = ("eager", "graph", "compile-default", "reduce-overhead", "reduce-overhead-static", "compile+graph",
-                "max-autotune-no-cudagraphs", "compiled")
-DYNAMO_COUNTS = ("dynamo_graphs", "graph_breaks", "recompiles", "cudagraph_skips")
+DYNAMO_COUNTS = (M.DYNAMO_GRAPHS, M.GRAPH_BREAKS, M.RECOMPILES, M.CUDAGRAPH_SKIPS)
 
 
 @dataclass
@@ -53,18 +53,14 @@ def why_absent(results: Results, *ids: str) -> str:
     return "\n".join(parts)
 
 
-def method_key(method: Any) -> tuple[int, str]:
-    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), str(method))
-
-
 def _step_metrics(rec: Record | None) -> list[Metric]:
-    return [m for m in (rec.metrics if rec else []) if m.name == "step_ms" and "method" in m.params
+    return [m for m in (rec.metrics if rec else []) if m.name == M.STEP_MS.name and "method" in m.params
             and "batch" in m.params]
 
 
 def _readback_false(metrics: list[Metric], **params: Any) -> Metric | None:
     """The step time for these params, preferring the run without reading tokens back."""
-    found = matching(metrics, "step_ms", **params)
+    found = matching(metrics, M.STEP_MS, **params)
     plain = [m for m in found if not m.params.get("readback")]
     return (plain or found or [None])[0]
 
@@ -121,29 +117,31 @@ def ceilings(results: Results) -> Section:
     rec = record(results, "ceilings")
     steps = _step_metrics(record(results, "cuda_graph_decode"))
     host = Table(columns=["ceiling", "params", "value"], caption="Ceilings measured on this host")
-    for name in ("launch_us_per_op", "bandwidth_GBps", "matmul_TFLOPs"):
+    for name in (M.LAUNCH_US_PER_OP, M.BANDWIDTH_GBPS, M.MATMUL_TFLOPS):
         for m in matching(rec.metrics if rec else [], name):
-            host.rows.append([Cell(name), Cell(params_text(m.params)), num(m.value, m.unit)])
+            host.rows.append([Cell(name.name), Cell(params_text(m.params)), num(m.value, m.unit)])
     bounds = Table(columns=["dtype", "method", "batch", "kernels/step", "MB/step", "launch bound", "bandwidth bound",
                             "compute bound", "binds", "measured", "measured / bound"],
                    caption="Per method and batch: the lower bounds on a step and which one binds")
     keys = {(m.params.get("dtype"), m.params["method"], m.params["batch"]) for m in (rec.metrics if rec else [])
-            if m.name == "bound_ms" and "method" in m.params and "batch" in m.params}
-    for dtype, method, batch in sorted(keys, key=lambda k: (str(k[0]), method_key(k[1]), sort_key(k[2]))):
+            if m.name == M.BOUND_MS.name and "method" in m.params and "batch" in m.params}
+    for dtype, method, batch in sorted(keys, key=lambda k: (str(k[0]), method_rank(k[1]), sort_key(k[2]))):
         p = {"method": method, "batch": batch} | ({"dtype": dtype} if dtype is not None else {})
         get = lambda name: first(rec, name, **p)  # noqa: E731
-        binding = get("binding")
-        bound = get("bound_ms")
+        binding = get(M.BINDING)
+        bound = get(M.BOUND_MS)
         measured = _readback_false(steps, **p)
-        ratio = get("measured_over_bound")
+        ratio = get(M.MEASURED_OVER_BOUND)
         ratio_value = ratio.value if ratio else (measured.value / bound.value if measured and bound and is_number(
             measured.value) and is_number(bound.value) and bound.value else None)
-        bytes_m = get("bytes_per_step")
+        bytes_m = get(M.BYTES_PER_STEP)
+        kernels = get(M.KERNELS_PER_STEP)
         row = [Cell(fmt(dtype)), Cell(str(method)), Cell(fmt(batch), cls="num"),
-               num(get("kernels_per_step").value if get("kernels_per_step") else None),
+               num(kernels.value if kernels else None),
                num(bytes_m.value / 1e6 if bytes_m and is_number(bytes_m.value) else None)]
-        for kind in ("launch", "bandwidth", "compute"):
-            m = get(f"bound_{kind}_ms")
+        for kind, spec in (("launch", M.BOUND_LAUNCH_MS), ("bandwidth", M.BOUND_BANDWIDTH_MS),
+                           ("compute", M.BOUND_COMPUTE_MS)):
+            m = get(spec)
             binds = binding is not None and binding.value == kind
             row.append(num(m.value if m else None, "ms", cls="num binds" if binds else "num"))
         row.append(Cell(fmt(binding.value) if binding else "—", cls="binds" if binding else ""))
@@ -167,7 +165,7 @@ def speedups(results: Results) -> Section:
     tables = []
     for (dtype, readback), metrics in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
         batches = sorted({m.params["batch"] for m in metrics}, key=sort_key)
-        methods = sorted({m.params["method"] for m in metrics}, key=method_key)
+        methods = sorted({m.params["method"] for m in metrics}, key=method_rank)
         table = Table(columns=["method"] + [f"batch {b}" for b in batches], cls="speedup",
                       caption=f"Median ms per decode step, dtype {fmt(dtype)}, "
                               f"{'reading the token back each step' if readback else 'no readback'}")
@@ -179,8 +177,8 @@ def speedups(results: Results) -> Section:
                     row.append(Cell("—"))
                     continue
                 m = here[0]
-                sp = first(rec, "speedup_vs_eager", **m.params)
-                eager = [e for e in metrics if e.params["method"] == "eager" and e.params["batch"] == b]
+                sp = first(rec, M.SPEEDUP_VS_EAGER, **m.params)
+                eager = [e for e in metrics if e.params["method"] == Method.EAGER and e.params["batch"] == b]
                 speed = sp.value if sp else (eager[0].value / m.value if eager and is_number(m.value) and m.value
                                              and is_number(eager[0].value) else None)
                 cell = timing_cell(m, extra=f"{fmt(speed)}× vs eager" if speed is not None else "")
@@ -202,11 +200,11 @@ def costs(results: Results) -> Section:
     steps = _step_metrics(rec)
     setup = Table(columns=["method", "batch", "setup (compile/capture)", "step", "eager step", "saving per step",
                            "break-even steps"], caption="First-call cost of each method and the steps it takes to pay")
-    for m in sorted(matching(rec.metrics if rec else [], "setup_s"),
-                    key=lambda m: (method_key(m.params.get("method")), sort_key(m.params.get("batch")))):
+    for m in sorted(matching(rec.metrics if rec else [], M.SETUP_S),
+                    key=lambda m: (method_rank(m.params.get("method")), sort_key(m.params.get("batch")))):
         method, batch = m.params.get("method"), m.params.get("batch")
         step = _readback_false(steps, method=method, batch=batch)
-        eager = _readback_false(steps, method="eager", batch=batch)
+        eager = _readback_false(steps, method=Method.EAGER, batch=batch)
         saving = be = None
         if step and eager and all(is_number(x) for x in (m.value, step.value, eager.value)):
             saving = eager.value - step.value
@@ -216,11 +214,11 @@ def costs(results: Results) -> Section:
                            num(saving, "ms"),
                            Cell("never (no saving)", cls="bad") if saving is not None and be is None else num(be)])
     graph_cost = pivot(record(results, "graph_cost"), ["batch"],
-                       ["capture_s", "saving_ms_per_step", "break_even_steps", "state_MiB", "graph_pool_MiB"])
+                       [M.CAPTURE_S, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.STATE_MIB, M.GRAPH_POOL_MIB])
     graph_cost.caption = "Manual CUDA graph: capture cost, memory and break-even (graph_cost)"
-    compile_cost = pivot(record(results, "compile_cost"), ["phase", "target"], ["first_call_s", "break_even_calls"])
+    compile_cost = pivot(record(results, "compile_cost"), ["phase", "target"], [M.FIRST_CALL_S, M.BREAK_EVEN_CALLS])
     compile_cost.caption = "torch.compile first call, cold vs warm cache (compile_cost)"
-    steady = pivot(record(results, "compile_cost"), ["method", "target"], ["steady_ms"])
+    steady = pivot(record(results, "compile_cost"), ["method", "target"], [M.STEADY_MS])
     steady.caption = "Steady-state call time behind the break-even (compile_cost)"
     tables = [t for t in (setup, graph_cost, compile_cost, steady) if t]
     intro = ("Setup is paid once; break-even is setup ÷ (eager step − method step), the steps after which the "
@@ -248,15 +246,15 @@ def dynamo(results: Results) -> Section:
     counts = _with_reasons(pivot(cgd, ["method"], list(DYNAMO_COUNTS)), cgd, "cudagraph_skip_reasons")
     counts.caption = "Compiled decode step: graphs, breaks, recompiles, CUDA-graph skips (cuda_graph_decode)"
     gb = record(results, "graph_breaks")
-    breaks = _with_reasons(pivot(gb, ["function"], ["graphs", "graph_breaks", "ops"]), gb, "reasons")
+    breaks = _with_reasons(pivot(gb, ["function"], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS]), gb, "reasons")
     breaks.caption = "torch._dynamo.explain on functions that break (graph_breaks)"
     rc = record(results, "recompiles")
-    recompiles = pivot(rc, ["dynamic"], ["compiles", "graphs", "limit_hit"])
-    limit = first(rc, "recompile_limit")
+    recompiles = pivot(rc, ["dynamic"], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT])
+    limit = first(rc, M.RECOMPILE_LIMIT)
     recompiles.caption = "One function, 12 batch sizes (recompiles)" + (
         f"; limit {limit.params.get('name', '')} = {fmt(limit.value)}" if limit else "")
     dr = record(results, "decode_recompiles")
-    decode = pivot(dr, ["step", "dynamic"], ["compiles", "graphs", "limit_hit", "op_nodes_first_graph"])
+    decode = pivot(dr, ["step", "dynamic"], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT, M.OP_NODES_FIRST_GRAPH])
     decode.caption = "Growing-cache vs fixed-shape decode step, 20 calls (decode_recompiles)"
     tables = [t for t in (counts, breaks, recompiles, decode) if t]
     return Section("dynamo", "Dynamo: graphs, breaks, recompiles, skips", "", tables,
@@ -268,7 +266,7 @@ def dynamo(results: Results) -> Section:
 
 def correctness(results: Results) -> Section:
     cgd = record(results, "cuda_graph_decode")
-    agree = pivot(cgd, ["method", "batch", "dtype"], ["tokens_equal", "token_agreement", "max_logit_diff"])
+    agree = pivot(cgd, ["method", "batch", "dtype"], [M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF])
     for row in agree.rows:
         if row[3].text == "no":
             row[3].cls = "bad"

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from lab.metrics import MetricSpec
 from lab.results import Metric, Record, Spread
 
 
@@ -116,11 +117,13 @@ def sort_key(value: Any) -> tuple[int, Any]:
     return 1, str(value)
 
 
-def matching(metrics: Iterable[Metric], name: str, **params: Any) -> list[Metric]:
+def matching(metrics: Iterable[Metric], name: MetricSpec | str, **params: Any) -> list[Metric]:
+    """The metrics named `name` (a declared MetricSpec, or its name) whose params include the given ones."""
+    name = str(name)
     return [m for m in metrics if m.name == name and all(m.params.get(k) == v for k, v in params.items())]
 
 
-def first(record: Record | None, name: str, **params: Any) -> Metric | None:
+def first(record: Record | None, name: MetricSpec | str, **params: Any) -> Metric | None:
     if record is None:
         return None
     found = matching(record.metrics, name, **params)
@@ -149,9 +152,11 @@ def metric_tables(record: Record) -> list[Table]:
     return tables
 
 
-def pivot(record: Record | None, row_keys: list[str], names: list[str], labels: dict[str, str] | None = None
-          ) -> Table:
-    """Metrics `names` side by side, one row per combination of the `row_keys` params."""
+def pivot(record: Record | None, row_keys: list[str], names: list[MetricSpec] | list[str],
+          labels: dict[str, str] | None = None) -> Table:
+    """Metrics `names` (declared MetricSpecs, or their names) side by side, one row per combination of the
+    `row_keys` params."""
+    names = [str(n) for n in names]
     table = Table(columns=row_keys + [(labels or {}).get(n, n) for n in names])
     if record is None:
         return table
