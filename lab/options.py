@@ -49,6 +49,7 @@ class OptionInfo:
     type: str
     default: Any
     help: str
+    choices: tuple[str, ...] = ()  # the allowed values of an enum or Literal (or of a list's items)
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -65,10 +66,19 @@ def _type_name(tp: Any) -> str:
         args = [a for a in get_args(tp) if a is not Ellipsis]
         return f"list of {_type_name(args[0]) if args else 'values'}"
     if origin is typing.Literal:
-        return " | ".join(repr(a) for a in get_args(tp))
+        return "str"
     if _is_enum(tp):
-        return " | ".join(repr(m.value) for m in tp)
+        return tp.__name__.lower()
     return getattr(tp, "__name__", str(tp))
+
+
+def _choices(tp: Any) -> tuple[str, ...]:
+    """The allowed values of an enum or Literal type, looking inside Optional and list types."""
+    if _is_enum(tp):
+        return tuple(str(m.value) for m in tp)
+    if get_origin(tp) is typing.Literal:
+        return tuple(str(a) for a in get_args(tp))
+    return tuple(c for a in get_args(tp) if a is not Ellipsis for c in _choices(a))
 
 
 def _is_enum(tp: Any) -> bool:
@@ -78,8 +88,8 @@ def _is_enum(tp: Any) -> bool:
 def describe(cls: type) -> list[OptionInfo]:
     """The declared options of an Options dataclass, in declaration order."""
     hints = _hints(cls)
-    return [OptionInfo(f.name, _type_name(hints[f.name]), f.default, f.metadata.get("help", ""))
-            for f in dataclasses.fields(cls)]
+    return [OptionInfo(f.name, _type_name(hints[f.name]), f.default, f.metadata.get("help", ""),
+                       _choices(hints[f.name])) for f in dataclasses.fields(cls)]
 
 
 def _parse_scalar(text: str, tp: Any, where: str) -> Any:
@@ -123,7 +133,8 @@ def parse_text(text: str, tp: Any, where: str) -> Any:
                 return parse_text(text, a, where)
             except OptionsError:
                 continue
-        raise OptionsError(f"{where}: expected {_type_name(tp)}, got {text!r}")
+        choices = f" (one of {', '.join(_choices(tp))})" if _choices(tp) else ""
+        raise OptionsError(f"{where}: expected {_type_name(tp)}{choices}, got {text!r}")
     if origin in (tuple, list):
         args = [a for a in get_args(tp) if a is not Ellipsis]
         item = args[0] if args else str
@@ -183,7 +194,8 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def _fail(value: Any, tp: Any, where: str) -> Any:
-    raise OptionsError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    choices = f" (one of {', '.join(_choices(tp))})" if _choices(tp) else ""
+    raise OptionsError(f"{where}: expected {_type_name(tp)}{choices}, got {value!r} ({type(value).__name__})")
 
 
 def _known(cls: type, key: str, experiment: str, source: str) -> None:

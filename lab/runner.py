@@ -115,11 +115,11 @@ class Context:
 
     def timing(self, spec: MetricSpec, samples: list[float], /, **params: Any) -> Spread:
         """A timing: the median as the metric's value, its spread, and the raw samples kept."""
-        sp = spread(samples)
-        self._declared(spec, sp.median)
-        if spec.kind is not Kind.NUMBER:
+        if isinstance(spec, MetricSpec) and spec.kind is not Kind.NUMBER:
             raise ValueError(f"{self.spec.id} timed metric {spec.name!r}, which lab/metrics.py declares "
                              f"{spec.kind.value}")
+        sp = spread(samples)
+        self._declared(spec, sp.median)
         self.record.metrics.append(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
         self.record.samples.append(Samples(name=spec.name, unit=spec.unit, params=params,
                                            values=[float(f"{x:.6g}") for x in samples]))

@@ -160,7 +160,7 @@ def compile_cost(results: Results) -> list[Chart]:
             bars.bar([p for p, _ in phases], [m.value for _, m in phases], color=["#c0504d", "#4f81bd"][:len(phases)])
             bars.set_ylabel("first call, s")
             bars.set_title("compile cost")
-            lines.plot(xs, [x * eager.value / 1e3 for x in xs], color="0.3", label="eager")
+            lines.plot(xs, [x * eager.value / 1e3 for x in xs], color="0.3", label=Method.EAGER)
             for (phase, m), color in zip(phases, ("#c0504d", "#4f81bd")):
                 lines.plot(xs, [m.value + x * comp.value / 1e3 for x in xs], color=color, label=f"compiled, {phase}")
                 if saving > 0:

@@ -43,8 +43,8 @@ def print_options(experiment: str | None, profile_name: str | None) -> None:
             print("    (no options)")
             continue
         overrides = profile.options.get(spec.id, {})
-        rows = [(i.name, i.type, text(i.default), text(overrides[i.name]) if i.name in overrides else "-", i.help)
-                for i in infos]
+        rows = [(i.name, i.type, text(i.default), text(overrides[i.name]) if i.name in overrides else "-",
+                 i.help + (f" (one of: {', '.join(i.choices)})" if i.choices else "")) for i in infos]
         header = ("option", "type", "default", f"profile {profile.name}", "help")
         widths = [max(len(r[c]) for r in rows + [header]) for c in range(4)]
         for row in [header] + rows:

@@ -1,0 +1,179 @@
+"""Declared experiment options: parsing `--set`, refusing bad names and values, profiles, listing, the manifest."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Literal, get_type_hints
+
+import pytest
+
+from lab import profiles
+from lab.__main__ import main
+from lab.catalogue import BY_ID, CATALOGUE
+from lab.names import Method
+from lab.options import NoOptions, OptionsError, as_dict, coerce, describe, option, parse_set, resolve
+from lab.runner import resolve_all
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    flag: bool = option(False, "a switch")
+    count: int = option(3, "a count")
+    ratio: float = option(0.5, "a ratio")
+    sizes: tuple[int, ...] = option((1, 2), "a list of ints")
+    methods: tuple[Method, ...] = option((Method.EAGER,), "a list of methods")
+    steps: int | None = option(None, "default: the profile's decode_steps")
+    dtype: Literal["float32", "bfloat16"] = option("float32", "a choice")
+
+
+@pytest.mark.parametrize("text,want", [("true", True), ("False", False), ("1", True), ("0", False), ("yes", True),
+                                       ("NO", False), ("on", True), ("off", False)])
+def test_set_parses_bools(text: str, want: bool) -> None:
+    assert resolve(Knobs, "x", set_text={"flag": text}).flag is want
+
+
+def test_set_parses_by_declared_type() -> None:
+    o = resolve(Knobs, "x", set_text={"count": "12", "ratio": "2", "sizes": "1, 8,16", "methods": "graph,compile+graph",
+                                      "steps": "none", "dtype": "bfloat16"})
+    assert (o.count, o.ratio, o.sizes, o.steps, o.dtype) == (12, 2.0, (1, 8, 16), None, "bfloat16")
+    assert o.methods == (Method.GRAPH, Method.COMPILE_GRAPH) and isinstance(o.methods[0], Method)
+    assert isinstance(o.ratio, float) and resolve(Knobs, "x", set_text={"steps": "7"}).steps == 7
+    assert resolve(Knobs, "x", set_text={"sizes": ""}).sizes == ()  # an empty list is a value
+
+
+def test_profile_values_beat_defaults_and_set_beats_profile() -> None:
+    o = resolve(Knobs, "x", {"count": 5, "sizes": [4, 5]}, {"count": "6"})
+    assert (o.count, o.sizes) == (6, (4, 5))
+    assert as_dict(o) == {"flag": False, "count": 6, "ratio": 0.5, "sizes": [4, 5], "methods": ["eager"],
+                          "steps": None, "dtype": "float32"}
+    json.dumps(as_dict(o))  # plain data
+
+
+@pytest.mark.parametrize("set_text,message", [
+    ({"flag": "maybe"}, "--set x.flag: expected a bool"),
+    ({"count": "1.5"}, "--set x.count: expected an int, got '1.5'"),
+    ({"ratio": "fast"}, "--set x.ratio: expected a float"),
+    ({"sizes": "1,x"}, "--set x.sizes: expected an int, got 'x'"),
+    ({"methods": "eager,warp"}, "--set x.methods: expected one of eager, graph, compile-default"),
+    ({"steps": "many"}, "--set x.steps: expected int | None, got 'many'"),
+    ({"dtype": "int8"}, "--set x.dtype: expected one of float32, bfloat16, got 'int8'"),
+    ({"typo": "1"}, "--set x.typo: x has no option 'typo' (valid: flag, count, ratio, sizes, methods, steps, dtype)"),
+])
+def test_set_refuses_bad_values_and_keys_in_one_line(set_text: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionsError) as err:
+        resolve(Knobs, "x", set_text=set_text)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    assert isinstance(err.value, ValueError)  # the CLI turns it into one line and exit 2
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"flag": "False"}, "profile p: x.flag: expected bool, got 'False' (str)"),  # not a truthy string
+    ({"count": True}, "profile p: x.count: expected int, got True"),
+    ({"sizes": 3}, "profile p: x.sizes: expected list of int"),
+    ({"methods": ["eager", "warp"]}, "profile p: x.methods: expected list of"),
+    ({"nope": 1}, "profile p: x.nope: x has no option 'nope'"),
+])
+def test_profile_values_are_type_checked(values: dict, message: str) -> None:
+    with pytest.raises(OptionsError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        resolve(Knobs, "x", values, profile_name="p")
+
+
+def test_no_options_refuses_any_key() -> None:
+    assert as_dict(resolve(NoOptions, "selection")) == {}
+    with pytest.raises(OptionsError, match="selection has no option 'k' \\(it has no options\\)"):
+        resolve(NoOptions, "selection", set_text={"k": "1"})
+
+
+def test_parse_set_shape() -> None:
+    assert parse_set(["a.b=1", "a.c=x=y", "d.e="]) == {"a": {"b": "1", "c": "x=y"}, "d": {"e": ""}}
+    for bad in ("a=1", "a.b", ".b=1", "a.=1"):
+        with pytest.raises(OptionsError, match="expected EXPERIMENT.KEY=VALUE"):
+            parse_set([bad])
+
+
+def test_every_experiment_declares_options_with_help_and_typed_defaults() -> None:
+    for spec in CATALOGUE:
+        cls = spec.options_class()
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, spec.id
+        hints = get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("help"), f"{spec.id}.{f.name} has no help"
+            assert coerce(f.default, hints[f.name], f"{spec.id}.{f.name}") == f.default, f"{spec.id}.{f.name}"
+            if f.default is None:  # the help says where the value comes from, or what None means
+                assert "(default:" in f.metadata["help"] or "(none:" in f.metadata["help"], f"{spec.id}.{f.name}"
+
+
+@pytest.mark.parametrize("name", sorted(profiles.PROFILES))
+def test_every_profile_override_resolves(name: str) -> None:
+    """A typo or a wrong type in lab/profiles.py fails here, not at the start of someone's run."""
+    profile = profiles.get(name)
+    assert set(profile.options) <= set(BY_ID), set(profile.options) - set(BY_ID)
+    resolved = resolve_all(list(CATALOGUE), profile)
+    for exp, values in profile.options.items():
+        got = as_dict(resolved[exp])
+        for key, value in values.items():
+            assert got[key] == (list(value) if isinstance(value, tuple) else value), (exp, key)
+
+
+def test_toolchain_try_compile_false_is_false() -> None:
+    smoke = profiles.get("smoke")
+    assert smoke.options["toolchain"]["try_compile"] is True
+    opts = resolve_all([BY_ID["toolchain"]], smoke, parse_set(["toolchain.try_compile=False"]))
+    assert opts["toolchain"].try_compile is False
+
+
+def test_resolve_all_refuses_unknown_experiment_listing_ids() -> None:
+    with pytest.raises(OptionsError) as err:
+        resolve_all([BY_ID["toolchain"]], profiles.get("smoke"), {"toolchan": {"try_compile": "1"}})
+    assert "unknown experiment 'toolchan'" in str(err.value) and "toolchain, graph_breaks" in str(err.value)
+    # an experiment that is not selected is still checked
+    with pytest.raises(OptionsError, match="fusion.typo"):
+        resolve_all([BY_ID["toolchain"]], profiles.get("smoke"), {"fusion": {"typo": "1"}})
+
+
+@pytest.mark.parametrize("arg,message", [
+    ("toolchain.typo=1", "error: --set toolchain.typo: toolchain has no option 'typo' (valid: try_compile)"),
+    ("warp.speed=9", "error: --set warp.speed: unknown experiment 'warp' (valid: toolchain, "),
+    ("toolchain.try_compile=perhaps", "error: --set toolchain.try_compile: expected a bool"),
+    ("cuda_graph_decode.batches=1,x", "error: --set cuda_graph_decode.batches: expected list of int | None"),
+    ("nokey", "error: --set 'nokey': expected EXPERIMENT.KEY=VALUE"),
+])
+def test_cli_bad_set_is_one_line_exit_2_before_anything_runs(arg: str, message: str, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert main(["run", "--profile", "smoke", "--only", "toolchain", "--out", str(out), "--set", arg]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err, err
+    assert not out.exists()  # refused before the run directory was made
+
+
+def test_manifest_records_resolved_options_and_the_experiment_gets_them(tmp_path: Path) -> None:
+    assert main(["run", "--profile", "smoke", "--only", "toolchain,recompiles", "--out", str(tmp_path),
+                 "--set", "toolchain.try_compile=no", "--set", "recompiles.batch_sizes=1,2,3"]) == 0
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["options"] == {"toolchain": {"try_compile": False}, "recompiles": {"batch_sizes": [1, 2, 3]}}
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["manifest"]["options"] == manifest["options"]
+    by_id = {r["id"]: r for r in results["experiments"]}
+    assert not any(m["name"] == "python_extension_compiles" for m in by_id["toolchain"]["metrics"])
+    assert by_id["recompiles"]["notes"]["batch_sizes"] == [1, 2, 3]
+
+
+def test_list_options_shows_type_default_profile_value_and_help(capsys) -> None:
+    assert main(["list", "--options", "--profile", "smoke"]) == 0
+    out = capsys.readouterr().out
+    for spec in CATALOGUE:
+        assert f"{spec.id}: {spec.title}" in out
+        for info in describe(spec.options_class()):
+            assert info.name in out and info.help in out
+    line = next(x for x in out.splitlines() if x.split()[:1] == ["try_compile"])
+    assert line.split()[:4] == ["try_compile", "bool", "false", "true"]  # declared default, then the smoke profile's
+    assert "graph_breaks: " in out and "(no options)" in out
+    assert main(["list", "--options", "cuda_graph_decode", "--profile", "gpu"]) == 0
+    out = capsys.readouterr().out
+    methods = next(x for x in out.splitlines() if x.split()[:1] == ["methods"])
+    assert "eager,graph,compile-default,reduce-overhead,reduce-overhead-static,compile+graph" in methods
+    assert "toolchain" not in out and "profile gpu" in out
+    assert main(["list", "--options", "warp"]) == 2
+    assert "unknown experiment id(s): warp" in capsys.readouterr().err
