@@ -1,5 +1,10 @@
 """The runner: check each experiment's prerequisites, run it, record OK / NOT_RUN / FAILED, save at once.
 
+Before anything runs, the declared options of every selected experiment are resolved (defaults, the
+profile's overrides, `--set`; lab.options) and written to the manifest: a bad name or value stops
+the run with one line. An experiment then receives a `Context`: `ctx.options`, the profile, the
+device, a clock, and a recorder that accepts only the metrics its catalogue entry declares.
+
 Every experiment in the selection ends as exactly one record: prerequisites missing -> NOT_RUN with
 the toolchain's reason; raises -> FAILED with the error and a traceback excerpt; a fatal correctness
 check that fails -> FAILED (`check_failed`). results.json is rewritten atomically after each record.
