@@ -107,7 +107,7 @@ def test_compare_cpu_and_gpu_counts_what_only_one_has(tmp_path: Path) -> None:
     assert status["cuda_graph_decode"].mark == "not comparable" and status["cuda_graph_decode"].a_reason.startswith(
         "no_cuda")
     assert c.only_b["cuda_graph_decode"] > 100
-    assert c.only_a["toolchain"] == 7  # the GPU fixture has no toolchain record: counted, not dropped
+    assert c.only_a["toolchain"] == 8  # the GPU fixture has no toolchain record: counted, not dropped
     assert {d.key for d in c.fields} >= {"torch.version", "gpu.nvidia_smi", "host.hostname"}
 
 

@@ -130,7 +130,7 @@ def test_not_run_section_lists_records_parts_and_failures(gpu_html: str, cpu_htm
     t = table(gpu_html, id="not-run-table")
     assert [c[0] for c in t["rows"][1]][:2] == ["selection", "not_implemented"]
     parts = table(gpu_html, id="skipped-table")
-    assert [c[0] for c in parts["rows"][1][:3]] == ["cuda_graph_decode", "max-autotune-no-cudagraphs", "option_off"]
+    assert [c[0] for c in parts["rows"][1][:3]] == ["cuda_graph_decode", "max-autotune-no-cudagraphs", "flag_off"]
     assert "--set cuda_graph_decode.max_autotune=true" in parts["rows"][1][3][0]
     failed = table(gpu_html, id="failed-table")
     assert failed["rows"][1][0][0] == "graph_hazards"
@@ -138,9 +138,13 @@ def test_not_run_section_lists_records_parts_and_failures(gpu_html: str, cpu_htm
     # The CPU run: every NOT_RUN record of the results file, with its code and sentence, nothing dropped.
     expected = [(r["id"], r["reason"]["code"], r["reason"]["message"]) for r in CPU_RESULTS["experiments"]
                 if r["status"] == "NOT_RUN"]
-    assert len(expected) >= 10
+    assert {e[0] for e in expected} == {"cuda_graph_decode", "graph_cost", "graph_hazards", "manual_graph_recipe"}
     cpu_rows = [tuple(c[0] for c in r) for r in table(cpu_html, id="not-run-table")["rows"][1:]]
     assert cpu_rows == expected
+    # ... and every part an OK record skipped (e.g. ceilings' graph-node launch cost without CUDA)
+    skipped = [(r["id"], s["item"], s["code"], s["message"]) for r in CPU_RESULTS["experiments"] for s in r["skipped"]]
+    assert ("ceilings", "launch_us_per_op graph_node", "no_cuda") in {s[:3] for s in skipped}
+    assert [tuple(c[0] for c in r) for r in table(cpu_html, id="skipped-table")["rows"][1:]] == skipped
 
 
 def test_strings_from_results_are_escaped(site, gpu_html: str) -> None:
