@@ -49,7 +49,9 @@ class ExperimentSpec:
             if exc.name != self.module:
                 raise
             return NoOptions
-        return getattr(module, "Options")
+        if not hasattr(module, "Options"):
+            raise TypeError(f"{self.module} declares no Options (a frozen dataclass, or `Options = NoOptions`)")
+        return module.Options
 
 
 _CORRECTNESS = (M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF)
