@@ -18,6 +18,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from lab import metrics as M
+from lab import units
 from lab.compare import Comparison, Side, compare
 from lab.results import Results
 
@@ -107,7 +108,7 @@ def index_table(pages: list[RunPage]) -> Table:
             Cell(p.run.name, href=p.file), Cell(r.run.profile), Cell(r.run.state),
             Cell(str((r.manifest.get("host") or {}).get("hostname", "?"))), Cell(device_text(r)),
             Cell(str((r.manifest.get("torch") or {}).get("version", "?"))), Cell(r.run.started_at or "—"),
-            Cell(fmt(r.run.wall_s, "s"), cls="num"),
+            Cell(fmt(r.run.wall_s, units.S), cls="num"),
             *[Cell(str(p.counts[s]), cls=f"num status {s}" if p.counts[s] else "num") for s in STATUSES],
             Cell(str(p.run.path)),
         ])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab import metrics as M
+from lab import units
 from lab.compare import flatten
 from lab.costs import break_even_calls
 from lab.names import Method, method_rank
@@ -106,7 +107,7 @@ def overview(results: Results) -> Table:
     for rec in results.experiments:
         table.rows.append([
             Cell(rec.id, href=f"#exp-{rec.id}"), Cell(rec.title), Cell(rec.status, cls=f"status {rec.status}"),
-            Cell(f"{rec.reason.code}: {rec.reason.message}" if rec.reason else ""), num(rec.duration_s, "s"),
+            Cell(f"{rec.reason.code}: {rec.reason.message}" if rec.reason else ""), num(rec.duration_s, units.S),
         ])
     return table
 
@@ -143,10 +144,10 @@ def ceilings(results: Results) -> Section:
                            ("compute", M.BOUND_COMPUTE_MS)):
             m = get(spec)
             binds = binding is not None and binding.value == kind
-            row.append(num(m.value if m else None, "ms", cls="num binds" if binds else "num"))
+            row.append(num(m.value if m else None, units.MS, cls="num binds" if binds else "num"))
         row.append(Cell(fmt(binding.value) if binding else "—", cls="binds" if binding else ""))
         row.append(timing_cell(measured) if measured else Cell("—"))
-        row.append(num(ratio_value, "x" if ratio_value is not None else ""))
+        row.append(num(ratio_value, units.X if ratio_value is not None else ""))
         bounds.rows.append(row)
     empty = "" if host or bounds else why_absent(results, "ceilings")
     intro = ("A step cannot be faster than its largest bound: launches × per-launch cost, bytes ÷ bandwidth, "
@@ -211,7 +212,7 @@ def costs(results: Results) -> Section:
             be = break_even_calls(max(0.0, m.value), max(0.0, eager.value), max(0.0, step.value))
         setup.rows.append([Cell(str(method)), Cell(fmt(batch), cls="num"), num(m.value, m.unit),
                            timing_cell(step) if step else Cell("—"), timing_cell(eager) if eager else Cell("—"),
-                           num(saving, "ms"),
+                           num(saving, units.MS),
                            Cell("never (no saving)", cls="bad") if saving is not None and be is None else num(be)])
     graph_cost = pivot(record(results, "graph_cost"), ["batch"],
                        [M.CAPTURE_S, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.STATE_MIB, M.GRAPH_POOL_MIB])
@@ -349,7 +350,7 @@ def experiments(results: Results) -> list[ExperimentView]:
         views.append(ExperimentView(
             id=rec.id, title=rec.title, status=rec.status,
             reason=f"{rec.reason.code}: {rec.reason.message}" if rec.reason else "",
-            duration=fmt(rec.duration_s, "s"), tables=metric_tables(rec), checks=checks, skipped=skipped,
+            duration=fmt(rec.duration_s, units.S), tables=metric_tables(rec), checks=checks, skipped=skipped,
             notes=json.dumps(rec.notes, indent=1, default=str) if rec.notes else "", samples=len(rec.samples),
             metric_count=len(rec.metrics)))
     return views

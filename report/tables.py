@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from lab import units
 from lab.metrics import MetricSpec
 from lab.results import Metric, Record, Spread
 
@@ -61,7 +62,7 @@ def fmt(value: Any, unit: str = "") -> str:
         text = json.dumps(value, default=str)
     else:
         text = str(value)
-    return f"{text} {unit}" if unit and unit not in ("count", "bool") and not isinstance(value, bool) else text
+    return f"{text} {unit}" if unit and unit not in (units.COUNT, units.BOOL) and not isinstance(value, bool) else text
 
 
 def is_number(value: Any) -> bool:
