@@ -16,7 +16,6 @@ events through ctx.clock).
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 from lab import decode
 from lab.childproc import last_error_line
 from lab.dynamo_tools import explain, quiet_dynamo
-from lab.timing import rotating_rounds, sync, time_calls
+from lab.timing import first_call, rotating_rounds, time_calls
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
 COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums
@@ -146,14 +145,6 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
     ctx.check(f"{step_name}: tokens equal", same, detail=f"agreement {agree:.3f}", fatal=fatal)
 
 
-def first_call_s(fn: Callable[[], Any], device: torch.device) -> float:
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - start
-
-
 # ---------------------------------------------------------------------------- the experiment
 
 @torch.no_grad()
@@ -208,7 +199,7 @@ def run(ctx) -> None:
     decode.prefill(state, w, prompt.to(w.device))
     try:
         with quiet_dynamo():
-            setup = first_call_s(lambda: compiled_step(state, w), ctx.device)
+            _, setup = first_call(compiled_step, state, w, device=ctx.device)
     except Exception as exc:  # the failure is the finding: record it exactly, then bisect
         err = error_text(exc)
         ctx.metric("compiles", False, "bool", step="indexed")
@@ -241,7 +232,7 @@ def run(ctx) -> None:
     state = decode.new_state(w, batch, max_len)
     decode.prefill(state, w, prompt.to(w.device))
     with quiet_dynamo():
-        setup = first_call_s(lambda: compiled_split(state, w), ctx.device)
+        _, setup = first_call(compiled_split, state, w, device=ctx.device)
     ctx.metric("compiles", True, "bool", step="split")
     ctx.metric("setup_s", setup, "s", step="split")
     compare(ctx, "compiled split vs eager", decode_logits(compiled_split, w, prompt, steps, max_len), reference,
