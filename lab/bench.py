@@ -8,7 +8,6 @@ compiled function (Dynamo + Inductor) is timed on its own as `setup_s` and never
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from statistics import median  # noqa: F401  (re-exported: experiments call bench.median)
 from typing import Any, Callable
@@ -17,7 +16,7 @@ import torch
 
 from lab.opprofile import enable_cpp_kernel_profile
 from lab.reasons import Code
-from lab.timing import Clock, rotating_rounds, sync, time_calls
+from lab.timing import Clock, first_call, rotating_rounds, time_calls
 
 
 @dataclass
@@ -31,11 +30,8 @@ def compile_first_call(fn: Callable[..., Any], args: tuple[Any, ...], device: to
     """torch.compile `fn` and make the first call (timed, synchronised); generated C++ kernels are profilable."""
     compiled = torch.compile(fn, **compile_kwargs)
     with enable_cpp_kernel_profile(), torch.no_grad():
-        sync(device)
-        start = time.perf_counter()
-        compiled(*args)
-        sync(device)
-    return Compiled(compiled, time.perf_counter() - start)
+        _, seconds = first_call(compiled, *args, device=device)
+    return Compiled(compiled, seconds)
 
 
 def time_methods(methods: dict[str, Callable[[], Any]], clock: Clock, rounds: int, iters: int,

@@ -10,14 +10,14 @@ The ceilings are measured in the same run, on the same device; nothing is taken 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from lab.capture import capture
 from lab.model import Weights
-from lab.timing import spread
+from lab.timing import Clock, clock_for, time_calls
 
 
 # ---------------------------------------------------------------------------- step arithmetic
@@ -66,108 +66,49 @@ def bounds(kernels: int, per_kernel_us: float, nbytes: int, bandwidth_gbps: floa
 
 
 # ---------------------------------------------------------------------------- measurements
+# Each returns one sample per repeat (all kept; the experiment takes the best as the ceiling), timed
+# with the run's clock: CUDA events on the GPU, the host clock on the CPU (lab.timing).
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+def _tiny_ops(device: torch.device, ops: int) -> Callable[[], None]:
+    """`ops` in-place adds on one element: kernels whose arithmetic costs nothing."""
+    x = torch.zeros(1, device=device)
+
+    def tiny_ops() -> None:
+        for _ in range(ops):
+            x.add_(1.0)
+
+    return tiny_ops
 
 
-def _best_of(fn: Callable[[], float], repeats: int) -> list[float]:
-    return [fn() for _ in range(repeats)]
-
-
-def launch_us_eager(device: torch.device, ops: int = 2000, repeats: int = 5) -> list[float]:
+def launch_us_eager(device: torch.device, ops: int = 2000, repeats: int = 5,
+                    clock: Clock | None = None) -> list[float]:
     """Microseconds per tiny eager op (an in-place add on one element): the host's issue rate."""
-    x = torch.zeros(1, device=device)
-
-    def once() -> float:
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(ops):
-            x.add_(1.0)
-        _sync(device)
-        return (time.perf_counter() - t0) * 1e6 / ops
-
-    once()
-    return _best_of(once, repeats)
+    ms = time_calls(_tiny_ops(device, ops), repeats, clock or clock_for(device), warmup=1)
+    return [m * 1e3 / ops for m in ms]
 
 
-def launch_us_graph_node(device: torch.device, ops: int = 1000, repeats: int = 5) -> list[float]:
-    """Microseconds per node of a replayed CUDA graph of tiny ops (CUDA only)."""
-    x = torch.zeros(1, device=device)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            x.add_(1.0)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(ops):
-            x.add_(1.0)
-    g.replay()
-    torch.cuda.synchronize()
-
-    def once() -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3 / ops
-
-    return _best_of(once, repeats)
+def launch_us_graph_node(device: torch.device, ops: int = 1000, repeats: int = 5,
+                         clock: Clock | None = None) -> list[float]:
+    """Microseconds per node of a replayed CUDA graph of `ops` tiny ops (CUDA only)."""
+    graph = capture(_tiny_ops(device, ops), warmup=1)
+    ms = time_calls(graph.replay, repeats, clock or clock_for(device), warmup=1)
+    return [m * 1e3 / ops for m in ms]
 
 
-def copy_bandwidth_gbps(device: torch.device, nbytes: int, repeats: int = 10) -> list[float]:
+def copy_bandwidth_gbps(device: torch.device, nbytes: int, repeats: int = 10,
+                        clock: Clock | None = None) -> list[float]:
     """Device copy rate, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    dst.copy_(src)
-
-    def once() -> float:
-        _sync(device)
-        t0 = time.perf_counter()
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            dst.copy_(src)
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3
-        else:
-            dst.copy_(src)
-            seconds = time.perf_counter() - t0
-        return 2 * src.numel() * 4 / seconds / 1e9
-
-    return _best_of(once, repeats)
+    ms = time_calls(lambda: dst.copy_(src), repeats, clock or clock_for(device), warmup=1)
+    return [2 * src.numel() * 4 / (m / 1e3) / 1e9 for m in ms]
 
 
-def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 5) -> list[float]:
+def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 5,
+                  clock: Clock | None = None) -> list[float]:
     """Throughput of an n x n x n matmul on random data."""
     g = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    for _ in range(2):
-        a @ b
-    _sync(device)
-
-    def once() -> float:
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            a @ b
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            a @ b
-            seconds = time.perf_counter() - t0
-        return 2 * n ** 3 / seconds / 1e12
-
-    return _best_of(once, repeats)
-
-
-def median(xs: list[float]) -> float:
-    return spread(xs).median
+    ms = time_calls(lambda: a @ b, repeats, clock or clock_for(device), warmup=2)
+    return [2 * n ** 3 / (m / 1e3) / 1e12 for m in ms]

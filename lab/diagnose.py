@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import io
-import time
 from contextlib import redirect_stdout
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -31,7 +30,7 @@ import torch
 from lab.bench import compile_first_call, median, time_methods
 from lab.names import Method
 from lab.opprofile import StepProfile, profile_step
-from lab.timing import clock_for, spread, sync
+from lab.timing import HostClock, clock_for, spread, sync, time_calls
 
 HOST_BOUND_BUSY = 0.5  # GPU busy under half the step: the host is the bottleneck
 GEMM_BOUND_SHARE = 0.6  # matrix products above 60% of kernel time: little left to fuse
@@ -297,10 +296,7 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
     naive = None
     if dev == "cuda":  # what a host timer without synchronize() reads: launch rate, not work
         sync(dev)
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            eager_call()
-        naive = (time.perf_counter() - t0) * 1e3 / iters
+        naive = sum(time_calls(eager_call, iters, HostClock())) / iters  # HostClock never synchronises
         sync(dev)
     eager_ms = median(samples[Method.EAGER])
     compiled_ms = median(samples[Method.COMPILE_DEFAULT]) if Method.COMPILE_DEFAULT in samples else None

@@ -1,10 +1,10 @@
 """CUDA graph capture and replay of the fixed-shape decode step.
 
-`GraphedStep` records one call of a step function over a `DecodeState` and replays it. Warm-up
-(on a side stream, so lazy initialisation and allocator growth stay out of the capture) and capture
-both execute the step: they advance the position and write the cache. So every state buffer is
-saved first and restored afterwards, in place: without that the first replayed token would be the
-fifth, which looks like a model error and is not one.
+`GraphedStep` records one call of a step function over a `DecodeState` (with lab.capture's
+recipe) and replays it. Warm-up (on a side stream, so lazy initialisation and allocator growth
+stay out of the capture) and capture both execute the step: they advance the position and write
+the cache. So every state buffer is saved first and restored afterwards, in place: without that the
+first replayed token would be the fifth, which looks like a model error and is not one.
 
 A graph does not check its own bounds: replaying past the end of the cache is an out-of-range
 index on the device, which asserts and leaves the CUDA context unusable. The position lives on the
@@ -14,11 +14,11 @@ replay past the end, with a Python error, before anything is launched.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import torch
 
+from lab.capture import capture
 from lab.decode import DecodeState
 from lab.model import Weights
 
@@ -40,25 +40,13 @@ class GraphedStep:
         self.weights = weights
         self.max_len = state.max_len
         saved = state.snapshot()
-        torch.cuda.synchronize()
-        mem_before = torch.cuda.memory_reserved()
-        start = time.perf_counter()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(warmup):
-                step(state, weights)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        self.warmup_s = time.perf_counter() - start
-        self.graph = torch.cuda.CUDAGraph()
-        t0 = time.perf_counter()
-        with torch.cuda.graph(self.graph, pool=pool), torch.no_grad():
-            self.logits = step(state, weights)  # recorded, not executed for real
-        torch.cuda.synchronize()
-        self.capture_only_s = time.perf_counter() - t0
-        self.capture_s = time.perf_counter() - start  # warm-up + capture
-        self.pool_bytes = torch.cuda.memory_reserved() - mem_before
+        captured = capture(step, state, weights, warmup=warmup, pool=pool)
+        self.graph = captured.graph
+        self.logits: torch.Tensor = captured.output  # the graph's output buffer
+        self.warmup_s = captured.warmup_s
+        self.capture_only_s = captured.capture_s
+        self.capture_s = captured.setup_s  # warm-up + capture
+        self.pool_bytes = captured.pool_bytes
         state.restore(saved)
         torch.cuda.synchronize()
         self._pos = int(state.pos.item())  # host mirror of the device position (one sync, here)

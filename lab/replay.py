@@ -1,10 +1,10 @@
 """A function captured by hand into a CUDA graph: the manual recipe, as one small class.
 
-Static input buffers are allocated once; warm-up runs on a side stream (lazy initialisation,
-cuBLAS handles, allocator growth happen there, not in the capture); capture records the calls
-against those fixed addresses; replay copies new values into the static inputs only after every
-argument has been checked, because a `copy_` would silently broadcast a wrong shape or convert a
-wrong dtype, and a partial copy before a rejection would leave the buffers half-written.
+Static input buffers are allocated once; lab.capture warms up on a side stream (lazy
+initialisation, cuBLAS handles, allocator growth happen there, not in the capture) and records the
+calls against those fixed addresses; replay copies new values into the static inputs only after
+every argument has been checked, because a `copy_` would silently broadcast a wrong shape or convert
+a wrong dtype, and a partial copy before a rejection would leave the buffers half-written.
 
 The output buffer is overwritten by the next replay: `__call__` returns a clone unless asked not to.
 `check_like` is pure and runs anywhere (the tests exercise it on the CPU).
@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import torch
+
+from lab.capture import capture
 
 
 def check_like(args: Sequence[Any], static: Sequence[torch.Tensor]) -> None:
@@ -46,19 +48,11 @@ class StaticGraph:
         if not torch.cuda.is_available():
             raise RuntimeError("StaticGraph needs a CUDA device")
         self.static_in = [a.detach().clone() for a in example_args]
-        with torch.no_grad():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(warmup):
-                    fn(*self.static_in)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            self.graph = torch.cuda.CUDAGraph()
-            kwargs = {"capture_error_mode": capture_error_mode} if capture_error_mode else {}
-            with torch.cuda.graph(self.graph, **kwargs):
-                self.static_out = fn(*self.static_in)
-        torch.cuda.synchronize()
+        captured = capture(fn, *self.static_in, warmup=warmup, capture_error_mode=capture_error_mode)
+        self.graph = captured.graph
+        self.static_out = captured.output
+        self.setup_s = captured.setup_s  # warm-up + capture, seconds
+        self.pool_bytes = captured.pool_bytes
 
     def replay(self) -> Any:
         """Replay on whatever the static inputs hold now; returns the static output (not a copy)."""

@@ -1,19 +1,33 @@
-"""Measurements that keep their raw samples.
+"""Measurements that keep their raw samples, and the one clock every measurement reads.
 
 - `Clock`: host time (perf_counter) on the CPU; CUDA events on the GPU (the device's own time
-  between two points of a stream, read after one synchronisation).
-- `time_calls`: warm up, synchronise, time each call, return the samples.
+  between two points of a stream, read after one synchronisation). `clock_for(device)` picks one.
+- `time_calls`: warm up, synchronise, put a mark after each call, return the per-call samples.
+- `first_call`: a one-off call (a compile's first call, a warm-up, a capture), synchronised before
+  and after and timed on the host: its cost is host work (tracing, code generation, compiling),
+  which device events would only see as an idle stream.
 - `rotating_rounds`: several rounds with the methods in rotating order, so drift and thermal state
   hit every method alike.
 - `spread`: median, quartiles and a noise flag derived from the samples (as torch.utils.benchmark).
+
+Why not `torch.utils.benchmark.Timer` or `triton.testing.do_bench`? Both time one statement
+called over and over, in isolation: Timer reads the host clock around blocks of calls with a device
+synchronisation at each end, do_bench records CUDA events around each call and writes a 256 MB
+buffer between calls to flush L2. The lab's main measurement is a whole decode: a stateful sequence
+of steps, each advancing the position, timed by a mark after every step, methods interleaved in
+rotating rounds, the raw per-step samples kept; that needs a stream of marks, not a repeated call.
+For the single-kernel ceilings (`lab.ceilings`: a copy, a matmul, a graph replay) do_bench would
+fit, but it needs Triton (absent on CPU hosts and in the `cuda-notriton` image), its L2 flush adds
+a kernel between calls, and it returns quantiles rather than every sample; Timer on a GPU measures
+host time including the synchronisation. So every time the lab takes goes through one `Clock`,
+with the same code on the CPU and the GPU.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -69,6 +83,26 @@ def sync(device: str | torch.device) -> None:
         torch.cuda.synchronize()
 
 
+T = TypeVar("T")
+
+
+def first_call(fn: Callable[..., T], *args: Any, device: str | torch.device | None = None,
+               clock: HostClock | None = None) -> tuple[T, float]:
+    """`fn(*args)` once, the device synchronised before and after: (its result, seconds on the host).
+
+    For one-off costs (a compile's first call, a warm-up, a capture) that are never mixed into
+    steady-state samples. `device`: the device whose queued work must be finished before the clock
+    starts and before it stops (None: nothing to wait for). `clock`: injectable for tests."""
+    host = clock or HostClock()
+    if device is not None:
+        sync(device)
+    start = host.mark()
+    result = fn(*args)
+    if device is not None:
+        sync(device)
+    return result, host.elapsed_ms(start, host.mark()) / 1e3
+
+
 def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int = 0) -> list[float]:
     """Per-call milliseconds of `fn`, after `warmup` untimed calls; marks are read after the loop."""
     for _ in range(warmup):
@@ -80,16 +114,6 @@ def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int =
         marks.append(clock.mark())
     clock.sync()
     return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
-
-
-def time_block(fn: Callable[[], object], clock: Clock) -> float:
-    """Milliseconds of one call of `fn` (synchronised before and after)."""
-    clock.sync()
-    start = clock.mark()
-    fn()
-    end = clock.mark()
-    clock.sync()
-    return clock.elapsed_ms(start, end)
 
 
 def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
@@ -117,18 +141,3 @@ def spread(samples: Sequence[float]) -> Spread:
         q1 = q3 = xs[0]
     rel = (q3 - q1) / med if med else 0.0
     return Spread(n=len(xs), median=med, q1=q1, q3=q3, min=xs[0], max=xs[-1], rel_iqr=rel, noisy=rel > NOISY_REL_IQR)
-
-
-@dataclass
-class Timed:
-    """Samples of one measurement with their derived spread."""
-
-    samples: list[float]
-
-    @property
-    def spread(self) -> Spread:
-        return spread(self.samples)
-
-    @property
-    def median(self) -> float:
-        return self.spread.median

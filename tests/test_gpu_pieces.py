@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab import ceilings, decode, stepmethods
+from lab import ceilings, decode
 from lab.childproc import run_child
 from lab.graphs import CacheFullError, GraphedStep
-from lab.timing import HostClock
 
 
 def test_bound_arithmetic(tiny) -> None:
@@ -29,19 +28,6 @@ def test_graphed_step_refuses_cpu_state(tiny) -> None:
     _, w = tiny
     with pytest.raises(ValueError, match="CUDA"):
         GraphedStep(decode.decode_step, decode.new_state(w, 1, 16), w)
-
-
-def test_eager_method_decodes_on_cpu(tiny) -> None:
-    _, w = tiny
-    prompt = torch.randint(0, 512, (2, 8), generator=torch.Generator().manual_seed(0))
-    m = stepmethods.build("eager", w, prompt, 40)
-    samples = m.decode(10, HostClock(), readback=True)
-    assert len(samples) == 10 and all(s > 0 for s in samples)
-    assert torch.equal(m.tokens()[:, 8:19], decode.generate_fixed(w, prompt, 11, max_len=40))
-    k = stepmethods.count_kernels(m.call, torch.device("cpu"))
-    assert k["kernels"] > 10 and k["top"]
-    with pytest.raises(ValueError, match="unknown step method"):
-        stepmethods.build("warp", w, prompt, 40)
 
 
 def test_child_death_is_recorded() -> None:
@@ -128,5 +114,8 @@ def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
         bound = b.metric("bound_ms", **row).value
         assert bound == max(b.metric(f"bound_{k}_ms", **row).value for k in ("launch", "bandwidth", "compute"))
         measured = rec.metric("step_ms", method=m, batch=1, dtype="float32", readback=False).value
-        # the record divides by the unrounded bound; bound_ms is stored rounded: equal to within that rounding
-        assert b.metric("measured_over_bound", **row).value == pytest.approx(measured / bound, rel=1e-4)
+        # The ratio was computed from the unrounded bound, which is stored rounded to 1e-5 ms, and then
+        # rounded to 1e-3: recomputing it from the stored bound may differ by the first rounding carried
+        # through the division (measured * 0.5e-5 / bound**2) plus half a unit of the second.
+        tolerance = measured * 0.5e-5 / bound ** 2 + 0.5e-3 + 1e-12  # (+ float noise)
+        assert b.metric("measured_over_bound", **row).value == pytest.approx(measured / bound, rel=0, abs=tolerance)

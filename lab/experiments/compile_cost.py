@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +109,7 @@ def child_first_call(target: str, model: dict[str, Any], n_layer: int, device: s
     import torch
     from torch._dynamo.utils import counters
 
-    from lab.timing import clock_for, rotating_rounds, sync, time_calls
+    from lab.timing import clock_for, first_call, rotating_rounds, sync, time_calls
 
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
@@ -119,10 +118,7 @@ def child_first_call(target: str, model: dict[str, Any], n_layer: int, device: s
     sync(device)
     compiled = torch.compile(fn)
     counters.clear()
-    start = time.perf_counter()
-    compiled(*args)
-    sync(device)
-    first_call = time.perf_counter() - start
+    _, first_call_s = first_call(compiled, *args, device=device)
     hits = cache_counters()
     clock = clock_for(device)
     samples = rotating_rounds({
@@ -132,7 +128,7 @@ def child_first_call(target: str, model: dict[str, Any], n_layer: int, device: s
     import torch._inductor.config as inductor_config
 
     cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
-    return {"first_call_s": first_call, "counters": hits, "shapes": shapes,
+    return {"first_call_s": first_call_s, "counters": hits, "shapes": shapes,
             "steady": {m: [s for r in per for s in r] for m, per in samples.items()},
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "fx_graph_cache": bool(inductor_config.fx_graph_cache), "cache_dir": cache_dir,

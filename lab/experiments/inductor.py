@@ -16,7 +16,6 @@ events through ctx.clock).
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,7 +29,7 @@ from lab.dynamo_tools import explain, quiet_dynamo
 from lab.names import Method
 from lab.options import option
 from lab.reasons import Code
-from lab.timing import rotating_rounds, sync, time_calls
+from lab.timing import first_call, rotating_rounds, time_calls
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
 COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums
@@ -161,14 +160,6 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
     ctx.check(f"{step_name}: tokens equal", same, detail=f"agreement {agree:.3f}", fatal=fatal)
 
 
-def first_call_s(fn: Callable[[], Any], device: torch.device) -> float:
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - start
-
-
 # ---------------------------------------------------------------------------- the experiment
 
 @torch.no_grad()
@@ -223,7 +214,7 @@ def run(ctx) -> None:
     decode.prefill(state, w, prompt.to(w.device))
     try:
         with quiet_dynamo():
-            setup = first_call_s(lambda: compiled_step(state, w), ctx.device)
+            _, setup = first_call(compiled_step, state, w, device=ctx.device)
     except Exception as exc:  # the failure is the finding: record it exactly, then bisect
         err = error_text(exc)
         ctx.metric(M.STEP_COMPILES, False, step="indexed")
@@ -256,7 +247,7 @@ def run(ctx) -> None:
     state = decode.new_state(w, batch, max_len)
     decode.prefill(state, w, prompt.to(w.device))
     with quiet_dynamo():
-        setup = first_call_s(lambda: compiled_split(state, w), ctx.device)
+        _, setup = first_call(compiled_split, state, w, device=ctx.device)
     ctx.metric(M.STEP_COMPILES, True, step="split")
     ctx.metric(M.SETUP_S, setup, method=Method.COMPILE_DEFAULT, step="split")
     compare(ctx, "compiled split vs eager", decode_logits(compiled_split, w, prompt, steps, max_len), reference,
