@@ -26,8 +26,6 @@ class ExperimentSpec:
     title: str
     source: str  # which text of the lab book it comes from
     needs: tuple[str, ...] = ()
-    isolate: bool = False  # run in a child process (it may kill its process)
-    timeout_s: float | None = None  # only enforced for isolated experiments
 
     @property
     def module(self) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -163,39 +162,6 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
     return record
 
 
-def run_isolated(experiment_id: str, profile_name: str, weights: str | None,
-                 options: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Child-process entry: run one experiment and return its record as a dict."""
-    from lab.model import resolve_weights
-    from lab.profiles import get
-
-    profile = get(profile_name)
-    for exp, values in (options or {}).items():
-        profile = profile.with_options(exp, **values)
-    spec = resolve([experiment_id])[0]
-    provenance = resolve_weights(profile.model, weights)
-    results = Results(run=RunInfo(profile=profile.name, started_at=now_iso()), manifest={})
-    record = run_experiment(spec, profile, probe(), results, ModelCache(profile, provenance))
-    return asdict(record)
-
-
-def _run_in_child(spec: ExperimentSpec, profile: Profile, weights: str | None) -> Record:
-    from lab.childproc import run_child
-    from lab.results import from_dict
-
-    child = run_child("lab.runner:run_isolated", {"experiment_id": spec.id, "profile_name": profile.name,
-                                                   "weights": weights,
-                                                   "options": {k: dict(v) for k, v in profile.options.items()}},
-                      timeout_s=spec.timeout_s or 1800)
-    if child.ok and child.value is not None:
-        wrapped = {"schema": 1, "run": {"profile": profile.name, "started_at": ""}, "manifest": {},
-                   "experiments": [child.value]}
-        return from_dict(wrapped, Path(f"<child {spec.id}>")).experiments[0]
-    return Record(id=spec.id, title=spec.title, status="FAILED", started_at=now_iso(),
-                  reason=Reason("child_died", f"the experiment's process ended abnormally: {child.describe()}"),
-                  duration_s=round(child.duration_s, 3), error=child.as_dict())
-
-
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
         argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None) -> Results:
     """Run the profile's experiments (or `only` these) and write out_dir/results.json after each."""
@@ -220,10 +186,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     try:
         for i, spec in enumerate(specs, 1):
             console.print(f"[{i}/{len(specs)}] {spec.id}: {spec.title}")
-            if spec.isolate and prerequisite_reason(spec, profile, toolchain) is None:
-                record = _run_in_child(spec, profile, weights)
-            else:
-                record = run_experiment(spec, profile, toolchain, results, models)
+            record = run_experiment(spec, profile, toolchain, results, models)
             results.experiments.append(record)
             results.run.wall_s = round(time.perf_counter() - wall_start, 3)
             save(results, out_dir)
