@@ -4,7 +4,8 @@ It is a superset of `torch.utils.collect_env` (kept verbatim under `collect_env`
 the C++ toolchain Inductor would use, nvidia-smi's GPU fields, CPU model and cores, Dynamo and
 Inductor settings in effect (the recompile limit under the installed version's own name), the
 Inductor cache directory, the lab's git commit, container or host, a digest of the installed
-packages, and the weights' provenance. The host's own facts come from `lab.hostinfo`.
+packages, and the weights' provenance. The host's own facts come from `lab.hostinfo`; the shape
+of the whole is the `Manifest` model of `lab.schema`, checked here before the manifest is used.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from lab import __version__
 from lab.compile_cache import inductor_cache_dir, manifest_field
 from lab.hostinfo import (container_info, cpu_info, host_info, nvidia_smi, packages_digest, python_info, run_text,
                           version_of)
+from lab.manifest_schema import MANIFEST_VERSION, check_manifest
 from lab.toolchain import Toolchain, probe
 
 __all__ = ["MANIFEST_VERSION", "REPO_ROOT", "collect", "container_info", "now_iso"]
 
-MANIFEST_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -127,4 +128,5 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
     }
     if extra:
         manifest.update(extra)
+    check_manifest(manifest, "the collected manifest")
     return manifest

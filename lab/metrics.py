@@ -90,3 +90,14 @@ L, H, N = Direction.LOWER, Direction.HIGHER, Direction.NONE
 STEP_MS = declare("step_ms", units.MS, L, "median time of one step (or call) of the method")
 SETUP_S = declare("setup_s", units.S, L, "time to make the method ready: compile and/or capture, first call included")
 SPEEDUP = declare("speedup_vs_eager", units.X, H, "eager's median step time over this method's")
+
+# ---------------------------------------------------------------------------- text metrics
+# Declared on the `schema` branch so that its loader (text only where declared) reads the runs the
+# lab already writes; the `contracts` branch declares every metric: on merge, keep its declarations
+# and delete this block (a name declared twice fails at import, naming it).
+T = Kind.TEXT
+BINDING = declare("binding", units.NONE, N, "which lower bound on the step binds: launch, bandwidth or compute", T)
+LAUNCH_COST_BASIS = declare("launch_cost_basis", units.NONE, N, "which per-launch cost the launch bound uses", T)
+VERDICT = declare("verdict", "kind", N, "diagnose's verdict on a target", T)
+WINNER = declare("winner", "method", N, "the fastest correct method for a workload", T)
+WINNER_FAMILY = declare("winner_family", "family", N, "the family of the winning method", T)

@@ -21,7 +21,7 @@ from lab.catalogue import ExperimentSpec, resolve
 from lab.manifest import collect, now_iso
 from lab.profiles import Profile
 from lab.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
-                         save, write_json_atomic)
+                         quarantine, save, write_json_atomic)
 from lab.timing import clock_for, spread
 from lab.toolchain import Toolchain, probe
 
@@ -159,7 +159,19 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
                         "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
     record.duration_s = round(time.perf_counter() - start, 3)
     _finish_status(record)
+    _refuse_unrecordable(record)
     return record
+
+
+def _refuse_unrecordable(record: Record) -> None:
+    """What the results schema refuses (a tensor as a value, text in a numeric metric) is removed from the
+    record, which becomes FAILED naming it: the experiment fails, the run and the file stay whole."""
+    problems = quarantine(record)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        record.status = "FAILED"
+        record.reason = Reason("exception", f"a value could not be recorded: {problems[0]}{more}")
+        record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
 
 
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,

@@ -130,7 +130,7 @@ def test_not_run_section_lists_records_parts_and_failures(gpu_html: str, cpu_htm
     t = table(gpu_html, id="not-run-table")
     assert [c[0] for c in t["rows"][1]][:2] == ["selection", "not_implemented"]
     parts = table(gpu_html, id="skipped-table")
-    assert [c[0] for c in parts["rows"][1][:3]] == ["cuda_graph_decode", "max-autotune-no-cudagraphs", "option_off"]
+    assert [c[0] for c in parts["rows"][1][:3]] == ["cuda_graph_decode", "max-autotune-no-cudagraphs", "flag_off"]
     assert "--set cuda_graph_decode.max_autotune=true" in parts["rows"][1][3][0]
     failed = table(gpu_html, id="failed-table")
     assert failed["rows"][1][0][0] == "graph_hazards"
