@@ -34,7 +34,7 @@ nox.options.reuse_existing_virtualenvs = True
 # LAB_TORCH to the build you want measured (e.g. "torch==2.11.0" from the CUDA index).
 TORCH = os.environ.get("LAB_TORCH", "torch==2.13.0")
 # The report and compare read JSON and draw charts: they need no torch, so a laptop holding results can run them.
-REPORT_DEPS = ("jinja2>=3.1", "matplotlib>=3.8")
+REPORT_DEPS = ("jinja2>=3.1", "matplotlib>=3.8", "pydantic>=2.7")
 
 
 def install(session: nox.Session, *extras: str) -> None:

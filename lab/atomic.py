@@ -6,6 +6,7 @@ such floats are stored as the strings "nan", "inf", "-inf" so the file stays str
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -15,9 +16,20 @@ from typing import Any
 
 
 def clean(value: Any) -> Any:
-    """`value` with non-finite floats as strings and tuples as lists (JSON's own types only)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+    """`value` in JSON's own types where it has a JSON form: dataclasses as dicts (field by field, nothing
+    copied), tuples as lists, non-finite floats as the strings "nan", "inf", "-inf", subclasses of str, int
+    and float (enums, numpy scalars) as the plain type. Anything else is left as it is, for the caller to
+    refuse (lab.results names the field)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else str(float(value))
+    if isinstance(value, int):
+        return value if type(value) is int else int(value)
+    if isinstance(value, str):
+        return value if type(value) is str else str.__str__(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -32,8 +32,6 @@ class ExperimentSpec:
     needs: tuple[str, ...] = ()
     metrics: tuple[MetricSpec, ...] = ()  # every metric it may record
     workload: str = ""  # what its step_ms methods run, for `selection` to choose among them (empty: not a workload)
-    isolate: bool = False  # run in a child process (it may kill its process)
-    timeout_s: float | None = None  # only enforced for isolated experiments
 
     @property
     def module(self) -> str:

@@ -31,6 +31,8 @@ from typing import Any, Literal
 from lab import metrics as M
 from lab import units
 from lab.results import MANIFEST_NAME, RESULTS_NAME, Metric, Results, ResultsError, from_dict
+from lab.manifest_schema import check_manifest
+from lab.schema import read_json
 
 FACTOR = 1.10
 IGNORED_FIELDS = ("created_at",)
@@ -55,15 +57,6 @@ class Side:
         return self.path.parent.name if self.path.name in (RESULTS_NAME, MANIFEST_NAME) else self.path.name
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-
-
 def load_side(path: Path | str) -> Side:
     """A run directory (its results.json, else its manifest.json), a results file or a manifest file."""
     path = Path(path)
@@ -76,11 +69,12 @@ def load_side(path: Path | str) -> Side:
             raise ResultsError(f"{path}: a directory with neither {RESULTS_NAME} nor {MANIFEST_NAME}")
     elif not path.exists():
         raise ResultsError(f"{path}: no such file or directory")
-    raw = _read_json(path)
+    raw = read_json(path)
     if isinstance(raw, dict) and "experiments" in raw:
         results = from_dict(raw, path)
         return Side(path, results.manifest, results)
     if isinstance(raw, dict) and "manifest_version" in raw:
+        check_manifest(raw, path)
         return Side(path, raw)
     raise ResultsError(f"{path}: neither a results file (no 'experiments') nor a manifest (no 'manifest_version')")
 

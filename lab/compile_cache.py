@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lab.hostinfo import cpu_info
+from lab.toolchain import probe
+
 # What the FX graph cache key contains, as read in torch 2.11-2.13's codecache.FxGraphHashDetails.
 KEY_CONTAINS = (
     "graph code", "input shapes, strides, dtypes and devices", "torch source hash", "inductor config",
@@ -39,6 +42,16 @@ def isolated_env(cache_dir: str | Path) -> dict[str, str]:
         "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
         "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
     }
+
+
+def inductor_cache_dir() -> str:
+    """The directory Inductor's caches live in, as the installed torch computes it."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        return cache_dir()
+    except Exception:  # older layouts
+        return os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
 
 
 def cache_counters() -> dict[str, int]:
@@ -63,8 +76,6 @@ def _device(device: str) -> dict[str, Any]:
         major, minor = torch.cuda.get_device_capability(idx)
         return {"type": "cuda", "name": torch.cuda.get_device_name(idx), "capability": f"{major}.{minor}",
                 "cuda": torch.version.cuda}
-    from lab.manifest import cpu_info
-
     info = cpu_info()
     return {"type": "cpu", "name": info.get("model"), "machine": info.get("machine"),
             "threads": torch.get_num_threads()}
@@ -76,18 +87,12 @@ def manifest_field(toolchain: Any | None = None, device: str | None = None) -> d
     `device` defaults to CUDA where the toolchain saw a GPU, else the CPU.
     """
     import torch
+    import torch._inductor.config as inductor_config
 
     if toolchain is None:
-        from lab.toolchain import probe
-
         toolchain = probe()
     if device is None:
         device = "cuda" if toolchain.cuda.available else "cpu"
-
-    from lab.manifest import inductor_cache_dir
-
-    import torch._inductor.config as inductor_config
-
     return {
         "cache_dir": inductor_cache_dir(),
         "fx_graph_cache": bool(getattr(inductor_config, "fx_graph_cache", False)),

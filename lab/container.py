@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Sequence
 
 from lab import __version__
-from lab.results import Reason, write_json_atomic
+from lab.atomic import write_json_atomic
+from lab.reasons import Reason
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGE_REPO = "graph-lab"

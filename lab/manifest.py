@@ -4,44 +4,32 @@ It is a superset of `torch.utils.collect_env` (kept verbatim under `collect_env`
 the C++ toolchain Inductor would use, nvidia-smi's GPU fields, CPU model and cores, Dynamo and
 Inductor settings in effect (the recompile limit under the installed version's own name), the
 Inductor cache directory, the lab's git commit, container or host, a digest of the installed
-packages, and the weights' provenance.
+packages, and the weights' provenance. The host's own facts come from `lab.hostinfo`; the shape
+of the whole is the `Manifest` model of `lab.schema`, checked here before the manifest is used.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata as metadata
 import os
-import platform
-import socket
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from lab import __version__
+from lab.compile_cache import inductor_cache_dir, manifest_field
+from lab.hostinfo import (container_info, cpu_info, host_info, nvidia_smi, packages_digest, python_info, run_text,
+                          version_of)
+from lab.manifest_schema import MANIFEST_VERSION, check_manifest
 from lab.toolchain import Toolchain, probe
 
-MANIFEST_VERSION = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["MANIFEST_VERSION", "REPO_ROOT", "collect", "container_info", "now_iso"]
 
-NVIDIA_SMI_FIELDS = (
-    "name", "driver_version", "memory.total", "clocks.max.sm", "clocks.max.mem", "clocks.sm", "clocks.mem",
-    "power.limit", "power.max_limit", "pcie.link.gen.current", "compute_cap", "persistence_mode",
-)
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=cwd)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def source_digest() -> str:
@@ -57,75 +45,13 @@ def source_digest() -> str:
 
 def git_info() -> dict[str, Any]:
     """The lab's commit (git, or LAB_COMMIT baked into an image or exported by whoever copied the tree)."""
-    commit = _run(["git", "rev-parse", "HEAD"], REPO_ROOT)
+    commit = run_text(["git", "rev-parse", "HEAD"], REPO_ROOT)
     digest = source_digest()
     if commit is None:
         env = os.environ.get("LAB_COMMIT")
         return {"commit": env, "dirty": None, "source": "LAB_COMMIT" if env else None, "source_sha256": digest}
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
+    status = run_text(["git", "status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
     return {"commit": commit, "dirty": bool(status), "source": "git", "source_sha256": digest}
-
-
-def nvidia_smi() -> dict[str, Any] | None:
-    """GPU fields from nvidia-smi, one dict per GPU; None when nvidia-smi is absent."""
-    exe = "nvidia-smi"
-    out = _run([exe, f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}", "--format=csv,noheader"])
-    if out is None:
-        return None
-    gpus = []
-    for line in out.splitlines():
-        values = [v.strip() for v in line.split(",")]
-        gpus.append(dict(zip(NVIDIA_SMI_FIELDS, values)))
-    return {"gpus": gpus}
-
-
-def cpu_info() -> dict[str, Any]:
-    model = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        model = platform.processor() or None
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    import torch
-
-    return {"model": model, "logical_cores": os.cpu_count(), "usable_cores": usable,
-            "torch_threads": torch.get_num_threads(), "machine": platform.machine()}
-
-
-def container_info() -> dict[str, Any]:
-    """Container or host. Images built by the lab set LAB_IMAGE, LAB_IMAGE_VARIANT (and the runner LAB_IMAGE_ID)."""
-    markers = [p for p in ("/.dockerenv", "/run/.containerenv") if os.path.exists(p)]
-    cgroup = ""
-    try:
-        cgroup = Path("/proc/1/cgroup").read_text()
-    except OSError:
-        pass
-    in_container = bool(markers) or any(k in cgroup for k in ("docker", "containerd", "kubepods", "libpod"))
-    return {
-        "in_container": in_container, "markers": markers,
-        "image": os.environ.get("LAB_IMAGE"), "image_id": os.environ.get("LAB_IMAGE_ID"),
-        "variant": os.environ.get("LAB_IMAGE_VARIANT"),
-        "fallback_reason": os.environ.get("LAB_HOST_FALLBACK"),
-    }
-
-
-def packages_digest() -> dict[str, Any]:
-    """sha256 over the sorted name==version list of installed distributions."""
-    pairs = sorted({f"{(d.metadata['Name'] or '').lower()}=={d.version}" for d in metadata.distributions()})
-    return {"count": len(pairs), "sha256": hashlib.sha256("\n".join(pairs).encode()).hexdigest()}
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def compiler_settings() -> dict[str, Any]:
@@ -154,20 +80,9 @@ def compiler_settings() -> dict[str, Any]:
             "dynamo": dyn, "inductor": ind}
 
 
-def inductor_cache_dir() -> str:
-    try:
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-        return cache_dir()
-    except Exception:  # older layouts
-        return os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
-
-
 def compile_cache_field(tc: Toolchain) -> dict[str, Any]:
     """What a compile cache made here is valid for (lab.compile_cache); never sinks the manifest."""
     try:
-        from lab.compile_cache import manifest_field
-
         return manifest_field(tc)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -192,18 +107,16 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
     manifest: dict[str, Any] = {
         "manifest_version": MANIFEST_VERSION,
         "created_at": now_iso(),
-        "host": {"hostname": socket.gethostname(), "os": platform.platform(), "kernel": platform.release(),
-                 "libc": "-".join(platform.libc_ver())},
-        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
-                   "executable": sys.executable},
+        "host": host_info(),
+        "python": python_info(),
         "torch": {"version": torch.__version__, "cuda_build": torch.version.cuda,
                   "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
                   "debug": torch.version.debug, "git": torch.version.git_version,
                   "num_threads": torch.get_num_threads()},
-        "libraries": {name: _version(name) for name in ("transformers", "triton", "jinja2", "numpy", "matplotlib", "nox")},
+        "libraries": {name: version_of(name) for name in ("transformers", "triton", "jinja2", "numpy", "matplotlib", "nox")},
         "toolchain": tc.as_dict(),
         "gpu": {"torch": tc.cuda.__dict__.copy(), "nvidia_smi": nvidia_smi()},
-        "cpu": cpu_info(),
+        "cpu": {**cpu_info(), "torch_threads": torch.get_num_threads()},
         "compiler_settings": compiler_settings(),
         "inductor_cache_dir": inductor_cache_dir(),
         "compile_cache": compile_cache_field(tc),
@@ -215,4 +128,5 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
     }
     if extra:
         manifest.update(extra)
+    check_manifest(manifest, "the collected manifest")
     return manifest

@@ -1,111 +1,180 @@
 """The results contract: what `results.json` holds, how it is written and how it is read.
 
-A run directory holds `results.json` (schema below) and `manifest.json` (the same manifest,
-on its own, for `lab compare`). The file is rewritten atomically after every experiment, so an
-interrupted run keeps everything it measured; `run.state` says whether the run completed.
+A run directory holds `results.json` and `manifest.json` (the same manifest, on its own, for `lab
+compare`). The file is rewritten atomically after every experiment, so an interrupted run keeps
+everything it measured; `run.state` says whether the run completed. Schema 1, field by field:
+docs/results.md (its tables are generated from these classes: `python -m lab.schema_doc`).
 
-Schema 1 (see docs/results.md for the field-by-field description):
-
-    {"schema": 1, "lab_version": str,
-     "run": {"profile", "started_at", "finished_at", "wall_s", "state", "argv", "only"},
-     "manifest": {...},
-     "experiments": [Record, ...]}
-
-The loader refuses any other schema version with a one-line error that names the file.
+The schema is these dataclasses, checked by pydantic v2. They stay standard-library dataclasses
+rather than pydantic models because about twenty experiments, the runner and the report build and
+change records in plain Python (positional construction, `record.status = ...`, `dataclasses`
+helpers); pydantic's `TypeAdapter` validates standard dataclasses as they are, strictly typed
+through the field types of `lab.schema` (nested unions included), and generates their JSON Schema
+with the attribute docstrings below as descriptions. So nothing is declared twice and no caller
+changes; validation happens where data crosses a boundary:
+- `save` checks the whole file before writing it (a value that cannot be stored never reaches disk);
+- `quarantine` checks one record as the runner records it, removing what cannot be stored and
+  saying which metric, sample, check or note it was (the runner then marks the experiment FAILED);
+- `load` / `from_dict` refuse a file off the schema with one line naming the file and the field.
+The manifest stays a plain dict in memory (the report and compare read it as one) and is checked
+against `lab.manifest_schema.Manifest`. An unknown `schema` or `manifest_version` is refused.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+import functools
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Annotated, Any, ClassVar, Iterable, Literal
+
+from pydantic import (AfterValidator, ConfigDict, JsonValue, TypeAdapter, ValidationError, ValidationInfo,
+                      WrapValidator, field_validator, model_validator)
+from pydantic_core import PydanticCustomError
 
 from lab.atomic import clean, write_json_atomic
 from lab.reasons import Reason
+from lab.manifest_schema import MANIFEST, MANIFEST_VERSION
+from lab.schema import (CodeName, Count, Flag, JsonObject, MetricValue, Number, ResultsError, Text, check_version,
+                        describe_error, known_code, metric_value, one_line, read_json)
+
+__all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError", "Reason", "Spread", "Metric",
+           "Samples", "Check", "Skipped", "Record", "RunInfo", "Results", "ok_record", "to_dict", "save",
+           "from_dict", "load", "quarantine", "write_json_atomic"]
 
 SCHEMA = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
+RunState = Literal["running", "complete", "interrupted"]
 STATUSES: tuple[str, ...] = ("OK", "NOT_RUN", "FAILED")
 RESULTS_NAME = "results.json"
 MANIFEST_NAME = "manifest.json"
 
-
-class ResultsError(ValueError):
-    """A results or manifest file that cannot be used; the message is one line naming the file."""
+_CLOSED = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 @dataclass
 class Spread:
     """Distribution of raw samples behind a median; `noisy` flags a wide interquartile range."""
 
-    n: int
-    median: float
-    q1: float
-    q3: float
-    min: float
-    max: float
-    rel_iqr: float
-    noisy: bool
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    n: Count
+    """how many samples"""
+    median: Number
+    q1: Number
+    q3: Number
+    min: Number
+    max: Number
+    rel_iqr: Number
+    """(q3 - q1) / median"""
+    noisy: Flag
+    """the interquartile range exceeds 10% of the median"""
 
 
 @dataclass
 class Metric:
     """One number and what it belongs to (method, batch, dtype, ... live in params)."""
 
-    name: str
-    value: float | int | bool | str | None
-    unit: str
-    params: dict[str, Any] = field(default_factory=dict)
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    name: Text
+    """the metric's name, declared with its unit, direction and kind in lab/metrics.py"""
+    value: MetricValue
+    """a number, a boolean, a list of numbers or null (not measured); text only where the metric is declared as text"""
+    unit: Text
+    """a unit of lab/units.py"""
+    params: JsonObject = field(default_factory=dict)
+    """what the value belongs to: method, batch, dtype, readback, ..."""
     spread: Spread | None = None
+    """timings only: the spread of the raw samples behind the median"""
+
+    @field_validator("value", mode="after")
+    @classmethod
+    def _of_declared_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        return metric_value(info.data["name"], value) if isinstance(info.data.get("name"), str) else value
 
 
 @dataclass
 class Samples:
     """Raw timing samples behind a metric of the same name and params."""
 
-    name: str
-    unit: str
-    params: dict[str, Any]
-    values: list[float]
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    name: Text
+    """the name of the metric the samples are behind"""
+    unit: Text
+    params: JsonObject
+    """the params of that metric"""
+    values: list[Number]
+    """the raw samples (6 significant digits)"""
 
 
 @dataclass
 class Check:
     """A correctness check made outside the timed path."""
 
-    name: str
-    passed: bool
-    detail: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
-    fatal: bool = True
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    name: Text
+    """what was compared, e.g. tokens_equal"""
+    passed: Flag
+    detail: Text = ""
+    """what differed, where, by how much"""
+    params: JsonObject = field(default_factory=dict)
+    """what the check belongs to: method, batch, ..."""
+    fatal: Flag = True
+    """a failed fatal check makes the record FAILED with reason check_failed"""
 
 
 @dataclass
 class Skipped:
     """A part of an experiment that did not run, with its reason: it is listed, never dropped."""
 
-    item: str
-    code: str
-    message: str
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    item: Text
+    """the part that did not run, e.g. a method or a batch"""
+    code: CodeName
+    """a reason code of lab/reasons.py"""
+    message: Text
+    """the sentence that tells the user how to make it run"""
+
+
+def _reason_code(reason: Reason) -> Reason:
+    known_code(reason.code)
+    return reason
 
 
 @dataclass
 class Record:
     """The result of one experiment."""
 
-    id: str
-    title: str
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    id: Text
+    """the catalogue's id (stable; see `python -m lab list`)"""
+    title: Text
+    """the catalogue's one-line title"""
     status: Status
-    reason: Reason | None = None
-    duration_s: float = 0.0
-    started_at: str = ""
+    """OK; NOT_RUN (prerequisites missing); FAILED (raised, or a fatal correctness check failed)"""
+    reason: Annotated[Reason, AfterValidator(_reason_code)] | None = None
+    """{code, message}: a reason code of lab/reasons.py and the sentence that tells the user how to make it run; required unless OK"""
+    duration_s: Number = 0.0
+    """the experiment's own time"""
+    started_at: Text = ""
+    """ISO 8601, UTC"""
     metrics: list[Metric] = field(default_factory=list)
+    """the numbers the experiment measured"""
     samples: list[Samples] = field(default_factory=list)
+    """the raw samples behind each timing"""
     checks: list[Check] = field(default_factory=list)
-    notes: dict[str, Any] = field(default_factory=dict)
+    """correctness checks made outside the timed path"""
+    notes: JsonObject = field(default_factory=dict)
+    """non-numeric evidence: graph-break and recompile reasons, cudagraph skip reasons, the kernels that took the time"""
     skipped: list[Skipped] = field(default_factory=list)
-    error: dict[str, str] | None = None
+    """parts of the experiment that did not run (a flag off, a piece that needs CUDA)"""
+    error: dict[str, Text] | None = None
+    """FAILED only: type, message and the last lines of the traceback"""
+
+    @model_validator(mode="after")
+    def _reasoned(self) -> Record:
+        if self.status != "OK" and self.reason is None:
+            raise PydanticCustomError("reason_missing", "a {status} record needs a reason (code and message)",
+                                      {"status": self.status})
+        return self
 
     def metric(self, name: str, **params: Any) -> Metric:
         """The metric with this name whose params include the given ones (exactly one must match)."""
@@ -117,22 +186,45 @@ class Record:
 
 @dataclass
 class RunInfo:
-    profile: str
-    started_at: str
-    finished_at: str | None = None
-    wall_s: float | None = None
-    state: Literal["running", "complete", "interrupted"] = "running"
-    argv: list[str] = field(default_factory=list)
-    only: list[str] | None = None
+    """The run as a whole."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    profile: Text
+    """the profile's name (lab/profiles.py)"""
+    started_at: Text
+    """ISO 8601, UTC"""
+    finished_at: Text | None = None
+    """null while the run is under way"""
+    wall_s: Number | None = None
+    """the lab's own wall time"""
+    state: RunState = "running"
+    """running (under way, or killed), interrupted (Ctrl-C), complete"""
+    argv: list[Text] = field(default_factory=list)
+    """the command line"""
+    only: list[Text] | None = None
+    """the experiments asked for with --only (null: the profile's)"""
+
+
+def _manifest(value: Any, handler: Any) -> dict[str, Any]:
+    MANIFEST.validate_python(value)
+    return value
 
 
 @dataclass
 class Results:
+    """The whole run: results.json."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
     run: RunInfo
-    manifest: dict[str, Any]
+    """the run as a whole"""
+    manifest: Annotated[dict[str, Any], WrapValidator(_manifest)]
+    """the environment manifest (below) plus `profile`: every knob of the profile used"""
     experiments: list[Record] = field(default_factory=list)
-    schema: int = SCHEMA
-    lab_version: str = ""
+    """one record per experiment asked for, in catalogue order"""
+    schema: Literal[1] = SCHEMA
+    """1. A loader that does not know the version refuses the file."""
+    lab_version: Text = ""
+    """the lab's version (lab.__version__)"""
 
     def record(self, experiment_id: str) -> Record:
         for rec in self.experiments:
@@ -146,82 +238,74 @@ def ok_record(records: Iterable[Record], experiment_id: str) -> Record | None:
     return next((r for r in records if r.id == experiment_id and r.status == "OK"), None)
 
 
-# ---------------------------------------------------------------------------- serialisation
+@functools.cache
+def adapter(cls: Any) -> TypeAdapter[Any]:
+    """The pydantic validator of one of the classes above (built once, on first use)."""
+    return TypeAdapter(cls)
+
+
+# ---------------------------------------------------------------------------- writing
 
 def to_dict(results: Results) -> dict[str, Any]:
-    return clean(asdict(results))
+    """The results as JSON's own types (non-finite floats as strings), `schema` first."""
+    data = clean(results)
+    return {"schema": data.pop("schema"), "lab_version": data.pop("lab_version"), **data}
 
 
 def save(results: Results, run_dir: Path) -> Path:
+    """Check the results against the schema, then write run_dir/results.json atomically."""
     path = run_dir / RESULTS_NAME
-    write_json_atomic(path, to_dict(results))
+    data = to_dict(results)
+    from_dict(data, path)
+    write_json_atomic(path, data)
     return path
 
 
-# ---------------------------------------------------------------------------- strict loading
+def quarantine(record: Record) -> list[str]:
+    """Remove from `record` what the schema refuses; one line for each thing removed (empty: all can be saved).
 
-def _need(obj: Any, key: str, kind: type | tuple[type, ...], where: str, path: Path) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise ResultsError(f"{path}: missing field {where}{key!r}")
-    value = obj[key]
-    if not isinstance(value, kind):
-        raise ResultsError(f"{path}: field {where}{key!r} has type {type(value).__name__}")
-    return value
-
-
-def _spread(raw: Any) -> Spread | None:
-    return None if raw is None else Spread(**raw)
-
-
-def _record(raw: Any, path: Path, index: int) -> Record:
-    where = f"experiments[{index}]."
-    rid = _need(raw, "id", str, where, path)
-    status = _need(raw, "status", str, where, path)
-    if status not in STATUSES:
-        raise ResultsError(f"{path}: experiment {rid!r} has unknown status {status!r}")
-    for key, kind in (("metrics", list), ("duration_s", (int, float))):
-        _need(raw, key, kind, where, path)
-    if "reason" not in raw:
-        raise ResultsError(f"{path}: missing field {where}'reason'")
-    reason = raw["reason"]
-    if status != "OK" and not (isinstance(reason, dict) and {"code", "message"} <= reason.keys()):
-        raise ResultsError(f"{path}: experiment {rid!r} is {status} without a reason {{code, message}}")
+    Metrics, samples, checks and skipped items are checked one by one, notes key by key; what is left
+    is checked as a whole (its reason, its title...) and a problem there is reported but not removed.
+    """
+    problems: list[str] = []
+    for attr, cls in (("metrics", Metric), ("samples", Samples), ("checks", Check), ("skipped", Skipped)):
+        items = getattr(record, attr)
+        raw = {attr: [clean(item) for item in items]}
+        kept = []
+        for i, item in enumerate(items):
+            try:
+                adapter(cls).validate_python(raw[attr][i])
+                kept.append(item)
+            except ValidationError as exc:
+                problems.append(describe_error(exc, raw, (attr, i)))
+        setattr(record, attr, kept)
+    for key, value in list(record.notes.items()):
+        try:
+            adapter(JsonValue).validate_python(clean(value))
+        except ValidationError as exc:
+            problems.append(describe_error(exc, {}, ("notes", key)))
+            del record.notes[key]
+    raw_record = clean(record)
     try:
-        return Record(
-            id=rid,
-            title=raw.get("title", rid),
-            status=status,  # type: ignore[arg-type]
-            reason=Reason(**reason) if reason else None,
-            duration_s=float(raw["duration_s"]),
-            started_at=raw.get("started_at", ""),
-            metrics=[Metric(name=m["name"], value=m["value"], unit=m["unit"], params=m.get("params", {}),
-                            spread=_spread(m.get("spread"))) for m in raw["metrics"]],
-            samples=[Samples(**s) for s in raw.get("samples", [])],
-            checks=[Check(**c) for c in raw.get("checks", [])],
-            notes=raw.get("notes", {}),
-            skipped=[Skipped(**s) for s in raw.get("skipped", [])],
-            error=raw.get("error"),
-        )
-    except (KeyError, TypeError) as exc:
-        raise ResultsError(f"{path}: experiment {rid!r} is malformed ({exc})") from None
+        adapter(Record).validate_python(raw_record)
+    except ValidationError as exc:
+        problems.append(describe_error(exc, raw_record, ()))
+    return problems
 
 
-def from_dict(raw: Any, path: Path) -> Results:
+# ---------------------------------------------------------------------------- reading
+
+def from_dict(raw: Any, path: Path | str) -> Results:
+    """Results from parsed JSON, or ResultsError: one line naming `path` and the first field off the schema."""
     if not isinstance(raw, dict):
         raise ResultsError(f"{path}: top level is not a JSON object")
-    schema = raw.get("schema")
-    if schema != SCHEMA:
-        raise ResultsError(f"{path}: unknown results schema {schema!r} (this lab reads schema {SCHEMA})")
-    run = _need(raw, "run", dict, "", path)
-    manifest = _need(raw, "manifest", dict, "", path)
-    experiments = _need(raw, "experiments", list, "", path)
-    _need(run, "profile", str, "run.", path)
+    check_version(raw, "schema", SCHEMA, "", path, what="results schema")
+    if isinstance(raw.get("manifest"), dict):
+        check_version(raw["manifest"], "manifest_version", MANIFEST_VERSION, "manifest.", path)
     try:
-        info = RunInfo(**run)
-    except TypeError as exc:
-        raise ResultsError(f"{path}: field 'run' is malformed ({exc})") from None
-    return Results(run=info, manifest=manifest, schema=schema, lab_version=raw.get("lab_version", ""),
-                   experiments=[_record(r, path, i) for i, r in enumerate(experiments)])
+        return adapter(Results).validate_python(raw)
+    except ValidationError as exc:
+        raise ResultsError(one_line(path, exc, raw)) from None
 
 
 def load(path: Path | str) -> Results:
@@ -229,12 +313,5 @@ def load(path: Path | str) -> Results:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_NAME
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return from_dict(raw, path)
+    return from_dict(read_json(path), path)
+

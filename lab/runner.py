@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -31,7 +30,7 @@ from lab.options import resolve as resolve_options
 from lab.profiles import Profile
 from lab.reasons import Code
 from lab.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
-                         save, write_json_atomic)
+                         quarantine, save, write_json_atomic)
 from lab.timing import clock_for, spread
 from lab.toolchain import Toolchain, probe
 
@@ -203,40 +202,19 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
                         "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
     record.duration_s = round(time.perf_counter() - start, 3)
     _finish_status(record)
+    _refuse_unrecordable(record)
     return record
 
 
-def run_isolated(experiment_id: str, profile_name: str, weights: str | None,
-                 options: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Child-process entry: run one experiment and return its record as a dict."""
-    from lab.model import resolve_weights
-    from lab.profiles import get
-
-    profile = get(profile_name)
-    for exp, values in (options or {}).items():
-        profile = profile.with_options(exp, **values)
-    spec = resolve([experiment_id])[0]
-    provenance = resolve_weights(profile.model, weights)
-    results = Results(run=RunInfo(profile=profile.name, started_at=now_iso()), manifest={})
-    record = run_experiment(spec, profile, probe(), results, ModelCache(profile, provenance))
-    return asdict(record)
-
-
-def _run_in_child(spec: ExperimentSpec, profile: Profile, weights: str | None) -> Record:
-    from lab.childproc import run_child
-    from lab.results import from_dict
-
-    child = run_child("lab.runner:run_isolated", {"experiment_id": spec.id, "profile_name": profile.name,
-                                                   "weights": weights,
-                                                   "options": {k: dict(v) for k, v in profile.options.items()}},
-                      timeout_s=spec.timeout_s or 1800)
-    if child.ok and child.value is not None:
-        wrapped = {"schema": 1, "run": {"profile": profile.name, "started_at": ""}, "manifest": {},
-                   "experiments": [child.value]}
-        return from_dict(wrapped, Path(f"<child {spec.id}>")).experiments[0]
-    return Record(id=spec.id, title=spec.title, status="FAILED", started_at=now_iso(),
-                  reason=Reason("child_died", f"the experiment's process ended abnormally: {child.describe()}"),
-                  duration_s=round(child.duration_s, 3), error=child.as_dict())
+def _refuse_unrecordable(record: Record) -> None:
+    """What the results schema refuses (a tensor as a value, text in a numeric metric) is removed from the
+    record, which becomes FAILED naming it: the experiment fails, the run and the file stay whole."""
+    problems = quarantine(record)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        record.status = "FAILED"
+        record.reason = Reason("exception", f"a value could not be recorded: {problems[0]}{more}")
+        record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
 
 
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
@@ -269,10 +247,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     try:
         for i, spec in enumerate(specs, 1):
             console.print(f"[{i}/{len(specs)}] {spec.id}: {spec.title}")
-            if spec.isolate and prerequisite_reason(spec, profile, toolchain) is None:
-                record = _run_in_child(spec, profile, weights)
-            else:
-                record = run_experiment(spec, profile, toolchain, results, models, options[spec.id])
+            record = run_experiment(spec, profile, toolchain, results, models, options[spec.id])
             results.experiments.append(record)
             results.run.wall_s = round(time.perf_counter() - wall_start, 3)
             save(results, out_dir)

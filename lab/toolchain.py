@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from lab.results import Reason
+from lab.reasons import Reason
 
 # Where a C++ compiler commonly lives when it is installed but not on PATH (relative to a filesystem root).
 OFF_PATH_GLOBS = (

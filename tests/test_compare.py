@@ -151,5 +151,6 @@ def test_load_side_errors(tmp_path: Path) -> None:
     data = copy.deepcopy(gpu_fixture.build())
     del data["experiments"][0]["metrics"][0]["unit"]
     write_json_atomic(tmp_path / "x" / "results.json", data)
-    with pytest.raises(ResultsError, match=r"results.json: experiment 'cuda_graph_decode' is malformed"):
+    field = r"missing field experiments\[0\].metrics\[0\].unit \(experiment 'cuda_graph_decode', metric 'step_ms'\)"
+    with pytest.raises(ResultsError, match=rf"results.json: {field}"):
         load_side(tmp_path / "x")

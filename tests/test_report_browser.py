@@ -79,7 +79,7 @@ def test_gpu_page_in_chromium(browser, site) -> None:
     assert all(w > 100 and h > 100 for _, w, h in sizes), sizes
     assert [r[:2] for r in rows(page, "not-run-table")] == [["selection", "not_implemented"]]
     assert [r[:3] for r in rows(page, "skipped-table")] == [["cuda_graph_decode", "max-autotune-no-cudagraphs",
-                                                             "option_off"]]
+                                                             "flag_off"]]
     failed = rows(page, "failed-table")
     assert failed[0][0] == "graph_hazards" and gpu_fixture.SCRIPT_ERROR in failed[0][2]  # shown as text
     assert page.evaluate("document.querySelectorAll('script').length") == 0
