@@ -36,22 +36,22 @@ if ! docker info >/dev/null 2>&1; then
 fi
 
 step "base image (debootstrap from the host's apt mirror, reused if present)"
-$SUDO "$PY" -m lab.container base-image
+$SUDO "$PY" -m lab base-image
 
 step "build cpu and cpu-nocc (windows-msvc is listed NOT_RUN on Linux)"
-"$PY" -m lab.container images cpu cpu-nocc windows-msvc --report "$RESULTS/images.json"
+"$PY" -m lab images cpu cpu-nocc windows-msvc --report "$RESULTS/images.json"
 
 for variant in cpu cpu-nocc; do
     step "smoke profile in graph-lab:$variant"
     rm -rf "${RESULTS:?}/$variant"
-    "$PY" -m lab.container run "$variant" --out "$RESULTS/$variant" -- run --profile smoke
+    "$PY" -m lab image-run --variant "$variant" --profile smoke --require-container --out "$RESULTS/$variant"
     step "inductor probe in graph-lab:$variant"
-    docker run --rm --network none -v "$RESULTS/$variant:/out" --entrypoint python "graph-lab:$variant" \
-        -m lab.container inductor-probe --out /out/inductor_probe.json
+    docker run --rm --network none -v "$RESULTS/$variant:/out" "graph-lab:$variant" \
+        inductor-probe --out /out/inductor_probe.json
 done
 
 step "cuda image: its pins resolved from metadata (the build up to the torch install)"
-"$PY" -m lab.container images cuda-resolve --report "$RESULTS/images-cuda.json" \
+"$PY" -m lab images cuda-resolve --report "$RESULTS/images-cuda.json" \
     || echo "cuda-resolve failed: see $RESULTS/images-cuda.json (the tests report it)"
 
 step "done"

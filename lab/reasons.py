@@ -46,7 +46,7 @@ class Code(StrEnum):
     NO_PEAK = "no_peak"
     COMPILE_FAILED = "compile_failed"
     DEPTH_EXCEEDS_MODEL = "depth_exceeds_model"
-    # containers (lab.container)
+    # containers (lab.containers)
     NO_DOCKER = "no_docker"
     DOCKER_DAEMON_UNREACHABLE = "docker_daemon_unreachable"
     IMAGE_MISSING = "image_missing"

@@ -1,4 +1,4 @@
-"""The Dockerfiles and lab.container, checked without a Docker engine (fast; runs everywhere).
+"""The Dockerfiles and lab.containers, checked without a Docker engine (fast; runs everywhere).
 
 hadolint lints every Dockerfile where it is installed (the `dev` extra installs it); a small
 structural check asserts the lab's own rules: base images as build arguments with public
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import container
-from lab.container import VARIANTS, PipSettings
+from lab.containers import base, build, context, engine, pipconf, run
+from lab.containers.pipconf import PipSettings
+from lab.containers.variants import VARIANTS
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 DOCKERFILES = sorted(DOCKER.glob("Dockerfile.*"))
@@ -109,7 +110,7 @@ def test_cuda_notriton_removes_triton():
     assert re.search(r"TRITON_SPEC=triton==\d", st["deps"])
 
 
-# ------------------------------------------------------------------------------- lab.container
+# ------------------------------------------------------------------------------- lab.containers
 PIP_LIST = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
 global.extra-index-url='file:///opt/pypi/simple https://mirror.example/simple'
@@ -124,7 +125,7 @@ def test_host_pip_settings_keep_network_indexes_and_note_host_paths(tmp_path):
     cert.write_text("x")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    s = container.host_pip_settings(PIP_LIST, environ={"PIP_CERT": str(cert), "PIP_FIND_LINKS": str(wheels)})
+    s = pipconf.host_pip_settings(PIP_LIST, environ={"PIP_CERT": str(cert), "PIP_FIND_LINKS": str(wheels)})
     assert s.index_url == "https://proxy.example/pypi/simple"
     assert s.extra_index_urls == ["https://mirror.example/simple"]
     assert s.trusted_hosts == ["proxy.example"]
@@ -140,17 +141,17 @@ def test_debian_mirror_from_deb822_and_one_line_sources(tmp_path):
     deb822.write_text("Types: deb\nURIs: http://disabled.example/debian\nSuites: bookworm\nEnabled: no\n\n"
                       "Types: deb\n# comment\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
                       "Components: main\n")
-    assert container.debian_mirror("bookworm", [deb822]) == "http://mirror.example/debian"
+    assert base.debian_mirror("bookworm", [deb822]) == "http://mirror.example/debian"
     one = tmp_path / "sources.list"
     one.write_text("# deb http://old.example/debian bookworm main\ndeb [arch=amd64] http://line.example/debian bookworm main\n")
-    assert container.debian_mirror("bookworm", [one]) == "http://line.example/debian"
-    assert container.debian_mirror("trixie", [deb822, one]) is None
+    assert base.debian_mirror("bookworm", [one]) == "http://line.example/debian"
+    assert base.debian_mirror("trixie", [deb822, one]) is None
 
 
 def test_build_command_uses_target_tag_and_args(tmp_path):
     v = VARIANTS["cpu-nocc"]
-    args = container.build_args(v, PipSettings(index_url="https://i.example/simple"), "abc123", "graph-lab-base:bookworm")
-    cmd = container.build_command(v, tmp_path, args)
+    args = build.build_args(v, PipSettings(index_url="https://i.example/simple"), "abc123", "graph-lab-base:bookworm")
+    cmd = build.build_command(v, tmp_path, args)
     assert cmd[:7] == ["docker", "build", "--target", "cpu-nocc", "-t", "graph-lab:cpu-nocc", "-f"]
     assert cmd[-1] == str(tmp_path) and "--network" in cmd
     for item in ("LAB_COMMIT=abc123", "BASE_IMAGE=graph-lab-base:bookworm", "LAB_IMAGE=graph-lab:cpu-nocc",
@@ -161,40 +162,39 @@ def test_build_command_uses_target_tag_and_args(tmp_path):
 def test_run_command_mounts_out_and_passes_image_id(tmp_path):
     weights = tmp_path / "w"
     weights.mkdir()
-    cmd = container.run_command(VARIANTS["cuda"], ["run", "--profile", "gpu", "--out", "elsewhere",
-                                                   "--weights", str(weights)], tmp_path,
-                                image_ref="sha256:feed", host_uid=1234, host_gid=99)
+    cmd = run.run_command(VARIANTS["cuda"], ["run", "--profile", "gpu"], tmp_path, weights=str(weights),
+                          image_ref="sha256:feed", host_uid=1234, host_gid=99)
     assert cmd[:3] == ["docker", "run", "--rm"]
     assert f"{tmp_path.resolve()}:/out" in cmd and "LAB_IMAGE_ID=sha256:feed" in cmd
     assert ["--gpus", "all"] == cmd[cmd.index("--gpus"):cmd.index("--gpus") + 2]
     assert ["--user", "1234:99"] == cmd[cmd.index("--user"):cmd.index("--user") + 2]
-    assert "elsewhere" not in cmd and cmd[-2:] == ["--out", "/out"]
+    assert cmd[-2:] == ["--out", "/out"]
     assert f"{weights.resolve()}:/weights:ro" in cmd and cmd[cmd.index("--weights") + 1] == "/weights"
-    root = container.run_command(VARIANTS["cpu"], ["run"], tmp_path, image_ref="sha256:x", host_uid=0, host_gid=0)
+    root = run.run_command(VARIANTS["cpu"], ["run"], tmp_path, image_ref="sha256:x", host_uid=0, host_gid=0)
     assert "--user" not in root and "--gpus" not in root and root[root.index("--network") + 1] == "none"
 
 
 def test_windows_variant_is_not_run_on_a_linux_engine():
-    reason = container.unbuildable_reason(VARIANTS["windows-msvc"], "linux")
+    reason = build.unbuildable_reason(VARIANTS["windows-msvc"], "linux")
     assert reason is not None and reason.code == "windows_host_required"
     assert "Dockerfile.windows" in reason.message
-    assert container.unbuildable_reason(VARIANTS["cpu"], "linux") is None
+    assert build.unbuildable_reason(VARIANTS["cpu"], "linux") is None
 
 
 def test_without_docker_images_are_not_run_and_the_lab_falls_back(monkeypatch, tmp_path):
     real_which = shutil.which
-    monkeypatch.setattr(container.shutil, "which", lambda name: None if name == "docker" else real_which(name))
-    outcomes = container.build_images(["cpu", "windows-msvc"], pip=PipSettings(), report=tmp_path / "r.json",
+    monkeypatch.setattr(engine.shutil, "which", lambda name: None if name == "docker" else real_which(name))
+    outcomes = build.build_images(["cpu", "windows-msvc"], pip=PipSettings(), report=tmp_path / "r.json",
                                       log=lambda *_: None)
     assert [(o.status, o.reason["code"]) for o in outcomes] == [("NOT_RUN", "no_docker"), ("NOT_RUN", "no_docker")]
     assert (tmp_path / "r.json").is_file()
-    variant, reason = container.container_plan("cpu", gpu_needed=False)
+    variant, reason = run.container_plan("cpu", gpu_needed=False)
     assert variant is None and reason.code == "no_docker" and "apt-get install docker.io" in reason.message
 
 
 def test_unknown_variant_is_a_one_line_error(tmp_path):
     with pytest.raises(ValueError, match="unknown image variant.*cpu-nope"):
-        container.build_images(["cpu-nope"], pip=PipSettings(), report=tmp_path / "r.json")
+        build.build_images(["cpu-nope"], pip=PipSettings(), report=tmp_path / "r.json")
 
 
 def test_host_fallback_reason_reaches_the_manifest(monkeypatch):
@@ -220,7 +220,7 @@ def test_stage_context_copies_tracked_files_cert_and_wheels(tmp_path):
     dest = tmp_path / "ctx"
     (dest / "src").mkdir(parents=True)
     (dest / "src" / "stale.py").write_text("old")
-    info = container.stage_context(dest, PipSettings(cert=str(cert), wheelhouses=[str(house)]), repo=repo)
+    info = context.stage_context(dest, PipSettings(cert=str(cert), wheelhouses=[str(house)]), repo=repo)
     assert (dest / "src" / "a.py").is_file() and not (dest / "src" / "untracked.txt").exists()
     assert not (dest / "src" / "stale.py").exists()
     assert (dest / "docker" / "Dockerfile.cpu").is_file() and (dest / "extra" / "pip-ca.pem").read_text() == "ca"

@@ -1,0 +1,42 @@
+"""`python -m lab images [VARIANT ...]`: build the lab's container images (docs/containers.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from lab.containers.variants import BASE_TAG, REPORT_PATH, VARIANTS
+
+    p = sub.add_parser("images", help="build container image variants (each ends OK, NOT_RUN with why, or FAILED)")
+    p.add_argument("variants", nargs="*", default=["cpu"], metavar="VARIANT",
+                   help=f"any of {', '.join(VARIANTS)} (default: cpu)")
+    p.add_argument("--base-image", help=f"base image (default: {BASE_TAG} when present, else the Dockerfile's)")
+    p.add_argument("--no-host-pip", action="store_true", help="do not pass the host's pip index/CA/wheelhouse")
+    p.add_argument("--pip-cert", help="CA bundle for pip inside the build (default: the host pip's cert)")
+    p.add_argument("--wheelhouse", action="append", default=[], help="folder of wheels to offer the build")
+    p.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra build argument")
+    p.add_argument("--report", type=Path, default=REPORT_PATH, help="where to write the build outcomes")
+    return p
+
+
+def parse_build_args(items: list[str]) -> dict[str, str]:
+    extra = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--build-arg {item!r}: expected KEY=VALUE")
+        extra[key] = value
+    return extra
+
+
+def main(args: argparse.Namespace) -> int:
+    from lab.containers.build import build_images
+    from lab.containers.pipconf import settings_from_options
+
+    extra = parse_build_args(args.build_arg)
+    pip = settings_from_options(args.no_host_pip, args.pip_cert, args.wheelhouse)
+    outcomes = build_images(args.variants, args.base_image, pip, extra, args.report)
+    print(f"{args.report}: " + ", ".join(f"{o.variant} {o.status}" for o in outcomes))
+    return 1 if any(o.status == "FAILED" for o in outcomes) else 0

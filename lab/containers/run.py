@@ -1,0 +1,76 @@
+"""Running the lab in an image: the `docker run` command, the choice of image, or why the host instead.
+
+The run has no network (the lab downloads nothing; this proves it). The output folder is mounted at
+/out; a local checkpoint given with --weights is mounted read-only at /weights.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Callable, Sequence
+
+from lab.containers import engine
+from lab.containers.variants import IMAGE_UID, PROFILE_VARIANT, VARIANTS, Variant
+from lab.reasons import Reason
+
+
+def run_command(variant: Variant, lab_args: Sequence[str], out_dir: Path, weights: str | None = None,
+                image_ref: str | None = None, host_uid: int | None = None, host_gid: int | None = None) -> list[str]:
+    """`docker run` of `python -m lab <lab_args> [--weights /weights] --out /out` in the variant's image.
+
+    A non-root host user runs the container under its own uid so that the results belong to it;
+    root runs as the image's `lab` user (prepare_out_dir makes out_dir writable for it).
+    """
+    uid = os.getuid() if host_uid is None else host_uid
+    gid = os.getgid() if host_gid is None else host_gid
+    args = list(lab_args)
+    cmd = ["docker", "run", "--rm", "--network", "none", "--shm-size", "1g",
+           "-v", f"{out_dir.resolve()}:/out", "-e", f"LAB_IMAGE_ID={image_ref or engine.image_id(variant.tag) or ''}"]
+    if weights and weights != "random" and Path(weights).exists():
+        cmd += ["-v", f"{Path(weights).resolve()}:/weights:ro"]
+        args += ["--weights", "/weights"]
+    elif weights:
+        args += ["--weights", weights]
+    if uid != 0:
+        cmd += ["--user", f"{uid}:{gid}", "-e", "HOME=/tmp", "-e", "USER=lab"]
+    if variant.gpu:
+        cmd += ["--gpus", "all"]
+    return cmd + [variant.tag, *args, "--out", "/out"]
+
+
+def container_plan(profile: str, gpu_needed: bool, variant_name: str | None = None
+                   ) -> tuple[Variant | None, Reason | None]:
+    """The variant to run `profile` in, or why the lab must run on the host instead."""
+    if variant_name is not None and variant_name not in VARIANTS:
+        raise ValueError(f"--variant {variant_name}: unknown (choose from {', '.join(VARIANTS)})")
+    variant = VARIANTS[variant_name or PROFILE_VARIANT.get(profile, "cpu")]
+    if variant.os != "linux":
+        return None, Reason("windows_host_required", f"{variant.tag} runs on Windows container hosts only")
+    reason = engine.engine_reason()
+    if reason is None and engine.engine_os() not in ("linux", None):
+        reason = Reason("linux_host_required", f"the Docker engine runs {engine.engine_os()} containers; "
+                                               f"{variant.tag} is a Linux image")
+    if reason is None and engine.image_id(variant.tag) is None:
+        reason = Reason("image_missing", f"{variant.tag} is not built here: build it with "
+                                         f"`python -m lab images {variant.name}` to run the lab in its container")
+    if reason is None and gpu_needed and variant.gpu:
+        reason = engine.gpu_reason()
+    return (variant if reason is None else None), reason
+
+
+def prepare_out_dir(out_dir: Path) -> None:
+    """Create out_dir; as root, hand it to the image's non-root user so the container can write it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if os.getuid() == 0:
+        os.chown(out_dir, IMAGE_UID, IMAGE_UID)
+
+
+def run_lab(variant: Variant, lab_args: Sequence[str], out_dir: Path, weights: str | None = None,
+            log: Callable[[str], object] = print) -> int:
+    """Run the lab in the variant's image with out_dir mounted at /out; the container's exit status."""
+    prepare_out_dir(out_dir)
+    cmd = run_command(variant, lab_args, out_dir, weights)
+    log("$ " + " ".join(cmd))
+    return subprocess.run(cmd).returncode
