@@ -17,6 +17,7 @@ from lab import results as R
 from lab.compare import load_side
 from lab.manifest import REPO_ROOT
 from lab.manifest_schema import check_manifest
+from lab.options import NoOptions
 
 COMMITTED = sorted((REPO_ROOT / "manifests" / "reference").glob("*/results.json")) + sorted(
     p for p in (REPO_ROOT / "tests" / "fixtures" / "report_runs").glob("*/results.json") if p.parent.name != "malformed")
@@ -225,7 +226,7 @@ def test_an_unrecordable_value_fails_its_experiment_not_the_run(tmp_path: Path, 
 
     real_import = runner.importlib.import_module
     monkeypatch.setattr(runner.importlib, "import_module",
-                        lambda name: SimpleNamespace(run=records_a_set) if name == "lab.experiments.graph_breaks"
+                        lambda name: SimpleNamespace(run=records_a_set, Options=NoOptions) if name == "lab.experiments.graph_breaks"
                         else real_import(name))
     res = runner.run(profiles.get("smoke"), tmp_path, only=["toolchain", "graph_breaks"])
     rec = res.record("graph_breaks")
@@ -284,8 +285,8 @@ def test_docs_tables_and_json_schema_are_generated_from_the_schema() -> None:
 
 
 def test_host_python_modules_do_not_need_pydantic() -> None:
-    """nox imports lab.container with the host's Python, which has neither torch nor pydantic."""
-    code = ("import sys; import lab.container, lab.reasons, lab.atomic, lab.hostinfo; "
+    """The container tools run with the host's Python, which has neither torch nor pydantic."""
+    code = ("import sys; import lab.containers, lab.containers.build, lab.containers.run, lab.reasons, lab.atomic, lab.hostinfo; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('pydantic', 'torch')]; print(bad); "
             "sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
