@@ -85,7 +85,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    (M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP, M.BANDWIDTH_GBPS_SAMPLES, M.BANDWIDTH_GBPS,
                     M.MATMUL_TFLOPS_SAMPLES, M.MATMUL_TFLOPS, M.STEP_MS, M.KERNELS_PER_STEP, M.LAUNCH_COST_BASIS,
                     M.BYTES_PER_STEP, M.FLOPS_PER_STEP, M.BOUND_LAUNCH_MS, M.BOUND_BANDWIDTH_MS, M.BOUND_COMPUTE_MS,
-                    M.BOUND_MS, M.BINDING, M.MEASURED_MS, M.MEASURED_OVER_BOUND, M.ACHIEVED_GBPS)),
+                    M.BOUND_MS, M.BINDING, M.MEASURED_MS, M.MEASURED_OVER_BOUND, M.ACHIEVED_GBPS, M.MBU)),
     ExperimentSpec("inductor", "Inductor on the indexed and the split decode step: speed, logits, tokens", "000",
                    ("inductor",), (*_CORRECTNESS, M.MAX_LOGIT_REL_DIFF, M.DYNAMO_GRAPHS, M.GRAPH_BREAKS,
                                    M.STEP_COMPILES, M.OP_COMPILES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER)),

@@ -199,6 +199,8 @@ MEASURED_MS = declare("measured_ms", units.MS, L, "the measured step time the bo
 MEASURED_OVER_BOUND = declare("measured_over_bound", units.X, L, "measured step time over its bound: how far from "
                               "the ceiling (1 is at it)")
 ACHIEVED_GBPS = declare("achieved_GBps", units.GBPS, H, "bytes moved per second at the measured time")
+MBU = declare("mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes the step must read / measured step time / "
+              "the measured copy bandwidth (1 is the weight-read floor)")
 ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time")
 
 # ---------------------------------------------------------------------------- graph capture and memory
