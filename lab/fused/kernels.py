@@ -30,10 +30,14 @@ import triton.language as tl
 
 @triton.jit
 def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr):
-    """The [BN, BK] weight tile at columns k0.. (zeros past K), widened to fp32."""
+    """The weight tile [1, BN, BK] at columns k0.. (zeros past K), widened to fp32.
+
+    Loaded in the 3-D shape of the product it feeds ([BB, BN, BK], summed over K), so the tile
+    never changes layout between the load and the multiply.
+    """
     k = k0 + tl.arange(0, BK)
-    mask = n_mask[:, None] & (k < K)[None, :]
-    return tl.load(w_ptr + n[:, None] * K + k[None, :], mask=mask, other=0.0).to(tl.float32)
+    mask = n_mask[None, :, None] & (k < K)[None, None, :]
+    return tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -80,7 +84,7 @@ def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_fi
         k = k0 + tl.arange(0, BK)
         a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED), mean, rstd,
                       g_ptr, beta_ptr, k, E)
-        acc += tl.sum(a[:, None, :] * w[None, :, :], axis=2)
+        acc += tl.sum(a[:, None, :] * w, axis=2)
         w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)  # the next tile (all masked after the last)
     return acc
 
@@ -223,7 +227,7 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     acc = tl.zeros([BB, BN], dtype=tl.float32)
     for k0 in range(0, E, BK):
         a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB, BK)
-        acc += tl.sum(a[:, None, :] * w[None, :, :], axis=2)
+        acc += tl.sum(a[:, None, :] * w, axis=2)
         w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)
     mask = b_mask[:, None] & n_mask[None, :]
     rows = b[:, None] * E + n[None, :]
@@ -289,7 +293,7 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     for k0 in range(0, F, BK):
         k = k0 + tl.arange(0, BK)
         a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
-        acc += tl.sum(a[:, None, :] * w[None, :, :], axis=2)
+        acc += tl.sum(a[:, None, :] * w, axis=2)
         w = _load_w(w_ptr, n, n_mask, k0 + BK, F, BK)
     mask = b_mask[:, None] & n_mask[None, :]
     rows = b[:, None] * E + n[None, :]

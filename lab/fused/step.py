@@ -69,6 +69,8 @@ class Workspace:
     logits: torch.Tensor  # [B, V] what the step returns
     lm_val: torch.Tensor  # [B, lm blocks] each lm_head program's largest logit
     lm_idx: torch.Tensor  # [B, lm blocks] int32: and its index
+    x_scratch: torch.Tensor  # [B, E] where the residual kernels write in a repeatable plan
+    pos_scratch: torch.Tensor  # [1] where the argmax kernel writes pos + 1 in a repeatable plan
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.__dict__.values())
@@ -137,8 +139,13 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
-            overrides: dict[str, C.Config] | None = None) -> FusedPlan:
-    """Choose configs, allocate the workspace and bind every launch. Call it before any capture."""
+            overrides: dict[str, C.Config] | None = None, repeatable: bool = False) -> FusedPlan:
+    """Choose configs, allocate the workspace and bind every launch. Call it before any capture.
+
+    `repeatable=True` is for timing only: the residual kernels write a scratch copy and the position
+    is not advanced, so any launch (or the whole plan) can be repeated and does the same work every
+    time (only the fed token changes, a different embedding row); it is not a correct step.
+    """
     _check(state, w)
     if pdl:
         ok, why = pdl_supported(w.device)
@@ -156,7 +163,10 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
                    part_o=torch.zeros(B, H, NS, DH, **f32), part_m=torch.zeros(B, H, NS, **f32),
                    part_l=torch.zeros(B, H, NS, **f32), h=torch.zeros(B, F, **f32),
                    logits=torch.zeros(B, V, dtype=w.dtype, device=dev),
-                   lm_val=torch.zeros(B, nblk, **f32), lm_idx=torch.zeros(B, nblk, dtype=torch.int32, device=dev))
+                   lm_val=torch.zeros(B, nblk, **f32), lm_idx=torch.zeros(B, nblk, dtype=torch.int32, device=dev),
+                   x_scratch=torch.zeros(B, E, **f32), pos_scratch=torch.zeros_like(state.pos))
+    x_out = ws.x_scratch if repeatable else ws.x
+    new_pos = ws.pos_scratch if repeatable else state.pos
     common = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
 
     def gemv(name: str, N: int) -> tuple[tuple[int], dict[str, Any], int]:
@@ -178,20 +188,20 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
             {"E": E, "H": H, "DH": DH, "NS": NS, "BS": att.BS, "BD": C.next_pow2(DH), "num_warps": att.num_warps, **common}))  # type: ignore[union-attr]
         grid, meta, nbb = gemv("proj", E)
         launches.append(Launch("proj", KERNELS["proj"], grid, (
-            ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, ws.x, B, nbb),
+            ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb),
             {"E": E, "H": H, "DH": DH, "NS": NS, **meta}))
         grid, meta, nbb = gemv("ln_fc", F)
         launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
             ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, ws.h, B, nbb, w.eps), {"E": E, "F": F, "BE": BE, **meta}))
         grid, meta, nbb = gemv("fc2", E)
         launches.append(Launch("fc2", KERNELS["fc2"], grid, (
-            ws.h, lw.fc2_w, lw.fc2_b, ws.x, ws.x, B, nbb), {"E": E, "F": F, **meta}))
+            ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))
     grid, meta, nbb = gemv("lm_head", V)
     launches.append(Launch("lm_head", KERNELS["lm_head"], grid, (
         ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps),
         {"E": E, "V": V, "NBLK": nblk, "BE": BE, **meta}))
     launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
-        ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, state.pos, L),
+        ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
         {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))  # type: ignore[union-attr]
     return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w))
 
