@@ -5,11 +5,13 @@ arithmetic over shapes, so tests and reports can use them anywhere.
 
 Heuristics (used unless `TUNED` has an entry for the kernel, dtype and batch):
 - GEMV kernels: BB = batch rows per program (up to 4, so a weight tile fetched once serves them);
-  BN = the largest power of two (<= 64) whose grid still covers every SM at least once (at batch 1
-  a launch of fewer programs than SMs leaves bandwidth idle); BK = as much of K per chunk as
-  keeps the weight tile within ~64 fp32 registers a thread, so a program issues its whole tile's
-  loads at once when K is small (768 wide rows go in one or two chunks).
-- attention: split the cache so that batch x heads x splits covers the SMs, at most 8 splits (the
+  BN = the largest power of two (<= 64) whose grid still has two programs per SM (at batch 1 a
+  launch of fewer programs than SMs leaves bandwidth idle, and with one program per SM the SMs
+  that get a second one set the time); one per SM for the projection, whose every program also
+  combines the attention splits (more programs, more of that redundant work). BK = as much of K
+  per chunk as keeps the product tile within ~64 fp32 registers a thread, so a program issues its
+  whole tile's loads at once when K is small (768-wide rows go in one or two chunks).
+- attention: split the cache so that batch x heads x splits covers the SMs, at most 4 splits (the
   projection kernel combines the splits in every program, so more splits cost it L2 reads).
 - argmax: one program; as many batch rows per iteration as fit a 4096-element tile.
 """
@@ -23,7 +25,7 @@ import torch
 
 DEFAULT_SMS = 132  # an H200's (and an H100 SXM's) streaming multiprocessors, when no device says otherwise
 MAX_BN = 64
-MAX_SPLITS = 8
+MAX_SPLITS = 4
 GEMV_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")
 KERNEL_NAMES = GEMV_KERNELS[:1] + ("attention",) + GEMV_KERNELS[1:] + ("argmax",)
 
@@ -77,11 +79,11 @@ def gemv_shapes(n_embd: int, vocab: int) -> dict[str, tuple[int, int]]:
     return {"ln_qkv": (3 * E, E), "proj": (E, E), "ln_fc": (F, E), "fc2": (E, F), "lm_head": (vocab, E)}
 
 
-def gemv_default(N: int, K: int, batch: int, sms: int, num_warps: int = 4) -> GemvConfig:
+def gemv_default(N: int, K: int, batch: int, sms: int, per_sm: int = 2, num_warps: int = 4) -> GemvConfig:
     BB = min(next_pow2(batch), 4)
     nbb = cdiv(batch, BB)
     BN = MAX_BN
-    while BN > 1 and cdiv(N, BN) * nbb < sms:
+    while BN > 1 and cdiv(N, BN) * nbb < per_sm * sms:
         BN //= 2
     budget = 64 * 32 * num_warps  # weight-tile elements: ~64 registers a thread
     return GemvConfig(BB, BN, max(16, min(next_pow2(K), budget // (BB * BN))), num_warps)
@@ -112,7 +114,8 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
 
     out: dict[str, Config] = {}
     for name, (N, K) in gemv_shapes(n_embd, vocab).items():
-        out[name] = pick(name, GemvConfig, lambda: gemv_default(N, K, batch, sms))
+        per_sm = 1 if name == "proj" else 2
+        out[name] = pick(name, GemvConfig, lambda: gemv_default(N, K, batch, sms, per_sm))
     out["attention"] = pick("attention", AttentionConfig, lambda: attention_default(batch, n_head, max_len, sms))
     blocks = cdiv(vocab, out["lm_head"].BN)  # type: ignore[union-attr]
     out["argmax"] = pick("argmax", ArgmaxConfig, lambda: argmax_default(batch, blocks))
