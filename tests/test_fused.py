@@ -11,8 +11,8 @@ Tolerances, and why:
   step sums in another order (row blocks, K chunks, attention splits): each dot product of K <= 256
   terms then differs by about sqrt(K) * 2^-24 relative; the runs show ~5e-7, so 1e-5 is a 20x margin
   and still 400x below one bf16 rounding. GPT-2 124M on the GPU: 1e-4 (K up to 3072, 12 layers).
-- bf16: each logit within 5% of the fp32 reference's largest logit, and no worse than 1.5x the eager
-  bf16 step's own error. bf16 keeps 8 significant bits (rounding 2^-9 = 0.2% relative) in the
+- bf16: each logit within 5% of the fp32 reference's largest logit (tiny model), and no worse than
+  1.5x the eager bf16 step's own error (both models). bf16 keeps 8 significant bits (rounding 2^-9 = 0.2% relative) in the
   weights, the cache and the returned logits; over the layers that is ~1-3% of the logits' scale
   for both steps (the fused step keeps its activations in fp32, eager rounds them to bf16).
 Tokens, `out`, `tok` and `pos` must be equal, always.
@@ -62,12 +62,33 @@ try:
     out["pdl_refusal"] = None
 except ValueError as exc:
     out["pdl_refusal"] = str(exc)
+# fused_step(state, weights): one plan per state, made on first use and dropped with the state.
+import gc
+from lab import decode as D
+from lab.fused import configs as C, step as S
+C.DEFAULT_SMS = 2  # no device here: small grids for the interpreter
+state = new_state(tiny, 1, 12)
+D.prefill(state, tiny, K.prompt_for(1, 4, 512))
+S.fused_step(state, tiny)
+plan = S.plan_for(state, tiny)
+S.fused_step(state, tiny)
+reused = S.plan_for(state, tiny) is plan and int(state.pos.item()) == 6 and plan.sms == 2
+try:
+    S.fused_step(new_state(tiny, 1, 12), plan)
+    wrong_state = None
+except ValueError as exc:
+    wrong_state = str(exc)
+key = (id(state), False)
+del state, plan
+gc.collect()
+out["plans"] = {"reused": reused, "wrong_state": wrong_state, "dropped": key not in S._PLANS}
 # The tuner's search with a fake clock that prefers proj BN=16, BK=64, 2 warps (no kernel runs).
 def fake(plan, rep_ms):
     cfg = plan.configs["proj"]
     return 1.0 + abs(cfg.BN - 16) + abs(cfg.BK - 64) / 64 + 0.01 * cfg.num_warps
-best, tried = T.tune(tiny, 1, 8, 1, float("inf"), lambda line: None, timer=fake)
-out["tune"] = {"proj": best["proj"].__dict__, "tried": len(tried["proj"]), "kernels": sorted(tried)}
+lines = []
+best, tried = T.tune(tiny, 1, 8, 1, float("inf"), lines.append, timer=fake, max_len=64)
+out["tune"] = {"proj": best["proj"].__dict__, "tried": len(tried["proj"]), "kernels": sorted(tried), "log": lines}
 json.dump(out, sys.stdout)
 """
 
@@ -123,6 +144,13 @@ def test_pdl_is_refused_without_hopper(interpreted: dict) -> None:
 
 
 @needs_triton
+def test_fused_step_keeps_one_plan_per_state(interpreted: dict) -> None:
+    p = interpreted["plans"]
+    assert p["reused"] and p["dropped"], p
+    assert p["wrong_state"] and "another DecodeState" in p["wrong_state"]
+
+
+@needs_triton
 def test_tuner_search_picks_the_fastest_candidate(interpreted: dict) -> None:
     t = interpreted["tune"]
     assert (t["proj"]["BN"], t["proj"]["BK"], t["proj"]["num_warps"]) == (16, 64, 2), t
@@ -170,6 +198,13 @@ def gpt2_cuda():
     return weights_for("gpt2", "cuda", torch.float32)
 
 
+@pytest.fixture(scope="module")
+def gpt2_cuda_bf16():
+    from lab.fused.check import weights_for
+
+    return weights_for("gpt2", "cuda", torch.bfloat16)
+
+
 @pytest.mark.cuda
 @needs_triton
 @pytest.mark.parametrize("batch", [1, 8, 16, 64])
@@ -199,11 +234,10 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int) -> None:
 @pytest.mark.cuda
 @needs_triton
 @pytest.mark.parametrize("batch", [1, 8])
-def test_gpu_bf16_teacher_forced(gpt2_cuda, batch: int) -> None:
-    from lab.fused.check import teacher_forced, weights_for
+def test_gpu_bf16_teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch: int) -> None:
+    from lab.fused.check import teacher_forced
 
-    r = teacher_forced(gpt2_cuda, weights_for("gpt2", "cuda", torch.bfloat16), batch, steps=12, prompt_len=16)
+    r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16)
     assert all(r["bookkeeping_ok"]), r
-    for err, scale in zip(r["fused_err"], r["scale"]):
-        assert err <= BF16_REL * scale, r
+    # 12 layers of bf16 weights: the absolute error is whatever bf16 gives; the fused step must not add to it
     assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r

@@ -36,6 +36,9 @@ kernel's grid covers all SMs at batch 1 (each program streams its own rows: no a
 results are deterministic) and why `fused-pdl` lets each kernel start loading its weights while
 the previous one drains.
 
+Past the end of the cache the kernels write nothing (eager's indexed store would assert on the
+device instead); `lab.graphs.GraphedStep` refuses such a replay on the host before either happens.
+
 `fused-pdl` (fused_step_pdl): the same kernels launched with programmatic dependent launch. It
 needs compute capability 9.0+ (Hopper), and inside a CUDA graph a CUDA 12.3+ driver that records
 the launches' programmatic edges; it is off by default and `prepare(pdl=True)` refuses other devices.
@@ -134,6 +137,8 @@ def _check(state: DecodeState, w: Weights) -> None:
         raise ValueError("fused step: weights and state must be on one device")
     if any(c.dtype != w.dtype for c in state.caches):
         raise ValueError(f"fused step: the cache dtype must be the weights' ({w.dtype})")
+    if state.max_len > w.wpe.shape[0]:
+        raise ValueError(f"fused step: a {state.max_len}-slot cache but only {w.wpe.shape[0]} positions in wpe")
     if max(t.numel() for t in tensors) >= 2**31:
         raise ValueError("fused step: a tensor of 2**31 elements or more (the kernels index with int32)")
 

@@ -55,13 +55,14 @@ def random_weights(spec: ModelSpec, dtype: torch.dtype, device: str) -> Weights:
     return Weights(r(V, E), r(spec.n_positions, E), layers, ones(E), r(E), spec.n_head, 1e-5)
 
 
-def timing_state(w: Weights, batch: int) -> D.DecodeState:
-    state = D.new_state(w, batch, MAX_LEN)
+def timing_state(w: Weights, batch: int, max_len: int = MAX_LEN) -> D.DecodeState:
+    """A state mid-decode: random cache, random tokens, position POSITION (or mid-cache if shorter)."""
+    state = D.new_state(w, batch, max_len)
     g = torch.Generator(device=w.device).manual_seed(1)
     for cache in state.caches:
         cache.copy_(torch.randn(cache.shape, generator=g, device=w.device))
     state.tok.copy_(torch.randint(0, int(w.wte.shape[0]), state.tok.shape, generator=g, device=w.device))
-    state.pos.fill_(POSITION)
+    state.pos.fill_(min(POSITION, max_len // 2))
     return state
 
 
@@ -77,14 +78,16 @@ def _pow2s(lo: int, hi: int) -> list[int]:
 
 
 def first_pass(name: str, default: C.Config, N: int, K: int, batch: int, sms: int, max_len: int) -> list[C.Config]:
-    """Candidates near the default: BN and BK for a GEMV, BS for attention, BB for argmax."""
+    """The default first, then candidates near it: BN and BK for a GEMV, BS for attention, BB for argmax."""
+    out: list[C.Config] = []
     if isinstance(default, C.AttentionConfig):
-        return [C.AttentionConfig(bs, default.num_warps) for bs in _pow2s(16, C.next_pow2(max_len))]
+        out = [C.AttentionConfig(bs, default.num_warps) for bs in _pow2s(16, C.next_pow2(max_len))]
+        return list(dict.fromkeys([default] + out))
     if isinstance(default, C.ArgmaxConfig):
-        return [C.ArgmaxConfig(bb, default.num_warps) for bb in _pow2s(1, min(8, C.next_pow2(batch)))]
+        out = [C.ArgmaxConfig(bb, default.num_warps) for bb in _pow2s(1, min(8, C.next_pow2(batch)))]
+        return list(dict.fromkeys([default] + out))
     assert isinstance(default, C.GemvConfig)
     nbb = C.cdiv(batch, default.BB)
-    out = []
     for bn in _pow2s(1, 256):
         programs = C.cdiv(N, bn) * nbb
         if not sms // 2 <= programs <= 16 * sms:
@@ -105,15 +108,15 @@ def second_pass(best: C.Config, batch: int) -> list[C.Config]:
 
 
 def tune(w: Weights, batch: int, sms: int, rep_ms: int, deadline: float, log: Callable[[str], None],
-         timer: Callable[[Any, int], float] = step_ms
+         timer: Callable[[Any, int], float] = step_ms, max_len: int = MAX_LEN
          ) -> tuple[dict[str, C.Config], dict[str, list[tuple[C.Config, float]]]]:
     """Coordinate descent over the kernels; returns the best configs and every (config, ms) tried."""
     from lab.fused.step import prepare
 
-    state = timing_state(w, batch)
+    state = timing_state(w, batch, max_len)
     E, V = w.n_embd, int(w.wte.shape[0])
     shapes = C.gemv_shapes(E, V)
-    best = C.choose(E, w.n_head, V, MAX_LEN, batch, w.dtype, sms, tuned={})
+    best = C.choose(E, w.n_head, V, max_len, batch, w.dtype, sms, tuned={})
     tried: dict[str, list[tuple[C.Config, float]]] = {}
 
     def time_with(name: str, cfg: C.Config) -> float:
@@ -131,13 +134,13 @@ def tune(w: Weights, batch: int, sms: int, rep_ms: int, deadline: float, log: Ca
     for name in TUNE_ORDER:
         N, K = shapes.get(name, (0, 0))
         tried[name] = []
-        for cfg in first_pass(name, best[name], N, K, batch, sms, MAX_LEN):
+        for cfg in first_pass(name, best[name], N, K, batch, sms, max_len):
             attempt(name, cfg)
         if tried[name]:
             for cfg in second_pass(min(tried[name], key=lambda r: r[1])[0], batch):
                 attempt(name, cfg)
         if not tried[name]:
-            log(f"  {name:9s} not tuned (time limit): heuristic default kept")
+            log(f"  {name:9s} not tuned (time limit, or no candidate ran): heuristic default kept")
             continue
         ranked = sorted(tried[name], key=lambda r: r[1])
         best[name] = ranked[0][0]
