@@ -1,8 +1,8 @@
 """The hand-fused step (lab.fused) against the eager step it reproduces.
 
-CPU: the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1, numpy on the host), in one
-subprocess so that the variable is set before Triton is imported and no other test sees it; every
-check below reads its part of that run. Skipped, with the import error, where Triton does not import.
+CPU: the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1, numpy on the host), in
+one subprocess so that the variable is set before Triton is imported and no other test sees it;
+every check below reads its part of that run. Skipped, with the import error, without Triton.
 CUDA (`cuda` marker): GPT-2 124M-shaped random weights at batches 1, 8, 16, 64; the step captured
 in a CUDA graph and replayed; bf16 teacher-forced; programmatic dependent launch on Hopper.
 
@@ -12,9 +12,10 @@ Tolerances, and why:
   terms then differs by about sqrt(K) * 2^-24 relative; the runs show ~5e-7, so 1e-5 is a 20x margin
   and still 400x below one bf16 rounding. GPT-2 124M on the GPU: 1e-4 (K up to 3072, 12 layers).
 - bf16: each logit within 5% of the fp32 reference's largest logit (tiny model), and no worse than
-  1.5x the eager bf16 step's own error (both models). bf16 keeps 8 significant bits (rounding 2^-9 = 0.2% relative) in the
-  weights, the cache and the returned logits; over the layers that is ~1-3% of the logits' scale
-  for both steps (the fused step keeps its activations in fp32, eager rounds them to bf16).
+  1.5x the eager bf16 step's own error (both models). bf16 keeps 8 significant bits (rounding
+  2^-9 = 0.2% relative) in the weights, the cache and the returned logits; over the layers that is
+  ~1-3% of the logits' scale for both steps (the fused step keeps its activations in fp32, eager
+  rounds them to bf16).
 Tokens, `out`, `tok` and `pos` must be equal, always.
 """
 

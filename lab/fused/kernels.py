@@ -142,7 +142,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
 @triton.jit
 def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, scale, E: tl.constexpr,
-                     H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, USE_PDL: tl.constexpr):
+                     H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
+                     USE_PDL: tl.constexpr):
     """Attention of one query over the cache, split over slots (flash-decoding), unnormalised.
 
     Program (b, h, s) reads q[b, h] and the K and V of slots [s*BS, (s+1)*BS) that are <= pos
@@ -206,7 +207,8 @@ def _attention_chunk(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: t
 
 @triton.jit
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
-                         H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr):
+                         H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
+                         BK: tl.constexpr, USE_PDL: tl.constexpr):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.

@@ -160,9 +160,10 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     DH, F, dev = E // H, 4 * E, w.device
     sms = sms or C.device_sms(dev)
     cfg = C.choose(E, H, V, L, B, w.dtype, sms, overrides)
-    att, am = cfg["attention"], cfg["argmax"]
-    NS = C.cdiv(L, att.BS)  # type: ignore[union-attr]
-    nblk = C.cdiv(V, cfg["lm_head"].BN)  # type: ignore[union-attr]
+    att, am, lm = cfg["attention"], cfg["argmax"], cfg["lm_head"]
+    assert isinstance(att, C.AttentionConfig) and isinstance(am, C.ArgmaxConfig) and isinstance(lm, C.GemvConfig)
+    NS = C.cdiv(L, att.BS)  # attention splits
+    nblk = C.cdiv(V, lm.BN)  # lm_head row blocks, each leaving one argmax candidate
     f32 = dict(dtype=torch.float32, device=dev)
     ws = Workspace(x=torch.zeros(B, E, **f32), q=torch.zeros(B, E, **f32),
                    part_o=torch.zeros(B, H, NS, DH, **f32), part_m=torch.zeros(B, H, NS, **f32),
@@ -176,9 +177,10 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
 
     def gemv(name: str, N: int) -> tuple[tuple[int], dict[str, Any], int]:
         g = cfg[name]
-        nbb = C.cdiv(B, g.BB)  # type: ignore[union-attr]
-        meta = {"BB": g.BB, "BN": g.BN, "BK": g.BK, "num_warps": g.num_warps, **common}  # type: ignore[union-attr]
-        return (C.cdiv(N, g.BN) * nbb,), meta, nbb  # type: ignore[union-attr]
+        assert isinstance(g, C.GemvConfig)
+        nbb = C.cdiv(B, g.BB)
+        meta = {"BB": g.BB, "BN": g.BN, "BK": g.BK, "num_warps": g.num_warps, **common}
+        return (C.cdiv(N, g.BN) * nbb,), meta, nbb
 
     BE = C.next_pow2(E)
     launches: list[Launch] = []
@@ -190,7 +192,8 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
             B, nbb, L, w.eps), {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta}))
         launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
             ws.q, cache, state.pos, ws.part_o, ws.part_m, ws.part_l, B, L, 1.0 / math.sqrt(DH)),
-            {"E": E, "H": H, "DH": DH, "NS": NS, "BS": att.BS, "BD": C.next_pow2(DH), "num_warps": att.num_warps, **common}))  # type: ignore[union-attr]
+            {"E": E, "H": H, "DH": DH, "NS": NS, "BS": att.BS, "BD": C.next_pow2(DH), "num_warps": att.num_warps,
+             **common}))
         grid, meta, nbb = gemv("proj", E)
         launches.append(Launch("proj", KERNELS["proj"], grid, (
             ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb),
@@ -207,7 +210,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         {"E": E, "V": V, "NBLK": nblk, "BE": BE, **meta}))
     launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
         ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
-        {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))  # type: ignore[union-attr]
+        {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
     return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w))
 
 
