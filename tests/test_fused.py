@@ -158,6 +158,45 @@ def test_tuner_search_picks_the_fastest_candidate(interpreted: dict) -> None:
     assert t["tried"] > 3 and t["kernels"] == sorted(C.KERNEL_NAMES)
 
 
+AOT_SCRIPT = r"""
+import json, sys, torch
+from dataclasses import asdict
+from lab.fused.aot import compile_plan, plan_for_shapes
+out = {}
+for label, dtype, batch, pdl in (("fp32-b1-pdl", torch.float32, 1, True), ("bf16-b3", torch.bfloat16, 3, False)):
+    out[label] = [asdict(c) for c in compile_plan(plan_for_shapes("gpt2", dtype, batch, pdl=pdl))]
+json.dump(out, sys.stdout)
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled_for_hopper() -> dict:
+    """Every kernel compiled for sm_90 by Triton and its bundled ptxas (no GPU, no interpreter)."""
+    from lab.fused.aot import ptxas_path
+
+    if ptxas_path() is None:
+        pytest.skip("the installed Triton has no bundled ptxas")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-c", AOT_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@needs_triton
+@pytest.mark.parametrize("label", ["fp32-b1-pdl", "bf16-b3"])
+def test_kernels_compile_for_hopper(compiled_for_hopper: dict, label: str) -> None:
+    kernels = compiled_for_hopper[label]
+    assert sorted({k["name"] for k in kernels}) == sorted(C.KERNEL_NAMES) and len(kernels) == 8
+    for k in kernels:
+        assert k["registers"] is not None and k["registers"] <= 255 and k["spill_bytes"] == 0, k
+        assert k["tensor_core_ops"] == 0, k  # plain fp32 FMA: no tf32, no mma
+        assert k["grid_dependency_ops"] == (2 if label.endswith("pdl") else 0), k
+        if k["name"] != "argmax":
+            assert k["vector_loads"] > 0, k  # 16-byte loads of the weights / cache
+
+
 # ------------------------------------------------------------------ configs and budget (no Triton)
 
 def test_default_grids_cover_every_sm_at_batch_1() -> None:
