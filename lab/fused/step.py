@@ -39,9 +39,12 @@ the previous one drains.
 Past the end of the cache the kernels write nothing (eager's indexed store would assert on the
 device instead); `lab.graphs.GraphedStep` refuses such a replay on the host before either happens.
 
-`fused-pdl` (fused_step_pdl): the same kernels launched with programmatic dependent launch. It
-needs compute capability 9.0+ (Hopper), and inside a CUDA graph a CUDA 12.3+ driver that records
-the launches' programmatic edges; it is off by default and `prepare(pdl=True)` refuses other devices.
+`fused-pdl` (fused_step_pdl): the same kernels launched with programmatic dependent launch
+(Triton's `launch_pdl=True`, `tl.extra.cuda.gdc_wait` / `gdc_launch_dependents`). It needs compute
+capability 9.0+ (Hopper) and, inside a CUDA graph, stream capture that records the launches as
+programmatic edges (CUDA 12.3 or newer; Inductor's own `triton.enable_pdl` is measured that way).
+It is off by default, `prepare(pdl=True)` refuses other devices, and tests/test_fused.py captures
+and replays it on the GPU.
 """
 
 from __future__ import annotations
