@@ -1,0 +1,22 @@
+"""The hand-fused decode step (`fused`, `fused-pdl`): GPT-2's decode step as 62 Triton launches.
+
+- `lab.fused.step`: the step (`fused_step`, `fused_step_pdl`), its plan and workspace; the module
+  docstring gives the kernel count and the byte budget.
+- `lab.fused.kernels`: the Triton kernels, one docstring each (what it fuses, bytes, launches).
+- `lab.fused.configs`: block sizes (heuristics + the tuned table) and the byte budget; no Triton.
+- `lab.fused.tune`: `python -m lab.fused.tune` times candidate configs on a GPU.
+
+Importing this package does not import Triton; `lab.fused.step` does.
+"""
+
+from __future__ import annotations
+
+
+def triton_import_error() -> str | None:
+    """Why Triton cannot be imported here (None when it can): the fused step's one prerequisite."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install raising something else
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None
