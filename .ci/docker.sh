@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CI's container step (called by .ci/run before the tests): install and start a Docker engine, make
 # the Debian base from the host's mirror (no registry needed; reused when present), build the `cpu`
-# and `cpu-nocc` images, run the lab's smoke profile inside each with the results folder mounted,
-# compile one function with Inductor in each, and resolve the cuda image's pins (no GPU here).
+# and `cpu-nocc` images from docker/lock-cpu.txt, run the lab's smoke profile inside each with the
+# results folder mounted, compile one function with Inductor in each, check each image (packages
+# against the lock, apt caches and sources, bare run, unwritable /out: `python -m lab image-check`),
+# resolve the cuda image's lock (no GPU here), and build against a base that cannot be pulled.
 # tests/test_docker_results.py then asserts on what lands in $LAB_DOCKER_RESULTS.
 #
 #   LAB_DOCKER_RESULTS=DIR .ci/docker.sh     (default DIR: build/docker-ci)
@@ -48,11 +50,17 @@ for variant in cpu cpu-nocc; do
     step "inductor probe in graph-lab:$variant"
     docker run --rm --network none -v "$RESULTS/$variant:/out" "graph-lab:$variant" \
         inductor-probe --out /out/inductor_probe.json
+    step "image check of graph-lab:$variant"
+    "$PY" -m lab image-check "$variant" --out "$RESULTS/$variant/image-check.json" \
+        || echo "image-check found problems in graph-lab:$variant (the tests report them)"
 done
 
-step "cuda image: its pins resolved from metadata (the build up to the torch install)"
+step "cuda image: its lock resolved from metadata with --require-hashes (no multi-GB download)"
 "$PY" -m lab images cuda-resolve --report "$RESULTS/images-cuda.json" \
     || echo "cuda-resolve failed: see $RESULTS/images-cuda.json (the tests report it)"
+
+step "a base image that cannot be pulled: NOT_RUN base_image_unavailable, pointing at base-image"
+"$PY" -m lab images cpu-nocc --base-image graph-lab-nowhere:none --report "$RESULTS/images-no-base.json" || true
 
 step "done"
 echo "docker CI: $((SECONDS - T0)) s in all; per step:"

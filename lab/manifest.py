@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import __version__
+from lab.fleet.scheduler import scheduler_info
 from lab.toolchain import Toolchain, probe
 
 MANIFEST_VERSION = 1
@@ -209,6 +210,7 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
         "compile_cache": compile_cache_field(tc),
         "lab": {"version": __version__, **git_info()},
         "container": container_info(),
+        "scheduler": scheduler_info(),  # Slurm / Kubernetes ids and node of a fleet run (lab.fleet), else None
         "packages": packages_digest(),
         "weights": weights,
         "collect_env": collect_env_fields(),

@@ -28,6 +28,7 @@ class Code(StrEnum):
     COMPILER_NOT_ON_PATH = "compiler_not_on_path"
     NO_PYTHON_HEADERS = "no_python_headers"
     NO_OPENSSL = "no_openssl"
+    DRIVER_TOO_OLD = "driver_too_old"  # lab.driver: the NVIDIA driver cannot run the build's CUDA version
     WINDOWS_HOST_REQUIRED = "windows_host_required"
     LINUX_HOST_REQUIRED = "linux_host_required"
     # the runner

@@ -7,17 +7,21 @@ The run has no network (the lab downloads nothing; this proves it). The output f
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from lab.containers import engine
 from lab.containers.variants import IMAGE_UID, PROFILE_VARIANT, VARIANTS, Variant
+from lab.driver import driver_cuda_version, driver_reason, driver_version
+from lab.fleet.scheduler import FORWARDED
 from lab.reasons import Reason
 
 
 def run_command(variant: Variant, lab_args: Sequence[str], out_dir: Path, weights: str | None = None,
-                image_ref: str | None = None, host_uid: int | None = None, host_gid: int | None = None) -> list[str]:
+                image_ref: str | None = None, host_uid: int | None = None, host_gid: int | None = None,
+                environ: Mapping[str, str] | None = None) -> list[str]:
     """`docker run` of `python -m lab <lab_args> [--weights /weights] --out /out` in the variant's image.
 
     A non-root host user runs the container under its own uid so that the results belong to it;
@@ -25,9 +29,15 @@ def run_command(variant: Variant, lab_args: Sequence[str], out_dir: Path, weight
     """
     uid = os.getuid() if host_uid is None else host_uid
     gid = os.getgid() if host_gid is None else host_gid
+    env = os.environ if environ is None else environ
     args = list(lab_args)
+    # --hostname: the manifest names the host the container ran on, not the container's id.
     cmd = ["docker", "run", "--rm", "--network", "none", "--shm-size", "1g",
+           "--hostname", socket.gethostname().split(".")[0],
            "-v", f"{out_dir.resolve()}:/out", "-e", f"LAB_IMAGE_ID={image_ref or engine.image_id(variant.tag) or ''}"]
+    for name in FORWARDED:  # a fleet task's scheduler ids, for the manifest
+        if env.get(name):
+            cmd += ["-e", f"{name}={env[name]}"]
     if weights and weights != "random" and Path(weights).exists():
         cmd += ["-v", f"{Path(weights).resolve()}:/weights:ro"]
         args += ["--weights", "/weights"]
@@ -58,6 +68,14 @@ def container_plan(profile: str, gpu_needed: bool, variant_name: str | None = No
     if reason is None and gpu_needed and variant.gpu:
         reason = engine.gpu_reason()
     return (variant if reason is None else None), reason
+
+
+def host_driver_reason(variant: Variant) -> Reason | None:
+    """driver_too_old when this host's NVIDIA driver cannot run the variant's CUDA (None: fine, or no driver)."""
+    if variant.cuda is None:
+        return None
+    return driver_reason(variant.cuda, driver_version(), driver_cuda_version(), f"{variant.tag} (torch built for "
+                         f"CUDA {variant.cuda})")
 
 
 def prepare_out_dir(out_dir: Path) -> None:
