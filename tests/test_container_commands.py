@@ -74,8 +74,7 @@ def test_image_run_needs_a_profile_or_a_variant(bare_env):
 
 
 def test_fleet_writes_a_kubernetes_manifest_and_a_dry_run_plan_without_torch(bare_env, tmp_path):
-    out = lab(bare_env, "fleet", "--results", str(tmp_path / "r"), "--profile", "gpu", "--variant", "cuda",
-              "--k8s", str(tmp_path / "fleet.yaml"))
+    out = lab(bare_env, "fleet", "--profile", "gpu", "--variant", "cuda", "--k8s", str(tmp_path / "fleet.yaml"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "fleet.yaml").read_text().startswith("---\n")
     out = lab(bare_env, "fleet", "--results", str(tmp_path / "r"), "--profile", "smoke", "--variant", "host",
@@ -88,6 +87,8 @@ def test_fleet_refuses_bad_targets_in_one_line(bare_env, tmp_path):
     out = lab(bare_env, "fleet", "--results", str(tmp_path), "--profile", "smoke", "--variant", "host", "--k8s",
               str(tmp_path / "x.yaml"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "need Slurm" in out.stderr
+    out = lab(bare_env, "fleet", "--profile", "smoke", "--variant", "host")
+    assert out.returncode == 2 and out.stderr.startswith("error: --results DIR")
 
 
 def test_a_folder_the_lab_may_not_write_is_one_line_naming_it_and_the_fix(tmp_path):

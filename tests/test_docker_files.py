@@ -355,3 +355,13 @@ def test_the_security_mirror_is_the_hosts(tmp_path):
     src.write_text("Types: deb\nURIs: http://m.example/debian\nSuites: bookworm bookworm-updates\n\n"
                    "Types: deb\nURIs: http://m.example/debian-security\nSuites: bookworm-security\n")
     assert base.debian_mirror("bookworm-security", [src]) == "http://m.example/debian-security"
+
+
+def test_every_reason_code_of_the_container_tools_is_declared():
+    from lab.reasons import Code
+
+    root = DOCKER.parent / "lab"
+    files = [*sorted((root / "containers").glob("*.py")), root / "driver.py", root / "commands" / "image_run.py"]
+    codes = {c for f in files for c in re.findall(r'Reason\(\s*"([a-z_]+)"', f.read_text())}
+    assert {"base_image_unavailable", "driver_too_old", "no_debootstrap", "host_requested"} <= codes
+    assert codes <= {c.value for c in Code}, codes - {c.value for c in Code}

@@ -17,7 +17,7 @@ from pathlib import Path
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("fleet", help="run targets (profile x variant x partition/constraint) as a Slurm job array, "
                                      "then one report comparing the hosts (or write a Kubernetes manifest)")
-    p.add_argument("--results", type=Path, required=True, help="shared results folder (every node must see it)")
+    p.add_argument("--results", type=Path, help="shared results folder (every node must see it); not with --k8s")
     p.add_argument("--profile", action="append", required=True, help="smoke, cpu or gpu (repeatable)")
     p.add_argument("--variant", action="append", required=True,
                    help="`host` (the node's own Python environment) or an image variant, e.g. cpu, cuda (repeatable)")
@@ -61,6 +61,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"{args.k8s}: {len(docs)} Indexed Job(s), {len(targets)} target(s): "
               + ", ".join(t.name for t in targets))
         return 0
+    if args.results is None:
+        raise ValueError("--results DIR: the shared results folder the runs land in (required without --k8s)")
     results = args.results.resolve()
     host_python = shutil.which("python3") or sys.executable
     plan = Plan(results=str(results), repo=str(REPO_ROOT), python=args.python, host_python=host_python,
