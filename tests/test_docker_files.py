@@ -245,7 +245,7 @@ def test_without_docker_images_are_not_run_and_the_lab_falls_back(monkeypatch, t
                                       log=lambda *_: None)
     assert [(o.status, o.reason["code"]) for o in outcomes] == [("NOT_RUN", "no_docker"), ("NOT_RUN", "no_docker")]
     assert (tmp_path / "r.json").is_file()
-    variant, reason = run.container_plan("cpu", gpu_needed=False)
+    variant, reason = run.container_plan("cpu")
     assert variant is None and reason.code == "no_docker" and "apt-get install docker.io" in reason.message
 
 
@@ -365,3 +365,19 @@ def test_every_reason_code_of_the_container_tools_is_declared():
     codes = {c for f in files for c in re.findall(r'Reason\(\s*"([a-z_]+)"', f.read_text())}
     assert {"base_image_unavailable", "driver_too_old", "no_debootstrap", "host_requested"} <= codes
     assert codes <= {c.value for c in Code}, codes - {c.value for c in Code}
+
+
+def test_a_gpu_image_needs_the_container_toolkit_whatever_the_profile(monkeypatch):
+    """`image-run --variant cuda --profile smoke` would pass --gpus all: without a toolkit Docker fails raw
+    (exit 125), so the plan says no_nvidia_container_toolkit first."""
+    monkeypatch.setattr(engine, "engine_reason", lambda: None)
+    monkeypatch.setattr(engine, "engine_os", lambda: "linux")
+    monkeypatch.setattr(engine, "image_id", lambda tag: "sha256:x")
+    monkeypatch.setattr(engine, "_answer", lambda cmd, timeout=30: '{"runc":{}}')
+    real_which = shutil.which
+    monkeypatch.setattr(engine.shutil, "which", lambda name: None if name.startswith("nvidia") else real_which(name))
+    for profile in ("smoke", "gpu"):
+        variant, reason = run.container_plan(profile, "cuda")
+        assert variant is None and reason.code == "no_nvidia_container_toolkit" and "nvidia-ctk" in reason.message
+    variant, reason = run.container_plan("smoke", "cpu")
+    assert variant is not None and reason is None

@@ -56,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     if args.host:
         variant, reason = None, Reason("host_requested", "--host was given: run on the host by request")
     else:
-        variant, reason = container_plan(profile, gpu_needed=profile == "gpu", variant_name=args.variant)
+        variant, reason = container_plan(profile, args.variant)
     if variant is not None:
         too_old = host_driver_reason(variant)
         if too_old is not None:  # the run still goes ahead: inside, every GPU experiment is NOT_RUN with this reason

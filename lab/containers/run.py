@@ -50,9 +50,9 @@ def run_command(variant: Variant, lab_args: Sequence[str], out_dir: Path, weight
     return cmd + [variant.tag, *args, "--out", "/out"]
 
 
-def container_plan(profile: str, gpu_needed: bool, variant_name: str | None = None
-                   ) -> tuple[Variant | None, Reason | None]:
-    """The variant to run `profile` in, or why the lab must run on the host instead."""
+def container_plan(profile: str, variant_name: str | None = None) -> tuple[Variant | None, Reason | None]:
+    """The variant to run `profile` in, or why the lab must run on the host instead. A GPU image is run
+    with --gpus all, so it needs the NVIDIA Container Toolkit whatever the profile."""
     if variant_name is not None and variant_name not in VARIANTS:
         raise ValueError(f"--variant {variant_name}: unknown (choose from {', '.join(VARIANTS)})")
     variant = VARIANTS[variant_name or PROFILE_VARIANT.get(profile, "cpu")]
@@ -65,7 +65,7 @@ def container_plan(profile: str, gpu_needed: bool, variant_name: str | None = No
     if reason is None and engine.image_id(variant.tag) is None:
         reason = Reason("image_missing", f"{variant.tag} is not built here: build it with "
                                          f"`python -m lab images {variant.name}` to run the lab in its container")
-    if reason is None and gpu_needed and variant.gpu:
+    if reason is None and variant.gpu:
         reason = engine.gpu_reason()
     return (variant if reason is None else None), reason
 
