@@ -93,6 +93,13 @@ def base_image(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def fleet(session: nox.Session) -> None:
+    """Targets as a Slurm job array, one report comparing the hosts: -- --results DIR --profile P --variant V (docs/fleet.md)."""
+    install(session)
+    lab_command(session, "fleet", *session.posargs)
+
+
+@nox.session(default=False)
 def env(session: nox.Session) -> None:
     """Print this host's environment manifest (-- --out FILE to write it)."""
     install(session)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CI's container step (called by .ci/run before the tests): install and start a Docker engine, make
 # the Debian base from the host's mirror (no registry needed; reused when present), build the `cpu`
-# and `cpu-nocc` images, run the lab's smoke profile inside each with the results folder mounted,
-# compile one function with Inductor in each, and resolve the cuda image's pins (no GPU here).
+# and `cpu-nocc` images from docker/lock-cpu.txt, run the lab's smoke profile inside each with the
+# results folder mounted (in `cpu` its toolchain and Inductor-on-CPU experiments), compile one function with Inductor in each, check each image (packages
+# against the lock, apt caches and sources, bare run, unwritable /out: `python -m lab image-check`),
+# resolve the cuda image's lock (no GPU here), and build against a base that cannot be pulled.
 # tests/test_docker_results.py then asserts on what lands in $LAB_DOCKER_RESULTS.
 #
 #   LAB_DOCKER_RESULTS=DIR .ci/docker.sh     (default DIR: build/docker-ci)
@@ -41,18 +43,31 @@ $SUDO "$PY" -m lab base-image
 step "build cpu and cpu-nocc (windows-msvc is listed NOT_RUN on Linux)"
 "$PY" -m lab images cpu cpu-nocc windows-msvc --report "$RESULTS/images.json"
 
+# graph-lab:cpu runs the smoke profile's toolchain and Inductor-on-CPU experiments (the catalogue's ids
+# that need `inductor` or `cxx`: what the image is for; the rest of the smoke profile runs in the image
+# in tests/test_fleet_slurm.py); graph-lab:cpu-nocc runs all of it (most of it NOT_RUN at once, and
+# nothing may FAILED for want of a compiler).
+INDUCTOR_IDS="$("$PY" -c "from lab.catalogue import CATALOGUE; print(','.join(s.id for s in CATALOGUE if {'inductor', 'cxx'} & set(s.needs)))")"
 for variant in cpu cpu-nocc; do
     step "smoke profile in graph-lab:$variant"
     rm -rf "${RESULTS:?}/$variant"
-    "$PY" -m lab image-run --variant "$variant" --profile smoke --require-container --out "$RESULTS/$variant"
+    only=()
+    [ "$variant" = cpu ] && only=(--only "toolchain,$INDUCTOR_IDS")
+    "$PY" -m lab image-run --variant "$variant" --profile smoke "${only[@]}" --require-container --out "$RESULTS/$variant"
     step "inductor probe in graph-lab:$variant"
     docker run --rm --network none -v "$RESULTS/$variant:/out" "graph-lab:$variant" \
         inductor-probe --out /out/inductor_probe.json
+    step "image check of graph-lab:$variant"
+    "$PY" -m lab image-check "$variant" --out "$RESULTS/$variant/image-check.json" \
+        || echo "image-check found problems in graph-lab:$variant (the tests report them)"
 done
 
-step "cuda image: its pins resolved from metadata (the build up to the torch install)"
+step "cuda image: its lock resolved from metadata with --require-hashes (no multi-GB download)"
 "$PY" -m lab images cuda-resolve --report "$RESULTS/images-cuda.json" \
     || echo "cuda-resolve failed: see $RESULTS/images-cuda.json (the tests report it)"
+
+step "a base image that cannot be pulled: NOT_RUN base_image_unavailable, pointing at base-image"
+"$PY" -m lab images cpu-nocc --base-image graph-lab-nowhere:none --report "$RESULTS/images-no-base.json" || true
 
 step "done"
 echo "docker CI: $((SECONDS - T0)) s in all; per step:"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -22,8 +23,34 @@ def _command_modules() -> list[str]:
     return sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
 
 
+def image_epilog() -> str | None:
+    """Inside one of the lab's images (LAB_IMAGE set): how to run it so that results reach the host."""
+    image = os.environ.get("LAB_IMAGE")
+    if not image:
+        return None
+    profile = "gpu" if "cuda" in image else "cpu"
+    gpus = " --gpus all" if profile == "gpu" else ""
+    return (f"This is the image {image}. Run the lab with its results in a host folder:\n"
+            f"  docker run --rm{gpus} --user \"$(id -u):$(id -g)\" -e HOME=/tmp -v \"$PWD/runs:/out\" {image} "
+            f"run --profile {profile} --out /out\n(docs/containers.md)")
+
+
+def permission_error(exc: PermissionError) -> str:
+    """One line for a folder or file the lab may not write, with the fix (in a container: the mount's owner)."""
+    where = str(exc.filename or "a file")
+    if exc.filename and not os.path.isdir(where):  # a file written into a folder: the folder is what to fix
+        where = os.path.dirname(where) or where
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    fix = "make it writable for this user or choose another --out"
+    if os.environ.get("LAB_IMAGE"):
+        fix = (f"the mounted folder must be writable by uid {uid}: on the host run `chown {uid} DIR`, or start the "
+               "container with --user \"$(id -u):$(id -g)\" so it writes as you")
+    return f"{where}: permission denied for uid {uid}: {fix}"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m lab", description=__import__("lab").__doc__)
+    parser = argparse.ArgumentParser(prog="python -m lab", description=__import__("lab").__doc__,
+                                     epilog=image_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _command_modules():
         module = importlib.import_module(f"lab.commands.{name}")
@@ -39,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._main(args) or 0)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except PermissionError as exc:
+        print(f"error: {permission_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: results measured so far are saved", file=sys.stderr)

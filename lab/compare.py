@@ -204,6 +204,15 @@ class CheckRow:
     detail: str
 
 
+# The environment a timing depends on, said first: an image beside a reference run (Python 3.11 against
+# 3.12, another transformers) or one host beside another shows here before the flattened manifest.
+ENVIRONMENT_KEYS = ("python.version", "torch.version", "torch.cuda_build", "libraries.triton",
+                    "libraries.transformers", "libraries.numpy", "gpu.nvidia_smi.gpus[0].name",
+                    "gpu.nvidia_smi.gpus[0].driver_version", "toolchain.cuda.driver_version", "toolchain.cxx.version",
+                    "cpu.model", "cpu.usable_cores", "container.in_container", "container.image", "container.variant",
+                    "packages.sha256", "host.hostname")
+
+
 @dataclass
 class Comparison:
     a: Side
@@ -215,6 +224,12 @@ class Comparison:
     checks: list[CheckRow] = field(default_factory=list)
     only_a: dict[str, int] = field(default_factory=dict)
     only_b: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def environment(self) -> list[FieldDiff]:
+        """The differing fields of ENVIRONMENT_KEYS, in that order."""
+        by_key = {f.key: f for f in self.fields}
+        return [by_key[k] for k in ENVIRONMENT_KEYS if k in by_key]
 
     def count(self, mark: Mark) -> int:
         return sum(r.mark == mark for r in self.metrics) + sum(r.mark == mark for r in self.statuses) + sum(
@@ -298,6 +313,8 @@ def _describe(side: Side) -> str:
 def format_text(c: Comparison) -> str:
     """The comparison as plain text for a terminal."""
     lines = [f"A: {_describe(c.a)}", f"B: {_describe(c.b)}", ""]
+    lines.append(f"Environment differences that change what a timing means: {len(c.environment) or 'none'}")
+    lines += [f"  {f.key:<38}  {_short(f.a)}  ->  {_short(f.b)}" for f in c.environment] + [""]
     lines.append(f"Manifest fields that differ: {len(c.fields)} (ignored: {', '.join(IGNORED_FIELDS)})")
     width = max([len(f.key) for f in c.fields] + [10])
     for f in c.fields:

@@ -21,6 +21,7 @@ from lab.compile_cache import inductor_cache_dir, manifest_field
 from lab.hostinfo import (container_info, cpu_info, host_info, nvidia_smi, packages_digest, python_info, run_text,
                           version_of)
 from lab.manifest_schema import MANIFEST_VERSION, check_manifest
+from lab.fleet.scheduler import scheduler_info
 from lab.toolchain import Toolchain, probe
 
 __all__ = ["MANIFEST_VERSION", "REPO_ROOT", "collect", "container_info", "now_iso"]
@@ -122,6 +123,7 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
         "compile_cache": compile_cache_field(tc),
         "lab": {"version": __version__, **git_info()},
         "container": container_info(),
+        "scheduler": scheduler_info(),  # Slurm / Kubernetes ids and node of a fleet run (lab.fleet), else None
         "packages": packages_digest(),
         "weights": weights,
         "collect_env": collect_env_fields(),

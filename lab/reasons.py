@@ -28,6 +28,7 @@ class Code(StrEnum):
     COMPILER_NOT_ON_PATH = "compiler_not_on_path"
     NO_PYTHON_HEADERS = "no_python_headers"
     NO_OPENSSL = "no_openssl"
+    DRIVER_TOO_OLD = "driver_too_old"  # lab.driver: the NVIDIA driver cannot run the build's CUDA version
     WINDOWS_HOST_REQUIRED = "windows_host_required"
     LINUX_HOST_REQUIRED = "linux_host_required"
     # the runner
@@ -51,3 +52,11 @@ class Code(StrEnum):
     DOCKER_DAEMON_UNREACHABLE = "docker_daemon_unreachable"
     IMAGE_MISSING = "image_missing"
     NO_NVIDIA_CONTAINER_TOOLKIT = "no_nvidia_container_toolkit"
+    HOST_REQUESTED = "host_requested"
+    BASE_IMAGE_UNAVAILABLE = "base_image_unavailable"
+    BUILD_FAILED = "build_failed"
+    NO_DEBOOTSTRAP = "no_debootstrap"
+    NEEDS_ROOT = "needs_root"
+    NO_DEBIAN_MIRROR = "no_debian_mirror"
+    DEBOOTSTRAP_FAILED = "debootstrap_failed"
+    IMPORT_FAILED = "import_failed"

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from lab.driver import driver_cuda_version, driver_reason, driver_version, min_driver
 from lab.reasons import Reason
 
 # Where a C++ compiler commonly lives when it is installed but not on PATH (relative to a filesystem root).
@@ -41,6 +42,9 @@ class CudaInfo:
     capability: str | None = None
     torch_cuda: str | None = None
     why_not: str | None = None
+    driver_version: str | None = None  # the NVIDIA driver (nvidia-smi), None without one
+    driver_cuda: str | None = None  # the newest CUDA that driver supports (cuDriverGetVersion)
+    min_driver: str | None = None  # the first driver that runs torch_cuda (lab.driver.MIN_DRIVER)
 
 
 @dataclass
@@ -139,8 +143,10 @@ class Toolchain:
     def cuda_reason(self) -> Reason | None:
         if self.cuda.available:
             return None
-        return Reason("no_cuda", f"no CUDA device ({self.cuda.why_not}): run on a host with an NVIDIA GPU, "
-                                 "a CUDA build of torch and the driver (in Docker: --gpus all)")
+        c = self.cuda  # a driver too old for the build's CUDA is said as such, naming both versions
+        return driver_reason(c.torch_cuda, c.driver_version, c.driver_cuda, f"torch's CUDA build ({c.torch_cuda})") or \
+            Reason("no_cuda", f"no CUDA device ({c.why_not}): run on a host with an NVIDIA GPU, a CUDA build of "
+                              "torch and the driver (in Docker: --gpus all)")
 
     def reason_for(self, need: str, device: str) -> Reason | None:
         """The reason a requirement is not met on this host for a run on `device`, or None."""
@@ -304,13 +310,15 @@ def _ask_inductor(expected: str | None) -> bool | None:
 def _probe_cuda() -> CudaInfo:
     import torch
 
+    driver = {"driver_version": driver_version(), "driver_cuda": driver_cuda_version(),
+              "min_driver": min_driver(torch.version.cuda)}
     if not torch.cuda.is_available():
         why = "torch was built without CUDA" if torch.version.cuda is None else "torch.cuda.is_available() is False"
-        return CudaInfo(False, torch_cuda=torch.version.cuda, why_not=why)
+        return CudaInfo(False, torch_cuda=torch.version.cuda, why_not=why, **driver)
     idx = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(idx)
     return CudaInfo(True, torch.cuda.device_count(), torch.cuda.get_device_name(idx), f"{major}.{minor}",
-                    torch.version.cuda)
+                    torch.version.cuda, **driver)
 
 
 def _torch_triton_requirement() -> str | None:

@@ -16,7 +16,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BLOCKED = ("torch", "pydantic", "numpy", "jinja2", "rich", "transformers", "matplotlib")
-CONTAINER_COMMANDS = ("images", "base-image", "image-run", "inductor-probe")
+CONTAINER_COMMANDS = ("images", "base-image", "image-run", "image-check", "image-lock", "inductor-probe", "fleet",
+                      "fleet-task", "fleet-report")
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +71,46 @@ def test_image_run_require_container_is_a_one_line_error_without_torch(bare_env,
 def test_image_run_needs_a_profile_or_a_variant(bare_env):
     out = lab(bare_env, "image-run")
     assert out.returncode == 2 and out.stderr.strip() == "error: give --profile (smoke, cpu, gpu) or --variant"
+
+
+def test_fleet_writes_a_kubernetes_manifest_and_a_dry_run_plan_without_torch(bare_env, tmp_path):
+    out = lab(bare_env, "fleet", "--profile", "gpu", "--variant", "cuda", "--k8s", str(tmp_path / "fleet.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "fleet.yaml").read_text().startswith("---\n")
+    out = lab(bare_env, "fleet", "--results", str(tmp_path / "r"), "--profile", "smoke", "--variant", "host",
+              "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "r" / "fleet.json").is_file() and (tmp_path / "r" / "slurm" / "array-0.sbatch").is_file()
+
+
+def test_fleet_refuses_bad_targets_in_one_line(bare_env, tmp_path):
+    out = lab(bare_env, "fleet", "--results", str(tmp_path), "--profile", "smoke", "--variant", "host", "--k8s",
+              str(tmp_path / "x.yaml"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "need Slurm" in out.stderr
+    out = lab(bare_env, "fleet", "--profile", "smoke", "--variant", "host")
+    assert out.returncode == 2 and out.stderr.startswith("error: --results DIR")
+
+
+def test_a_folder_the_lab_may_not_write_is_one_line_naming_it_and_the_fix(tmp_path):
+    """The root of `docker run IMAGE` into a root-owned /out: a PermissionError is one line, exit 2.
+    (As root nothing is unwritable, so the lab's writer is made to refuse, as the kernel does for uid 1000.)"""
+    script = (
+        "import sys, lab.atomic as a\n"
+        "def refuse(path, data):\n"
+        "    raise PermissionError(13, 'Permission denied', str(path))\n"
+        "import lab.runner as r; r.write_json_atomic = refuse\n"
+        "from lab.__main__ import main\n"
+        f"sys.exit(main(['run', '--profile', 'smoke', '--only', 'toolchain', '--out', {str(tmp_path / 'out')!r}]))\n")
+    env = {**os.environ, "LAB_IMAGE": "graph-lab:cpu", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path / 'out'}")
+    assert "permission denied for uid" in lines[0] and "chown" in lines[0] and "--user" in lines[0]
+
+
+def test_the_lab_help_in_an_image_says_how_to_run_it(bare_env):
+    out = lab({**bare_env, "LAB_IMAGE": "graph-lab:cuda"}, "--help")
+    assert out.returncode == 0
+    assert "docker run --rm --gpus all" in out.stdout and "graph-lab:cuda run --profile gpu --out /out" in out.stdout
+    assert "This is the image" not in lab(bare_env, "--help").stdout

@@ -8,6 +8,7 @@ version, and LAB_IMAGE / LAB_IMAGE_VARIANT / LAB_COMMIT set for the manifest.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,7 +19,8 @@ import pytest
 
 from lab.containers import base, build, context, engine, pipconf, run
 from lab.containers.pipconf import PipSettings
-from lab.containers.variants import VARIANTS
+from lab.containers.variants import IMAGE_LABEL, VARIANTS
+from lab.driver import min_driver
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 DOCKERFILES = sorted(DOCKER.glob("Dockerfile.*"))
@@ -35,8 +37,8 @@ def stages(text: str) -> dict[str, str]:
     return out
 
 
-def test_there_are_the_three_dockerfiles():
-    assert {p.name for p in DOCKERFILES} == {"Dockerfile.cpu", "Dockerfile.cuda", "Dockerfile.windows"}
+def test_there_are_the_four_dockerfiles():
+    assert {p.name for p in DOCKERFILES} == {"Dockerfile.cpu", "Dockerfile.cuda", "Dockerfile.lock", "Dockerfile.windows"}
 
 
 def test_hadolint_passes():
@@ -70,6 +72,10 @@ def test_variant_stage_is_labelled_non_root_and_sets_the_manifest_env(variant):
     for label in ("org.opencontainers.image.revision=\"${LAB_COMMIT}\"",
                   "org.opencontainers.image.version=\"${LAB_VERSION}\"", f'lab.variant="{variant.name}"'):
         assert label in body, (variant.name, label)
+    if variant.lock:
+        assert f'lab.lock="{variant.lock}"' in body
+    if variant.cuda:  # the driver requirement is stated on the image and agrees with lab.driver's table
+        assert f'lab.cuda="{variant.cuda}"' in body and f'lab.min_driver="{min_driver(variant.cuda)}"' in body
     assert re.search(rf"ENV LAB_IMAGE=\$\{{LAB_IMAGE}} LAB_IMAGE_VARIANT={variant.name} LAB_COMMIT=\$\{{LAB_COMMIT}}",
                      body), variant.name
     assert f"ARG LAB_IMAGE={variant.tag}" in body
@@ -81,20 +87,70 @@ def test_variant_stage_is_labelled_non_root_and_sets_the_manifest_env(variant):
         name = parent
     users = re.findall(r"^USER (\S+)", "".join(chain), flags=re.M)
     assert users and users[-1] not in ("0", "root"), (variant.name, users)
+    if variant.os == "linux":
+        # A bare `docker run IMAGE` prints help; /out exists and belongs to the lab user.
+        joined = "".join(chain)
+        assert re.findall(r"^CMD (.+)$", joined, flags=re.M)[-1] == '["--help"]'
+        assert 'mkdir /out && chown "${LAB_UID}:${LAB_UID}" /out' in joined
 
 
-@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
-def test_torch_is_pinned(path):
-    specs = re.findall(r"^ARG TORCH_SPEC=(\S+)$", path.read_text(), flags=re.M)
+LINUX_DOCKERFILES = [p for p in DOCKERFILES if p.name != "Dockerfile.windows"]
+
+
+@pytest.mark.parametrize("path", LINUX_DOCKERFILES, ids=lambda p: p.name)
+def test_every_stage_is_labelled_and_every_apt_layer_leaves_no_cache(path):
+    st = stages(path.read_text())
+    for name, body in st.items():
+        if body.startswith("FROM ${BASE_IMAGE}"):  # stages from the base carry the label the prune filters on
+            key, value = IMAGE_LABEL.split("=")
+            assert f'LABEL {key}="{value}"' in body, (path.name, name)
+        for run in re.findall(r"^RUN (?:[^\n]*\\\n)*[^\n]*", body, flags=re.M):
+            if "apt-get install" in run:
+                assert "rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin" in run, (path.name, name)
+
+
+@pytest.mark.parametrize("family", ["cpu", "cuda"])
+def test_deps_stage_installs_exactly_the_lock_with_hashes(family):
+    st = stages((DOCKER / f"Dockerfile.{family}").read_text())
+    deps = st["deps"]
+    assert f"COPY docker/lock-{family}.txt /tmp/lab-meta/" in deps
+    assert re.search(rf"pip install --require-hashes --only-binary=:all: .*\\\n\s*-r /tmp/lab-meta/lock-{family}.txt",
+                     deps)
+    assert "pip check" in deps and "constraints.txt" not in deps
+    # The lab itself: a wheel built with the lock's setuptools, nothing unpinned from an index.
+    assert "pip wheel --no-deps --no-build-isolation --no-index" in st["wheel"]
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS.values() if v.lock and v.target != "resolve"],
+                         ids=lambda v: v.name)
+def test_each_variant_installs_the_lab_last_and_records_its_packages(variant):
+    st = stages((DOCKER.parent / variant.dockerfile).read_text())
+    chain, name = [], variant.target
+    while name in st:
+        chain.insert(0, st[name])
+        name = re.match(r"FROM (\S+)", st[name]).group(1)
+    joined = "".join(chain)
+    assert "pip install --no-deps --no-index /tmp/lab-wheel/*.whl" in joined
+    # the freeze comes after every install or uninstall of the chain
+    assert joined.rstrip().rfind("pip freeze --all > /opt/lab/packages.txt") > max(
+        joined.rfind("pip install"), joined.rfind("pip uninstall"))
+
+
+def test_the_cuda_resolve_stage_checks_the_lock_with_hashes():
+    st = stages((DOCKER / "Dockerfile.cuda").read_text())
+    assert "--dry-run" in st["resolve"] and "--require-hashes" in st["resolve"]
+    assert "-r /tmp/lab-meta/lock-cuda.txt" in st["resolve"]
+
+
+def test_windows_torch_is_pinned():
+    specs = re.findall(r"^ARG TORCH_SPEC=(\S+)$", (DOCKER / "Dockerfile.windows").read_text(), flags=re.M)
     assert specs and all(re.fullmatch(r"torch==\d+\.\d+\.\d+(\+\w+)?", s) for s in specs), specs
 
 
-def test_constraints_pin_every_line_exactly():
+def test_windows_constraints_pin_every_line_exactly():
     lines = [ln for ln in (DOCKER / "constraints.txt").read_text().splitlines() if ln and not ln.startswith("#")]
     assert lines and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.+-]+", ln) for ln in lines), lines
-    names = {ln.split("==")[0].lower() for ln in lines}
-    assert "torch" not in names  # pinned per image by TORCH_SPEC
-    assert {"transformers", "jinja2", "matplotlib", "rich"} <= names
+    assert "constraints.txt" in (DOCKER / "Dockerfile.windows").read_text()
 
 
 def test_cpu_nocc_installs_no_compiler_and_cpu_installs_headers():
@@ -107,7 +163,8 @@ def test_cpu_nocc_installs_no_compiler_and_cpu_installs_headers():
 def test_cuda_notriton_removes_triton():
     st = stages((DOCKER / "Dockerfile.cuda").read_text())
     assert "pip uninstall --yes triton" in st["cuda-notriton"]
-    assert re.search(r"TRITON_SPEC=triton==\d", st["deps"])
+    assert VARIANTS["cuda-notriton"].removes == ("triton",)
+    assert re.search(r"^triton==\d", (DOCKER / "lock-cuda.txt").read_text(), flags=re.M)
 
 
 # ------------------------------------------------------------------------------- lab.containers
@@ -188,7 +245,7 @@ def test_without_docker_images_are_not_run_and_the_lab_falls_back(monkeypatch, t
                                       log=lambda *_: None)
     assert [(o.status, o.reason["code"]) for o in outcomes] == [("NOT_RUN", "no_docker"), ("NOT_RUN", "no_docker")]
     assert (tmp_path / "r.json").is_file()
-    variant, reason = run.container_plan("cpu", gpu_needed=False)
+    variant, reason = run.container_plan("cpu")
     assert variant is None and reason.code == "no_docker" and "apt-get install docker.io" in reason.message
 
 
@@ -226,3 +283,101 @@ def test_stage_context_copies_tracked_files_cert_and_wheels(tmp_path):
     assert (dest / "docker" / "Dockerfile.cpu").is_file() and (dest / "extra" / "pip-ca.pem").read_text() == "ca"
     assert (dest / "extra" / "wheels" / "torch-0-py3-none-any.whl").is_file()
     assert info["wheels"] == ["torch-0-py3-none-any.whl"]
+
+
+# --------------------------------------------------------------------- builds against a fake engine
+FAKE_DOCKER = """#!/bin/sh
+# A Docker engine that answers, runs Linux containers, has no images and reaches no registry.
+case "$1" in
+  info) if [ "$3" = "{{.OSType}}" ]; then echo linux; else echo '{}'; fi; exit 0;;
+  image) exit 1;;
+  pull) echo 'Error response from daemon: Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host' >&2; exit 1;;
+esac
+echo "fake docker: unexpected $*" >&2; exit 3
+"""
+
+
+@pytest.fixture
+def fake_docker(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return bin_dir
+
+
+def test_a_base_image_that_cannot_be_pulled_points_at_the_local_base(fake_docker, tmp_path):
+    report = tmp_path / "images.json"
+    (o,) = build.build_images(["cpu"], pip=PipSettings(), report=report, log=lambda *_: None)
+    assert o.status == "NOT_RUN" and o.reason["code"] == "base_image_unavailable"
+    assert "debian:12.11-slim" in o.reason["message"] and "no such host" in o.reason["message"]
+    assert "python -m lab base-image" in o.reason["message"] and "nox -s base_image" in o.reason["message"]
+    (o,) = build.build_images(["cpu-nocc"], base_image="mine:1", pip=PipSettings(), report=report, log=lambda *_: None)
+    assert o.reason["code"] == "base_image_unavailable" and "mine:1" in o.reason["message"]
+
+
+def test_the_build_report_is_merged_not_overwritten(tmp_path):
+    report = tmp_path / "images.json"
+    build.merge_report(report, "c1", [build.ImageOutcome("cuda", "OK", "graph-lab:cuda", "sha256:a")])
+    build.merge_report(report, "c2", [build.ImageOutcome("cpu", "OK", "graph-lab:cpu", "sha256:b")])
+    data = json.loads(report.read_text())
+    assert [i["variant"] for i in data["images"]] == ["cpu", "cuda"] and data["commit"] == "c2"
+    build.merge_report(report, "c3", [build.ImageOutcome("cpu", "FAILED", "graph-lab:cpu")])
+    assert {i["variant"]: i["status"] for i in json.loads(report.read_text())["images"]} == {"cpu": "FAILED", "cuda": "OK"}
+
+
+def test_the_windows_sentence_gives_the_whole_build_command():
+    reason = build.unbuildable_reason(VARIANTS["windows-msvc"], "linux")
+    for part in ("python -m lab images windows-msvc", "--target windows-msvc", "-t graph-lab:windows-msvc",
+                 "-f build/docker-context/docker/Dockerfile.windows", " build/docker-context`"):
+        assert part in reason.message, part
+
+
+def test_the_base_image_has_the_security_suite_and_keeps_no_apt_caches(tmp_path):
+    root = tmp_path / "rootfs"
+    (root / "etc/apt/apt.conf.d").mkdir(parents=True)
+    (root / "var/cache/apt/archives").mkdir(parents=True)
+    (root / "var/cache/apt/pkgcache.bin").write_bytes(b"x")
+    (root / "var/cache/apt/archives/a.deb").write_bytes(b"x")
+    (root / "etc/apt/sources.list").write_text("deb http://m.example/debian bookworm main\n")
+    base.configure_rootfs(root, "bookworm", "http://m.example/debian", "http://s.example/debian-security")
+    sources = (root / "etc/apt/sources.list.d/debian.sources").read_text()
+    assert "Suites: bookworm bookworm-updates" in sources and "Suites: bookworm-security" in sources
+    assert "URIs: http://s.example/debian-security" in sources and not (root / "etc/apt/sources.list").exists()
+    assert not list((root / "var/cache/apt").rglob("*.bin")) and not list((root / "var/cache/apt").rglob("*.deb"))
+    clean = (root / "etc/apt/apt.conf.d/docker-clean").read_text()
+    assert 'Dir::Cache::pkgcache "";' in clean and 'Dir::Cache::srcpkgcache "";' in clean
+
+
+def test_the_security_mirror_is_the_hosts(tmp_path):
+    src = tmp_path / "debian.sources"
+    src.write_text("Types: deb\nURIs: http://m.example/debian\nSuites: bookworm bookworm-updates\n\n"
+                   "Types: deb\nURIs: http://m.example/debian-security\nSuites: bookworm-security\n")
+    assert base.debian_mirror("bookworm-security", [src]) == "http://m.example/debian-security"
+
+
+def test_every_reason_code_of_the_container_tools_is_declared():
+    from lab.reasons import Code
+
+    root = DOCKER.parent / "lab"
+    files = [*sorted((root / "containers").glob("*.py")), root / "driver.py", root / "commands" / "image_run.py"]
+    codes = {c for f in files for c in re.findall(r'Reason\(\s*"([a-z_]+)"', f.read_text())}
+    assert {"base_image_unavailable", "driver_too_old", "no_debootstrap", "host_requested"} <= codes
+    assert codes <= {c.value for c in Code}, codes - {c.value for c in Code}
+
+
+def test_a_gpu_image_needs_the_container_toolkit_whatever_the_profile(monkeypatch):
+    """`image-run --variant cuda --profile smoke` would pass --gpus all: without a toolkit Docker fails raw
+    (exit 125), so the plan says no_nvidia_container_toolkit first."""
+    monkeypatch.setattr(engine, "engine_reason", lambda: None)
+    monkeypatch.setattr(engine, "engine_os", lambda: "linux")
+    monkeypatch.setattr(engine, "image_id", lambda tag: "sha256:x")
+    monkeypatch.setattr(engine, "_answer", lambda cmd, timeout=30: '{"runc":{}}')
+    real_which = shutil.which
+    monkeypatch.setattr(engine.shutil, "which", lambda name: None if name.startswith("nvidia") else real_which(name))
+    for profile in ("smoke", "gpu"):
+        variant, reason = run.container_plan(profile, "cuda")
+        assert variant is None and reason.code == "no_nvidia_container_toolkit" and "nvidia-ctk" in reason.message
+    variant, reason = run.container_plan("smoke", "cpu")
+    assert variant is not None and reason is None

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from lab.catalogue import CATALOGUE
+from lab.containers.lock import freeze_drift
 from lab.results import load
+
+REPO = Path(__file__).resolve().parent.parent
 
 TOOLCHAIN_CODES = {"no_cxx_compiler", "compiler_not_on_path", "no_python_headers"}
 INDUCTOR_CPU_IDS = [s.id for s in CATALOGUE if {"inductor", "cxx"} & set(s.needs)]
@@ -95,16 +98,58 @@ def test_images_report_lists_both_builds():
     status = {i["variant"]: i["status"] for i in report["images"]}
     assert status == {"cpu": "OK", "cpu-nocc": "OK", "windows-msvc": "NOT_RUN"}
     (win,) = [i for i in report["images"] if i["variant"] == "windows-msvc"]
-    assert win["reason"]["code"] == "windows_host_required"
+    assert win["reason"]["code"] == "windows_host_required" and "--target windows-msvc" in win["reason"]["message"]
     ids = {i["variant"]: i["image_id"] for i in report["images"]}
     for variant in ("cpu", "cpu-nocc"):
         assert results_of(variant).manifest["container"]["image_id"] == ids[variant]
 
 
-def test_cuda_pins_resolve():
-    """The cuda Dockerfile up to its torch install: torch 2.11.0 + Triton 3.6.0 resolve with our pins."""
+def test_cuda_lock_resolves_and_its_difference_from_the_h200_reference_is_stated():
+    """The cuda Dockerfile's resolve stage: every package of lock-cuda.txt, with its hash, from index metadata;
+    the build report says where the image's environment differs from the H200 reference run."""
     path = results_dir() / "images-cuda.json"
     if not path.is_file():
         pytest.fail(f"{path}: missing; the cuda-resolve build did not run")
     (entry,) = json.loads(path.read_text())["images"]
     assert entry["status"] == "OK", entry
+    env = entry["environment"]
+    assert env["reference"].startswith("manifests/reference/h200-")
+    assert {d["field"]: d["reference"] for d in env["differs"]}.get("python.version") == "3.12.3"
+    assert not [d for d in env["differs"] if d["field"] in ("torch.version", "libraries.transformers")]
+
+
+def check_of(variant: str) -> dict:
+    path = results_dir() / variant / "image-check.json"
+    if not path.is_file():
+        pytest.fail(f"{path}: missing; `python -m lab image-check {variant}` did not run (see .ci/docker.sh)")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cpu-nocc"])
+def test_the_images_packages_are_exactly_the_lock(variant):
+    """`pip freeze --all` run in the image against docker/lock-cpu.txt, recomputed here: drift fails."""
+    facts = check_of(variant)
+    drift = freeze_drift(facts["freeze"], (REPO / "docker" / "lock-cpu.txt").read_text())
+    assert not drift, drift.describe()
+    assert "graph-lab" in facts["freeze"]
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cpu-nocc"])
+def test_the_image_behaves_on_any_host(variant):
+    facts = check_of(variant)
+    assert facts["problems"] == [], facts["problems"]
+    bare = facts["bare_run"]  # `docker run IMAGE`: the lab's help with the command that runs it, exit 0
+    assert bare["exit"] == 0 and bare["stdout"].startswith("usage: python -m lab") and "Traceback" not in bare["stderr"]
+    assert f"-v \"$PWD/runs:/out\" graph-lab:{variant} run --profile cpu --out /out" in bare["stdout"]
+    denied = facts["unwritable_out"]  # a mounted /out the image's user may not write: one line, exit 2
+    assert denied["exit"] == 2 and "Traceback" not in denied["stderr"], denied
+    (line,) = denied["stderr"].strip().splitlines()
+    assert line.startswith("error: /out") and "permission denied for uid 1000" in line and "chown 1000" in line
+    assert facts["apt_caches"] == [] and "bookworm-security" in facts["apt_sources"] and facts["user"] == "1000"
+    assert facts["dangling_lab_images"] == []
+
+
+def test_a_base_image_that_cannot_be_pulled_says_how_to_make_one():
+    (entry,) = json.loads((results_dir() / "images-no-base.json").read_text())["images"]
+    assert entry["status"] == "NOT_RUN" and entry["reason"]["code"] == "base_image_unavailable"
+    assert "python -m lab base-image" in entry["reason"]["message"]

@@ -44,7 +44,7 @@ def run_args(args: argparse.Namespace, profile: str) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab.containers.run import container_plan, run_lab
+    from lab.containers.run import container_plan, host_driver_reason, run_lab
     from lab.containers.variants import VARIANTS
     from lab.reasons import Reason
 
@@ -56,8 +56,11 @@ def main(args: argparse.Namespace) -> int:
     if args.host:
         variant, reason = None, Reason("host_requested", "--host was given: run on the host by request")
     else:
-        variant, reason = container_plan(profile, gpu_needed=profile == "gpu", variant_name=args.variant)
+        variant, reason = container_plan(profile, args.variant)
     if variant is not None:
+        too_old = host_driver_reason(variant)
+        if too_old is not None:  # the run still goes ahead: inside, every GPU experiment is NOT_RUN with this reason
+            print(f"warning: {too_old.code}: {too_old.message}", file=sys.stderr)
         code = run_lab(variant, lab_args, out, args.weights)
         print(f"{out / 'results.json'}: the lab exited with {code} in {variant.tag}")
         return code

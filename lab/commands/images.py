@@ -17,6 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--pip-cert", help="CA bundle for pip inside the build (default: the host pip's cert)")
     p.add_argument("--wheelhouse", action="append", default=[], help="folder of wheels to offer the build")
     p.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="extra build argument")
+    p.add_argument("--drop-stages", action="store_true",
+                   help="remove the named deps stages after the build (saves disk; the next build starts cold)")
     p.add_argument("--report", type=Path, default=REPORT_PATH, help="where to write the build outcomes")
     return p
 
@@ -37,6 +39,6 @@ def main(args: argparse.Namespace) -> int:
 
     extra = parse_build_args(args.build_arg)
     pip = settings_from_options(args.no_host_pip, args.pip_cert, args.wheelhouse)
-    outcomes = build_images(args.variants, args.base_image, pip, extra, args.report)
+    outcomes = build_images(args.variants, args.base_image, pip, extra, args.report, args.drop_stages)
     print(f"{args.report}: " + ", ".join(f"{o.variant} {o.status}" for o in outcomes))
     return 1 if any(o.status == "FAILED" for o in outcomes) else 0
