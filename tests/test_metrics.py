@@ -59,7 +59,9 @@ def test_declarations_are_complete_and_consistent() -> None:
             assert spec.direction is Direction.NONE, f"{name}: a {spec.kind.value} has no better or worse"
         for rule in spec.comparable:
             kind, _, what = rule.partition(":")
-            assert kind in ("metric", "manifest", "profile") and what, rule
+            assert kind in ("metric", "manifest", "profile", "option") and what, rule
+            if kind == "option":
+                assert what.partition(".")[0] in BY_ID and what.partition(".")[2], rule
             if kind == "metric":
                 assert what in REGISTRY, rule
     with pytest.raises(ValueError, match="declared twice"):
@@ -76,7 +78,8 @@ def test_directions_that_are_easy_to_get_wrong() -> None:
     assert all(s.direction is Direction.HIGHER for s in higher)
     assert all(s.direction is Direction.LOWER for s in lower)
     assert all(s.direction is Direction.NONE for s in neither)
-    assert M.STEP_MS.comparable == ("metric:bytes_moved",) and M.ROUND_MEDIANS_MS.kind is Kind.NUMBERS
+    assert M.STEP_MS.comparable[0] == "metric:bytes_moved" and M.ROUND_MEDIANS_MS.kind is Kind.NUMBERS
+    assert "manifest:compile_cache.state" in M.SETUP_S.comparable and "profile:model" in M.STEP_MS.comparable
 
 
 def test_every_catalogue_metric_is_declared_and_every_declaration_is_used() -> None:
