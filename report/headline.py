@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from lab import metrics as M
 from lab import units
+from lab.names import Method
 from lab.results import Metric, Results
 
 from report.discover import Run
@@ -155,7 +156,7 @@ def _host_figures() -> list[tuple[str, Getter]]:
         ("host", lambda r: host_name(r) + (f" · {r.manifest['label']}" if r.manifest.get("label") else "")),
         ("device", device_name), ("torch", lambda r: (r.manifest.get("torch") or {}).get("version")),
         ("profile", lambda r: r.run.profile), ("started", lambda r: r.run.started_at),
-        ("cost of one eager launch", ceil(M.LAUNCH_US_PER_OP, mode="eager")),
+        ("cost of one eager launch", ceil(M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
         ("cost of one replayed graph node", ceil(M.LAUNCH_US_PER_OP, mode="graph_node")),
         ("copy bandwidth", ceil(M.BANDWIDTH_GBPS)),
         ("matmul peak, float32", ceil(M.MATMUL_TFLOPS, dtype="float32")),

@@ -68,6 +68,7 @@ class Site:
     skipped: list[SkippedFile] = field(default_factory=list)
     compare: Path | None = None
     comparisons: list[Comparison] = field(default_factory=list)
+    run_pages: list[RunPage] = field(default_factory=list)  # what each run's page was built from
 
 
 def environment() -> Environment:
@@ -99,21 +100,21 @@ def run_page(run: Run) -> RunPage:
 
 # ---------------------------------------------------------------------------- comparisons
 
-def find_run(pages: list[RunPage], name: str) -> RunPage:
-    """The page of the run named `name` (its display name, slug or path); ValueError naming the choices."""
-    for p in pages:
-        if name in (p.run.name, p.run.slug, str(p.run.path), str(p.run.path.parent)) or \
-                Path(name).resolve() in (p.run.path.resolve(), p.run.path.parent.resolve()):
-            return p
-    raise ValueError(f"--baseline {name}: no such run among {', '.join(p.run.name for p in pages) or 'none'}")
+def find_run(runs: list[Run], name: str) -> Run:
+    """The run named `name` (its display name, slug or path); ValueError naming the choices."""
+    for run in runs:
+        if name in (run.name, run.slug, str(run.path), str(run.path.parent)) or \
+                Path(name).resolve() in (run.path.resolve(), run.path.parent.resolve()):
+            return run
+    raise ValueError(f"--baseline {name}: no such run among {', '.join(r.name for r in runs) or 'none'}")
 
 
 def pairs(pages: list[RunPage], baseline: str | None = None) -> list[tuple[RunPage, RunPage]]:
     """(baseline, run) pairs: every run against `baseline` where given, else each run against the newest run of
     its own profile (the newest itself against the next newest)."""
     if baseline is not None:
-        base = find_run(pages, baseline)
-        return [(base, p) for p in pages if p is not base]
+        base = find_run([p.run for p in pages], baseline)
+        return [(next(p for p in pages if p.run is base), p) for p in pages if p.run is not base]
     out = []
     ordered = sorted(pages, key=lambda p: p.run.results.run.started_at or "", reverse=True)
     for profile in dict.fromkeys(p.run.results.run.profile for p in ordered):
@@ -140,6 +141,8 @@ def render_site(paths: list[Path], out: Path, baseline: str | None = None) -> Si
     """Render every run under `paths` into `out`; unusable files are listed, never fatal. `baseline` names the run
     the comparison page sets every other run against (default: per profile, the newest run)."""
     runs, skipped = load_runs(paths)
+    if baseline is not None:
+        find_run(runs, baseline)  # a baseline that names no run stops here, before any page is drawn
     env = environment()
     out.mkdir(parents=True, exist_ok=True)
     site = Site(out=out, index=out / "index.html", skipped=skipped)
@@ -156,6 +159,7 @@ def render_site(paths: list[Path], out: Path, baseline: str | None = None) -> Si
         site.pages.append(out / page.file)
         site.runs.append(run)
         pages.append(page)
+    site.run_pages = pages
     comps = comparisons(pages, baseline)
     site.comparisons = comps
     files = {p.run.name: p.file for p in pages}

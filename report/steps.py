@@ -139,7 +139,7 @@ def answer(results: Results, case: Case) -> str:
 
 
 def _best_table(results: Results, found: list[Case]) -> Table:
-    table = Table(columns=["batch", "dtype", "eager", "fastest correct method", "its step", "speedup (stored)",
+    table = Table(columns=["batch", "dtype", "eager step", "fastest correct method", "its step", "speedup (stored)",
                            "MBU", "binding bound"], caption="Eager against the fastest method whose tokens equal "
                                                            "eager's, per batch and dtype", id="best-table")
     for c in found:

@@ -21,7 +21,7 @@ def amdahl(results: Results) -> Section:
     rec = record(results, AMDAHL)
     workloads = sorted({str(m.params.get("workload")) for m in matching(rec.metrics if rec else [],
                                                                         M.PREDICTED_SPEEDUP)})
-    table = Table(columns=["workload", "fusible fraction f", "k", "kernels eager → compiled", "cost per launch",
+    table = Table(columns=["workload", "fusible fraction f", "k (fusion speedup)", "kernels eager → compiled", "cost per launch",
                            "eager kernel time", "Amdahl (fusion only)", "launch-aware", "measured",
                            "measured / Amdahl", "measured / launch-aware"], id="amdahl-table",
                   caption="Predicted and measured compile speedup (amdahl)")

@@ -237,7 +237,7 @@ def test_costs_rows_are_per_dtype_with_that_dtypes_times(gpu_html: str) -> None:
 
 def test_compile_break_even_is_the_same_in_table_and_chart(site, gpu_html: str) -> None:
     t = table(gpu_html, id="compile-break-even")
-    page = render.run_page(next(r for r in site.runs if r.name == "gpu-fixture"))
+    page = next(p for p in site.run_pages if p.run.name == "gpu-fixture")
     chart = next(c for s in page.sections for c in s.charts if c.id == "chart-compile-decode_core")
     for phase in ("cold", "warm"):
         be = gpu("compile_cost", "break_even_calls", phase=phase, target="decode_core")["value"]
@@ -253,7 +253,7 @@ def test_compile_break_even_is_the_same_in_table_and_chart(site, gpu_html: str) 
 
 
 def test_step_chart_draws_one_floor_per_dtype_over_its_own_batches(site) -> None:
-    page = render.run_page(next(r for r in site.runs if r.name == "gpu-fixture"))
+    page = next(p for p in site.run_pages if p.run.name == "gpu-fixture")
     drawn = {c.id: c for s in page.sections for c in s.charts}
     for dtype, batches in (("float32", [1, 8, 64]), ("bfloat16", [1])):
         chart = drawn[f"chart-step-{dtype}"]
@@ -292,7 +292,7 @@ def test_every_committed_run_shows_only_stored_figures(tmp_path: Path, run_dir: 
     site = render_site([run_dir], tmp_path)
     assert len(site.runs) == 1 and not site.skipped
     html = site.pages[0].read_text()
-    page = render.run_page(site.runs[0])
+    page = site.run_pages[0]
     drawn = {c.id: c for s in page.sections for c in s.charts}
     ids = {r["id"]: r for r in data["experiments"] if r["status"] == "OK"}
     if "compile_cost" in ids:
@@ -343,13 +343,14 @@ def test_compare_page_sets_each_run_against_the_newest_of_its_profile(site) -> N
 
 def test_baseline_chooses_what_the_site_compares_against(tmp_path: Path, capsys) -> None:
     root = lay_out_runs(tmp_path / "runs")
-    site = render_site([root], tmp_path / "site", baseline="cpu-smoke")
-    assert [(c.a.label, c.b.label) for c in site.comparisons] == [("cpu-smoke", "gpu-fixture"),
-                                                                  ("cpu-smoke", "gpu-fixture-older")]
-    assert "--baseline cpu-smoke" in (tmp_path / "site" / "compare.html").read_text()
+    runs = [root / "cpu-smoke", root / "gpu-fixture"]
+    site = render_site(runs, tmp_path / "site", baseline=str(root / "cpu-smoke"))
+    assert [(c.a.label, c.b.label) for c in site.comparisons] == [("cpu-smoke", "gpu-fixture")]
+    assert "--baseline" in (tmp_path / "site" / "compare.html").read_text()
     assert lab_main(["report", str(root), "--out", str(tmp_path / "s2"), "--baseline", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: --baseline nope: no such run among cpu-smoke, gpu-fixture, gpu-fixture-older")
+    assert err[-1] == "error: --baseline nope: no such run among cpu-smoke, gpu-fixture, gpu-fixture-older"
+    assert not (tmp_path / "s2" / "index.html").exists()
 
 
 # ---------------------------------------------------------------------------- robustness, escaping, plumbing
@@ -430,7 +431,8 @@ def test_a_run_that_cannot_be_rendered_is_listed_not_fatal(tmp_path: Path, monke
         return Section("fragile", "Fragile")
 
     monkeypatch.setattr(render, "SECTIONS", [fragile] + render.SECTIONS)
-    site = render.render_site([lay_out_runs(tmp_path / "runs")], tmp_path / "site")
+    root = lay_out_runs(tmp_path / "runs")
+    site = render.render_site([root / "cpu-smoke", root / "gpu-fixture"], tmp_path / "site")
     assert [r.name for r in site.runs] == ["cpu-smoke"]
     assert any("gpu-fixture/results.json: could not be rendered (RuntimeError: boom <b>)" in s.reason
                for s in site.skipped)
