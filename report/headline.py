@@ -64,6 +64,14 @@ class Line:
         return f"B={fmt(self.case.batch)} {self.case.dtype}"
 
     @property
+    def mbu_text(self) -> str:
+        """'MBU 0.23' for the fastest method, or 'eager MBU 0.05' where only eager's was stored (the CPU)."""
+        if self.mbu is None:
+            return ""
+        whose = "" if self.mbu.params.get("method") == self.case.best.method else "eager "
+        return f"{whose}MBU {fmt(self.mbu.value)}"
+
+    @property
     def binding_text(self) -> str:
         """'launch-bound', or 'eager: bandwidth-bound' where ceilings bounded only the eager step (the CPU)."""
         if self.binding is None:
@@ -193,7 +201,7 @@ def side_by_side(rows: list[FrontRow]) -> Table:
         figures: list[tuple[str, Callable[[Line], Any]]] = [
             ("eager step", lambda ln: ln.case.eager.step), ("fastest correct method", lambda ln: ln.case.best.label),
             ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.speedup),
-            ("MBU", lambda ln: ln.mbu), ("binding bound", lambda ln: ln.binding.value if ln.binding else None),
+            ("MBU", lambda ln: ln.mbu_text or None), ("binding bound", lambda ln: ln.binding_text or None),
         ]
         for label, get_line in figures:
             table.rows.append([Cell(f"{label}, {tag}")] + [_cell(get_line(ln) if ln else None) for ln in here])
