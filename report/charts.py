@@ -21,6 +21,7 @@ from lab import metrics as M  # noqa: E402
 from lab.names import Method, method_rank  # noqa: E402
 from lab.results import Results  # noqa: E402
 
+from report.costs import first_call_behind  # noqa: E402
 from report.sections import record  # noqa: E402
 from report.tables import first, fmt, is_number, matching, sort_key  # noqa: E402
 
@@ -176,9 +177,7 @@ def compile_cost(results: Results) -> list[Chart]:
         for phase in ("cold", "warm"):
             be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
             saving = first(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
-            calls = [m for m in matching(rec.metrics, M.FIRST_CALL_S, phase=phase, target=target)
-                     if "trial" not in m.params]
-            fc = max(calls, key=lambda m: sort_key(m.params.get("n_layer"))) if calls else None
+            fc = first_call_behind(rec, phase, target)
             if be is not None and saving is not None and is_number(saving.value):
                 phases.append((phase, be, saving, fc))
         if not phases:
@@ -196,7 +195,7 @@ def compile_cost(results: Results) -> list[Chart]:
             bars.set_title("compile cost")
             lines.axhline(0, color="0.3", linewidth=1, label="eager (nothing saved)")
             data.update(break_even={}, first_call={p: fc.value for p, fc in shown}, series={})
-            for phase, be, saving, _ in phases:
+            for phase, be, saving, fc in phases:
                 slope = saving.value / 1e3  # seconds saved per call
                 if be.value is not None:
                     xs = [0, horizon]
@@ -204,10 +203,12 @@ def compile_cost(results: Results) -> list[Chart]:
                     lines.axvline(be.value, color=colors[phase], linestyle=":", linewidth=1)
                     lines.annotate(f"break-even {fmt(be.value)}", (be.value, 0), fontsize=7, xytext=(4, 6),
                                    textcoords="offset points", color=colors[phase])
-                else:
+                else:  # it never pays: from the first call's cost, the line only falls (or stays) below zero
+                    start = -fc.value if fc is not None and is_number(fc.value) else 0.0
                     xs = [0, horizon]
-                    ys = [x * slope for x in xs]
-                    lines.annotate("never pays", (horizon * 0.6, horizon * 0.6 * slope), fontsize=7,
+                    ys = [start + x * slope for x in xs]
+                    lines.annotate(f"never pays ({phase})", (horizon * 0.5, start + horizon * 0.5 * slope), fontsize=7,
+                                   xytext=(0, 6 if phase == "cold" else -12), textcoords="offset points",
                                    color=colors[phase])
                 lines.plot(xs, ys, color=colors[phase], label=f"compiled, {phase} cache")
                 data["break_even"][phase] = be.value

@@ -84,6 +84,16 @@ def json_key(params: dict[str, Any]) -> str:
     return ",".join(f"{k}={params[k]}" for k in sorted(params))
 
 
+def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | None:
+    """The first call a phase's break-even was paid against: the full depth's (the most layers), or for a target
+    timed in trials the last trial (the process whose saving was measured)."""
+    calls = matching(rec.metrics if rec else [], M.FIRST_CALL_S, phase=phase, target=target)
+    plain = [m for m in calls if "trial" not in m.params]
+    if plain:
+        return max(plain, key=lambda m: sort_key(m.params.get("n_layer")))
+    return max(calls, key=lambda m: sort_key(m.params.get("trial"))) if calls else None
+
+
 def compile_answer(rec: Record | None) -> list[str]:
     """One line per target: the full-depth first call cold and warm, and the stored break-even of each phase."""
     lines = []
@@ -91,9 +101,7 @@ def compile_answer(rec: Record | None) -> list[str]:
                                                                          M.BREAK_EVEN_CALLS)}):
         parts = []
         for phase in ("cold", "warm"):
-            calls = [m for m in matching(rec.metrics, M.FIRST_CALL_S, phase=phase, target=target)
-                     if "trial" not in m.params]
-            fc = max(calls, key=lambda m: sort_key(m.params.get("n_layer"))) if calls else None
+            fc = first_call_behind(rec, phase, target)
             be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
             if be is None:
                 continue

@@ -11,10 +11,11 @@ from lab import units
 from lab.names import Method
 from lab.results import Metric, Results
 
+from report.costs import first_call_behind
 from report.discover import Run
 from report.sections import failed_checks, record
 from report.steps import CEILINGS, Case, cases, ceiling, is_eager, step_rows
-from report.tables import Cell, Table, first, fmt, matching, num, sort_key
+from report.tables import Cell, Table, first, fmt, num, sort_key
 
 STATUSES = ("OK", "NOT_RUN", "FAILED")
 COMPILE_COST = "compile_cost"
@@ -118,12 +119,10 @@ def compile_summary(results: Results) -> list[str]:
     rec = record(results, COMPILE_COST)
     out = []
     for phase in ("cold", "warm"):
-        calls = [m for m in matching(rec.metrics if rec else [], M.FIRST_CALL_S, phase=phase, target=DECODE_CORE)
-                 if "trial" not in m.params]
+        fc = first_call_behind(rec, phase, DECODE_CORE)
         be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=DECODE_CORE)
-        if not calls and be is None:
+        if fc is None and be is None:
             continue
-        fc = max(calls, key=lambda m: sort_key(m.params.get("n_layer"))) if calls else None
         pay = "—" if be is None else ("never pays" if be.value is None else f"{fmt(be.value)} calls")
         out.append(f"compile, {phase} cache: {fmt(fc.value, units.S) if fc else '—'} → {pay}")
     return out
@@ -154,9 +153,7 @@ def _host_figures() -> list[tuple[str, Getter]]:
         def get(r: Results) -> Any:
             rec = record(r, COMPILE_COST)
             if spec is M.FIRST_CALL_S:
-                calls = [m for m in matching(rec.metrics if rec else [], spec, phase=phase, target=DECODE_CORE)
-                         if "trial" not in m.params]
-                return max(calls, key=lambda m: sort_key(m.params.get("n_layer"))) if calls else None
+                return first_call_behind(rec, phase, DECODE_CORE)
             return first(rec, spec, phase=phase, target=DECODE_CORE)
         return get
 

@@ -21,7 +21,7 @@ from lab.compare import Side, compare, explain, flatten, load_side, manifest_dif
 from lab.compare_output import records, safe, to_json
 from lab.manifest import REPO_ROOT
 from lab.marks import DEFAULT, Value, judge, option_value
-from lab.results import Metric, Record, Results, ResultsError, RunInfo, Spread, write_json_atomic
+from lab.results import Metric, Record, Results, ResultsError, RunInfo, write_json_atomic
 from report_helpers import FIXTURES, gpu_fixture
 
 CPU_RUN = FIXTURES / "report_runs" / "cpu-smoke"

@@ -159,7 +159,7 @@ def test_each_section_answers_first(gpu_html: str) -> None:
     answer = texts(steps, "answer")[0]
     best = gpu("cuda_graph_decode", "speedup_vs_eager", method="compile+graph", batch=1, dtype="float32",
                readback=False)["value"]
-    assert answer.startswith(f"B=1, float32: compile+graph") and f"{fmt(best)}× (launch-bound, MBU" in answer
+    assert answer.startswith("B=1, float32: compile+graph") and f"{fmt(best)}× (launch-bound, MBU" in answer
     assert steps.index('class="answer"') < steps.index('id="best-table"') < steps.index("<figure")
     ceilings = texts(section(gpu_html, "ceilings"), "answer")[0]
     ratio = gpu("ceilings", "measured_over_bound", method="eager", batch=1, dtype="float32")["value"]
@@ -250,6 +250,11 @@ def test_compile_break_even_is_the_same_in_table_and_chart(site, gpu_html: str) 
         assert f"break-even {fmt(be)}" in chart.svg
     mlp = [[c[0] for c in r] for r in t["rows"] if r[0][0] == "mlp"]
     assert [r[3] for r in mlp] == ["never (no saving)", "never (no saving)"]
+    never = next(c for s in page.sections for c in s.charts if c.id == "chart-compile-mlp")
+    for phase, first_call in (("cold", gpu("compile_cost", "first_call_s", phase="cold", target="mlp")["value"]),
+                              ("warm", gpu("compile_cost", "first_call_s", phase="warm", target="mlp")["value"])):
+        (x0, y0), (x1, y1) = never.data["series"][phase]
+        assert never.data["break_even"][phase] is None and (x0, y0) == (0, -first_call) and y1 < y0
 
 
 def test_step_chart_draws_one_floor_per_dtype_over_its_own_batches(site) -> None:

@@ -141,7 +141,7 @@ def test_run_page_in_chromium(browser, site) -> None:
     answer = page.inner_text("#steps .answer")
     speedup = stored(data, "cuda_graph_decode", "speedup_vs_eager", method="compile+graph", batch=1,
                      dtype="float32", readback=False)
-    assert f"compile+graph" in answer and f"{fmt(speedup)}×" in answer
+    assert "compile+graph" in answer and f"{fmt(speedup)}×" in answer
     assert page.evaluate("document.querySelector('#steps .answer').getBoundingClientRect().top - "
                          "document.querySelector('#steps h2').getBoundingClientRect().top") < 200
     best = rows(page, "best-table")
