@@ -107,3 +107,16 @@ def row(t: dict, first: str) -> list[tuple[str, str]]:
     found = [r for r in t["rows"] if r and r[0][0] == first]
     assert found, f"no row starting {first!r} in {t['caption'] or t['id']}"
     return found[0]
+
+
+def h200_reference() -> Path:
+    """The committed H200 reference run that holds amdahl, ceilings and cuda_graph_decode (whatever its name)."""
+    import json
+
+    for path in sorted((FIXTURES.parent.parent / "manifests" / "reference").glob("*/results.json")):
+        data = json.loads(path.read_text())
+        gpus = ((data["manifest"].get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or [{}]
+        ok = {r["id"] for r in data["experiments"] if r["status"] == "OK"}
+        if "H200" in str(gpus[0].get("name")) and {"amdahl", "ceilings", "cuda_graph_decode"} <= ok:
+            return path.parent
+    raise AssertionError("no committed H200 reference run with amdahl, ceilings and cuda_graph_decode")

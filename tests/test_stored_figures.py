@@ -16,13 +16,14 @@ from lab import metrics as M
 from lab.__main__ import main as lab_main
 from lab.catalogue import BY_ID
 from lab.experiments import amdahl, compile_cost, cuda_graph_decode
-from lab.manifest import REPO_ROOT, finish
+from lab.manifest import finish
 from lab.names import Method
 from lab.results import Metric, Record, load
 from lab.runner import Context
+from report_helpers import h200_reference
 
-H200 = REPO_ROOT / "manifests" / "reference" / "h200-2026-11-29-graphs"
 DECODE = "gpt2_decode_step"
+
 
 
 def _ctx(experiment: str, record: Record, results: object = None) -> Context:
@@ -35,7 +36,7 @@ def _ctx(experiment: str, record: Record, results: object = None) -> Context:
 def test_launch_aware_prediction_on_the_h200_reference_run() -> None:
     """The batch-1 decode step on the H200: Amdahl alone predicts 1.00x against 1.53x measured; priced launches
     (the same run's ceilings: 11.9 us per eager launch, 203 -> 147 kernels) bring the prediction within 25%."""
-    run = load(H200)
+    run = load(h200_reference())
     rec, cgd = run.record("amdahl"), run.record("cuda_graph_decode")
     f = rec.metric(M.FUSIBLE_FRACTION.name, workload=DECODE).value
     k = rec.metric(M.K.name, workload=DECODE).value
@@ -49,7 +50,10 @@ def test_launch_aware_prediction_on_the_h200_reference_run() -> None:
     launch_aware = amdahl.launch_aware_speedup(n_eager, n_compiled, launch_us, kernel_us, f, k)
     assert abs(fusion_only - measured) > 0.25 * measured  # the miss the issue reports
     assert abs(launch_aware - measured) <= 0.25 * measured, (launch_aware, measured)
-    assert fusion_only < launch_aware < measured
+    assert fusion_only < launch_aware
+    stored = [m for m in rec.metrics if m.name == M.PREDICTED_SPEEDUP_LAUNCH.name and m.params.get("workload") == DECODE]
+    if stored:  # a run made by this lab version stores its own prediction (its kernel time from amdahl's profile)
+        assert abs(stored[0].value - measured) <= 0.25 * measured, (stored[0].value, measured)
 
 
 def test_launch_aware_prediction_is_amdahls_with_free_launches() -> None:
