@@ -33,9 +33,50 @@ def run_text(cmd: list[str], cwd: Path | None = None) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+# CPU flags that change which kernels a compiler or library picks (the rest of the list is in the digest).
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
+
+
+def real_hostname() -> str:
+    """The machine's name: LAB_HOSTNAME where whoever starts the lab sets it (inside a container the hostname is
+    the container's own, often its id; the lab's container runner passes the host's), else this system's."""
+    return os.environ.get("LAB_HOSTNAME") or socket.gethostname()
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the OS has none): how busy the host was."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def host_info() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "os": platform.platform(), "kernel": platform.release(),
-            "libc": "-".join(platform.libc_ver())}
+    return {"hostname": socket.gethostname(), "real_hostname": real_hostname(), "os": platform.platform(),
+            "kernel": platform.release(), "libc": "-".join(platform.libc_ver()), "load_start": load_average()}
+
+
+def cpu_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[str, str] | None:
+    """The first CPU's cache sizes as the kernel reports them ({'L1d': '32K', 'L2': '512K', ...}); None elsewhere."""
+    caches: dict[str, str] = {}
+    try:
+        for index in sorted(root.glob("index*")):
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+            caches[f"L{level}{suffix}"] = (index / "size").read_text().strip()
+    except OSError:
+        return caches or None
+    return caches or None
+
+
+def cpu_flags(cpuinfo: str) -> list[str]:
+    """The feature flags of the first CPU in /proc/cpuinfo's text ('flags' on x86, 'Features' on ARM)."""
+    for line in cpuinfo.splitlines():
+        if line.startswith(("flags", "Features")):
+            return line.split(":", 1)[1].split()
+    return []
 
 
 def python_info() -> dict[str, Any]:
@@ -58,8 +99,10 @@ def nvidia_smi() -> dict[str, Any] | None:
 def cpu_info() -> dict[str, Any]:
     """The CPU's model, its logical cores and the ones this process may use, and the machine type."""
     model = None
+    cpuinfo = ""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        for line in cpuinfo.splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
@@ -69,7 +112,23 @@ def cpu_info() -> dict[str, Any]:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
-    return {"model": model, "logical_cores": os.cpu_count(), "usable_cores": usable, "machine": platform.machine()}
+    flags = cpu_flags(cpuinfo)
+    return {"model": model, "logical_cores": os.cpu_count(), "usable_cores": usable, "machine": platform.machine(),
+            "isa": [f for f in ISA_FLAGS if f in flags] if flags else None,
+            "flags_sha256": hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest() if flags else None,
+            "caches": cpu_caches()}
+
+
+def cache_state(cache_dir: str | Path | None) -> dict[str, Any]:
+    """Whether a compile cache directory held anything: {'state': 'cold' | 'warm', 'entries': files in it}.
+
+    Recorded at the start of a run, so that compile times of two runs are compared only where the
+    cache was in the same state (lab.metrics: setup_s is comparable under `manifest:compile_cache.state`)."""
+    entries = 0
+    if cache_dir:
+        for _, _, files in os.walk(cache_dir):
+            entries += len(files)
+    return {"state": "warm" if entries else "cold", "entries": entries}
 
 
 def container_info() -> dict[str, Any]:

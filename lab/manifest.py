@@ -18,13 +18,15 @@ from typing import Any
 
 from lab import __version__
 from lab.compile_cache import inductor_cache_dir, manifest_field
-from lab.hostinfo import (container_info, cpu_info, host_info, nvidia_smi, packages_digest, python_info, run_text,
-                          version_of)
+from lab.hostinfo import (cache_state, container_info, cpu_info, host_info, load_average, nvidia_smi, packages_digest,
+                          python_info, run_text, version_of)
 from lab.manifest_schema import MANIFEST_VERSION, check_manifest
 from lab.fleet.scheduler import scheduler_info
 from lab.toolchain import Toolchain, probe
 
-__all__ = ["MANIFEST_VERSION", "REPO_ROOT", "collect", "container_info", "now_iso"]
+__all__ = ["MANIFEST_VERSION", "REPO_ROOT", "collect", "container_info", "finish", "now_iso"]
+
+LABEL_ENV = "LAB_LABEL"  # the user's label for the run (`lab run --label NAME` sets it)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,11 +84,13 @@ def compiler_settings() -> dict[str, Any]:
 
 
 def compile_cache_field(tc: Toolchain) -> dict[str, Any]:
-    """What a compile cache made here is valid for (lab.compile_cache); never sinks the manifest."""
+    """What a compile cache made here is valid for (lab.compile_cache), and whether it was cold or warm when the run
+    started (`state`, `entries`); never sinks the manifest."""
     try:
-        return manifest_field(tc)
+        out = manifest_field(tc)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
+    return out | cache_state(out.get("cache_dir"))
 
 
 def collect_env_fields() -> dict[str, Any]:
@@ -108,6 +112,7 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
     manifest: dict[str, Any] = {
         "manifest_version": MANIFEST_VERSION,
         "created_at": now_iso(),
+        "label": os.environ.get(LABEL_ENV) or None,
         "host": host_info(),
         "python": python_info(),
         "torch": {"version": torch.__version__, "cuda_build": torch.version.cuda,
@@ -132,3 +137,10 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
         manifest.update(extra)
     check_manifest(manifest, "the collected manifest")
     return manifest
+
+
+def finish(manifest: dict[str, Any]) -> None:
+    """What the manifest can only know at the end of a run: the host's load then (`host.load_end`)."""
+    host = manifest.setdefault("host", {})
+    if isinstance(host, dict):
+        host["load_end"] = load_average()

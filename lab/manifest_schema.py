@@ -35,6 +35,12 @@ class Host(_Open):
     """`platform.release()`"""
     libc: str | None = None
     """e.g. glibc-2.39"""
+    real_hostname: str | None = None
+    """the machine's name: LAB_HOSTNAME where the lab's launcher sets it (a container's own hostname is its id), else the hostname"""
+    load_start: list[float] | None = None
+    """the 1, 5 and 15 minute load averages when the run started"""
+    load_end: list[float] | None = None
+    """the same when the run ended (null: the run did not complete)"""
 
 
 class Python(_Open):
@@ -95,6 +101,12 @@ class Cpu(_Open):
     """torch's intra-op threads"""
     machine: str | None = None
     """e.g. x86_64"""
+    isa: list[str] | None = None
+    """the CPU flags that change which kernels are picked (avx2, avx512f, amx_bf16, ...)"""
+    flags_sha256: str | None = None
+    """sha256 of all the CPU's flags"""
+    caches: dict[str, str] | None = None
+    """cache sizes as the kernel reports them, e.g. {"L1d": "32K", "L2": "512K", "L3": "32768K"}"""
 
 
 class Cxx(_Open):
@@ -207,6 +219,8 @@ class Manifest(_Open):
     """1. A loader that does not know the version refuses the file."""
     created_at: str | None = None
     """ISO 8601, UTC"""
+    label: str | None = None
+    """the user's label for the run (`lab run --label NAME`, or LAB_LABEL)"""
     host: Host | None = None
     """the operating system and the host's name"""
     python: Python | None = None
@@ -226,7 +240,7 @@ class Manifest(_Open):
     inductor_cache_dir: str | None = None
     """where Inductor's caches live"""
     compile_cache: dict[str, JsonValue] | None = None
-    """what a compile cache made here is valid for (lab.compile_cache)"""
+    """what a compile cache made here is valid for (lab.compile_cache), and `state`: cold (empty) or warm when the run started"""
     lab: LabInfo | None = None
     """the lab's own version and commit"""
     container: Container | None = None

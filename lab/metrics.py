@@ -10,7 +10,10 @@ to be paired at all), must be equal for the two values to be compared:
 - `"metric:NAME"`: the value of the metric NAME recorded with the same params in the same record
   (e.g. `fusion.step_ms` is comparable only where `bytes_moved` is equal);
 - `"manifest:PATH"`: a field of the run's manifest, dotted (e.g. `manifest:compile_cache.state`);
-- `"profile:PATH"`: a field of the run's profile (e.g. `profile:model.name`).
+- `"profile:PATH"`: a field of the run's profile (e.g. `profile:model.name`);
+- `"option:EXPERIMENT.KEY"`: for values of that experiment only, the option they ran with (e.g.
+  gemm_bound's speedup only where `gemm_bound.dtype` is equal).
+`lab.marks` evaluates them (and says which one failed).
 
 This module imports nothing but the standard library: the report and compare run without torch.
 """
@@ -88,8 +91,19 @@ L, H, N = Direction.LOWER, Direction.HIGHER, Direction.NONE
 NUMBERS, BOOL, TEXT = Kind.NUMBERS, Kind.BOOL, Kind.TEXT
 
 # Compile times depend on whether Inductor's cache already held the kernels: two values compare only
-# where the cache was in the same state (not recorded in the manifest yet: another issue adds it).
+# where the cache was in the same state when the run started (the manifest's compile_cache.state).
 _CACHE = ("manifest:compile_cache.state",)
+# What a GPT-2 step costs depends on the model's shape (layers, width, vocabulary) and the cache length;
+# its tokens and logits on the weights' seed and scale too (all in profile.model): values compare only
+# between runs of the same model and cache. Conservative for the small workloads (fusion, gemm_bound...)
+# that record step_ms too, whose own shapes are in their params.
+_MODEL = ("profile:model", "profile:max_len")
+# A time or rate over bytes: comparable only where the same bytes were moved (fusion records bytes_moved).
+_BYTES = ("metric:bytes_moved",)
+# Workloads whose shape is an option rather than a param of the values that depend on it.
+_GEMM = tuple(f"option:gemm_bound.{k}" for k in ("batch", "dim", "layers", "dtype"))
+_LAUNCH = ("option:launch_overhead.n_ops", "option:launch_overhead.width")
+_AMDAHL = ("option:amdahl.decode_layers", "option:amdahl.block_batch", "option:amdahl.block_seq")
 
 # Why counts of kernels, graphs and ops have no direction: they describe the program a method runs
 # (a torch upgrade may fuse differently); what they cost is judged by the times beside them.
@@ -97,27 +111,33 @@ _STRUCTURE = " (a count describing the program, judged through the times: no dir
 
 # ---------------------------------------------------------------------------- step times and speedups
 STEP_MS = declare("step_ms", units.MS, L, "median time of one step (or call) of the method",
-                  comparable=("metric:bytes_moved",))
+                  comparable=_BYTES + _MODEL + _AMDAHL)
 ROUND_MEDIANS_MS = declare("round_medians_ms", units.MS, N, "the median step time of each round, in round order "
                            "(the spread behind step_ms, judged through it)", kind=NUMBERS)
-STEADY_MS = declare("steady_ms", units.MS, L, "median steady-state call time in the warm child process")
+STEADY_MS = declare("steady_ms", units.MS, L, "median steady-state call time in the warm child process",
+                    comparable=_MODEL)
 EMPTY_MS = declare("empty_ms", units.MS, L, "median time of K torch.empty calls of the workload's size")
 SETUP_S = declare("setup_s", units.S, L, "time to make the method ready: compile and/or capture, first call included",
-                  comparable=_CACHE)
-SPEEDUP_VS_EAGER = declare("speedup_vs_eager", units.X, H, "eager's median step time over this method's")
+                  comparable=_CACHE + _MODEL)
+SPEEDUP_VS_EAGER = declare("speedup_vs_eager", units.X, H, "eager's median step time over this method's",
+                           comparable=_MODEL)
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
-                  "is named)")
+                  "is named)", comparable=_BYTES + _GEMM + _LAUNCH)
 SPEEDUP_VS_BROKEN_EAGER = declare("speedup_vs_broken_eager", units.X, H,
-                                  "the broken step's eager median over this version and method's")
+                                  "the broken step's eager median over this version and method's",
+                                  comparable=("option:graph_break_repair.rows", "option:graph_break_repair.dim"))
 MARGIN_VS_RUNNER_UP = declare("margin_vs_runner_up", units.X, N,
                               "the runner-up's median over the winner's (how clear the choice was)")
 
 # ---------------------------------------------------------------------------- correctness (outside timing)
 TOKENS_EQUAL = declare("tokens_equal", units.BOOL, N, "the greedy tokens equal the reference's", kind=BOOL)
-TOKEN_AGREEMENT = declare("token_agreement", units.FRACTION, H, "share of greedy tokens equal to the reference's")
-MAX_LOGIT_DIFF = declare("max_logit_diff", units.ABS, L, "largest absolute logit difference from the reference")
+TOKEN_AGREEMENT = declare("token_agreement", units.FRACTION, H, "share of greedy tokens equal to the reference's",
+                          comparable=_MODEL)
+MAX_LOGIT_DIFF = declare("max_logit_diff", units.ABS, L, "largest absolute logit difference from the reference",
+                         comparable=_MODEL)
 MAX_LOGIT_REL_DIFF = declare("max_logit_rel_diff", units.FRACTION, L,
-                             "largest logit difference as a fraction of the reference's largest |logit|")
+                             "largest logit difference as a fraction of the reference's largest |logit|",
+                             comparable=_MODEL)
 DISTINCT_TOKENS_MIN = declare("distinct_tokens_min", units.COUNT, N, "fewest distinct tokens in any compared "
                               "sequence (equality of repetitive sequences would prove nothing)")
 GARBAGE_SCALE = declare("garbage_scale", units.X, N, "scale of the random values written into unreached cache "
@@ -165,7 +185,8 @@ KERNELS = declare("kernels", units.COUNT, N, "kernels per call from the profiler
 KERNELS_PER_STEP = declare("kernels_per_step", units.COUNT, N, "kernels per decode step from the profiler (device "
                            "kernels on CUDA, outermost ops + generated kernels on the CPU)" + _STRUCTURE)
 OPS_PER_STEP = declare("ops_per_step", units.COUNT, N, "ops (CPU) or kernels (CUDA) per call" + _STRUCTURE)
-KERNEL_TIME_PER_STEP_US = declare("kernel_time_per_step_us", units.US, L, "GPU time inside the step's kernels")
+KERNEL_TIME_PER_STEP_US = declare("kernel_time_per_step_us", units.US, L, "time inside the step's kernels (GPU "
+                                  "time on CUDA, the outermost ops' time on the CPU)", comparable=_MODEL)
 MATMUL_SHARE = declare("matmul_share", units.FRACTION, N, "share of kernel time in matrix products (a property of "
                        "the workload: no direction)")
 GEMM_SHARE = declare("gemm_share", units.FRACTION, N, "share of kernel time in GEMMs (a property of the workload: "
@@ -190,37 +211,47 @@ LAUNCH_COST_BASIS = declare("launch_cost_basis", units.NONE, N,
                             "which per-kernel cost the launch bound uses: eager or graph_node", kind=TEXT)
 BYTES_PER_STEP = declare("bytes_per_step", units.BYTES, N, "bytes a step must read and write (weights, cache)")
 FLOPS_PER_STEP = declare("flops_per_step", units.FLOP, N, "floating-point operations of one step")
-BOUND_LAUNCH_MS = declare("bound_launch_ms", units.MS, L, "lower bound on a step: kernels x per-kernel launch cost")
-BOUND_BANDWIDTH_MS = declare("bound_bandwidth_ms", units.MS, L, "lower bound on a step: bytes / bandwidth")
-BOUND_COMPUTE_MS = declare("bound_compute_ms", units.MS, L, "lower bound on a step: FLOPs / matmul peak")
-BOUND_MS = declare("bound_ms", units.MS, L, "the largest of the three bounds: no step can be faster")
+BOUND_LAUNCH_MS = declare("bound_launch_ms", units.MS, L, "lower bound on a step: kernels x per-kernel launch cost",
+                          comparable=_MODEL)
+BOUND_BANDWIDTH_MS = declare("bound_bandwidth_ms", units.MS, L, "lower bound on a step: bytes / bandwidth",
+                             comparable=_MODEL)
+BOUND_COMPUTE_MS = declare("bound_compute_ms", units.MS, L, "lower bound on a step: FLOPs / matmul peak",
+                           comparable=_MODEL)
+BOUND_MS = declare("bound_ms", units.MS, L, "the largest of the three bounds: no step can be faster", comparable=_MODEL)
 BINDING = declare("binding", units.NONE, N, "which bound binds: launch, bandwidth or compute", kind=TEXT)
-MEASURED_MS = declare("measured_ms", units.MS, L, "the measured step time the bounds are set against")
+MEASURED_MS = declare("measured_ms", units.MS, L, "the measured step time the bounds are set against",
+                      comparable=_MODEL)
 MEASURED_OVER_BOUND = declare("measured_over_bound", units.X, L, "measured step time over its bound: how far from "
-                              "the ceiling (1 is at it)")
-ACHIEVED_GBPS = declare("achieved_GBps", units.GBPS, H, "bytes moved per second at the measured time")
+                              "the ceiling (1 is at it)", comparable=_MODEL)
+ACHIEVED_GBPS = declare("achieved_GBps", units.GBPS, H, "bytes moved per second at the measured time",
+                        comparable=_BYTES + _MODEL)
 MBU = declare("mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes the step must read / measured step time / "
-              "the measured copy bandwidth (1 is the weight-read floor)")
-ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time")
+              "the measured copy bandwidth (1 is the weight-read floor)", comparable=_MODEL)
+ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time", comparable=_GEMM)
 
 # ---------------------------------------------------------------------------- graph capture and memory
-CAPTURE_S = declare("capture_s", units.S, L, "warm-up + capture of a CUDA graph")
+CAPTURE_S = declare("capture_s", units.S, L, "warm-up + capture of a CUDA graph", comparable=_MODEL)
 WARMUP_S = declare("warmup_s", units.S, L, "the side-stream warm-up before capture")
 CAPTURE_ONLY_S = declare("capture_only_s", units.S, L, "the capture itself")
-STATE_MIB = declare("state_MiB", units.MIB, L, "the decode state and KV cache, by tensor sizes")
+STATE_MIB = declare("state_MiB", units.MIB, L, "the decode state and KV cache, by tensor sizes", comparable=_MODEL)
 STATE_ALLOCATED_MIB = declare("state_allocated_MiB", units.MIB, L, "what allocating the state took from the allocator")
-GRAPH_POOL_MIB = declare("graph_pool_MiB", units.MIB, L, "what the graph's private memory pool reserved")
+GRAPH_POOL_MIB = declare("graph_pool_MiB", units.MIB, L, "what the graph's private memory pool reserved",
+                         comparable=_MODEL)
 WEIGHTS_MIB = declare("weights_MiB", units.MIB, N, "the model's weights (a property of the model)")
-SAVING_MS_PER_STEP = declare("saving_ms_per_step", units.MS, H, "eager's step time minus graph replay's")
-BREAK_EVEN_STEPS = declare("break_even_steps", units.STEPS, L, "steps after which capture has paid for itself")
+SAVING_MS_PER_STEP = declare("saving_ms_per_step", units.MS, H, "eager's step time minus the method's (graph replay's "
+                              "in graph_cost)", comparable=_MODEL)
+BREAK_EVEN_STEPS = declare("break_even_steps", units.STEPS, L, "steps after which the method's setup (capture and/or "
+                           "compile) has paid for itself: setup / saving per step (null: never, it saves nothing)",
+                           comparable=_CACHE + _MODEL)
 
 # ---------------------------------------------------------------------------- compile cost (fresh processes)
 FIRST_CALL_S = declare("first_call_s", units.S, L, "the first call of the compiled function in a fresh process: "
-                       "tracing, lowering, code generation, compilation (the phase param says which cache state)")
+                       "tracing, lowering, code generation, compilation (the phase param says which cache state)",
+                       comparable=_MODEL)
 SAVING_MS_PER_CALL = declare("saving_ms_per_call", units.MS, H, "eager's call time minus compiled's, in that phase's "
-                             "process")
+                             "process", comparable=_MODEL)
 BREAK_EVEN_CALLS = declare("break_even_calls", units.CALLS, L, "calls after which the compile has paid for itself "
-                           "(null: never)")
+                           "(null: never)", comparable=_MODEL)
 CACHE_REUSED = declare("cache_reused", units.BOOL, N, "the populated FX graph cache was hit under this setting",
                        kind=BOOL)
 
@@ -246,11 +277,13 @@ BYTES_MOVED = declare("bytes_moved", units.BYTES, N, "bytes read and written per
                       "read and one write (fused)")
 CEILING_X = declare("ceiling_x", units.X, N, "the fusion ceiling: N ops fused move N times fewer bytes (a property of "
                     "the chain)")
-US_PER_OP = declare("us_per_op", units.US, L, "step time per op")
-US_PER_OP_REMOVED = declare("us_per_op_removed", units.US, H, "(eager - method) per op: the overhead removed")
+US_PER_OP = declare("us_per_op", units.US, L, "step time per op", comparable=_LAUNCH)
+US_PER_OP_REMOVED = declare("us_per_op_removed", units.US, H, "(eager - method) per op: the overhead removed",
+                            comparable=_LAUNCH)
 ALLOCATIONS_PER_STEP = declare("allocations_per_step", units.COUNT, L, "caching-allocator allocations per call (CUDA)")
 US_PER_INTERMEDIATE = declare("us_per_intermediate", units.US, L,
-                              "(allocating - method) per intermediate: what one intermediate tensor costs")
+                              "(allocating - method) per intermediate: what one intermediate tensor costs",
+                              comparable=("option:allocation.k", "option:allocation.numel"))
 US_PER_EMPTY = declare("us_per_empty", units.US, L, "one torch.empty of the workload's size")
 
 # ---------------------------------------------------------------------------- Amdahl
@@ -258,9 +291,16 @@ K = declare("k", units.X, N, "how much faster fusion makes the fusible part (mea
             "input of the prediction")
 PREDICTED_SPEEDUP = declare("predicted_speedup", units.X, N, "Amdahl's prediction 1 / ((1 - f) + f / k): a "
                             "prediction, not a performance")
-MEASURED_SPEEDUP = declare("measured_speedup", units.X, H, "the compile speedup measured for the workload")
+MEASURED_SPEEDUP = declare("measured_speedup", units.X, H, "the compile speedup measured for the workload",
+                           comparable=_MODEL + _AMDAHL)
 MEASURED_OVER_PREDICTED = declare("measured_over_predicted", units.X, N,
                                   "measured over predicted speedup: 1 is a perfect prediction (no direction)")
+PREDICTED_SPEEDUP_LAUNCH = declare(
+    "predicted_speedup_launch", units.X, N, "the launch-aware prediction: (eager kernels x cost per launch + eager "
+    "kernel time) / (compiled kernels x cost per launch + eager kernel time x ((1 - f) + f / k)), the cost per launch "
+    "from this run's ceilings (Amdahl's prediction is its case of free launches): a prediction, not a performance")
+MEASURED_OVER_PREDICTED_LAUNCH = declare("measured_over_predicted_launch", units.X, N,
+                                         "measured over the launch-aware predicted speedup: 1 is a perfect prediction")
 
 # ---------------------------------------------------------------------------- verdicts (diagnose, selection)
 VERDICT = declare("verdict", units.NONE, N, "diagnose's verdict: graph-broken, recompiling, gemm-bound, launch-bound, "

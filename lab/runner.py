@@ -23,7 +23,7 @@ from rich.console import Console
 
 from lab import __version__
 from lab.catalogue import BY_ID, ExperimentSpec, resolve
-from lab.manifest import collect, now_iso
+from lab.manifest import collect, finish, now_iso
 from lab.metrics import Kind, MetricSpec
 from lab.options import OptionsError, as_dict
 from lab.options import resolve as resolve_options
@@ -263,6 +263,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
         save(results, out_dir)
         raise
     results.run.state = "complete"
+    finish(results.manifest)  # the host's load at the end
     results.run.finished_at = now_iso()
     results.run.wall_s = round(time.perf_counter() - wall_start, 3)
     save(results, out_dir)

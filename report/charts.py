@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import matplotlib
@@ -18,11 +18,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lab import metrics as M  # noqa: E402
-from lab.names import METHOD_ORDER, Method, method_rank  # noqa: E402
+from lab.names import Method, method_rank  # noqa: E402
 from lab.results import Results  # noqa: E402
 
-from report.sections import _step_metrics, record  # noqa: E402
-from report.tables import first, is_number, matching, sort_key  # noqa: E402
+from report.costs import first_call_behind  # noqa: E402
+from report.sections import record  # noqa: E402
+from report.tables import first, fmt, is_number, matching, sort_key  # noqa: E402
+
+DECODE, CEILINGS, COMPILE_COST, FUSION, AMDAHL = "cuda_graph_decode", "ceilings", "compile_cost", "fusion", "amdahl"
 
 STYLE = {
     "svg.fonttype": "none",  # text stays text: small files, selectable labels
@@ -43,6 +46,7 @@ class Chart:
     caption: str
     svg: str = ""
     error: str = ""
+    data: dict[str, Any] = field(default_factory=dict)  # what was drawn: series and marked values, for the tests
 
 
 def _svg(fig: Any, salt: str) -> str:
@@ -57,14 +61,16 @@ def _svg(fig: Any, salt: str) -> str:
                   lambda m: f'<svg{m.group(1)} class="chart-svg" style="max-width:{m.group(2)}"', text, count=1)
 
 
-def _draw(chart_id: str, title: str, caption: str, draw: Callable[[], Any]) -> Chart | None:
-    """Run one drawing function under the report's style; None when it had nothing to draw."""
+def _draw(chart_id: str, title: str, caption: str, draw: Callable[[dict[str, Any]], Any]) -> Chart | None:
+    """Run one drawing function under the report's style; None when it had nothing to draw. The function fills
+    `data` with what it drew (series label -> points, marked values), which the tests compare with the records."""
+    data: dict[str, Any] = {}
     try:
         with plt.rc_context(STYLE):
-            fig = draw()
+            fig = draw(data)
             if fig is None:
                 return None
-            return Chart(chart_id, title, caption, svg=_svg(fig, chart_id))
+            return Chart(chart_id, title, caption, svg=_svg(fig, chart_id), data=data)
     except Exception as exc:  # a chart must never take the page down with it
         plt.close("all")
         return Chart(chart_id, title, caption, error=f"could not draw this chart ({type(exc).__name__}: {exc})")
@@ -84,124 +90,168 @@ def _log_axis(ax: Any, axis: str, base: int = 10, ticks: list[Any] | None = None
     target.set_minor_formatter(NullFormatter())
 
 
-def _colors(methods: list[Any]) -> dict[Any, Any]:
+# Series that coincide stay distinguishable: each method its colour, marker, line style and marker size (larger
+# hollow markers drawn first, so a method hidden under another shows as a ring around it).
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)), "-", "--")
+
+
+def _styles(methods: list[Any]) -> dict[Any, dict[str, Any]]:
     cmap = plt.get_cmap("tab10")
-    return {m: cmap(i % 10) for i, m in enumerate(methods)}
+    n = len(methods)
+    return {m: {"color": cmap(i % 10), "marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)],
+                "markersize": 4 + 2.2 * (n - i), "markerfacecolor": "none", "markeredgewidth": 1.4,
+                "linewidth": 1.2 + 0.5 * (n - i) / n, "zorder": 2 + i}
+            for i, m in enumerate(methods)}
 
 
 def step_time(results: Results) -> list[Chart]:
-    """Step time against batch, one line per method, each method's bound dashed in the same colour."""
-    cgd, ceil = record(results, "cuda_graph_decode"), record(results, "ceilings")
-    steps = [m for m in _step_metrics(cgd) if not m.params.get("readback") and is_number(m.value)]
+    """Step time against batch per dtype: one line per method, each method's bound dashed thin in its colour, and
+    that dtype's weight-read floor (bytes / bandwidth) dotted, over that dtype's batches only."""
+    cgd, ceil = record(results, DECODE), record(results, CEILINGS)
+    steps = [m for m in matching(cgd.metrics if cgd else [], M.STEP_MS, readback=False)
+             if "method" in m.params and "batch" in m.params and is_number(m.value)]
     charts = []
-    for dtype in sorted({str(m.params.get("dtype")) for m in steps}):
+    for dtype in sorted({str(m.params.get("dtype")) for m in steps}, key=lambda d: (d != "float32", d)):
         here = [m for m in steps if str(m.params.get("dtype")) == dtype]
         methods = sorted({m.params["method"] for m in here}, key=method_rank)
+        batches = sorted({m.params["batch"] for m in here}, key=sort_key)
 
-        def draw(here: list[Any] = here, methods: list[Any] = methods, dtype: str = dtype) -> Any:
+        def draw(data: dict[str, Any], here: list[Any] = here, methods: list[Any] = methods, dtype: str = dtype,
+                 batches: list[Any] = batches) -> Any:
             fig, ax = plt.subplots(figsize=(7.5, 4.2))
-            colors = _colors(methods)
+            styles = _styles(methods)
+            series: dict[str, list[tuple[Any, float]]] = {}
             for method in methods:
                 pts = sorted(((m.params["batch"], m.value) for m in here if m.params["method"] == method),
                              key=lambda p: sort_key(p[0]))
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colors[method], label=method)
-                bounds = sorted(((m.params["batch"], m.value) for m in matching(ceil.metrics if ceil else [],
-                                                                                  M.BOUND_MS, method=method)
-                                 if str(m.params.get("dtype", dtype)) == dtype and is_number(m.value)),
-                                key=lambda p: sort_key(p[0]))
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=method, **styles[method])
+                series[str(method)] = pts
+                bounds = sorted(((m.params["batch"], m.value) for m in matching(ceil.metrics if ceil else [], M.BOUND_MS,
+                                                                                 method=method)
+                                 if str(m.params.get("dtype")) == dtype and m.params["batch"] in batches
+                                 and is_number(m.value)), key=lambda p: sort_key(p[0]))
                 if bounds:
-                    ax.plot([p[0] for p in bounds], [p[1] for p in bounds], linestyle="--", linewidth=1,
-                            color=colors[method], alpha=0.7)
-            bw = sorted(((m.params["batch"], m.value) for m in matching(ceil.metrics if ceil else [],
-                                                                          M.BOUND_BANDWIDTH_MS)
-                         if m.params.get("method") == methods[0] and is_number(m.value)), key=lambda p: sort_key(p[0]))
-            if bw:
-                ax.plot([p[0] for p in bw], [p[1] for p in bw], color="0.35", linestyle=":", linewidth=1.5,
-                        label="bandwidth floor")
-            if ceil and any(matching(ceil.metrics, M.BOUND_MS)):
-                ax.plot([], [], linestyle="--", color="0.5", label="method's bound (dashed)")
-            _log_axis(ax, "x", 2, sorted({m.params["batch"] for m in here}, key=sort_key))
+                    ax.plot([p[0] for p in bounds], [p[1] for p in bounds], linestyle="--", linewidth=0.8,
+                            color=styles[method]["color"], alpha=0.6)
+                    series[f"bound: {method}"] = bounds
+            floor = sorted(((m.params["batch"], m.value) for m in matching(ceil.metrics if ceil else [],
+                                                                            M.BOUND_BANDWIDTH_MS, method=Method.EAGER)
+                            if str(m.params.get("dtype")) == dtype and m.params["batch"] in batches
+                            and is_number(m.value)), key=lambda p: sort_key(p[0]))
+            if floor:
+                ax.plot([p[0] for p in floor], [p[1] for p in floor], color="0.25", linestyle=":", linewidth=2,
+                        marker="|", markersize=10, label=f"weight-read floor ({dtype})")
+                series["floor"] = floor
+            if any(k.startswith("bound: ") for k in series):
+                ax.plot([], [], linestyle="--", linewidth=0.8, color="0.5", label="method's bound (thin dashed)")
+            data.update(series=series, dtype=dtype)
+            if len(batches) > 1:
+                _log_axis(ax, "x", 2, batches)
+            else:
+                ax.set_xticks(batches)
             _log_axis(ax, "y")
-            ax.set_xlabel("batch")
-            ax.set_ylabel("median ms per step")
-            ax.set_title(f"Decode step time vs batch ({dtype})")
+            ax.set_xlabel("batch (sequences decoded together)")
+            ax.set_ylabel("median time per decode step (ms, log)")
+            ax.set_title(f"Decode step time against batch ({dtype})")
             ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
             return fig
 
-        chart = _draw(f"chart-step-{dtype}", f"Step time vs batch ({dtype})",
-                      "Solid: measured median per method. Dashed: that method's largest lower bound "
-                      "(launch, bandwidth or compute). Dotted: the weight-read floor at the measured bandwidth.",
-                      draw)
+        chart = _draw(f"chart-step-{dtype}", f"Step time against batch ({dtype})",
+                      "Each method has its own colour, marker and line style; methods whose times coincide show as "
+                      "nested rings. Thin dashed: that method's largest lower bound (launch, bandwidth or compute). "
+                      f"Dotted: the {dtype} weight-read floor at the measured bandwidth.", draw)
         if chart:
             charts.append(chart)
     return charts
 
 
 def compile_cost(results: Results) -> list[Chart]:
-    """Cumulative time against calls: eager, compiled from a cold cache, compiled from a warm one."""
-    rec = record(results, "compile_cost")
+    """Per target: time saved by compiling after N calls, per cache phase, from the stored saving per call and
+    break-even: the line crosses zero at the stored break-even (never, where the compile never pays)."""
+    rec = record(results, COMPILE_COST)
     charts = []
-    targets = sorted({str(m.params.get("target")) for m in matching(rec.metrics if rec else [], M.FIRST_CALL_S)})
-    for target in targets:
-        cold = first(rec, M.FIRST_CALL_S, phase="cold", target=target)
-        warm = first(rec, M.FIRST_CALL_S, phase="warm", target=target)
-        eager = first(rec, M.STEADY_MS, method=Method.EAGER, target=target)
-        comp = first(rec, M.STEADY_MS, method=Method.COMPILE_DEFAULT, target=target)
-        if not all(m is not None and is_number(m.value) for m in (cold, eager, comp)):
+    for target in sorted({str(m.params.get("target")) for m in matching(rec.metrics if rec else [],
+                                                                         M.BREAK_EVEN_CALLS)}):
+        phases = []
+        for phase in ("cold", "warm"):
+            be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
+            saving = first(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
+            fc = first_call_behind(rec, phase, target)
+            if be is not None and saving is not None and is_number(saving.value):
+                phases.append((phase, be, saving, fc))
+        if not phases:
             continue
 
-        def draw(cold: Any = cold, warm: Any = warm, eager: Any = eager, comp: Any = comp, target: str = target) -> Any:
-            saving = eager.value - comp.value
-            phases = [("cold", cold)] + ([("warm", warm)] if warm is not None and is_number(warm.value) else [])
-            evens = [p.value * 1e3 / saving for _, p in phases] if saving > 0 else []
+        def draw(data: dict[str, Any], phases: list[Any] = phases, target: str = target) -> Any:
+            evens = [be.value for _, be, _, _ in phases if be.value is not None]
             horizon = max(evens) * 1.6 if evens else 10_000
-            xs = [0, horizon]
             fig, (bars, lines) = plt.subplots(1, 2, figsize=(8.5, 3.6), gridspec_kw={"width_ratios": [1, 2.4]})
-            bars.bar([p for p, _ in phases], [m.value for _, m in phases], color=["#c0504d", "#4f81bd"][:len(phases)])
-            bars.set_ylabel("first call, s")
+            colors = {"cold": "#c0504d", "warm": "#4f81bd"}
+            shown = [(p, fc) for p, _, _, fc in phases if fc is not None and is_number(fc.value)]
+            bars.bar([p for p, _ in shown], [fc.value for _, fc in shown], color=[colors[p] for p, _ in shown])
+            bars.set_ylabel("first call (s)")
+            bars.set_xlabel("cache at the first call")
             bars.set_title("compile cost")
-            lines.plot(xs, [x * eager.value / 1e3 for x in xs], color="0.3", label=Method.EAGER)
-            for (phase, m), color in zip(phases, ("#c0504d", "#4f81bd")):
-                lines.plot(xs, [m.value + x * comp.value / 1e3 for x in xs], color=color, label=f"compiled, {phase}")
-                if saving > 0:
-                    x = m.value * 1e3 / saving
-                    lines.axvline(x, color=color, linestyle=":", linewidth=1)
-                    lines.annotate(f"break-even {x:,.0f}", (x, x * eager.value / 1e3), fontsize=7,
-                                   xytext=(4, -12), textcoords="offset points", color=color)
+            lines.axhline(0, color="0.3", linewidth=1, label="eager (nothing saved)")
+            data.update(break_even={}, first_call={p: fc.value for p, fc in shown}, series={})
+            for phase, be, saving, fc in phases:
+                slope = saving.value / 1e3  # seconds saved per call
+                if be.value is not None:
+                    xs = [0, horizon]
+                    ys = [(x - be.value) * slope for x in xs]  # zero exactly at the stored break-even
+                    lines.axvline(be.value, color=colors[phase], linestyle=":", linewidth=1)
+                    lines.annotate(f"break-even {fmt(be.value)}", (be.value, 0), fontsize=7, xytext=(4, 6),
+                                   textcoords="offset points", color=colors[phase])
+                else:  # it never pays: from the first call's cost, the line only falls (or stays) below zero
+                    start = -fc.value if fc is not None and is_number(fc.value) else 0.0
+                    xs = [0, horizon]
+                    ys = [start + x * slope for x in xs]
+                    lines.annotate(f"never pays ({phase})", (horizon * 0.5, start + horizon * 0.5 * slope), fontsize=7,
+                                   xytext=(0, 6 if phase == "cold" else -12), textcoords="offset points",
+                                   color=colors[phase])
+                lines.plot(xs, ys, color=colors[phase], label=f"compiled, {phase} cache")
+                data["break_even"][phase] = be.value
+                data["series"][phase] = list(zip(xs, ys))
             lines.set_xlabel("calls")
-            lines.set_ylabel("cumulative s")
-            lines.set_title(f"{target}: total time by calls")
+            lines.set_ylabel("time saved by compiling (s)")
+            lines.set_title(f"{target}: time saved after N calls")
             lines.legend(fontsize=7, frameon=False)
             fig.tight_layout()
             return fig
 
-        chart = _draw(f"chart-compile-{target}", f"Cold vs warm compile ({target})",
-                      "Left: first-call compile time from an empty and a populated cache. Right: total time after "
-                      "N calls; where a compiled line crosses eager, compiling has paid for itself.", draw)
+        chart = _draw(f"chart-compile-{target}", f"Cold against warm compile ({target})",
+                      "Left: the first call from an empty and from a populated cache. Right: the time compiling has "
+                      "saved after N calls (the saving per call measured in that phase's process); below zero the "
+                      "compile has not paid yet, and each line crosses zero at the stored break-even.", draw)
         if chart:
             charts.append(chart)
     return charts
 
 
 def setup_cost(results: Results) -> list[Chart]:
-    """Setup (compile and/or capture) seconds per method and batch, as grouped bars."""
-    rec = record(results, "cuda_graph_decode")
+    """Setup (compile and/or capture) seconds per method, batch and dtype, as grouped bars."""
+    rec = record(results, DECODE)
     ms = [m for m in matching(rec.metrics if rec else [], M.SETUP_S) if is_number(m.value)]
     if not ms:
         return []
 
-    def draw() -> Any:
+    def draw(data: dict[str, Any]) -> Any:
         methods = sorted({m.params.get("method") for m in ms}, key=method_rank)
-        batches = sorted({m.params.get("batch") for m in ms}, key=sort_key)
+        groups = sorted({(m.params.get("batch"), m.params.get("dtype")) for m in ms},
+                        key=lambda g: (str(g[1]) != "float32", str(g[1]), sort_key(g[0])))
         fig, ax = plt.subplots(figsize=(7.5, 3.4))
-        width = 0.8 / max(1, len(batches))
-        for j, b in enumerate(batches):
-            vals = [next((m.value for m in ms if m.params.get("method") == meth and m.params.get("batch") == b), 0)
-                    for meth in methods]
-            ax.bar([i + j * width for i in range(len(methods))], vals, width, label=f"batch {b}")
-        ax.set_xticks([i + width * (len(batches) - 1) / 2 for i in range(len(methods))], [str(m) for m in methods],
+        width = 0.8 / max(1, len(groups))
+        for j, (b, dt) in enumerate(groups):
+            vals = [next((m.value for m in ms if m.params.get("method") == meth and m.params.get("batch") == b
+                          and m.params.get("dtype") == dt), 0) for meth in methods]
+            label = f"batch {b}" + (f", {dt}" if dt is not None else "")
+            ax.bar([i + j * width for i in range(len(methods))], vals, width, label=label)
+            data.setdefault("series", {})[label] = list(zip([str(m) for m in methods], vals))
+        ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(methods))], [str(m) for m in methods],
                       rotation=20, ha="right")
-        ax.set_ylabel("setup, s (log)")
+        ax.set_ylabel("setup (s, log)")
+        ax.set_xlabel("method")
         _log_axis(ax, "y")
         ax.legend(fontsize=7, frameon=False)
         ax.set_title("Compile / capture cost per method")
@@ -214,26 +264,27 @@ def setup_cost(results: Results) -> list[Chart]:
 
 def fusion(results: Results) -> list[Chart]:
     """Fusion speedup against chain length, in and out of cache, with the N× ceiling."""
-    rec = record(results, "fusion")
+    rec = record(results, FUSION)
     sp = [m for m in matching(rec.metrics if rec else [], M.SPEEDUP) if is_number(m.value) and "n_ops" in m.params]
     if not sp:
         return []
 
-    def draw() -> Any:
+    def draw(data: dict[str, Any]) -> Any:
         fig, ax = plt.subplots(figsize=(6.5, 3.6))
         for residency in sorted({str(m.params.get("residency")) for m in sp}):
             pts = sorted(((m.params["n_ops"], m.value) for m in sp if str(m.params.get("residency")) == residency),
                          key=lambda p: sort_key(p[0]))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"measured, {residency}")
+            data.setdefault("series", {})[residency] = pts
         ceil = sorted(((m.params["n_ops"], m.value) for m in matching(rec.metrics, M.CEILING_X)
                        if "n_ops" in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")
         _log_axis(ax, "x", 2, sorted({m.params["n_ops"] for m in sp}, key=sort_key))
-        ax.set_xlabel("elementwise ops in the chain")
-        ax.set_ylabel("compiled speedup over eager, ×")
+        ax.set_xlabel("elementwise ops in the chain (count)")
+        ax.set_ylabel("compiled speedup over eager (×)")
         ax.legend(fontsize=7, frameon=False)
-        ax.set_title("Fusion: speedup vs chain length")
+        ax.set_title("Fusion: speedup against chain length")
         return fig
 
     chart = _draw("chart-fusion", "Fusion", "Speedup of the compiled (fused) chain over eager; the dashed line is "
@@ -250,7 +301,7 @@ def recompiles(results: Results) -> list[Chart]:
         return []
     limit = first(rc, M.RECOMPILE_LIMIT)
 
-    def draw() -> Any:
+    def draw(data: dict[str, Any]) -> Any:
         panels = [(p, t) for p, t in ((a, "recompiles: 12 batch sizes"), (b, "decode_recompiles: 20 calls")) if p]
         fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels) + 1, 3.2), squeeze=False)
         for ax, (ms, title) in zip(axes[0], panels):
@@ -260,8 +311,10 @@ def recompiles(results: Results) -> list[Chart]:
             if limit is not None and is_number(limit.value):
                 ax.axhline(limit.value, color="#c0504d", linestyle="--", linewidth=1, label=f"limit {limit.value}")
                 ax.legend(fontsize=7, frameon=False)
-            ax.set_ylabel(M.COMPILES)
+            ax.set_ylabel("frames compiled (count)")
+            ax.set_xlabel("setting")
             ax.set_title(title)
+            data.setdefault("series", {})[title] = list(zip(labels, [m.value for m in ms]))
         fig.tight_layout()
         return fig
 
@@ -270,10 +323,40 @@ def recompiles(results: Results) -> list[Chart]:
     return [chart] if chart else []
 
 
+def amdahl(results: Results) -> list[Chart]:
+    """Per workload: Amdahl's prediction, the launch-aware one and the measured speedup, as bars."""
+    rec = record(results, AMDAHL)
+    specs = (M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP)
+    workloads = sorted({str(m.params.get("workload")) for m in matching(rec.metrics if rec else [],
+                                                                        M.PREDICTED_SPEEDUP)})
+    if not workloads:
+        return []
+
+    def draw(data: dict[str, Any]) -> Any:
+        fig, ax = plt.subplots(figsize=(6.5, 3.4))
+        labels = ("Amdahl (fusion only)", "launch-aware", "measured")
+        width = 0.8 / len(specs)
+        for j, (spec, label, color) in enumerate(zip(specs, labels, ("#9bbb59", "#4f81bd", "#c0504d"))):
+            vals = []
+            for w in workloads:
+                m = first(rec, spec, workload=w)
+                vals.append(m.value if m is not None and is_number(m.value) else 0.0)
+            ax.bar([i + j * width for i in range(len(workloads))], vals, width, label=label, color=color)
+            data.setdefault("series", {})[label] = list(zip(workloads, vals))
+        ax.axhline(1.0, color="0.3", linewidth=0.8)
+        ax.set_xticks([i + width for i in range(len(workloads))], workloads)
+        ax.set_xlabel("workload")
+        ax.set_ylabel("compile speedup over eager (×)")
+        ax.set_title("Predicted against measured")
+        ax.legend(fontsize=7, frameon=False)
+        return fig
+
+    chart = _draw("chart-amdahl", "Amdahl against the launch-aware prediction", "Bars at 0: not predicted or not "
+                  "measured in this run (the table says which).", draw)
+    return [chart] if chart else []
+
+
 def all_charts(results: Results) -> dict[str, list[Chart]]:
     """Charts per section id of the run page."""
-    return {"speedups": step_time(results), "costs": setup_cost(results) + compile_cost(results),
-            "dynamo": recompiles(results), "fusion": fusion(results)}
-
-
-__all__ = ["Chart", "all_charts", "METHOD_ORDER"]
+    return {"steps": step_time(results), "costs": setup_cost(results) + compile_cost(results),
+            "dynamo": recompiles(results), "fusion": fusion(results), "amdahl": amdahl(results)}

@@ -1,9 +1,13 @@
 """The report: a pure function from run directories to a static folder of HTML pages.
 
-    site/index.html          every run found, what was skipped and why, links
-    site/run-<name>.html     one page per run: environment, ceilings, speedups, costs, Dynamo,
-                             correctness, charts, what did not run, and every experiment's metrics
-    site/compare.html        with two or more runs: each run against the first
+    site/index.html          the front page: one row per run, newest first (host, device, torch, eager against
+                             the fastest correct method with speedup and MBU, the binding bound, compile and
+                             capture cost with break-even, statuses and failed checks), then every run's headline
+                             figures side by side, then what was skipped and why
+    site/run-<name>.html     one page per run: a header with the failed checks, a table of contents, and the
+                             sections of SECTIONS, each answering its question on its first screen
+    site/compare.html        each run against its baseline: `--baseline RUN`, else the newest run of the same
+                             profile; why it moved first, then every mark with its reason
 
 Pages are self-contained (CSS inline, charts as inline SVG): they open from disk with no network.
 Jinja2 autoescapes everything; the only unescaped content is the SVG matplotlib wrote.
@@ -13,20 +17,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from lab import metrics as M
-from lab import units
 from lab.compare import Comparison, Side, compare
+from lab.marks import MARKS
 from lab.results import Results
 
-from report import charts, sections
+from report import charts, costs, headline, sections, steps, workloads
 from report.discover import Run, SkippedFile, load_runs
-from report.tables import Cell, Table, fmt, pivot
+from report.tables import Table, fmt, params_text
 
-STATUSES = ("OK", "NOT_RUN", "FAILED")
+STATUSES = headline.STATUSES
+
+# The run page's sections, in order: each a function from a run's results to a Section (None: nothing to show).
+# A module with sections of its own registers them with one line here.
+SECTIONS: list[Callable[[Results], sections.Section | None]] = [
+    steps.steps,
+    steps.ceilings,
+    costs.costs,
+    workloads.amdahl,
+    workloads.fusion,
+    sections.dynamo,
+    sections.correctness,
+    sections.environment,
+    sections.not_run,
+]
 
 
 @dataclass
@@ -34,10 +51,12 @@ class RunPage:
     run: Run
     file: str
     title: str
-    counts: dict[str, int]
+    front: headline.FrontRow
+    device: str
     overview: Table
     sections: list[sections.Section]
     experiments: list[sections.ExperimentView]
+    failed: list[tuple[Any, Any]]  # (record, check) of every failed check
 
 
 @dataclass
@@ -48,90 +67,87 @@ class Site:
     runs: list[Run] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
     compare: Path | None = None
+    comparisons: list[Comparison] = field(default_factory=list)
+    run_pages: list[RunPage] = field(default_factory=list)  # what each run's page was built from
 
 
 def environment() -> Environment:
     env = Environment(loader=PackageLoader("report", "templates"), autoescape=select_autoescape(["html", "css"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = fmt
+    env.filters["params"] = params_text
     return env
-
-
-def counts(results: Results) -> dict[str, int]:
-    return {s: sum(r.status == s for r in results.experiments) for s in STATUSES}
-
-
-def device_text(results: Results) -> str:
-    m = results.manifest
-    gpus = ((m.get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or []
-    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
-        return f"{gpus[0]['name']} (driver {gpus[0].get('driver_version', '?')})"
-    cpu = m.get("cpu") or {}
-    return f"CPU: {cpu.get('model') or '?'} ({cpu.get('usable_cores') or '?'} cores)"
-
-
-def fusion(results: Results) -> sections.Section | None:
-    rec = sections.record(results, "fusion")
-    if rec is None or rec.status != "OK":
-        return None
-    table = pivot(rec, ["n_ops", "residency"], [M.SPEEDUP, M.CEILING_X])
-    table.caption = "Compiled (fused) chain over eager, against the bytes ceiling"
-    return sections.Section("fusion", "Fusion", "", [table] if table else [],
-                            empty="" if table else "fusion ran but recorded no speedup metrics.")
 
 
 def run_page(run: Run) -> RunPage:
     """Everything on one run's page, grouped and formatted: the template only lays it out."""
     res = run.results
-    secs = [sections.environment(res), sections.ceilings(res), sections.speedups(res), sections.costs(res),
-            sections.dynamo(res)]
-    fus = fusion(res)
-    if fus is not None:
-        secs.append(fus)
-    secs += [sections.correctness(res), sections.not_run(res)]
     drawn = charts.all_charts(res)
-    for sec in secs:
-        sec.charts = drawn.get(sec.id, [])
+    secs = []
+    for make in SECTIONS:
+        sec = make(res)
+        if sec is None:
+            continue
+        sec.charts = list(sec.charts) + drawn.get(sec.id, [])
         if sec.charts and sec.empty:
             sec.empty = ""
-    return RunPage(run=run, file=f"run-{run.slug}.html", title=f"{run.name} ({res.run.profile})",
-                   counts=counts(res), overview=sections.overview(res), sections=secs,
-                   experiments=sections.experiments(res))
+        secs.append(sec)
+    file = f"run-{run.slug}.html"
+    return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=headline.front_row(run, file),
+                   device=headline.device_text(res), overview=sections.overview(res), sections=secs,
+                   experiments=sections.experiments(res), failed=sections.failed_checks(res))
 
 
-def index_table(pages: list[RunPage]) -> Table:
-    table = Table(columns=["run", "profile", "state", "host", "device", "torch", "started", "wall",
-                           "OK", "NOT_RUN", "FAILED", "file"], cls="runs")
-    for p in pages:
-        r = p.run.results
-        table.rows.append([
-            Cell(p.run.name, href=p.file), Cell(r.run.profile), Cell(r.run.state),
-            Cell(str((r.manifest.get("host") or {}).get("hostname", "?"))), Cell(device_text(r)),
-            Cell(str((r.manifest.get("torch") or {}).get("version", "?"))), Cell(r.run.started_at or "—"),
-            Cell(fmt(r.run.wall_s, units.S), cls="num"),
-            *[Cell(str(p.counts[s]), cls=f"num status {s}" if p.counts[s] else "num") for s in STATUSES],
-            Cell(str(p.run.path)),
-        ])
-    return table
+# ---------------------------------------------------------------------------- comparisons
+
+def find_run(runs: list[Run], name: str) -> Run:
+    """The run named `name` (its display name, slug or path); ValueError naming the choices."""
+    for run in runs:
+        if name in (run.name, run.slug, str(run.path), str(run.path.parent)) or \
+                Path(name).resolve() in (run.path.resolve(), run.path.parent.resolve()):
+            return run
+    raise ValueError(f"--baseline {name}: no such run among {', '.join(r.name for r in runs) or 'none'}")
 
 
-def comparisons(pages: list[RunPage]) -> list[Comparison]:
-    """Each run against the first one given (the baseline)."""
-    if len(pages) < 2:
-        return []
-    side = lambda p: Side(p.run.path, p.run.results.manifest, p.run.results)  # noqa: E731
-    base = side(pages[0])
-    return [compare(base, side(p)) for p in pages[1:]]
+def pairs(pages: list[RunPage], baseline: str | None = None) -> list[tuple[RunPage, RunPage]]:
+    """(baseline, run) pairs: every run against `baseline` where given, else each run against the newest run of
+    its own profile (the newest itself against the next newest)."""
+    if baseline is not None:
+        base = find_run([p.run for p in pages], baseline)
+        return [(next(p for p in pages if p.run is base), p) for p in pages if p.run is not base]
+    out = []
+    ordered = sorted(pages, key=lambda p: p.run.results.run.started_at or "", reverse=True)
+    for profile in dict.fromkeys(p.run.results.run.profile for p in ordered):
+        group = [p for p in ordered if p.run.results.run.profile == profile]
+        if len(group) < 2:
+            continue
+        out += [(group[0], p) for p in group[1:]]
+    return out
 
 
-def render_site(paths: list[Path], out: Path) -> Site:
-    """Render every run under `paths` into `out`; unusable files are listed, never fatal."""
+def side(page: RunPage) -> Side:
+    return Side(page.run.path, page.run.results.manifest, page.run.results, name=page.run.name)
+
+
+def comparisons(pages: list[RunPage], baseline: str | None = None) -> list[Comparison]:
+    return [compare(side(a), side(b)) for a, b in pairs(pages, baseline)]
+
+
+MARK_CLASS: dict[str, Any] = {"better": "good", "fixed": "good", "worse": "bad", "newly failing": "bad",
+                              "not comparable": "muted", "same": "", "changed": "changed"}
+
+
+def render_site(paths: list[Path], out: Path, baseline: str | None = None) -> Site:
+    """Render every run under `paths` into `out`; unusable files are listed, never fatal. `baseline` names the run
+    the comparison page sets every other run against (default: per profile, the newest run)."""
     runs, skipped = load_runs(paths)
+    if baseline is not None:
+        find_run(runs, baseline)  # a baseline that names no run stops here, before any page is drawn
     env = environment()
     out.mkdir(parents=True, exist_ok=True)
     site = Site(out=out, index=out / "index.html", skipped=skipped)
     pages: list[RunPage] = []
-    for run in runs:
+    for run in headline.newest_first(runs):
         try:
             page = run_page(run)
             html = env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)
@@ -143,17 +159,19 @@ def render_site(paths: list[Path], out: Path) -> Site:
         site.pages.append(out / page.file)
         site.runs.append(run)
         pages.append(page)
-    comps = comparisons(pages)
+    site.run_pages = pages
+    comps = comparisons(pages, baseline)
+    site.comparisons = comps
+    files = {p.run.name: p.file for p in pages}
     if comps:
-        html = env.get_template("compare.html").render(comparisons=comps, pages=pages, skipped=skipped,
-                                                       title="Comparison", mark_cls=MARK_CLASS)
+        html = env.get_template("compare.html").render(comparisons=comps, skipped=skipped, title="Comparison",
+                                                       mark_cls=MARK_CLASS, marks=MARKS, files=files,
+                                                       baseline=baseline)
         site.compare = out / "compare.html"
         site.compare.write_text(html, encoding="utf-8")
-    html = env.get_template("index.html").render(pages=pages, runs_table=index_table(pages), skipped=skipped,
-                                                 has_compare=bool(comps), title="Graph-mode inference lab")
+    fronts = [p.front for p in pages]
+    html = env.get_template("index.html").render(fronts=fronts, side_by_side=headline.side_by_side(fronts),
+                                                 skipped=skipped, has_compare=bool(comps),
+                                                 title="Graph-mode inference lab")
     site.index.write_text(html, encoding="utf-8")
     return site
-
-
-MARK_CLASS: dict[str, Any] = {"better": "good", "fixed": "good", "worse": "bad", "newly failing": "bad",
-                              "not comparable": "muted", "same": "", "changed": "changed"}

@@ -34,6 +34,7 @@ class Table:
     caption: str = ""
     cls: str = ""
     id: str = ""
+    collapsed: bool = False  # shown folded (<details>) under its caption: detail behind a section's answer
 
     def __bool__(self) -> bool:
         return bool(self.rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -13,13 +14,44 @@ sys.path.insert(0, str(FIXTURES))
 import gpu_fixture  # noqa: E402
 
 
+def older_gpu_run(data: dict) -> dict:
+    """The GPU fixture as an earlier run of the same profile: a day older, graph replay 1.5x slower, a cold cache."""
+    data["run"]["started_at"] = "2026-11-28T09:00:00+00:00"
+    data["manifest"]["created_at"] = "2026-11-28T09:00:00+00:00"
+    data["manifest"]["label"] = "fixture-older"
+    data["manifest"]["compile_cache"]["state"] = "cold"
+    data["manifest"]["host"]["load_end"] = [6.0, 3.0, 1.0]
+    for rec in data["experiments"]:
+        for m in rec["metrics"]:
+            if rec["id"] == "cuda_graph_decode" and m["name"] == "step_ms" and m["params"].get("method") == "graph":
+                m["value"] *= 1.5
+                m["spread"] = None
+    return data
+
+
 def lay_out_runs(root: Path) -> Path:
-    """root/{gpu-fixture,cpu-smoke,malformed}: the OK-heavy GPU-like fixture, the CPU smoke run, a cut-off file."""
+    """root/{gpu-fixture,gpu-fixture-older,cpu-smoke,malformed}: the OK-heavy GPU-like fixture, an older run of it
+    (the same profile, so the comparison page has a pair by default), the CPU smoke run, a cut-off file."""
+    from lab.results import MANIFEST_NAME, RESULTS_NAME, write_json_atomic
+
     root.mkdir(parents=True, exist_ok=True)
     gpu_fixture.write(root / "gpu-fixture")
+    older = older_gpu_run(gpu_fixture.build())
+    write_json_atomic(root / "gpu-fixture-older" / RESULTS_NAME, older)
+    write_json_atomic(root / "gpu-fixture-older" / MANIFEST_NAME, older["manifest"])
     for name in ("cpu-smoke", "malformed"):
         shutil.copytree(FIXTURES / "report_runs" / name, root / name)
     return root
+
+
+def texts(html: str, cls: str) -> list[str]:
+    """The text of every element whose class attribute is exactly `cls`, tags removed, spaces collapsed."""
+    import re
+
+    out = []
+    for m in re.finditer(rf'<(\w+)[^>]*class="{re.escape(cls)}"[^>]*>(.*?)</\1>', html, re.S):
+        out.append(" ".join(unescape(re.sub(r"<[^>]+>", " ", m.group(2))).split()))
+    return out
 
 
 class Tables(HTMLParser):
@@ -75,3 +107,16 @@ def row(t: dict, first: str) -> list[tuple[str, str]]:
     found = [r for r in t["rows"] if r and r[0][0] == first]
     assert found, f"no row starting {first!r} in {t['caption'] or t['id']}"
     return found[0]
+
+
+def h200_reference() -> Path:
+    """The committed H200 reference run that holds amdahl, ceilings and cuda_graph_decode (whatever its name)."""
+    import json
+
+    for path in sorted((FIXTURES.parent.parent / "manifests" / "reference").glob("*/results.json")):
+        data = json.loads(path.read_text())
+        gpus = ((data["manifest"].get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or [{}]
+        ok = {r["id"] for r in data["experiments"] if r["status"] == "OK"}
+        if "H200" in str(gpus[0].get("name")) and {"amdahl", "ceilings", "cuda_graph_decode"} <= ok:
+            return path.parent
+    raise AssertionError("no committed H200 reference run with amdahl, ceilings and cuda_graph_decode")

@@ -1,26 +1,196 @@
-"""`lab compare`: manifest differences, ratios and marks, in the manner of `asv compare`."""
+"""`lab compare`: every mark follows from a metric's declaration (lab.metrics) through the rules of lab.marks.
+
+The cases the issue found wrong are tested first, by name; then every rule on its own, the comparison of two
+runs, the committed reference runs, and the command line (text, JSON, one-line errors, control characters).
+"""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 
+from lab import metrics as M
 from lab.__main__ import main as lab_main
-from lab.compare import compare, direction, flatten, judge, load_side, manifest_diff
-from lab.results import Metric, ResultsError, Spread, write_json_atomic
-from report_helpers import FIXTURES, gpu_fixture
+from lab.catalogue import BY_ID
+from lab.compare import Side, compare, explain, flatten, load_side, manifest_diff
+from lab.compare_output import records, safe, to_json
+from lab.manifest import REPO_ROOT
+from lab.marks import DEFAULT, Value, judge, option_value
+from lab.results import Metric, Record, Results, ResultsError, RunInfo, write_json_atomic
+from report_helpers import FIXTURES, gpu_fixture, h200_reference
 
 CPU_RUN = FIXTURES / "report_runs" / "cpu-smoke"
+REFERENCE = REPO_ROOT / "manifests" / "reference"
+MODEL = {"name": "gpt2-124M", "n_layer": 12, "n_embd": 768}
 
 
-def m(name: str, value, unit: str = "ms", spread: tuple[float, float] | None = None) -> Metric:
-    sp = None if spread is None else Spread(n=9, median=value, q1=spread[0], q3=spread[1], min=spread[0],
-                                            max=spread[1], rel_iqr=0.0, noisy=False)
-    return Metric(name, value, unit, {}, sp)
+def manifest(**extra: object) -> dict:
+    return {"manifest_version": 1, "profile": {"name": "cpu", "model": dict(MODEL), "max_len": 256},
+            "compile_cache": {"state": "warm"}} | extra
 
+
+def v(value, unit: str = "ms", spread: tuple[float, float] | None = None, **kw) -> Value:
+    q1, q3 = spread if spread else (None, None)
+    return Value(value, unit, kw.pop("params", {}), q1, q3, manifest=kw.pop("manifest", manifest()), **kw)
+
+
+def mark(spec, a, b, **kw) -> tuple:
+    verdict = judge(spec, a, b, **kw)
+    return verdict.mark, verdict.reason
+
+
+# ---------------------------------------------------------------------------- the cases of the issue
+
+def test_saving_per_call_up_is_better() -> None:
+    verdict = judge(M.SAVING_MS_PER_CALL, v(10.29), v(132.0))
+    assert (verdict.mark, verdict.ratio) == ("better", pytest.approx(132 / 10.29))
+
+
+def test_saving_per_call_changing_sign_is_not_comparable() -> None:
+    verdict = judge(M.SAVING_MS_PER_CALL, v(5.06), v(-40.66))
+    assert verdict.mark == "not comparable" and verdict.ratio is None and "different sign" in verdict.reason
+
+
+def test_further_from_the_bound_is_worse() -> None:
+    assert mark(M.MEASURED_OVER_BOUND, v(1.94, "x"), v(7.72, "x"))[0] == "worse"
+    assert mark(M.MEASURED_OVER_BOUND, v(7.72, "x"), v(1.94, "x"))[0] == "better"
+
+
+def test_break_even_against_never_is_not_comparable_with_the_reason() -> None:
+    verdict = judge(M.BREAK_EVEN_CALLS, v(660, "calls"), v(None, "calls"))
+    assert verdict.mark == "not comparable" and verdict.reason == "B is null (never): a value against null"
+    assert judge(M.BREAK_EVEN_CALLS, v(None, "calls"), v(660, "calls")).reason.startswith("A is null (never)")
+
+
+def _run(records: list[Record], man: dict, name: str = "x") -> Side:
+    results = Results(run=RunInfo(profile="cpu", started_at="2026-11-29T09:00:00+00:00"), manifest=man,
+                      experiments=records)
+    return Side(Path(name) / "results.json", man, results, name=name)
+
+
+def _fusion(step: float, nbytes: int) -> Record:
+    p = {"method": "eager", "n_ops": 4, "residency": "memory"}
+    return Record("fusion", "fusion", "OK", metrics=[Metric("step_ms", step, "ms", p), Metric("bytes_moved", nbytes, "B", p),
+                                                     Metric("speedup", 2.0, "x", {"n_ops": 4, "residency": "memory"})])
+
+
+def test_fusion_step_with_other_bytes_moved_is_not_comparable() -> None:
+    c = compare(_run([_fusion(0.5, 1 << 27)], manifest()), _run([_fusion(24.7, 1 << 31)], manifest()))
+    rows = {r.name: r for r in c.metrics}
+    assert rows["step_ms"].mark == "not comparable"
+    assert rows["step_ms"].reason == f"bytes_moved differs: {1 << 27} vs {1 << 31}"
+    # the speedup has fewer params: it is judged by every bytes_moved whose params include its own
+    assert rows["speedup"].mark == "not comparable" and rows["speedup"].reason.startswith("bytes_moved differs")
+    assert rows["bytes_moved"].mark == "changed"  # no direction: never better or worse
+    same = compare(_run([_fusion(0.5, 1 << 27)], manifest()), _run([_fusion(1.0, 1 << 27)], manifest()))
+    assert {r.name: r.mark for r in same.metrics}["step_ms"] == "worse"
+
+
+def _inductor(setup: float) -> Record:
+    return Record("inductor", "inductor", "OK", metrics=[Metric("setup_s", setup, "s", {"step": "indexed"})])
+
+
+def test_compile_time_from_a_cold_and_a_warm_cache_is_not_comparable() -> None:
+    cold, warm = manifest(compile_cache={"state": "cold"}), manifest(compile_cache={"state": "warm"})
+    row = compare(_run([_inductor(25.25)], cold), _run([_inductor(3.27)], warm)).metrics[0]
+    assert (row.mark, row.reason) == ("not comparable", "compile_cache.state differs: cold vs warm")
+    row = compare(_run([_inductor(25.25)], warm), _run([_inductor(3.27)], warm)).metrics[0]
+    assert row.mark == "better"
+    unknown = manifest()
+    del unknown["compile_cache"]
+    row = compare(_run([_inductor(25.25)], unknown), _run([_inductor(3.27)], unknown)).metrics[0]
+    assert (row.mark, row.reason) == ("not comparable", "compile_cache.state is not recorded in A and B")
+
+
+# ---------------------------------------------------------------------------- each rule
+
+@pytest.mark.parametrize("spec, a, b, expected", [
+    (M.STEP_MS, 1.0, 0.8, "better"), (M.STEP_MS, 1.0, 1.3, "worse"), (M.STEP_MS, 1.0, 1.05, "same"),
+    (M.SPEEDUP_VS_EAGER, 2.0, 3.0, "better"), (M.SPEEDUP_VS_EAGER, 2.0, 1.0, "worse"),
+    (M.BANDWIDTH_GBPS, 18.3, 4208.0, "better"), (M.GRAPH_BREAKS, 0, 2, "worse"), (M.GRAPH_BREAKS, 2, 0, "better"),
+    (M.KERNELS_PER_STEP, 203, 147, "changed"), (M.PREDICTED_SPEEDUP, 1.0, 1.5, "changed"),
+    (M.BINDING, "launch", "bandwidth", "changed"), (M.BINDING, "launch", "launch", "same"),
+    (M.TOKENS_EQUAL, True, False, "changed"), (M.ROUND_MEDIANS_MS, [1.0, 2.0], [1.0, 2.5], "changed"),
+    (M.SAVING_MS_PER_CALL, -0.16, -0.08, "better"), (M.SAVING_MS_PER_CALL, -0.08, -0.16, "worse"),
+])
+def test_marks_follow_the_declared_direction(spec, a, b, expected) -> None:
+    unit = spec.unit
+    assert judge(spec, v(a, unit), v(b, unit)).mark == expected
+
+
+def test_no_direction_is_never_better_or_worse() -> None:
+    for spec in M.REGISTRY.values():
+        if spec.direction is M.Direction.NONE and spec.kind is M.Kind.NUMBER:
+            for a, b in ((1.0, 100.0), (100.0, 1.0), (0, 5)):
+                assert judge(spec, v(a, spec.unit), v(b, spec.unit)).mark in ("changed", "not comparable"), spec.name
+
+
+def test_undeclared_metric_has_no_direction() -> None:
+    verdict = judge(None, v(1.0), v(3.0))
+    assert verdict.mark == "changed" and "not declared" in verdict.reason
+
+
+def test_noise_band_and_interquartile_ranges() -> None:
+    verdict = judge(M.STEP_MS, v(1.0, spread=(0.7, 1.4)), v(1.3, spread=(1.1, 1.6)))
+    assert (verdict.mark, verdict.reason) == ("same", "interquartile ranges overlap")
+    assert judge(M.STEP_MS, v(1.0, spread=(0.95, 1.05)), v(1.3, spread=(1.2, 1.4))).mark == "worse"
+    assert judge(M.STEP_MS, v(1.0), v(1.3), factor=1.5).mark == "same"
+
+
+def test_units_kinds_nulls_zero_and_non_finite() -> None:
+    assert mark(M.STEP_MS, v(1.0), v(1.0, "s")) == ("not comparable", "units differ: ms vs s")
+    assert mark(M.STEP_MS, v(None), v(None))[0] == "same"
+    assert mark(M.STEP_MS, v(1.0), v(None))[1] == "B is null (not measured): a value against null"
+    assert mark(M.STEP_MS, v(1.0), v(True))[0] == "not comparable"
+    assert mark(M.STEP_MS, v(float("nan")), v(1.0)) == ("not comparable", "not a finite number")
+    zero = judge(M.GRAPH_BREAKS, v(0, "count"), v(3, "count"))
+    assert (zero.mark, zero.ratio) == ("worse", None) and "no ratio" in zero.reason
+    assert judge(M.STEP_MS, v(2.0), v(2.0)).ratio == 1.0
+
+
+def test_profile_condition_model_and_cache_length() -> None:
+    tiny = manifest(profile={"model": MODEL | {"n_layer": 2}, "max_len": 256})
+    verdict = judge(M.STEP_MS, v(1.0), v(0.1, manifest=tiny))
+    assert (verdict.mark, verdict.reason) == ("not comparable", "profile model differs: n_layer: 12 vs 2")
+    short = manifest(profile={"model": dict(MODEL), "max_len": 64})
+    assert judge(M.STEP_MS, v(1.0), v(0.1, manifest=short)).reason == "profile max_len differs: 256 vs 64"
+
+
+def test_option_condition_applies_to_its_experiment_only() -> None:
+    a = manifest(options={"gemm_bound": {"batch": 256, "dtype": "float32"}})
+    b = manifest(options={"gemm_bound": {"batch": 8192, "dtype": "float32"}})
+    gemm = judge(M.SPEEDUP, v(0.99, "x", manifest=a, experiment="gemm_bound"),
+                 v(0.98, "x", manifest=b, experiment="gemm_bound"))
+    assert (gemm.mark, gemm.reason) == ("not comparable", "option gemm_bound.batch differs: 256 vs 8192")
+    other = judge(M.SPEEDUP, v(1.0, "x", manifest=a, experiment="diagnose"), v(2.0, "x", manifest=b,
+                                                                                  experiment="diagnose"))
+    assert other.mark == "better"  # gemm_bound's options say nothing about diagnose's speedup
+    # runs made before the manifest held resolved options: the profile's override, else the default
+    old = {"profile": {"options": {"launch_overhead": {"n_ops": 100}}}}
+    assert option_value(old, "launch_overhead", "n_ops") == 100
+    assert option_value(old, "launch_overhead", "width") == DEFAULT == option_value({}, "gemm_bound", "batch")
+
+
+def test_every_declared_condition_names_something_real() -> None:
+    for spec in M.REGISTRY.values():
+        for rule in spec.comparable:
+            kind, _, what = rule.partition(":")
+            if kind == "option":
+                experiment, _, key = what.partition(".")
+                options = importlib.import_module(BY_ID[experiment].module).Options
+                assert key in {f.name for f in dataclasses.fields(options)}, (spec.name, rule)
+            elif kind == "metric":
+                assert what in M.REGISTRY, (spec.name, rule)
+            else:
+                assert kind in ("manifest", "profile"), (spec.name, rule)
+
+
+# ---------------------------------------------------------------------------- two runs
 
 def test_flatten_nested_fields_and_lists() -> None:
     flat = flatten({"gpu": {"nvidia_smi": {"gpus": [{"name": "H200", "driver_version": "580"}]}},
@@ -38,30 +208,22 @@ def test_manifest_diff_names_fields_and_ignores_created_at() -> None:
                      ("container.image", "(absent)", "lab:gpu")]
 
 
-@pytest.mark.parametrize("name, unit, expected", [
-    ("step_ms", "ms", "lower"), ("setup_s", "s", "lower"), ("first_call_s", "s", "lower"),
-    ("break_even_steps", "steps", "lower"), ("state_MiB", "MiB", "lower"), ("speedup_vs_eager", "x", "higher"),
-    ("bandwidth_GBps", "GBps", "higher"), ("matmul_TFLOPs", "TFLOPs", "higher"), ("token_agreement", "fraction", "higher"),
-    ("graphs", "count", None), ("tokens_equal", "bool", None), ("binding", "", None),
-])
-def test_direction_rule(name: str, unit: str, expected) -> None:
-    assert direction(name, unit) == expected
-
-
-def test_marks() -> None:
-    assert judge(m("step_ms", 1.0), m("step_ms", 0.8))[1:] == ("better", "")
-    assert judge(m("step_ms", 1.0), m("step_ms", 1.3))[1] == "worse"
-    assert judge(m("step_ms", 1.0), m("step_ms", 1.05))[1] == "same"
-    assert judge(m("speedup_vs_eager", 2.0, "x"), m("speedup_vs_eager", 3.0, "x"))[1] == "better"
-    assert judge(m("speedup_vs_eager", 2.0, "x"), m("speedup_vs_eager", 1.0, "x"))[1] == "worse"
-    ratio, mark, note = judge(m("step_ms", 1.0, spread=(0.7, 1.4)), m("step_ms", 1.3, spread=(1.1, 1.6)))
-    assert mark == "same" and note == "interquartile ranges overlap" and ratio == pytest.approx(1.3)
-    assert judge(m("step_ms", 1.0, spread=(0.95, 1.05)), m("step_ms", 1.3, spread=(1.2, 1.4)))[1] == "worse"
-    assert judge(m("step_ms", 1.0), m("step_ms", 1.0, "s"))[1] == "not comparable"
-    assert judge(m("step_ms", 0.0), m("step_ms", 1.0))[1] == "not comparable"
-    assert judge(m("graphs", 1, "count"), m("graphs", 2, "count"))[1] == "changed"
-    assert judge(m("limit_hit", True, "bool"), m("limit_hit", False, "bool"))[1] == "changed"
-    assert judge(m("binding", "launch", ""), m("binding", "launch", ""))[1] == "same"
+def test_why_it_moved_lists_the_explaining_fields_that_differ_first() -> None:
+    a = {"torch": {"version": "2.11.0"}, "cpu": {"model": "EPYC", "torch_threads": 2, "caches": {"L2": "512K"}},
+         "host": {"load_start": [0.1, 0.1, 0.1], "load_end": [0.2, 0.1, 0.1]}, "compile_cache": {"state": "cold"},
+         "gpu": {"nvidia_smi": {"gpus": [{"name": "H200", "driver_version": "580", "clocks.sm": "1980 MHz"}]}},
+         "container": {"image": "lab:gpu"}}
+    b = copy.deepcopy(a)
+    b["host"]["load_end"] = [7.5, 3.0, 1.0]
+    b["compile_cache"]["state"] = "warm"
+    b["cpu"]["caches"]["L2"] = "1024K"
+    b["gpu"]["nvidia_smi"]["gpus"][0]["clocks.sm"] = "345 MHz"
+    rows = explain(a, b)
+    moved = [(r.label, r.a, r.b) for r in rows if r.differs]
+    assert moved == [("CPU caches: L2", "512K", "1024K"), ("host load at end", [0.2, 0.1, 0.1], [7.5, 3.0, 1.0]),
+                     ("GPU SM clock", "1980 MHz", "345 MHz"), ("compile cache at start", "cold", "warm")]
+    assert [r.differs for r in rows] == sorted((r.differs for r in rows), reverse=True)  # differing ones first
+    assert {"GPU", "driver", "torch", "CPU", "torch threads", "image"} <= {r.label for r in rows if not r.differs}
 
 
 def _gpu_side(tmp_path: Path, edit=None) -> Path:
@@ -90,6 +252,7 @@ def test_compare_two_runs_statuses_checks_and_metrics(tmp_path: Path) -> None:
     after = _gpu_side(tmp_path / "b", regress)
     c = compare(load_side(before), load_side(after))
     assert [(d.key, d.a, d.b) for d in c.fields] == [("torch.version", "2.11.0+cu130", "2.12.0+cu130")]
+    assert [(r.label, r.differs) for r in c.why][0] == ("torch", True)
     graph = [r for r in c.metrics if r.experiment == "cuda_graph_decode" and r.name == "step_ms"
              and r.params.get("method") == "graph"]
     assert graph and all(r.mark == "worse" and r.ratio == pytest.approx(2.0) for r in graph)
@@ -107,19 +270,78 @@ def test_compare_cpu_and_gpu_counts_what_only_one_has(tmp_path: Path) -> None:
     assert status["cuda_graph_decode"].mark == "not comparable" and status["cuda_graph_decode"].a_reason.startswith(
         "no_cuda")
     assert c.only_b["cuda_graph_decode"] > 100
-    assert c.only_a["toolchain"] == 8  # the GPU fixture has no toolchain record: counted, not dropped
+    assert "toolchain" in c.experiments_only_a and c.only_a["toolchain"] == 8  # counted, not dropped
     assert {d.key for d in c.fields} >= {"torch.version", "gpu.nvidia_smi", "host.hostname"}
 
 
-def test_cli_prints_fields_and_marks(tmp_path: Path, capsys) -> None:
+# ---------------------------------------------------------------------------- the committed reference runs
+
+def _rows(a: str, b: str) -> dict[tuple, object]:
+    c = compare(load_side(REFERENCE / a), load_side(REFERENCE / b))
+    return {(r.experiment, r.name, json.dumps(r.params, sort_keys=True)): r for r in c.metrics}
+
+
+def test_the_two_committed_cpu_references() -> None:
+    rows = _rows("cpu-2026-11-29-inductor", "cpu-2026-11-29-full")
+    setup = rows[("inductor", "setup_s", '{"step": "indexed"}')]
+    assert (setup.a, setup.b, setup.mark) == (pytest.approx(25.25, abs=0.01), pytest.approx(3.27, abs=0.01),
+                                              "not comparable")
+    assert setup.reason == "compile_cache.state is not recorded in A and B"
+    warm = rows[("compile_cost", "break_even_calls", '{"phase": "warm", "target": "decode_core"}')]
+    assert (warm.a, warm.b, warm.mark) == (504, 660, "worse")
+    never = rows[("compile_cost", "break_even_calls", '{"phase": "cold", "target": "mlp"}')]
+    assert (never.a, never.b, never.mark) == (None, None, "same")
+    for r in rows.values():  # marked only where the declaration gives a direction
+        spec = M.spec(r.name)
+        if r.mark in ("better", "worse"):
+            assert spec is not None and spec.direction is not M.Direction.NONE, r
+        if r.mark == "not comparable":
+            assert r.reason, r
+
+
+def test_an_h200_run_against_a_cpu_run() -> None:
+    rows = _rows("cpu-2026-11-29-full", h200_reference().name)
+    fusion = rows[("fusion", "step_ms", '{"method": "eager", "n_ops": 4, "residency": "memory"}')]
+    assert fusion.mark == "not comparable" and fusion.reason.startswith("bytes_moved differs")
+    tflops = rows[("gemm_bound", "achieved_TFLOPs", '{"method": "eager"}')]
+    assert tflops.mark == "not comparable" and tflops.reason.startswith("option gemm_bound.batch differs: 256 vs ")
+    decode = rows[("amdahl", "measured_speedup", '{"workload": "gpt2_decode_step"}')]
+    assert decode.mark == "not comparable" and "amdahl.decode_layers" in decode.reason
+    bandwidth = rows[("ceilings", "bandwidth_GBps", '{"kind": "copy"}')]
+    assert bandwidth.mark == "better"
+    assert all(r.reason for r in rows.values() if r.mark == "not comparable")
+
+
+# ---------------------------------------------------------------------------- the command line
+
+def test_cli_prints_why_it_moved_fields_and_marks(tmp_path: Path, capsys) -> None:
     assert lab_main(["compare", str(CPU_RUN), str(_gpu_side(tmp_path))]) == 0
     out = capsys.readouterr().out
-    assert "Manifest fields that differ:" in out and "torch.version" in out and "2.13.0+cpu  ->  2.11.0+cu130" in out
-    assert "not comparable  cuda_graph_decode: OK -> NOT_RUN" not in out  # A is the CPU run: NOT_RUN -> OK
-    assert "not comparable  cuda_graph_decode: NOT_RUN -> OK" in out
+    why = out.split("Why it moved:", 1)[1].split("Manifest fields that differ:", 1)[0]
+    assert "  torch  " in why and "2.13.0+cpu  ->  2.11.0+cu130" in why and "unchanged:" in why
+    assert "Manifest fields that differ:" in out and "2.13.0+cpu  ->  2.11.0+cu130" in out
+    assert "not comparable  cuda_graph_decode: NOT_RUN -> OK  A: no_cuda" in out
     assert "newly failing   graph_hazards: NOT_RUN -> FAILED" in out
-    assert "same" in out and "graph_breaks.graphs{function=uses_item} [count]" in out
-    assert "Metrics only in B: cuda_graph_decode" in out
+    assert "graph_breaks.graphs{function=uses_item} [count]" in out
+    assert "Metrics only in B: cuda_graph_decode" in out and "Experiments only in A: toolchain" in out
+
+
+def test_cli_json_records(tmp_path: Path, capsys) -> None:
+    a = REFERENCE / "cpu-2026-11-29-inductor"
+    assert lab_main(["compare", str(a), str(REFERENCE / "cpu-2026-11-29-full"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["a"]["path"].endswith("cpu-2026-11-29-inductor/results.json") and data["factor"] == 1.1
+    recs = data["records"]
+    assert recs and all(set(r) == {"kind", "experiment", "metric", "params", "unit", "a", "b", "ratio", "mark",
+                                   "reason"} for r in recs)
+    setup = next(r for r in recs if r["metric"] == "setup_s" and r["params"] == {"step": "indexed"})
+    assert setup["mark"] == "not comparable" and setup["ratio"] is None and "compile_cache.state" in setup["reason"]
+    be = next(r for r in recs if r["metric"] == "break_even_calls" and r["params"] == {"phase": "cold",
+                                                                                      "target": "decode_core"})
+    assert (be["a"], be["b"], be["mark"]) == (4440, 3613, "better") and be["ratio"] == pytest.approx(3613 / 4440)
+    assert data["counts"]["not comparable"] == sum(r["mark"] == "not comparable" for r in recs)
+    c = compare(load_side(a), load_side(REFERENCE / "cpu-2026-11-29-full"))
+    assert records(c) == json.loads(to_json(c))["records"]
 
 
 def test_cli_manifest_files(tmp_path: Path, capsys) -> None:
@@ -131,16 +353,38 @@ def test_cli_manifest_files(tmp_path: Path, capsys) -> None:
     assert "libraries.transformers" in out and "one side is a manifest only" in out
 
 
+def test_control_characters_from_a_file_never_reach_the_terminal(tmp_path: Path, capsys) -> None:
+    evil = "\x1b[2J\x1b]0;pwned\x07\r\u202e"
+
+    def edit(data: dict) -> None:
+        data["manifest"]["torch"]["version"] = f"2.11{evil}"
+        rec = data["experiments"][0]
+        rec["metrics"][0]["params"]["method"] = f"graph{evil}"
+        rec["checks"][0]["detail"] = f"detail{evil}"
+        rec["checks"][0]["passed"] = False
+
+    a, b = _gpu_side(tmp_path / "a"), _gpu_side(tmp_path / "b", edit)
+    for extra in ([], ["--json"]):
+        assert lab_main(["compare", str(a), str(b), *extra]) == 0
+        out = capsys.readouterr().out
+        assert not any(ch in out for ch in "\x1b\x07\r\u202e"), extra
+    assert safe(evil) == "\\x1b[2J\\x1b]0;pwned\\x07\\x0d\\u202e"
+
+
 @pytest.mark.parametrize("content, expected", [
     ("{oops", "not valid JSON"), ('{"schema": 7, "experiments": []}', "unknown results schema 7"),
     ('{"hello": 1}', "neither a results file"),
+    ('{"schema": 1, "run": {"profile": "x\\u001b[31m", "started_at": ""}, "manifest": {"manifest_version": 1}, '
+     '"experiments": [{"id": 3, "title": "t", "status": "OK"}]}', "experiments[0].id"),
 ])
 def test_cli_bad_input_one_line(tmp_path: Path, capsys, content: str, expected: str) -> None:
     bad = tmp_path / "results.json"
     bad.write_text(content)
     assert lab_main(["compare", str(CPU_RUN), str(bad)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {bad}") and expected in err[0]
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {bad}") and expected in err[0], err
+    assert "\x1b" not in captured.err and captured.out == ""
 
 
 def test_load_side_errors(tmp_path: Path) -> None:

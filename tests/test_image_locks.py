@@ -127,7 +127,8 @@ def test_compare_puts_image_against_reference_differences_first(tmp_path):
     """A run in the cuda image beside the H200 reference: Python, transformers and the image lead the comparison."""
     import copy
 
-    from lab.compare import compare, format_text, load_side
+    from lab.compare import compare, load_side
+    from lab.compare_output import format_text
 
     ref_path = REPO / "manifests/reference/h200-2026-11-29-core/manifest.json"
     image = copy.deepcopy(json.loads(ref_path.read_text()))
@@ -136,9 +137,9 @@ def test_compare_puts_image_against_reference_differences_first(tmp_path):
     image["container"].update(in_container=True, image="graph-lab:cuda", variant="cuda")
     (tmp_path / "manifest.json").write_text(json.dumps(image))
     c = compare(load_side(ref_path), load_side(tmp_path / "manifest.json"))
-    keys = [f.key for f in c.environment]
+    keys = [r.key for r in c.why if r.differs]
     assert keys[:2] == ["python.version", "libraries.transformers"] and {"container.image", "container.variant"} <= set(keys)
     text = format_text(c)
     head = text.split("Manifest fields that differ")[0]
-    assert f"Environment differences that change what a timing means: {len(keys)}" in head
+    assert f"Why it moved: {len(keys)} of the fields that can explain a move differ" in head
     assert "3.12.3  ->  3.11.2" in head and "graph-lab:cuda" in head

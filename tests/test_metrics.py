@@ -59,7 +59,9 @@ def test_declarations_are_complete_and_consistent() -> None:
             assert spec.direction is Direction.NONE, f"{name}: a {spec.kind.value} has no better or worse"
         for rule in spec.comparable:
             kind, _, what = rule.partition(":")
-            assert kind in ("metric", "manifest", "profile") and what, rule
+            assert kind in ("metric", "manifest", "profile", "option") and what, rule
+            if kind == "option":
+                assert what.partition(".")[0] in BY_ID and what.partition(".")[2], rule
             if kind == "metric":
                 assert what in REGISTRY, rule
     with pytest.raises(ValueError, match="declared twice"):
@@ -76,7 +78,8 @@ def test_directions_that_are_easy_to_get_wrong() -> None:
     assert all(s.direction is Direction.HIGHER for s in higher)
     assert all(s.direction is Direction.LOWER for s in lower)
     assert all(s.direction is Direction.NONE for s in neither)
-    assert M.STEP_MS.comparable == ("metric:bytes_moved",) and M.ROUND_MEDIANS_MS.kind is Kind.NUMBERS
+    assert M.STEP_MS.comparable[0] == "metric:bytes_moved" and M.ROUND_MEDIANS_MS.kind is Kind.NUMBERS
+    assert "manifest:compile_cache.state" in M.SETUP_S.comparable and "profile:model" in M.STEP_MS.comparable
 
 
 def test_every_catalogue_metric_is_declared_and_every_declaration_is_used() -> None:
@@ -91,7 +94,8 @@ def test_every_catalogue_metric_is_declared_and_every_declaration_is_used() -> N
 def test_every_metric_the_report_uses_is_produced_by_an_experiment() -> None:
     files = sorted((REPO_ROOT / "report").glob("*.py")) + [REPO_ROOT / "lab" / "compare.py"]
     used = {f.name: metric_references(f) for f in files}
-    assert used["sections.py"] >= {"step_ms", "bound_ms", "binding", "setup_s", "first_call_s", "tokens_equal"}
+    assert set().union(*used.values()) >= {"step_ms", "bound_ms", "binding", "setup_s", "first_call_s", "tokens_equal",
+                                           "mbu", "break_even_steps", "predicted_speedup_launch"}
     made = produced()
     for file, names in used.items():
         assert names <= set(made), f"{file} uses metrics no experiment produces: {sorted(names - set(made))}"
@@ -101,7 +105,8 @@ def test_report_and_compare_spell_no_metric_or_method_name_themselves() -> None:
     """A metric or method name written as a string in report/ or compare is a second place for it."""
     ids = set(BY_ID)
     names = (set(REGISTRY) | set(METHOD_ORDER) | {v.value for v in Variant}) - ids  # ids double as names
-    for path in sorted((REPO_ROOT / "report").glob("*.py")) + [REPO_ROOT / "lab" / "compare.py"]:
+    for path in sorted((REPO_ROOT / "report").glob("*.py")) + [REPO_ROOT / "lab" / n for n in (
+            "compare.py", "compare_output.py", "marks.py")]:
         tree = ast.parse(path.read_text())
         not_names = set()  # a CSS class (cls="speedup"), a substring test ("speedup" in name)
         for node in ast.walk(tree):

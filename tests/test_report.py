@@ -1,4 +1,6 @@
-"""The report rendered from fixture runs, checked for what a reader sees (not only that files exist)."""
+"""The report rendered from fixture runs and from every committed reference run, checked for what a reader sees:
+every figure on a page is the figure stored in the records (none recomputed), tables and charts agree, and each
+page answers first."""
 
 from __future__ import annotations
 
@@ -12,21 +14,29 @@ from pathlib import Path
 import pytest
 
 from lab.__main__ import main as lab_main
-from lab.costs import break_even_calls
-from report import render_site
+from lab.manifest import REPO_ROOT
+from lab.results import load
+from report import render, render_site
 from report.discover import load_runs
+from report.sections import Section
 from report.tables import fmt
-from report_helpers import FIXTURES, gpu_fixture, lay_out_runs, row, table, tables
+from report_helpers import FIXTURES, gpu_fixture, lay_out_runs, row, table, tables, texts
 
 CPU_RESULTS = json.loads((FIXTURES / "report_runs" / "cpu-smoke" / "results.json").read_text())
 GPU = gpu_fixture.build()
+REFERENCE_RUNS = sorted(p.parent for p in (REPO_ROOT / "manifests" / "reference").glob("*/results.json"))
 
 
-def gpu_metric(exp: str, name: str, **params: object) -> dict:
-    rec = next(r for r in GPU["experiments"] if r["id"] == exp)
+def stored(data: dict, exp: str, name: str, **params: object) -> dict:
+    """The one metric of a results dict with this name whose params include the given ones."""
+    rec = next(r for r in data["experiments"] if r["id"] == exp)
     found = [m for m in rec["metrics"] if m["name"] == name and all(m["params"].get(k) == v for k, v in params.items())]
     assert len(found) == 1, (exp, name, params, len(found))
     return found[0]
+
+
+def gpu(exp: str, name: str, **params: object) -> dict:
+    return stored(GPU, exp, name, **params)
 
 
 @pytest.fixture(scope="module")
@@ -45,135 +55,356 @@ def cpu_html(site) -> str:
     return (site.out / "run-cpu-smoke.html").read_text()
 
 
-def test_index_lists_both_runs_and_the_skipped_file(site) -> None:
-    assert sorted(r.name for r in site.runs) == ["cpu-smoke", "gpu-fixture"]
-    html = site.index.read_text()
-    runs = [t for t in tables(html) if t["rows"] and t["rows"][0][0][0] == "run"][0]
-    names = [r[0][0] for r in runs["rows"][1:]]
-    assert names == ["cpu-smoke", "gpu-fixture"]
-    gpu_row = row(runs, "gpu-fixture")
-    assert "NVIDIA H200 (test fixture)" in gpu_row[4][0] and gpu_row[5][0] == "2.11.0+cu130"
-    assert [c[0] for c in gpu_row[8:11]] == ["8", "1", "1"]  # OK, NOT_RUN, FAILED
+@pytest.fixture(scope="module")
+def index_html(site) -> str:
+    return site.index.read_text()
+
+
+def section(html: str, sid: str) -> str:
+    m = re.search(f'<section class="page-section" id="{sid}">(.*?)</section>', html, re.S)
+    assert m, sid
+    return m.group(1)
+
+
+# ---------------------------------------------------------------------------- the front page
+
+def front_row(html: str, name: str) -> str:
+    m = re.search(f'<tr class="run-row" data-run="{re.escape(name)}">(.*?)</tr>', html, re.S)
+    assert m, name
+    return m.group(1)
+
+
+def test_front_page_lists_runs_newest_first_and_what_was_skipped(site, index_html: str) -> None:
+    assert [r.name for r in site.runs] == ["cpu-smoke", "gpu-fixture", "gpu-fixture-older"]  # by start time
+    assert re.findall(r'<tr class="run-row" data-run="([^"]+)">', index_html) == [r.name for r in site.runs]
     assert len(site.skipped) == 1 and site.skipped[0].path.endswith("malformed/results.json")
-    assert "malformed/results.json: not valid JSON" in html
-    assert 'href="compare.html"' in html and (site.out / "compare.html").exists()
+    assert "malformed/results.json: not valid JSON" in index_html
+    assert 'href="compare.html"' in index_html and (site.out / "compare.html").exists()
 
 
-def test_speedup_table_has_medians_spread_and_speedup(gpu_html: str) -> None:
+def test_front_row_answers_with_stored_figures(index_html: str) -> None:
+    html = front_row(index_html, "gpu-fixture")
+    assert texts(html, "host") == ["fixture-host"] and texts(html, "label") == ["fixture-label"]
+    assert texts(html, "sub device") == ["NVIDIA H200 (test fixture)"] and texts(html, "torch") == ["2.11.0+cu130"]
+    cases = {re.search(r"^(B=\S+ \S+)", t).group(1): t for t in texts(html, "case")}
+    assert list(cases) == ["B=1 float32", "B=8 float32", "B=64 float32", "B=1 bfloat16"]
+    p = {"batch": 1, "dtype": "float32"}
+    eager = gpu("cuda_graph_decode", "step_ms", method="eager", readback=False, **p)["value"]
+    best = gpu("cuda_graph_decode", "step_ms", method="compile+graph", readback=False, **p)["value"]
+    speedup = gpu("cuda_graph_decode", "speedup_vs_eager", method="compile+graph", readback=False, **p)["value"]
+    mbu = gpu("ceilings", "mbu", method="compile+graph", **p)["value"]
+    assert cases["B=1 float32"] == (f"B=1 float32 eager {fmt(eager, 'ms')} → compile+graph {fmt(best, 'ms')} "
+                                    f"{fmt(speedup)}× MBU {fmt(mbu)} launch-bound")
+    # bf16: compile+graph is faster but its tokens differ from bf16 eager's: graph replay is the fastest correct
+    bf = {"batch": 1, "dtype": "bfloat16", "readback": False}
+    assert cases["B=1 bfloat16"].startswith(
+        f"B=1 bfloat16 eager {fmt(gpu('cuda_graph_decode', 'step_ms', method='eager', **bf)['value'], 'ms')} → graph "
+        f"{fmt(gpu('cuda_graph_decode', 'step_ms', method='graph', **bf)['value'], 'ms')}")
+    setups = {t.split()[0] + " " + t.split()[1]: t for t in texts(html, "setup")}
+    setup = gpu("cuda_graph_decode", "setup_s", method="compile+graph", **p)["value"]
+    be = gpu("cuda_graph_decode", "break_even_steps", method="compile+graph", **p)["value"]
+    assert setups["B=1 float32"] == f"B=1 float32 {fmt(setup, 's')} → {fmt(be)} steps"
+    compiles = []
+    for phase in ("cold", "warm"):
+        first = gpu("compile_cost", "first_call_s", phase=phase, target="decode_core", n_layer=12)["value"]
+        be = gpu("compile_cost", "break_even_calls", phase=phase, target="decode_core")["value"]
+        compiles.append(f"compile, {phase} cache: {fmt(first, 's')} → {fmt(be)} calls")
+    assert texts(html, "compile") == compiles
+    assert texts(html, "failed-count") == ["1"] and "cuda_graph_decode: bf16_tokens_equal" in html
+    statuses = texts(html, "statuses")[0]
+    assert statuses == "9 OK · 1 NOT_RUN · 1 FAILED"
+
+
+def test_front_row_of_a_cpu_run_shows_eager_against_inductor(index_html: str) -> None:
+    html = front_row(index_html, "cpu-smoke")
+    eager = stored(CPU_RESULTS, "inductor", "step_ms", method="eager", step="indexed")["value"]
+    comp = stored(CPU_RESULTS, "inductor", "step_ms", method="compile-default", step="indexed")["value"]
+    sp = stored(CPU_RESULTS, "inductor", "speedup_vs_eager", method="compile-default", step="indexed")["value"]
+    assert texts(html, "case")[0].startswith(f"B=1 float32 eager {fmt(eager, 'ms')} → compile-default (indexed "
+                                             f"step) {fmt(comp, 'ms')} {fmt(sp)}×")
+    be = stored(CPU_RESULTS, "compile_cost", "break_even_calls", phase="cold", target="decode_core")["value"]
+    first = [m for m in next(r for r in CPU_RESULTS["experiments"] if r["id"] == "compile_cost")["metrics"]
+             if m["name"] == "first_call_s" and m["params"].get("phase") == "cold"
+             and m["params"].get("target") == "decode_core"][0]["value"]
+    assert texts(html, "compile")[0] == f"compile, cold cache: {fmt(first, 's')} → {fmt(be)} calls"
+    assert texts(html, "failed-count") == ["1"] and "gemm_bound: compile gives about 1.0x" in html
+
+
+def test_side_by_side_table_of_every_run(index_html: str) -> None:
+    t = table(index_html, id="side-by-side")
+    assert [c[0] for c in t["rows"][0]] == ["figure", "cpu-smoke", "gpu-fixture", "gpu-fixture-older"]
+    eager = gpu("cuda_graph_decode", "step_ms", method="eager", batch=1, dtype="float32", readback=False)["value"]
+    assert [c[0] for c in row(t, "eager step, B=1 float32")][2] == fmt(eager, "ms")
+    assert [c[0] for c in row(t, "host")][1:3] == ["vm", "fixture-host · fixture-label"]
+    assert [c[0] for c in row(t, "fastest correct method, B=1 bfloat16")][1:3] == ["—", "graph"]
+    assert row(t, "copy bandwidth")[2][0] == fmt(gpu("ceilings", "bandwidth_GBps")["value"], "GB/s")
+    assert [c[0] for c in row(t, "failed checks")][1:] == ["1", "1", "1"]
+
+
+# ---------------------------------------------------------------------------- a run's page
+
+def test_run_page_header_and_table_of_contents(gpu_html: str, cpu_html: str) -> None:
+    header = re.search(r'<div class="alert" id="failed-checks-header">(.*?)</div>', gpu_html, re.S).group(1)
+    assert "1 check failed" in header and "bf16_tokens_equal" in header and "near-tie" in header
+    assert re.search(r'<span class="host">fixture-host</span> · <span class="label">fixture-label</span>', gpu_html)
+    links = re.findall(r'<li><a href="#([^"]+)">', re.search(r'<nav class="toc" id="toc">(.*?)</nav>', gpu_html,
+                                                              re.S).group(1))
+    assert links[:4] == ["steps", "ceilings", "costs", "amdahl"]
+    assert all(f'id="{sid}"' in gpu_html for sid in links)
+    assert texts(cpu_html, "badge-FAILED") == ["1 failed check"]
+
+
+def test_each_section_answers_first(gpu_html: str) -> None:
+    steps = section(gpu_html, "steps")
+    answer = texts(steps, "answer")[0]
+    best = gpu("cuda_graph_decode", "speedup_vs_eager", method="compile+graph", batch=1, dtype="float32",
+               readback=False)["value"]
+    assert answer.startswith("B=1, float32: compile+graph") and f"{fmt(best)}× (launch-bound, MBU" in answer
+    assert steps.index('class="answer"') < steps.index('id="best-table"') < steps.index("<figure")
+    ceilings = texts(section(gpu_html, "ceilings"), "answer")[0]
+    ratio = gpu("ceilings", "measured_over_bound", method="eager", batch=1, dtype="float32")["value"]
+    assert f"B=1, float32, eager: launch-bound; the measured step is {fmt(ratio)}×" in ceilings
+    amdahl = texts(section(gpu_html, "amdahl"), "answer")[0]
+    assert amdahl.startswith(f"gpt2_decode_step: Amdahl predicts 1×, the launch-aware model "
+                             f"{fmt(gpu('amdahl', 'predicted_speedup_launch')['value'])}×")
+
+
+def test_speedup_table_cells_show_stored_speedups_and_spread(gpu_html: str) -> None:
     t = table(gpu_html, caption="Median ms per decode step, dtype float32, no readback")
     assert [c[0] for c in t["rows"][0]] == ["method", "batch 1", "batch 8", "batch 64"]
-    assert [r[0][0] for r in t["rows"][1:]] == ["eager", "graph", "compile-default", "reduce-overhead",
-                                                "reduce-overhead-static", "compile+graph"]
-    m = gpu_metric("cuda_graph_decode", "step_ms", method="graph", batch=1, readback=False)
-    s = gpu_metric("cuda_graph_decode", "speedup_vs_eager", method="graph", batch=1, readback=False)
+    m = gpu("cuda_graph_decode", "step_ms", method="graph", batch=1, dtype="float32", readback=False)
+    s = gpu("cuda_graph_decode", "speedup_vs_eager", method="graph", batch=1, dtype="float32", readback=False)
     text, cls = row(t, "graph")[1]
     assert text.startswith(f"{fmt(m['value'], 'ms')} ")
     assert f"{fmt(s['value'])}× vs eager" in text and f"IQR {m['spread']['rel_iqr'] * 100:.1f}% · n=25" in text
-    assert "good" in cls
-    assert "bad" in row(t, "compile-default")[1][1]  # slower than eager at batch 1
+    assert "good" in cls and "bad" in row(t, "compile-default")[1][1]
+    noisy, noisy_cls = row(t, "reduce-overhead")[2]
+    assert "noisy" in noisy_cls and "⚠" in noisy
+    bf = table(gpu_html, caption="Median ms per decode step, dtype bfloat16, no readback")
+    assert row(bf, "graph")[1][0].startswith(fmt(gpu("cuda_graph_decode", "step_ms", method="graph", batch=1,
+                                                     dtype="bfloat16", readback=False)["value"], "ms"))
 
 
-def test_noisy_cell_is_flagged(gpu_html: str) -> None:
-    t = table(gpu_html, caption="Median ms per decode step, dtype float32, no readback")
-    text, cls = row(t, "reduce-overhead")[2]
-    assert "noisy" in cls and "⚠" in text
-    quiet_text, quiet_cls = row(t, "reduce-overhead")[1]
-    assert "noisy" not in quiet_cls and "⚠" not in quiet_text
+def test_a_cpu_runs_step_section_shows_eager_against_inductor(cpu_html: str) -> None:
+    steps = section(cpu_html, "steps")
+    assert "cuda_graph_decode is NOT_RUN" not in steps
+    t = table(steps, id="inductor-table")
+    rows = {(r[0][0], r[2][0]): r for r in t["rows"][1:]}
+    comp = stored(CPU_RESULTS, "inductor", "step_ms", method="compile-default", step="split")
+    sp = stored(CPU_RESULTS, "inductor", "speedup_vs_eager", method="compile-default", step="split")
+    setup = stored(CPU_RESULTS, "inductor", "setup_s", step="split")
+    r = rows[("split", "compile-default")]
+    assert r[3][0].startswith(fmt(comp["value"], "ms")) and r[4][0] == fmt(sp["value"], "x")
+    assert r[5][0] == fmt(setup["value"], "s")
+    assert texts(steps, "answer")[0].startswith("B=1, float32: compile-default (indexed step)")
 
 
-def test_ceilings_show_which_bound_binds_and_distance(gpu_html: str) -> None:
-    t = table(gpu_html, caption="Per method and batch")
-    by_key = {(r[1][0], r[2][0]): r for r in t["rows"][1:]}
-    eager1 = by_key[("eager", "1")]
-    assert eager1[8][0] == "launch" and "binds" in eager1[5][1] and "binds" not in eager1[6][1]
-    assert by_key[("graph", "64")][8][0] == "compute"
-    ratio = gpu_metric("ceilings", "measured_over_bound", method="eager", batch=1)["value"]
-    assert eager1[10][0] == fmt(ratio, "x")
+def test_ceilings_tables_show_stored_measured_ratio_and_mbu(gpu_html: str, cpu_html: str) -> None:
+    t = table(gpu_html, id="bounds-table")
+    assert t["rows"][0][9:13] == [("measured", ""), ("measured / bound", ""), ("achieved", ""), ("MBU", "")]
+    by_key = {(r[0][0], r[1][0], r[2][0]): r for r in t["rows"][1:]}
+    for dtype, method, batch in (("float32", "eager", 1), ("float32", "graph", 64), ("bfloat16", "graph", 1)):
+        p = {"method": method, "batch": batch, "dtype": dtype}
+        r = by_key[(dtype, method, str(batch))]
+        assert r[8][0] == gpu("ceilings", "binding", **p)["value"]
+        assert [c[0] for c in r[9:13]] == [fmt(gpu("ceilings", n, **p)["value"], unit) for n, unit in (
+            ("measured_ms", "ms"), ("measured_over_bound", "x"), ("achieved_GBps", "GB/s"), ("mbu", "fraction"))]
+    eager1 = by_key[("float32", "eager", "1")]
+    assert "binds" in eager1[5][1] and "binds" not in eager1[6][1]
     host = table(gpu_html, caption="Ceilings measured on this host")
-    assert ["bandwidth_GBps", "kind=copy", "4,260 GBps"] == [c[0] for c in row(host, "bandwidth_GBps")]
+    assert [c[0] for c in row(host, "bandwidth_GBps")] == ["bandwidth_GBps", "kind=copy", "4,260 GB/s"]
+    cpu = table(cpu_html, id="bounds-table")
+    cpu_eager = stored(CPU_RESULTS, "ceilings", "measured_ms", method="eager", batch=1)["value"]
+    assert [r for r in cpu["rows"] if r[2][0] == "1"][0][9][0] == fmt(cpu_eager, "ms")  # not "—"
 
 
-def test_costs_and_break_even(gpu_html: str) -> None:
-    t = table(gpu_html, caption="First-call cost of each method")
-    setup = gpu_metric("cuda_graph_decode", "setup_s", method="graph", batch=1)["value"]
-    eager = gpu_metric("cuda_graph_decode", "step_ms", method="eager", batch=1, readback=False)["value"]
-    graph = gpu_metric("cuda_graph_decode", "step_ms", method="graph", batch=1, readback=False)["value"]
-    graph1 = [r for r in t["rows"] if r[0][0] == "graph" and r[1][0] == "1"][0]
-    assert graph1[6][0] == fmt(break_even_calls(setup, eager, graph))
-    slow = [r for r in t["rows"] if r[0][0] == "compile-default" and r[1][0] == "1"][0]
-    assert slow[6][0] == "never (no saving)"
-    cc = table(gpu_html, caption="torch.compile first call, cold vs warm")
-    assert [c[0] for c in row(cc, "cold")[:3]] == ["cold", "decode_step", "25.7 s"]
+def test_costs_rows_are_per_dtype_with_that_dtypes_times(gpu_html: str) -> None:
+    t = table(gpu_html, id="method-costs")
+    assert [c[0] for c in t["rows"][0]][:3] == ["method", "batch", "dtype"]
+    for method, batch, dtype in (("graph", 1, "float32"), ("graph", 1, "bfloat16"), ("compile+graph", 1, "bfloat16"),
+                                 ("compile-default", 1, "float32")):
+        r = [r for r in t["rows"] if r[:3] and [c[0] for c in r[:3]] == [method, str(batch), dtype]][0]
+        p = {"batch": batch, "dtype": dtype}
+        assert r[3][0] == fmt(gpu("cuda_graph_decode", "setup_s", method=method, **p)["value"], "s")
+        assert r[4][0].startswith(fmt(gpu("cuda_graph_decode", "step_ms", method=method, readback=False, **p)["value"],
+                                      "ms"))
+        assert r[5][0].startswith(fmt(gpu("cuda_graph_decode", "step_ms", method="eager", readback=False,
+                                          **p)["value"], "ms"))
+        be = gpu("cuda_graph_decode", "break_even_steps", method=method, **p)["value"]
+        assert r[7][0] == ("never (no saving)" if be is None else fmt(be, "steps"))
     assert "graph_pool_MiB" in [c[0] for c in table(gpu_html, caption="Manual CUDA graph")["rows"][0]]
 
 
-def test_dynamo_counts_with_reasons(gpu_html: str) -> None:
-    t = table(gpu_html, caption="Compiled decode step")
-    ro = row(t, "reduce-overhead")
-    assert [c[0] for c in ro[1:5]] == ["1", "0", "0", "1"]
-    assert "mutated inputs" in ro[5][0]
-    gb = table(gpu_html, caption="torch._dynamo.explain")
-    assert "Tensor.item() <data-dependent>" in row(gb, "uses_item")[4][0]
-    rc = table(gpu_html, caption="One function, 12 batch sizes")
-    assert "torch._dynamo.config.recompile_limit = 8" in rc["caption"]
-    assert [c[0] for c in row(rc, "False")] == ["False", "8", "8", "yes"]
+def test_compile_break_even_is_the_same_in_table_and_chart(site, gpu_html: str) -> None:
+    t = table(gpu_html, id="compile-break-even")
+    page = next(p for p in site.run_pages if p.run.name == "gpu-fixture")
+    chart = next(c for s in page.sections for c in s.charts if c.id == "chart-compile-decode_core")
+    for phase in ("cold", "warm"):
+        be = gpu("compile_cost", "break_even_calls", phase=phase, target="decode_core")["value"]
+        saving = gpu("compile_cost", "saving_ms_per_call", phase=phase, target="decode_core")["value"]
+        cells = [[c[0] for c in r] for r in t["rows"] if r[0][0] == "decode_core" and r[1][0] == phase]
+        assert cells == [["decode_core", phase, fmt(saving, "ms"), fmt(be, "calls")]]
+        assert chart.data["break_even"][phase] == be
+        (x0, y0), (x1, y1) = chart.data["series"][phase]
+        assert y0 + (y1 - y0) * (be - x0) / (x1 - x0) == pytest.approx(0, abs=1e-9)  # crosses zero there
+        assert f"break-even {fmt(be)}" in chart.svg
+    mlp = [[c[0] for c in r] for r in t["rows"] if r[0][0] == "mlp"]
+    assert [r[3] for r in mlp] == ["never (no saving)", "never (no saving)"]
+    never = next(c for s in page.sections for c in s.charts if c.id == "chart-compile-mlp")
+    for phase, first_call in (("cold", gpu("compile_cost", "first_call_s", phase="cold", target="mlp")["value"]),
+                              ("warm", gpu("compile_cost", "first_call_s", phase="warm", target="mlp")["value"])):
+        (x0, y0), (x1, y1) = never.data["series"][phase]
+        assert never.data["break_even"][phase] is None and (x0, y0) == (0, -first_call) and y1 < y0
 
 
-def test_correctness_checks_listed(gpu_html: str) -> None:
-    t = table(gpu_html, caption="Every correctness check")
-    failed = [r for r in t["rows"] if r[1][0] == "bf16_tokens_equal"][0]
-    assert failed[3] == ("FAIL", "bad") and "near-tie" in failed[4][0]
-    assert sum(r[3][0] == "pass" for r in t["rows"]) == 15
+def test_step_chart_draws_one_floor_per_dtype_over_its_own_batches(site) -> None:
+    page = next(p for p in site.run_pages if p.run.name == "gpu-fixture")
+    drawn = {c.id: c for s in page.sections for c in s.charts}
+    for dtype, batches in (("float32", [1, 8, 64]), ("bfloat16", [1])):
+        chart = drawn[f"chart-step-{dtype}"]
+        floor = chart.data["series"]["floor"]
+        assert [b for b, _ in floor] == batches
+        assert [v for _, v in floor] == [gpu("ceilings", "bound_bandwidth_ms", method="eager", batch=b,
+                                             dtype=dtype)["value"] for b in batches]
+        for method, pts in chart.data["series"].items():
+            if method != "floor" and not method.startswith("bound: "):
+                assert pts == [(b, gpu("cuda_graph_decode", "step_ms", method=method, batch=b, dtype=dtype,
+                                       readback=False)["value"]) for b, _ in pts]
+    assert "(ms, log)" in drawn["chart-step-float32"].svg and "(sequences decoded together)" in \
+        drawn["chart-step-float32"].svg
 
+
+def test_amdahl_section_shows_both_predictions_as_stored(gpu_html: str) -> None:
+    t = table(gpu_html, id="amdahl-table")
+    r = row(t, "gpt2_decode_step")
+    assert r[6][0] == fmt(1.0, "x") and r[7][0] == fmt(gpu("amdahl", "predicted_speedup_launch")["value"], "x")
+    assert r[8][0] == fmt(gpu("amdahl", "measured_speedup")["value"], "x") and r[3][0] == "203 → 147"
+
+
+def test_environment_shows_label_real_host_load_and_cache(gpu_html: str) -> None:
+    env = [t for t in tables(gpu_html) if t["rows"] and t["rows"][0][0][0] == "field"][0]
+    kv = {r[0][0]: r[1][0] for r in env["rows"][1:]}
+    assert kv["Label"] == "fixture-label" and kv["Host"] == "fixture-host"
+    assert kv["Host load at end"] == "[1.5, 0.8, 0.4]" and kv["Compile cache at start"] == "warm"
+    assert kv["GPU"] == "NVIDIA H200 (test fixture)" and kv["cuDNN"] == "91300"
+
+
+# ---------------------------------------------------------------------------- every committed reference run
+
+@pytest.mark.parametrize("run_dir", REFERENCE_RUNS, ids=lambda p: p.name)
+def test_every_committed_run_shows_only_stored_figures(tmp_path: Path, run_dir: Path) -> None:
+    data = json.loads((run_dir / "results.json").read_text())
+    site = render_site([run_dir], tmp_path)
+    assert len(site.runs) == 1 and not site.skipped
+    html = site.pages[0].read_text()
+    page = site.run_pages[0]
+    drawn = {c.id: c for s in page.sections for c in s.charts}
+    ids = {r["id"]: r for r in data["experiments"] if r["status"] == "OK"}
+    if "compile_cost" in ids:
+        t = table(html, id="compile-break-even")
+        for m in (m for m in ids["compile_cost"]["metrics"] if m["name"] == "break_even_calls"):
+            phase, target = m["params"]["phase"], m["params"]["target"]
+            cell = [r for r in t["rows"] if r[0][0] == target and r[1][0] == phase][0][3][0]
+            assert cell == ("never (no saving)" if m["value"] is None else fmt(m["value"], "calls"))
+            assert drawn[f"chart-compile-{target}"].data["break_even"][phase] == m["value"]
+    if "cuda_graph_decode" in ids:
+        t = table(html, id="method-costs")
+        for m in (m for m in ids["cuda_graph_decode"]["metrics"] if m["name"] == "setup_s"):
+            p = m["params"]
+            r = [r for r in t["rows"] if [c[0] for c in r[:3]] == [p["method"], str(p["batch"]), p["dtype"]]][0]
+            step = stored(data, "cuda_graph_decode", "step_ms", readback=False, **p)["value"]
+            assert r[3][0] == fmt(m["value"], "s") and r[4][0].startswith(fmt(step, "ms"))
+            be = [b for b in ids["cuda_graph_decode"]["metrics"] if b["name"] == "break_even_steps"
+                  and b["params"] == p]
+            if not be:  # a run made before cuda_graph_decode stored it: shown as such, never recomputed
+                assert r[7][0] == "not stored"
+            else:
+                assert r[7][0] == ("never (no saving)" if be[0]["value"] is None else fmt(be[0]["value"], "steps"))
+        for dtype in {m["params"]["dtype"] for m in ids["cuda_graph_decode"]["metrics"] if "dtype" in m["params"]}:
+            floor = drawn[f"chart-step-{dtype}"].data["series"]["floor"]
+            batches = sorted({m["params"]["batch"] for m in ids["cuda_graph_decode"]["metrics"]
+                              if m["name"] == "step_ms" and m["params"].get("dtype") == dtype})
+            assert [b for b, _ in floor] == batches
+    if "ceilings" in ids:
+        t = table(html, id="bounds-table")
+        for m in (m for m in ids["ceilings"]["metrics"] if m["name"] == "measured_over_bound"):
+            p = m["params"]
+            r = [r for r in t["rows"] if [c[0] for c in r[:3]] == [p["dtype"], p["method"], str(p["batch"])]][0]
+            measured = stored(data, "ceilings", "measured_ms", **p)["value"]
+            assert r[9][0] == fmt(measured, "ms") and r[10][0] == fmt(m["value"], "x")
+
+
+# ---------------------------------------------------------------------------- the comparison page
+
+def test_compare_page_sets_each_run_against_the_newest_of_its_profile(site) -> None:
+    html = (site.out / "compare.html").read_text()
+    assert [(c.a.label, c.b.label) for c in site.comparisons] == [("gpu-fixture", "gpu-fixture-older")]
+    why = [t for t in tables(html) if t["rows"] and [c[0] for c in t["rows"][0]] == ["field", "A", "B"]][0]
+    moved = {r[0][0]: (r[1][0], r[2][0]) for r in why["rows"][1:]}
+    assert moved["compile cache at start"] == ("warm", "cold") and "host load at end" in moved
+    metrics = [t for t in tables(html) if t["rows"] and [c[0] for c in t["rows"][0]][:3] == ["mark", "experiment",
+                                                                                             "metric"]]
+    graph = [r for r in metrics[0]["rows"][1:] if r[2][0] == "step_ms" and "method=graph, batch=64" in r[3][0]]
+    assert graph and graph[0][0][0] == "worse" and graph[0][6][0] == fmt(1.5)
+    every = metrics[-1]["rows"][1:]
+    setup = [r for r in every if r[2][0] == "setup_s"][0]
+    assert setup[0][0] == "not comparable" and setup[7][0] == "compile_cache.state differs: warm vs cold"
+
+
+def test_baseline_chooses_what_the_site_compares_against(tmp_path: Path, capsys) -> None:
+    root = lay_out_runs(tmp_path / "runs")
+    runs = [root / "cpu-smoke", root / "gpu-fixture"]
+    site = render_site(runs, tmp_path / "site", baseline=str(root / "cpu-smoke"))
+    assert [(c.a.label, c.b.label) for c in site.comparisons] == [("cpu-smoke", "gpu-fixture")]
+    assert "--baseline" in (tmp_path / "site" / "compare.html").read_text()
+    assert lab_main(["report", str(root), "--out", str(tmp_path / "s2"), "--baseline", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "error: --baseline nope: no such run among cpu-smoke, gpu-fixture, gpu-fixture-older"
+    assert not (tmp_path / "s2" / "index.html").exists()
+
+
+# ---------------------------------------------------------------------------- robustness, escaping, plumbing
 
 def test_not_run_section_lists_records_parts_and_failures(gpu_html: str, cpu_html: str) -> None:
     t = table(gpu_html, id="not-run-table")
     assert [c[0] for c in t["rows"][1]][:2] == ["selection", "not_implemented"]
     parts = table(gpu_html, id="skipped-table")
     assert [c[0] for c in parts["rows"][1][:3]] == ["cuda_graph_decode", "max-autotune-no-cudagraphs", "flag_off"]
-    assert "--set cuda_graph_decode.max_autotune=true" in parts["rows"][1][3][0]
     failed = table(gpu_html, id="failed-table")
-    assert failed["rows"][1][0][0] == "graph_hazards"
-    assert gpu_fixture.SCRIPT_ERROR in failed["rows"][1][2][0]
-    # The CPU run: every NOT_RUN record of the results file, with its code and sentence, nothing dropped.
+    assert failed["rows"][1][0][0] == "graph_hazards" and gpu_fixture.SCRIPT_ERROR in failed["rows"][1][2][0]
     expected = [(r["id"], r["reason"]["code"], r["reason"]["message"]) for r in CPU_RESULTS["experiments"]
                 if r["status"] == "NOT_RUN"]
-    assert {e[0] for e in expected} == {"cuda_graph_decode", "graph_cost", "graph_hazards", "manual_graph_recipe"}
-    cpu_rows = [tuple(c[0] for c in r) for r in table(cpu_html, id="not-run-table")["rows"][1:]]
-    assert cpu_rows == expected
-    # ... and every part an OK record skipped (e.g. ceilings' graph-node launch cost without CUDA)
+    assert [tuple(c[0] for c in r) for r in table(cpu_html, id="not-run-table")["rows"][1:]] == expected
     skipped = [(r["id"], s["item"], s["code"], s["message"]) for r in CPU_RESULTS["experiments"] for s in r["skipped"]]
-    assert ("ceilings", "launch_us_per_op graph_node", "no_cuda") in {s[:3] for s in skipped}
     assert [tuple(c[0] for c in r) for r in table(cpu_html, id="skipped-table")["rows"][1:]] == skipped
+
+
+def test_dynamo_counts_with_reasons(gpu_html: str) -> None:
+    ro = row(table(gpu_html, caption="Compiled decode step"), "reduce-overhead")
+    assert [c[0] for c in ro[1:5]] == ["1", "0", "0", "1"] and "mutated inputs" in ro[5][0]
+    rc = table(gpu_html, caption="One function, 12 batch sizes")
+    assert "torch._dynamo.config.recompile_limit = 8" in rc["caption"]
 
 
 def test_strings_from_results_are_escaped(site, gpu_html: str) -> None:
     for page in site.pages + [site.index, site.out / "compare.html"]:
-        html = page.read_text()
-        assert "<script" not in html.lower(), page  # none of ours, and none injected
-    assert "&lt;script&gt;alert(" in gpu_html
-    assert "&lt;data-dependent&gt;" in gpu_html
+        assert "<script" not in page.read_text().lower(), page
+    assert "&lt;script&gt;alert(" in gpu_html and "&lt;data-dependent&gt;" in gpu_html
 
 
 def test_every_experiment_shows_its_metrics_generically(gpu_html: str, cpu_html: str) -> None:
     cache = table(gpu_html, caption="cache_MiB")  # kv_cache_sweep: an experiment with no section of its own
-    assert [c[0] for c in cache["rows"][0]] == ["max_len", "value"]
     assert [c[0] for c in cache["rows"][1]] == ["256", fmt(256 * 0.07, "MiB")]
     for rec in GPU["experiments"] + CPU_RESULTS["experiments"]:
-        html = gpu_html if rec in GPU["experiments"] else cpu_html
-        assert f'id="exp-{rec["id"]}"' in html
-    decode = [t for t in tables(cpu_html) if t["caption"] == "op_nodes_first_graph"]
-    assert decode and decode[0]["rows"][0][0][0] == "step"
+        assert f'id="exp-{rec["id"]}"' in (gpu_html if rec in GPU["experiments"] else cpu_html)
 
 
 def test_charts_are_inline_svg_with_plain_labels(gpu_html: str, cpu_html: str) -> None:
-    for chart_id in ("chart-step-float32", "chart-setup", "chart-compile-decode_step", "chart-fusion",
-                     "chart-recompiles"):
-        m = re.search(f'<figure class="chart" id="{chart_id}">\\s*<svg', gpu_html)
-        assert m, chart_id
-    assert "mathdefault" not in gpu_html  # tick labels are plain numbers
+    for chart_id in ("chart-step-float32", "chart-step-bfloat16", "chart-setup", "chart-compile-decode_core",
+                     "chart-fusion", "chart-recompiles", "chart-amdahl"):
+        assert re.search(f'<figure class="chart" id="{chart_id}">\\s*<svg', gpu_html), chart_id
+    assert "mathdefault" not in gpu_html
     assert 'id="chart-recompiles"' in cpu_html and "chart-step" not in cpu_html
-    assert "cuda_graph_decode is NOT_RUN (no_cuda)" in cpu_html  # the empty speedup section says why
 
 
 def test_pages_need_no_network(site) -> None:
@@ -181,32 +412,6 @@ def test_pages_need_no_network(site) -> None:
         html = page.read_text()
         assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html), page
         assert "@import" not in html and "url(http" not in html
-
-
-def test_environment_summary_and_full_manifest(gpu_html: str, cpu_html: str) -> None:
-    env = [t for t in tables(gpu_html) if t["rows"] and t["rows"][0][0][0] == "field"][0]
-    kv = {r[0][0]: r[1][0] for r in env["rows"][1:]}
-    assert kv["GPU"] == "NVIDIA H200 (test fixture)" and kv["Triton"] == "3.6.0" and kv["cuDNN"] == "91300"
-    assert kv["Note"] == gpu_fixture.FIXTURE_NOTE
-    full = table(cpu_html, caption="The whole manifest, flattened")
-    assert "compiler_settings.inductor.cpp.threads" in [r[0][0] for r in full["rows"]]
-
-
-def test_compare_page(site) -> None:
-    html = (site.out / "compare.html").read_text()
-    fields = [t for t in tables(html) if t["rows"] and [c[0] for c in t["rows"][0]] == ["field", "A", "B"]][0]
-    diffs = {r[0][0]: (r[1][0], r[2][0]) for r in fields["rows"][1:]}
-    assert diffs["torch.version"] == ("2.13.0+cpu", "2.11.0+cu130")
-    assert "created_at" not in diffs
-    status = [t for t in tables(html) if t["rows"] and t["rows"][0][0][0] == "mark" and t["rows"][0][2][0] == "A"][0]
-    rows = {r[1][0]: [c[0] for c in r] for r in status["rows"][1:]}
-    assert rows["cuda_graph_decode"][:4] == ["not comparable", "cuda_graph_decode", "NOT_RUN", "OK"]
-    assert rows["graph_hazards"][:4] == ["newly failing", "graph_hazards", "NOT_RUN", "FAILED"]
-    metrics = [t for t in tables(html) if t["rows"] and [c[0] for c in t["rows"][0]][:3] == ["mark", "experiment",
-                                                                                             "metric"]][0]
-    same = [r for r in metrics["rows"][1:] if r[1][0] == "graph_breaks" and r[2][0] == "graphs"
-            and "uses_item" in r[3][0]]
-    assert same and same[0][0][0] == "same"
 
 
 @pytest.mark.parametrize("content, expected", [
@@ -221,10 +426,8 @@ def test_bad_input_is_one_line_naming_the_file_and_others_still_render(tmp_path:
     bad = tmp_path / "runs" / "bad" / "results.json"
     bad.parent.mkdir()
     bad.write_text(content)
-    code = lab_main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "site")])
-    assert code == 0
-    err = capsys.readouterr().err.strip().splitlines()
-    lines = [line for line in err if str(bad) in line]
+    assert lab_main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "site")]) == 0
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if str(bad) in line]
     assert len(lines) == 1 and expected in lines[0] and lines[0].startswith("error: ")
     index = (tmp_path / "site" / "index.html").read_text()
     assert str(bad) in index and expected in index.replace("&#39;", "'")
@@ -232,21 +435,28 @@ def test_bad_input_is_one_line_naming_the_file_and_others_still_render(tmp_path:
 
 
 def test_a_run_that_cannot_be_rendered_is_listed_not_fatal(tmp_path: Path, monkeypatch) -> None:
-    from report import render, sections
-
-    real = sections.speedups
-
     def fragile(results):
         if results.run.profile == "gpu":
             raise RuntimeError("boom <b>")
-        return real(results)
+        return Section("fragile", "Fragile")
 
-    monkeypatch.setattr(sections, "speedups", fragile)
-    site = render.render_site([lay_out_runs(tmp_path / "runs")], tmp_path / "site")
+    monkeypatch.setattr(render, "SECTIONS", [fragile] + render.SECTIONS)
+    root = lay_out_runs(tmp_path / "runs")
+    site = render.render_site([root / "cpu-smoke", root / "gpu-fixture"], tmp_path / "site")
     assert [r.name for r in site.runs] == ["cpu-smoke"]
-    reasons = [s.reason for s in site.skipped]
-    assert any("gpu-fixture/results.json: could not be rendered (RuntimeError: boom <b>)" in r for r in reasons)
+    assert any("gpu-fixture/results.json: could not be rendered (RuntimeError: boom <b>)" in s.reason
+               for s in site.skipped)
     assert "boom &lt;b&gt;" in site.index.read_text()
+
+
+def test_a_module_registers_a_section_with_one_line(tmp_path: Path, monkeypatch) -> None:
+    def sweep(results):
+        return Section("sweep", "A sweep of its own", intro=f"{len(results.experiments)} records")
+
+    monkeypatch.setattr(render, "SECTIONS", render.SECTIONS + [sweep])
+    site = render.render_site([FIXTURES / "report_runs" / "cpu-smoke"], tmp_path)
+    html = site.pages[0].read_text()
+    assert '<a href="#sweep">A sweep of its own</a>' in html and f"{len(CPU_RESULTS['experiments'])} records" in html
 
 
 def test_cli_defaults_to_manifests_and_runs(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -254,20 +464,18 @@ def test_cli_defaults_to_manifests_and_runs(tmp_path: Path, monkeypatch, capsys)
     assert lab_main(["report"]) == 2
     assert "no run given" in capsys.readouterr().err
     gpu_fixture.write(tmp_path / "manifests" / "reference" / "h200")
-    lay_out_runs(tmp_path / "elsewhere")
     (tmp_path / "runs").mkdir()
-    (tmp_path / "elsewhere" / "cpu-smoke").rename(tmp_path / "runs" / "cpu-smoke")
+    shutil.copytree(FIXTURES / "report_runs" / "cpu-smoke", tmp_path / "runs" / "cpu-smoke")
     assert lab_main(["report"]) == 0
-    out = capsys.readouterr().out
-    assert "site/index.html: 2 run(s), 0 skipped" in out
+    assert "site/index.html: 2 run(s), 0 skipped" in capsys.readouterr().out
     runs, _ = load_runs([tmp_path / "manifests"])
-    assert runs[0].name == "reference/h200"
-    assert (tmp_path / "site" / "run-reference-h200.html").exists()
+    assert runs[0].name == "reference/h200" and (tmp_path / "site" / "run-reference-h200.html").exists()
 
 
 def test_report_needs_no_torch() -> None:
-    """The report renders on a laptop that has the results but not the lab's torch."""
-    code = "import sys, report.render, lab.commands.report, lab.commands.compare; print('torch' in sys.modules)"
+    """The report and compare render on a laptop that has the results but not the lab's torch."""
+    code = ("import sys, report.render, lab.commands.report, lab.commands.compare, lab.compare_output; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -282,4 +490,10 @@ def test_fusion_table_fills_per_n_ops_ceiling(gpu_html: str) -> None:
     t = table(gpu_html, caption="Compiled (fused) chain over eager")
     cache16 = [r for r in t["rows"] if r[0][0] == "16" and r[1][0] == "cache"][0]
     assert cache16[3][0] == "16 x"
-    assert cache16[2][0] == fmt(gpu_metric("fusion", "speedup", n_ops=16, residency="cache")["value"], "x")
+    assert cache16[2][0] == fmt(gpu("fusion", "speedup", n_ops=16, residency="cache")["value"], "x")
+
+
+def test_the_committed_runs_load() -> None:
+    assert {p.name for p in REFERENCE_RUNS} >= {"cpu-2026-11-29-full", "h200-2026-11-29-graphs"}
+    for p in REFERENCE_RUNS:
+        load(p)

@@ -1,7 +1,9 @@
 """The report opened in a real headless Chromium (Debian's), as a reader would open it: from disk.
 
-Checks: no console errors or page errors, no dialog (an injected script would raise one), every
-chart drawn with a non-zero size, and the NOT_RUN tables listing the expected items.
+Checks: no console errors or page errors, no dialog (an injected script would raise one), no network
+request, nothing sticking out of the page or cut off at the right edge; on the front page, a run's page and
+the comparison, the values shown equal the stored records; every chart drawn with a non-zero size, the
+NOT_RUN tables listing the expected items.
 
 Without Chromium this test skips with a reason, except in CI (CI set), where a missing browser is a
 failure: CI installs it (`.ci/run`), so its absence there means the install step broke.
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from report import render_site
+from report.tables import fmt
 from report_helpers import FIXTURES, gpu_fixture, lay_out_runs
 
 CHROMIUM = os.environ.get("LAB_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -69,37 +72,118 @@ def rows(page, table_id: str) -> list[list[str]]:
         f"#{table_id} tbody tr", "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
 
 
-def test_gpu_page_in_chromium(browser, site) -> None:
-    page, problems = open_page(browser, site.out / "run-gpu-fixture.html")
-    sizes = page.eval_on_selector_all(
-        "figure.chart svg", "els => els.map(e => { const r = e.getBoundingClientRect(); "
-                            "return [e.closest('figure').id, r.width, r.height]; })")
-    assert {s[0] for s in sizes} == {"chart-step-float32", "chart-setup", "chart-compile-decode_step",
-                                     "chart-fusion", "chart-recompiles"}
-    assert all(w > 100 and h > 100 for _, w, h in sizes), sizes
-    assert [r[:2] for r in rows(page, "not-run-table")] == [["selection", "not_implemented"]]
-    assert [r[:3] for r in rows(page, "skipped-table")] == [["cuda_graph_decode", "max-autotune-no-cudagraphs",
-                                                             "flag_off"]]
-    failed = rows(page, "failed-table")
-    assert failed[0][0] == "graph_hazards" and gpu_fixture.SCRIPT_ERROR in failed[0][2]  # shown as text
-    assert page.evaluate("document.querySelectorAll('script').length") == 0
+def stored(data: dict, exp: str, name: str, **params: object) -> object:
+    rec = next(r for r in data["experiments"] if r["id"] == exp)
+    found = [m for m in rec["metrics"] if m["name"] == name and all(m["params"].get(k) == v for k, v in params.items())]
+    assert len(found) == 1, (exp, name, params)
+    return found[0]["value"]
+
+
+def no_overflow(page) -> list[str]:
+    """What sticks out of the page to the right, and tables wider than their box that cannot scroll."""
+    return page.evaluate("""() => {
+        const bad = [];
+        if (document.documentElement.scrollWidth > window.innerWidth + 1) bad.push('page scrolls sideways');
+        for (const w of document.querySelectorAll('.table-wrap')) {
+            const style = getComputedStyle(w);
+            if (w.scrollWidth > w.clientWidth + 1 && !['auto', 'scroll'].includes(style.overflowX))
+                bad.push('table cut: ' + (w.querySelector('caption') || w).innerText.slice(0, 60));
+            if (w.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+                bad.push('table box past the edge: ' + (w.querySelector('caption') || w).innerText.slice(0, 60));
+        }
+        return bad; }""")
+
+
+def test_front_page_in_chromium(browser, site) -> None:
+    page, problems = open_page(browser, site.index)
+    assert "malformed" in page.inner_text("#skipped-files")
+    runs = page.eval_on_selector_all("#front tr.run-row", "trs => trs.map(tr => tr.dataset.run)")
+    assert runs == ["cpu-smoke", "gpu-fixture", "gpu-fixture-older"]
+    data = gpu_fixture.build()
+    row = "#front tr[data-run='gpu-fixture']"
+    p = {"batch": 1, "dtype": "float32"}
+    case = page.inner_text(f"{row} .case[data-key='B=1 float32']")
+    for value in (fmt(stored(data, "cuda_graph_decode", "step_ms", method="eager", readback=False, **p), "ms"),
+                  fmt(stored(data, "cuda_graph_decode", "step_ms", method="compile+graph", readback=False, **p), "ms"),
+                  fmt(stored(data, "cuda_graph_decode", "speedup_vs_eager", method="compile+graph", readback=False,
+                             **p)) + "×",
+                  "MBU " + fmt(stored(data, "ceilings", "mbu", method="compile+graph", **p)), "launch-bound"):
+        assert value in case, (value, case)
+    be = stored(data, "cuda_graph_decode", "break_even_steps", method="compile+graph", **p)
+    assert page.inner_text(f"{row} .setup[data-key='B=1 float32'] .break-even") == fmt(be)
+    assert page.inner_text(f"{row} .failed-count") == "1" and "bf16_tokens_equal" in page.inner_text(f"{row} .failed")
+    assert page.inner_text(f"{row} .host") == "fixture-host" and page.inner_text(f"{row} .label") == "fixture-label"
+    side = page.eval_on_selector_all("#side-by-side tr", "trs => trs.map(tr => Array.from(tr.cells).map(c => "
+                                     "c.innerText.trim()))")
+    assert side[0] == ["figure", "cpu-smoke", "gpu-fixture", "gpu-fixture-older"]
+    assert no_overflow(page) == []
+    page.click("text=gpu-fixture-older")
+    page.wait_for_load_state("load")
+    assert page.url.endswith("run-gpu-fixture-older.html")
     page.close()
     assert problems == []
 
 
-def test_cpu_page_and_index_in_chromium(browser, site) -> None:
-    expected = [[r["id"], r["reason"]["code"]] for r in
-                json.loads((FIXTURES / "report_runs" / "cpu-smoke" / "results.json").read_text())["experiments"]
-                if r["status"] == "NOT_RUN"]
+def test_run_page_in_chromium(browser, site) -> None:
+    page, problems = open_page(browser, site.out / "run-gpu-fixture.html")
+    sizes = page.eval_on_selector_all(
+        "figure.chart svg", "els => els.map(e => { const r = e.getBoundingClientRect(); "
+                            "return [e.closest('figure').id, r.width, r.height]; })")
+    assert {s[0] for s in sizes} == {"chart-step-float32", "chart-step-bfloat16", "chart-setup",
+                                     "chart-compile-decode_core", "chart-compile-mlp", "chart-fusion", "chart-recompiles",
+                                     "chart-amdahl"}
+    assert all(w > 100 and h > 100 for _, w, h in sizes), sizes
+    assert "bf16_tokens_equal" in page.inner_text("#failed-checks-header")
+    toc = page.eval_on_selector_all("#toc a", "as => as.map(a => a.getAttribute('href'))")
+    assert all(page.query_selector(href) is not None for href in toc) and toc[0] == "#steps"
+    # the first screen of the step section answers: the fastest correct method and its stored speedup
+    data = gpu_fixture.build()
+    answer = page.inner_text("#steps .answer")
+    speedup = stored(data, "cuda_graph_decode", "speedup_vs_eager", method="compile+graph", batch=1,
+                     dtype="float32", readback=False)
+    assert "compile+graph" in answer and f"{fmt(speedup)}×" in answer
+    assert page.evaluate("document.querySelector('#steps .answer').getBoundingClientRect().top - "
+                         "document.querySelector('#steps h2').getBoundingClientRect().top") < 200
+    best = rows(page, "best-table")
+    bf16 = [r for r in best if r[1] == "bfloat16"][0]
+    assert bf16[3] == "graph" and bf16[4].startswith(fmt(stored(data, "cuda_graph_decode", "step_ms", method="graph",
+                                                                 batch=1, dtype="bfloat16", readback=False), "ms"))
+    assert [r[:2] for r in rows(page, "not-run-table")] == [["selection", "not_implemented"]]
+    failed = rows(page, "failed-table")
+    assert failed[0][0] == "graph_hazards" and gpu_fixture.SCRIPT_ERROR in failed[0][2]  # shown as text
+    assert page.evaluate("document.querySelectorAll('script').length") == 0
+    assert no_overflow(page) == []
+    page.close()
+    assert problems == []
+
+
+def test_cpu_page_in_chromium(browser, site) -> None:
+    results = json.loads((FIXTURES / "report_runs" / "cpu-smoke" / "results.json").read_text())
+    expected = [[r["id"], r["reason"]["code"]] for r in results["experiments"] if r["status"] == "NOT_RUN"]
     page, problems = open_page(browser, site.out / "run-cpu-smoke.html")
     assert [r[:2] for r in rows(page, "not-run-table")] == expected
+    ind = rows(page, "inductor-table")
+    comp = stored(results, "inductor", "step_ms", method="compile-default", step="indexed")
+    assert any(r[0] == "indexed" and r[2] == "compile-default" and r[3].startswith(fmt(comp, "ms")) for r in ind)
+    assert "gemm_bound" in page.inner_text("#failed-checks-header")
     sizes = page.eval_on_selector_all("figure.chart svg", "els => els.map(e => e.getBoundingClientRect().height)")
     assert sizes and all(h > 100 for h in sizes)
+    assert no_overflow(page) == []
     page.close()
-    index, index_problems = open_page(browser, site.index)
-    assert "malformed" in index.inner_text("#skipped-files")
-    index.click("text=gpu-fixture")
-    index.wait_for_load_state("load")
-    assert index.url.endswith("run-gpu-fixture.html")
-    index.close()
-    assert problems == [] and index_problems == []
+    assert problems == []
+
+
+def test_comparison_in_chromium(browser, site) -> None:
+    page, problems = open_page(browser, site.out / "compare.html")
+    c = site.comparisons[0]
+    assert page.inner_text("#cmp-1 h2").startswith(f"{c.b.label}")
+    why = page.eval_on_selector_all("#cmp-1 table.why-table tbody tr",
+                                    "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
+    assert ["compile cache at start", "warm", "cold"] in why
+    moved = page.eval_on_selector_all("#cmp-1 table.moved-table tbody tr",
+                                      "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
+    expected = [[r.mark, r.experiment, r.name, fmt(r.a, r.unit), fmt(r.b, r.unit), fmt(r.ratio)] for r in c.moved]
+    assert [[m[0], m[1], m[2], m[4], m[5], m[6]] for m in moved] == expected and expected
+    assert no_overflow(page) == []
+    page.close()
+    assert problems == []

@@ -1,4 +1,5 @@
-"""`python -m lab compare A B`: manifest fields that differ, and every shared result with ratio and mark."""
+"""`python -m lab compare A B [--json]`: manifest fields that differ, why it moved, and every shared result
+with ratio, mark and reason."""
 
 from __future__ import annotations
 
@@ -8,22 +9,30 @@ from pathlib import Path
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="compare two runs (or manifests): environment differences and result ratios")
-    p.add_argument("a", type=Path, help="before: a run directory, results.json or manifest.json")
-    p.add_argument("b", type=Path, help="after: a run directory, results.json or manifest.json")
+    p.add_argument("a", type=Path, help="A (before, the baseline): a run directory, results.json or manifest.json")
+    p.add_argument("b", type=Path, help="B (after): a run directory, results.json or manifest.json")
     p.add_argument("--factor", type=float, default=None,
                    help="ratio beyond which a change counts as better/worse (default 1.10)")
     p.add_argument("--only-changed", action="store_true", help="leave out metrics marked same")
+    p.add_argument("--json", action="store_true",
+                   help="print machine-readable records (experiment, metric, params, a, b, ratio, mark, reason)")
     return p
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab.compare import FACTOR, compare, format_text, load_side
+    from lab.compare import FACTOR, compare, load_side
+    from lab.compare_output import format_text, safe, to_json
+    from lab.results import ResultsError
 
     factor = FACTOR if args.factor is None else args.factor
-    if factor < 1:
+    if not factor >= 1:
         raise ValueError(f"--factor {factor}: must be at least 1")
-    result = compare(load_side(args.a), load_side(args.b), factor)
+    try:
+        sides = load_side(args.a), load_side(args.b)
+    except ResultsError as exc:  # one line, with nothing from the file that could drive the terminal
+        raise ValueError(safe(" ".join(str(exc).split()))) from None
+    result = compare(*sides, factor)
     if args.only_changed:
         result.metrics = [r for r in result.metrics if r.mark != "same"]
-    print(format_text(result), end="")
+    print(to_json(result) if args.json else format_text(result), end="")
     return 0

@@ -1,4 +1,4 @@
-"""`python -m lab report [RUN_DIR ...] [--out DIR]`: render the static report site.
+"""`python -m lab report [RUN_DIR ...] [--out DIR] [--baseline RUN]`: render the static report site.
 
 Without RUN_DIR it reads every run under manifests/ (committed reference runs) and runs/ (local
 ones). A file that cannot be read is reported on one line naming it, and the other runs still render.
@@ -17,6 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="run directories, results.json files, or folders holding runs (default: manifests/ and runs/)")
     p.add_argument("--out", type=Path, default=Path("site"), help="output folder (default: site/)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any file was skipped")
+    p.add_argument("--baseline", metavar="RUN", help="the run the comparison page sets every other run against: its "
+                   "name on the site, or its directory (default: per profile, the newest run)")
     return p
 
 
@@ -28,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
     if not paths:
         raise ValueError(f"no run given and none of {', '.join(d + '/' for d in DEFAULT_ROOTS)} exists here "
                          "(run `nox -s smoke` or `python -m lab run` first)")
-    site = render_site(paths, args.out)
+    site = render_site(paths, args.out, baseline=args.baseline)
     for skipped in site.skipped:
         print(f"error: {skipped.reason} (skipped)", file=sys.stderr)
     if not site.runs:

@@ -22,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--only", help="comma-separated experiment ids (see `list`)")
     p.add_argument("--out", type=Path, help="run directory (default: runs/<profile>-<timestamp>)")
     p.add_argument("--weights", help="local GPT-2 checkpoint folder, or 'random' (default: cache or random)")
+    p.add_argument("--label", help="a name for this run or host, shown by the report and compare (manifest 'label')")
     p.add_argument("--set", action="append", default=[], metavar="EXP.KEY=VALUE",
                    help="override an experiment option, e.g. cuda_graph_decode.max_autotune=true (repeatable; "
                         "`list --options` shows them)")
@@ -33,6 +34,12 @@ def main(args: argparse.Namespace) -> int:
     from lab.catalogue import resolve
     from lab.options import parse_set
 
+    if args.label:
+        import os
+
+        from lab.manifest import LABEL_ENV
+
+        os.environ[LABEL_ENV] = args.label  # lab.manifest.collect records it
     profile = profiles.get(args.profile or default_profile())
     set_text = parse_set(args.set)
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None

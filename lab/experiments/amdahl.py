@@ -12,6 +12,19 @@ activations, memory for the large block). Without one, k = 3 as in the module te
 The measured speedup comes from compiling the same function; on the GPU the decode step's is read
 from `cuda_graph_decode` (compile-default, batch 1) when that record is in the run, to not compile
 GPT-2 twice.
+
+Amdahl counts only kernel time, so a step bound by launches (GPT-2 at batch 1 on a GPU: 203 kernels
+of a few µs each) is predicted about 1.0× although compiling removes a quarter of its kernels. Beside
+it, the launch-aware prediction prices every kernel launch at the cost this run's `ceilings` measured
+for one eager op (`launch_us_per_op`, mode eager):
+
+    (N_eager × c + K) / (N_compiled × c + K × ((1 − f) + f / k))
+
+with N the kernels per step of the eager and the compiled step (the compiled count from compiling
+here, or cuda_graph_decode's `kernels_per_step`), c the cost per launch and K the eager kernel time
+(`kernel_time_per_step_us`); with free launches (c = 0) it is Amdahl's. On the CPU an op's time
+already holds its dispatch, so the launch term counts it twice: the prediction is meant for a device
+that launches kernels.
 """
 
 from __future__ import annotations
@@ -51,6 +64,36 @@ def predicted_speedup(f: float, k: float) -> float:
     if not 0.0 <= f <= 1.0 or k <= 0:
         raise ValueError(f"need 0 <= f <= 1 and k > 0 (got f={f}, k={k})")
     return 1.0 / ((1.0 - f) + f / k)
+
+
+def launch_aware_speedup(n_eager: float, n_compiled: float, launch_us: float, kernel_us: float, f: float,
+                         k: float) -> float:
+    """(eager launches + kernel time) / (compiled launches + the kernel time Amdahl predicts after fusion)."""
+    if min(n_eager, n_compiled, launch_us, kernel_us) < 0 or not 0.0 <= f <= 1.0 or k <= 0:
+        raise ValueError(f"need non-negative counts and times, 0 <= f <= 1, k > 0 (got {n_eager}, {n_compiled}, "
+                         f"{launch_us}, {kernel_us}, f={f}, k={k})")
+    compiled = n_compiled * launch_us + kernel_us * ((1.0 - f) + f / k)
+    if compiled <= 0:
+        raise ValueError("the compiled step would take no time: no prediction")
+    return (n_eager * launch_us + kernel_us) / compiled
+
+
+def launch_cost_us(records: list[Any]) -> float | None:
+    """The cost of one eager launch this run's ceilings measured, or None without a ceilings record."""
+    rec = ok_record(records, "ceilings")
+    for m in rec.metrics if rec else []:
+        if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("mode") == "eager":
+            return float(m.value)
+    return None
+
+
+def _lead_compiled_kernels(records: list[Any], dtype: str) -> float | None:
+    rec = ok_record(records, "cuda_graph_decode")
+    for m in rec.metrics if rec else []:
+        if (m.name == M.KERNELS_PER_STEP.name and m.params.get("method") == Method.COMPILE_DEFAULT
+                and m.params.get("batch") == 1 and m.params.get("dtype") == dtype):
+            return float(m.value)
+    return None
 
 
 def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float, str]:
@@ -95,14 +138,23 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     ctx.note(f"k_source.{workload}", source)
     ctx.note(f"top.{workload}", prof.top(8))
     ctx.metric(M.PREDICTED_SPEEDUP, pred, workload=workload)
+    ctx.metric(M.KERNEL_TIME_PER_STEP_US, round(prof.kernel_ms * 1e3, 3), workload=workload, method=Method.EAGER)
+    n_compiled: float | None = None
     if measured_override is not None:
         measured = measured_override
         ctx.note(f"measured_source.{workload}", "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
+        n_compiled = _lead_compiled_kernels(ctx.results.experiments, ctx.profile.dtype)
+        if n_compiled is not None:
+            ctx.metric(M.KERNELS, n_compiled, workload=workload, method=Method.COMPILE_DEFAULT)
+            ctx.note(f"compiled_kernels_source.{workload}", "cuda_graph_decode: kernels_per_step, compile-default, "
+                                                            "batch 1")
     elif not compile_it:
         key = "compile_decode" if workload == "gpt2_decode_step" else "compile_block"
         ctx.skip(f"measured speedup of {workload}", Code.PROFILE_BUDGET,
                  f"compiling the {workload} is left out of this profile to keep it short: run the cpu or gpu "
                  f"profile, or --set amdahl.{key}=true")
+        ctx.skip(f"launch-aware prediction of {workload}", Code.PROFILE_BUDGET,
+                 f"it needs the compiled step's kernel count: --set amdahl.{key}=true")
         return
     else:
         torch._dynamo.reset()
@@ -113,6 +165,7 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         with torch.no_grad():
             reset()
             cprof = profile_step(lambda: c.fn(*args), dev, steps=3, warmup=1)
+            n_compiled = cprof.kernels
             ctx.metric(M.KERNELS, cprof.kernels, workload=workload, method=Method.COMPILE_DEFAULT)
             reset()
             samples = time_methods({Method.EAGER: lambda: fn(*args), Method.COMPILE_DEFAULT: lambda: c.fn(*args)},
@@ -125,6 +178,33 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     ctx.metric(M.MEASURED_SPEEDUP, measured, workload=workload)
     ctx.metric(M.MEASURED_OVER_PREDICTED, measured / pred, workload=workload)
     ctx.progress(f"{workload}: f={f:.2f} k={k:.2f} predicted {pred:.2f}x measured {measured:.2f}x")
+    _launch_aware(ctx, workload, prof.kernels, n_compiled, prof.kernel_ms * 1e3, f, k, measured)
+
+
+def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, kernel_us: float, f: float, k: float,
+                  measured: float) -> None:
+    """The launch-aware prediction beside Amdahl's, from this run's ceilings (module docstring)."""
+    launch_us = launch_cost_us(ctx.results.experiments)
+    if launch_us is None:
+        ctx.skip(f"launch-aware prediction of {workload}", Code.NOT_MEASURED,
+                 "it needs this run's ceilings record (launch_us_per_op): run ceilings before amdahl (the profiles "
+                 "do; add it to --only)")
+        return
+    if n_compiled is None:
+        ctx.skip(f"launch-aware prediction of {workload}", Code.NOT_MEASURED,
+                 "the compiled step's kernel count was not measured (cuda_graph_decode has no compile-default "
+                 "kernels_per_step at batch 1)")
+        return
+    ctx.metric(M.LAUNCH_US_PER_OP, launch_us, workload=workload, mode="eager")
+    pred = launch_aware_speedup(n_eager, n_compiled, launch_us, kernel_us, f, k)
+    ctx.metric(M.PREDICTED_SPEEDUP_LAUNCH, pred, workload=workload)
+    ctx.metric(M.MEASURED_OVER_PREDICTED_LAUNCH, measured / pred, workload=workload)
+    if ctx.device.type == "cuda" and workload == "gpt2_decode_step":
+        ctx.check("launch-aware prediction within 25% of the measured speedup (decode step, batch 1)",
+                  abs(pred - measured) <= 0.25 * measured, fatal=False,
+                  detail=f"predicted {pred:.2f}x, measured {measured:.2f}x (Amdahl alone: see predicted_speedup)")
+    ctx.progress(f"{workload}: launch-aware prediction {pred:.2f}x (c={launch_us:.2f} us, kernels {n_eager:.0f} -> "
+                 f"{n_compiled:.0f})")
 
 
 def run(ctx) -> None:

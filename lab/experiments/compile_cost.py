@@ -205,8 +205,8 @@ def run(ctx) -> None:
         # 2. compile time against depth (the full depth is the measurement above)
         for n in depths:
             if n == full:
-                res = (cold, warm)
-            elif n > full:
+                continue  # recorded with the decode core above (recording it twice would make two equal metrics)
+            if n > full:
                 ctx.skip(f"depth {n}", Code.DEPTH_EXCEEDS_MODEL, f"the profile's model has {full} layers; choose "
                                                                 f"depths up to {full}")
                 continue

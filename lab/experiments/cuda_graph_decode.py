@@ -20,6 +20,7 @@ import torch
 
 from lab import metrics as M
 from lab import stepmethods
+from lab.costs import break_even_calls
 from lab.dynamo_tools import dynamo_counters
 from lab.names import Method
 from lab.options import option
@@ -131,7 +132,23 @@ def _measure_batch(ctx, w, batch: int, dtype: str, methods: tuple[str, ...], rea
             ms = ctx.record.metric(M.STEP_MS.name, method=name, batch=batch, dtype=dtype, readback=rb).value
             ctx.metric(M.SPEEDUP_VS_EAGER, round(eager_ms / ms, 4), method=name, batch=batch, dtype=dtype,
                        readback=rb)
+    if False in readbacks:
+        _record_break_even(ctx, built, batch, dtype)
     return built
+
+
+def _record_break_even(ctx, built: dict[str, stepmethods.StepMethod], batch: int, dtype: str) -> None:
+    """Per method: the step time it saves over eager (no readback) and the steps its setup takes to pay (stored
+    once here, so every table and chart shows the same figure; null: it saves nothing, it never pays)."""
+    eager_ms = ctx.record.metric(M.STEP_MS.name, method=Method.EAGER, batch=batch, dtype=dtype, readback=False).value
+    for name in built:
+        if name == Method.EAGER:
+            continue
+        ms = ctx.record.metric(M.STEP_MS.name, method=name, batch=batch, dtype=dtype, readback=False).value
+        setup_s = ctx.record.metric(M.SETUP_S.name, method=name, batch=batch, dtype=dtype).value
+        ctx.metric(M.SAVING_MS_PER_STEP, round(eager_ms - ms, 5), method=name, batch=batch, dtype=dtype)
+        ctx.metric(M.BREAK_EVEN_STEPS, break_even_calls(max(setup_s, 0.0), eager_ms, ms), method=name, batch=batch,
+                   dtype=dtype)
 
 
 def run(ctx) -> None:

@@ -1,0 +1,63 @@
+"""Sections for the smaller workloads: Amdahl's prediction beside the launch-aware one and the measured speedup,
+and fusion against its bytes ceiling. Stored figures only."""
+
+from __future__ import annotations
+
+from lab import metrics as M
+from lab import units
+from lab.names import Method
+from lab.results import Results
+
+from report.sections import Section, record, why_absent
+from report.tables import Cell, Table, first, fmt, matching, num, pivot
+
+AMDAHL = "amdahl"
+FUSION = "fusion"
+PREDICTION_COLUMNS = [M.FUSIBLE_FRACTION, M.K, M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP,
+                      M.MEASURED_OVER_PREDICTED, M.MEASURED_OVER_PREDICTED_LAUNCH]
+
+
+def amdahl(results: Results) -> Section:
+    rec = record(results, AMDAHL)
+    workloads = sorted({str(m.params.get("workload")) for m in matching(rec.metrics if rec else [],
+                                                                        M.PREDICTED_SPEEDUP)})
+    table = Table(columns=["workload", "fusible fraction f", "k (fusion speedup)", "kernels eager → compiled", "cost per launch",
+                           "eager kernel time", "Amdahl (fusion only)", "launch-aware", "measured",
+                           "measured / Amdahl", "measured / launch-aware"], id="amdahl-table",
+                  caption="Predicted and measured compile speedup (amdahl)")
+    lines = []
+    for w in workloads:
+        def get(spec: M.MetricSpec, **extra: object):
+            return first(rec, spec, workload=w, **extra)
+
+        ke, kc = get(M.KERNELS, method=Method.EAGER), get(M.KERNELS, method=Method.COMPILE_DEFAULT)
+        launch, kt = get(M.LAUNCH_US_PER_OP), get(M.KERNEL_TIME_PER_STEP_US, method=Method.EAGER)
+        amd, lau, meas = get(M.PREDICTED_SPEEDUP), get(M.PREDICTED_SPEEDUP_LAUNCH), get(M.MEASURED_SPEEDUP)
+        table.rows.append([
+            Cell(w), num(get(M.FUSIBLE_FRACTION).value if get(M.FUSIBLE_FRACTION) else None),
+            num(get(M.K).value if get(M.K) else None, units.X if get(M.K) else ""),
+            Cell(f"{fmt(ke.value) if ke else '—'} → {fmt(kc.value) if kc else '—'}", cls="num"),
+            *[num(m.value, m.unit) if m else Cell("—") for m in (launch, kt, amd, lau, meas)],
+            *[num(m.value, m.unit) if m else Cell("—") for m in (get(M.MEASURED_OVER_PREDICTED),
+                                                                 get(M.MEASURED_OVER_PREDICTED_LAUNCH))]])
+        if amd is not None:
+            text = f"{w}: Amdahl predicts {fmt(amd.value)}×"
+            text += f", the launch-aware model {fmt(lau.value)}×" if lau else ", no launch-aware prediction"
+            text += f"; measured {fmt(meas.value)}×." if meas else "; not measured in this run."
+            lines.append(text)
+    lines.append("Amdahl counts kernel time only: 1 / ((1 − f) + f / k). The launch-aware model adds each kernel's "
+                 "launch at this run's measured cost per launch: (eager kernels × cost + kernel time) / (compiled "
+                 "kernels × cost + kernel time × ((1 − f) + f / k)).")
+    tables = [table] if workloads else []
+    return Section("amdahl", "Amdahl and the launch term: predicted against measured", "\n".join(lines), tables,
+                   empty="" if tables else why_absent(results, AMDAHL))
+
+
+def fusion(results: Results) -> Section | None:
+    rec = record(results, FUSION)
+    if rec is None or rec.status != "OK":
+        return None
+    table = pivot(rec, ["n_ops", "residency"], [M.SPEEDUP, M.CEILING_X])
+    table.caption = "Compiled (fused) chain over eager, against the bytes ceiling"
+    return Section("fusion", "Fusion", "", [table] if table else [],
+                   empty="" if table else "fusion ran but recorded no speedup metrics.")
