@@ -51,3 +51,7 @@ class Code(StrEnum):
     DOCKER_DAEMON_UNREACHABLE = "docker_daemon_unreachable"
     IMAGE_MISSING = "image_missing"
     NO_NVIDIA_CONTAINER_TOOLKIT = "no_nvidia_container_toolkit"
+    # the run's own fate (lab.runner) and the compiler probe (lab.toolchain)
+    INTERRUPTED = "interrupted"  # the run was stopped (Ctrl-C, SIGTERM, a runner error) before this finished
+    COMPILER_BROKEN = "compiler_broken"  # a compiler was found but cannot compile and run a tiny program
+    CXX_NOT_FOUND = "cxx_not_found"  # $CXX (or $CC) names a compiler that does not exist
