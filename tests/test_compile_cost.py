@@ -19,6 +19,7 @@ needs_cxx = pytest.mark.skipif(probe().cxx_reason() is not None, reason="no work
 
 
 @needs_cxx
+@pytest.mark.slow
 def test_cache_is_not_reused_under_another_shape_or_dtype(tmp_path: Path, monkeypatch) -> None:
     from torch._dynamo.utils import counters
 

@@ -231,6 +231,7 @@ def test_bad_input_is_one_line_naming_the_file_and_others_still_render(tmp_path:
     assert "cpu-smoke" in index and (tmp_path / "site" / "run-cpu-smoke.html").exists()
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_be_rendered_is_listed_not_fatal(tmp_path: Path, monkeypatch) -> None:
     from report import render, sections
 
@@ -249,6 +250,7 @@ def test_a_run_that_cannot_be_rendered_is_listed_not_fatal(tmp_path: Path, monke
     assert "boom &lt;b&gt;" in site.index.read_text()
 
 
+@pytest.mark.slow
 def test_cli_defaults_to_manifests_and_runs(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     assert lab_main(["report"]) == 2

@@ -69,6 +69,7 @@ def rows(page, table_id: str) -> list[list[str]]:
         f"#{table_id} tbody tr", "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
 
 
+@pytest.mark.slow
 def test_gpu_page_in_chromium(browser, site) -> None:
     page, problems = open_page(browser, site.out / "run-gpu-fixture.html")
     sizes = page.eval_on_selector_all(

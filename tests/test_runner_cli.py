@@ -125,6 +125,7 @@ def test_env_writes_manifest(tmp_path: Path, capsys) -> None:
     assert data["weights"]["source"] == "random"
 
 
+@pytest.mark.slow
 def test_smoke_core_experiments_end_to_end(tmp_path: Path) -> None:
     """The CPU experiments of the core, through the real CLI in a fresh process."""
     ids = "fixed_step_equivalence,graph_breaks,recompiles,decode_recompiles"

@@ -193,6 +193,7 @@ def test_a_compiler_whose_program_misbehaves_is_broken(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
+@pytest.mark.slow
 def test_cxx_pointing_nowhere_names_the_compiler_that_exists() -> None:
     """CXX=/nonexistent/g++ while g++ is on PATH: not 'none is installed', but unset CXX to use that g++.
     (A fresh process: Inductor reads $CXX when torch is imported.)"""
