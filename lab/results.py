@@ -215,7 +215,7 @@ class RunInfo:
     finished_at: Text | None = None
     """null while the run is under way"""
     wall_s: Number | None = None
-    """the lab's own wall time"""
+    """the lab's own wall time (over all its starts)"""
     state: RunState = "running"
     """running (under way, or killed), interrupted (Ctrl-C, SIGTERM: the experiments not finished are NOT_RUN interrupted), complete"""
     argv: list[Text] = field(default_factory=list)

@@ -5,9 +5,13 @@ profile's overrides, `--set`; lab.options) and written to the manifest: a bad na
 the run with one line. An experiment then receives a `Context`: `ctx.options`, the profile, the
 device, a clock, and a recorder that accepts only the metrics its catalogue entry declares.
 
-Every experiment in the selection ends as exactly one record: prerequisites missing -> NOT_RUN with
-the toolchain's reason; raises -> FAILED with the error and a traceback excerpt; a fatal correctness
-check that fails -> FAILED (`check_failed`). results.json is rewritten atomically after each record.
+The run directory is claimed first (lab.rundir): one run at a time, and a directory holding a run is
+refused unless resumed or forced aside. Every experiment in the selection ends as exactly one record:
+prerequisites missing -> NOT_RUN with the toolchain's reason; raises (SystemExit included) -> FAILED
+with the error and a traceback excerpt; a value the results file cannot hold -> FAILED naming it, where
+it was recorded; a fatal correctness check that fails -> FAILED (`check_failed`); the run stopped
+(Ctrl-C, SIGTERM, SIGHUP, an error of the runner) -> NOT_RUN `interrupted` for the experiment under
+way and every one not reached (lab.runstate). results.json is rewritten atomically after each record.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from lab.options import resolve as resolve_options
 from lab.profiles import Profile
 from lab.reasons import Code
 from lab.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
-                         Start, quarantine, save, unstorable, write_json_atomic)
+                         quarantine, save, unstorable, write_json_atomic)
 from lab.timing import clock_for, spread
 from lab.toolchain import Toolchain, probe
 
@@ -312,38 +316,29 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     provenance = resolve_weights(profile.model, weights)
     claim = rundir.claim(out_dir, resume=resume, force=force)
     try:
-        previous = claim.previous
-        if previous is not None:
-            specs = runstate.resume_selection(previous, profile.name, default, only)
-            options = resolve_all(specs, profile, set_text)
-        say_cleaned(clean_abandoned_tempdirs())
-        if profile.threads:
-            torch.set_num_threads(profile.threads)
-        toolchain = probe()
-        manifest = collect(weights=provenance, toolchain=toolchain)
-        manifest["profile"] = profile.params()
-        manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
-        kept: dict[str, Record] = {}
-        if previous is None:
-            results = Results(run=RunInfo(profile=profile.name, started_at=now_iso(), argv=argv or [], only=only,
-                                          starts=[runstate.new_start(argv or [])]),
-                              manifest=manifest, lab_version=__version__)
-        else:
-            kept = {r.id: r for r in previous.experiments if r.status == "OK" and r.id in {s.id for s in specs}}
-            runstate.check_same_options(previous, manifest["options"], list(kept))
-            results = previous
-            if not results.run.starts:  # a run written before starts were recorded: its first start
-                results.run.starts.append(Start(started_at=results.run.started_at, argv=results.run.argv))
-            results.run.starts.append(runstate.new_start(argv or [], list(kept),
-                                                         runstate.manifest_changes(previous.manifest, manifest)))
-            results.manifest.setdefault("options", {}).update(
-                {k: v for k, v in manifest["options"].items() if k not in kept})
-            results.run.state, results.run.finished_at = "running", None
-            results.experiments = runstate.in_order(specs, kept)
-        write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
-        save(results, out_dir)
-        _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
-                  on_record, claim)
+        with runstate.stop_signals_raise():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
+            previous = claim.previous
+            if previous is not None:
+                specs = runstate.resume_selection(previous, profile.name, default, only)
+                options = resolve_all(specs, profile, set_text)
+            say_cleaned(clean_abandoned_tempdirs())
+            if profile.threads:
+                torch.set_num_threads(profile.threads)
+            toolchain = probe()
+            manifest = collect(weights=provenance, toolchain=toolchain)
+            manifest["profile"] = profile.params()
+            manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
+            if previous is None:
+                kept: dict[str, Record] = {}
+                results = Results(run=RunInfo(profile=profile.name, started_at=now_iso(), argv=argv or [], only=only,
+                                              starts=[runstate.new_start(argv or [])]),
+                                  manifest=manifest, lab_version=__version__)
+            else:
+                results, kept = runstate.resumed(previous, specs, manifest, argv or [])
+            write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
+            save(results, out_dir)
+            _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
+                      on_record, claim)
         return results
     finally:
         claim.release()

@@ -134,6 +134,27 @@ def check_same_options(previous: Results, options: dict[str, dict[str, Any]], ke
                               f"or start a new run with --force)")
 
 
+def resumed(previous: Results, specs: list[ExperimentSpec], manifest: dict[str, Any],
+            argv: list[str]) -> tuple[Results, dict[str, Record]]:
+    """The run being resumed, ready for this start: (its results, the OK records kept by id).
+
+    The first start's manifest stays (the options of experiments run now are added to it); this start
+    is appended to `run.starts` with the records it keeps and the provenance fields that changed."""
+    wanted = {s.id for s in specs}
+    kept = {r.id: r for r in previous.experiments if r.status == "OK" and r.id in wanted}
+    check_same_options(previous, manifest["options"], list(kept))
+    results = previous
+    if not results.run.starts:  # a run written before starts were recorded: its first start
+        results.run.starts.append(Start(started_at=results.run.started_at, argv=results.run.argv))
+    results.run.starts.append(new_start(argv, list(kept), manifest_changes(previous.manifest, manifest)))
+    results.manifest.setdefault("options", {}).update({k: v for k, v in manifest["options"].items() if k not in kept})
+    if results.run.only is not None:
+        results.run.only = [s.id for s in specs]  # what --only added now is part of the run from here on
+    results.run.state, results.run.finished_at = "running", None
+    results.experiments = in_order(specs, kept)
+    return results, kept
+
+
 def in_order(specs: list[ExperimentSpec], records: dict[str, Record]) -> list[Record]:
     """The records in catalogue order (the selection's order)."""
     return [records[s.id] for s in specs if s.id in records]

@@ -53,8 +53,13 @@ def slugify(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "run"
 
 
+MAX_REASON = 400  # a field path through thousands of nested lists is not a line anyone reads
+
+
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """`text` on one line, its middle elided past MAX_REASON characters (the file's name and the why survive)."""
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REASON else f"{text[:260]} … {text[-120:]}"
 
 
 def load_one(file: Path) -> Results | SkippedFile:
@@ -66,7 +71,7 @@ def load_one(file: Path) -> Results | SkippedFile:
     except RecursionError:
         return SkippedFile(str(file), f"{file}: nested too deeply to read")
     except (ValueError, TypeError, OverflowError, OSError, UnicodeError) as exc:
-        return SkippedFile(str(file), _one_line(f"{file}: could not be read ({type(exc).__name__}: {exc})")[:500])
+        return SkippedFile(str(file), _one_line(f"{file}: could not be read ({type(exc).__name__}: {exc})"))
 
 
 def load_runs(paths: list[Path]) -> tuple[list[Run], list[SkippedFile]]:

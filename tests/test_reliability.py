@@ -294,6 +294,8 @@ def test_report_skips_every_hostile_file_by_name_and_renders_the_rest(tmp_path: 
         "huge": _corrupt(runs, "huge", lambda d: _json_edit(_first_number)(d).replace(b'"HUGE"', b"1e400")),
         "deep": _corrupt(runs, "deep", lambda d: b"[" * 100_000 + b"]" * 100_000),
         "records": _corrupt(runs, "records", _json_edit(lambda r: r.__setitem__("experiments", {"a": 1}))),
+        "nested": _corrupt(runs, "nested", _json_edit(
+            lambda r: r["experiments"][0]["notes"].__setitem__("deep", json.loads("[" * 600 + "]" * 600)))),
     }
     good = runs / "good"
     good.mkdir()
@@ -302,7 +304,7 @@ def test_report_skips_every_hostile_file_by_name_and_renders_the_rest(tmp_path: 
     rc, err = cli(capsys, "report", str(runs), "--out", str(out))
     assert rc == 0, err
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert len(lines) == len(bad), err
+    assert len(lines) == len(bad) and all(len(ln) < 500 for ln in lines), err
     for name, path in bad.items():
         assert any(str(path) in ln for ln in lines), (name, err)
     assert "field manifest.host" in err and "field manifest.gpu.nvidia_smi" in err and "not UTF-8" in err
