@@ -454,3 +454,56 @@ def test_slow_tests_are_marked_and_the_quick_command_is_documented() -> None:
             range(p.read_text().count("@pytest.mark.slow\n"))]
     assert len(slow) >= 10 and len(set(slow)) >= 5, slow
     assert 'nox -s tests -- -m "not slow"' in (REPO_ROOT / "README.md").read_text()
+
+
+def _descendants_of_run(lab_pid: int, temp: Path, command: bytes = b"") -> list[int]:
+    """The live processes a lab run started, directly or not (they inherited its TMPDIR, the test's own), whose
+    command line contains `command`."""
+    marker = f"TMPDIR={temp}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != lab_pid:
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0") and \
+                        command in (entry / "cmdline").read_bytes() and _alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_PDEATHSIG is Linux's")
+def test_sigkill_of_a_compile_cost_run_takes_its_compiling_child_along(tmp_path: Path) -> None:
+    """Problem 9 as reported: SIGKILL a run during compile_cost; its child must stop compiling, and the next run
+    removes the temporary folders the killed run left."""
+    from lab.toolchain import probe
+
+    if probe().cxx_reason() is not None:
+        pytest.skip("compile_cost needs a working C++ compiler here")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(REPO_ROOT)}
+    lab = subprocess.Popen([sys.executable, "-m", "lab", "run", "--profile", "smoke", "--only", "compile_cost",
+                            "--out", str(tmp_path / "killed")], env=env, cwd=REPO_ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        child = b"lab.experiments.compile_cost:child_first_call"
+        assert _wait(lambda: bool(_descendants_of_run(lab.pid, temp, child)), 300), \
+            "compile_cost never started its child"
+        time.sleep(3)  # compiling now
+    finally:
+        lab.send_signal(signal.SIGKILL)
+        lab.wait()
+    assert _wait(lambda: not _descendants_of_run(lab.pid, temp), 30), "the compile_cost child outlived its run"
+    left = sorted(p.name.split("-")[1] for p in temp.iterdir() if p.name.startswith("lab-"))
+    assert "compile" in left and "child" in left, left
+    for folder in temp.iterdir():
+        if folder.name.startswith("lab-"):
+            _age(folder)
+    rerun = subprocess.run([sys.executable, "-m", "lab", "run", "--profile", "smoke", "--only", "toolchain", "--out",
+                            str(tmp_path / "next")], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                           timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert not [p for p in temp.iterdir() if p.name.startswith("lab-")]
+    assert "left by killed runs" in rerun.stderr
