@@ -7,6 +7,7 @@ such floats are stored as the strings "nan", "inf", "-inf" so the file stays str
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -49,6 +50,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
     The file gets the permissions any new file gets here (0644 under the usual umask 022), not the
     0600 of a temporary file: results are meant to be read by others."""
+    if path.is_dir():  # os.replace would name the temporary file; name the destination instead
+        raise IsADirectoryError(errno.EISDIR, "is a directory; give the file to write", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
