@@ -363,16 +363,15 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
 
     current: Record | None = None
     try:
-        with runstate.stop_signals_raise():
-            for i, spec in enumerate(todo, 1):
-                say_experiment(i, len(todo), spec)
-                current = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
-                run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current)
-                records[spec.id], current = current, None
-                save_now()
-                say_record(records[spec.id])
-                if on_record:
-                    on_record(records[spec.id])
+        for i, spec in enumerate(todo, 1):
+            say_experiment(i, len(todo), spec)
+            current = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
+            run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current)
+            records[spec.id], current = current, None
+            save_now()
+            say_record(records[spec.id])
+            if on_record:
+                on_record(records[spec.id])
     except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP (runstate.Stopped), or an error of the runner itself
         why = runstate.why_stopped(exc)
         if current is not None:
