@@ -294,6 +294,7 @@ def test_report_skips_every_hostile_file_by_name_and_renders_the_rest(tmp_path: 
         "huge": _corrupt(runs, "huge", lambda d: _json_edit(_first_number)(d).replace(b'"HUGE"', b"1e400")),
         "deep": _corrupt(runs, "deep", lambda d: b"[" * 100_000 + b"]" * 100_000),
         "records": _corrupt(runs, "records", _json_edit(lambda r: r.__setitem__("experiments", {"a": 1}))),
+        "nan": _corrupt(runs, "nan", lambda d: _json_edit(_first_number)(d).replace(b'"HUGE"', b"NaN")),
         "nested": _corrupt(runs, "nested", _json_edit(
             lambda r: r["experiments"][0]["notes"].__setitem__("deep", json.loads("[" * 600 + "]" * 600)))),
     }
@@ -308,6 +309,7 @@ def test_report_skips_every_hostile_file_by_name_and_renders_the_rest(tmp_path: 
     for name, path in bad.items():
         assert any(str(path) in ln for ln in lines), (name, err)
     assert "field manifest.host" in err and "field manifest.gpu.nvidia_smi" in err and "not UTF-8" in err
+    assert "NaN is not a JSON value" in err
     assert "Traceback" not in err and (out / "index.html").exists()
     assert len(list(out.glob("run-*.html"))) == 1
 
