@@ -1,8 +1,11 @@
 """The lab's command line: `python -m lab COMMAND ...`.
 
 Each command is a module in lab/commands/ with `add_parser(subparsers)` and `main(args) -> int`;
-this file only dispatches. Bad input ends with one line on stderr naming the argument or file, and
-exit status 2.
+this file only dispatches. Bad input (a ValueError, a file that cannot be read or written) ends with
+one line on stderr naming the argument or file, and exit status 2. Ctrl-C ends with 130, SIGTERM
+and SIGHUP with 128 + the signal (results measured so far are saved). Anything else is a bug of the
+lab: its traceback, then where to report it (exit status 1); LAB_DEBUG=1 shows the traceback of a
+one-line error too.
 """
 
 from __future__ import annotations
@@ -12,8 +15,12 @@ import importlib
 import os
 import pkgutil
 import sys
+import traceback
 
 import lab.commands as commands_pkg
+
+BUG_REPORT = ("this is a bug in the lab, not in what you typed: please report it to the lab's maintainers (README.md, "
+              "'Reporting a bug') with the traceback above, the command line, and `python -m lab env --out env.json`")
 
 ORDER = ("run", "list", "env", "decode", "report", "compare", "diagnose")
 
@@ -59,20 +66,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(exc: BaseException) -> str:
+    """An error as one line: an OSError names its file and the system's reason, others their message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        other = f" -> {exc.filename2}" if exc.filename2 else ""
+        text = f"{where}{exc.strerror}{other}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = os.environ.get("LAB_DEBUG") == "1"
     try:
         return int(args._main(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except PermissionError as exc:
+    except PermissionError as exc:  # before OSError: the fix depends on where the lab runs
+        if debug:
+            traceback.print_exc()
         print(f"error: {permission_error(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: results measured so far are saved", file=sys.stderr)
-        return 130
+    except (ValueError, OSError) as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", None)
+        what = f"stopped by {exc}" if signum else "interrupted"
+        print(f"{what}: results measured so far are saved", file=sys.stderr)
+        return 128 + signum if signum else 130
+    except Exception:
+        traceback.print_exc()
+        print(f"error: {BUG_REPORT}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

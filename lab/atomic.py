@@ -7,6 +7,7 @@ such floats are stored as the strings "nan", "inf", "-inf" so the file stays str
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -37,11 +38,25 @@ def clean(value: Any) -> Any:
     return value
 
 
+def _umask() -> int:
+    """The process's umask (os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON next to its destination and rename it into place: readers never see half a file."""
+    """Write JSON next to its destination and rename it into place: readers never see half a file.
+
+    The file gets the permissions any new file gets here (0644 under the usual umask 022), not the
+    0600 of a temporary file: results are meant to be read by others."""
+    if path.is_dir():  # os.replace would name the temporary file; name the destination instead
+        raise IsADirectoryError(errno.EISDIR, "is a directory; give the file to write", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        if hasattr(os, "fchmod"):  # POSIX (Windows files have no such mode bits)
+            os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(clean(data), handle, indent=1, sort_keys=False, allow_nan=False)
             handle.write("\n")

@@ -116,6 +116,22 @@ def _digest_files(folder: Path) -> str:
     return h.hexdigest()
 
 
+def _check_config(path: Path, weights: str) -> None:
+    """A checkpoint's config.json must be a JSON object: one line naming it otherwise (not a traceback later)."""
+    import json
+
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--weights {weights}: {path} is not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--weights {weights}: {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ValueError(f"--weights {weights}: cannot read {path} ({type(exc).__name__})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"--weights {weights}: {path} is not a JSON object (a checkpoint's config)")
+
+
 def resolve_weights(spec: ModelSpec, weights: str | None) -> dict[str, Any]:
     """Decide where the weights come from, without building anything: the manifest's `weights` field.
 
@@ -125,6 +141,7 @@ def resolve_weights(spec: ModelSpec, weights: str | None) -> dict[str, Any]:
         folder = Path(weights)
         if not (folder / "config.json").is_file():
             raise ValueError(f"--weights {weights}: no config.json in that folder (expected a local GPT-2 checkpoint)")
+        _check_config(folder / "config.json", weights)
         return {"source": "local", "path": str(folder.resolve()), "sha256": _digest_files(folder), "model": spec.name}
     if weights is None and spec.name == "gpt2-124M":
         cached = find_cached_checkpoint()

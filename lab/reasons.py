@@ -60,3 +60,7 @@ class Code(StrEnum):
     NO_DEBIAN_MIRROR = "no_debian_mirror"
     DEBOOTSTRAP_FAILED = "debootstrap_failed"
     IMPORT_FAILED = "import_failed"
+    # the run's own fate (lab.runner) and the compiler probe (lab.toolchain)
+    INTERRUPTED = "interrupted"  # the run was stopped (Ctrl-C, SIGTERM, a runner error) before this finished
+    COMPILER_BROKEN = "compiler_broken"  # a compiler was found but cannot compile and run a tiny program
+    CXX_NOT_FOUND = "cxx_not_found"  # $CXX (or $CC) names a compiler that does not exist

@@ -38,8 +38,8 @@ from lab.schema import (CodeName, Count, Flag, JsonObject, MetricValue, Number, 
                         describe_error, known_code, metric_value, one_line, read_json)
 
 __all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError", "Reason", "Spread", "Metric",
-           "Samples", "Check", "Skipped", "Record", "RunInfo", "Results", "ok_record", "to_dict", "save",
-           "from_dict", "load", "quarantine", "write_json_atomic"]
+           "Samples", "Check", "Skipped", "Record", "Start", "RunInfo", "Results", "ok_record", "to_dict", "save",
+           "from_dict", "load", "quarantine", "unstorable", "write_json_atomic"]
 
 SCHEMA = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
@@ -185,6 +185,25 @@ class Record:
 
 
 @dataclass
+class Start:
+    """One start of the run: the first, then one per `lab run --resume` into the same directory."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    started_at: Text
+    """ISO 8601, UTC"""
+    argv: list[Text] = field(default_factory=list)
+    """the command line of this start"""
+    host: Text = ""
+    """the host name"""
+    pid: Count = 0
+    """the process id"""
+    kept: list[Text] = field(default_factory=list)
+    """experiments whose OK records from earlier starts this start kept (the others it ran again)"""
+    manifest_changes: list[Text] = field(default_factory=list)
+    """manifest fields that differ from the first start's (e.g. lab.commit): provenance of the records this start made"""
+
+
+@dataclass
 class RunInfo:
     """The run as a whole."""
 
@@ -196,13 +215,15 @@ class RunInfo:
     finished_at: Text | None = None
     """null while the run is under way"""
     wall_s: Number | None = None
-    """the lab's own wall time"""
+    """the lab's own wall time (over all its starts)"""
     state: RunState = "running"
-    """running (under way, or killed), interrupted (Ctrl-C), complete"""
+    """running (under way, or killed), interrupted (Ctrl-C, SIGTERM: the experiments not finished are NOT_RUN interrupted), complete"""
     argv: list[Text] = field(default_factory=list)
     """the command line"""
     only: list[Text] | None = None
     """the experiments asked for with --only (null: the profile's)"""
+    starts: list[Start] = field(default_factory=list)
+    """every start of the run: the first, then each --resume (absent from runs written before the lab recorded starts)"""
 
 
 def _manifest(value: Any, handler: Any) -> dict[str, Any]:
@@ -249,6 +270,8 @@ def adapter(cls: Any) -> TypeAdapter[Any]:
 def to_dict(results: Results) -> dict[str, Any]:
     """The results as JSON's own types (non-finite floats as strings), `schema` first."""
     data = clean(results)
+    if not data["run"].get("starts"):
+        data["run"].pop("starts", None)  # a run written before starts were recorded stays byte for byte the same
     return {"schema": data.pop("schema"), "lab_version": data.pop("lab_version"), **data}
 
 
@@ -291,6 +314,15 @@ def quarantine(record: Record) -> list[str]:
     except ValidationError as exc:
         problems.append(describe_error(exc, raw_record, ()))
     return problems
+
+
+def unstorable(value: Any, where: str) -> str | None:
+    """Why `value` cannot be stored as JSON in results.json (one line naming `where`), or None when it can."""
+    try:
+        adapter(JsonValue).validate_python(clean(value))
+    except ValidationError as exc:
+        return f"{where}: {describe_error(exc, {})}"
+    return None
 
 
 # ---------------------------------------------------------------------------- reading

@@ -5,9 +5,13 @@ profile's overrides, `--set`; lab.options) and written to the manifest: a bad na
 the run with one line. An experiment then receives a `Context`: `ctx.options`, the profile, the
 device, a clock, and a recorder that accepts only the metrics its catalogue entry declares.
 
-Every experiment in the selection ends as exactly one record: prerequisites missing -> NOT_RUN with
-the toolchain's reason; raises -> FAILED with the error and a traceback excerpt; a fatal correctness
-check that fails -> FAILED (`check_failed`). results.json is rewritten atomically after each record.
+The run directory is claimed first (lab.rundir): one run at a time, and a directory holding a run is
+refused unless resumed or forced aside. Every experiment in the selection ends as exactly one record:
+prerequisites missing -> NOT_RUN with the toolchain's reason; raises (SystemExit included) -> FAILED
+with the error and a traceback excerpt; a value the results file cannot hold -> FAILED naming it, where
+it was recorded; a fatal correctness check that fails -> FAILED (`check_failed`); the run stopped
+(Ctrl-C, SIGTERM, SIGHUP, an error of the runner) -> NOT_RUN `interrupted` for the experiment under
+way and every one not reached (lab.runstate). results.json is rewritten atomically after each record.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 import torch
 from rich.console import Console
 
-from lab import __version__
+from lab import __version__, rundir, runstate
 from lab.catalogue import BY_ID, ExperimentSpec, resolve
+from lab.locks import clean_abandoned_tempdirs
 from lab.manifest import collect, finish, now_iso
 from lab.metrics import Kind, MetricSpec
 from lab.options import OptionsError, as_dict
@@ -30,7 +35,7 @@ from lab.options import resolve as resolve_options
 from lab.profiles import Profile
 from lab.reasons import Code
 from lab.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
-                         quarantine, save, write_json_atomic)
+                         quarantine, save, unstorable, write_json_atomic)
 from lab.timing import clock_for, spread
 from lab.toolchain import Toolchain, probe
 
@@ -38,12 +43,28 @@ T = TypeVar("T")
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def _plain(value: Any) -> Any:
+    """numpy scalars (np.float32, np.int64, np.bool_) as the Python values they hold, inside lists, tuples and dicts
+    too; anything else as it is (the same object when nothing changed; a tensor stays a tensor, for the caller to
+    refuse by name)."""
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items) \
+            if type(value) in (list, tuple) else items
+    if isinstance(value, dict):
+        pairs = {k: _plain(v) for k, v in value.items()}
+        return value if all(pairs[k] is v for k, v in value.items()) else pairs
+    return value
+
+
 class NotRun(Exception):
     """Raised by an experiment that finds, once started, that it cannot run here."""
 
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code | str, message: str, reason: Reason | None = None) -> None:
         super().__init__(f"{code}: {message}")
-        self.reason = Reason(code, message)
+        self.reason = reason or Reason(code, message)
 
 
 class ModelCache:
@@ -110,9 +131,20 @@ class Context:
                              f"lab/metrics.py declares it {spec.kind.value}")
         return spec
 
+    def _storable(self, what: str, value: Any) -> Any:
+        """`value` (numpy scalars as Python numbers), or ValueError naming `what` if results.json cannot hold it
+        (a tensor, a set, an object): caught where it is recorded, so the experiment is FAILED at that line."""
+        value = _plain(value)
+        problem = unstorable(value, what)
+        if problem is not None:
+            raise ValueError(f"{self.spec.id} recorded {problem}")
+        return value
+
     def metric(self, spec: MetricSpec, value: Any, /, **params: Any) -> Metric:
         """Record one value of a declared metric (its unit comes from the declaration)."""
+        value = _plain(value)
         self._declared(spec, value)
+        params = self._storable(f"metric {spec.name!r}'s params", params)
         m = Metric(name=spec.name, value=value, unit=spec.unit, params=params)
         self.record.metrics.append(m)
         return m
@@ -122,19 +154,23 @@ class Context:
         if isinstance(spec, MetricSpec) and spec.kind is not Kind.NUMBER:
             raise ValueError(f"{self.spec.id} timed metric {spec.name!r}, which lab/metrics.py declares "
                              f"{spec.kind.value}")
+        samples = [float(x) for x in _plain(list(samples))]
         sp = spread(samples)
         self._declared(spec, sp.median)
+        params = self._storable(f"metric {spec.name!r}'s params", params)
         self.record.metrics.append(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
         self.record.samples.append(Samples(name=spec.name, unit=spec.unit, params=params,
                                            values=[float(f"{x:.6g}") for x in samples]))
         return sp
 
     def check(self, name: str, passed: bool, /, detail: str = "", fatal: bool = True, **params: Any) -> bool:
-        self.record.checks.append(Check(name=name, passed=bool(passed), detail=detail, params=params, fatal=fatal))
+        params = self._storable(f"check {name!r}'s params", params)
+        self.record.checks.append(Check(name=name, passed=bool(passed), detail=str(detail), params=params,
+                                        fatal=fatal))
         return bool(passed)
 
     def note(self, key: str, value: Any) -> None:
-        self.record.notes[key] = value
+        self.record.notes[key] = self._storable(f"note {key!r}", value)
 
     def skip(self, item: str, code: Code, message: str) -> None:
         """A part of this experiment that did not run: listed in the record, never dropped."""
@@ -176,34 +212,47 @@ def _finish_status(record: Record) -> None:
 
 
 def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, results: Results,
-                   models: ModelCache, options: Any = None) -> Record:
-    record = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
-    reason = prerequisite_reason(spec, profile, toolchain)
-    if reason is not None:
-        record.status, record.reason = "NOT_RUN", reason
-        return record
+                   models: ModelCache, options: Any = None, record: Record | None = None) -> Record:
+    """Run one experiment into `record` (a new one if None) and return it: OK, NOT_RUN or FAILED.
+
+    An exception of the experiment, `SystemExit` included, is FAILED and the run goes on; a value the
+    results schema refuses is removed and the record FAILED naming it. Ctrl-C (and `Stopped`) propagates
+    with `record` holding what was measured so far and its duration."""
+    record = record or Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
     start = time.perf_counter()
     try:
         try:
-            module = importlib.import_module(spec.module)
-        except ModuleNotFoundError as exc:
-            if exc.name != spec.module:
-                raise
-            raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
-                                            f"{spec.id} yet: update the lab") from None
-        ctx = Context(spec, profile, toolchain, record, results, models, options)
-        module.run(ctx)
-    except NotRun as exc:
-        record.status, record.reason = "NOT_RUN", exc.reason
-    except Exception as exc:
-        record.status = "FAILED"
-        record.reason = Reason(Code.EXCEPTION, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-        record.error = {"type": type(exc).__name__, "message": str(exc)[:2000],
-                        "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
-    record.duration_s = round(time.perf_counter() - start, 3)
-    _finish_status(record)
-    _refuse_unrecordable(record)
+            reason = prerequisite_reason(spec, profile, toolchain)
+            if reason is not None:
+                raise NotRun(reason.code, reason.message, reason)
+            try:
+                module = importlib.import_module(spec.module)
+            except ModuleNotFoundError as exc:
+                if exc.name != spec.module:
+                    raise
+                raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
+                                                f"{spec.id} yet: update the lab") from None
+            ctx = Context(spec, profile, toolchain, record, results, models, options)
+            module.run(ctx)
+        except NotRun as exc:
+            record.status, record.reason = "NOT_RUN", exc.reason
+        except (Exception, SystemExit) as exc:
+            _failed(record, exc)
+    finally:
+        record.duration_s = round(time.perf_counter() - start, 3)
+        _finish_status(record)
+        _refuse_unrecordable(record)
     return record
+
+
+def _failed(record: Record, exc: BaseException) -> None:
+    record.status = "FAILED"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, SystemExit):
+        first = f"the experiment called sys.exit({exc.code!r}); an experiment raises instead"
+    record.reason = Reason(Code.EXCEPTION, f"{type(exc).__name__}: {first}")
+    record.error = {"type": type(exc).__name__, "message": str(exc)[:2000],
+                    "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
 
 
 def _refuse_unrecordable(record: Record) -> None:
@@ -213,58 +262,127 @@ def _refuse_unrecordable(record: Record) -> None:
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         record.status = "FAILED"
-        record.reason = Reason("exception", f"a value could not be recorded: {problems[0]}{more}")
+        record.reason = Reason(Code.EXCEPTION, f"a value could not be recorded: {problems[0]}{more}")
         record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
 
 
+# ---------------------------------------------------------------------------- what the run says as it goes
+# (one function per message, so the console can be restyled in one place)
+
+def say_start(profile: Profile, n: int, out_dir: Path, claim: rundir.Claim) -> None:
+    console.print(f"[bold]lab run[/bold] profile={profile.name} device={profile.device} "
+                  f"experiments={n} -> {out_dir / 'results.json'}")
+    if claim.moved_to is not None:
+        console.print(f"    --force: the run that was in {out_dir} is now in {claim.moved_to}")
+
+
+def say_cleaned(removed: list[Path]) -> None:
+    if removed:
+        console.print(f"    removed {len(removed)} temporary folder(s) left by killed runs: "
+                      f"{', '.join(str(p) for p in removed[:3])}{' ...' if len(removed) > 3 else ''}")
+
+
+def say_resume(kept: list[str], todo: int) -> None:
+    console.print(f"    --resume: keeping {len(kept)} OK record(s) ({', '.join(kept) or 'none'}), running {todo}")
+
+
+def say_experiment(i: int, n: int, spec: ExperimentSpec) -> None:
+    console.print(f"[{i}/{n}] {spec.id}: {spec.title}")
+
+
+def say_record(record: Record) -> None:
+    style = {"OK": "green", "NOT_RUN": "yellow", "FAILED": "red"}[record.status]
+    why = f" ({record.reason.code}: {record.reason.message})" if record.reason else ""
+    console.print(f"    [{style}]{record.status}[/{style}] in {record.duration_s:.1f} s{why}")
+
+
+# ---------------------------------------------------------------------------- the run
+
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
         argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None,
-        set_text: dict[str, dict[str, str]] | None = None) -> Results:
+        set_text: dict[str, dict[str, str]] | None = None, resume: bool = False, force: bool = False) -> Results:
     """Run the profile's experiments (or `only` these) and write out_dir/results.json after each.
 
     `set_text` is `--set` as {experiment: {option: text}}. Every selected experiment's options are
-    resolved before anything runs, so a bad value stops the run at once (OptionsError)."""
+    resolved before anything runs, so a bad value stops the run at once (OptionsError). The run
+    directory is claimed first (lab.rundir): one run at a time, an existing run refused unless
+    `resume` (keep its OK records, run the rest) or `force` (move it aside). Every experiment asked
+    for ends with a record, whatever stops the run (lab.runstate)."""
     from lab.model import resolve_weights
 
-    specs = resolve(only or (list(profile.experiments) if profile.experiments else None))
+    default = list(profile.experiments) if profile.experiments else None
+    specs = resolve(only or default)
     options = resolve_all(specs, profile, set_text)
-    if profile.threads:
-        torch.set_num_threads(profile.threads)
     provenance = resolve_weights(profile.model, weights)
-    toolchain = probe()
-    manifest = collect(weights=provenance, toolchain=toolchain)
-    manifest["profile"] = profile.params()
-    manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
-    results = Results(run=RunInfo(profile=profile.name, started_at=now_iso(), argv=argv or [], only=only),
-                      manifest=manifest, lab_version=__version__)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / MANIFEST_NAME, manifest)
-    save(results, out_dir)
-    models = ModelCache(profile, provenance)
-    wall_start = time.perf_counter()
-    console.print(f"[bold]lab run[/bold] profile={profile.name} device={profile.device} "
-                  f"experiments={len(specs)} -> {out_dir / 'results.json'}")
+    claim = rundir.claim(out_dir, resume=resume, force=force)
     try:
-        for i, spec in enumerate(specs, 1):
-            console.print(f"[{i}/{len(specs)}] {spec.id}: {spec.title}")
-            record = run_experiment(spec, profile, toolchain, results, models, options[spec.id])
-            results.experiments.append(record)
-            results.run.wall_s = round(time.perf_counter() - wall_start, 3)
+        with runstate.stop_signals_raise():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
+            previous = claim.previous
+            if previous is not None:
+                specs = runstate.resume_selection(previous, profile.name, default, only)
+                options = resolve_all(specs, profile, set_text)
+            say_cleaned(clean_abandoned_tempdirs())
+            if profile.threads:
+                torch.set_num_threads(profile.threads)
+            toolchain = probe()
+            manifest = collect(weights=provenance, toolchain=toolchain)
+            manifest["profile"] = profile.params()
+            manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
+            if previous is None:
+                kept: dict[str, Record] = {}
+                results = Results(run=RunInfo(profile=profile.name, started_at=now_iso(), argv=argv or [], only=only,
+                                              starts=[runstate.new_start(argv or [])]),
+                                  manifest=manifest, lab_version=__version__)
+            else:
+                results, kept = runstate.resumed(previous, specs, manifest, argv or [])
+            write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
             save(results, out_dir)
-            style = {"OK": "green", "NOT_RUN": "yellow", "FAILED": "red"}[record.status]
-            why = f" ({record.reason.code}: {record.reason.message})" if record.reason else ""
-            console.print(f"    [{style}]{record.status}[/{style}] in {record.duration_s:.1f} s{why}")
-            if on_record:
-                on_record(record)
-    except KeyboardInterrupt:
-        results.run.state = "interrupted"
-        results.run.finished_at = now_iso()
+            _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
+                      on_record, claim)
+        return results
+    finally:
+        claim.release()
+
+
+def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Profile, toolchain: Toolchain,
+              results: Results, models: ModelCache, options: dict[str, Any], out_dir: Path,
+              on_record: Callable[[Record], None] | None, claim: rundir.Claim) -> None:
+    records = dict(kept)
+    todo = [s for s in specs if s.id not in kept]
+    wall_start = time.perf_counter() - (results.run.wall_s or 0.0)
+    say_start(profile, len(specs), out_dir, claim)
+    if claim.previous is not None:
+        say_resume(list(kept), len(todo))
+
+    def save_now(state: str | None = None) -> None:
+        results.experiments = runstate.in_order(specs, records)
         results.run.wall_s = round(time.perf_counter() - wall_start, 3)
+        if state is not None:
+            results.run.state, results.run.finished_at = state, now_iso()
         save(results, out_dir)
+
+    current: Record | None = None
+    try:
+        for i, spec in enumerate(todo, 1):
+            say_experiment(i, len(todo), spec)
+            current = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
+            run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current)
+            records[spec.id], current = current, None
+            save_now()
+            say_record(records[spec.id])
+            if on_record:
+                on_record(records[spec.id])
+    except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP (runstate.Stopped), or an error of the runner itself
+        why = runstate.why_stopped(exc)
+        if current is not None:
+            records[current.id] = runstate.interrupted(current, why, out_dir, started=True)
+        for spec in todo:
+            records.setdefault(spec.id, runstate.unreached(spec, why, out_dir))
+        try:
+            save_now("interrupted")
+        except Exception:  # the error may be the results file itself (disk full): the original error is the news
+            pass
         raise
-    results.run.state = "complete"
     finish(results.manifest)  # the host's load at the end
-    results.run.finished_at = now_iso()
-    results.run.wall_s = round(time.perf_counter() - wall_start, 3)
-    save(results, out_dir)
-    return results
+    write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
+    save_now("complete")

@@ -138,6 +138,10 @@ def check_version(raw: Any, key: str, expected: int, where: str, path: Path | st
 
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (the lab writes non-finite numbers as \"nan\", \"inf\", \"-inf\")")
+
+
 def read_json(path: Path) -> Any:
     """The parsed content of a JSON file, or ResultsError with one line naming it."""
     try:
@@ -149,7 +153,7 @@ def read_json(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise ResultsError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)  # NaN, Infinity: Python's extension, not JSON
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, nesting too deep

@@ -5,7 +5,9 @@ Every NOT_RUN reason of the lab comes from here, so that "not on PATH" is never 
 
 The compiler search mirrors Inductor's own (`torch._inductor.cpp_builder.get_cpp_compiler`):
 on Linux and macOS it tries each entry of `torch._inductor.config.cpp.cxx` (`$CXX`, else g++ /
-clang++) by running `NAME --version`; on Windows it runs `$CXX` or `cl`. What the probe looks
+clang++) by running `NAME --version`; on Windows it runs `$CXX` or `cl`. The compiler found must
+then build and run a one-line program (lab.cxxcheck): one that cannot is `compiler_broken`, and
+every message names the variable (CXX, CC) that pointed where. What the probe looks
 at (PATH, environment, filesystem root, Python include folder, how commands run) is a `HostView`
 so tests can hide the compiler or the headers without touching the machine.
 """
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from lab.driver import driver_cuda_version, driver_reason, driver_version, min_driver
+from lab import cxxcheck
+from lab.cxxcheck import try_compile_python_extension  # noqa: F401  (re-exported: the toolchain experiment's probe)
 from lab.reasons import Reason
 
 # Where a C++ compiler commonly lives when it is installed but not on PATH (relative to a filesystem root).
@@ -54,6 +58,8 @@ class TritonInfo:
     why_not: str | None = None
     installed_version: str | None = None  # the distribution's version, even when import fails
     torch_requires: str | None = None  # the triton requirement this torch build declares, if any
+    cc_env: str | None = None  # $CC as set: Triton builds its launcher with it
+    cc_broken: str | None = None  # why $CC cannot build and run a one-line C program (None: works, or CC unset)
 
 
 @dataclass
@@ -73,6 +79,9 @@ class CxxInfo:
     # torch._inductor.config.cpp_cache_precompile_headers is on (seen failing in a container without it)
     precompile_headers: bool | None = None
     openssl: str | None = None
+    broken: str | None = None  # what went wrong building and running a one-line program with `path` (None: it works)
+    unusable: list[str] = field(default_factory=list)  # compilers Inductor would try that exist but fail --version
+    others: list[str] = field(default_factory=list)  # other C++ compilers here (for the fix sentences)
 
 
 @dataclass
@@ -91,6 +100,9 @@ class Toolchain:
         """Why Inductor's C++ backend cannot work here, or None when it can."""
         cxx = self.cxx
         windows = self.os_family == "win32"
+        broken = None if windows else cxxcheck.cxx_reason(cxx)
+        if broken is not None:
+            return broken
         if cxx.compiler is None:
             if cxx.off_path:
                 where = cxx.off_path[0]
@@ -111,6 +123,10 @@ class Toolchain:
                               f"no C++ compiler: {cxx_bad}Inductor tried {tried} and no Visual Studio with the C++ "
                               "tools was found: install the Visual Studio 2022 Build Tools with the "
                               "'Desktop development with C++' workload")
+            if cxx.others:
+                return Reason("no_cxx_compiler",
+                              f"no C++ compiler that Inductor would use: it tried {tried}, which is not on PATH; "
+                              f"{cxx.others[0]} is installed: set CXX={cxx.others[0]} to use it")
             return Reason("no_cxx_compiler",
                           f"no C++ compiler: {cxx_bad}Inductor tried {tried} and none is installed in the usual "
                           "places: install g++ (Debian/Ubuntu: apt-get install g++; Fedora: dnf install gcc-c++; "
@@ -130,9 +146,13 @@ class Toolchain:
         return None
 
     def triton_reason(self) -> Reason | None:
-        if self.triton.importable:
-            return None
         t = self.triton
+        if t.importable and t.cc_broken:
+            return Reason("compiler_broken", f"Triton builds its launcher with $CC, and CC={t.cc_env} {t.cc_broken}: "
+                                             "point CC at a working C compiler, or unset it (Triton then uses gcc "
+                                             "or clang from PATH)")
+        if t.importable:
+            return None
         want = f" ({t.torch_requires})" if t.torch_requires else ""
         if t.installed_version:
             return Reason("no_triton", f"Triton {t.installed_version} is installed but does not import "
@@ -189,6 +209,7 @@ class HostView:
     search: tuple[str, ...] = ()  # compiler names Inductor tries, in order
     run: Callable[[list[str]], str | None] = _first_line
     real: bool = False  # this process's own environment (then Inductor itself is asked too)
+    try_program: Callable[[str, str], str | None] = cxxcheck.compile_and_run  # (compiler, "c++"/"c") -> error
 
     @classmethod
     def current(cls) -> "HostView":
@@ -197,7 +218,8 @@ class HostView:
 
     @classmethod
     def make(cls, path: str, environ: Mapping[str, str] | None = None, root: str = "/", platform: str = "linux",
-             python_include: str = "", run: Callable[[list[str]], str | None] = _first_line) -> "HostView":
+             python_include: str = "", run: Callable[[list[str]], str | None] = _first_line,
+             try_program: Callable[[str, str], str | None] = cxxcheck.compile_and_run) -> "HostView":
         """A view for tests: the search is derived from `environ` the way Inductor's config derives it."""
         env = dict(environ or {})
         if platform == "win32":
@@ -205,7 +227,7 @@ class HostView:
         else:
             search = (env.get("CXX", "clang++" if platform == "darwin" else "g++"),)
         return cls(path=path, environ=env, root=root, platform=platform, python_include=python_include,
-                   search=search, run=run)
+                   search=search, run=run, try_program=try_program)
 
 
 def _inductor_search() -> tuple[str, ...]:
@@ -262,16 +284,20 @@ def _windows_off_path(view: HostView) -> tuple[list[str], dict[str, Any] | None]
 
 def probe_cxx(view: HostView) -> CxxInfo:
     """The compiler Inductor would use under `view`, compilers off PATH, and the Python headers."""
-    compiler = path = version = None
+    compiler = path = version = broken = None
+    unusable: list[str] = []
     for name in view.search:
         where = resolve_compiler(name, view)
         if where is None:
             continue
         line = view.run([where, "--version"] if view.platform != "win32" else [where])
         if line is None:
+            unusable.append(where)
             continue
         compiler, path, version = name, where, line or None
         break
+    if path is not None and view.platform != "win32":  # cl takes other flags; MSVC is probed by lab.msvc
+        broken = view.try_program(path, "c++")
     msvc_info = None
     if view.platform == "win32":
         off_path, msvc_info = _windows_off_path(view)
@@ -291,6 +317,7 @@ def probe_cxx(view: HostView) -> CxxInfo:
         inductor_setting=repr(view.search), compiler=compiler, path=path, version=version, off_path=off_path,
         python_h=python_h if python_h and Path(python_h).is_file() else None, python_include=view.python_include,
         msvc=msvc_info, search=list(view.search), cxx_env=view.environ.get("CXX"), inductor_agrees=agrees,
+        broken=broken, unusable=unusable, others=cxxcheck.others(view.path, off_path, path),
     )
 
 
@@ -377,28 +404,11 @@ def probe(view: HostView | None = None) -> Toolchain:
         if view.platform == "win32":  # pragma: no cover - Windows only
             _maybe_load_msvc(view)
             view = HostView.current()
-    return Toolchain(platform=platform.platform(), cuda=_probe_cuda(), triton=probe_triton(), cxx=probe_cxx(view),
+    triton = probe_triton()
+    triton.cc_env = view.environ.get("CC") or None
+    if triton.cc_env and view.platform != "win32":
+        where = resolve_compiler(triton.cc_env, view)
+        triton.cc_broken = "names no compiler (no such file, or not on PATH)" if where is None else \
+            view.try_program(where, "c")
+    return Toolchain(platform=platform.platform(), cuda=_probe_cuda(), triton=triton, cxx=probe_cxx(view),
                      os_family=view.platform)
-
-
-def try_compile_python_extension(info: CxxInfo, timeout_s: float = 60) -> tuple[bool | None, str]:
-    """Compile a one-line C++ file that includes Python.h, as Inductor's kernels do: (ok, first error line).
-
-    None when there is no compiler to try or the compiler is MSVC (it takes other flags).
-    """
-    import tempfile
-
-    if info.path is None or info.compiler in ("cl", "cl.exe"):
-        return None, "no compiler to try" if info.path is None else "MSVC: not tried"
-    with tempfile.TemporaryDirectory(prefix="lab-cxx-") as tmp:
-        src = Path(tmp) / "probe.cpp"
-        src.write_text("#include <Python.h>\nint lab_probe() { return PY_MAJOR_VERSION; }\n")
-        cmd = [info.path, "-fsyntax-only", f"-I{info.python_include}", str(src)]
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return False, f"{type(exc).__name__}: {exc}"
-        if out.returncode == 0:
-            return True, ""
-        lines = [ln for ln in out.stderr.splitlines() if "error" in ln] or out.stderr.splitlines() or [""]
-        return False, lines[0].strip()[:300]

@@ -1,7 +1,9 @@
 """Finding and loading runs: every results.json under the paths given, each loaded strictly.
 
-A file that cannot be used becomes a `SkippedFile` (path and the one-line reason) instead of
-stopping the report: the other runs still render, and the index lists what was skipped and why.
+Every file is treated as hostile: one that cannot be used (unreadable, not UTF-8, not JSON, a field
+of the wrong type, a number too large for a float, nesting too deep, a folder that cannot be
+listed) becomes a `SkippedFile` (the path and a one-line reason naming the file and the field)
+instead of stopping the report: the other runs still render, and the index lists what was skipped.
 """
 
 from __future__ import annotations
@@ -51,6 +53,27 @@ def slugify(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "run"
 
 
+MAX_REASON = 400  # a field path through thousands of nested lists is not a line anyone reads
+
+
+def _one_line(text: str) -> str:
+    """`text` on one line, its middle elided past MAX_REASON characters (the file's name and the why survive)."""
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REASON else f"{text[:260]} … {text[-120:]}"
+
+
+def load_one(file: Path) -> Results | SkippedFile:
+    """The run in `file`, or why not (one line naming the file): never raises for what the file holds."""
+    try:
+        return load(file)
+    except ResultsError as exc:
+        return SkippedFile(str(file), _one_line(str(exc)))
+    except RecursionError:
+        return SkippedFile(str(file), f"{file}: nested too deeply to read")
+    except (ValueError, TypeError, OverflowError, OSError, UnicodeError) as exc:
+        return SkippedFile(str(file), _one_line(f"{file}: could not be read ({type(exc).__name__}: {exc})"))
+
+
 def load_runs(paths: list[Path]) -> tuple[list[Run], list[SkippedFile]]:
     """Load every run under `paths` (in the order given); unusable files are skipped with a reason."""
     runs: list[Run] = []
@@ -58,16 +81,23 @@ def load_runs(paths: list[Path]) -> tuple[list[Run], list[SkippedFile]]:
     seen: set[Path] = set()
     slugs: set[str] = set()
     for root in paths:
-        found, problems = _candidates(root)
+        try:
+            found, problems = _candidates(root)
+        except OSError as exc:  # a folder that cannot be listed, a symlink loop
+            found, problems = [], [SkippedFile(str(root), f"{root}: cannot be searched for runs "
+                                                          f"({exc.strerror or type(exc).__name__})")]
         skipped += problems
         for file, name in found:
-            if file.resolve() in seen:
-                continue
-            seen.add(file.resolve())
             try:
-                results = load(file)
-            except ResultsError as exc:
-                skipped.append(SkippedFile(str(file), str(exc)))
+                key = file.resolve()
+            except (OSError, RuntimeError):  # a symlink loop
+                key = file.absolute()
+            if key in seen:
+                continue
+            seen.add(key)
+            results = load_one(file)
+            if isinstance(results, SkippedFile):
+                skipped.append(results)
                 continue
             slug, n = slugify(name), 2
             while slug in slugs:

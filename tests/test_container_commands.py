@@ -54,6 +54,7 @@ def test_container_command_help_needs_no_torch(bare_env, command):
     assert out.stdout.startswith(f"usage: python -m lab {command}")
 
 
+@pytest.mark.slow
 def test_images_records_an_unbuildable_variant_without_torch(bare_env, tmp_path):
     report = tmp_path / "images.json"
     out = lab(bare_env, "images", "windows-msvc", "--no-host-pip", "--report", str(report))

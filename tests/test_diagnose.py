@@ -67,6 +67,7 @@ def test_cli_one_line_error() -> None:
     assert out.returncode == 2 and "module:function" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_cli_renders_five_checks_and_verdict() -> None:
     out = subprocess.run([sys.executable, "-m", "lab", "diagnose", "lab.examples.targets:breaks_every_call",
                           "--device", "cpu", "--no-compile", "--rounds", "1", "--iters", "3"],

@@ -67,6 +67,7 @@ def test_graphed_step_restores_state_and_replays_eager_tokens(tiny) -> None:
     assert g.position == 31  # the step at 31 would write output slot 32 of a 32-slot cache
 
 
+@pytest.mark.slow
 def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
     """cuda_graph_decode's measuring, checking and kernel counting, and ceilings' bounds built on its
     record, exercised on the CPU with the methods that need no CUDA (the runner skips it there)."""

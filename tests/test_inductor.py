@@ -70,6 +70,7 @@ def _records(results_path: Path) -> dict[str, dict]:
     return {r["id"]: r for r in data["experiments"]}
 
 
+@pytest.mark.slow
 def test_hidden_compiler_through_the_cli(tmp_path: Path) -> None:
     """PATH without any compiler, CXX unset: the items come back NOT_RUN with the probe's code, not crashes."""
     empty = tmp_path / "bin"

@@ -434,6 +434,7 @@ def test_bad_input_is_one_line_naming_the_file_and_others_still_render(tmp_path:
     assert "cpu-smoke" in index and (tmp_path / "site" / "run-cpu-smoke.html").exists()
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_be_rendered_is_listed_not_fatal(tmp_path: Path, monkeypatch) -> None:
     def fragile(results):
         if results.run.profile == "gpu":
@@ -459,6 +460,7 @@ def test_a_module_registers_a_section_with_one_line(tmp_path: Path, monkeypatch)
     assert '<a href="#sweep">A sweep of its own</a>' in html and f"{len(CPU_RESULTS['experiments'])} records" in html
 
 
+@pytest.mark.slow
 def test_cli_defaults_to_manifests_and_runs(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     assert lab_main(["report"]) == 2

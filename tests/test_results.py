@@ -231,8 +231,9 @@ def test_an_unrecordable_value_fails_its_experiment_not_the_run(tmp_path: Path, 
     res = runner.run(profiles.get("smoke"), tmp_path, only=["toolchain", "graph_breaks"])
     rec = res.record("graph_breaks")
     assert rec.status == "FAILED" and rec.reason.code == "exception"
-    assert rec.reason.message == "a value could not be recorded: field notes.seen: not a JSON value, got a Python set"
-    assert rec.notes == {"kept": [1, "a"]} and rec.error["type"] == "ResultsError"
+    # caught where it is recorded: the message names the note, the traceback the experiment's line
+    assert rec.reason.message == "ValueError: graph_breaks recorded note 'seen': not a JSON value, got a Python set"
+    assert rec.notes == {"kept": [1, "a"]} and "records_a_set" in rec.error["traceback"]
     loaded = R.load(tmp_path)
     assert loaded.run.state == "complete" and [r.status for r in loaded.experiments] == ["OK", "FAILED"]
 

@@ -82,7 +82,8 @@ def test_interrupted_run_keeps_what_it_measured(tmp_path: Path, monkeypatch) -> 
         runner.run(profiles.get("smoke"), tmp_path, only=["toolchain", "recompiles"])
     saved = load(tmp_path)
     assert saved.run.state == "interrupted"
-    assert [r.id for r in saved.experiments] == ["toolchain"]
+    assert [(r.id, r.status) for r in saved.experiments] == [("toolchain", "OK"), ("recompiles", "NOT_RUN")]
+    assert saved.record("recompiles").reason.code == "interrupted"
 
 
 def test_missing_prerequisite_uses_toolchain_reason(tmp_path: Path) -> None:
@@ -124,6 +125,7 @@ def test_env_writes_manifest(tmp_path: Path, capsys) -> None:
     assert data["weights"]["source"] == "random"
 
 
+@pytest.mark.slow
 def test_smoke_core_experiments_end_to_end(tmp_path: Path) -> None:
     """The CPU experiments of the core, through the real CLI in a fresh process."""
     ids = "fixed_step_equivalence,graph_breaks,recompiles,decode_recompiles"

@@ -89,6 +89,7 @@ def test_a_graph_break_under_a_fullgraph_method_raises_with_dynamos_reason(tiny)
     assert isinstance(err.__cause__, torch._dynamo.exc.Unsupported)
 
 
+@pytest.mark.slow
 def test_without_fullgraph_the_same_break_is_counted_not_raised(tiny) -> None:
     _, w = tiny
     prompt = _prompt()
@@ -122,6 +123,7 @@ def inductor_here() -> None:
         pytest.skip(f"Inductor's C++ backend cannot compile here: {reason.code}")
 
 
+@pytest.mark.slow
 def test_compile_default_builds_decodes_and_shares_its_compilation(tiny, inductor_here) -> None:
     _, w = tiny
     prompt = _prompt()

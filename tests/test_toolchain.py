@@ -13,11 +13,17 @@ from lab.toolchain import (CudaInfo, CxxInfo, HostView, Toolchain, TritonInfo, p
                            try_compile_python_extension)
 
 
-def fake_compiler(folder: Path, name: str = "g++", version: str = "g++ (Fake) 99.1", openssl: bool = True) -> Path:
-    """A fake compiler (and, beside it, the openssl that Inductor's header precompiling runs)."""
+def fake_compiler(folder: Path, name: str = "g++", version: str = "g++ (Fake) 99.1", openssl: bool = True,
+                  prints: str = "lab-compiler-ok 42") -> Path:
+    """A fake compiler (and, beside it, the openssl that Inductor's header precompiling runs).
+
+    It answers --version, and "compiles" by writing to -o a program that prints `prints` (what the
+    probe's one-line program prints when a compiler works)."""
     folder.mkdir(parents=True, exist_ok=True)
     exe = folder / name
-    exe.write_text(f"#!/bin/sh\necho '{version}'\n")
+    exe.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo '{version}'; exit 0; fi\n"
+                   "out=''\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=\"$2\"; shift; done\n"
+                   f"printf '#!/bin/sh\\necho \"{prints}\"\\n' > \"$out\" && chmod +x \"$out\"\n")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     if openssl:
         ssl = folder / "openssl"
@@ -87,7 +93,8 @@ def test_cxx_variable_overrides_the_search(tmp_path: Path) -> None:
     missing = HostView.make(path=str(tmp_path / "bin"), environ={"CXX": "/nowhere/c++"}, root=str(tmp_path / "r"),
                             python_include=inc)
     reason = toolchain(missing).cxx_reason()
-    assert reason is not None and reason.code == "no_cxx_compiler" and "CXX=/nowhere/c++" in reason.message
+    assert reason is not None and reason.code == "cxx_not_found" and "CXX=/nowhere/c++" in reason.message
+    assert "none is installed" not in reason.message and str(tmp_path / "bin" / "g++") in reason.message
     clang = fake_compiler(tmp_path / "opt", "clang++", "clang version 99")
     chosen = HostView.make(path=str(tmp_path / "bin"), environ={"CXX": str(clang)}, python_include=inc)
     tc = toolchain(chosen)
@@ -95,10 +102,13 @@ def test_cxx_variable_overrides_the_search(tmp_path: Path) -> None:
 
 
 def test_a_compiler_that_does_not_run_is_not_a_compiler(tmp_path: Path) -> None:
-    fake_compiler(tmp_path / "bin")
+    exe = fake_compiler(tmp_path / "bin")
     view = HostView.make(path=str(tmp_path / "bin"), root=str(tmp_path / "r"),
                          python_include=str(headers(tmp_path / "inc")), run=lambda cmd: None)
-    assert toolchain(view).cxx_reason().code == "no_cxx_compiler"
+    tc = toolchain(view)
+    assert tc.cxx.compiler is None and tc.cxx.unusable == [str(exe)]
+    reason = tc.cxx_reason()
+    assert reason.code == "compiler_broken" and str(exe) in reason.message and "--version" in reason.message
 
 
 def test_windows_reason_names_the_msvc_loader() -> None:
@@ -157,3 +167,66 @@ def test_missing_openssl_is_its_own_reason(tmp_path: Path) -> None:
     assert reason is not None and reason.code == "no_openssl" and "apt-get install openssl" in reason.message
     tc.cxx = replace(tc.cxx, precompile_headers=False)
     assert tc.reason_for("inductor", "cpu") is None
+
+
+# ---------------------------------------------------------------------------- a compiler must build and run a program
+
+def test_cxx_bin_false_is_a_broken_compiler_named_by_its_variable(tmp_path: Path) -> None:
+    """`/bin/false --version` prints a version (exit 1): the old probe accepted it and Inductor then failed for 13 s
+    blaming the step's ops. Now the probe builds and runs a one-line program with it: NOT_RUN compiler_broken."""
+    inc = str(headers(tmp_path / "inc"))
+    view = HostView.make(path="/usr/bin:/bin", environ={"CXX": "/bin/false"}, root="/", python_include=inc)
+    tc = toolchain(view)
+    assert tc.cxx.path == "/bin/false" and tc.cxx.broken is not None
+    reason = tc.reason_for("inductor", "cpu")
+    assert reason.code == "compiler_broken"
+    assert "CXX=/bin/false" in reason.message and "cannot compile a one-line program" in reason.message
+
+
+def test_a_compiler_whose_program_misbehaves_is_broken(tmp_path: Path) -> None:
+    fake_compiler(tmp_path / "bin", prints="something else")
+    view = HostView.make(path=str(tmp_path / "bin"), root=str(tmp_path / "r"),
+                         python_include=str(headers(tmp_path / "inc")))
+    reason = toolchain(view).cxx_reason()
+    assert reason.code == "compiler_broken" and "did not run correctly" in reason.message
+    assert "set CXX to a working compiler" in reason.message
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
+@pytest.mark.slow
+def test_cxx_pointing_nowhere_names_the_compiler_that_exists() -> None:
+    """CXX=/nonexistent/g++ while g++ is on PATH: not 'none is installed', but unset CXX to use that g++.
+    (A fresh process: Inductor reads $CXX when torch is imported.)"""
+    import os
+    import subprocess
+    import sys
+
+    from lab.manifest import REPO_ROOT
+
+    code = "from lab.toolchain import probe; r = probe().reason_for('inductor', 'cpu'); print(r.code); print(r.message)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+                         env={**os.environ, "CXX": "/nonexistent/g++"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got, message = out.stdout.strip().splitlines()
+    assert got == "cxx_not_found" and "CXX=/nonexistent/g++" in message
+    assert "none is installed" not in message and shutil.which("g++") in message
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
+def test_the_real_compiler_builds_and_runs_the_probe_program() -> None:
+    from lab.cxxcheck import compile_and_run
+
+    assert compile_and_run(shutil.which("g++"), "c++") is None
+    assert probe().cxx.broken is None
+
+
+def test_cc_that_cannot_build_is_triton_s_reason(tmp_path: Path) -> None:
+    """Triton builds its launcher with $CC: a CC that cannot build and run a C program is compiler_broken, naming CC."""
+    view = HostView.make(path="/usr/bin:/bin", environ={"CC": "/bin/false"}, root=str(tmp_path / "r"),
+                         python_include=str(headers(tmp_path / "inc")))
+    tc = probe(view)
+    tc.triton.importable = True
+    reason = tc.reason_for("inductor", "cuda")
+    assert reason.code == "compiler_broken" and "CC=/bin/false" in reason.message
+    assert tc.reason_for("inductor", "cpu") is None or tc.reason_for("inductor", "cpu").code != "compiler_broken" \
+        or "CC=" not in tc.reason_for("inductor", "cpu").message

@@ -20,9 +20,15 @@ def main(args: argparse.Namespace) -> int:
     from lab.model import resolve_weights
     from lab.results import write_json_atomic
 
+    out: Path | None = args.out
+    if out is not None and out.is_dir():
+        raise ValueError(f"--out {out}: is a directory; give the file to write, e.g. --out {out / 'manifest.json'}")
     profile = profiles.get(args.profile)
     data = manifest.collect(weights=resolve_weights(profile.model, args.weights))
     print(json.dumps(data, indent=1, default=str))
-    if args.out:
-        write_json_atomic(args.out, data)
+    if out is not None:
+        try:
+            write_json_atomic(out, data)
+        except OSError as exc:
+            raise ValueError(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
     return 0

@@ -2,6 +2,8 @@
 
 Without RUN_DIR it reads every run under manifests/ (committed reference runs) and runs/ (local
 ones). A file that cannot be read is reported on one line naming it, and the other runs still render.
+Rendering into the folder of an earlier report removes the pages this report did not write
+(`run-*.html`, `compare.html` of runs no longer given): no stale page survives.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render the static HTML report from run directories (default: manifests/ runs/)")
     p.add_argument("paths", nargs="*", type=Path, metavar="RUN_DIR",
                    help="run directories, results.json files, or folders holding runs (default: manifests/ and runs/)")
-    p.add_argument("--out", type=Path, default=Path("site"), help="output folder (default: site/)")
+    p.add_argument("--out", type=Path, default=Path("site"),
+                   help="output folder (default: site/); an earlier report's pages there are replaced or removed")
     p.add_argument("--strict", action="store_true", help="exit 1 when any file was skipped")
     p.add_argument("--baseline", metavar="RUN", help="the run the comparison page sets every other run against: its "
                    "name on the site, or its directory (default: per profile, the newest run)")
@@ -26,11 +29,18 @@ def main(args: argparse.Namespace) -> int:
     from report import render_site
     from report.discover import DEFAULT_ROOTS, default_paths
 
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file; the report is a folder of pages (e.g. --out site)")
     paths = args.paths or default_paths()
     if not paths:
         raise ValueError(f"no run given and none of {', '.join(d + '/' for d in DEFAULT_ROOTS)} exists here "
                          "(run `nox -s smoke` or `python -m lab run` first)")
-    site = render_site(paths, args.out, baseline=args.baseline)
+    try:
+        site = render_site(paths, out, baseline=args.baseline)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write the report there ({exc.strerror or exc})") from None
+    remove_stale_pages(out, {site.index, *site.pages, *([site.compare] if site.compare else [])})
     for skipped in site.skipped:
         print(f"error: {skipped.reason} (skipped)", file=sys.stderr)
     if not site.runs:
@@ -38,3 +48,18 @@ def main(args: argparse.Namespace) -> int:
     extra = f", comparison {site.compare}" if site.compare else ""
     print(f"{site.index}: {len(site.runs)} run(s), {len(site.skipped)} skipped{extra}")
     return 1 if args.strict and site.skipped else 0
+
+
+STALE_PATTERNS = ("run-*.html", "compare.html")
+
+
+def remove_stale_pages(out: Path, written: set[Path]) -> list[Path]:
+    """Remove the pages an earlier report left in `out` that this one did not write; the paths removed."""
+    keep = {p.resolve() for p in written}
+    removed = []
+    for pattern in STALE_PATTERNS:
+        for page in sorted(out.glob(pattern)):
+            if page.is_file() and page.resolve() not in keep:
+                page.unlink()
+                removed.append(page)
+    return removed

@@ -1,5 +1,8 @@
-"""`python -m lab run --profile NAME [--only ID,...] [--out DIR] [--set EXP.KEY=VALUE]`: run experiments, write
-DIR/results.json."""
+"""`python -m lab run --profile NAME [--only ID,...] [--out DIR] [--set EXP.KEY=VALUE] [--resume | --force]`: run
+experiments, write DIR/results.json.
+
+DIR is owned by one run at a time; a DIR that already holds a run is refused unless --resume (keep its
+OK records, run the rest) or --force (move it aside to DIR.old-<time>) says what to do with it."""
 
 from __future__ import annotations
 
@@ -23,6 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="run directory (default: runs/<profile>-<timestamp>)")
     p.add_argument("--weights", help="local GPT-2 checkpoint folder, or 'random' (default: cache or random)")
     p.add_argument("--label", help="a name for this run or host, shown by the report and compare (manifest 'label')")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="DIR holds an unfinished run: keep its OK records and run the other experiments again")
+    again.add_argument("--force", action="store_true",
+                       help="DIR holds a run: move it aside to DIR.old-<time> (nothing is deleted) and start afresh")
     p.add_argument("--set", action="append", default=[], metavar="EXP.KEY=VALUE",
                    help="override an experiment option, e.g. cuda_graph_decode.max_autotune=true (repeatable; "
                         "`list --options` shows them)")
@@ -42,11 +50,18 @@ def main(args: argparse.Namespace) -> int:
         os.environ[LABEL_ENV] = args.label  # lab.manifest.collect records it
     profile = profiles.get(args.profile or default_profile())
     set_text = parse_set(args.set)
-    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
-    if only:
+    only = None
+    if args.only is not None:
+        only = [s.strip() for s in args.only.split(",") if s.strip()]
+        if not only:
+            raise ValueError(f"--only {args.only!r}: names no experiment (ids separated by commas; `python -m lab "
+                             "list` prints them; leave --only out to run the whole profile)")
         resolve(only)
+    if args.resume and args.out is None:
+        raise ValueError("--resume: give the run directory to resume with --out DIR")
     out = args.out or Path("runs") / f"{profile.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    results = runner.run(profile, out, only=only, weights=args.weights, argv=sys.argv, set_text=set_text)
+    results = runner.run(profile, out, only=only, weights=args.weights, argv=sys.argv, set_text=set_text,
+                         resume=args.resume, force=args.force)
     counts = {s: sum(r.status == s for r in results.experiments) for s in ("OK", "NOT_RUN", "FAILED")}
     print(f"{out / 'results.json'}: {counts['OK']} OK, {counts['NOT_RUN']} NOT_RUN, {counts['FAILED']} FAILED "
           f"in {results.run.wall_s:.1f} s")

@@ -26,6 +26,7 @@ from typing import Any
 from lab import metrics as M
 from lab.compile_cache import DROP_ENV, cache_counters, isolated_env, provenance
 from lab.costs import break_even_calls
+from lab.locks import owned_tempdir
 from lab.names import Method
 from lab.options import option
 from lab.reasons import Code
@@ -194,7 +195,8 @@ def run(ctx) -> None:
     ctx.note("settings", {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, "batch": MLP_BATCH},
                           "threads": torch.get_num_threads(), "device": p.device, "dtype": p.dtype,
                           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
-    with tempfile.TemporaryDirectory(prefix="lab-compile-cost-") as root:
+    with owned_tempdir("compile-cost") as root_path:  # removed on the next start if this run is killed
+        root = str(root_path)
         # 1. the decode core at full depth: cold, warm, steady, break-even
         cold, warm, cache_dir = _cold_warm(ctx, root, "decode_core", full, "decode_core")
         _record_target(ctx, "decode_core", full, cold, warm)

@@ -1,0 +1,172 @@
+"""A run directory under misuse: one run at a time, never overwritten, resumed or moved aside on request."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import metrics as M
+from lab import profiles, runner
+from lab.__main__ import main
+from lab.manifest import REPO_ROOT
+from lab.results import load
+from lab.rundir import LOCK_NAME, RunDirError
+
+from cli_helpers import cli, one_line_error
+
+SMOKE = profiles.get("smoke")
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """fake(id, fn): replace an experiment's run() by a quick stand-in (its catalogue entry and options stay)."""
+
+    def put(experiment_id: str, fn) -> None:
+        monkeypatch.setattr(importlib.import_module(f"lab.experiments.{experiment_id}"), "run", fn)
+
+    return put
+
+
+def one_graph(ctx) -> None:
+    ctx.metric(M.GRAPHS, 1)
+
+
+def one_compile(ctx) -> None:
+    ctx.metric(M.COMPILES, 1)
+
+
+def test_a_second_run_into_a_busy_directory_refuses_naming_the_holder(tmp_path: Path, fake) -> None:
+    """Problem 1: two runs into one --out both 'succeeded' and the first run's records were lost."""
+    seen: dict[str, str] = {}
+
+    def starts_another_run(ctx) -> None:
+        ctx.metric(M.GRAPHS, 1)
+        try:
+            runner.run(SMOKE, tmp_path, only=["recompiles"])
+        except RunDirError as exc:
+            seen["error"] = str(exc)
+
+    fake("graph_breaks", starts_another_run)
+    res = runner.run(SMOKE, tmp_path, only=["graph_breaks"])
+    assert "error" in seen, "the second run into the same directory was not refused"
+    assert f"pid {os.getpid()}" in seen["error"] and f"host {socket.gethostname()}" in seen["error"]
+    assert "\n" not in seen["error"]
+    assert res.record("graph_breaks").status == "OK"
+    assert [r.id for r in load(tmp_path).experiments] == ["graph_breaks"]
+    assert not (tmp_path / LOCK_NAME).exists()  # released at the end
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from lab.locks import OwnerLock
+lock = OwnerLock(Path(sys.argv[1]))
+assert lock.acquire() is None
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_lock_names_another_process_and_dies_with_it(tmp_path: Path, capsys, fake) -> None:
+    fake("graph_breaks", one_graph)
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out / LOCK_NAME)], stdout=subprocess.PIPE, text=True,
+                              cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        err = one_line_error(capsys, "run", "--profile", "smoke", "--only", "graph_breaks", "--out", str(out))
+        assert f"pid {holder.pid}" in err and "another run is writing there" in err and str(out) in err
+        assert not (out / "results.json").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # SIGKILL left the lock file behind, but no lock: the next run goes ahead
+    assert (out / LOCK_NAME).exists()
+    assert main(["run", "--profile", "smoke", "--only", "graph_breaks", "--out", str(out)]) == 0
+    assert load(out).record("graph_breaks").status == "OK"
+
+
+def test_an_existing_run_is_refused_not_overwritten(tmp_path: Path, capsys, fake) -> None:
+    """Problem 2: a rerun into a run directory silently replaced its records."""
+    fake("graph_breaks", one_graph)
+    fake("recompiles", one_compile)
+    runner.run(SMOKE, tmp_path, only=["graph_breaks", "recompiles"])
+    before = (tmp_path / "results.json").read_bytes()
+    err = one_line_error(capsys, "run", "--profile", "smoke", "--only", "recompiles", "--out", str(tmp_path))
+    assert "already holds a run" in err and "--resume" in err and "--force" in err
+    assert (tmp_path / "results.json").read_bytes() == before
+
+
+def test_resume_keeps_ok_records_reruns_the_rest_and_records_both_starts(tmp_path: Path, fake) -> None:
+    fake("graph_breaks", one_graph)
+
+    def fails(ctx) -> None:
+        raise RuntimeError("first start: broken")
+
+    def interrupted(ctx) -> None:
+        ctx.metric(M.COMPILES, 7)
+        raise KeyboardInterrupt
+
+    fake("recompiles", fails)
+    fake("decode_recompiles", interrupted)
+    ids = ["graph_breaks", "recompiles", "decode_recompiles"]
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(SMOKE, tmp_path, only=ids, argv=["first"])
+    first = load(tmp_path)
+    assert [(r.id, r.status) for r in first.experiments] == [
+        ("graph_breaks", "OK"), ("recompiles", "FAILED"), ("decode_recompiles", "NOT_RUN")]
+    kept = first.record("graph_breaks")
+
+    fake("recompiles", one_compile)
+    fake("decode_recompiles", one_compile)
+    res = runner.run(SMOKE, tmp_path, argv=["second"], resume=True)  # the selection comes from the first start
+    assert [(r.id, r.status) for r in res.experiments] == [(i, "OK") for i in ids]
+    assert res.record("graph_breaks") == kept  # the very record of the first start
+    assert res.run.state == "complete" and res.run.argv == ["first"]
+    starts = res.run.starts
+    assert [s.argv for s in starts] == [["first"], ["second"]] and starts[1].kept == ["graph_breaks"]
+    assert starts[1].pid == os.getpid() and starts[1].host == socket.gethostname()
+    assert starts[1].manifest_changes == []  # same environment
+    assert load(tmp_path) == res
+    assert set(json.loads((tmp_path / "manifest.json").read_text())["options"]) == set(ids)
+
+
+def test_resume_refuses_another_profile_or_other_options_for_kept_records(tmp_path: Path, fake) -> None:
+    fake("recompiles", one_compile)
+    runner.run(SMOKE, tmp_path, only=["recompiles"])
+    with pytest.raises(RunDirError, match="profile 'smoke'"):
+        runner.run(profiles.get("cpu"), tmp_path, only=["recompiles"], resume=True)
+    with pytest.raises(RunDirError, match=r"recompiles\.batch_sizes"):
+        runner.run(SMOKE, tmp_path, resume=True, set_text={"recompiles": {"batch_sizes": "1,2"}})
+    assert len(load(tmp_path).run.starts) == 1  # nothing was written
+
+
+def test_force_moves_the_old_run_aside_and_deletes_nothing(tmp_path: Path, capsys, fake) -> None:
+    fake("graph_breaks", one_graph)
+    fake("recompiles", one_compile)
+    out = tmp_path / "run"
+    runner.run(SMOKE, out, only=["graph_breaks"])
+    before = (out / "results.json").read_bytes()
+    rc, err = cli(capsys, "run", "--profile", "smoke", "--only", "recompiles", "--out", str(out), "--force")
+    assert rc == 0
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("run.old-")]
+    assert len(aside) == 1 and (aside[0] / "results.json").read_bytes() == before
+    assert (aside[0] / "manifest.json").exists() and not (aside[0] / LOCK_NAME).exists()
+    assert [r.id for r in load(out).experiments] == ["recompiles"]
+    assert str(aside[0]) in err
+
+
+def test_resume_needs_the_directory_and_a_readable_run(tmp_path: Path, capsys) -> None:
+    assert "--out" in one_line_error(capsys, "run", "--profile", "smoke", "--resume")
+    (tmp_path / "results.json").write_bytes(b"\xff\xfe binary")
+    err = one_line_error(capsys, "run", "--profile", "smoke", "--out", str(tmp_path), "--resume")
+    assert "cannot resume" in err and "results.json" in err and "not UTF-8" in err
