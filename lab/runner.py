@@ -8,10 +8,14 @@ device, a clock, and a recorder that accepts only the metrics its catalogue entr
 Every experiment in the selection ends as exactly one record: prerequisites missing -> NOT_RUN with
 the toolchain's reason; raises -> FAILED with the error and a traceback excerpt; a fatal correctness
 check that fails -> FAILED (`check_failed`). results.json is rewritten atomically after each record.
+
+Everything printed goes through lab.console (stderr); what libraries print or log while an experiment
+runs is caught by lab.librarylogs and stored in its record (`library_logs`), shown live with `verbose`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
 import traceback
@@ -19,10 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import torch
-from rich.console import Console
 
 from lab import __version__
+from lab import console as out
 from lab.catalogue import BY_ID, ExperimentSpec, resolve
+from lab.console import console  # noqa: F401  (the lab's console, on stderr; kept importable from here)
+from lab.librarylogs import Capture
 from lab.manifest import collect, now_iso
 from lab.metrics import Kind, MetricSpec
 from lab.options import OptionsError, as_dict
@@ -35,7 +41,6 @@ from lab.timing import clock_for, spread
 from lab.toolchain import Toolchain, probe
 
 T = TypeVar("T")
-console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class NotRun(Exception):
@@ -147,20 +152,33 @@ class Context:
         return self._models.get(dtype)
 
     def progress(self, message: str) -> None:
-        console.print(f"    [dim]{self.spec.id}: {message}[/dim]")
+        """One line saying what the experiment does now."""
+        out.line(message)
 
     def track(self, items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
-        from rich.progress import track
+        """`items` with progress: item n of N, elapsed, an estimate of the rest (lab.console.track)."""
+        yield from out.track(items, description, total)
 
-        yield from track(items, description=f"    {self.spec.id}: {description}", total=total, console=console,
-                         transient=True)
+    def counter(self, description: str, total: int) -> contextlib.AbstractContextManager[out.Steps]:
+        """Progress over `total` units of work that are not one loop: `with ctx.counter(..) as c: c.advance()`."""
+        return out.counter(description, total)
+
+    def activity(self, description: str) -> contextlib.AbstractContextManager[None]:
+        """One long thing that cannot be counted (a compile, a child process): shown with its elapsed time."""
+        return out.activity(description)
+
+
+def needs_for(spec: ExperimentSpec, profile: Profile) -> tuple[str, ...]:
+    """The experiment's prerequisites under `profile`: its catalogue needs, and `cuda` first in a CUDA profile
+    unless it runs on the host (everything else there runs on the GPU)."""
+    needs = list(spec.needs)
+    if profile.device == "cuda" and "host" not in needs and "cuda" not in needs:
+        needs.insert(0, "cuda")
+    return tuple(needs)
 
 
 def prerequisite_reason(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain) -> Reason | None:
-    needs = list(spec.needs)
-    if profile.device == "cuda" and "host" not in needs and "cuda" not in needs:
-        needs.insert(0, "cuda")  # everything in a CUDA profile runs on the GPU
-    for need in needs:
+    for need in needs_for(spec, profile):
         reason = toolchain.reason_for(need, profile.device)
         if reason is not None:
             return reason
@@ -176,13 +194,14 @@ def _finish_status(record: Record) -> None:
 
 
 def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, results: Results,
-                   models: ModelCache, options: Any = None) -> Record:
+                   models: ModelCache, options: Any = None, capture: Capture | None = None) -> Record:
     record = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
     reason = prerequisite_reason(spec, profile, toolchain)
     if reason is not None:
         record.status, record.reason = "NOT_RUN", reason
         return record
     start = time.perf_counter()
+    collected = capture.begin() if capture is not None else None
     try:
         try:
             module = importlib.import_module(spec.module)
@@ -200,6 +219,9 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
         record.reason = Reason(Code.EXCEPTION, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         record.error = {"type": type(exc).__name__, "message": str(exc)[:2000],
                         "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
+    finally:
+        if capture is not None and collected is not None:
+            record.library_logs = capture.end(collected)  # what libraries said meanwhile (lab.librarylogs)
     record.duration_s = round(time.perf_counter() - start, 3)
     _finish_status(record)
     _refuse_unrecordable(record)
@@ -219,11 +241,12 @@ def _refuse_unrecordable(record: Record) -> None:
 
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
         argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None,
-        set_text: dict[str, dict[str, str]] | None = None) -> Results:
+        set_text: dict[str, dict[str, str]] | None = None, verbose: bool = False) -> Results:
     """Run the profile's experiments (or `only` these) and write out_dir/results.json after each.
 
     `set_text` is `--set` as {experiment: {option: text}}. Every selected experiment's options are
-    resolved before anything runs, so a bad value stops the run at once (OptionsError)."""
+    resolved before anything runs, so a bad value stops the run at once (OptionsError). `verbose`
+    shows library output live (it is recorded either way)."""
     from lab.model import resolve_weights
 
     specs = resolve(only or (list(profile.experiments) if profile.experiments else None))
@@ -242,18 +265,17 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     save(results, out_dir)
     models = ModelCache(profile, provenance)
     wall_start = time.perf_counter()
-    console.print(f"[bold]lab run[/bold] profile={profile.name} device={profile.device} "
-                  f"experiments={len(specs)} -> {out_dir / 'results.json'}")
+    out.begin_run(verbose)
+    out.run_header(profile.name, profile.device, len(specs), out_dir / "results.json")
+    capture = Capture(out_dir, echo=verbose).open()
     try:
         for i, spec in enumerate(specs, 1):
-            console.print(f"[{i}/{len(specs)}] {spec.id}: {spec.title}")
-            record = run_experiment(spec, profile, toolchain, results, models, options[spec.id])
+            out.experiment_started(i, len(specs), spec.id, spec.title)
+            record = run_experiment(spec, profile, toolchain, results, models, options[spec.id], capture)
             results.experiments.append(record)
             results.run.wall_s = round(time.perf_counter() - wall_start, 3)
             save(results, out_dir)
-            style = {"OK": "green", "NOT_RUN": "yellow", "FAILED": "red"}[record.status]
-            why = f" ({record.reason.code}: {record.reason.message})" if record.reason else ""
-            console.print(f"    [{style}]{record.status}[/{style}] in {record.duration_s:.1f} s{why}")
+            out.experiment_finished(record)
             if on_record:
                 on_record(record)
     except KeyboardInterrupt:
@@ -262,8 +284,11 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
         results.run.wall_s = round(time.perf_counter() - wall_start, 3)
         save(results, out_dir)
         raise
+    finally:
+        capture.close()
     results.run.state = "complete"
     results.run.finished_at = now_iso()
     results.run.wall_s = round(time.perf_counter() - wall_start, 3)
     save(results, out_dir)
+    out.summary(results)
     return results
