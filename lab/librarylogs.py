@@ -236,6 +236,19 @@ def _warnings_caught(collected: Collected) -> Iterator[None]:
         yield
 
 
+def _retarget_handlers(old: TextIO | None, new: TextIO) -> None:
+    """Stream handlers made while sys.stderr was the run's file (torch makes new ones on set_logs) write to
+    `new` from now on, not to a closed file."""
+    if old is None:
+        return
+    loggers = [logging.getLogger()] + [lg for lg in list(logging.root.manager.loggerDict.values())
+                                       if isinstance(lg, logging.Logger)]
+    for lg in loggers:
+        for handler in list(lg.handlers):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is old:
+                handler.setStream(new)
+
+
 # ---------------------------------------------------------------------------- the run
 
 class Capture:
@@ -279,6 +292,7 @@ class Capture:
             os.close(self._saved)
             self._saved = None
         console.use_stream(None)
+        _retarget_handlers(self._text, sys.stderr)
         for stream in (self._real, self._text):
             if stream is not None:
                 stream.close()

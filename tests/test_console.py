@@ -300,3 +300,14 @@ def test_every_option_has_help(command: str) -> None:
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for action in sub.choices[command]._actions:
         assert action.help, f"{command} {action.option_strings or action.dest} has no help text"
+
+
+def test_handlers_torch_makes_during_a_run_write_to_stderr_after_it(tmp_path: Path, capfd) -> None:
+    """torch._logging.set_logs inside an experiment makes stream handlers on the run's sys.stderr (its file):
+    after the run they write to the real stderr, not to a closed file."""
+    with librarylogs.Capture(tmp_path) as cap, cap.experiment():
+        torch._logging.set_logs(recompiles=True)
+        torch._logging.set_logs()
+    logging.getLogger("torch._dynamo").warning("after the run")
+    err = capfd.readouterr().err
+    assert "after the run" in err and "Logging error" not in err
