@@ -334,6 +334,19 @@ class ExperimentView:
     notes: str
     samples: int
     metric_count: int
+    library: Table | None = None  # what libraries said while it ran (Record.library_logs)
+
+
+def library_table(rec: Record) -> Table:
+    """Record.library_logs as a table: warnings, torch's log records and stderr lines, with their counts."""
+    table = Table(columns=["source", "from", "level", "times", "message", "where"],
+                  caption="library output (kept here, not printed)")
+    for e in rec.library_logs or []:
+        lines = e.message.splitlines() or [""]
+        more = f"and {len(lines) - 1} more lines (results.json)" if len(lines) > 1 else ""
+        table.rows.append([Cell(e.source), Cell(e.origin), Cell(e.level), Cell(str(e.count), cls="num"),
+                           Cell(lines[0], sub=more), Cell(e.location)])
+    return table
 
 
 def experiments(results: Results) -> list[ExperimentView]:
@@ -352,5 +365,5 @@ def experiments(results: Results) -> list[ExperimentView]:
             reason=f"{rec.reason.code}: {rec.reason.message}" if rec.reason else "",
             duration=fmt(rec.duration_s, units.S), tables=metric_tables(rec), checks=checks, skipped=skipped,
             notes=json.dumps(rec.notes, indent=1, default=str) if rec.notes else "", samples=len(rec.samples),
-            metric_count=len(rec.metrics)))
+            metric_count=len(rec.metrics), library=library_table(rec)))
     return views

@@ -311,3 +311,14 @@ def test_handlers_torch_makes_during_a_run_write_to_stderr_after_it(tmp_path: Pa
     logging.getLogger("torch._dynamo").warning("after the run")
     err = capfd.readouterr().err
     assert "after the run" in err and "Logging error" not in err
+
+
+def test_the_run_page_lists_library_output(tmp_path: Path, noisy) -> None:
+    from report.render import render_site
+
+    runner.run(profiles.get("smoke"), tmp_path / "run", only=["graph_breaks"])
+    site = render_site([tmp_path / "run"], tmp_path / "site")
+    html = "\n".join(p.read_text() for p in (tmp_path / "site").rglob("*.html"))
+    assert "library output: 7 message(s)" in html
+    assert "skipping cudagraphs due to mutated inputs (1 instances)" in html and "profiler_start" in html
+    assert site.index.exists()
