@@ -5,6 +5,7 @@ progress for long stretches, each NOT_RUN reason once, a summary that names fail
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from lab.results import Check, Reason, Record, Results, RunInfo, load
 
 # Every line the lab's console writes starts like one of these (lab.console); anything else is a leak.
 LAB_LINE = re.compile(r"^(lab run |\[\d+/\d+\] |    |done: )")
+LONE = itertools.count()
 USDT = b"USDT:2026-11-29 13:03:52 9417:9417 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
 
 
@@ -43,8 +45,10 @@ def noisy_experiment(ctx) -> None:
     torch._logging.set_logs(recompiles=True)  # torch makes new stream handlers: they must stay quiet too
     torch._logging.set_logs()
     logging.getLogger("torch._dynamo.convert_frame").warning("after set_logs")
-    lone = logging.getLogger("a_library_without_handlers")
-    lone.propagate = False  # no handler on its way: Python would print it through logging.lastResort
+    # no handler on its way: Python would print it through logging.lastResort (a new logger each time: pytest
+    # attaches its capture handler to the loggers that do not propagate when a test starts)
+    lone = logging.getLogger(f"a_library_without_handlers.{next(LONE)}")
+    lone.propagate = False
     lone.warning("through logging.lastResort")
     for _ in range(2):
         os.write(2, USDT)
@@ -75,7 +79,8 @@ def test_library_noise_is_recorded_not_printed(tmp_path: Path, noisy, capfd) -> 
                 "skipping cudagraphs due to mutated inputs (1 instances)"].level == "WARNING"
     assert ("logging", "torch._inductor.utils.__perf_hints", "a perf hint, off by default") in logs
     assert ("logging", "torch._dynamo.convert_frame", "after set_logs") in logs  # once: torch's handler muted
-    assert ("logging", "a_library_without_handlers", "through logging.lastResort") in logs
+    assert any(source == "logging" and origin.startswith("a_library_without_handlers.")
+               and message == "through logging.lastResort" for source, origin, message in logs)
     usdt = logs["stderr", "stderr", "profiler_start"]
     assert (usdt.level, usdt.location, usdt.count) == ("USDT", "SyncActivityProfilerHandler.cpp:52", 2)
     assert ("stderr", "stderr", "a library printing to sys.stderr") in logs
