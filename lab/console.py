@@ -13,8 +13,8 @@ Standard output carries only data (the final line of `lab run` naming the result
 On a terminal, progress is drawn live by rich (twice a second, so that drawing takes next to nothing
 from what is measured) and disappears when done; an activity of a second or more leaves one line with
 its time. Elsewhere (a log file, a pipe, the tests) it is plain lines: a counted stretch says where it
-is every LAB_PROGRESS_EVERY_S seconds (default 10), an activity after that long and then at doubling
-intervals (10 s, 20 s, 40 s...), and each closes with a line once it has said anything or lasted a
+is every LAB_PROGRESS_EVERY_S seconds (default 10) when an item has finished since it last did (at
+least every 30 s), an activity after 10 s and then at doubling intervals (20 s, 40 s...), and each closes with a line once it has said anything or lasted a
 second. LAB_PROGRESS_EVERY_S=0 prints every step and every activity's start (the tests use it).
 
 While experiments run, lab.librarylogs redirects file descriptor 2 to catch what libraries write below
@@ -115,13 +115,16 @@ class _Task:
     started: float = field(default_factory=time.monotonic)
     last_line: float = field(default_factory=time.monotonic)
     lines: int = 0  # plain lines printed while under way
+    said: int = 0  # `completed` when the last plain line was printed
     rich_id: Any = None
 
     def due(self, every: float) -> bool:
-        """Whether a plain line is due: every `every` s when counted, at doubling intervals when not."""
+        """Whether a plain line is due. Counted: `every` s after the last one if an item finished since, else
+        after 3 x `every` (a slow item still shows the run is alive). Not counted: at doubling intervals."""
         now = time.monotonic()
         if self.total:
-            return now - self.last_line >= every
+            quiet = now - self.last_line
+            return quiet >= every and (self.completed != self.said or quiet >= 3 * every)
         return now - self.started >= every * (2 ** self.lines)
 
     def elapsed(self) -> float:
@@ -205,6 +208,7 @@ class _Board:
     def _plain(self, task: _Task) -> None:
         task.last_line = time.monotonic()
         task.lines += 1
+        task.said = task.completed
         say(f"{INDENT}{task.status()}", "dim")
 
     def _beat(self) -> None:
