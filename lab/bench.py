@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from lab import console
 from lab.opprofile import enable_cpp_kernel_profile
 from lab.reasons import Code
 from lab.timing import Clock, first_call, rotating_rounds, time_calls
@@ -29,7 +30,8 @@ def compile_first_call(fn: Callable[..., Any], args: tuple[Any, ...], device: to
                        **compile_kwargs: Any) -> Compiled:
     """torch.compile `fn` and make the first call (timed, synchronised); generated C++ kernels are profilable."""
     compiled = torch.compile(fn, **compile_kwargs)
-    with enable_cpp_kernel_profile(), torch.no_grad():
+    name = getattr(fn, "__name__", type(fn).__name__)
+    with enable_cpp_kernel_profile(), torch.no_grad(), console.activity(f"compiling {name} (first call)"):
         _, seconds = first_call(compiled, *args, device=device)
     return Compiled(compiled, seconds)
 

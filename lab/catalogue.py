@@ -120,7 +120,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    (), (M.VERDICT, M.STEP_MS, M.SPEEDUP, M.KERNELS, M.MATMUL_SHARE, M.GRAPH_BREAKS, M.RECOMPILES,
                         M.HOST_SHARE)),
     # last: it reads the records above
-    ExperimentSpec("selection", "Which of eager / compile / graph / compile+graph wins each workload", "002", (),
+    ExperimentSpec("selection", "Which of eager / compile / graph / compile+graph wins each workload", "002", ("host",),
                    (M.WINNER, M.WINNER_FAMILY, M.SPEEDUP_VS_EAGER, M.MARGIN_VS_RUNNER_UP, M.TIE_WITH_EAGER,
                     M.CASES)),
 )

@@ -168,6 +168,7 @@ def build_model(spec: ModelSpec, provenance: dict[str, Any], device: str | torch
     from transformers import GPT2LMHeadModel
 
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # loading a checkpoint draws a bar on stderr otherwise
     if provenance["source"] in ("local", "hf-cache"):
         model = GPT2LMHeadModel.from_pretrained(provenance["path"], local_files_only=True, attn_implementation="eager")
     else:

@@ -38,8 +38,8 @@ from lab.schema import (CodeName, Count, Flag, JsonObject, MetricValue, Number, 
                         describe_error, known_code, metric_value, one_line, read_json)
 
 __all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError", "Reason", "Spread", "Metric",
-           "Samples", "Check", "Skipped", "Record", "Start", "RunInfo", "Results", "ok_record", "to_dict", "save",
-           "from_dict", "load", "quarantine", "unstorable", "write_json_atomic"]
+           "Samples", "Check", "Skipped", "LibraryLog", "Record", "Start", "RunInfo", "Results", "ok_record", "to_dict",
+           "save", "from_dict", "load", "quarantine", "unstorable", "write_json_atomic"]
 
 SCHEMA = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
@@ -134,6 +134,31 @@ class Skipped:
     """the sentence that tells the user how to make it run"""
 
 
+LogSource = Literal["warning", "logging", "stderr"]
+
+
+@dataclass
+class LibraryLog:
+    """A warning, log record or line of output that a library (torch, Inductor, the profiler) produced while
+    the experiment ran, kept as data instead of printed: identical ones once, with how many times."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    source: LogSource
+    """warning (Python `warnings`), logging (a record of torch's loggers) or stderr (a line written to the
+    process's standard error below Python, e.g. the profiler's `USDT: ... profiler_start`)"""
+    origin: Text
+    """the warning's category, the logger's name, or `stderr`"""
+    level: Text
+    """the record's level (WARNING, INFO, ...); `WARNING` for a warning; the line's own tag (e.g. `W`) or empty"""
+    message: Text
+    """the text (timestamps and process ids removed from stderr lines so that repeats match; at most 4000
+    characters)"""
+    count: Count = 1
+    """how many times it was produced during the experiment"""
+    location: Text = ""
+    """where it came from: file:line of the warning or the logging call (empty when unknown)"""
+
+
 def _reason_code(reason: Reason) -> Reason:
     known_code(reason.code)
     return reason
@@ -168,6 +193,11 @@ class Record:
     """parts of the experiment that did not run (a flag off, a piece that needs CUDA)"""
     error: dict[str, Text] | None = None
     """FAILED only: type, message and the last lines of the traceback"""
+    library_logs: list[LibraryLog] | None = None
+    """what libraries said while the experiment ran (warnings, torch's log records, stderr lines such as the
+    profiler's), deduplicated with counts, in order of first appearance; the console shows only how many.
+    Absent where nothing was listened to: an experiment that did not start, or a file written before the lab
+    kept library output"""
 
     @model_validator(mode="after")
     def _reasoned(self) -> Record:
@@ -272,6 +302,9 @@ def to_dict(results: Results) -> dict[str, Any]:
     data = clean(results)
     if not data["run"].get("starts"):
         data["run"].pop("starts", None)  # a run written before starts were recorded stays byte for byte the same
+    for record in data["experiments"]:
+        if record.get("library_logs") is None:  # not listened to: left out, as files written before the field
+            record.pop("library_logs", None)
     return {"schema": data.pop("schema"), "lab_version": data.pop("lab_version"), **data}
 
 

@@ -12,10 +12,14 @@ with the error and a traceback excerpt; a value the results file cannot hold -> 
 it was recorded; a fatal correctness check that fails -> FAILED (`check_failed`); the run stopped
 (Ctrl-C, SIGTERM, SIGHUP, an error of the runner) -> NOT_RUN `interrupted` for the experiment under
 way and every one not reached (lab.runstate). results.json is rewritten atomically after each record.
+
+Everything printed goes through lab.console (stderr); what libraries print or log while an experiment
+runs is caught by lab.librarylogs and stored in its record (`library_logs`), shown live with `verbose`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
 import traceback
@@ -23,10 +27,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import torch
-from rich.console import Console
 
 from lab import __version__, rundir, runstate
+from lab import console as out
 from lab.catalogue import BY_ID, ExperimentSpec, resolve
+from lab.console import console  # noqa: F401  (the lab's console, on stderr; kept importable from here)
+from lab.librarylogs import Capture
 from lab.locks import clean_abandoned_tempdirs
 from lab.manifest import collect, finish, now_iso
 from lab.metrics import Kind, MetricSpec
@@ -40,7 +46,6 @@ from lab.timing import clock_for, spread
 from lab.toolchain import Toolchain, probe
 
 T = TypeVar("T")
-console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _plain(value: Any) -> Any:
@@ -183,20 +188,33 @@ class Context:
         return self._models.get(dtype)
 
     def progress(self, message: str) -> None:
-        console.print(f"    [dim]{self.spec.id}: {message}[/dim]")
+        """One line saying what the experiment does now."""
+        out.line(message)
 
     def track(self, items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
-        from rich.progress import track
+        """`items` with progress: item n of N, elapsed, an estimate of the rest (lab.console.track)."""
+        yield from out.track(items, description, total)
 
-        yield from track(items, description=f"    {self.spec.id}: {description}", total=total, console=console,
-                         transient=True)
+    def counter(self, description: str, total: int) -> contextlib.AbstractContextManager[out.Steps]:
+        """Progress over `total` units of work that are not one loop: `with ctx.counter(..) as c: c.advance()`."""
+        return out.counter(description, total)
+
+    def activity(self, description: str) -> contextlib.AbstractContextManager[None]:
+        """One long thing that cannot be counted (a compile, a child process): shown with its elapsed time."""
+        return out.activity(description)
+
+
+def needs_for(spec: ExperimentSpec, profile: Profile) -> tuple[str, ...]:
+    """The experiment's prerequisites under `profile`: its catalogue needs, and `cuda` first in a CUDA profile
+    unless it runs on the host (everything else there runs on the GPU)."""
+    needs = list(spec.needs)
+    if profile.device == "cuda" and "host" not in needs and "cuda" not in needs:
+        needs.insert(0, "cuda")
+    return tuple(needs)
 
 
 def prerequisite_reason(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain) -> Reason | None:
-    needs = list(spec.needs)
-    if profile.device == "cuda" and "host" not in needs and "cuda" not in needs:
-        needs.insert(0, "cuda")  # everything in a CUDA profile runs on the GPU
-    for need in needs:
+    for need in needs_for(spec, profile):
         reason = toolchain.reason_for(need, profile.device)
         if reason is not None:
             return reason
@@ -212,14 +230,17 @@ def _finish_status(record: Record) -> None:
 
 
 def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, results: Results,
-                   models: ModelCache, options: Any = None, record: Record | None = None) -> Record:
+                   models: ModelCache, options: Any = None, record: Record | None = None,
+                   capture: Capture | None = None) -> Record:
     """Run one experiment into `record` (a new one if None) and return it: OK, NOT_RUN or FAILED.
 
     An exception of the experiment, `SystemExit` included, is FAILED and the run goes on; a value the
     results schema refuses is removed and the record FAILED naming it. Ctrl-C (and `Stopped`) propagates
-    with `record` holding what was measured so far and its duration."""
+    with `record` holding what was measured so far and its duration. What libraries say meanwhile goes
+    to `capture` (lab.librarylogs) and into the record."""
     record = record or Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
     start = time.perf_counter()
+    collected = capture.begin() if capture is not None else None
     try:
         try:
             reason = prerequisite_reason(spec, profile, toolchain)
@@ -239,6 +260,8 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
         except (Exception, SystemExit) as exc:
             _failed(record, exc)
     finally:
+        if capture is not None and collected is not None:
+            record.library_logs = capture.end(collected)  # what libraries said meanwhile (lab.librarylogs)
         record.duration_s = round(time.perf_counter() - start, 3)
         _finish_status(record)
         _refuse_unrecordable(record)
@@ -267,47 +290,38 @@ def _refuse_unrecordable(record: Record) -> None:
 
 
 # ---------------------------------------------------------------------------- what the run says as it goes
-# (one function per message, so the console can be restyled in one place)
+# (lab.console words every line; these are the runner's own occasions)
 
 def say_start(profile: Profile, n: int, out_dir: Path, claim: rundir.Claim) -> None:
-    console.print(f"[bold]lab run[/bold] profile={profile.name} device={profile.device} "
-                  f"experiments={n} -> {out_dir / 'results.json'}")
+    out.run_header(profile.name, profile.device, n, out_dir / "results.json")
     if claim.moved_to is not None:
-        console.print(f"    --force: the run that was in {out_dir} is now in {claim.moved_to}")
+        out.say(f"{out.INDENT}--force: the run that was in {out_dir} is now in {claim.moved_to}")
 
 
 def say_cleaned(removed: list[Path]) -> None:
     if removed:
-        console.print(f"    removed {len(removed)} temporary folder(s) left by killed runs: "
-                      f"{', '.join(str(p) for p in removed[:3])}{' ...' if len(removed) > 3 else ''}")
+        out.say(f"{out.INDENT}removed {len(removed)} temporary folder(s) left by killed runs: "
+                f"{', '.join(str(p) for p in removed[:3])}{' ...' if len(removed) > 3 else ''}")
 
 
 def say_resume(kept: list[str], todo: int) -> None:
-    console.print(f"    --resume: keeping {len(kept)} OK record(s) ({', '.join(kept) or 'none'}), running {todo}")
-
-
-def say_experiment(i: int, n: int, spec: ExperimentSpec) -> None:
-    console.print(f"[{i}/{n}] {spec.id}: {spec.title}")
-
-
-def say_record(record: Record) -> None:
-    style = {"OK": "green", "NOT_RUN": "yellow", "FAILED": "red"}[record.status]
-    why = f" ({record.reason.code}: {record.reason.message})" if record.reason else ""
-    console.print(f"    [{style}]{record.status}[/{style}] in {record.duration_s:.1f} s{why}")
+    out.say(f"{out.INDENT}--resume: keeping {len(kept)} OK record(s) ({', '.join(kept) or 'none'}), running {todo}")
 
 
 # ---------------------------------------------------------------------------- the run
 
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
         argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None,
-        set_text: dict[str, dict[str, str]] | None = None, resume: bool = False, force: bool = False) -> Results:
+        set_text: dict[str, dict[str, str]] | None = None, resume: bool = False, force: bool = False,
+        verbose: bool = False) -> Results:
     """Run the profile's experiments (or `only` these) and write out_dir/results.json after each.
 
     `set_text` is `--set` as {experiment: {option: text}}. Every selected experiment's options are
     resolved before anything runs, so a bad value stops the run at once (OptionsError). The run
     directory is claimed first (lab.rundir): one run at a time, an existing run refused unless
     `resume` (keep its OK records, run the rest) or `force` (move it aside). Every experiment asked
-    for ends with a record, whatever stops the run (lab.runstate)."""
+    for ends with a record, whatever stops the run (lab.runstate). `verbose` shows library output
+    live (it is recorded either way)."""
     from lab.model import resolve_weights
 
     default = list(profile.experiments) if profile.experiments else None
@@ -338,7 +352,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
             write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
             save(results, out_dir)
             _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
-                      on_record, claim)
+                      on_record, claim, verbose)
         return results
     finally:
         claim.release()
@@ -346,10 +360,11 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
 
 def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Profile, toolchain: Toolchain,
               results: Results, models: ModelCache, options: dict[str, Any], out_dir: Path,
-              on_record: Callable[[Record], None] | None, claim: rundir.Claim) -> None:
+              on_record: Callable[[Record], None] | None, claim: rundir.Claim, verbose: bool = False) -> None:
     records = dict(kept)
     todo = [s for s in specs if s.id not in kept]
     wall_start = time.perf_counter() - (results.run.wall_s or 0.0)
+    out.begin_run(verbose)
     say_start(profile, len(specs), out_dir, claim)
     if claim.previous is not None:
         say_resume(list(kept), len(todo))
@@ -362,14 +377,16 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
         save(results, out_dir)
 
     current: Record | None = None
+    capture = Capture(out_dir, echo=verbose).open()
     try:
         for i, spec in enumerate(todo, 1):
-            say_experiment(i, len(todo), spec)
+            out.experiment_started(i, len(todo), spec.id, spec.title)
             current = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
-            run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current)
+            run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current,
+                           capture=capture)
             records[spec.id], current = current, None
             save_now()
-            say_record(records[spec.id])
+            out.experiment_finished(records[spec.id])
             if on_record:
                 on_record(records[spec.id])
     except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP (runstate.Stopped), or an error of the runner itself
@@ -383,6 +400,9 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
         except Exception:  # the error may be the results file itself (disk full): the original error is the news
             pass
         raise
+    finally:
+        capture.close()
     finish(results.manifest)  # the host's load at the end
     write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
     save_now("complete")
+    out.summary(results)

@@ -31,7 +31,8 @@ RESULTS_PARTS = (("Results", "Top level"), ("RunInfo", "`run`"), ("Start", "`run
                  ("Record", "`experiments[]`"),
                  ("Reason", "`experiments[].reason`"), ("Metric", "`experiments[].metrics[]`"),
                  ("Spread", "`experiments[].metrics[].spread`"), ("Samples", "`experiments[].samples[]`"),
-                 ("Check", "`experiments[].checks[]`"), ("Skipped", "`experiments[].skipped[]`"))
+                 ("Check", "`experiments[].checks[]`"), ("Skipped", "`experiments[].skipped[]`"),
+                 ("LibraryLog", "`experiments[].library_logs[]`"))
 
 
 def json_schema() -> dict[str, Any]:

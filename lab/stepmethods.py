@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from lab import decode
+from lab import console, decode
 from lab.decode import DecodeState
 from lab.dynamo_tools import artifact_logs, dynamo_counters
 from lab.graphs import GraphedStep
@@ -295,11 +295,21 @@ def build(method: str | MethodSpec, w: Weights, prompt: torch.Tensor, max_len: i
     # On the CPU, Inductor's generated kernels are profiler events only if it emitted them so.
     kernel_events = enable_cpp_kernel_profile() if not prompt.is_cuda else contextlib.nullcontext()
     patch = _inductor_patch(spec.config) if spec.config else contextlib.nullcontext()
-    with artifact_logs("cudagraphs") as cg_log, torch.no_grad(), kernel_events, patch:
+    with artifact_logs("cudagraphs") as cg_log, torch.no_grad(), kernel_events, patch, _getting_ready(spec, w, prompt):
         _, m.setup_s = first_call(_make_ready, m, spec, warmup, dynamic, device=prompt.device)
     m.counters = _counter_delta(before, dynamo_counters())
     m.skip_reasons = [msg.strip() for msg in cg_log if "skipping cudagraphs" in msg.lower()]
     return m
+
+
+def _getting_ready(spec: MethodSpec, w: Weights, prompt: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
+    """The console's "compiling X (first call)" while a compiled or captured method gets ready."""
+    verb = ("compiling and capturing" if spec.compiled and spec.graphed else "compiling" if spec.compiled
+            else "capturing" if spec.graphed else "")
+    if not verb:
+        return contextlib.nullcontext()
+    dtype = str(w.dtype).removeprefix("torch.")
+    return console.activity(f"{verb} {spec.name} (batch {prompt.shape[0]}, {dtype}, first call)")
 
 
 def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]:

@@ -222,6 +222,19 @@ class ExperimentView:
     samples: int
     metric_count: int
     failed_checks: int = 0
+    library: Table | None = None  # what libraries said while it ran (Record.library_logs)
+
+
+def library_table(rec: Record) -> Table:
+    """Record.library_logs as a table: warnings, torch's log records and stderr lines, with their counts."""
+    table = Table(columns=["source", "from", "level", "times", "message", "where"],
+                  caption="library output (kept here, not printed)")
+    for e in rec.library_logs or []:
+        lines = e.message.splitlines() or [""]
+        more = f"and {len(lines) - 1} more lines (results.json)" if len(lines) > 1 else ""
+        table.rows.append([Cell(e.source), Cell(e.origin), Cell(e.level), Cell(str(e.count), cls="num"),
+                           Cell(lines[0], sub=more), Cell(e.location)])
+    return table
 
 
 def experiments(results: Results) -> list[ExperimentView]:
@@ -240,5 +253,6 @@ def experiments(results: Results) -> list[ExperimentView]:
             reason=f"{rec.reason.code}: {rec.reason.message}" if rec.reason else "",
             duration=fmt(rec.duration_s, units.S), tables=metric_tables(rec), checks=checks, skipped=skipped,
             notes=json.dumps(rec.notes, indent=1, default=str) if rec.notes else "", samples=len(rec.samples),
-            metric_count=len(rec.metrics), failed_checks=sum(not c.passed for c in rec.checks)))
+            metric_count=len(rec.metrics), failed_checks=sum(not c.passed for c in rec.checks),
+            library=library_table(rec)))
     return views

@@ -147,7 +147,7 @@ def test_an_error_of_the_runner_itself_still_leaves_a_record_for_every_experimen
     def broken(record) -> None:
         raise RuntimeError("a bug in the runner's printing")
 
-    monkeypatch.setattr(runner, "say_record", broken)
+    monkeypatch.setattr(runner.out, "experiment_finished", broken)
     rc, err = cli(capsys, "run", "--profile", "smoke", "--only", "graph_breaks,recompiles", "--out", str(tmp_path))
     assert rc == 1 and "Traceback" in err and "bug in the lab" in err and "README.md" in err
     saved = load(tmp_path)

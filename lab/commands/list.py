@@ -1,4 +1,10 @@
-"""`python -m lab list`: every experiment id, one line each, with its prerequisites; `--options` its knobs."""
+"""`python -m lab list`: every experiment id, one line each, with its prerequisites; `--options` its knobs.
+
+`--check [PROFILE]` (default: the profile `run` picks on this host) says of each experiment whether it would
+run here under that profile, judging exactly the prerequisites the runner judges (`runner.needs_for`:
+the catalogue's needs, plus `cuda` for everything but host experiments in a CUDA profile, which the
+needs column then shows), and ends with one line per reason saying what would make the NOT_RUN ones run.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,9 @@ from typing import Any
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list every experiment id with its prerequisites (or, with --options, its knobs)")
-    p.add_argument("--check", metavar="PROFILE", help="also say whether each would run here under PROFILE")
+    p.add_argument("--check", nargs="?", const="", metavar="PROFILE",
+                   help="also say whether each would run on this host under PROFILE (default: the profile `run` "
+                        "picks here: gpu with CUDA, else cpu), and what would make the others run")
     p.add_argument("--options", nargs="?", const="", metavar="ID",
                    help="print each experiment's options (or ID's): type, default, the profile's value, help")
     p.add_argument("--profile", help="with --options: whose values to show (default: the one `run` picks here)")
@@ -51,6 +59,41 @@ def print_options(experiment: str | None, profile_name: str | None) -> None:
             print("    " + "  ".join(f"{cell:<{w}}" for cell, w in zip(row[:4], widths)) + "  " + row[4])
 
 
+def check(profile_name: str) -> list[str]:
+    """The catalogue under `profile_name` on this host: one line per experiment, then what makes NOT_RUN ones run."""
+    from lab import profiles
+    from lab.catalogue import CATALOGUE
+    from lab.commands.run import default_profile
+    from lab.runner import needs_for, prerequisite_reason
+    from lab.toolchain import probe
+
+    profile, tc = profiles.get(profile_name or default_profile()), probe()
+    rows, blocked = [], {}
+    added = False
+    for spec in CATALOGUE:
+        needs = needs_for(spec, profile)
+        shown = ",".join(n + ("*" if n not in spec.needs else "") for n in needs) or "-"
+        added |= any(n not in spec.needs for n in needs)
+        reason = prerequisite_reason(spec, profile, tc)
+        if reason is None:
+            verdict = "runs here"
+        else:
+            verdict = f"NOT_RUN {reason.code}"
+            blocked.setdefault((str(reason.code), reason.message), []).append(spec.id)
+        rows.append((spec.id, shown, spec.title, verdict))
+    width = max(len(r[0]) for r in rows)
+    nwidth = max(len(r[1]) for r in rows)
+    out = [f"profile {profile.name} (device {profile.device}) on this host:"]
+    out += [f"{eid:<{width}}  needs={needs:<{nwidth}}  {title}  [{verdict}]" for eid, needs, title, verdict in rows]
+    if added:
+        out.append(f"* the {profile.name} profile runs on CUDA: every experiment but the host ones needs a CUDA device")
+    runs = sum(r[3] == "runs here" for r in rows)
+    out.append(f"{runs} of {len(rows)} would run here")
+    for (code, message), ids in blocked.items():
+        out.append(f"{len(ids)} NOT_RUN {code}: {message}")
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     from lab.catalogue import CATALOGUE
 
@@ -59,19 +102,11 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if args.profile:
         raise ValueError("--profile only goes with --options (for the prerequisites, use --check PROFILE)")
-    reasons: dict[str, str] = {}
-    if args.check:
-        from lab import profiles
-        from lab.runner import prerequisite_reason
-        from lab.toolchain import probe
-
-        profile, tc = profiles.get(args.check), probe()
-        for spec in CATALOGUE:
-            r = prerequisite_reason(spec, profile, tc)
-            reasons[spec.id] = "runs here" if r is None else f"NOT_RUN {r.code}"
+    if args.check is not None:
+        print("\n".join(check(args.check)))
+        return 0
     width = max(len(s.id) for s in CATALOGUE)
     for spec in CATALOGUE:
         needs = ",".join(spec.needs) or "-"
-        extra = f"  [{reasons[spec.id]}]" if reasons else ""
-        print(f"{spec.id:<{width}}  needs={needs:<9} {spec.title}{extra}")
+        print(f"{spec.id:<{width}}  needs={needs:<9} {spec.title}")
     return 0

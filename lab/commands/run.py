@@ -1,8 +1,11 @@
-"""`python -m lab run --profile NAME [--only ID,...] [--out DIR] [--set EXP.KEY=VALUE] [--resume | --force]`: run
-experiments, write DIR/results.json.
+"""`python -m lab run --profile NAME [--only ID,...] [--out DIR] [--set EXP.KEY=VALUE] [--resume | --force] [-v]
+[--strict]`: run experiments, write DIR/results.json.
 
 DIR is owned by one run at a time; a DIR that already holds a run is refused unless --resume (keep its
-OK records, run the rest) or --force (move it aside to DIR.old-<time>) says what to do with it."""
+OK records, run the rest) or --force (move it aside to DIR.old-<time>) says what to do with it.
+The run talks on stderr (lab.console); its last line, on stdout, names the results file with the counts,
+the NOT_RUN codes and the failed checks. The exit status is 0 whatever the results, unless `--strict`:
+then 1 when an experiment FAILED or any check failed."""
 
 from __future__ import annotations
 
@@ -34,11 +37,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="EXP.KEY=VALUE",
                    help="override an experiment option, e.g. cuda_graph_decode.max_autotune=true (repeatable; "
                         "`list --options` shows them)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show library output (torch's warnings and log records, profiler lines) as it comes; "
+                        "it is recorded in each experiment's results either way")
+    p.add_argument("--strict", action="store_true",
+                   help="exit with status 1 when an experiment FAILED or any check failed (default: 0)")
     return p
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab import profiles, runner
+    from lab import console, profiles, runner
     from lab.catalogue import resolve
     from lab.options import parse_set
 
@@ -61,8 +69,6 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("--resume: give the run directory to resume with --out DIR")
     out = args.out or Path("runs") / f"{profile.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     results = runner.run(profile, out, only=only, weights=args.weights, argv=sys.argv, set_text=set_text,
-                         resume=args.resume, force=args.force)
-    counts = {s: sum(r.status == s for r in results.experiments) for s in ("OK", "NOT_RUN", "FAILED")}
-    print(f"{out / 'results.json'}: {counts['OK']} OK, {counts['NOT_RUN']} NOT_RUN, {counts['FAILED']} FAILED "
-          f"in {results.run.wall_s:.1f} s")
-    return 0
+                         resume=args.resume, force=args.force, verbose=args.verbose)
+    print(console.final_line(results, out / "results.json"))
+    return 1 if args.strict and console.strict_failure(results) else 0

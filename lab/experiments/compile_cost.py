@@ -152,9 +152,9 @@ def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = N
               "max_len": p.max_len, "prompt_len": p.prompt_len, "threads": _threads(),
               "rounds": p.rounds if o.rounds is None else o.rounds, "steady_steps": o.steady_steps,
               "warmup": p.warmup if o.warmup is None else o.warmup}
-    ctx.progress(f"{label}: fresh process, cache {cache_dir}")
-    child = run_child("lab.experiments.compile_cost:child_first_call", kwargs,
-                      timeout_s=o.child_timeout_s, env=isolated_env(cache_dir), drop_env=DROP_ENV)
+    with ctx.activity(f"{label}: a fresh process compiles {target} (first call) and times it"):
+        child = run_child("lab.experiments.compile_cost:child_first_call", kwargs,
+                          timeout_s=o.child_timeout_s, env=isolated_env(cache_dir), drop_env=DROP_ENV)
     if not child.ok or child.value is None:
         raise ChildFailed(f"{label}: child process {child.describe()}")
     return child.value

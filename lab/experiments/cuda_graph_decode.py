@@ -65,8 +65,7 @@ def _measure_batch(ctx, w, batch: int, dtype: str, methods: tuple[str, ...], rea
     # batch adds one cache entry per function (4 batches stay under the recompile limit), and
     # resetting would tear down cudagraph trees that earlier batches' methods still hold.
     for name in methods:
-        ctx.progress(f"batch {batch} {dtype}: preparing {name}")
-        try:
+        try:  # a compile or capture shows "compiling NAME (batch, dtype, first call)" (stepmethods.build)
             m = stepmethods.build(name, w, prompt, prof.max_len, warmup=prof.warmup, dynamic=opts.dynamic)
         except stepmethods.FullGraphError as exc:  # the method needs one graph: FAILED with Dynamo's reason
             ctx.check(f"{name} compiles the step as one graph (batch {batch}, {dtype})", False, detail=exc.reason,
@@ -112,6 +111,7 @@ def _measure_batch(ctx, w, batch: int, dtype: str, methods: tuple[str, ...], rea
     pairs = {(n, rb): (lambda m=m, rb=rb: m.decode(steps, ctx.clock, readback=rb))
              for n, m in built.items() for rb in readbacks if not rb or n in rb_methods}
     keyed = {f"{n}|{rb}": fn for (n, rb), fn in pairs.items()}
+    ctx.progress(f"batch {batch} {dtype}: timing {len(keyed)} methods, {rounds} rounds of {steps} steps")
     samples = rotating_rounds(keyed, rounds)
     after = dynamo_counters()
     frames = stepmethods.compiled_frames(before, after)  # fullgraph compiles are not in Dynamo's frame count

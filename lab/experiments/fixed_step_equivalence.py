@@ -56,19 +56,30 @@ def run(ctx) -> None:
     model, w = ctx.gpt2("float32")
     max_len = ctx.profile.prompt_len + steps + 8
     batch = ctx.options.batch  # a batch of different prompts
+    # 2 prompt sets x (reference, fixed, growing), clean + garbage, together + each sequence alone
+    with ctx.counter("greedy decodes", 2 * 3 + 2 + 1 + batch) as done:
+        _run(ctx, model, w, steps, max_len, batch, done)
+    ctx.note("steps", steps)
+    ctx.note("batch", batch)
 
+
+def _run(ctx, model, w, steps: int, max_len: int, batch: int, done) -> None:
     # 1. batch 1 and a batch of different prompts against transformers' greedy generate
     for name, p in (("batch1", prompts(ctx, 1, 10)), (f"batch{batch}", prompts(ctx, batch, 11))):
         ref = decode.generate_reference(model, p, steps)
+        done.advance()
         fixed = decode.generate_fixed(w, p, steps, max_len=max_len)
+        done.advance()
         _distinct_ok(ctx, name, ref)
         _equal(ctx, f"{name} fixed vs reference", fixed, ref)
         grow = decode.generate_growing(w, p, steps)
+        done.advance()
         _equal(ctx, f"{name} growing vs reference", grow, ref)
 
     # 2. garbage in every unreached cache slot changes nothing
     p = prompts(ctx, batch, 12).to(ctx.device)
     clean = decode.generate_fixed(w, p, steps, max_len=max_len)
+    done.advance()
     state = decode.new_state(w, batch, max_len)
     g = torch.Generator(device=ctx.device).manual_seed(3)
     for cache in state.caches:
@@ -77,6 +88,7 @@ def run(ctx) -> None:
     T = p.shape[1]
     for _ in range(steps - 1):
         decode.decode_step(state, w)
+    done.advance()
     garbage = state.out[:, T:T + steps].cpu()
     _distinct_ok(ctx, "garbage", clean)
     _equal(ctx, "garbage in unreached slots", garbage, clean)
@@ -84,7 +96,9 @@ def run(ctx) -> None:
 
     # 3. each sequence decoded in a batch equals the same sequence decoded alone
     together = decode.generate_fixed(w, p, steps, max_len=max_len)
-    alone = torch.cat([decode.generate_fixed(w, p[i:i + 1], steps, max_len=max_len) for i in range(batch)])
-    _equal(ctx, "batch independence", together, alone)
-    ctx.note("steps", steps)
-    ctx.note("batch", batch)
+    done.advance()
+    alone = []
+    for i in range(batch):
+        alone.append(decode.generate_fixed(w, p[i:i + 1], steps, max_len=max_len))
+        done.advance()
+    _equal(ctx, "batch independence", together, torch.cat(alone))

@@ -208,12 +208,11 @@ def run(ctx) -> None:
     }
 
     # 3. the indexed step as it is
-    ctx.progress("compiling the indexed step")
     compiled_step = torch.compile(decode.decode_step)
     state = decode.new_state(w, batch, max_len)
     decode.prefill(state, w, prompt.to(w.device))
     try:
-        with quiet_dynamo():
+        with quiet_dynamo(), ctx.activity("compiling the indexed step (first call)"):
             _, setup = first_call(compiled_step, state, w, device=ctx.device)
     except Exception as exc:  # the failure is the finding: record it exactly, then bisect
         err = error_text(exc)
@@ -238,7 +237,6 @@ def run(ctx) -> None:
         methods[Method.COMPILE_DEFAULT, "indexed"] = compiled_step
 
     # 4. the split step: core compiled, bookkeeping eager
-    ctx.progress("compiling the split step's core")
     core = torch.compile(decode.decode_core)
 
     def compiled_split(s: decode.DecodeState, ww: Any) -> torch.Tensor:
@@ -246,7 +244,7 @@ def run(ctx) -> None:
 
     state = decode.new_state(w, batch, max_len)
     decode.prefill(state, w, prompt.to(w.device))
-    with quiet_dynamo():
+    with quiet_dynamo(), ctx.activity("compiling the split step's core (first call)"):
         _, setup = first_call(compiled_split, state, w, device=ctx.device)
     ctx.metric(M.STEP_COMPILES, True, step="split")
     ctx.metric(M.SETUP_S, setup, method=Method.COMPILE_DEFAULT, step="split")

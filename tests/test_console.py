@@ -1,0 +1,329 @@
+"""The run as its user watches it: only the lab's own lines on the console, library output kept in the results,
+progress for long stretches, each NOT_RUN reason once, a summary that names failed checks, `list --check`,
+`decode` saying which weights it used."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab import catalogue, console, librarylogs, profiles, runner
+from lab.__main__ import build_parser, main
+from lab.manifest import REPO_ROOT
+from lab.options import NoOptions
+from lab.reasons import Code
+from lab.results import Check, Reason, Record, Results, RunInfo, load
+
+# Every line the lab's console writes starts like one of these (lab.console); anything else is a leak.
+LAB_LINE = re.compile(r"^(lab run |\[\d+/\d+\] |    |done: )")
+LONE = itertools.count()
+USDT = b"USDT:2026-11-29 13:03:52 9417:9417 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+
+
+def noisy_experiment(ctx) -> None:
+    """A stand-in experiment that makes every kind of library noise the lab must keep off the console."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # the user's (here the experiment's) filters decide what is reported
+        for _ in range(3):
+            warnings.warn("TensorFloat32 tensor cores for float32 matrix multiplication available but not "
+                          "enabled", UserWarning)
+    logging.getLogger("torch._inductor.cudagraph_trees").warning("skipping cudagraphs due to mutated inputs "
+                                                                 "(1 instances)")
+    torch._logging.getArtifactLogger("torch._inductor.utils", "perf_hints").warning("a perf hint, off by default")
+    torch._logging.set_logs(recompiles=True)  # torch makes new stream handlers: they must stay quiet too
+    torch._logging.set_logs()
+    logging.getLogger("torch._dynamo.convert_frame").warning("after set_logs")
+    # no handler on its way: Python would print it through logging.lastResort (a new logger each time: pytest
+    # attaches its capture handler to the loggers that do not propagate when a test starts)
+    lone = logging.getLogger(f"a_library_without_handlers.{next(LONE)}")
+    lone.propagate = False
+    lone.warning("through logging.lastResort")
+    for _ in range(2):
+        os.write(2, USDT)
+    print("a library printing to sys.stderr", file=sys.stderr)
+    ctx.check("compile gives about 1.0x", False, detail="2.15x", fatal=False)
+
+
+@pytest.fixture
+def noisy(monkeypatch):
+    """graph_breaks replaced by the noisy stand-in (in process)."""
+    stand_in = types.ModuleType("lab.experiments.graph_breaks")
+    stand_in.run, stand_in.Options = noisy_experiment, NoOptions
+    monkeypatch.setitem(sys.modules, "lab.experiments.graph_breaks", stand_in)
+
+
+def test_library_noise_is_recorded_not_printed(tmp_path: Path, noisy, capfd) -> None:
+    res = runner.run(profiles.get("smoke"), tmp_path, only=["graph_breaks"])
+    err = capfd.readouterr().err
+    assert [ln for ln in err.splitlines() if ln and not LAB_LINE.match(ln)] == [], err
+    for raw in ("TensorFloat32", "skipping cudagraphs", "USDT", "perf hint", "after set_logs", "lastResort",
+                "printing to sys.stderr"):
+        assert raw not in err
+    logs = {(e.source, e.origin, e.message): e for e in res.record("graph_breaks").library_logs}
+    tf32 = logs["warning", "UserWarning", "TensorFloat32 tensor cores for float32 matrix multiplication available "
+                                          "but not enabled"]
+    assert tf32.count == 3 and re.search(r"tests/test_console.py:\d+$", tf32.location), tf32
+    assert logs["logging", "torch._inductor.cudagraph_trees",
+                "skipping cudagraphs due to mutated inputs (1 instances)"].level == "WARNING"
+    assert ("logging", "torch._inductor.utils.__perf_hints", "a perf hint, off by default") in logs
+    assert ("logging", "torch._dynamo.convert_frame", "after set_logs") in logs  # once: torch's handler muted
+    assert any(source == "logging" and origin.startswith("a_library_without_handlers.")
+               and message == "through logging.lastResort" for source, origin, message in logs)
+    usdt = logs["stderr", "stderr", "profiler_start"]
+    assert (usdt.level, usdt.location, usdt.count) == ("USDT", "SyncActivityProfilerHandler.cpp:52", 2)
+    assert ("stderr", "stderr", "a library printing to sys.stderr") in logs
+    assert len(logs) == 7  # nothing recorded twice
+    assert "library output recorded: 7 messages, 10 with repeats; -v shows it live" in err
+    saved = load(tmp_path).record("graph_breaks").library_logs
+    assert [e.message for e in saved] == [e.message for e in res.record("graph_breaks").library_logs]
+    assert not (tmp_path / librarylogs.STDERR_NAME).exists()
+    assert logging.lastResort is not None and type(logging.lastResort).__module__ == "logging"
+
+
+def test_verbose_shows_library_output_live(tmp_path: Path, noisy, capfd) -> None:
+    runner.run(profiles.get("smoke"), tmp_path, only=["graph_breaks"], verbose=True)
+    err = capfd.readouterr().err
+    assert "      [warning] UserWarning: TensorFloat32 tensor cores" in err
+    assert "      [logging] torch._inductor.cudagraph_trees: skipping cudagraphs due to mutated inputs" in err
+    assert "      [stderr] fd 2: USDT:" in err
+    assert "-v shows it live" not in err
+
+
+def test_strict_turns_a_failed_check_into_exit_status_1(tmp_path: Path, noisy, capfd) -> None:
+    args = ["run", "--profile", "smoke", "--only", "graph_breaks"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    out = capfd.readouterr().out.strip().splitlines()
+    assert out[-1].startswith(f"{tmp_path / 'a' / 'results.json'}: 1 OK, 0 NOT_RUN, 0 FAILED, 1 failed check "
+                              "(graph_breaks: compile gives about 1.0x) in ")
+    assert main(args + ["--out", str(tmp_path / "b"), "--strict"]) == 1
+
+
+def test_strict_is_0_when_nothing_failed(tmp_path: Path) -> None:
+    assert main(["run", "--profile", "smoke", "--only", "toolchain", "--out", str(tmp_path), "--strict"]) == 0
+
+
+def test_a_smoke_run_prints_only_the_labs_lines(tmp_path: Path) -> None:
+    """ceilings runs the profiler (kineto writes USDT lines to fd 2), fixed_step_equivalence is long, two
+    experiments are NOT_RUN for the same reason; the console shows progress, each reason once, the summary."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "lab", "run", "--profile", "smoke", "--out", str(out), "--only",
+                           "ceilings,fixed_step_equivalence,cuda_graph_decode,graph_cost"],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=900,
+                          env={**os.environ, "LAB_PROGRESS_EVERY_S": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = proc.stderr.splitlines()
+    assert [ln for ln in err if not LAB_LINE.match(ln)] == [], proc.stderr
+    res = load(out)
+    if not torch.cuda.is_available():
+        message = res.record("cuda_graph_decode").reason.message
+        assert proc.stderr.count(message) == 1  # said once, for the first experiment it stops
+        assert "    NOT_RUN in 0.0 s (no_cuda, as above)" in err
+        assert "    NOT_RUN no_cuda x2: cuda_graph_decode, graph_cost" in err
+    # the long experiment says how far it is: n of 13 greedy decodes, with an estimate of the rest
+    steps = [ln for ln in err if ln.startswith("    fixed_step_equivalence: greedy decodes ")]
+    assert any(re.search(r"greedy decodes 1/13, [\d.]+ s, about [\d.]+ (s|min)", ln) for ln in steps), steps
+    assert steps[-1].startswith("    fixed_step_equivalence: greedy decodes 13/13, ") and steps[-1].endswith(": done")
+    # what the profiler wrote is in the results, not on the console
+    logs = res.record("ceilings").library_logs
+    assert logs is not None and not any("USDT" in ln for ln in err)
+    if any(e.level == "USDT" for e in logs):
+        assert {e.message for e in logs if e.level == "USDT"} == {"profiler_start", "profiler_stop"}
+    assert proc.stdout.splitlines()[-1].startswith(f"{out / 'results.json'}: ")
+
+
+def test_summary_names_codes_failures_and_failed_checks() -> None:
+    def rec(rid: str, status: str, code: str | None = None, checks=()) -> Record:
+        return Record(id=rid, title=rid, status=status, reason=Reason(code, f"{code} sentence") if code else None,
+                      checks=list(checks))
+
+    res = Results(run=RunInfo(profile="smoke", started_at="", wall_s=12.5), manifest={"manifest_version": 1},
+                  experiments=[rec("a", "NOT_RUN", Code.NO_CUDA), rec("b", "NOT_RUN", Code.NO_CUDA),
+                               rec("c", "NOT_RUN", Code.NO_TRITON),
+                               rec("d", "FAILED", Code.CHECK_FAILED, [Check("tokens equal", False, "at [0, 3]")]),
+                               rec("e", "OK", None, [Check("about 1.0x", False, "2.15x", fatal=False),
+                                                     Check("fine", True)])])
+    buf = io.StringIO()
+    console.use_stream(buf)
+    try:
+        console.summary(res)
+    finally:
+        console.use_stream(None)
+    assert buf.getvalue().splitlines() == [
+        "done: 1 OK, 3 NOT_RUN, 1 FAILED in 12.5 s",
+        "    NOT_RUN no_cuda x2: a, b",
+        "    NOT_RUN no_triton x1: c",
+        "    FAILED d: check_failed: check_failed sentence",
+        "    check failed: d: tokens equal (at [0, 3])",
+        "    check failed: e: about 1.0x (2.15x)"]
+    assert console.final_line(res, "r/results.json") == (
+        "r/results.json: 1 OK, 3 NOT_RUN (no_cuda x2, no_triton x1), 1 FAILED, 2 failed checks "
+        "(d: tokens equal; e: about 1.0x) in 12.5 s")
+    assert console.strict_failure(res)
+
+
+def test_each_not_run_reason_is_said_once_per_run() -> None:
+    buf = io.StringIO()
+    console.use_stream(buf)
+    try:
+        console.begin_run()
+        for rid, code in (("a", Code.NO_CUDA), ("b", Code.NO_CUDA), ("c", Code.NO_TRITON), ("d", Code.NO_CUDA)):
+            console.experiment_finished(Record(id=rid, title=rid, status="NOT_RUN", reason=Reason(code, f"fix {code}")))
+    finally:
+        console.use_stream(None)
+    assert buf.getvalue().splitlines() == [
+        "    NOT_RUN in 0.0 s (no_cuda: fix no_cuda)", "    NOT_RUN in 0.0 s (no_cuda, as above)",
+        "    NOT_RUN in 0.0 s (no_triton: fix no_triton)", "    NOT_RUN in 0.0 s (no_cuda, as above)"]
+
+
+def test_progress_counts_items_and_activities_report_their_time(monkeypatch) -> None:
+    monkeypatch.setenv("LAB_PROGRESS_EVERY_S", "0")
+    buf = io.StringIO()
+    console.use_stream(buf)
+    try:
+        console.begin_run()
+        console.STATE.experiment = "exp"
+        assert list(console.track(range(3), "items")) == [0, 1, 2]
+        with console.activity("compiling step (first call)"):
+            pass
+        with pytest.raises(RuntimeError), console.activity("capturing graph"):
+            raise RuntimeError("x")
+    finally:
+        console.use_stream(None)
+    lines = buf.getvalue().splitlines()
+    assert re.fullmatch(r"    exp: items 1/3, [\d.]+ s, about [\d.]+ s left", lines[0]), lines
+    assert re.fullmatch(r"    exp: items 2/3, [\d.]+ s, about [\d.]+ s left", lines[1]), lines
+    assert re.fullmatch(r"    exp: items 3/3, [\d.]+ s: done", lines[2]), lines
+    assert lines[3] == "    exp: compiling step (first call) ..."
+    assert re.fullmatch(r"    exp: compiling step \(first call\): done in [\d.]+ s", lines[4]), lines
+    assert lines[5] == "    exp: capturing graph ..."
+    assert re.fullmatch(r"    exp: capturing graph: stopped after [\d.]+ s", lines[6]), lines
+
+
+def test_stderr_lines_are_parsed_without_their_timestamps() -> None:
+    text = ("USDT:2026-11-29 13:03:52 9417:9417 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+            "[W1129 13:03:52.512063306 ProcessGroupNCCL.cpp:4561] Warning: a c10 warning\n"
+            "W1129 13:03:52.123000 1234 torch/_dynamo/convert_frame.py:964] [0/8] hit the recompile limit\n"
+            "\nplain line\n  continued\n")
+    assert librarylogs.parse_stderr(text) == [
+        ("USDT", "SyncActivityProfilerHandler.cpp:52", "profiler_start"),
+        ("W", "ProcessGroupNCCL.cpp:4561", "Warning: a c10 warning"),
+        ("W", "torch/_dynamo/convert_frame.py:964", "[0/8] hit the recompile limit"),
+        ("", "", "plain line\n  continued")]
+
+
+# ---------------------------------------------------------------------------- lab list --check
+
+def _check_table(profile: str | None, capsys) -> dict[str, str]:
+    assert main(["list", "--check"] + ([profile] if profile else [])) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = {}
+    for ln in out:
+        m = re.match(r"^(\w+)\s+needs=(\S+)\s+.*\[(runs here|NOT_RUN \w+)\]$", ln)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3))
+    assert set(rows) == {s.id for s in catalogue.CATALOGUE}, out
+    return rows, out
+
+
+def test_list_check_on_this_host_follows_the_prerequisites(capsys) -> None:
+    from lab.toolchain import probe
+
+    tc = probe()
+    default = "gpu" if torch.cuda.is_available() else "cpu"
+    rows, out = _check_table(None, capsys)  # no profile: the one `run` picks here
+    assert out[0].startswith(f"profile {default} ")
+    for spec in catalogue.CATALOGUE:
+        needs, verdict = rows[spec.id]
+        if default == "cpu":
+            expect = None
+            for need in spec.needs:
+                expect = expect or tc.reason_for(need, "cpu")
+            assert verdict == ("runs here" if expect is None else f"NOT_RUN {expect.code}"), spec.id
+            assert needs == (",".join(spec.needs) or "-")
+            if not spec.needs:
+                assert verdict == "runs here", spec.id  # needs=- never NOT_RUN with the host's own profile
+    blocked = [v for _, v in rows.values() if v != "runs here"]
+    for verdict in set(blocked):  # what would make them run: one line per reason
+        assert any(re.match(rf"^{blocked.count(verdict)} {verdict}: .+", ln) for ln in out), out
+
+
+def test_list_check_gpu_without_cuda_shows_the_need_it_judges(capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    rows, out = _check_table("gpu", capsys)
+    for spec in catalogue.CATALOGUE:
+        needs, verdict = rows[spec.id]
+        if "host" in spec.needs:
+            assert (needs, verdict) == ("host", "runs here")
+        else:
+            assert verdict == "NOT_RUN no_cuda" and needs.split(",")[0] in ("cuda", "cuda*"), spec.id
+            assert needs != "-"
+    assert out[-1].startswith(f"{len(catalogue.CATALOGUE) - 2} NOT_RUN no_cuda: no CUDA device")
+    assert "* the gpu profile runs on CUDA" in "\n".join(out)
+
+
+def test_list_check_unknown_profile_is_one_line(capsys) -> None:
+    assert main(["list", "--check", "nope"]) == 2
+    assert capsys.readouterr().err.strip() == "error: unknown profile 'nope' (choose from smoke, cpu, gpu)"
+
+
+# ---------------------------------------------------------------------------- lab decode
+
+def test_decode_says_which_weights_on_stderr(tmp_path: Path, capfd) -> None:
+    assert main(["decode", "--profile", "smoke", "--prompt", "1,2,3", "--steps", "4"]) == 0
+    got = capfd.readouterr()
+    assert len(got.out.split()) == 4
+    assert got.err.strip() == ("decode: fixed step on cpu; weights: random (gpt2-tiny, seed 0, init std 0.3; the "
+                               "tokens mean nothing as text: --weights DIR uses a checkpoint)")
+    from lab import model as M
+    from lab.profiles import TINY
+
+    M.build_model(TINY, M.resolve_weights(TINY, "random")).save_pretrained(tmp_path / "ckpt")
+    capfd.readouterr()
+    assert main(["decode", "--profile", "smoke", "--prompt", "1,2,3", "--steps", "2", "--method", "reference",
+                 "--weights", str(tmp_path / "ckpt"), "--json"]) == 0
+    got = capfd.readouterr()
+    assert json.loads(got.out)["weights"] == "local"
+    assert got.err.strip() == (f"decode: reference step on cpu; weights: the checkpoint {(tmp_path / 'ckpt').resolve()} "
+                               "(gpt2-tiny)")
+
+
+@pytest.mark.parametrize("command", ["decode", "run", "list"])
+def test_every_option_has_help(command: str) -> None:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for action in sub.choices[command]._actions:
+        assert action.help, f"{command} {action.option_strings or action.dest} has no help text"
+
+
+def test_handlers_torch_makes_during_a_run_write_to_stderr_after_it(tmp_path: Path, capfd) -> None:
+    """torch._logging.set_logs inside an experiment makes stream handlers on the run's sys.stderr (its file):
+    after the run they write to the real stderr, not to a closed file."""
+    with librarylogs.Capture(tmp_path) as cap, cap.experiment():
+        torch._logging.set_logs(recompiles=True)
+        torch._logging.set_logs()
+    logging.getLogger("torch._dynamo").warning("after the run")
+    err = capfd.readouterr().err
+    assert "after the run" in err and "Logging error" not in err
+
+
+def test_the_run_page_lists_library_output(tmp_path: Path, noisy) -> None:
+    from report.render import render_site
+
+    runner.run(profiles.get("smoke"), tmp_path / "run", only=["graph_breaks"])
+    site = render_site([tmp_path / "run"], tmp_path / "site")
+    html = "\n".join(p.read_text() for p in (tmp_path / "site").rglob("*.html"))
+    assert "library output: 7 message(s)" in html
+    assert "skipping cudagraphs due to mutated inputs (1 instances)" in html and "profiler_start" in html
+    assert site.index.exists()
