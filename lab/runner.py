@@ -87,8 +87,9 @@ class Context:
     """What an experiment receives: the profile, its resolved options, the device, a clock, and a recorder."""
 
     def __init__(self, spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, record: Record,
-                 results: Results, models: ModelCache, options: Any = None) -> None:
+                 results: Results, models: ModelCache, options: Any = None, out_dir: Path | None = None) -> None:
         self.spec = spec
+        self.out_dir = out_dir  # the run directory (None outside a run): where files beside results.json go
         self.profile = profile
         self.options = options if options is not None else options_for(spec, profile)
         self.toolchain = toolchain
@@ -176,7 +177,7 @@ def _finish_status(record: Record) -> None:
 
 
 def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, results: Results,
-                   models: ModelCache, options: Any = None) -> Record:
+                   models: ModelCache, options: Any = None, out_dir: Path | None = None) -> Record:
     record = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
     reason = prerequisite_reason(spec, profile, toolchain)
     if reason is not None:
@@ -191,7 +192,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
                 raise
             raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
                                             f"{spec.id} yet: update the lab") from None
-        ctx = Context(spec, profile, toolchain, record, results, models, options)
+        ctx = Context(spec, profile, toolchain, record, results, models, options, out_dir)
         module.run(ctx)
     except NotRun as exc:
         record.status, record.reason = "NOT_RUN", exc.reason
@@ -226,7 +227,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     resolved before anything runs, so a bad value stops the run at once (OptionsError)."""
     from lab.model import resolve_weights
 
-    specs = resolve(only or (list(profile.experiments) if profile.experiments else None))
+    specs = resolve(only or (list(profile.experiments) if profile.experiments else None), sweeps=profile.sweeps)
     options = resolve_all(specs, profile, set_text)
     if profile.threads:
         torch.set_num_threads(profile.threads)
@@ -247,7 +248,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     try:
         for i, spec in enumerate(specs, 1):
             console.print(f"[{i}/{len(specs)}] {spec.id}: {spec.title}")
-            record = run_experiment(spec, profile, toolchain, results, models, options[spec.id])
+            record = run_experiment(spec, profile, toolchain, results, models, options[spec.id], out_dir)
             results.experiments.append(record)
             results.run.wall_s = round(time.perf_counter() - wall_start, 3)
             save(results, out_dir)

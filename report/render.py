@@ -22,7 +22,7 @@ from lab import units
 from lab.compare import Comparison, Side, compare
 from lab.results import Results
 
-from report import charts, sections
+from report import charts, sections, sweeps
 from report.discover import Run, SkippedFile, load_runs
 from report.tables import Cell, Table, fmt, pivot
 
@@ -94,6 +94,7 @@ def run_page(run: Run) -> RunPage:
         sec.charts = drawn.get(sec.id, [])
         if sec.charts and sec.empty:
             sec.empty = ""
+    secs += sweeps.sections(run)  # the sweeps (issue 14): their own charts, tables and conclusions
     return RunPage(run=run, file=f"run-{run.slug}.html", title=f"{run.name} ({res.run.profile})",
                    counts=counts(res), overview=sections.overview(res), sections=secs,
                    experiments=sections.experiments(res))
@@ -140,6 +141,7 @@ def render_site(paths: list[Path], out: Path) -> Site:
                                                       f"({type(exc).__name__}: {exc})"))
             continue
         (out / page.file).write_text(html, encoding="utf-8")
+        sweeps.publish(run, out)  # the run's compile-trace pages, linked from its sweep sections
         site.pages.append(out / page.file)
         site.runs.append(run)
         pages.append(page)
