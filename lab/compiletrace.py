@@ -7,7 +7,7 @@ graph breaks, recompile reasons and failures, and large payloads (graphs, genera
 them. A trace of GPT-2 1.5B's step runs to megabytes, so the run directory keeps, per item, under
 `traces/<experiment>/<item>/`:
 
-- `summary.json`: one entry per compile (id, function, where, status, graph ops, guards, times,
+- `summary.json`: one entry per compile (`per_compile`) (id, function, where, status, graph ops, guards, times,
   recompile reasons, graph-break reasons, failure) and what was dropped;
 - `metadata.jsonl.gz`: every record's metadata, payloads dropped except the small ones that carry
   reasons (recompile reasons, graph-break reasons) - a few kilobytes;
@@ -153,6 +153,20 @@ def _json_list(text: str | None) -> list[str]:
     return [str(v)[:500] for v in value] if isinstance(value, list) else [str(value)[:500]]
 
 
+def break_reason(text: str) -> str:
+    """A graph-break record in one line: Dynamo's reason and where in the user's code ("... (at file:line)")."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    where = next((ln[len("Graph break in user code at "):] for ln in lines
+                  if ln.startswith("Graph break in user code at ")), "")
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("Graph Break Reason:")), None)
+    if at is None:
+        reason = lines[0] if lines else "?"
+    else:  # the headline, then the specifics that follow it (what failed and Dynamo's explanation)
+        detail = [ln for ln in lines[at + 1:at + 4] if not ln.startswith(("Hint", "Developer", "For more", "User code"))]
+        reason = " ".join([lines[at][len("Graph Break Reason:"):].strip()] + detail[:2])
+    return (f"{reason} (at {where})" if where else reason)[:500]
+
+
 def summarise(records: list[tuple[dict[str, Any], str | None]]) -> dict[str, Any]:
     """One entry per compile: what it compiled, how it ended, what it cost, why it (re)compiled or broke."""
     strings: dict[int, str] = {}
@@ -180,10 +194,9 @@ def summarise(records: list[tuple[dict[str, Any], str | None]]) -> dict[str, Any
             entry["metrics"] = {k: m[k] for k in METRIC_FIELDS if m.get(k) not in (None, [], "")}
         elif kind == "artifact:recompile_reasons":
             entry["recompile_reasons"] += _json_list(payload)
-        elif kind == "dynamo_graph_break_reason":
-            reason = meta["dynamo_graph_break_reason"].get("reason") if isinstance(
-                meta["dynamo_graph_break_reason"], dict) else None
-            entry["graph_breaks"].append(str(reason or payload or "?").strip().splitlines()[0][:500])
+        elif kind in ("dynamo_graph_break_reason", "artifact:dynamo_graph_break_reason"):
+            body = meta.get(kind) if isinstance(meta.get(kind), dict) else {}
+            entry["graph_breaks"].append(break_reason(str(body.get("reason") or payload or "?")))
         elif kind in ("inductor_output_code", "dynamo_output_graph"):
             entry.setdefault("payload_bytes", {})[kind] = len(payload or "")
     out = []
@@ -191,10 +204,10 @@ def summarise(records: list[tuple[dict[str, Any], str | None]]) -> dict[str, Any
         m = entry.get("metrics", {})
         if m.get("fail_type"):
             status = "failed"
-        elif m.get("restart_reasons"):
-            status = "restarted"
         elif entry["graph_breaks"]:
             status = "break"
+        elif m.get("restart_reasons"):
+            status = "restarted"
         else:
             status = "ok" if m else "unfinished"
         entry["status"] = status
@@ -203,10 +216,10 @@ def summarise(records: list[tuple[dict[str, Any], str | None]]) -> dict[str, Any
             entry["where"] = f"{m['co_filename']}:{m.get('co_firstlineno')}"
         out.append(entry)
     out.sort(key=lambda e: tuple(int(x) for x in e["id"].split("/")))
-    return {"compiles": out, "records": len(records), "payload_bytes": payload_bytes,
-            "recompiles": sum(1 for e in out if not e["id"].endswith("/0")),
-            "failed": sum(1 for e in out if e["status"] == "failed"),
-            "graph_breaks": sum(len(e["graph_breaks"]) for e in out)}
+    return {"per_compile": out, "records": len(records), "payload_bytes": payload_bytes,
+            "recompile_count": sum(1 for e in out if not e["id"].endswith("/0")),
+            "failed_count": sum(1 for e in out if e["status"] == "failed"),
+            "graph_break_count": sum(len(e["graph_breaks"]) for e in out)}
 
 
 def _metadata_lines(records: list[tuple[dict[str, Any], str | None]]) -> bytes:
@@ -307,9 +320,9 @@ def trace_dir(ctx: Any, item: str) -> Path | None:
 def register(ctx: Any, item: str, dest: Path, summary: dict[str, Any]) -> None:
     """List the stored trace in the record's notes (compile_traces) and say once if tlparse was missing."""
     traces = ctx.record.notes.setdefault("compile_traces", {})
-    traces[item] = {"path": dest.relative_to(Path(ctx.out_dir)).as_posix(), "compiles": len(summary["compiles"]),
-                    "recompiles": summary["recompiles"], "failed": summary["failed"],
-                    "graph_breaks": summary["graph_breaks"], "tlparse": bool(summary["tlparse"].get("ran"))}
+    traces[item] = {"path": dest.relative_to(Path(ctx.out_dir)).as_posix(), "compile_count": len(summary["per_compile"]),
+                    "recompile_count": summary["recompile_count"], "failed_count": summary["failed_count"],
+                    "graph_break_count": summary["graph_break_count"], "tlparse": bool(summary["tlparse"].get("ran"))}
     if not summary["tlparse"].get("ran") and not any(s.code == Code.NO_TLPARSE for s in ctx.record.skipped):
         ctx.skip("compile trace HTML (tlparse)", Code.NO_TLPARSE,
                  f"{summary['tlparse'].get('error')}: `pip install tlparse` (a py3-none manylinux x86_64 wheel) "

@@ -99,12 +99,13 @@ def _trace_href(run: Any, info: dict[str, Any]) -> str:
 
 
 def _trace_table(run: Any, rec: Record) -> Table:
-    table = Table(columns=["compiled item", "compiles", "recompiles", "graph breaks", "failed", "tlparse"],
+    table = Table(columns=["compiled item", "compilations", "recompilations", "graph breaks", "failures", "tlparse"],
                   caption="Compile traces: what Dynamo and Inductor did for each compiled item (click for the page)")
     for item, info in sorted((rec.notes.get(NOTE_TRACES) or {}).items()):
         href = f"{_trace_href(run, info)}/index.html"
-        table.rows.append([Cell(item, href=href), num(info.get("compiles")), num(info.get("recompiles")),
-                           num(info.get("graph_breaks")), num(info.get("failed")), Cell(fmt(info.get("tlparse")))])
+        table.rows.append([Cell(item, href=href), num(info.get("compile_count")), num(info.get("recompile_count")),
+                           num(info.get("graph_break_count")), num(info.get("failed_count")),
+                           Cell(fmt(info.get("tlparse")))])
     return table
 
 
@@ -302,7 +303,7 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
 
 def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     ladders = rec.notes.get("ladders") or {}
-    table = Table(columns=["ladder", "graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
+    table = Table(columns=["ladder", "captured graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
                   caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)")
     for name in ladders:
         get = lambda spec: first(rec, spec, ladder=name)  # noqa: E731
@@ -424,7 +425,7 @@ bytes raw (graphs and generated code are not kept; {{ "{:,}".format(s.payload_by
 {{ tl.dropped|length }} dropped).{% else %}No tlparse report: {{ s.tlparse.error }}.{% endif %}</p>
 <table><thead><tr><th>compile</th><th>function</th><th>where</th><th>status</th><th>graph ops</th><th>guards</th>
 <th>whole compile, s</th><th>backend, s</th><th>recompile reasons</th><th>graph breaks</th><th>failure</th></tr></thead><tbody>
-{% for c in s.compiles %}<tr><td>{{ c.id }}</td><td>{{ c.function }}</td><td class="muted">{{ c.where }}</td>
+{% for c in s.per_compile %}<tr><td>{{ c.id }}</td><td>{{ c.function }}</td><td class="muted">{{ c.where }}</td>
 <td{% if c.status != "ok" %} class="bad"{% endif %}>{{ c.status }}</td><td>{{ c.metrics.graph_op_count }}</td>
 <td>{{ c.metrics.guard_count }}</td><td>{{ c.metrics.entire_frame_compile_time_s }}</td>
 <td>{{ c.metrics.backend_compile_time_s }}</td><td>{{ c.recompile_reasons|join("; ") }}</td>
@@ -449,7 +450,7 @@ def publish(run: Any, out: Path) -> list[Path]:
             dest = out / _trace_href(run, info)
             dest.mkdir(parents=True, exist_ok=True)
             summary = json.loads(summary_file.read_text())
-            for c in summary.get("compiles", []):
+            for c in summary.get("per_compile", []):
                 c.setdefault("metrics", {})
             tl = summary.get("tlparse") or {}
             if tl.get("ran") and (src / "tlparse").is_dir():

@@ -108,8 +108,8 @@ class Variant:
 
 def _start(v: Variant, w: Weights, prompt: torch.Tensor, eos: int) -> None:
     decode.prefill(v.state, w, prompt)
-    v.state.done.zero_()
     v.state.eos.fill_(eos)
+    v.state.done.copy_(v.state.tok == v.state.eos)  # the prefill's token may already be EOS
     if v.graphed is not None:
         v.graphed.sync_position()
 
@@ -186,7 +186,11 @@ def capture_child(model: dict[str, Any], provenance: dict[str, Any], batch: int,
     try:
         capture(step_host_check, state, w, warmup=1)
     except Exception as exc:  # the finding: what capture says about a host-side branch
-        return {"captured": False, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:400]}"}
+        chain, e = [], exc  # capture's exit often raises again; the first error says why
+        while e is not None and len(chain) < 4:
+            chain.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}")
+            e = e.__context__
+        return {"captured": False, "error": " <- ".join(reversed(chain))}
     return {"captured": True, "error": ""}
 
 
@@ -231,11 +235,16 @@ def _capture_report(ctx, batch: int) -> bool | None:
     child = run_child("lab.experiments.data_dependent_branch:capture_child",
                       {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx),
                        "batch": batch, "max_len": prof.max_len, "prompt_len": prof.prompt_len}, timeout_s=300)
+    variant = f"{Method.GRAPH}, {HOST}"
     if not child.ok:
         ctx.note(f"capture_child.b{batch}", child.as_dict())
-        ctx.skip(f"capture of the host-checked step (batch {batch})", Code.CHILD_DIED, child.describe())
-        return None
-    ctx.metric(M.CAPTURES, bool(child.value["captured"]), batch=batch, variant=f"{Method.GRAPH}, {HOST}")
+        if child.timed_out or "captur" not in child.stderr_tail.lower():  # not the capture's doing: no finding
+            ctx.skip(f"capture of the host-checked step (batch {batch})", Code.CHILD_DIED, child.describe())
+            return None
+        ctx.metric(M.CAPTURES, False, batch=batch, variant=variant)  # capturing ended the process: the finding
+        ctx.note(f"capture_error.b{batch}", f"the process died while capturing: {child.describe()}")
+        return False
+    ctx.metric(M.CAPTURES, bool(child.value["captured"]), batch=batch, variant=variant)
     ctx.note(f"capture_error.b{batch}", child.value["error"])
     return bool(child.value["captured"])
 

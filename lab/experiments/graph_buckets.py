@@ -187,7 +187,7 @@ def run(ctx) -> None:
         for b, per_round in rotating_rounds(calls, o.rounds).items():
             ms[b] = ctx.timing(M.STEP_MS, [x for r in per_round for x in r], bucket=b, method=method).median
         kept.update({b: g for b, g in graphs.items() if b in _check_buckets(o, ladders)})
-        del graphs
+        del graphs, calls  # the next ladder's memory is measured with this one's graphs gone
         free_device_memory(ctx.device)
     _check_padding(ctx, o, w, state, prompts, ladders, kept)
     expected = {name: expected_ms(sizes, ms, mix) for name, sizes in ladders.items()}
