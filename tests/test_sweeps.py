@@ -225,3 +225,40 @@ def test_report_shows_each_sweep_with_chart_conclusion_and_trace_pages(smoke_run
     for p in own:  # every trace page the run page links to exists
         rel = p.relative_to(tmp_path / "site").as_posix()
         assert f'href="{rel}"' in html
+
+
+def test_a_crashed_transformers_child_keeps_its_finished_batches(tiny, monkeypatch, tmp_path: Path) -> None:
+    """The H200 saw a crash in static + reduce-overhead: the batches done before it stand, the others are FAILED
+    with how the process ended, and the experiment goes on."""
+    import json
+
+    from lab.childproc import ChildResult
+    from lab.results import Record
+    from lab.runner import Context
+
+    model, _ = tiny
+    done = {"1": {"warm_calls_s": [2.0], "steady_calls_s": [0.1], "ms_per_token": [1.0, 1.1], "error": None,
+                  "tokens": [[1, 2, 3]]}}
+
+    def crashing_child(target, kwargs, timeout_s, env=None):
+        Path(kwargs["partial_path"]).write_text(json.dumps({"digest": pg.weights_digest(model), "batches": done}))
+        return ChildResult(target, -11, "SIGSEGV", False, 3.0, None, "", "Segmentation fault")
+
+    monkeypatch.setattr(pg, "run_child", crashing_child)
+    ctx = Context(catalogue.BY_ID["peer_generate"], profiles.get("smoke"), None,
+                  Record(id="peer_generate", title="", status="OK"), None, None)
+    result = pg._variant_results(ctx, model, "static", {1: [[1]], 8: [[1]] * 8})  # smoke isolates "static"
+    assert result == done
+    failed = [m for m in ctx.record.metrics if m.name == M.OUTCOME.name]
+    assert [(m.params["batch"], m.value) for m in failed] == [(8, "FAILED")]
+    assert "SIGSEGV" in ctx.record.notes["errors.static.b8"]
+    assert [s.code for s in ctx.record.skipped] == [Code.CHILD_DIED] and all(c.passed for c in ctx.record.checks)
+
+
+def test_capture_child_answers_without_cuda(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA: the gpu-sweep run exercises the capture")
+    out = ddb.capture_child(model={}, provenance={}, batch=1, max_len=8, prompt_len=2,
+                            result_path=str(tmp_path / "r.json"))
+    assert out == {"captured": False, "error": "no CUDA device in the child"}
+    assert (tmp_path / "r.json").is_file()

@@ -22,7 +22,10 @@ runs use an EOS id that never occurs, so every variant does the same number of s
 from __future__ import annotations
 
 import dataclasses
+import json
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -170,9 +173,18 @@ def _build(ctx, w: Weights, prompt: torch.Tensor, method: str, version: str, bat
     return Variant(name, state, call, graphed, check_every=1 if version == HOST else o.check_every)
 
 
-def capture_child(model: dict[str, Any], provenance: dict[str, Any], batch: int, max_len: int,
-                  prompt_len: int) -> dict[str, Any]:
-    """In a fresh process: try to capture the host-checked step; how it went, never raising."""
+def capture_child(model: dict[str, Any], provenance: dict[str, Any], batch: int, max_len: int, prompt_len: int,
+                  result_path: str = "") -> dict[str, Any]:
+    """In a fresh process: try to capture the host-checked step; how it went, never raising. The answer is also
+    written to `result_path` at once, in case the process then dies on its way out."""
+    result = _try_capture(model, provenance, batch, max_len, prompt_len)
+    if result_path:
+        Path(result_path).write_text(json.dumps(result))
+    return result
+
+
+def _try_capture(model: dict[str, Any], provenance: dict[str, Any], batch: int, max_len: int,
+                 prompt_len: int) -> dict[str, Any]:
     from lab.capture import capture
     from lab.model import build_model, extract_weights
     from lab.profiles import ModelSpec
@@ -232,11 +244,17 @@ def _capture_report(ctx, batch: int) -> bool | None:
         ctx.skip(f"capture of the host-checked step (batch {batch})", Code.DISABLED_IN_PROFILE,
                  "set data_dependent_branch.isolate_capture=true to try it in a child process")
         return None
-    child = run_child("lab.experiments.data_dependent_branch:capture_child",
-                      {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx),
-                       "batch": batch, "max_len": prof.max_len, "prompt_len": prof.prompt_len}, timeout_s=300)
+    with tempfile.TemporaryDirectory(prefix="lab-capture-") as tmp:
+        early = Path(tmp) / "result.json"
+        child = run_child("lab.experiments.data_dependent_branch:capture_child",
+                          {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), "batch": batch,
+                           "max_len": prof.max_len, "prompt_len": prof.prompt_len, "result_path": str(early)},
+                          timeout_s=300)
+        value = child.value if child.ok else (json.loads(early.read_text()) if early.is_file() else None)
     variant = f"{Method.GRAPH}, {HOST}"
-    if not child.ok:
+    if not child.ok and value is not None:  # it answered, then died on its way out: the answer stands, noted
+        ctx.note(f"capture_child_exit.b{batch}", child.as_dict())
+    elif not child.ok:
         ctx.note(f"capture_child.b{batch}", child.as_dict())
         if child.timed_out or "captur" not in child.stderr_tail.lower():  # not the capture's doing: no finding
             ctx.skip(f"capture of the host-checked step (batch {batch})", Code.CHILD_DIED, child.describe())
@@ -244,9 +262,9 @@ def _capture_report(ctx, batch: int) -> bool | None:
         ctx.metric(M.CAPTURES, False, batch=batch, variant=variant)  # capturing ended the process: the finding
         ctx.note(f"capture_error.b{batch}", f"the process died while capturing: {child.describe()}")
         return False
-    ctx.metric(M.CAPTURES, bool(child.value["captured"]), batch=batch, variant=variant)
-    ctx.note(f"capture_error.b{batch}", child.value["error"])
-    return bool(child.value["captured"])
+    ctx.metric(M.CAPTURES, bool(value["captured"]), batch=batch, variant=variant)
+    ctx.note(f"capture_error.b{batch}", value["error"])
+    return bool(value["captured"])
 
 
 def _stopped_at(out: torch.Tensor, prompt_len: int, eos: int) -> int | None:

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import shutil
 import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -99,8 +101,9 @@ def generation_config(variant: str, new_tokens: int, device: str) -> Any:
 
 
 def run_variant(model: Any, variant: str, prompts: dict[int, list[list[int]]], new_tokens: int, warmup_calls: int,
-                rounds: int) -> dict[str, Any]:
-    """Every batch of one variant: per-token ms samples, call walls, tokens, or the error (per batch)."""
+                rounds: int, on_batch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every batch of one variant: per-token ms samples, call walls, tokens, or the error (per batch).
+    `on_batch` sees the results so far after each batch (a child saves them, in case the next batch kills it)."""
     from transformers import LogitsProcessor, LogitsProcessorList
 
     device = next(model.parameters()).device
@@ -145,20 +148,31 @@ def run_variant(model: Any, variant: str, prompts: dict[int, list[list[int]]], n
             except Exception as exc:  # one batch's failure is recorded; the next batch still runs
                 entry["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500] if str(exc) else ''}"
             out[str(batch)] = entry
+            if on_batch is not None:
+                on_batch(out)
     finally:
         model.config.eos_token_id, model.generation_config.eos_token_id = saved
     return out
 
 
 def child_variant(model: dict[str, Any], provenance: dict[str, Any], device: str, variant: str,
-                  prompts: dict[str, list[list[int]]], new_tokens: int, warmup_calls: int, rounds: int) -> dict[str, Any]:
-    """In a fresh process: build the same GPT-2, run one variant, return its results and the weights' digest."""
+                  prompts: dict[str, list[list[int]]], new_tokens: int, warmup_calls: int, rounds: int,
+                  partial_path: str = "") -> dict[str, Any]:
+    """In a fresh process: build the same GPT-2, run one variant, return its results and the weights' digest.
+    After each batch the results so far are written to `partial_path`, so a crash loses only the batch it hit."""
     from lab.model import build_model
     from lab.profiles import ModelSpec
 
     m = build_model(ModelSpec(**model), provenance, device=device)
-    result = run_variant(m, variant, {int(b): rows for b, rows in prompts.items()}, new_tokens, warmup_calls, rounds)
-    return {"digest": weights_digest(m), "batches": result}
+    digest = weights_digest(m)
+
+    def save(batches: dict[str, Any]) -> None:
+        if partial_path:
+            Path(partial_path).write_text(json.dumps({"digest": digest, "batches": batches}))
+
+    result = run_variant(m, variant, {int(b): rows for b, rows in prompts.items()}, new_tokens, warmup_calls, rounds,
+                         on_batch=save)
+    return {"digest": digest, "batches": result}
 
 
 # ---------------------------------------------------------------------------- the experiment
@@ -169,27 +183,31 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
     if variant not in o.isolated:
         return run_variant(model, variant, prompts, o.new_tokens, o.warmup_calls, o.rounds)
     raw = Path(tempfile.mkdtemp(prefix="lab-trace-"))
+    partial = raw / "partial.json"
     child = run_child("lab.experiments.peer_generate:child_variant",
                       {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx),
                        "device": ctx.device.type, "variant": variant,
                        "prompts": {str(b): rows for b, rows in prompts.items()}, "new_tokens": o.new_tokens,
-                       "warmup_calls": o.warmup_calls, "rounds": o.rounds},
+                       "warmup_calls": o.warmup_calls, "rounds": o.rounds, "partial_path": str(partial)},
                       timeout_s=o.child_timeout_s, env=compiletrace.child_env(raw) if o.traces else None)
+    value = child.value if child.ok else (json.loads(partial.read_text()) if partial.is_file() else None)
     if o.traces and variant in COMPILED:
-        compiletrace.keep(ctx, f"transformers {variant}", raw)
+        compiletrace.keep(ctx, f"transformers {variant}", raw)  # deletes the folder
     else:
-        import shutil
-
         shutil.rmtree(raw, ignore_errors=True)
-    if not child.ok:
+    if not child.ok:  # a crash: the batches it finished stand, the others failed with how the process ended
         ctx.note(f"child.{variant}", child.as_dict())
+        done = (value or {}).get("batches", {})
         for batch in prompts:
-            ctx.metric(M.OUTCOME, "FAILED", impl="transformers", variant=variant, batch=batch)
+            if str(batch) not in done:
+                ctx.metric(M.OUTCOME, "FAILED", impl="transformers", variant=variant, batch=batch)
+                ctx.note(f"errors.{variant}.b{batch}", f"the child process ended: {child.describe()}")
         ctx.skip(f"transformers {variant}", Code.CHILD_DIED, f"its child process ended: {child.describe()}")
-        return None
-    same = child.value["digest"] == weights_digest(model)
-    ctx.check(f"the child's weights equal this run's ({variant})", same, detail=f"digest {child.value['digest']}")
-    return child.value["batches"]
+        if value is None:
+            return None
+    same = value["digest"] == weights_digest(model)
+    ctx.check(f"the child's weights equal this run's ({variant})", same, detail=f"digest {value['digest']}")
+    return value["batches"]
 
 
 def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[int, torch.Tensor]) -> dict[int, float]:
