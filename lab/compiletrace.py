@@ -40,6 +40,7 @@ from lab.reasons import Code
 
 TRACES_DIR = "traces"
 MAX_TLPARSE_BYTES = 96 * 1024  # tlparse's pages kept per item
+MAX_EXPERIMENT_BYTES = 1 << 20  # past this much in an experiment's traces/ folder, items keep no tlparse pages
 MAX_TLPARSE_FILE_BYTES = 48 * 1024
 MAX_SMALL_PAYLOAD = 4096  # payloads kept in metadata.jsonl.gz (reasons, not graphs)
 KEPT_PAYLOADS = ("recompile_reasons", "dynamo_graph_break_reason", "dynamo_error", "guard_added", "graph_break")
@@ -294,8 +295,13 @@ def run_tlparse(raw_dir: Path, dest: Path, timeout_s: float = 120) -> dict[str, 
     return {"ran": True, "kept": kept, "dropped": dropped, "files_in_trace": len(logs)}
 
 
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
 def store(raw_dir: Path, dest: Path, item: str) -> dict[str, Any]:
-    """Keep the small part of the raw trace under dest; returns the summary (also in dest/summary.json)."""
+    """Keep the small part of the raw trace under dest; returns the summary (also in dest/summary.json).
+    tlparse's pages are kept while the experiment's traces stay under MAX_EXPERIMENT_BYTES."""
     import torch
 
     records = read_records(raw_dir)
@@ -303,7 +309,10 @@ def store(raw_dir: Path, dest: Path, item: str) -> dict[str, Any]:
     summary = {"item": item, "torch": torch.__version__, "raw_bytes": sum(p.stat().st_size for p in
                                                                            raw_dir.glob("*.log")),
                **summarise(records)}
-    summary["tlparse"] = run_tlparse(raw_dir, dest)
+    used = folder_bytes(dest.parent)
+    summary["tlparse"] = run_tlparse(raw_dir, dest) if used < MAX_EXPERIMENT_BYTES else {
+        "ran": False, "error": f"this experiment's traces already hold {used:,} B (cap {MAX_EXPERIMENT_BYTES:,} B): "
+                               "the summary is kept, tlparse's pages are not"}
     (dest / "metadata.jsonl.gz").write_bytes(_metadata_lines(records))
     (dest / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
@@ -323,7 +332,8 @@ def register(ctx: Any, item: str, dest: Path, summary: dict[str, Any]) -> None:
     traces[item] = {"path": dest.relative_to(Path(ctx.out_dir)).as_posix(), "compile_count": len(summary["per_compile"]),
                     "recompile_count": summary["recompile_count"], "failed_count": summary["failed_count"],
                     "graph_break_count": summary["graph_break_count"], "tlparse": bool(summary["tlparse"].get("ran"))}
-    if not summary["tlparse"].get("ran") and not any(s.code == Code.NO_TLPARSE for s in ctx.record.skipped):
+    missing = tlparse_path() is None
+    if missing and not any(s.code == Code.NO_TLPARSE for s in ctx.record.skipped):
         ctx.skip("compile trace HTML (tlparse)", Code.NO_TLPARSE,
                  f"{summary['tlparse'].get('error')}: `pip install tlparse` (a py3-none manylinux x86_64 wheel) "
                  "to get its pages beside the structured-trace summary the report renders")

@@ -181,7 +181,7 @@ PROFILES["gpu-sweep"] = Profile(
     device="cuda", model=GPT2, prompt_len=16, decode_steps=32, max_len=256, batches=(1, 8), rounds=3,
     experiments=SWEEPS,
     options=_frozen({
-        "peer_generate": {"batches": [1, 8], "new_tokens": 48, "rounds": 3, "warmup_calls": 2},
+        "peer_generate": {"batches": [1, 8], "new_tokens": 48, "rounds": 3, "warmup_calls": 2, "child_timeout_s": 300.0},
         "model_scaling": {"sizes": ["gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B"],
                           "dtypes": ["float32", "bfloat16"], "batches": [1, 8], "steps": 24, "rounds": 3,
                           "budget_s": 120.0},

@@ -405,6 +405,13 @@ BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart 
 }
 
 
+def headline(results: Any) -> str | None:
+    """The lab's best step beside transformers' best generate, as peer_generate concluded it (for a front page)."""
+    rec = record(results, "peer_generate")
+    c = first(rec, M.CONCLUSION) if rec is not None and rec.status == "OK" else None
+    return str(c.value) if c else None
+
+
 def sections(run: Any) -> list[Section]:
     """A section per sweep experiment in the run (`run`: report.discover.Run); none when it has no sweep."""
     present = {r.id for r in run.results.experiments}

@@ -195,14 +195,19 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
         compiletrace.keep(ctx, f"transformers {variant}", raw)  # deletes the folder
     else:
         shutil.rmtree(raw, ignore_errors=True)
-    if not child.ok:  # a crash: the batches it finished stand, the others failed with how the process ended
+    if not child.ok:  # the batches it finished stand; the others failed (a crash) or did not run (out of time)
         ctx.note(f"child.{variant}", child.as_dict())
         done = (value or {}).get("batches", {})
         for batch in prompts:
             if str(batch) not in done:
-                ctx.metric(M.OUTCOME, "FAILED", impl="transformers", variant=variant, batch=batch)
+                ctx.metric(M.OUTCOME, "NOT_RUN" if child.timed_out else "FAILED", impl="transformers",
+                           variant=variant, batch=batch)
                 ctx.note(f"errors.{variant}.b{batch}", f"the child process ended: {child.describe()}")
-        ctx.skip(f"transformers {variant}", Code.CHILD_DIED, f"its child process ended: {child.describe()}")
+        if child.timed_out:
+            ctx.skip(f"transformers {variant}", Code.PROFILE_BUDGET, f"the child process {child.describe()}: raise "
+                     f"peer_generate.child_timeout_s (--set peer_generate.child_timeout_s=SECONDS)")
+        else:
+            ctx.skip(f"transformers {variant}", Code.CHILD_DIED, f"its child process ended: {child.describe()}")
         if value is None:
             return None
     same = value["digest"] == weights_digest(model)
