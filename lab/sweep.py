@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -169,7 +169,8 @@ class Measured:
 def measure_methods(ctx: Any, w: Weights, methods: tuple[str, ...], params: dict[str, Any], *, batch: int,
                     max_len: int, prompt_len: int, steps: int, rounds: int, warmup: int, budget: Budget | None = None,
                     dynamic: bool | None = False, readback: bool = False, bandwidth: float | None = None,
-                    fatal: bool = True, trace: bool = True, profile_kernels: bool = True) -> Measured:
+                    fatal: bool | Callable[[str], bool] = True, trace: bool = True,
+                    profile_kernels: bool = True) -> Measured:
     """Build, check, profile and time each method at one shape; record under `params` every metric of these that
     the experiment's catalogue entry declares (an experiment that does not report MBU simply does not declare it)."""
     out = Measured()
@@ -225,7 +226,7 @@ def measure_methods(ctx: Any, w: Weights, methods: tuple[str, ...], params: dict
         rec(M.TOKENS_EQUAL, agree == 1.0, method=name)
         ctx.check(f"{name} tokens equal {ref_name}'s ({label(params)})", agree == 1.0,
                   detail=f"agreement {agree:.4f}, max logit diff {diff if diff is None else f'{diff:.3g}'}",
-                  fatal=fatal, **params, method=name)
+                  fatal=fatal(name) if callable(fatal) else fatal, **params, method=name)
     flops = ceilings.step_flops(w, batch, max_len)
     nbytes = ceilings.step_bytes(w, batch, max_len)
     if profile_kernels:

@@ -58,6 +58,17 @@ class Options:
     traces: bool = option(True, "keep each compile's trace in the run directory (traces/model_scaling/)")
 
 
+def _fatal(method: str, dtype: str) -> bool:
+    """Which token checks fail the experiment: in fp32, a method that runs eager's own kernels (graph replay) must
+    give eager's tokens exactly. A compiled method reorders arithmetic; with random weights at shapes the init was
+    not calibrated for (ModelSpec.init_std was chosen on 124M) a near-tie may flip, so there the check is recorded,
+    with the agreement and the largest logit difference, without failing the sweep."""
+    from lab import stepmethods
+
+    spec = stepmethods.method_spec(method)
+    return dtype == "float32" and not spec.compiled and spec.prepare is None and spec.step is None
+
+
 def priority(sizes: tuple[str, ...], dtypes: tuple[str, ...], batches: tuple[int, ...]) -> list[tuple[int, str, str]]:
     """(batch, dtype, size) in the order they run: what the budget keeps comes first."""
     return [(b, d, s) for b in sorted(batches) for d in dtypes for s in sizes]
@@ -114,7 +125,7 @@ def run(ctx) -> None:
         torch._dynamo.reset()  # a fresh static graph per shape, and no recompile limit across shapes
         found = measure_methods(ctx, w, tuple(o.methods), params, batch=batch, max_len=prof.max_len,
                                 prompt_len=prof.prompt_len, steps=o.steps, rounds=o.rounds, warmup=prof.warmup,
-                                budget=budget, bandwidth=bandwidth, fatal=(dtype == "float32"), trace=o.traces)
+                                budget=budget, bandwidth=bandwidth, fatal=lambda m: _fatal(m, dtype), trace=o.traces)
         eager = found.ms.get(Method.EAGER)
         for method, ms in found.ms.items():
             if method != Method.EAGER and eager:

@@ -216,7 +216,6 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
 
 
 def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[int, torch.Tensor]) -> dict[int, float]:
-    o = ctx.options
     ms: dict[int, float] = {}
     for batch_text, entry in result.items():
         batch = int(batch_text)
