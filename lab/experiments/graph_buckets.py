@@ -35,6 +35,7 @@ from lab import decode
 from lab import metrics as M
 from lab.decode import DecodeState
 from lab.graphs import GraphedStep
+from lab.names import Method
 from lab.options import option
 from lab.reasons import Code
 from lab.sweep import conclude, free_device_memory, prompt_for
@@ -168,7 +169,7 @@ def run(ctx) -> None:
     kept: dict[int, GraphedStep] = {}
     capture_s: dict[str, float] = {}
     pool_mib: dict[str, float] = {}
-    method = "graph" if cuda else "eager"
+    method = Method.GRAPH if cuda else Method.EAGER
     for name, sizes in ladders.items():
         ctx.metric(M.BUCKET_GRAPHS, len(sizes), ladder=name)
         ctx.metric(M.WASTE_FRACTION, round(waste(sizes, mix), 5), ladder=name)
