@@ -32,6 +32,7 @@ class ExperimentSpec:
     needs: tuple[str, ...] = ()
     metrics: tuple[MetricSpec, ...] = ()  # every metric it may record
     workload: str = ""  # what its step_ms methods run, for `selection` to choose among them (empty: not a workload)
+    sweep: bool = False  # a sweep (issue 14): run by profiles that ask for sweeps, or by name, not by default
 
     @property
     def module(self) -> str:
@@ -123,15 +124,37 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     ExperimentSpec("selection", "Which of eager / compile / graph / compile+graph wins each workload", "002", ("host",),
                    (M.WINNER, M.WINNER_FAMILY, M.SPEEDUP_VS_EAGER, M.MARGIN_VS_RUNNER_UP, M.TIE_WITH_EAGER,
                     M.CASES)),
+    # sweeps (issue 14): the questions users bring next; run by the gpu-sweep and smoke profiles, or by name
+    ExperimentSpec("peer_generate", "transformers' generate (dynamic, static, static + compile) vs the lab's step, same "
+                   "weights", "014", (), (M.OUTCOME, M.FIRST_CALL_S, M.SETUP_S, M.STEP_MS, M.TOKENS_EQUAL,
+                                          M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF, M.SPEEDUP_VS_EAGER, M.SPEEDUP_VS_PEER,
+                                          M.CONCLUSION), sweep=True),
+    ExperimentSpec("model_scaling", "GPT-2 124M to 1.5B shapes, fp32 and bf16: does the graph gain shrink as the model "
+                   "grows?", "014", (), (M.WEIGHTS_MIB, M.BANDWIDTH_GBPS, M.SETUP_S, *_CORRECTNESS, M.STEP_MS,
+                                         M.SPEEDUP_VS_EAGER, M.SAVING_MS_PER_STEP, M.KERNELS_PER_STEP,
+                                         M.KERNEL_TIME_PER_STEP_US, M.FLOPS_PER_STEP, M.FLOPS_PER_KERNEL,
+                                         M.BYTES_PER_STEP, M.MBU, M.GAIN_RATIO, M.CONCLUSION), sweep=True),
+    ExperimentSpec("context_scaling", "Fixed-shape step + graph vs growing-cache step, max_len 256-2048, filled 10-90%: "
+                   "the crossover", "014", (), (M.SETUP_S, M.STEP_MS, M.TOKENS_EQUAL, M.CROSSOVER_MAX_LEN,
+                                                M.CONCLUSION), sweep=True),
+    ExperimentSpec("graph_buckets", "Bucket ladders (per size, powers of two, vLLM's): capture, memory, padding waste",
+                   "014", (), (M.STATE_MIB, M.STEP_MS, M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.TOKENS_EQUAL,
+                               M.TOKEN_AGREEMENT, M.WASTE_FRACTION, M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE,
+                               M.CONCLUSION), sweep=True),
+    ExperimentSpec("data_dependent_branch", "An end-of-sequence check in the step: Dynamo's break, capture's error, the "
+                   "torch.where rewrite", "014", (), (M.GRAPHS, M.GRAPH_BREAKS, M.STEP_COMPILES, M.DYNAMO_GRAPHS,
+                                                       M.CAPTURES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
+                                                       M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
 )
 
 BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}
 
 
-def resolve(ids: list[str] | None) -> list[ExperimentSpec]:
-    """The specs for the given ids, in catalogue order; unknown ids are an error naming them."""
+def resolve(ids: list[str] | None, sweeps: bool = True) -> list[ExperimentSpec]:
+    """The specs for the given ids, in catalogue order; unknown ids are an error naming them. Without ids: the
+    whole catalogue, less the sweeps unless `sweeps` (a profile's `sweeps` flag)."""
     if not ids:
-        return list(CATALOGUE)
+        return [spec for spec in CATALOGUE if sweeps or not spec.sweep]
     unknown = [i for i in ids if i not in BY_ID]
     if unknown:
         raise ValueError(f"unknown experiment id(s): {', '.join(unknown)} (valid: {', '.join(BY_ID)})")

@@ -311,3 +311,29 @@ WINNER_FAMILY = declare("winner_family", units.NONE, N, "the winner's family: ea
                         kind=TEXT)
 TIE_WITH_EAGER = declare("tie_with_eager", units.BOOL, N, "the fastest method was inside eager's spread", kind=BOOL)
 CASES = declare("cases", units.COUNT, N, "cases the selection rule was applied to")
+
+# ---------------------------------------------------------------------------- sweeps (issue 14: model size, context length,
+# batch buckets, a data-dependent stop, transformers' own generate)
+CONCLUSION = declare("conclusion", units.NONE, N, "one sentence drawn from the experiment's stored numbers by the rule "
+                     "written in its module (the rule is in the notes: conclusion_rule)", kind=TEXT)
+OUTCOME = declare("outcome", units.NONE, N, "how a variant ended: OK, FAILED (the error in the notes and the skipped "
+                  "list) or NOT_RUN (the reason in the skipped list)", kind=TEXT)
+SPEEDUP_VS_PEER = declare("speedup_vs_peer", units.X, H, "the best transformers generate variant's ms per token over "
+                          "this lab method's, same batch, same weights")
+FLOPS_PER_KERNEL = declare("flops_per_kernel", units.FLOP, N, "FLOPs per step / kernels per step: the arithmetic behind "
+                           "one launch (a property of the shape and the method)")
+GAIN_RATIO = declare("gain_ratio", units.X, N, "a method's speedup over eager at the largest model over its speedup at "
+                     "the smallest (below 1: the gain shrank as the model grew)")
+CROSSOVER_MAX_LEN = declare("crossover_max_len", units.COUNT, N, "the cache length in slots at which the fixed-shape "
+                            "step with graph replay stops beating the best growing-cache step (null: not within the "
+                            "lengths measured; the notes say which side won)")
+WASTE_FRACTION = declare("waste_fraction", units.FRACTION, L, "padded rows over rows computed, for a uniform mix of "
+                         "batch sizes each run on the smallest bucket that holds it")
+EXPECTED_STEP_MS = declare("expected_step_ms", units.MS, L, "mean step time over a uniform mix of batch sizes, each run "
+                           "on the smallest bucket that holds it")
+TIME_MEMORY_SCORE = declare("time_memory_score", units.X, L, "expected step time x graph memory of a ladder, relative "
+                            "to one graph per batch size (1): lower is better")
+BUCKET_GRAPHS = declare("bucket_graphs", units.COUNT, N, "CUDA graphs a bucket ladder captures")
+CAPTURES = declare("captures", units.BOOL, N, "a CUDA graph capture of the step succeeded", kind=BOOL)
+STOPPED_AT_STEP = declare("stopped_at_step", units.STEPS, N, "the decode step after which every row had produced the "
+                          "end-of-sequence token (null: not within the steps run)")

@@ -54,7 +54,8 @@ class Profile:
     rounds: int = 5  # rounds, methods in rotating order
     warmup: int = 3  # untimed calls before timing (lazy init, allocator, autotuning)
     threads: int | None = None  # torch.set_num_threads on the CPU; None keeps torch's default
-    experiments: tuple[str, ...] | None = None  # None: the whole catalogue
+    experiments: tuple[str, ...] | None = None  # None: the whole catalogue (less the sweeps unless `sweeps`)
+    sweeps: bool = False  # with experiments=None: also run the sweep experiments (lab.catalogue, issue 14)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def with_options(self, experiment: str, **values: Any) -> "Profile":
@@ -68,7 +69,7 @@ class Profile:
             "name": self.name, "device": self.device, "model": self.model.__dict__.copy(), "dtype": self.dtype,
             "prompt_len": self.prompt_len, "decode_steps": self.decode_steps, "max_len": self.max_len,
             "batches": list(self.batches), "rounds": self.rounds, "warmup": self.warmup, "threads": self.threads,
-            "options": {k: dict(v) for k, v in self.options.items()},
+            "options": {k: dict(v) for k, v in self.options.items()}, "sweeps": self.sweeps,
         }
 
 
@@ -149,6 +150,47 @@ PROFILES: dict[str, Profile] = {
         }),
     ),
 }
+
+
+# ---------------------------------------------------------------------------- the sweeps (issue 14)
+SWEEPS = ("peer_generate", "model_scaling", "context_scaling", "graph_buckets", "data_dependent_branch")
+
+# Small CPU versions for the smoke profile: every code path that does not need CUDA, in about a minute once
+# Inductor's cache is warm (each CPU compile of the tiny model costs 10-30 s cold, so a handful of them).
+SMOKE_SWEEPS: dict[str, dict[str, Any]] = {
+    "peer_generate": {"variants": ["dynamic", "static"], "isolated": ["static"], "batches": [1, 2], "new_tokens": 8,
+                      "rounds": 2, "warmup_calls": 1, "child_timeout_s": 300.0},
+    "model_scaling": {"sizes": ["tiny-2L", "tiny-4L"], "dtypes": ["float32", "bfloat16"], "batches": [1, 2],
+                      "methods": ["eager", "graph", "compile-default"], "steps": 8, "rounds": 2, "max_compiles": 1},
+    "context_scaling": {"max_lens": [32, 64, 160], "batches": [2], "fills": [0.25, 0.75], "headline_fill": 0.75,
+                        "fixed_method": "eager", "growing": ["eager"], "steps": 8, "rounds": 2},
+    "graph_buckets": {"max_batch": 8, "steps": 4, "rounds": 2, "check_sizes": [3, 5]},
+    "data_dependent_branch": {"batches": [2], "steps": 12, "rounds": 2, "check_every": 4, "compile_host_check": False},
+}
+PROFILES["smoke"] = replace(PROFILES["smoke"], sweeps=True,
+                            options=_frozen({**{k: dict(v) for k, v in PROFILES["smoke"].options.items()},
+                                             **SMOKE_SWEEPS}))
+
+# gpu-sweep: the five sweeps on an H200 in one run of about 7 minutes (estimates from the gpu reference: a
+# GPT-2 124M step compiles in 4-16 s, +0.5-1 s per layer cold; transformers' compiled generate in its own
+# child). The heavy knobs are options: `--set model_scaling.budget_s=600 --only model_scaling` measures every
+# compile of the scaling sweep in one run of its own (about 6 minutes).
+PROFILES["gpu-sweep"] = Profile(
+    name="gpu-sweep",
+    description="the sweeps on CUDA: model size, context length, batch buckets, an EOS branch, transformers' generate",
+    device="cuda", model=GPT2, prompt_len=16, decode_steps=32, max_len=256, batches=(1, 8), rounds=3,
+    experiments=SWEEPS,
+    options=_frozen({
+        "peer_generate": {"batches": [1, 8], "new_tokens": 48, "rounds": 3, "warmup_calls": 2, "child_timeout_s": 300.0},
+        "model_scaling": {"sizes": ["gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B"],
+                          "dtypes": ["float32", "bfloat16"], "batches": [1, 8], "steps": 24, "rounds": 3,
+                          "budget_s": 120.0},
+        "context_scaling": {"max_lens": [256, 512, 1024, 2048], "batches": [1, 16], "fills": [0.1, 0.5, 0.9],
+                            "steps": 24, "rounds": 3},
+        "graph_buckets": {"max_batch": 64, "steps": 16, "rounds": 3},
+        "data_dependent_branch": {"batches": [1], "steps": 32, "rounds": 3},
+    }),
+)
 
 
 def get(name: str) -> Profile:

@@ -47,6 +47,7 @@ class Code(StrEnum):
     NO_PEAK = "no_peak"
     COMPILE_FAILED = "compile_failed"
     DEPTH_EXCEEDS_MODEL = "depth_exceeds_model"
+    NO_TLPARSE = "no_tlparse"  # compile traces: tlparse not on PATH (the structured trace summary is kept instead)
     # containers (lab.containers)
     NO_DOCKER = "no_docker"
     DOCKER_DAEMON_UNREACHABLE = "docker_daemon_unreachable"

@@ -113,8 +113,9 @@ class Context:
     """What an experiment receives: the profile, its resolved options, the device, a clock, and a recorder."""
 
     def __init__(self, spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, record: Record,
-                 results: Results, models: ModelCache, options: Any = None) -> None:
+                 results: Results, models: ModelCache, options: Any = None, out_dir: Path | None = None) -> None:
         self.spec = spec
+        self.out_dir = out_dir  # the run directory (None outside a run): where files beside results.json go
         self.profile = profile
         self.options = options if options is not None else options_for(spec, profile)
         self.toolchain = toolchain
@@ -231,7 +232,7 @@ def _finish_status(record: Record) -> None:
 
 def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, results: Results,
                    models: ModelCache, options: Any = None, record: Record | None = None,
-                   capture: Capture | None = None) -> Record:
+                   capture: Capture | None = None, out_dir: Path | None = None) -> Record:
     """Run one experiment into `record` (a new one if None) and return it: OK, NOT_RUN or FAILED.
 
     An exception of the experiment, `SystemExit` included, is FAILED and the run goes on; a value the
@@ -253,7 +254,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
                     raise
                 raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
                                                 f"{spec.id} yet: update the lab") from None
-            ctx = Context(spec, profile, toolchain, record, results, models, options)
+            ctx = Context(spec, profile, toolchain, record, results, models, options, out_dir)
             module.run(ctx)
         except NotRun as exc:
             record.status, record.reason = "NOT_RUN", exc.reason
@@ -325,7 +326,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     from lab.model import resolve_weights
 
     default = list(profile.experiments) if profile.experiments else None
-    specs = resolve(only or default)
+    specs = resolve(only or default, sweeps=profile.sweeps)
     options = resolve_all(specs, profile, set_text)
     provenance = resolve_weights(profile.model, weights)
     claim = rundir.claim(out_dir, resume=resume, force=force)
@@ -333,7 +334,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
         with runstate.stop_signals_raise():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
             previous = claim.previous
             if previous is not None:
-                specs = runstate.resume_selection(previous, profile.name, default, only)
+                specs = runstate.resume_selection(previous, profile.name, default, only, sweeps=profile.sweeps)
                 options = resolve_all(specs, profile, set_text)
             say_cleaned(clean_abandoned_tempdirs())
             if profile.threads:
@@ -383,7 +384,7 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
             out.experiment_started(i, len(todo), spec.id, spec.title)
             current = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
             run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current,
-                           capture=capture)
+                           capture=capture, out_dir=out_dir)
             records[spec.id], current = current, None
             save_now()
             out.experiment_finished(records[spec.id])

@@ -111,14 +111,15 @@ def manifest_changes(first: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 
 def resume_selection(previous: Results, profile_name: str, profile_default: list[str] | None,
-                     only: list[str] | None) -> list[ExperimentSpec]:
-    """What a resumed run is about: what the first start asked for, plus any --only given now."""
+                     only: list[str] | None, sweeps: bool = True) -> list[ExperimentSpec]:
+    """What a resumed run is about: what the first start asked for, plus any --only given now (`sweeps`: the
+    profile's flag, for a whole-catalogue profile)."""
     if previous.run.profile != profile_name:
         raise RunDirError(f"--resume: the run in this directory used profile {previous.run.profile!r}, not "
                           f"{profile_name!r}: resume it with --profile {previous.run.profile}")
     asked = previous.run.only or profile_default
     ids = None if asked is None else list(asked) + [r.id for r in previous.experiments] + list(only or [])
-    return resolve(ids)
+    return resolve(ids, sweeps=sweeps)
 
 
 def check_same_options(previous: Results, options: dict[str, dict[str, Any]], kept: list[str]) -> None:

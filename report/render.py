@@ -25,7 +25,7 @@ from lab.compare import Comparison, Side, compare
 from lab.marks import MARKS
 from lab.results import Results
 
-from report import charts, costs, headline, sections, steps, workloads
+from report import charts, costs, headline, sections, steps, sweeps, workloads
 from report.discover import Run, SkippedFile, load_runs
 from report.tables import Table, fmt, params_text
 
@@ -92,6 +92,7 @@ def run_page(run: Run) -> RunPage:
         if sec.charts and sec.empty:
             sec.empty = ""
         secs.append(sec)
+    secs += sweeps.sections(run)  # the sweeps (issue 14): their own charts, tables and conclusions
     file = f"run-{run.slug}.html"
     return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=headline.front_row(run, file),
                    device=headline.device_text(res), overview=sections.overview(res), sections=secs,
@@ -156,6 +157,7 @@ def render_site(paths: list[Path], out: Path, baseline: str | None = None) -> Si
                                                       f"({type(exc).__name__}: {exc})"))
             continue
         (out / page.file).write_text(html, encoding="utf-8")
+        sweeps.publish(run, out)  # the run's compile-trace pages, linked from its sweep sections
         site.pages.append(out / page.file)
         site.runs.append(run)
         pages.append(page)

@@ -1,0 +1,471 @@
+"""The sweeps' sections of a run page (issue 14), each from its stored records: a chart, tables, and the
+experiment's own conclusion with the rule that drew it; and the compile-trace pages of the run.
+
+`sections(run)` gives one Section per sweep experiment present in the run (none when the run has no
+sweep). `publish(run, out)` writes a page per compile trace the run kept (`traces/` beside its
+results.json, lab.compiletrace) under `out/traces/<run>/...`, with tlparse's pages copied beside it
+when the run kept them; the sections' trace tables link there. Nothing here recomputes a derived
+figure: speedups, crossovers, scores and conclusions are read as the experiments stored them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from jinja2 import Environment, select_autoescape  # noqa: E402
+
+from lab import metrics as M  # noqa: E402
+from lab.catalogue import CATALOGUE  # noqa: E402
+from lab.names import method_rank  # noqa: E402
+from lab.results import Record  # noqa: E402
+
+from report.charts import Chart  # noqa: E402
+from report.sections import Section, record, why_absent  # noqa: E402
+from report.tables import Cell, Table, first, fmt, is_number, matching, num, sort_key, timing_cell  # noqa: E402
+
+SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
+TRACES = "traces"
+NOTE_TRACES = "compile_traces"
+STYLE = {"svg.fonttype": "none", "text.parse_math": False, "font.family": "sans-serif", "font.size": 9,
+         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def _chart(chart_id: str, title: str, caption: str, draw: Callable[[], Any]) -> Chart | None:
+    """A matplotlib figure as inline SVG; a chart that cannot be drawn says why instead of breaking the page."""
+    try:
+        with plt.rc_context(STYLE):
+            fig = draw()
+            if fig is None:
+                return None
+            buf = io.StringIO()
+            with plt.rc_context({"svg.hashsalt": chart_id}):
+                fig.savefig(buf, format="svg", bbox_inches="tight")
+            plt.close(fig)
+    except Exception as exc:  # a chart must never take the page down
+        plt.close("all")
+        return Chart(chart_id, title, caption, error=f"could not draw this chart ({type(exc).__name__}: {exc})")
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r'<svg([^>]*?) width="([^"]*)" height="[^"]*"',
+                 lambda m: f'<svg{m.group(1)} class="chart-svg" style="max-width:{m.group(2)}"', svg, count=1)
+    return Chart(chart_id, title, caption, svg=svg)
+
+
+def _log(ax: Any, axis: str = "y", base: int = 10) -> None:
+    """A log axis labelled with plain numbers (mathtext is off, so matplotlib's default labels would show raw)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    if base == 10:
+        target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def _values(rec: Record | None, spec: M.MetricSpec, **params: Any) -> list[Any]:
+    return [m for m in matching(rec.metrics if rec else [], spec, **params) if is_number(m.value)]
+
+
+def _conclusion(rec: Record) -> str:
+    c = first(rec, M.CONCLUSION)
+    rule = rec.notes.get("conclusion_rule")
+    text = f"Conclusion (drawn by the experiment from its numbers): {c.value}" if c else "No conclusion was stored."
+    return text + (f" Rule: {rule}" if rule else "")
+
+
+def _slug_path(run: Any) -> str:
+    return f"{TRACES}/{run.slug}"
+
+
+def _trace_href(run: Any, info: dict[str, Any]) -> str:
+    """Where a trace's page lands in the site: traces/<run>/<experiment>/<item>/ (the run's own path less its
+    leading traces/)."""
+    rel = Path(str(info.get("path", "")))
+    if rel.parts and rel.parts[0] == TRACES:
+        rel = Path(*rel.parts[1:])
+    return f"{_slug_path(run)}/{rel.as_posix()}"
+
+
+def _trace_table(run: Any, rec: Record) -> Table:
+    table = Table(columns=["compiled item", "compilations", "recompilations", "graph breaks", "failures", "tlparse"],
+                  caption="Compile traces: what Dynamo and Inductor did for each compiled item (click for the page)")
+    for item, info in sorted((rec.notes.get(NOTE_TRACES) or {}).items()):
+        href = f"{_trace_href(run, info)}/index.html"
+        table.rows.append([Cell(item, href=href), num(info.get("compile_count")), num(info.get("recompile_count")),
+                           num(info.get("graph_break_count")), num(info.get("failed_count")),
+                           Cell(fmt(info.get("tlparse")))])
+    return table
+
+
+def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[list[Table], list[Chart | None]]]) -> Section:
+    rec = record(run.results, rid)
+    if rec is None or rec.status != "OK":
+        return Section(f"sweep-{rid}", title, empty=why_absent(run.results, rid))
+    tables, charts = build(rec)
+    traces = _trace_table(run, rec)
+    sec = Section(f"sweep-{rid}", title, _conclusion(rec), [t for t in tables + [traces] if t])
+    sec.charts = [c for c in charts if c is not None]
+    if not sec.tables and not sec.charts:
+        sec.empty = f"{rid} ran but recorded none of the metrics this section shows."
+    return sec
+
+
+# ---------------------------------------------------------------------------- peer_generate
+
+def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+    steps = _values(rec, M.STEP_MS)
+    batches = sorted({m.params.get("batch") for m in steps} | {m.params.get("batch") for m in
+                                                              matching(rec.metrics, M.OUTCOME)}, key=sort_key)
+    rows: dict[tuple[str, str], dict[Any, Cell]] = {}
+    for m in steps:
+        who = m.params.get("method") or m.params.get("variant")
+        sp = first(rec, M.SPEEDUP_VS_PEER, method=who, batch=m.params.get("batch")) if m.params.get("method") else None
+        extra = f"{fmt(sp.value)}x vs {sp.params.get('peer')}" if sp else ""
+        rows.setdefault((m.params.get("impl", ""), str(who)), {})[m.params.get("batch")] = timing_cell(m, extra=extra)
+    for m in matching(rec.metrics, M.OUTCOME):
+        if m.value != "OK":
+            rows.setdefault((m.params.get("impl", ""), str(m.params.get("variant"))), {})[m.params.get("batch")] = \
+                Cell(str(m.value), cls="bad", title=str(rec.notes.get(f"errors.{m.params.get('variant')}.b"
+                                                                       f"{m.params.get('batch')}", "")))
+    table = Table(columns=["implementation", "method / variant"] + [f"batch {b}" for b in batches],
+                  caption="Median ms per token (lab: per step, token read back each step); lab rows show the speedup "
+                          "over transformers' best variant at that batch")
+    for (impl, who), cells in sorted(rows.items(), key=lambda kv: (kv[0][0] != "lab", method_rank(kv[0][1]))):
+        table.rows.append([Cell(impl), Cell(who)] + [cells.get(b, Cell("—")) for b in batches])
+    costs = Table(columns=["variant", "batch", "first call", "setup beyond steady calls", "tokens equal the lab's"],
+                  caption="transformers: the first generate call (it compiles, where compiled) and the warm-up's extra")
+    for m in matching(rec.metrics, M.FIRST_CALL_S):
+        p = m.params
+        setup = first(rec, M.SETUP_S, **p)
+        eq = first(rec, M.TOKENS_EQUAL, **p)
+        costs.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get("batch")), cls="num"), num(m.value, m.unit),
+                           num(setup.value if setup else None, M.SETUP_S.unit), Cell(fmt(eq.value) if eq else "—")])
+
+    def draw() -> Any:
+        if not steps:
+            return None
+        labels = [f"{impl}: {who}" for impl, who in sorted(rows, key=lambda k: (k[0] != "lab", method_rank(k[1])))]
+        fig, ax = plt.subplots(figsize=(8, 3.6))
+        width = 0.8 / max(1, len(batches))
+        for j, b in enumerate(batches):
+            vals = []
+            for label in labels:
+                impl, who = label.split(": ", 1)
+                hit = [m.value for m in steps if m.params.get("impl") == impl and m.params.get("batch") == b
+                       and str(m.params.get("method") or m.params.get("variant")) == who]
+                vals.append(hit[0] if hit else 0)
+            ax.bar([i + j * width for i in range(len(labels))], vals, width, label=f"batch {b}")
+        ax.set_xticks([i + width * (len(batches) - 1) / 2 for i in range(len(labels))], labels, rotation=20,
+                      ha="right")
+        _log(ax, "y")
+        ax.set_ylabel("median ms per token (log)")
+        ax.set_title("The lab's step vs transformers' generate, same weights (missing bar: did not run OK)")
+        ax.legend(fontsize=7, frameon=False)
+        return fig
+
+    return [table, costs], [_chart("chart-peer", "ms per token", "Lower is better. Lab: one fixed-shape step per "
+                                   "token, token read back each step; transformers: time between tokens inside "
+                                   "generate, after warm-up calls.", draw)]
+
+
+# ---------------------------------------------------------------------------- model_scaling
+
+def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+    steps = _values(rec, M.STEP_MS)
+    params_of = {k.split(".", 1)[1]: v for k, v in rec.notes.items() if k.startswith("parameters.")}
+    cases = sorted({(m.params.get("dtype"), m.params.get("batch")) for m in steps}, key=lambda k: (str(k[0]),
+                                                                                                  sort_key(k[1])))
+    methods = sorted({m.params.get("method") for m in steps}, key=method_rank)
+    table = Table(columns=["size", "dtype", "batch"] + [str(m) for m in methods] + ["MB/step"],
+                  caption="Median ms per step; under it the speedup over eager, MBU and kernels per step")
+    keys = sorted({(m.params.get("size"), m.params.get("dtype"), m.params.get("batch")) for m in steps},
+                  key=lambda k: (str(k[1]), sort_key(k[2]), params_of.get(k[0], 0)))
+    for size, dtype, batch in keys:
+        p = {"size": size, "dtype": dtype, "batch": batch}
+        row = [Cell(str(size)), Cell(str(dtype)), Cell(fmt(batch), cls="num")]
+        for method in methods:
+            m = first(rec, M.STEP_MS, **p, method=method)
+            sp, mbu, k = (first(rec, spec, **p, method=method) for spec in (M.SPEEDUP_VS_EAGER, M.MBU,
+                                                                              M.KERNELS_PER_STEP))
+            extra = " · ".join(t for t in (f"{fmt(sp.value)}x" if sp else "", f"MBU {fmt(mbu.value)}" if mbu else "",
+                                           f"{fmt(k.value)} kernels" if k else "") if t)
+            row.append(timing_cell(m, extra=extra) if m else Cell("—"))
+        b = first(rec, M.BYTES_PER_STEP, **p)
+        row.append(num(b.value / 1e6 if b else None))
+        table.rows.append(row)
+    gains = Table(columns=["method", "dtype", "batch", "smallest", "largest", "speedup largest / smallest"],
+                  caption="gain_ratio: below 1, the method's gain over eager shrank as the model grew")
+    for m in matching(rec.metrics, M.GAIN_RATIO):
+        p = m.params
+        gains.rows.append([Cell(str(p.get("method"))), Cell(str(p.get("dtype"))), Cell(fmt(p.get("batch")), cls="num"),
+                           Cell(str(p.get("smallest"))), Cell(str(p.get("largest"))), num(m.value, m.unit)])
+
+    def draw() -> Any:
+        sp = _values(rec, M.SPEEDUP_VS_EAGER)
+        if not sp:
+            return None
+        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+        for method in sorted({m.params.get("method") for m in sp}, key=method_rank):
+            for dtype, batch in cases:
+                pts = sorted((params_of.get(m.params.get("size"), 0) / 1e6, m.value) for m in sp
+                             if (m.params.get("method"), m.params.get("dtype"), m.params.get("batch"))
+                             == (method, dtype, batch))
+                if pts:
+                    left.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
+                              label=f"{method}, {dtype}, b{batch}")
+        _log(left, "x")
+        left.set_xlabel("parameters, millions (log)")
+        left.set_ylabel("speedup over eager, x")
+        left.set_title("Gain vs model size")
+        left.legend(fontsize=6, frameon=False)
+        fk = _values(rec, M.FLOPS_PER_KERNEL)
+        for method in sorted({m.params.get("method") for m in fk}, key=method_rank):
+            here = [(m.value, first(rec, M.SPEEDUP_VS_EAGER, **m.params)) for m in fk if m.params.get("method") == method]
+            pts = sorted((x / 1e6, s.value) for x, s in here if s is not None)
+            if pts:
+                right.scatter([x for x, _ in pts], [y for _, y in pts], label=str(method))
+        _log(right, "x")
+        right.set_xlabel("MFLOP per kernel (log)")
+        right.set_ylabel("speedup over eager, x")
+        right.set_title("Gain vs arithmetic per launch")
+        if right.get_legend_handles_labels()[0]:
+            right.legend(fontsize=7, frameon=False)
+        fig.tight_layout()
+        return fig
+
+    return [table, gains], [_chart("chart-scaling", "Speedup over eager by model size",
+                                   "Left: each method's speedup over eager against parameters, one line per dtype and "
+                                   "batch. Right: the same speedups against the FLOPs each kernel launch carries.",
+                                   draw)]
+
+
+# ---------------------------------------------------------------------------- context_scaling
+
+def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+    steps = _values(rec, M.STEP_MS)
+    cross = Table(columns=["batch", "fill", "crossover (slots)", "what happened", "fixed / best growing, by length"],
+                  caption="Where the fixed-shape step stops beating the best growing-cache step")
+    notes = rec.notes.get("crossovers") or {}
+    for m in matching(rec.metrics, M.CROSSOVER_MAX_LEN):
+        n = notes.get(f"batch {m.params.get('batch')}, fill {m.params.get('fill')}") or {}
+        ratios = ", ".join(f"{k}: {v}" for k, v in (n.get("fixed_over_best_growing") or {}).items())
+        cross.rows.append([Cell(fmt(m.params.get("batch")), cls="num"), Cell(fmt(m.params.get("fill"))),
+                           num(m.value), Cell(str(n.get("how", ""))), Cell(ratios)])
+    batches = sorted({m.params.get("batch") for m in steps}, key=sort_key)
+
+    def draw() -> Any:
+        if not steps:
+            return None
+        fig, axes = plt.subplots(1, len(batches), figsize=(4.6 * len(batches), 3.6), squeeze=False)
+        for ax, batch in zip(axes[0], batches):
+            here = [m for m in steps if m.params.get("batch") == batch]
+            fills = sorted({m.params.get("fill") for m in here}, key=sort_key)
+            colors = {f: plt.get_cmap("viridis")(i / max(1, len(fills) - 1)) for i, f in enumerate(fills)}
+            for variant in sorted({m.params.get("variant") for m in here}):
+                style = "-" if str(variant).startswith("fixed") else ("--" if "eager" in str(variant) else ":")
+                for fill in fills:
+                    pts = sorted((m.params.get("max_len"), m.value) for m in here
+                                 if m.params.get("variant") == variant and m.params.get("fill") == fill)
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], linestyle=style, marker="o", markersize=3,
+                            color=colors[fill], label=f"{variant}, {fill:.0%} full")
+            for m in matching(rec.metrics, M.CROSSOVER_MAX_LEN, batch=batch):
+                if is_number(m.value):
+                    ax.axvline(m.value, color=colors.get(m.params.get("fill"), "0.5"), linewidth=0.8, alpha=0.6)
+            _log(ax, "x", 2)
+            ax.set_xticks(sorted({m.params.get("max_len") for m in here}, key=sort_key))
+            _log(ax, "y")
+            ax.set_xlabel("cache length, slots (log2)")
+            ax.set_ylabel("median ms per step (log)")
+            ax.set_title(f"batch {batch}")
+            ax.legend(fontsize=5.5, frameon=False)
+        fig.tight_layout()
+        return fig
+
+    return [cross], [_chart("chart-context", "Step time vs cache length",
+                            "Solid: the fixed-shape step (attends every slot); dashed: the growing step eager; dotted: "
+                            "compiled with dynamic shapes; colour: how full the cache is; vertical lines: crossovers.",
+                            draw)]
+
+
+# ---------------------------------------------------------------------------- graph_buckets
+
+def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+    ladders = rec.notes.get("ladders") or {}
+    table = Table(columns=["ladder", "captured graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
+                  caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)")
+    for name in ladders:
+        get = lambda spec: first(rec, spec, ladder=name)  # noqa: E731
+        cells = [get(s) for s in (M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.WASTE_FRACTION,
+                                  M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE)]
+        table.rows.append([Cell(name, title=str(ladders[name]))] + [num(c.value, c.unit) if c else Cell("—")
+                                                                    for c in cells])
+    steps = sorted(_values(rec, M.STEP_MS), key=lambda m: sort_key(m.params.get("bucket")))
+
+    def draw() -> Any:
+        if not steps:
+            return None
+        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [1.6, 1]})
+        left.plot([m.params.get("bucket") for m in steps], [m.value for m in steps], color="0.3",
+                  label=f"{steps[0].params.get('method')} step")
+        for i, (name, sizes) in enumerate(ladders.items()):
+            pts = [(m.params.get("bucket"), m.value) for m in steps if m.params.get("bucket") in set(sizes)]
+            left.scatter([x for x, _ in pts], [y for _, y in pts], s=12 + 8 * i, marker="os^"[i % 3], alpha=0.7,
+                         label=f"{name} buckets")
+        left.set_xlabel("batch size (bucket)")
+        left.set_ylabel("median ms per step")
+        left.set_title("Step time per bucket")
+        left.legend(fontsize=7, frameon=False)
+        names = list(ladders)
+        exp = [first(rec, M.EXPECTED_STEP_MS, ladder=n) for n in names]
+        right.bar(names, [e.value if e else 0 for e in exp], color="#4f81bd")
+        right.set_ylabel("expected ms per step (uniform mix)")
+        for i, n in enumerate(names):
+            mem = first(rec, M.GRAPH_POOL_MIB, ladder=n)
+            waste = first(rec, M.WASTE_FRACTION, ladder=n)
+            text = f"{waste.value:.0%} padded" if waste else ""
+            text += f"\n{mem.value:,.0f} MiB" if mem else ""
+            right.annotate(text, (i, exp[i].value if exp[i] else 0), ha="center", va="bottom", fontsize=7)
+        right.set_title("Ladders")
+        fig.tight_layout()
+        return fig
+
+    return [table], [_chart("chart-buckets", "Bucket ladders", "Left: step time of each batch size's graph (eager "
+                            "where nothing can be captured), the buckets of each ladder marked. Right: the mean step "
+                            "time of a uniform mix of batch sizes padded to each ladder's buckets, with the share of "
+                            "padded rows and the graphs' memory.", draw)]
+
+
+# ---------------------------------------------------------------------------- data_dependent_branch
+
+def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+    dyn = Table(columns=["version", "batch", "Dynamo graphs", "breaks", "one graph (fullgraph)", "break reasons"],
+                caption="What Dynamo makes of each version of the step (torch._dynamo.explain)")
+    for m in matching(rec.metrics, M.GRAPHS):
+        p = m.params
+        breaks = first(rec, M.GRAPH_BREAKS, **p)
+        full = first(rec, M.STEP_COMPILES, **p)
+        reasons = rec.notes.get(f"break_reasons.{p.get('version')}.b{p.get('batch')}") or []
+        err = rec.notes.get(f"fullgraph_error.{p.get('version')}.b{p.get('batch')}") or ""
+        dyn.rows.append([Cell(str(p.get("version"))), Cell(fmt(p.get("batch")), cls="num"), num(m.value),
+                         num(breaks.value if breaks else None), Cell(fmt(full.value) if full else "—", title=err),
+                         Cell("; ".join(reasons) + (f" — fullgraph: {err}" if err else ""), cls="reason")])
+    for m in matching(rec.metrics, M.CAPTURES):
+        err = rec.notes.get(f"capture_error.b{m.params.get('batch')}", "")
+        dyn.rows.append([Cell(str(m.params.get("variant"))), Cell(fmt(m.params.get("batch")), cls="num"), Cell("—"),
+                         Cell("—"), Cell("captured" if m.value else "capture failed", cls="good" if m.value else "bad"),
+                         Cell(err, cls="reason")])
+    steps = _values(rec, M.STEP_MS)
+    cost = Table(columns=["variant", "batch", "setup", "step", "tokens equal the eager host-checked step's"],
+                 caption="Cost of each variant (the torch.where loop reads the done mask back every few steps)")
+    for m in sorted(steps, key=lambda m: (sort_key(m.params.get("batch")), str(m.params.get("variant")))):
+        p = m.params
+        setup, eq = first(rec, M.SETUP_S, **p), first(rec, M.TOKENS_EQUAL, **p)
+        sp = first(rec, M.SPEEDUP_VS_EAGER, **p)
+        cost.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get("batch")), cls="num"),
+                          num(setup.value if setup else None, M.SETUP_S.unit),
+                          timing_cell(m, extra=f"{fmt(sp.value)}x vs eager host check" if sp else ""),
+                          Cell(fmt(eq.value) if eq else "reference")])
+
+    def draw() -> Any:
+        if not steps:
+            return None
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        ordered = sorted(steps, key=lambda m: (sort_key(m.params.get("batch")), str(m.params.get("variant"))))
+        labels = [f"{m.params.get('variant')} (b{m.params.get('batch')})" for m in ordered]
+        colors = ["#c0504d" if "host" in str(m.params.get("variant")) else "#4f81bd" for m in ordered]
+        ax.barh(labels, [m.value for m in ordered], color=colors)
+        _log(ax, "x")
+        ax.set_xlabel("median ms per step (log)")
+        ax.set_title("Host-checked (red) vs torch.where (blue)")
+        return fig
+
+    return [dyn, cost], [_chart("chart-branch", "Cost of the end-of-sequence check",
+                                "Median step time of each variant; red: the step with a Python branch on a device "
+                                "value, blue: the torch.where rewrite.", draw)]
+
+
+BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart | None]]]]] = {
+    "peer_generate": ("transformers' generate beside the lab's step", _peer),
+    "model_scaling": ("Model size: does the graph gain shrink?", _scaling),
+    "context_scaling": ("Context length: fixed-shape vs growing cache", _context),
+    "graph_buckets": ("Batch buckets: a few graphs for any batch size", _buckets),
+    "data_dependent_branch": ("A data-dependent stop inside the step", _branch),
+}
+
+
+def headline(results: Any) -> str | None:
+    """The lab's best step beside transformers' best generate, as peer_generate concluded it (for a front page)."""
+    rec = record(results, "peer_generate")
+    c = first(rec, M.CONCLUSION) if rec is not None and rec.status == "OK" else None
+    return str(c.value) if c else None
+
+
+def sections(run: Any) -> list[Section]:
+    """A section per sweep experiment in the run (`run`: report.discover.Run); none when it has no sweep."""
+    present = {r.id for r in run.results.experiments}
+    return [_section(run, rid, *BUILDERS[rid]) for rid in SWEEP_IDS if rid in present and rid in BUILDERS]
+
+
+# ---------------------------------------------------------------------------- trace pages
+
+PAGE = Environment(autoescape=select_autoescape(default=True)).from_string("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Compile trace: {{ item }}</title>
+<style>body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330}table{border-collapse:collapse;font-size:13px}
+th,td{border-bottom:1px solid #d9dee7;padding:4px 10px;text-align:left;vertical-align:top}th{background:#f6f8fb}
+.muted{color:#667085}.bad{color:#b42318;font-weight:600}code,pre{font-size:12px}</style></head><body>
+<h1>Compile trace: {{ item }}</h1>
+<p class="muted">{{ experiment }} · torch {{ s.torch }} · {{ s.records }} trace records, {{ "{:,}".format(s.raw_bytes) }}
+bytes raw (graphs and generated code are not kept; {{ "{:,}".format(s.payload_bytes) }} bytes of payloads dropped).
+{% if tl %}<a href="tlparse/index.html">tlparse's report</a> (pruned: {{ tl.kept|length }} files kept,
+{{ tl.dropped|length }} dropped).{% else %}No tlparse report: {{ s.tlparse.error }}.{% endif %}</p>
+<table><thead><tr><th>compile</th><th>function</th><th>where</th><th>status</th><th>graph ops</th><th>guards</th>
+<th>whole compile, s</th><th>backend, s</th><th>recompile reasons</th><th>graph breaks</th><th>failure</th></tr></thead><tbody>
+{% for c in s.per_compile %}<tr><td>{{ c.id }}</td><td>{{ c.function }}</td><td class="muted">{{ c.where }}</td>
+<td{% if c.status != "ok" %} class="bad"{% endif %}>{{ c.status }}</td><td>{{ c.metrics.graph_op_count }}</td>
+<td>{{ c.metrics.guard_count }}</td><td>{{ c.metrics.entire_frame_compile_time_s }}</td>
+<td>{{ c.metrics.backend_compile_time_s }}</td><td>{{ c.recompile_reasons|join("; ") }}</td>
+<td>{{ c.graph_breaks|join("; ") }}</td><td>{{ c.metrics.fail_type or "" }} {{ c.metrics.fail_reason or "" }}</td></tr>
+{% endfor %}</tbody></table>
+{% if tl and tl.dropped %}<details><summary>tlparse files not kept</summary><pre>{{ tl.dropped|join("\\n") }}</pre>
+</details>{% endif %}
+<p class="muted">Every record's metadata (payloads dropped) is in metadata.jsonl.gz beside this run's results.</p>
+</body></html>""")
+
+
+def publish(run: Any, out: Path) -> list[Path]:
+    """Write a page for every compile trace the run kept (and copy tlparse's pages); returns the pages."""
+    run_dir = Path(run.path).parent
+    pages = []
+    for rec in run.results.experiments:
+        for item, info in (rec.notes.get(NOTE_TRACES) or {}).items():
+            src = run_dir / str(info.get("path", ""))
+            summary_file = src / "summary.json"
+            if not summary_file.is_file():
+                continue
+            dest = out / _trace_href(run, info)
+            dest.mkdir(parents=True, exist_ok=True)
+            summary = json.loads(summary_file.read_text())
+            for c in summary.get("per_compile", []):
+                c.setdefault("metrics", {})
+            tl = summary.get("tlparse") or {}
+            if tl.get("ran") and (src / "tlparse").is_dir():
+                shutil.copytree(src / "tlparse", dest / "tlparse", dirs_exist_ok=True)
+            else:
+                tl = None
+            (dest / "index.html").write_text(PAGE.render(item=item, experiment=rec.id, s=summary, tl=tl),
+                                             encoding="utf-8")
+            pages.append(dest / "index.html")
+    return pages
+
