@@ -45,6 +45,7 @@ class Code(StrEnum):
     NO_TIMINGS = "no_timings"
     NO_PEAK = "no_peak"
     COMPILE_FAILED = "compile_failed"
+    NOT_IN_THIS_TORCH = "not_in_this_torch"  # a switch (e.g. an Inductor config name) the installed torch lacks
     DEPTH_EXCEEDS_MODEL = "depth_exceeds_model"
     # containers (lab.containers)
     NO_DOCKER = "no_docker"
