@@ -129,7 +129,7 @@ def floor_table(run: Run) -> list[str]:
             nbytes = run.value("ceilings", M.BYTES_PER_STEP.name, **p)
             rows.append([
                 f"`{m}`", f"{'fp32' if dtype == 'float32' else 'bf16'} B={batch}", _f(ms, ".3f"),
-                _f(run.value("cuda_graph_decode", M.KERNELS_PER_STEP.name, **p), "d"),
+                _f(run.value("cuda_graph_decode", M.KERNELS_PER_STEP.name, **p), ".0f"),
                 _f(run.value("ceilings", M.BOUND_LAUNCH_MS.name, **p), ".3f"),
                 _f(run.value("cuda_graph_decode", M.GPU_BUSY_US.name, **p), ".0f"),
                 _f(run.value("cuda_graph_decode", M.GAP_US.name, **p), ".0f"),

@@ -160,6 +160,9 @@ def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
     cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
     _finish_status(rec)
     assert rec.status == "OK", (rec.reason, [c for c in rec.checks if not c.passed])
+    from lab.results import quarantine
+
+    assert quarantine(rec) == []  # everything recorded can be stored (the runner would FAIL it otherwise)
     skipped = {s.item: s.code for s in rec.skipped}
     assert skipped["graph (batch 1, float32)"] == Code.COMPILE_FAILED  # needs CUDA: recorded, with the error
     assert "CUDA" in next(s.message for s in rec.skipped if s.item.startswith("graph ("))

@@ -257,8 +257,12 @@ def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ..
             ready.append(name)
         else:
             ctx.skip(name, *why)
-    sweep = tuple(n for n in (opts.sweep_methods or methods) if n in ready)
+    sweep = tuple(n for n in (methods if opts.sweep_methods is None else opts.sweep_methods) if n in ready)
     later = batches[1:]
+    for label, chosen, needed in (("sweep_methods", sweep, bool(later)),
+                                  ("bf16_methods", opts.bf16_methods, bool(opts.bf16_batches))):
+        if needed and Method.EAGER not in chosen:
+            raise ValueError(f"cuda_graph_decode.{label} must include eager: every batch is judged against it")
     for name in (n for n in ready if n not in sweep and later):
         ctx.skip(f"{name} at batch {', '.join(map(str, later))}", Code.PROFILE_BUDGET,
                  f"the {prof.name} profile times it at batch {batches[0]} only (cuda_graph_decode.sweep_methods): the "
