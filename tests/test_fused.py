@@ -233,7 +233,7 @@ def test_prefetch_leaves_only_activations_after_the_wait(compiled_for_hopper: di
 
 # ------------------------------------------------------------------ configs and budget (no Triton)
 
-def test_prefetch_configs_are_one_chunk_within_the_tile_budget() -> None:
+def test_prefetch_configs_are_one_chunk_within_the_tile_budget(monkeypatch) -> None:
     shapes = C.gemv_shapes(GPT2.n_embd, GPT2.vocab_size)
     for dtype in (torch.float32, torch.bfloat16):
         for batch in (1, 8, 64):
@@ -248,6 +248,9 @@ def test_prefetch_configs_are_one_chunk_within_the_tile_budget() -> None:
     assert one["ln_fc"] == C.GemvConfig(1, 8, 1024, 8)  # the tuned BN and warps, BK widened to the row
     with pytest.raises(ValueError, match="one chunk"):
         C.choose(64, 4, 512, 64, 1, torch.float32, 8, overrides={"fc2": C.GemvConfig(1, 4, 64)}, prefetch=True)
+    monkeypatch.setitem(C.TUNED_PREFETCH, ("fc2", "bfloat16", 1), {"BB": 1, "BN": 2, "BK": 1024, "num_warps": 4})
+    with pytest.raises(ValueError, match=r"TUNED_PREFETCH\['fc2', 'bfloat16', 1\]: BK must be 4096"):
+        C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, 1, torch.bfloat16, 132, prefetch=True)
 
 
 def test_default_grids_cover_every_sm_at_batch_1() -> None:

@@ -185,6 +185,9 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
             assert isinstance(g, GemvConfig)
             out[name] = GemvConfig(**entry) if entry else prefetch_config(g, shapes[name][1],
                                                                           4 if name == "proj" else 1)
+            if not one_chunk(name, out[name], shapes[name][1]):
+                raise ValueError(f"TUNED_PREFETCH[{name!r}, {dname!r}, {batch}]: BK must be "
+                                 f"{next_pow2(shapes[name][1])} (one chunk), got {out[name]}")
         return _checked(out)
     tuned = TUNED if tuned is None else tuned
 
