@@ -4,7 +4,9 @@ CPU: the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1, numpy o
 one subprocess so that the variable is set before Triton is imported and no other test sees it;
 every check below reads its part of that run. Skipped, with the import error, without Triton.
 CUDA (`cuda` marker): GPT-2 124M-shaped random weights at batches 1, 8, 16, 64; the step captured
-in a CUDA graph and replayed; bf16 teacher-forced; programmatic dependent launch on Hopper.
+in a CUDA graph and replayed; bf16 teacher-forced; programmatic dependent launch on Hopper, with and
+without the PREFETCH kernels (`fused-pdl-prefetch`), which the interpreter also runs (without PDL)
+and the ahead-of-time compile checks for what is left after the PDL wait.
 
 Tolerances, and why:
 - fp32 logits and cache within 1e-5 of their largest magnitude (tiny and odd models, CPU). The fused
