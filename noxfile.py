@@ -3,11 +3,16 @@
 Every session only installs what it needs and passes its arguments to `python -m lab COMMAND`
 (the commands are in lab/commands/; `python -m lab COMMAND --help` says what each accepts).
 Sessions that only drive Docker or Slurm run with the host's python3 (no virtualenv, no torch).
+
+`nox --no-venv -s NAME`: no virtualenv and nothing installed; the session runs `python -m lab ...`
+with the interpreter nox runs under and the packages it already has (a GPU host with torch and no
+network: `python3 -m nox -s gpu_lab --no-venv -- --out DIR`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import nox
 
@@ -23,21 +28,42 @@ REPORT_DEPS = ("jinja2>=3.1", "matplotlib>=3.8", "pydantic>=2.7")
 HOST_PYTHON = "python3"
 
 
+def no_venv(session: nox.Session) -> bool:
+    """`nox --no-venv`: the session runs in the current environment, where nothing may be installed."""
+    return session.venv_backend == "none"
+
+
+def python(session: nox.Session) -> str:
+    """The session's interpreter: the virtualenv's, or (--no-venv) the one nox itself runs under."""
+    return sys.executable if no_venv(session) else "python"
+
+
+def _uses_current_environment(session: nox.Session) -> bool:
+    if no_venv(session):
+        session.log(f"--no-venv: no virtualenv, nothing installed; running with {sys.executable} and the packages "
+                    "it has (no network needed)")
+    return no_venv(session)
+
+
 def install(session: nox.Session, *extras: str) -> None:
     """torch first (pinned, so nothing pulls another build), then the lab in editable mode."""
+    if _uses_current_environment(session):
+        return
     session.install(TORCH)
     session.install("-e", f".[{','.join(extras)}]" if extras else ".")
 
 
 def install_report(session: nox.Session) -> None:
     """The lab without its dependencies (no torch) plus what the report needs."""
+    if _uses_current_environment(session):
+        return
     session.install(*REPORT_DEPS)
     session.install("--no-deps", "-e", ".")
 
 
 def lab_command(session: nox.Session, *args: str) -> None:
-    """`python -m lab ARGS` in the session's virtualenv."""
-    session.run("python", "-m", "lab", *args)
+    """`python -m lab ARGS` in the session's virtualenv (--no-venv: with nox's own interpreter)."""
+    session.run(python(session), "-m", "lab", *args, external=no_venv(session))
 
 
 def host_lab_command(session: nox.Session, *args: str) -> None:
@@ -49,7 +75,7 @@ def host_lab_command(session: nox.Session, *args: str) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite (pytest arguments after --)."""
     install(session, "dev")
-    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
+    session.run(python(session), "-m", "pytest", *(session.posargs or ["-q"]), external=no_venv(session))
 
 
 @nox.session

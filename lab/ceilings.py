@@ -22,22 +22,29 @@ from lab.timing import Clock, clock_for, time_calls
 
 # ---------------------------------------------------------------------------- step arithmetic
 
-def step_bytes(w: Weights, batch: int, max_len: int) -> int:
-    """Bytes one fixed-shape step must read: every weight once (the position table: one row per
-    sequence; the token table is read whole by the tied lm_head) and the whole K and V buffers,
-    which attention reads at every position."""
+def step_bytes(w: Weights, batch: int, slots: float) -> int:
+    """Bytes one step must read: every weight once (the position table: one row per sequence; the
+    token table is read whole by the tied lm_head) and the K and V of the `slots` cache slots it
+    attends (the fixed-shape step reads all max_len of them, masked; only the reached ones must be
+    read: pass the mean over a decode, `attended_slots`)."""
     elem = w.wte.element_size()
     weights = w.nbytes() - w.wpe.numel() * w.wpe.element_size() + batch * w.n_embd * elem
-    cache = 2 * w.n_layer * batch * max_len * w.n_embd * elem
-    return int(weights + cache)
+    cache = 2 * w.n_layer * batch * slots * w.n_embd * elem
+    return int(round(weights + cache))
 
 
-def step_flops(w: Weights, batch: int, max_len: int) -> int:
-    """Multiply-adds x 2 of one step: the four projections per layer, the lm_head, attention over max_len."""
+def step_flops(w: Weights, batch: int, slots: float) -> int:
+    """Multiply-adds x 2 of one step: the four projections per layer, the lm_head, attention over `slots`."""
     E, V, L = w.n_embd, int(w.wte.shape[0]), w.n_layer
     per_token_matmul = L * (E * 3 * E + E * E + E * 4 * E + 4 * E * E) + V * E
-    attention = L * 2 * max_len * E  # q.k over max_len slots and att @ v, all heads
-    return int(2 * batch * (per_token_matmul + attention))
+    attention = L * 2 * slots * E  # q.k over the attended slots and att @ v, all heads
+    return int(round(2 * batch * (per_token_matmul + attention)))
+
+
+def attended_slots(prompt_len: int, steps: int) -> float:
+    """Cache slots a step attends, averaged over `steps` steps after a `prompt_len`-token prefill: the
+    step at position p reads slots 0..p, and p runs from prompt_len to prompt_len + steps - 1."""
+    return prompt_len + (steps - 1) / 2 + 1
 
 
 @dataclass(frozen=True)

@@ -131,8 +131,20 @@ MARGIN_VS_RUNNER_UP = declare("margin_vs_runner_up", units.X, N,
 
 # ---------------------------------------------------------------------------- correctness (outside timing)
 TOKENS_EQUAL = declare("tokens_equal", units.BOOL, N, "the greedy tokens equal the reference's", kind=BOOL)
-TOKEN_AGREEMENT = declare("token_agreement", units.FRACTION, H, "share of greedy tokens equal to the reference's",
-                          comparable=_MODEL)
+# What free-running agreement measures (the report renders this help and cuda_graph_decode notes it).
+FREE_RUNNING_NOTE = ("free-running agreement with random weights measures divergence after near-ties, not error: "
+                     "after the first near-tie a method picks the other token and the sequences part for good; "
+                     "teacher_forced_agreement measures the error")
+TOKEN_AGREEMENT = declare("token_agreement", units.FRACTION, H, "share of greedy tokens equal to the reference's "
+                          f"({FREE_RUNNING_NOTE})", comparable=_MODEL)
+TEACHER_FORCED_AGREEMENT = declare(
+    "teacher_forced_agreement", units.FRACTION, H,
+    "share of steps (x batch rows) whose argmax equals fp32 eager's when the method is fed fp32 eager's token at "
+    "every step: each step judged on its own, so a near-tie costs one step, not the rest of the sequence "
+    "(free-running agreement with random weights measures divergence after near-ties, not error)", comparable=_MODEL)
+TEACHER_FORCED_MAX_LOGIT_ERROR = declare(
+    "teacher_forced_max_logit_error", units.ABS, L,
+    "largest |logit - fp32 eager's logit| over the teacher-forced steps (fed fp32 eager's tokens)", comparable=_MODEL)
 MAX_LOGIT_DIFF = declare("max_logit_diff", units.ABS, L, "largest absolute logit difference from the reference",
                          comparable=_MODEL)
 MAX_LOGIT_REL_DIFF = declare("max_logit_rel_diff", units.FRACTION, L,
@@ -187,6 +199,12 @@ KERNELS_PER_STEP = declare("kernels_per_step", units.COUNT, N, "kernels per deco
 OPS_PER_STEP = declare("ops_per_step", units.COUNT, N, "ops (CPU) or kernels (CUDA) per call" + _STRUCTURE)
 KERNEL_TIME_PER_STEP_US = declare("kernel_time_per_step_us", units.US, L, "time inside the step's kernels (GPU "
                                   "time on CUDA, the outermost ops' time on the CPU)", comparable=_MODEL)
+GPU_BUSY_US = declare("gpu_busy_us", units.US, L, "GPU-busy time of one step: the union of its kernels' intervals on "
+                      "the device (profiler, one step; kernels that overlap, as under programmatic dependent launch, "
+                      "count once)", comparable=_MODEL)
+GAP_US = declare("gap_us", units.US, L, "the median step time minus the GPU-busy time: the part of a step in which "
+                 "no kernel runs (host launch work in eager, launch latency and bubbles between kernels in a graph)",
+                 comparable=_MODEL)
 MATMUL_SHARE = declare("matmul_share", units.FRACTION, N, "share of kernel time in matrix products (a property of "
                        "the workload: no direction)")
 GEMM_SHARE = declare("gemm_share", units.FRACTION, N, "share of kernel time in GEMMs (a property of the workload: "
@@ -209,8 +227,10 @@ MATMUL_TFLOPS_SAMPLES = declare("matmul_TFLOPs_samples", units.TFLOPS, H,
                                 "the samples behind matmul_TFLOPs (median and spread)")
 LAUNCH_COST_BASIS = declare("launch_cost_basis", units.NONE, N,
                             "which per-kernel cost the launch bound uses: eager or graph_node", kind=TEXT)
-BYTES_PER_STEP = declare("bytes_per_step", units.BYTES, N, "bytes a step must read and write (weights, cache)")
-FLOPS_PER_STEP = declare("flops_per_step", units.FLOP, N, "floating-point operations of one step")
+BYTES_PER_STEP = declare("bytes_per_step", units.BYTES, N, "bytes a step must read: every weight once and the K and V "
+                         "of the cache slots it attends, averaged over the timed decode")
+FLOPS_PER_STEP = declare("flops_per_step", units.FLOP, N, "floating-point operations a step must do (attention over "
+                         "the attended slots, averaged over the timed decode)")
 BOUND_LAUNCH_MS = declare("bound_launch_ms", units.MS, L, "lower bound on a step: kernels x per-kernel launch cost",
                           comparable=_MODEL)
 BOUND_BANDWIDTH_MS = declare("bound_bandwidth_ms", units.MS, L, "lower bound on a step: bytes / bandwidth",
@@ -225,8 +245,8 @@ MEASURED_OVER_BOUND = declare("measured_over_bound", units.X, L, "measured step 
                               "the ceiling (1 is at it)", comparable=_MODEL)
 ACHIEVED_GBPS = declare("achieved_GBps", units.GBPS, H, "bytes moved per second at the measured time",
                         comparable=_BYTES + _MODEL)
-MBU = declare("mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes the step must read / measured step time / "
-              "the measured copy bandwidth (1 is the weight-read floor)", comparable=_MODEL)
+MBU = declare("mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes the step must read (weights + attended "
+              "cache) / measured step time / the measured copy bandwidth (1 is the byte floor)", comparable=_MODEL)
 ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time", comparable=_GEMM)
 
 # ---------------------------------------------------------------------------- graph capture and memory

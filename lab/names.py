@@ -18,7 +18,17 @@ class Method(StrEnum):
     REDUCE_OVERHEAD = "reduce-overhead"  # torch.compile(mode="reduce-overhead"): cudagraph trees
     REDUCE_OVERHEAD_STATIC = "reduce-overhead-static"  # ... with the state given static addresses
     COMPILE_GRAPH = "compile+graph"  # compiled (default mode), then captured by hand
+    # Inductor's levers on compile+graph, each one config switch (lab.stepmethods reads the names
+    # from the installed torch and skips a row whose switch this torch lacks)
+    COMPILE_GRAPH_COMBO = "compile+graph+combo"  # combo_kernels: independent kernels fused horizontally
+    COMPILE_GRAPH_PDL = "compile+graph+pdl"  # triton.enable_pdl: programmatic dependent launch (Hopper+)
+    COMPILE_GRAPH_COORDESC = "compile+graph+coord-descent"  # coordinate_descent_tuning of each kernel's config
     MAX_AUTOTUNE = "max-autotune-no-cudagraphs"  # torch.compile(mode="max-autotune-no-cudagraphs")
+    MAX_AUTOTUNE_GRAPH = "max-autotune+graph"  # the same compile, then captured by hand
+    # the hand-fused step (lab.fused): 62 Triton kernels, captured by hand
+    FUSED = "fused"
+    FUSED_PDL = "fused-pdl"  # ... launched with programmatic dependent launch (Hopper+)
+    FUSED_PDL_PREFETCH = "fused-pdl-prefetch"  # ... with every weight read before each kernel's PDL wait
 
 
 class Variant(StrEnum):
@@ -44,6 +54,11 @@ FAMILY: dict[str, Family] = {
     Method.MAX_AUTOTUNE: Family.COMPILE, Method.COMPILE_GRAPH: Family.COMPILE_GRAPH,
     # reduce-overhead is compile plus cudagraph trees: compile+graph by another road
     Method.REDUCE_OVERHEAD: Family.COMPILE_GRAPH, Method.REDUCE_OVERHEAD_STATIC: Family.COMPILE_GRAPH,
+    Method.COMPILE_GRAPH_COMBO: Family.COMPILE_GRAPH, Method.COMPILE_GRAPH_PDL: Family.COMPILE_GRAPH,
+    Method.COMPILE_GRAPH_COORDESC: Family.COMPILE_GRAPH, Method.MAX_AUTOTUNE_GRAPH: Family.COMPILE_GRAPH,
+    # the hand-fused step is compiled by hand (62 kernels instead of Inductor's 147), then captured
+    Method.FUSED: Family.COMPILE_GRAPH, Method.FUSED_PDL: Family.COMPILE_GRAPH,
+    Method.FUSED_PDL_PREFETCH: Family.COMPILE_GRAPH,
     Variant.GRAPH_NO_CLONE: Family.GRAPH, Variant.ALLOCATING: Family.EAGER,
 }
 

@@ -2,7 +2,12 @@
 
 - `smoke`: a tiny GPT-2-shaped model on the CPU, for tests and CI (whole run in a few minutes on 2 cores).
 - `cpu`:   GPT-2 124M on the CPU.
-- `gpu`:   the full GPU lab (GPT-2 124M on CUDA); designed to finish in one 8-minute run on an H200.
+- `gpu`:   the GPU lab (GPT-2 124M on CUDA); designed to finish in one run of at most 6 minutes on an H200
+           (estimated ~300 s: see the budget note above its entry).
+- `gpu-full`: `gpu` plus what does not fit its budget: max-autotune, coordinate-descent tuning, every method
+           at every batch (with Dynamo's automatic dynamic shapes, so the two runs side by side record
+           what `dynamic=False` changes), the token read back at every batch, compile time against depth
+           2 and 12 and the small MLP (an estimated 20-25 minutes on an H200).
 
 Experiment-specific knobs are declared by each experiment (`Options` in lab/experiments/<id>.py, with
 their defaults and help: `python -m lab list --options`); a profile overrides them by name in
@@ -77,6 +82,22 @@ def _frozen(options: dict[str, dict[str, Any]]) -> Mapping[str, Mapping[str, Any
     return MappingProxyType({k: MappingProxyType(v) for k, v in options.items()})
 
 
+# cuda_graph_decode's methods in the gpu profiles (names of lab.names.Method; plain strings so that this
+# module stays importable without torch). Batch 1 is the headline: every method there; the batch
+# sweep keeps the four families and the fused step; bf16 runs at batch 1.
+GPU_METHODS = ("eager", "graph", "compile-default", "reduce-overhead", "reduce-overhead-static", "compile+graph",
+               "compile+graph+combo", "compile+graph+pdl", "fused", "fused-pdl", "fused-pdl-prefetch")
+GPU_SWEEP_METHODS = ("eager", "graph", "compile-default", "compile+graph", "fused")
+GPU_BF16_METHODS = ("eager", "graph", "compile-default", "compile+graph", "fused", "fused-pdl", "fused-pdl-prefetch")
+# gpu-full: every method at batch 1 (its default list, plus max-autotune), all but the minutes-long
+# compiles at every batch, the Inductor levers in bf16 too
+FULL_SWEEP_METHODS = ("eager", "graph", "compile-default", "reduce-overhead", "reduce-overhead-static",
+                      "compile+graph", "compile+graph+combo", "compile+graph+pdl", "fused", "fused-pdl",
+                      "fused-pdl-prefetch")
+FULL_BF16_METHODS = ("eager", "graph", "compile-default", "compile+graph", "compile+graph+combo", "compile+graph+pdl",
+                     "compile+graph+coord-descent", "max-autotune+graph", "fused", "fused-pdl", "fused-pdl-prefetch")
+
+
 PROFILES: dict[str, Profile] = {
     "smoke": Profile(
         name="smoke",
@@ -125,9 +146,15 @@ PROFILES: dict[str, Profile] = {
                              "reuse_probe": True, "child_timeout_s": 900},
         }),
     ),
+    # The gpu profile's budget (H200, seconds, from the 2026-11-29 runs; the run's notes say where time went:
+    # cuda_graph_decode.phase_s, compile_cost.child_s): toolchain .. fixed_step_equivalence ~27;
+    # cuda_graph_decode ~165 (batch 1 fp32: 11 methods, ~60 s of compiling and capture, the Inductor levers
+    # ~10 s each, ~15 s of timing; batches 8/16/64: 5 methods, one static compile each, ~20 s a batch; bf16
+    # batch 1: 7 methods, ~30 s); compile_cost ~40 (depth 12 cold and warm: two fresh processes); graph_hazards
+    # ~15 (its two children side by side); inductor ~12; the overhead experiments ~25. Together ~285 s.
     "gpu": Profile(
         name="gpu",
-        description="the full GPU lab: GPT-2 124M on CUDA, batches 1-64",
+        description="the GPU lab: GPT-2 124M on CUDA, batches 1-64, the step methods at batch 1 (<= 6 min on an H200)",
         device="cuda", model=GPT2, prompt_len=16, decode_steps=128, max_len=256, batches=(1, 8, 16, 64), rounds=5,
         options=_frozen({
             "recompiles": {"batch_sizes": list(range(1, 13))},
@@ -145,11 +172,27 @@ PROFILES: dict[str, Profile] = {
             "diagnose": {"rounds": 3, "iters": 20},
             "toolchain": {"try_compile": True},
             "inductor": {"steps": 40, "equiv_steps": 15, "steps_per_round": 32, "rounds": 5, "warmup": 3},
-            "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
+            "compile_cost": {"mlp_trials": 0, "depths": [12], "rounds": 5, "steady_steps": 32,
                              "reuse_probe": False, "child_timeout_s": 300},
+            "cuda_graph_decode": {
+                "methods": list(GPU_METHODS), "sweep_methods": list(GPU_SWEEP_METHODS),
+                "bf16_methods": list(GPU_BF16_METHODS), "readback_batches": [1], "sweep_rounds": 3,
+                # one static graph per batch: under automatic dynamic shapes batch 8 recompiles every method
+                # with a symbolic batch (16-19 s each); static compiles cost about as much in all and match
+                # what a server with fixed batch buckets runs (gpu-full keeps Dynamo's default)
+                "dynamic": False},
         }),
     ),
 }
+PROFILES["gpu-full"] = replace(
+    PROFILES["gpu"], name="gpu-full",
+    description="gpu plus max-autotune, coordinate descent, every method at every batch, compile cost vs depth "
+                "(~20-25 min on an H200, estimated)",
+    options=_frozen({**{k: dict(v) for k, v in PROFILES["gpu"].options.items()},
+                     "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
+                                      "reuse_probe": False, "child_timeout_s": 600},
+                     "cuda_graph_decode": {"max_autotune": True, "sweep_methods": list(FULL_SWEEP_METHODS),
+                                           "bf16_methods": list(FULL_BF16_METHODS)}}))
 
 
 # ---------------------------------------------------------------------------- the sweeps (issue 14)

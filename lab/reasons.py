@@ -46,6 +46,7 @@ class Code(StrEnum):
     NO_TIMINGS = "no_timings"
     NO_PEAK = "no_peak"
     COMPILE_FAILED = "compile_failed"
+    NOT_IN_THIS_TORCH = "not_in_this_torch"  # a switch (e.g. an Inductor config name) the installed torch lacks
     DEPTH_EXCEEDS_MODEL = "depth_exceeds_model"
     NO_TLPARSE = "no_tlparse"  # compile traces: tlparse not on PATH (the structured trace summary is kept instead)
     # containers (lab.containers)

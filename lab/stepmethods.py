@@ -3,9 +3,18 @@
 Every method runs a step over a `DecodeState` (by default `decode.decode_step`). A row says how:
 compiled or not (backend, mode, Inductor config patch), with static addresses or not, captured in a
 manual CUDA graph or not, whether the compiled step must be one graph, whether calls mark cudagraph
-tree steps, and optionally a weight preparation and an alternative step function. `build` reads the
-row; adding a method is one row in `METHODS` (its name in `lab.names.Method`), plus at most one
-function (its step or its weight preparation).
+tree steps, and optionally a weight preparation, an alternative step function, or a step bound to
+the state before capture (`bind`: the hand-fused step prepares its plan, workspace and launches).
+`build` reads the row; adding a method is one row in `METHODS` (its name in `lab.names.Method`),
+plus at most one function (its step, its binding or its weight preparation).
+
+Inductor's levers are rows of compile+graph with one config switch each (combo kernels,
+programmatic dependent launch, coordinate-descent tuning; max-autotune is a mode). Their names are
+checked against the installed torch's `torch._inductor.config` before a build (`unavailable`): a
+torch without the switch gets the row skipped as `not_in_this_torch`, never silently compiled
+without it. No row for a "fused QKV" layout: GPT-2's query, key and value projections are already
+one [3E, E] matrix (`Weights.layers[i].attn_w`, the checkpoint's c_attn), read by one GEMV in every
+method; weights are in nn.Linear's [out, in] layout throughout (lab.model).
 
 A built `StepMethod` owns its own `DecodeState` (a captured graph is bound to its buffers), knows
 how long it took to get ready (weight preparation, compile and/or capture, first calls included:
@@ -31,6 +40,7 @@ from lab.graphs import GraphedStep
 from lab.model import Weights
 from lab.names import Method
 from lab.opprofile import enable_cpp_kernel_profile
+from lab.stepprofile import busy_us, count_kernels, top_kernels  # noqa: F401  (re-exported)
 from lab.timing import Clock, first_call
 
 StepFn = Callable[[DecodeState, Weights], torch.Tensor]
@@ -51,6 +61,9 @@ class MethodSpec:
     config: Mapping[str, Any] = field(default_factory=dict)  # torch._inductor.config patch while getting ready
     prepare: Callable[[Weights], Weights] | None = None  # a weight layout of the method's own
     step: StepFn | None = None  # the method's own step function (default: decode.decode_step)
+    # a step made for one state before any capture (its preparation is part of setup_s): bind(state, w)
+    bind: Callable[[DecodeState, Weights], StepFn] | None = None
+    needs: tuple[str, ...] = ()  # "triton": Triton imports; "sm90": a CUDA device of compute capability 9.0+
 
     def __post_init__(self) -> None:
         compile_only = {"mode": self.mode, "static": self.static, "tree_steps": self.tree_steps,
@@ -60,6 +73,22 @@ class MethodSpec:
             raise ValueError(f"step method {self.name}: {', '.join(used)} apply to compiled methods only")
         if self.mode is not None and self.backend != "inductor":
             raise ValueError(f"step method {self.name}: a compile mode needs the inductor backend")
+        if self.bind is not None and (self.compiled or self.step is not None):
+            raise ValueError(f"step method {self.name}: bind replaces the step of an uncompiled method")
+        unknown = sorted(set(self.needs) - {"triton", "sm90"})
+        if unknown:
+            raise ValueError(f"step method {self.name}: unknown need {unknown[0]!r} (triton, sm90)")
+
+
+def _fused(pdl: bool = False, prefetch: bool = False) -> Callable[[DecodeState, Weights], StepFn]:
+    """The hand-fused step's binding (lab.fused.step.bind): Triton is imported only when a row is built."""
+    def bind(state: DecodeState, w: Weights) -> StepFn:
+        from lab.fused.step import bind as fused_bind
+
+        return fused_bind(state, w, pdl=pdl, prefetch=prefetch)
+
+    bind.__name__ = "fused" + ("_pdl" if pdl else "") + ("_prefetch" if prefetch else "")
+    return bind
 
 
 METHODS: dict[str, MethodSpec] = {row.name: row for row in (
@@ -73,7 +102,16 @@ METHODS: dict[str, MethodSpec] = {row.name: row for row in (
     MethodSpec(Method.REDUCE_OVERHEAD_STATIC, compiled=True, mode="reduce-overhead", tree_steps=True, static=True,
                config={"fx_graph_cache": False}),
     MethodSpec(Method.COMPILE_GRAPH, compiled=True, graphed=True),
+    MethodSpec(Method.COMPILE_GRAPH_COMBO, compiled=True, graphed=True, config={"combo_kernels": True}),
+    # Inductor generates PDL only on compute capability 9.0+; elsewhere the row would be compile+graph again
+    MethodSpec(Method.COMPILE_GRAPH_PDL, compiled=True, graphed=True, config={"triton.enable_pdl": True},
+               needs=("sm90",)),
+    MethodSpec(Method.COMPILE_GRAPH_COORDESC, compiled=True, graphed=True, config={"coordinate_descent_tuning": True}),
     MethodSpec(Method.MAX_AUTOTUNE, compiled=True, mode="max-autotune-no-cudagraphs"),
+    MethodSpec(Method.MAX_AUTOTUNE_GRAPH, compiled=True, graphed=True, mode="max-autotune-no-cudagraphs"),
+    MethodSpec(Method.FUSED, graphed=True, bind=_fused(), needs=("triton",)),
+    MethodSpec(Method.FUSED_PDL, graphed=True, bind=_fused(pdl=True), needs=("triton", "sm90")),
+    MethodSpec(Method.FUSED_PDL_PREFETCH, graphed=True, bind=_fused(pdl=True, prefetch=True), needs=("triton", "sm90")),
 )}
 ALL_METHODS: tuple[str, ...] = tuple(METHODS)
 COMPILED_METHODS: tuple[str, ...] = tuple(n for n, row in METHODS.items() if row.compiled)
@@ -84,6 +122,37 @@ def method_spec(name: str) -> MethodSpec:
         return METHODS[name]
     except KeyError:
         raise ValueError(f"unknown step method {name!r} (choose from {', '.join(METHODS)})") from None
+
+
+def inductor_config_names(names: list[str]) -> list[str]:
+    """The names among `names` that the installed torch's torch._inductor.config lacks (dotted: "triton.x")."""
+    import torch._inductor.config as inductor_config
+
+    have = inductor_config.get_config_copy()
+    return [n for n in names if n not in have]
+
+
+def unavailable(spec: MethodSpec, device: torch.device) -> tuple[str, str] | None:
+    """(reason code, how to make it run) when `spec` cannot be built here; None when it can."""
+    from lab.reasons import Code
+
+    if "triton" in spec.needs:
+        from lab.fused import triton_import_error
+
+        err = triton_import_error()
+        if err is not None:
+            return Code.NO_TRITON, f"{spec.name} runs Triton kernels and Triton does not import ({err}): install triton"
+    if "sm90" in spec.needs:
+        cap = torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.cuda.is_available() else None
+        if cap is None or cap[0] < 9:
+            here = f"{cap[0]}.{cap[1]}" if cap else device.type
+            return Code.NOT_ON_THIS_DEVICE, (f"{spec.name} uses programmatic dependent launch, which needs a CUDA device "
+                                             f"of compute capability 9.0+ (Hopper or newer; this device: {here})")
+    missing = inductor_config_names(list(spec.config)) if spec.config else []
+    if missing:
+        return Code.NOT_IN_THIS_TORCH, (f"torch {torch.__version__} has no torch._inductor.config.{missing[0]}: "
+                                        f"{spec.name} needs a torch whose Inductor has that switch")
+    return None
 
 
 class FullGraphError(RuntimeError):
@@ -258,7 +327,7 @@ def _make_ready(m: StepMethod, spec: MethodSpec, warmup: int, dynamic: bool | No
         w = clone_weights(w)
         mark_static(list(state.buffers().values()) + w.tensors())
     m.weights = w
-    fn: StepFn = spec.step or decode.decode_step
+    fn: StepFn = spec.bind(state, w) if spec.bind else (spec.step or decode.decode_step)
     call = _tree_step if spec.tree_steps else _plain_step
     if spec.compiled:
         fn = torch.compile(compile_entry(spec, dynamic), backend=spec.backend, mode=spec.mode, dynamic=dynamic,
@@ -311,39 +380,3 @@ def _getting_ready(spec: MethodSpec, w: Weights, prompt: torch.Tensor) -> contex
     dtype = str(w.dtype).removeprefix("torch.")
     return console.activity(f"{verb} {spec.name} (batch {prompt.shape[0]}, {dtype}, first call)")
 
-
-def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]:
-    """Device kernels (CUDA) or operator calls (CPU) of one call of `fn`, from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    events = prof.events()
-    if device.type == "cuda":
-        kernels = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
-                   and "memset" not in e.name.lower()]
-        times = [float(e.device_time if hasattr(e, "device_time") else e.cuda_time) for e in kernels]
-        return {"kernels": len(kernels), "device_us": sum(times),
-                "top": top_kernels([(e.name, t) for e, t in zip(kernels, times)])}
-    # On the CPU the host is the device: outermost operators plus the kernels Inductor generated
-    # (lab.opprofile's definition, shared with the overhead experiments).
-    from lab.opprofile import summarise
-
-    prof_cpu = summarise(list(events), 1, "cpu")
-    return {"kernels": int(prof_cpu.kernels), "device_us": None,
-            "top": [{"name": r["name"], "count": int(r["per_step"]), "us": round(r["ms_per_step"] * 1e3, 2)}
-                    for r in prof_cpu.top()]}
-
-
-def top_kernels(named_us: list[tuple[str, float]], n: int = 8) -> list[dict[str, Any]]:
-    """The kernels (or ops) that took the most time, grouped by name: where a step's time goes."""
-    agg: dict[str, list[float]] = {}
-    for name, us in named_us:
-        entry = agg.setdefault(name[:100], [0, 0.0])
-        entry[0] += 1
-        entry[1] += us
-    ranked = sorted(agg.items(), key=lambda kv: -kv[1][1])[:n]
-    return [{"name": k, "count": int(v[0]), "us": round(v[1], 2)} for k, v in ranked]

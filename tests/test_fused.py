@@ -4,7 +4,9 @@ CPU: the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1, numpy o
 one subprocess so that the variable is set before Triton is imported and no other test sees it;
 every check below reads its part of that run. Skipped, with the import error, without Triton.
 CUDA (`cuda` marker): GPT-2 124M-shaped random weights at batches 1, 8, 16, 64; the step captured
-in a CUDA graph and replayed; bf16 teacher-forced; programmatic dependent launch on Hopper.
+in a CUDA graph and replayed; bf16 teacher-forced; programmatic dependent launch on Hopper, with and
+without the PREFETCH kernels (`fused-pdl-prefetch`), which the interpreter also runs (without PDL)
+and the ahead-of-time compile checks for what is left after the PDL wait.
 
 Tolerances, and why:
 - fp32 logits and cache within 1e-5 of their largest magnitude (tiny and odd models, CPU). The fused
@@ -57,7 +59,12 @@ tiny = K.weights_for("tiny")
 out = {"fp32": [K.free_running(tiny, b, steps=3, sms=2) for b in (1, 3)],
        "odd": K.free_running(K.weights_for("odd"), 3, steps=2, prompt_len=4, sms=4,
                              overrides=K.parse_configs(sys.argv[1])),
-       "bf16": K.teacher_forced(tiny, K.weights_for("tiny", dtype=torch.bfloat16), 2, steps=3, sms=2)}
+       "bf16": K.teacher_forced(tiny, K.weights_for("tiny", dtype=torch.bfloat16), 2, steps=3, sms=2),
+       # the PREFETCH kernels (fused-pdl-prefetch without the PDL launch, which needs a Hopper GPU)
+       "prefetch": [K.free_running(tiny, 1, steps=3, sms=2, prefetch=True),
+                    K.free_running(K.weights_for("odd"), 3, steps=2, prompt_len=4, sms=4, prefetch=True)],
+       "prefetch_bf16": K.teacher_forced(tiny, K.weights_for("tiny", dtype=torch.bfloat16), 1, steps=3, sms=2,
+                                         prefetch=True)}
 try:
     prepare(new_state(tiny, 1, 16), tiny, pdl=True)
     out["pdl_refusal"] = None
@@ -140,6 +147,23 @@ def test_bf16_teacher_forced_within_bf16_rounding(interpreted: dict) -> None:
 
 
 @needs_triton
+@pytest.mark.parametrize("index", [0, 1], ids=["tiny-batch1", "odd-batch3"])
+def test_prefetch_kernels_equal_eager_in_the_interpreter(interpreted: dict, index: int) -> None:
+    run = interpreted["prefetch"][index]
+    for name in C.PREFETCH_KERNELS:  # the variant computes its rows in one chunk
+        cfg = run["configs"][name]
+        assert cfg["BK"] == C.next_pow2(C.gemv_shapes(48 if index else 64, 500 if index else 512)[name][1]), cfg
+    _assert_equal_run(run, FP32_REL_CPU)
+
+
+@needs_triton
+def test_prefetch_bf16_teacher_forced(interpreted: dict) -> None:
+    r = interpreted["prefetch_bf16"]
+    assert all(r["bookkeeping_ok"]), r
+    assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r
+
+
+@needs_triton
 def test_pdl_is_refused_without_hopper(interpreted: dict) -> None:
     assert interpreted["pdl_refusal"] and "CUDA device" in interpreted["pdl_refusal"]
 
@@ -163,8 +187,11 @@ import json, sys, torch
 from dataclasses import asdict
 from lab.fused.aot import compile_plan, plan_for_shapes
 out = {}
-for label, dtype, batch, pdl in (("fp32-b1-pdl", torch.float32, 1, True), ("bf16-b3", torch.bfloat16, 3, False)):
-    out[label] = [asdict(c) for c in compile_plan(plan_for_shapes("gpt2", dtype, batch, pdl=pdl))]
+for label, dtype, batch, pdl, prefetch in (("fp32-b1-pdl", torch.float32, 1, True, False),
+                                           ("bf16-b3", torch.bfloat16, 3, False, False),
+                                           ("bf16-b1-pdl-prefetch", torch.bfloat16, 1, True, True)):
+    plan = plan_for_shapes("gpt2", dtype, batch, pdl=pdl, prefetch=prefetch)
+    out[label] = [asdict(c) for c in compile_plan(plan)]
 json.dump(out, sys.stdout)
 """
 
@@ -185,19 +212,48 @@ def compiled_for_hopper() -> dict:
 
 
 @needs_triton
-@pytest.mark.parametrize("label", ["fp32-b1-pdl", "bf16-b3"])
+@pytest.mark.parametrize("label", ["fp32-b1-pdl", "bf16-b3", "bf16-b1-pdl-prefetch"])
 def test_kernels_compile_for_hopper(compiled_for_hopper: dict, label: str) -> None:
     kernels = compiled_for_hopper[label]
     assert sorted({k["name"] for k in kernels}) == sorted(C.KERNEL_NAMES) and len(kernels) == 8
     for k in kernels:
         assert k["registers"] is not None and k["registers"] <= 255 and k["spill_bytes"] == 0, k
         assert k["tensor_core_ops"] == 0, k  # plain fp32 FMA: no tf32, no mma
-        assert k["grid_dependency_ops"] == (2 if label.endswith("pdl") else 0), k
+        assert k["grid_dependency_ops"] == (2 if "pdl" in label else 0), k
         if k["name"] != "argmax":
             assert k["vector_loads"] > 0, k  # 16-byte loads of the weights / cache
 
 
+def test_prefetch_leaves_only_activations_after_the_wait(compiled_for_hopper: dict) -> None:
+    """What the variant is for: layer norm + FC reads its slice, bias and norm parameters before the PDL
+    wait, so after it only the residual row is loaded (from L2); the default build loads weights there."""
+    after = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper["bf16-b1-pdl-prefetch"]}
+    default = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper["fp32-b1-pdl"]}
+    assert after[("ln_fc", "")] <= 2 < default[("ln_fc", "")], (after, default)
+    assert after[("ln_qkv", "")] <= 4 < default[("ln_qkv", "")], (after, default)
+
+
 # ------------------------------------------------------------------ configs and budget (no Triton)
+
+def test_prefetch_configs_are_one_chunk_within_the_tile_budget(monkeypatch) -> None:
+    shapes = C.gemv_shapes(GPT2.n_embd, GPT2.vocab_size)
+    for dtype in (torch.float32, torch.bfloat16):
+        for batch in (1, 8, 64):
+            plain = C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, batch, dtype, 132)
+            cfg = C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, batch, dtype, 132, prefetch=True)
+            assert cfg["lm_head"] == plain["lm_head"] and cfg["attention"] == plain["attention"]
+            for name in C.PREFETCH_KERNELS:
+                g = cfg[name]
+                assert g.BK == C.next_pow2(shapes[name][1]), (name, g)
+                assert g.BB * g.BN * g.BK <= C.PREFETCH_TILE * 32 * g.num_warps, (name, g)
+    one = C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, 1, torch.bfloat16, 132, prefetch=True)
+    assert one["ln_fc"] == C.GemvConfig(1, 8, 1024, 8)  # the tuned BN and warps, BK widened to the row
+    with pytest.raises(ValueError, match="one chunk"):
+        C.choose(64, 4, 512, 64, 1, torch.float32, 8, overrides={"fc2": C.GemvConfig(1, 4, 64)}, prefetch=True)
+    monkeypatch.setitem(C.TUNED_PREFETCH, ("fc2", "bfloat16", 1), {"BB": 1, "BN": 2, "BK": 1024, "num_warps": 4})
+    with pytest.raises(ValueError, match=r"TUNED_PREFETCH\['fc2', 'bfloat16', 1\]: BK must be 4096"):
+        C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, 1, torch.bfloat16, 132, prefetch=True)
+
 
 def test_default_grids_cover_every_sm_at_batch_1() -> None:
     cfg = C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, 1, torch.float32, 132, tuned={})
@@ -258,26 +314,26 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int) -> None:
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch", [1, 8])
-def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int) -> None:
+@pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True)], ids=["b1", "b8", "b1-prefetch"])
+def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool) -> None:
     from lab.fused.check import free_running
     from lab.fused.step import pdl_supported
 
     ok, why = pdl_supported(torch.device("cuda"))
     if not ok:
         pytest.skip(why)
-    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True)
+    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch)
     _assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
 
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch", [1, 8])
-def test_gpu_bf16_teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch: int) -> None:
+@pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True)], ids=["b1", "b8", "b1-prefetch"])
+def test_gpu_bf16_teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch: int, prefetch: bool) -> None:
     from lab.fused.check import teacher_forced
 
-    r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16)
+    r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=prefetch)
     assert all(r["bookkeeping_ok"]), r
     # 12 layers of bf16 weights: the absolute error is whatever bf16 gives; the fused step must not add to it
     assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r

@@ -4,7 +4,13 @@ Measured in this run on the profile's device: the cost of one tiny eager op and 
 replayed CUDA graph, the device copy bandwidth, fp32 and bf16 matmul peaks (the best of several
 repeats is the ceiling; all samples are kept). Then, for each method and batch of this run's
 cuda_graph_decode (or, where that did not run, the eager step measured here): kernels per step,
-bytes and FLOPs per step, the three bounds, which binds, and measured / bound.
+bytes and FLOPs per step, the three bounds, which binds, measured / bound, and MBU (the bytes a
+step must read / its measured time / the copy bandwidth: the distance to the byte floor).
+
+The bytes a step must read are every weight once plus the K and V of the cache slots it attends,
+averaged over the timed decode (`lab.ceilings.attended_slots`: 80.5 slots for a 16-token prompt and
+128 steps); the fixed-shape eager step reads all max_len slots (masked), which is work it chose,
+not work the step needs.
 """
 
 from __future__ import annotations
@@ -21,7 +27,6 @@ from lab.reasons import Code
 from lab.results import ok_record
 from lab.timing import rotating_rounds
 
-GRAPH_METHODS = {Method.GRAPH, Method.COMPILE_GRAPH}
 CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}  # graphs unless Inductor skipped them
 
 
@@ -50,7 +55,8 @@ def _sizes(ctx) -> dict[str, int]:
 
 
 def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
-    if method in GRAPH_METHODS:
+    row = stepmethods.METHODS.get(method)
+    if row is not None and row.graphed:
         return True
     if method in CUDAGRAPH_TREE_METHODS and rec is not None:
         try:
@@ -60,12 +66,16 @@ def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
     return False
 
 
+def _own_steps(ctx) -> int:
+    prof = ctx.profile
+    return min(prof.decode_steps if ctx.options.steps is None else ctx.options.steps, prof.max_len - prof.prompt_len - 2)
+
+
 def _own_measurements(ctx, w) -> list[dict]:
     """Eager (and graph replay on CUDA) step times and kernel counts, when cuda_graph_decode did not run."""
     prof = ctx.profile
     rows = []
-    steps = min(prof.decode_steps if ctx.options.steps is None else ctx.options.steps,
-                prof.max_len - prof.prompt_len - 2)
+    steps = _own_steps(ctx)
     methods = (Method.EAGER, Method.GRAPH) if ctx.device.type == "cuda" else (Method.EAGER,)
     for batch in prof.batches:
         g = torch.Generator().manual_seed(3000 + batch)
@@ -133,6 +143,16 @@ def run(ctx) -> None:
         source = "measured here"
         rows = _own_measurements(ctx, ctx.gpt2("float32")[1])
     ctx.note("step_source", source)
+    prof = ctx.profile
+    if rec is not None:
+        config = rec.notes.get("config")
+        steps = int(config.get("steps", prof.decode_steps)) if isinstance(config, dict) else prof.decode_steps
+    else:
+        steps = _own_steps(ctx)
+    slots = ceilings.attended_slots(prof.prompt_len, steps)
+    ctx.note("attended_slots", {"slots": slots, "prompt_len": prof.prompt_len, "steps": steps,
+                                "why": "bytes_per_step counts every weight once and the K and V of the cache slots a "
+                                       "step attends, averaged over the timed decode"})
     weights = {"float32": ctx.gpt2("float32")[1]}
     for row in rows:
         dtype = row["dtype"]
@@ -146,8 +166,8 @@ def run(ctx) -> None:
         graphed = _uses_graphs(rec, row["method"], row["batch"], dtype)
         basis = "graph_node" if (graphed and launch_node is not None) else "eager"
         per_kernel = launch_node if basis == "graph_node" else launch_eager
-        nbytes = ceilings.step_bytes(w, row["batch"], ctx.profile.max_len)
-        flops = ceilings.step_flops(w, row["batch"], ctx.profile.max_len)
+        nbytes = ceilings.step_bytes(w, row["batch"], slots)
+        flops = ceilings.step_flops(w, row["batch"], slots)
         b = ceilings.bounds(int(row["kernels"]), per_kernel, nbytes, bandwidth, flops, peaks[dtype])
         params = {"method": row["method"], "batch": row["batch"], "dtype": dtype}
         ctx.metric(M.KERNELS_PER_STEP, row["kernels"], **params)

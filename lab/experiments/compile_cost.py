@@ -155,6 +155,12 @@ def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = N
     with ctx.activity(f"{label}: a fresh process compiles {target} (first call) and times it"):
         child = run_child("lab.experiments.compile_cost:child_first_call", kwargs,
                           timeout_s=o.child_timeout_s, env=isolated_env(cache_dir), drop_env=DROP_ENV)
+    # where the experiment's time goes: each child's wall time beside its first call (the rest is the
+    # interpreter, imports, CUDA start-up, the steady rounds and Inductor's compile workers)
+    seen = dict(ctx.record.notes.get("child_s", {}))
+    seen[label] = {"wall_s": round(child.duration_s, 2),
+                   "first_call_s": round(child.value["first_call_s"], 2) if child.ok and child.value else None}
+    ctx.note("child_s", seen)
     if not child.ok or child.value is None:
         raise ChildFailed(f"{label}: child process {child.describe()}")
     return child.value
@@ -236,7 +242,8 @@ def run(ctx) -> None:
             if ctx.options.reuse_probe:
                 _reuse_probe(ctx, mlp_dir, warm_mlp)
         else:
-            ctx.skip("mlp", Code.DISABLED_IN_PROFILE, "mlp_trials is 0 in this profile: set compile_cost.mlp_trials")
+            ctx.skip("mlp", Code.DISABLED_IN_PROFILE, f"mlp_trials is 0 in the {p.name} profile (two more fresh "
+                                                      "processes): set compile_cost.mlp_trials=1, as gpu-full does")
 
 
 def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:

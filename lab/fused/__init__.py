@@ -1,10 +1,15 @@
-"""The hand-fused decode step (`fused`, `fused-pdl`): GPT-2's decode step as 62 Triton launches.
+"""The hand-fused decode step (`fused`, `fused-pdl`, `fused-pdl-prefetch`): GPT-2's decode step as 62 Triton launches.
 
-- `lab.fused.step`: the step (`fused_step`, `fused_step_pdl`), its plan and workspace; the module
-  docstring gives the kernel count and the byte budget.
+- `lab.fused.step`: the step (`fused_step`, `fused_step_pdl`, `fused_step_pdl_prefetch`, and `bind`,
+  which lab.stepmethods' rows use), its plan and workspace; the module docstring gives the kernel
+  count and the byte budget.
 - `lab.fused.kernels`: the Triton kernels, one docstring each (what it fuses, bytes, launches).
 - `lab.fused.configs`: block sizes (heuristics + the tuned table) and the byte budget; no Triton.
-- `lab.fused.tune`: `python -m lab.fused.tune` times candidate configs on a GPU.
+- `lab.fused.tune`: `python -m lab.fused.tune` times candidate configs on a GPU (`--pdl --prefetch`: as
+  `fused-pdl-prefetch` runs).
+- `lab.fused.check`: side-by-side runs against the eager step (free-running, and teacher-forced in bf16).
+- `lab.fused.aot`: `python -m lab.fused.aot` compiles every kernel for sm_90 without a GPU (registers,
+  spills, the loads left after the PDL wait).
 
 Importing this package does not import Triton; `lab.fused.step` does.
 """

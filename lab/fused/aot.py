@@ -2,6 +2,7 @@
 
     python -m lab.fused.aot                                  # fp32 and bf16, batches 1 and 64, sm_90
     python -m lab.fused.aot --dtype bfloat16 --batch 8 --pdl --arch 90
+    python -m lab.fused.aot --dtype bfloat16 --batch 1 --pdl --prefetch     # the fused-pdl-prefetch variant
 
 Triton compiles ahead of time for a named target (`triton.compile(ASTSource, target=GPUTarget)`)
 with the ptxas bundled in its wheel, so a CPU host can check what the interpreter cannot: that
@@ -39,6 +40,7 @@ class Compiled:
     vector_loads: int  # ld.global.v2/v4 instructions in the PTX
     tensor_core_ops: int  # mma / wgmma instructions
     grid_dependency_ops: int  # griddepcontrol instructions (PDL)
+    loads_after_wait: int | None = None  # ld.global after griddepcontrol.wait (None: no wait, PDL off)
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -55,8 +57,8 @@ def compile_launch(launch: Any, arch: int = 90) -> Any:
     constants: dict[str, Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, name in enumerate(fn.arg_names):
-        if i >= len(launch.args):
-            signature[name], constants[name] = "constexpr", meta[name]
+        if i >= len(launch.args):  # a constexpr: the launch's value, else the kernel's default
+            signature[name], constants[name] = "constexpr", meta.get(name, fn.params[i].default)
             continue
         value = launch.args[i]
         if isinstance(value, torch.Tensor):
@@ -102,6 +104,13 @@ def ptxas_usage(ptx: str, arch: int = 90) -> tuple[int | None, int | None]:
     return (int(regs.group(1)) if regs else None, int(spills.group(1)) if spills else None)
 
 
+def _loads_after_wait(ptx: str) -> int | None:
+    """Global loads after the PDL wait: with PREFETCH only activations (no weight) should be left there."""
+    if "griddepcontrol.wait" not in ptx:
+        return None
+    return len(re.findall(r"ld\.global", ptx.split("griddepcontrol.wait", 1)[1]))
+
+
 def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
     """Each distinct kernel of a plan (layer 0's embedding variant of ln_qkv apart), compiled."""
     out: list[Compiled] = []
@@ -116,12 +125,13 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
         regs, spills = ptxas_usage(ptx, arch)
         out.append(Compiled(launch.name, "embed" if launch.meta.get("EMBED") else "", regs, spills,
                             int(kernel.metadata.shared), len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
-                            len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol.")))
+                            len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
+                            _loads_after_wait(ptx)))
     return out
 
 
 def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
-                    sms: int = 132) -> Any:
+                    sms: int = 132, prefetch: bool = False) -> Any:
     """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped)."""
     from lab.decode import new_state
     from lab.fused import step as S
@@ -131,7 +141,7 @@ def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 2
     spec = {"gpt2": GPT2, "tiny": TINY}[model]
     w = random_weights(spec, dtype, "cpu")
     state = new_state(w, batch, min(max_len, spec.n_positions))
-    plan = S.prepare(state, w, sms=sms)
+    plan = S.prepare(state, w, sms=sms, prefetch=prefetch)
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
                          for launch in plan.launches]
@@ -145,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[1, 64])
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: Hopper)")
     p.add_argument("--pdl", action="store_true")
+    p.add_argument("--prefetch", action="store_true", help="the PREFETCH kernels with one-chunk configs")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("lab.fused.aot compiles for a GPU: unset TRITON_INTERPRET", file=sys.stderr)
@@ -152,13 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for dname in args.dtype:
         for batch in args.batch:
-            plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl)
-            print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}:")
+            plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch)
+            print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
+                  f"{' prefetch' if args.prefetch else ''}:")
             for c in compile_plan(plan, args.arch):
                 cfg = plan.configs[c.name].__dict__
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "
                       f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
-                      f"gdc {c.grid_dependency_ops}  {cfg}")
+                      f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait}  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
     return 1 if bad else 0
 

@@ -40,14 +40,14 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
 
 def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_len: int | None = None,
                  pdl: bool = False, graph: bool = False, sms: int | None = None,
-                 overrides: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
+                 overrides: dict[str, Any] | None = None, seed: int = 0, prefetch: bool = False) -> dict[str, Any]:
     """Eager vs fused (vs fused replayed from a CUDA graph), `steps` steps after one prefill."""
     from lab.fused.step import prepare
 
     max_len = max_len or prompt_len + steps + 8  # room for a graph's warm-up steps
     prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
     ref, fused = D.new_state(w, batch, max_len), D.new_state(w, batch, max_len)
-    plan = prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides)
+    plan = prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch)
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
         D.prefill(ref, w, prompt)
@@ -89,14 +89,14 @@ def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Ten
 
 
 def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, prompt_len: int = 8,
-                   sms: int | None = None, seed: int = 0) -> dict[str, Any]:
+                   sms: int | None = None, seed: int = 0, prefetch: bool = False) -> dict[str, Any]:
     """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens."""
     from lab.fused.step import prepare
 
     max_len = prompt_len + steps + 2
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
-    plan = prepare(fused, w_low, sms=sms)
+    plan = prepare(fused, w_low, sms=sms, prefetch=prefetch)
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
     with torch.no_grad():
@@ -165,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sms", type=int, default=None, help="pretend this many SMs (smaller grids in the interpreter)")
     p.add_argument("--graph", action="store_true", help="also capture and replay the fused step (CUDA)")
     p.add_argument("--pdl", action="store_true", help="programmatic dependent launch (Hopper+)")
+    p.add_argument("--prefetch", action="store_true", help="the PREFETCH kernels (every weight read before the "
+                   "PDL wait) with one-chunk configs")
     p.add_argument("--bf16", action="store_true", help="also the teacher-forced bf16 check")
     p.add_argument("--configs", default=None, help='JSON overrides, e.g. \'{"attention": {"BS": 8}}\'')
     args = p.parse_args(argv)
@@ -181,10 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     w = weights_for(args.model, args.device, torch.float32)
     report: dict[str, Any] = {"free_running": [free_running(w, b, args.steps, pdl=args.pdl, graph=args.graph,
-                                                            sms=args.sms, overrides=overrides) for b in args.batch]}
+                                                            sms=args.sms, overrides=overrides, prefetch=args.prefetch)
+                                               for b in args.batch]}
     if args.bf16:
         low = weights_for(args.model, args.device, torch.bfloat16)
-        report["teacher_forced"] = [teacher_forced(w, low, b, args.steps, sms=args.sms) for b in args.batch]
+        report["teacher_forced"] = [teacher_forced(w, low, b, args.steps, sms=args.sms, prefetch=args.prefetch)
+                                    for b in args.batch]
     json.dump(report, sys.stdout, indent=1)
     print()
     return 0

@@ -14,6 +14,14 @@ Heuristics (used unless `TUNED` has an entry for the kernel, dtype and batch):
 - attention: split the cache so that batch x heads x splits covers the SMs, at most 4 splits (the
   projection kernel combines the splits in every program, so more splits cost it L2 reads).
 - argmax: one program; as many batch rows per iteration as fit a 4096-element tile.
+
+The `fused-pdl-prefetch` variant (kernels' PREFETCH switch) loads each program's whole weight slice
+before its PDL wait, so its GEMV kernels other than lm_head need BK = next_pow2(K), one chunk:
+`prefetch_config` turns any config into one (BN, then BB, halved until the tile fits ~64 values a
+thread). lm_head keeps its config: its 393 programs stream 77-154 MB in more than one wave, so only
+the first wave could prefetch, and the kernel is already close to the copy rate. `TUNED_PREFETCH`
+holds configs tuned that way (`python -m lab.fused.tune --pdl --prefetch`); until it has an entry,
+the variant uses the tuned (or heuristic) config made one-chunk.
 """
 
 from __future__ import annotations
@@ -75,6 +83,13 @@ TUNED: dict[tuple[str, str, int], dict[str, int]] = {
 }
 
 
+# Measured with `python -m lab.fused.tune --pdl --prefetch` (same keys as TUNED). Empty until a GPU run
+# fills it: the variant then uses prefetch_config(TUNED or heuristic config).
+TUNED_PREFETCH: dict[tuple[str, str, int], dict[str, int]] = {}
+PREFETCH_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the GEMV kernels with a PREFETCH path
+PREFETCH_TILE = 64  # values of the weight slice a thread may hold (x 32 threads x num_warps per program)
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -116,13 +131,65 @@ def argmax_default(batch: int, n_blocks: int) -> ArgmaxConfig:
     return ArgmaxConfig(BB=max(1, min(next_pow2(batch), 4096 // next_pow2(n_blocks))))
 
 
+def prefetch_config(cfg: GemvConfig, K: int, act_tiles: int = 1) -> GemvConfig:
+    """`cfg` made one chunk (BK = next_pow2(K)), BN then BB halved until the slice fits the tile budget,
+    and BB until the `act_tiles` activation tiles [BB, BK] the kernel holds do (the projection combines
+    the attention splits in four: running max, numerator, denominator, result)."""
+    BK = next_pow2(K)
+    BB, BN = cfg.BB, cfg.BN
+    while BB * BN * BK > PREFETCH_TILE * 32 * cfg.num_warps and BN > 1:
+        BN //= 2
+    while (BB * BN * BK > PREFETCH_TILE * 32 * cfg.num_warps or BB * BK * act_tiles > PREFETCH_TILE * 32 * cfg.num_warps) \
+            and BB > 1:
+        BB //= 2
+    warps = cfg.num_warps
+    while BB * BN * BK > PREFETCH_TILE * 32 * warps and warps < 16:
+        warps *= 2
+    return GemvConfig(BB, BN, BK, warps)
+
+
+def attention_early(cfg: AttentionConfig, head_dim: int) -> bool:
+    """Whether the prefetch variant's attention loads K and V of its whole split at once (the EARLY path):
+    only when both tiles fit the tile budget, so that holding them does not spill."""
+    return cfg.BS * next_pow2(head_dim) <= PREFETCH_TILE * 32 * cfg.num_warps
+
+
+def one_chunk(name: str, cfg: Config, K: int) -> bool:
+    """Whether a PREFETCH kernel's config reads its row in one chunk (what that path computes with)."""
+    return isinstance(cfg, GemvConfig) and cfg.BK == next_pow2(K)
+
+
 def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype: torch.dtype, sms: int,
            overrides: dict[str, Config] | None = None,
-           tuned: dict[tuple[str, str, int], dict[str, int]] | None = None) -> dict[str, Config]:
-    """Every kernel's config: explicit overrides, else the tuned table, else the heuristics."""
-    tuned = TUNED if tuned is None else tuned
+           tuned: dict[tuple[str, str, int], dict[str, int]] | None = None,
+           prefetch: bool = False) -> dict[str, Config]:
+    """Every kernel's config: explicit overrides, else the tuned table, else the heuristics.
+
+    `prefetch`: the PREFETCH variant's configs: TUNED_PREFETCH where it has an entry, else the above
+    made one chunk by `prefetch_config` (an override must already be one chunk).
+    """
     overrides = overrides or {}
     dname = str(dtype).removeprefix("torch.")
+    if prefetch:
+        shapes = gemv_shapes(n_embd, vocab)
+        for name in PREFETCH_KERNELS:
+            if name in overrides and not one_chunk(name, overrides[name], shapes[name][1]):
+                raise ValueError(f"fused step config {name}: the prefetch variant needs BK = "
+                                 f"{next_pow2(shapes[name][1])} (one chunk), got {overrides[name]}")
+        out = choose(n_embd, n_head, vocab, max_len, batch, dtype, sms, overrides, tuned)
+        for name in PREFETCH_KERNELS:
+            if name in overrides:
+                continue
+            entry = TUNED_PREFETCH.get((name, dname, batch)) if tuned is None else None
+            g = out[name]
+            assert isinstance(g, GemvConfig)
+            out[name] = GemvConfig(**entry) if entry else prefetch_config(g, shapes[name][1],
+                                                                          4 if name == "proj" else 1)
+            if not one_chunk(name, out[name], shapes[name][1]):
+                raise ValueError(f"TUNED_PREFETCH[{name!r}, {dname!r}, {batch}]: BK must be "
+                                 f"{next_pow2(shapes[name][1])} (one chunk), got {out[name]}")
+        return _checked(out)
+    tuned = TUNED if tuned is None else tuned
 
     def pick(name: str, kind: type, default: Any) -> Any:
         if name in overrides:
@@ -137,6 +204,10 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
     out["attention"] = pick("attention", AttentionConfig, lambda: attention_default(batch, n_head, max_len, sms))
     blocks = cdiv(vocab, out["lm_head"].BN)  # type: ignore[union-attr]
     out["argmax"] = pick("argmax", ArgmaxConfig, lambda: argmax_default(batch, blocks))
+    return _checked(out)
+
+
+def _checked(out: dict[str, Config]) -> dict[str, Config]:
     for name, cfg in out.items():
         bad = [k for k, v in asdict(cfg).items() if k != "num_warps" and (v < 1 or v & (v - 1))]
         if bad:

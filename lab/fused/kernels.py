@@ -16,6 +16,16 @@ next kernel may be launched (`gdc_launch_dependents`), loads what no earlier ker
 first weight tile), and only then waits for the previous kernel (`gdc_wait`) before it reads an
 activation, the position or the cache. With USE_PDL off both calls compile to nothing.
 
+PREFETCH (the `fused-pdl-prefetch` variant): every weight a program needs is loaded before that
+wait, not only the first tile: with a config whose BK covers the whole row (lab.fused.configs.
+prefetch_config) the program's whole weight slice (2-16 KB), and in every GEMV kernel the bias and
+the layer-norm parameters, which the default kernels load after the wait (a DRAM round trip on the
+critical path of every launch). The slice stays in the weights' dtype until it is used (half the
+registers in bf16), and a one-chunk layer norm reuses the row it loaded for the statistics. So under
+PDL a kernel streams its weights while the previous one finishes, and what is left after the wait
+is activation traffic from L2 and arithmetic. Only weights move before the wait: nothing any kernel
+writes, so the variant is as safe as the default ordering, in or out of a graph.
+
 Byte counts in the docstrings are for GPT-2 124M (E=768, H=12, dh=64, 4E=3072, V=50257) at batch 1
 in fp32; bf16 weights and cache halve the weight and cache terms.
 """
@@ -38,6 +48,20 @@ def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr):
     k = k0 + tl.arange(0, BK)
     mask = n_mask[None, :, None] & (k < K)[None, None, :]
     return tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _load_w_raw(w_ptr, n, n_mask, K, BK: tl.constexpr):
+    """The weight slice [1, BN, BK] at columns 0.. in the weights' own dtype (PREFETCH: widened at use)."""
+    k = tl.arange(0, BK)
+    mask = n_mask[None, :, None] & (k < K)[None, None, :]
+    return tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _load_vec(ptr, idx, N):
+    """A parameter vector (bias, layer-norm weight or shift) at idx, widened to fp32 (zeros past N)."""
+    return tl.load(ptr + idx, mask=idx < N, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -89,14 +113,27 @@ def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_fi
     return acc
 
 
+@triton.jit
+def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, beta, w_raw):
+    """PREFETCH, one chunk: acc [BB, BN] = layer_norm(x) @ W.T with x [BB, BE] the whole row already
+    loaded, g and beta [BE] and the weight slice [1, BN, BE] loaded before the wait."""
+    mean, rstd = _ln_stats(x, k_mask, E, eps)
+    a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
+    return tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
+
+
 # ------------------------------------------------------------------------------- kernel 1 of 5
 
 @triton.jit
 def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
                   B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                  USE_PDL: tl.constexpr):
+                  USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
+
+    GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
+    of the checkpoint's c_attn, kept as [out, in]): one GEMV reads all three, so there is no
+    separate "fused QKV" layout left to try.
 
     Fuses: [embed: wte[tok] + wpe[pos], stored as the residual by the first row block] ->
     layer_norm(x) -> x @ attn_w.T + attn_b over the fused [3E, E] matrix -> q to the workspace,
@@ -111,20 +148,31 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     n = pid_n * BN + tl.arange(0, BN)
     b_mask = b < B
     n_mask = n < 3 * E
+    ke = tl.arange(0, BE)
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
-    w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)  # weights: written by nobody, safe before the wait
+    if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK)
+        bias = _load_vec(bias_ptr, n, 3 * E)
+        g = _load_vec(ln_w, ke, E)
+        beta = _load_vec(ln_b, ke, E)
+    else:
+        w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)  # weights: written by nobody, safe before the wait
     if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
         tl.extra.cuda.gdc_wait()
     pos = tl.load(pos_ptr)
     if EMBED:
         if pid_n == 0:  # one row block stores the embedded residual for the later kernels
-            ke = tl.arange(0, BE)
             x0 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, True)
             tl.store(x_ptr + b[:, None] * E + ke[None, :], x0, mask=b_mask[:, None] & (ke < E)[None, :])
-    acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
-                   E, eps, EMBED, BB, BN, BK, BE)
-    out = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if PREFETCH:
+        x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED)
+        acc = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first)
+        out = acc + bias[None, :]
+    else:
+        acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
+                       E, eps, EMBED, BB, BN, BK, BE)
+        out = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     part = n // E  # 0: q, 1: k, 2: v
     col = n % E
     is_q = n_mask & (part == 0)
@@ -143,7 +191,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 @triton.jit
 def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, scale, E: tl.constexpr,
                      H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
-                     USE_PDL: tl.constexpr):
+                     USE_PDL: tl.constexpr, EARLY: tl.constexpr = False):
     """Attention of one query over the cache, split over slots (flash-decoding), unnormalised.
 
     Program (b, h, s) reads q[b, h] and the K and V of slots [s*BS, (s+1)*BS) that are <= pos
@@ -153,6 +201,12 @@ def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, sc
     Bytes (GPT-2 124M, batch 1, fp32): 3 KB of q + 6 KB of K/V per reached slot over the 12 heads
     (1.57 MB at a full 256-slot cache); writes 12 * NS * 66 * 4 B of partials.
     Launches per step: one per layer (12). Grid: B * H * NS programs, NS = cdiv(max_len, BS).
+
+    EARLY (the prefetch variant, when the split's K and V fit ~64 values a thread): K and V of every
+    slot of the split below max_len are loaded together right after the wait, not masked by the
+    position, so no load waits for the position and V does not wait for the softmax (the default
+    order is three dependent memory round trips: position, K, then V). Unreached slots are masked
+    out of the scores and zeroed in V; the cost is reading them (at most the whole split).
     """
     pid = tl.program_id(0)
     s = pid % NS
@@ -163,20 +217,30 @@ def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, sc
         tl.extra.cuda.gdc_launch_dependents()
     if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
         tl.extra.cuda.gdc_wait()
-    pos = tl.load(pos_ptr)
     d = tl.arange(0, BD)
     d_mask = d < DH
-    q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0)
     slot = s * BS + tl.arange(0, BS)
+    base = (b * H + h) * L * DH + slot[:, None] * DH + d[None, :]
+    if EARLY:  # every slot of the split inside the cache, K and V at once: nothing waits for the position
+        inside = (slot < L)[:, None] & d_mask[None, :]
+        k_raw = tl.load(cache_ptr + base, mask=inside, other=0.0)
+        v_raw = tl.load(cache_ptr + B * H * L * DH + base, mask=inside, other=0.0)
+    pos = tl.load(pos_ptr)
+    q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0)
     valid = (slot <= pos) & (slot < L)
     mask = valid[:, None] & d_mask[None, :]
-    base = (b * H + h) * L * DH + slot[:, None] * DH + d[None, :]
-    k = tl.load(cache_ptr + base, mask=mask, other=0.0).to(tl.float32)  # K: cache[0, b, h]
+    if EARLY:
+        k = k_raw.to(tl.float32)
+    else:
+        k = tl.load(cache_ptr + base, mask=mask, other=0.0).to(tl.float32)  # K: cache[0, b, h]
     scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
     m = tl.max(scores, axis=0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)  # a split with no reached slot: l = 0, o = 0
     p = tl.where(valid, tl.exp(scores - m_safe), 0.0)
-    v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0).to(tl.float32)  # V: cache[1, b, h]
+    if EARLY:  # unreached slots may hold anything (a stale sequence): zero them, p is 0 there
+        v = tl.where(mask, v_raw.to(tl.float32), 0.0)
+    else:
+        v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0).to(tl.float32)  # V: cache[1, b, h]
     o = tl.sum(p[:, None] * v, axis=0)
     split = (b * H + h) * NS + s
     tl.store(part_o + split * DH + d, o, mask=d_mask)
@@ -208,7 +272,7 @@ def _attention_chunk(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: t
 @triton.jit
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
-                         BK: tl.constexpr, USE_PDL: tl.constexpr):
+                         BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -223,18 +287,29 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     n_mask = n < E
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
-    w = _load_w(w_ptr, n, n_mask, 0, E, BK)
+    if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
+        bias = _load_vec(bias_ptr, n, E)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK)
+    else:
+        w = _load_w(w_ptr, n, n_mask, 0, E, BK)
     if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
         tl.extra.cuda.gdc_wait()
-    acc = tl.zeros([BB, BN], dtype=tl.float32)
-    for k0 in range(0, E, BK):
-        a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB, BK)
-        acc += tl.sum(a[:, None, :] * w, axis=2)
-        w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)
+    if PREFETCH:
+        a = _attention_chunk(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK)
+        acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
+    else:
+        acc = tl.zeros([BB, BN], dtype=tl.float32)
+        for k0 in range(0, E, BK):
+            a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB, BK)
+            acc += tl.sum(a[:, None, :] * w, axis=2)
+            w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)
     mask = b_mask[:, None] & n_mask[None, :]
     rows = b[:, None] * E + n[None, :]
     out = tl.load(x_in + rows, mask=mask, other=0.0) + acc
-    out += tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if PREFETCH:
+        out += bias[None, :]
+    else:
+        out += tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     tl.store(x_out + rows, out, mask=mask)
 
 
@@ -243,7 +318,7 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
 @triton.jit
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
                       BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                      USE_PDL: tl.constexpr):
+                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
@@ -257,12 +332,23 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     n_mask = n < F
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
-    w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)
+    ke = tl.arange(0, BE)
+    if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters, before the wait
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK)
+        bias = _load_vec(bias_ptr, n, F)
+        g = _load_vec(ln_w, ke, E)
+        beta = _load_vec(ln_b, ke, E)
+    else:
+        w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)
     if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
         tl.extra.cuda.gdc_wait()
-    acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
-                   E, eps, False, BB, BN, BK, BE)
-    y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if PREFETCH:
+        x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False)
+        y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
+    else:
+        acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
+                       E, eps, False, BB, BN, BK, BE)
+        y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     # gelu(y) = y/2 (1 + tanh(u)), u = sqrt(2/pi) (y + 0.044715 y^3). With tanh(u) = 2 sigmoid(2u) - 1
     # that is y * sigmoid(2u) = y / (1 + exp(-2u)): no cancellation near 0, exact limits at +-inf.
     u = 0.7978845608028654 * (y + 0.044715 * y * y * y)
@@ -274,7 +360,8 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
 
 @triton.jit
 def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
-                        BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr):
+                        BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
+                        PREFETCH: tl.constexpr = False):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
@@ -288,19 +375,31 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     n_mask = n < E
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
-    w = _load_w(w_ptr, n, n_mask, 0, F, BK)
+    if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
+        bias = _load_vec(bias_ptr, n, E)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK)
+    else:
+        w = _load_w(w_ptr, n, n_mask, 0, F, BK)
     if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
         tl.extra.cuda.gdc_wait()
-    acc = tl.zeros([BB, BN], dtype=tl.float32)
-    for k0 in range(0, F, BK):
-        k = k0 + tl.arange(0, BK)
+    if PREFETCH:
+        k = tl.arange(0, BK)
         a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
-        acc += tl.sum(a[:, None, :] * w, axis=2)
-        w = _load_w(w_ptr, n, n_mask, k0 + BK, F, BK)
+        acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
+    else:
+        acc = tl.zeros([BB, BN], dtype=tl.float32)
+        for k0 in range(0, F, BK):
+            k = k0 + tl.arange(0, BK)
+            a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
+            acc += tl.sum(a[:, None, :] * w, axis=2)
+            w = _load_w(w_ptr, n, n_mask, k0 + BK, F, BK)
     mask = b_mask[:, None] & n_mask[None, :]
     rows = b[:, None] * E + n[None, :]
     out = tl.load(x_in + rows, mask=mask, other=0.0) + acc
-    out += tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if PREFETCH:
+        out += bias[None, :]
+    else:
+        out += tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     tl.store(x_out + rows, out, mask=mask)
 
 

@@ -2,6 +2,7 @@
 
     python -m lab.fused.tune                          # fp32 and bf16, batches 1 and 8, GPT-2 124M shapes
     python -m lab.fused.tune --batch 1 --dtype bfloat16 --max-seconds 120
+    python -m lab.fused.tune --batch 1 --dtype bfloat16 --pdl --prefetch   # tune fused-pdl-prefetch as it runs
 
 Method: coordinate descent on the *whole* captured step. For each kernel in turn (largest bytes
 first), every candidate config is timed as the complete 62-launch step with only that kernel's
@@ -16,6 +17,11 @@ Prints, per dtype and batch: each kernel's default and best step time and its to
 step time with the defaults, the tuned configs and the tuned configs + PDL; where the GPU time goes
 (torch.profiler, per kernel kind); the distance to the weight-read floor at the measured copy
 bandwidth; and the `TUNED` dict to paste into lab/fused/configs.py.
+
+`--pdl` times every candidate with programmatic dependent launch on (configs tuned without PDL are
+not necessarily the best with it: under PDL a kernel's weight loads overlap the previous kernel, so
+larger slices per program can win); `--prefetch` tunes the PREFETCH kernels (`fused-pdl-prefetch`)
+over one-chunk configs only, and prints a `TUNED_PREFETCH` dict.
 """
 
 from __future__ import annotations
@@ -77,7 +83,8 @@ def _pow2s(lo: int, hi: int) -> list[int]:
     return [1 << i for i in range(24) if lo <= 1 << i <= hi]
 
 
-def first_pass(name: str, default: C.Config, N: int, K: int, batch: int, sms: int, max_len: int) -> list[C.Config]:
+def first_pass(name: str, default: C.Config, N: int, K: int, batch: int, sms: int, max_len: int,
+               prefetch: bool = False) -> list[C.Config]:
     """The default first, then candidates near it: BN and BK for a GEMV, BS for attention, BB for argmax."""
     out: list[C.Config] = []
     if isinstance(default, C.AttentionConfig):
@@ -93,6 +100,8 @@ def first_pass(name: str, default: C.Config, N: int, K: int, batch: int, sms: in
         if not sms // 2 <= programs <= 16 * sms:
             continue
         for bk in _pow2s(32, C.next_pow2(K)):
+            if prefetch and name in C.PREFETCH_KERNELS and bk != C.next_pow2(K):
+                continue  # the PREFETCH path reads its row in one chunk
             if 512 <= default.BB * bn * bk <= 16384:
                 out.append(replace(default, BN=bn, BK=bk))
     # nearest to the default first (log distance), at most 12
@@ -108,19 +117,21 @@ def second_pass(best: C.Config, batch: int) -> list[C.Config]:
 
 
 def tune(w: Weights, batch: int, sms: int, rep_ms: int, deadline: float, log: Callable[[str], None],
-         timer: Callable[[Any, int], float] = step_ms, max_len: int = MAX_LEN
-         ) -> tuple[dict[str, C.Config], dict[str, list[tuple[C.Config, float]]]]:
-    """Coordinate descent over the kernels; returns the best configs and every (config, ms) tried."""
+         timer: Callable[[Any, int], float] = step_ms, max_len: int = MAX_LEN, pdl: bool = False,
+         prefetch: bool = False) -> tuple[dict[str, C.Config], dict[str, list[tuple[C.Config, float]]]]:
+    """Coordinate descent over the kernels; returns the best configs and every (config, ms) tried.
+
+    `pdl` / `prefetch`: time the plans as `fused-pdl` / `fused-pdl-prefetch` run them."""
     from lab.fused.step import prepare
 
     state = timing_state(w, batch, max_len)
     E, V = w.n_embd, int(w.wte.shape[0])
     shapes = C.gemv_shapes(E, V)
-    best = C.choose(E, w.n_head, V, max_len, batch, w.dtype, sms, tuned={})
+    best = C.choose(E, w.n_head, V, max_len, batch, w.dtype, sms, tuned={}, prefetch=prefetch)
     tried: dict[str, list[tuple[C.Config, float]]] = {}
 
     def time_with(name: str, cfg: C.Config) -> float:
-        plan = prepare(state, w, sms=sms, overrides={**best, name: cfg}, repeatable=True)
+        plan = prepare(state, w, sms=sms, overrides={**best, name: cfg}, repeatable=True, pdl=pdl, prefetch=prefetch)
         return timer(plan, rep_ms)
 
     def attempt(name: str, cfg: C.Config) -> None:
@@ -134,7 +145,7 @@ def tune(w: Weights, batch: int, sms: int, rep_ms: int, deadline: float, log: Ca
     for name in TUNE_ORDER:
         N, K = shapes.get(name, (0, 0))
         tried[name] = []
-        for cfg in first_pass(name, best[name], N, K, batch, sms, max_len):
+        for cfg in first_pass(name, best[name], N, K, batch, sms, max_len, prefetch):
             attempt(name, cfg)
         if tried[name]:
             for cfg in second_pass(min(tried[name], key=lambda r: r[1])[0], batch):
@@ -176,17 +187,18 @@ def breakdown(plan: Any, steps: int = 5) -> list[tuple[str, int, float]]:
 
 
 def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep_ms: int, bandwidth: float,
-                log: Callable[[str], None]) -> None:
+                log: Callable[[str], None], prefetch: bool = False) -> None:
     from lab.fused.step import pdl_supported, prepare
 
     state = timing_state(w, batch)
     default = prepare(state, w, sms=sms, overrides=C.choose(w.n_embd, w.n_head, int(w.wte.shape[0]), MAX_LEN,
                                                             batch, w.dtype, sms, tuned={}), repeatable=True)
-    tuned = prepare(state, w, sms=sms, overrides=best, repeatable=True)
-    times = {"default": step_ms(default, rep_ms), "tuned": step_ms(tuned, rep_ms)}
+    tuned = prepare(state, w, sms=sms, overrides=best, repeatable=True, prefetch=prefetch)
+    times = {"default": step_ms(default, rep_ms), "tuned" + ("+prefetch" if prefetch else ""): step_ms(tuned, rep_ms)}
     ok, why = pdl_supported(w.device)
     if ok:
-        times["tuned+pdl"] = step_ms(prepare(state, w, sms=sms, overrides=best, repeatable=True, pdl=True), rep_ms)
+        times["tuned+pdl" + ("+prefetch" if prefetch else "")] = step_ms(
+            prepare(state, w, sms=sms, overrides=best, repeatable=True, pdl=True, prefetch=prefetch), rep_ms)
     rows = C.byte_budget(w.n_layer, w.n_embd, w.n_head, int(w.wte.shape[0]), batch, w.wte.element_size(),
                          POSITION + 1, C.cdiv(MAX_LEN, best["attention"].BS),  # type: ignore[union-attr]
                          C.cdiv(int(w.wte.shape[0]), best["lm_head"].BN))  # type: ignore[union-attr]
@@ -199,7 +211,7 @@ def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep
         f"fastest step = {budget['floor_ms'] / fastest:.0%} of the bandwidth bound (MBU)")
     kernels = breakdown(tuned)
     busy = sum(us for _, _, us in kernels)
-    log(f"  GPU busy {busy:.1f} us of {times['tuned'] * 1e3:.1f} us (tuned step, not graphed: launch gaps "
+    log(f"  GPU busy {busy:.1f} us of {min(times.values()) * 1e3:.1f} us (tuned step, not graphed: launch gaps "
         "larger than in a graph)")
     for name, n, us in kernels:
         log(f"    {name:32s} x{n:<3d} {us:8.1f} us  ({us / max(n, 1):.2f} us each)")
@@ -210,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
     p.add_argument("--rep-ms", type=int, default=10, help="milliseconds of steps per timed graph replay")
+    p.add_argument("--pdl", action="store_true", help="time every candidate with PDL on (Hopper+)")
+    p.add_argument("--prefetch", action="store_true", help="tune the PREFETCH kernels (one-chunk configs): "
+                   "prints TUNED_PREFETCH")
     p.add_argument("--max-seconds", type=float, default=480.0,
                    help="stop trying candidates after this long (the report and the dict still print)")
     args = p.parse_args(argv)
@@ -234,13 +249,14 @@ def main(argv: list[str] | None = None) -> int:
             combos += 1
             deadline = start + combos * share  # each dtype and batch gets its share (unused time carries over)
             log(f"{dname}, batch {batch}: per kernel, the whole step's time with that kernel's candidates")
-            best, _ = tune(w, batch, sms, args.rep_ms, deadline, log)
-            report_step(w, batch, sms, best, args.rep_ms, bandwidth, log)
+            best, _ = tune(w, batch, sms, args.rep_ms, deadline, log, pdl=args.pdl, prefetch=args.prefetch)
+            report_step(w, batch, sms, best, args.rep_ms, bandwidth, log, prefetch=args.prefetch)
             tuned.update({(name, dname, batch): dict(cfg.__dict__) for name, cfg in best.items()})
         del w
         torch.cuda.empty_cache()
-    log("# paste into lab/fused/configs.py:")
-    log("TUNED: dict[tuple[str, str, int], dict[str, int]] = {")
+    table = "TUNED_PREFETCH" if args.prefetch else "TUNED"
+    log(f"# paste into lab/fused/configs.py ({'tuned with PDL' if args.pdl else 'tuned without PDL'}):")
+    log(f"{table}: dict[tuple[str, str, int], dict[str, int]] = {{")
     for key, value in tuned.items():
         log(f"    {key!r}: {value!r},")
     log("}")

@@ -1,0 +1,46 @@
+"""`python -m lab headline RUN [RUN ...] [--write README.md] | --check README.md`: the README's headline tables.
+
+Made from a run's results.json (see lab/headline.py for the tables and the markers): printed, written
+between the README's `headline` markers, or checked against the runs the markers name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("headline", help="the README's headline tables from a run (print, --write or --check)")
+    p.add_argument("runs", nargs="*", help="run directories or results.json files (merged in order)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--write", type=Path, metavar="README", help="replace the block between the headline markers")
+    what.add_argument("--check", type=Path, metavar="README",
+                      help="exit 1 when the block differs from the tables of the runs its marker names")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from lab import headline
+    from lab.results import ResultsError
+
+    try:
+        if args.check:
+            if args.runs:
+                raise ValueError("--check reads the runs from the README's marker: give no RUN")
+            same, runs = headline.check(args.check)
+            print(f"{args.check}: headline tables {'match' if same else 'differ from'} {runs}"
+                  + ("" if same else f": remake them with `python -m lab headline {runs} --write {args.check}`"),
+                  file=sys.stdout if same else sys.stderr)
+            return 0 if same else 1
+        if not args.runs:
+            raise ValueError("name at least one run directory or results.json (or --check README)")
+        if args.write:
+            changed = headline.write(args.write, args.runs, root=Path.cwd())
+            print(f"{args.write}: headline tables {'rewritten' if changed else 'unchanged'} from {' '.join(args.runs)}")
+            return 0
+        print(headline.render(args.runs), end="")
+        return 0
+    except ResultsError as exc:
+        raise ValueError(str(exc)) from None
