@@ -276,7 +276,9 @@ def test_list_check_gpu_without_cuda_shows_the_need_it_judges(capsys) -> None:
 
 def test_list_check_unknown_profile_is_one_line(capsys) -> None:
     assert main(["list", "--check", "nope"]) == 2
-    assert capsys.readouterr().err.strip() == "error: unknown profile 'nope' (choose from smoke, cpu, gpu)"
+    from lab.profiles import PROFILES
+
+    assert capsys.readouterr().err.strip() == f"error: unknown profile 'nope' (choose from {', '.join(PROFILES)})"
 
 
 # ---------------------------------------------------------------------------- lab decode

@@ -69,6 +69,22 @@ def test_image_run_require_container_is_a_one_line_error_without_torch(bare_env,
     assert out.stderr.startswith("error: windows_host_required:")
 
 
+def test_image_run_passes_the_run_options_on():
+    """What `nox -s gpu_lab -- --label NAME --resume ...` asks for reaches `lab run`, in a container or on the host."""
+    import argparse
+
+    from lab.commands import image_run
+
+    parser = argparse.ArgumentParser()
+    image_run.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["image-run", "--profile", "gpu", "--only", "ceilings", "--set", "a.b=1", "--label",
+                              "h200", "--resume", "-v", "--strict"])
+    assert image_run.run_args(args, "gpu") == ["run", "--profile", "gpu", "--only", "ceilings", "--set", "a.b=1",
+                                               "--label", "h200", "--resume", "-v", "--strict"]
+    plain = parser.parse_args(["image-run", "--profile", "cpu"])
+    assert image_run.run_args(plain, "cpu") == ["run", "--profile", "cpu"]
+
+
 def test_image_run_needs_a_profile_or_a_variant(bare_env):
     out = lab(bare_env, "image-run")
     assert out.returncode == 2 and out.stderr.strip() == "error: give --profile (smoke, cpu, gpu) or --variant"

@@ -26,6 +26,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="EXP.KEY=VALUE", help="passed to `run` (repeatable)")
     p.add_argument("--weights", help="local GPT-2 checkpoint folder (mounted read-only), or 'random'")
     p.add_argument("--out", type=Path, help="host folder for the run (default: runs/<profile>-<timestamp>)")
+    p.add_argument("--label", help="a name for this run or host (passed to `run`)")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="passed to `run`: finish the unfinished run in --out")
+    again.add_argument("--force", action="store_true", help="passed to `run`: move the run in --out aside first")
+    p.add_argument("-v", "--verbose", action="store_true", help="passed to `run`: show library output live")
+    p.add_argument("--strict", action="store_true", help="passed to `run`: exit 1 when an experiment or check failed")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--host", action="store_true", help="run on the host by request")
     where.add_argument("--require-container", action="store_true",
@@ -40,6 +46,10 @@ def run_args(args: argparse.Namespace, profile: str) -> list[str]:
         out += ["--only", args.only]
     for item in args.set:
         out += ["--set", item]
+    if args.label:
+        out += ["--label", args.label]
+    out += [flag for flag, on in (("--resume", args.resume), ("--force", args.force), ("-v", args.verbose),
+                                  ("--strict", args.strict)) if on]
     return out
 
 
