@@ -205,11 +205,15 @@ def dynamo_reason(exc: BaseException) -> str:
 _ENTRIES: dict[tuple[Any, ...], StepFn] = {}
 
 
-def compile_entry(spec: MethodSpec, dynamic: bool | None) -> StepFn:
-    """The function `spec` compiles: calls the row's step, with a code object of its own."""
+def compile_entry(spec: MethodSpec, dynamic: bool | None, shape: tuple[Any, ...] = ()) -> StepFn:
+    """The function `spec` compiles: calls the row's step, with a code object of its own.
+
+    `shape` separates compilations that differ in what the guards see (the weights' dtype; the batch
+    when dynamic=False, one static graph each): each gets its own code object, so a profile with many
+    batches and dtypes never reaches Dynamo's recompile limit, which counts per code object."""
     step = spec.step or decode.decode_step
     key = (step, spec.backend, spec.mode, spec.fullgraph, spec.static, repr(sorted(spec.config.items())),
-           spec.prepare, dynamic)
+           spec.prepare, dynamic, shape)
     if key not in _ENTRIES:
         def entry(state: DecodeState, w: Weights) -> torch.Tensor:
             return step(state, w)
@@ -330,8 +334,10 @@ def _make_ready(m: StepMethod, spec: MethodSpec, warmup: int, dynamic: bool | No
     fn: StepFn = spec.bind(state, w) if spec.bind else (spec.step or decode.decode_step)
     call = _tree_step if spec.tree_steps else _plain_step
     if spec.compiled:
-        fn = torch.compile(compile_entry(spec, dynamic), backend=spec.backend, mode=spec.mode, dynamic=dynamic,
-                           fullgraph=spec.fullgraph)
+        dtype = next((t.dtype for t in state.buffers().values() if t.is_floating_point()), None)  # the cache's
+        shape = (str(dtype), state.tok.shape[0] if dynamic is False else None)
+        fn = torch.compile(compile_entry(spec, dynamic, shape), backend=spec.backend, mode=spec.mode,
+                           dynamic=dynamic, fullgraph=spec.fullgraph)
         saved = state.snapshot()
         try:  # the first call compiles; reduce-overhead records its graphs on later calls
             for _ in range(max(1, warmup)):

@@ -30,11 +30,15 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]
 
     On CUDA also `busy_us`, the union of the kernels' intervals on the device (what the GPU was busy
     with during the call: kernels that overlap, as programmatic dependent launch lets them, count once)
-    and `span_us`, first kernel start to last kernel end; None on the CPU."""
+    and `span_us`, first kernel start to last kernel end; None on the CPU.
+
+    The call runs under `torch.no_grad()`, as the steps are built and timed: Dynamo guards grad mode,
+    so a compiled step called with grad enabled would recompile here (one more cache entry towards the
+    recompile limit, seconds of compiling) and the profile would be of that other compilation."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities) as prof, torch.no_grad():
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize()

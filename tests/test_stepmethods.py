@@ -73,8 +73,13 @@ def test_entries_are_fresh_code_objects_per_compilation() -> None:
     others = [stepmethods.compile_entry(rows[n], None) for n in ("reduce-overhead", "reduce-overhead-static")]
     others.append(stepmethods.compile_entry(rows["compile-default"], False))  # dynamic=False compiles apart
     others.append(stepmethods.compile_entry(dataclasses.replace(rows["compile-default"], config={"a": 1}), None))
+    # what the guards see: another dtype, or another batch under dynamic=False, is a compilation apart (on the H200
+    # a fifth static compile of one code object, bf16 after four fp32 batches, hit Dynamo's recompile limit)
+    others.append(stepmethods.compile_entry(rows["compile-default"], False, ("torch.bfloat16", 1)))
+    others.append(stepmethods.compile_entry(rows["compile-default"], False, ("torch.float32", 8)))
+    assert stepmethods.compile_entry(rows["compile+graph"], False, ("torch.float32", 8)) is others[-1]
     codes = {id(f.__code__) for f in [default, *others]}
-    assert len(codes) == 5 and all(f.__code__.co_name.startswith("compiled_decode_step_") for f in others)
+    assert len(codes) == 7 and all(f.__code__.co_name.startswith("compiled_decode_step_") for f in others)
 
 
 def test_a_graph_break_under_a_fullgraph_method_raises_with_dynamos_reason(tiny) -> None:
@@ -135,6 +140,21 @@ def test_compile_default_builds_decodes_and_shares_its_compilation(tiny, inducto
     assert torch.equal(m.tokens()[:, 8:19], decode.generate_fixed(w, prompt, 11, max_len=40))
     again = stepmethods.build(Method.COMPILE_DEFAULT, w, prompt, 40)  # same compilation: its code is reused
     assert again.counters["frames"] == 0
+
+
+def test_profiling_a_compiled_step_does_not_recompile_it(tiny, monkeypatch) -> None:
+    """The profiler calls the step as it is timed, under no_grad: Dynamo guards grad mode, and a profile with grad
+    on recompiled the step on the H200 (7 s a batch, and the fifth compile of one code object hit the limit)."""
+    from lab.dynamo_tools import dynamo_counters
+
+    _, w = tiny
+    row = dataclasses.replace(METHODS["compile-default"], name="compile-eager-backend", backend="eager")
+    monkeypatch.setitem(METHODS, row.name, row)
+    m = stepmethods.build(row.name, w, _prompt(), 40, dynamic=False)
+    m.start()
+    before = dynamo_counters()
+    k = stepmethods.count_kernels(m.call, torch.device("cpu"))
+    assert k["kernels"] > 0 and stepmethods.compiled_frames(before, dynamo_counters()) == 0
 
 
 def test_adding_a_row_is_enough_to_add_a_method(tiny, inductor_here, monkeypatch) -> None:

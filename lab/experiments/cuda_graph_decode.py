@@ -162,7 +162,13 @@ def _kernels(ctx, built: dict[str, stepmethods.StepMethod], batch: int, dtype: s
     busy: dict[str, float] = {}
     for name, m in built.items():
         m.start()
+        before = dynamo_counters()
         k = stepprofile.count_kernels(m.call, ctx.device)
+        frames = stepmethods.compiled_frames(before, dynamo_counters())
+        if name in stepmethods.COMPILED_METHODS:  # the profile must be of the compilation that is timed
+            ctx.check(f"{name} is not recompiled by the profiler (batch {batch}, {dtype})", frames == 0,
+                      detail=f"{frames} frames compiled while profiling one step", method=name, batch=batch,
+                      dtype=dtype)
         p = {"method": name, "batch": batch, "dtype": dtype}
         ctx.metric(M.KERNELS_PER_STEP, k["kernels"], **p)
         if k["device_us"] is not None:
