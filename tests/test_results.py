@@ -250,7 +250,7 @@ def test_every_committed_run_loads_losslessly(path: Path) -> None:
 
 def test_the_committed_runs_are_all_there() -> None:
     names = {p.parent.name for p in COMMITTED}
-    assert {"cpu-2026-11-29-full", "h200-2026-11-29-graphs", "h200-2026-11-29-core", "cpu-smoke"} <= names
+    assert {"cpu-2026-11-29-full", "h200-2026-11-29-gpu", "h200-2026-11-29-sweep", "cpu-smoke"} <= names
 
 
 def test_compare_refuses_a_bare_manifest_of_the_wrong_shape(tmp_path: Path) -> None:
