@@ -203,6 +203,7 @@ def dynamo_reason(exc: BaseException) -> str:
 # compilation is the same (compile-default and compile+graph) share one and reuse its compiled code,
 # as one function compiled twice would.
 _ENTRIES: dict[tuple[Any, ...], StepFn] = {}
+_FIRST_COMPILED_BY: dict[int, str] = {}  # id(entry function) -> the method that compiled it first
 
 
 def compile_entry(spec: MethodSpec, dynamic: bool | None, shape: tuple[Any, ...] = ()) -> StepFn:
@@ -285,6 +286,9 @@ class StepMethod:
     logits: torch.Tensor | None = None
     spec: MethodSpec | None = None
     prefill_weights: Weights | None = None  # the model's weights, for the (eager) prefill
+    # the method whose compilation this one reused (compile+graph after compile-default, same batch and dtype):
+    # its setup_s then holds no compile, and what it costs to get ready from nothing includes that one's
+    compiled_by: str | None = None
 
     def start(self) -> None:
         """Prefill the prompt (untimed) and point the graph's host position mirror at it."""
@@ -336,8 +340,10 @@ def _make_ready(m: StepMethod, spec: MethodSpec, warmup: int, dynamic: bool | No
     if spec.compiled:
         dtype = next((t.dtype for t in state.buffers().values() if t.is_floating_point()), None)  # the cache's
         shape = (str(dtype), state.tok.shape[0] if dynamic is False else None)
-        fn = torch.compile(compile_entry(spec, dynamic, shape), backend=spec.backend, mode=spec.mode,
-                           dynamic=dynamic, fullgraph=spec.fullgraph)
+        entry = compile_entry(spec, dynamic, shape)
+        first = _FIRST_COMPILED_BY.setdefault(id(entry), spec.name)
+        m.compiled_by = first if first != spec.name else None
+        fn = torch.compile(entry, backend=spec.backend, mode=spec.mode, dynamic=dynamic, fullgraph=spec.fullgraph)
         saved = state.snapshot()
         try:  # the first call compiles; reduce-overhead records its graphs on later calls
             for _ in range(max(1, warmup)):

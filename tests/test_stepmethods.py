@@ -204,6 +204,35 @@ def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch)
     assert rec.status == "FAILED" and "one graph" in rec.reason.message
 
 
+def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkeypatch) -> None:
+    """compile+graph reuses compile-default's compiled code (its setup_s is the capture alone); its break-even must
+    include that compile, or the page says it pays after 7 steps when it needs thousands (the H200 reference)."""
+    from lab import catalogue, profiles
+    from lab.costs import break_even_calls
+    from lab.experiments import cuda_graph_decode
+    from lab.results import Record, Results, RunInfo
+    from lab.runner import Context, ModelCache
+
+    plain = dataclasses.replace(METHODS["compile-default"], backend="eager")
+    monkeypatch.setitem(METHODS, "compile-default", plain)
+    monkeypatch.setitem(METHODS, "reduce-overhead", dataclasses.replace(plain, name="reduce-overhead"))  # same key
+    profile = profiles.get("smoke").with_options(
+        "cuda_graph_decode", methods=["eager", "compile-default", "reduce-overhead"], bf16_batches=[], rounds=2,
+        steps=4, readback=[False], batches=[3], dynamic=False)
+    spec = catalogue.BY_ID["cuda_graph_decode"]
+    rec = Record(id=spec.id, title=spec.title, status="OK")
+    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
+    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    p = {"batch": 3, "dtype": "float32"}
+    value = lambda name, **q: rec.metric(name, **p, **q).value  # noqa: E731
+    assert value("compiled_frames", method="reduce-overhead") == 0  # it reused compile-default's code
+    own, first = value("setup_s", method="reduce-overhead"), value("setup_s", method="compile-default")
+    eager, ms = (value("step_ms", method=m, readback=False) for m in ("eager", "reduce-overhead"))
+    assert value("break_even_steps", method="reduce-overhead") == break_even_calls(own + first, eager, ms)
+    assert rec.notes["break_even_includes.b3.float32"] == {
+        "reduce-overhead": "compile-default's compile (its setup_s reused that compilation)"}
+
+
 @pytest.mark.cuda
 def test_every_row_builds_on_cuda_and_decodes_like_eager(tiny) -> None:
     """Every method of the table on the tiny model, fp32: the minutes-long compiles aside (max-autotune,
