@@ -1,8 +1,18 @@
-"""Calling `python -m lab` in the test's own process and reading what it said."""
+"""Calling `python -m lab` in the test's own process and reading what it said; quick stand-ins for experiments
+(the `fake` fixture in conftest.py puts them in place)."""
 
 from __future__ import annotations
 
+from lab import metrics as M
 from lab.__main__ import main
+
+
+def one_graph(ctx) -> None:
+    ctx.metric(M.GRAPHS, 1)
+
+
+def one_compile(ctx) -> None:
+    ctx.metric(M.COMPILES, 1)
 
 
 def cli(capsys, *args: str) -> tuple[int, str]:

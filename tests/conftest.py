@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -14,6 +16,16 @@ def tiny():
     """(transformers model, lab Weights) of the smoke profile's tiny GPT-2, on the CPU."""
     m = M.build_model(TINY, M.resolve_weights(TINY, "random"))
     return m, M.extract_weights(m)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """fake(id, fn): replace an experiment's run() by a quick stand-in (its catalogue entry and options stay)."""
+
+    def put(experiment_id: str, fn) -> None:
+        monkeypatch.setattr(importlib.import_module(f"lab.experiments.{experiment_id}"), "run", fn)
+
+    return put
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,7 +3,6 @@ skipped by name, result files are readable, children die with their run, the tes
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -20,28 +19,10 @@ from lab import profiles, runner
 from lab.manifest import REPO_ROOT
 from lab.results import load
 
-from cli_helpers import cli, one_line_error
+from cli_helpers import cli, one_compile, one_graph, one_line_error
 
 SMOKE = profiles.get("smoke")
 FIXTURE_RUN = REPO_ROOT / "tests" / "fixtures" / "report_runs" / "cpu-smoke"
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    """fake(id, fn): replace an experiment's run() by a quick stand-in (its catalogue entry and options stay)."""
-
-    def put(experiment_id: str, fn) -> None:
-        monkeypatch.setattr(importlib.import_module(f"lab.experiments.{experiment_id}"), "run", fn)
-
-    return put
-
-
-def one_graph(ctx) -> None:
-    ctx.metric(M.GRAPHS, 1)
-
-
-def one_compile(ctx) -> None:
-    ctx.metric(M.COMPILES, 1)
 
 
 THREE = ["graph_breaks", "recompiles", "decode_recompiles"]

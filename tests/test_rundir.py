@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -20,27 +19,9 @@ from lab.manifest import REPO_ROOT
 from lab.results import load
 from lab.rundir import LOCK_NAME, RunDirError
 
-from cli_helpers import cli, one_line_error
+from cli_helpers import cli, one_compile, one_graph, one_line_error
 
 SMOKE = profiles.get("smoke")
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    """fake(id, fn): replace an experiment's run() by a quick stand-in (its catalogue entry and options stay)."""
-
-    def put(experiment_id: str, fn) -> None:
-        monkeypatch.setattr(importlib.import_module(f"lab.experiments.{experiment_id}"), "run", fn)
-
-    return put
-
-
-def one_graph(ctx) -> None:
-    ctx.metric(M.GRAPHS, 1)
-
-
-def one_compile(ctx) -> None:
-    ctx.metric(M.COMPILES, 1)
 
 
 def test_a_second_run_into_a_busy_directory_refuses_naming_the_holder(tmp_path: Path, fake) -> None:
