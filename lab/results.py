@@ -39,7 +39,7 @@ from lab.schema import (CodeName, Count, Flag, JsonObject, MetricValue, Number, 
 
 __all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError", "Reason", "Spread", "Metric",
            "Samples", "Check", "Skipped", "LibraryLog", "Record", "Start", "RunInfo", "Results", "ok_record", "to_dict",
-           "save", "from_dict", "load", "quarantine", "unstorable", "write_json_atomic"]
+           "save", "from_dict", "load", "quarantine", "measured_record", "unstorable", "write_json_atomic"]
 
 SCHEMA = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
@@ -287,6 +287,19 @@ class Results:
 def ok_record(records: Iterable[Record], experiment_id: str) -> Record | None:
     """The OK record of `experiment_id` among `records` (an earlier experiment of this run), or None."""
     return next((r for r in records if r.id == experiment_id and r.status == "OK"), None)
+
+
+def measured_record(records: Iterable[Record], experiment_id: str) -> tuple[Record | None, set[tuple[Any, ...]]]:
+    """The record of `experiment_id` that holds measurements: OK, or FAILED with metrics (a failed fatal check of
+    one case fails the experiment, not the cases that passed); with the (method, batch, dtype) cases whose fatal
+    checks failed, which a later experiment must leave out."""
+    rec = next((r for r in records if r.id == experiment_id and (r.status == "OK" or
+                                                                 (r.status == "FAILED" and r.metrics))), None)
+    if rec is None:
+        return None, set()
+    failed = {(c.params.get("method"), c.params.get("batch"), c.params.get("dtype"))
+              for c in rec.checks if c.fatal and not c.passed}
+    return rec, failed
 
 
 @functools.cache

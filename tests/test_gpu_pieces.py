@@ -125,3 +125,41 @@ def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
         # through the division (measured * 0.5e-5 / bound**2) plus half a unit of the second.
         tolerance = measured * 0.5e-5 / bound ** 2 + 0.5e-3 + 1e-12  # (+ float noise)
         assert b.metric("measured_over_bound", **row).value == pytest.approx(measured / bound, rel=0, abs=tolerance)
+
+
+def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_their_checks() -> None:
+    """A fatal check of one case (bf16 compile on the H200 reference) fails cuda_graph_decode, not its other cases:
+    ceilings bounds those and lists the failed case as skipped, instead of falling back to eager and graph alone."""
+    from lab import catalogue, profiles
+    from lab import metrics as M
+    from lab.experiments import ceilings as ceilings_exp
+    from lab.results import Record, Results, RunInfo
+    from lab.runner import Context, ModelCache
+    from lab.toolchain import probe
+
+    tc, profile = probe(), profiles.get("smoke")
+    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={})
+    models = ModelCache(profile, {"source": "random"})
+
+    def ctx_for(exp_id: str) -> Context:
+        spec = catalogue.BY_ID[exp_id]
+        rec = Record(id=exp_id, title=spec.title, status="OK")
+        results.experiments.append(rec)
+        return Context(spec, profile, tc, rec, results, models)
+
+    cgd = ctx_for("cuda_graph_decode")
+    for method, ms in (("eager", 3.0), ("compile-default", 2.0), ("fused", 0.5)):
+        p = {"method": method, "batch": 1, "dtype": "float32"}
+        cgd.timing(M.STEP_MS, [ms, ms * 1.01, ms * 0.99], readback=False, **p)
+        cgd.metric(M.KERNELS_PER_STEP, 100, **p)
+    cgd.check("fused compiles the step as one graph (batch 1, float32)", False, detail="stand-in", fatal=True,
+              method="fused", batch=1, dtype="float32")
+    cgd.record.status = "FAILED"
+    b = ctx_for("ceilings")
+    ceilings_exp.run(b)
+    rec = b.record
+    assert rec.notes["step_source"].startswith("cuda_graph_decode (FAILED")
+    for method in ("eager", "compile-default"):
+        assert rec.metric("bound_ms", method=method, batch=1, dtype="float32").value > 0
+    assert not [m for m in rec.metrics if m.params.get("method") == "fused"]
+    assert {s.item: s.code for s in rec.skipped}["bounds fused batch 1 float32"] == "check_failed"

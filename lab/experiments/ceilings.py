@@ -24,7 +24,7 @@ from lab import metrics as M
 from lab.names import Method
 from lab.options import option
 from lab.reasons import Code
-from lab.results import ok_record
+from lab.results import measured_record
 from lab.timing import rotating_rounds
 
 CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}  # graphs unless Inductor skipped them
@@ -127,13 +127,18 @@ def run(ctx) -> None:
     if dev.type == "cuda":
         ctx.note("tf32_matmul_allowed", torch.backends.cuda.matmul.allow_tf32)
     # --- the bounds of each measured step
-    rec = ok_record(ctx.results.experiments, "cuda_graph_decode")
+    rec, failed = measured_record(ctx.results.experiments, "cuda_graph_decode")
     rows: list[dict] = []
     if rec is not None:
-        source = "cuda_graph_decode"
+        source = "cuda_graph_decode" if rec.status == "OK" else \
+            f"cuda_graph_decode ({rec.status}: the cases whose fatal checks failed are left out)"
         for m in rec.metrics:
             if m.name == M.STEP_MS.name and m.params.get("readback") is False:
                 p = m.params
+                if (p["method"], p["batch"], p["dtype"]) in failed:
+                    ctx.skip(f"bounds {p['method']} batch {p['batch']} {p['dtype']}", Code.CHECK_FAILED,
+                             "its correctness check failed in cuda_graph_decode: its step time bounds nothing")
+                    continue
                 try:
                     k = rec.metric(M.KERNELS_PER_STEP.name, method=p["method"], batch=p["batch"], dtype=p["dtype"]).value
                 except KeyError:
