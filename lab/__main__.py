@@ -18,6 +18,7 @@ import sys
 import traceback
 
 import lab.commands as commands_pkg
+from lab.permissions import permission_denied
 
 BUG_REPORT = ("this is a bug in the lab, not in what you typed: please report it to the lab's maintainers (README.md, "
               "'Reporting a bug') with the traceback above, the command line, and `python -m lab env --out env.json`")
@@ -44,15 +45,7 @@ def image_epilog() -> str | None:
 
 def permission_error(exc: PermissionError) -> str:
     """One line for a folder or file the lab may not write, with the fix (in a container: the mount's owner)."""
-    where = str(exc.filename or "a file")
-    if exc.filename and not os.path.isdir(where):  # a file written into a folder: the folder is what to fix
-        where = os.path.dirname(where) or where
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    fix = "make it writable for this user or choose another --out"
-    if os.environ.get("LAB_IMAGE"):
-        fix = (f"the mounted folder must be writable by uid {uid}: on the host run `chown {uid} DIR`, or start the "
-               "container with --user \"$(id -u):$(id -g)\" so it writes as you")
-    return f"{where}: permission denied for uid {uid}: {fix}"
+    return permission_denied(exc.filename)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from lab.locks import OwnerLock, describe_holder
+from lab.permissions import permission_denied
 from lab.results import MANIFEST_NAME, RESULTS_NAME, Results, ResultsError, load
 
 LOCK_NAME = ".lab-run.lock"
@@ -60,6 +61,8 @@ def _lock(out: Path) -> OwnerLock:
     lock = OwnerLock(out / LOCK_NAME)
     try:
         holder = lock.acquire(out=str(out))
+    except PermissionError:  # the fix depends on where the lab runs (in an image: the mount's owner)
+        raise RunDirError(f"{permission_denied(out)} (--out: cannot write there)") from None
     except OSError as exc:
         raise RunDirError(f"--out {out}: cannot write there ({_why(exc)}): choose a directory you can write") \
             from None

@@ -101,6 +101,6 @@ def test_one_report_compares_the_two_runs(fleet):
     assert f"{node}--smoke-host" in compare and f"{node}--smoke-cpu" in compare
     assert "Why it moved" in compare and 'title="container.image"' in compare
     why = compare.split("Why it moved", 1)[1].split("</table>", 1)[0]
-    assert 'class="differs"><td title="container.in_container"' in why, "the image/host difference is not shown as a reason"
+    assert 'class="differs"><td title="container.image"' in why, "the image/host difference is not shown as a reason"
     assert "Every metric both runs have" in compare and "No metric is in both runs" not in compare
     assert list((results / "slurm").glob("*_0.out")) and list((results / "slurm").glob("report-*.out"))

@@ -165,6 +165,21 @@ def test_user_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "r").exists()  # refused before anything was written
 
 
+def test_a_run_directory_denied_in_an_image_names_the_mounts_fix(tmp_path: Path, capsys, monkeypatch) -> None:
+    """In a container, /out owned by another uid: the one line says permission denied, for which uid, and the fix
+    (chown or --user), as every other permission error of the lab does (the images' own check demands it)."""
+    from lab import locks
+
+    def refuse(self, **_):
+        raise PermissionError(13, "Permission denied", str(self.path))
+
+    monkeypatch.setattr(locks.OwnerLock, "acquire", refuse)
+    monkeypatch.setenv("LAB_IMAGE", "graph-lab:cpu")
+    err = one_line_error(capsys, "run", "--profile", "smoke", "--only", "toolchain", "--out", str(tmp_path / "out"))
+    assert err.startswith(f"error: {tmp_path / 'out'}: permission denied for uid"), err
+    assert "chown" in err and "--user" in err and "cannot write there" in err
+
+
 @pytest.mark.skipif(not Path("/sys/kernel").is_dir(),
                     reason="needs Linux's /sys (a directory nobody can write, root included)")
 def test_a_directory_nobody_can_write_is_one_line(capsys) -> None:
