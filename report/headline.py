@@ -15,6 +15,7 @@ from report.costs import first_call_behind
 from report.discover import Run
 from report.sections import failed_checks, record
 from report.steps import CEILINGS, Case, cases, ceiling, is_eager, step_rows
+from report.sweeps import headline as peer_headline
 from report.tables import Cell, Table, first, fmt, num, sort_key
 
 STATUSES = ("OK", "NOT_RUN", "FAILED")
@@ -93,6 +94,7 @@ class FrontRow:
     compile: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
+    peer: str | None = None  # the lab's best step beside transformers' best generate (peer_generate's conclusion)
 
     @property
     def started(self) -> str:
@@ -133,7 +135,7 @@ def front_row(run: Run, file: str) -> FrontRow:
     return FrontRow(run=run, file=file, host=host_name(r), label=str(r.manifest.get("label") or ""),
                     device=device_name(r), torch=str((r.manifest.get("torch") or {}).get("version", "?")),
                     lines=lines(r), compile=compile_summary(r), counts=counts(r),
-                    failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)])
+                    failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r))
 
 
 def newest_first(runs: list[Run]) -> list[Run]:

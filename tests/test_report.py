@@ -128,6 +128,8 @@ def test_front_row_of_a_cpu_run_shows_eager_against_inductor(index_html: str) ->
              and m["params"].get("target") == "decode_core"][0]["value"]
     assert texts(html, "compile")[0] == f"compile, cold cache: {fmt(first, 's')} → {fmt(be)} calls"
     assert texts(html, "failed-count") == ["1"] and "gemm_bound: compile gives about 1.0x" in html
+    peer = stored(CPU_RESULTS, "peer_generate", "conclusion")["value"]  # the lab's best beside transformers' best
+    assert texts(html, "peer") == [f"against transformers' generate {peer}"]
 
 
 def test_side_by_side_table_of_every_run(index_html: str) -> None:
