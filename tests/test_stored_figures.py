@@ -91,7 +91,9 @@ def test_cuda_graph_decode_stores_saving_and_break_even_per_method() -> None:
         record.metrics.append(Metric("step_ms", ms + 1, "ms", {"method": method, **p, "readback": True}))
         if setup is not None:
             record.metrics.append(Metric("setup_s", setup, "s", {"method": method, **p}))
-    built = {Method.EAGER: None, Method.GRAPH: None, Method.COMPILE_DEFAULT: None}
+    from types import SimpleNamespace
+
+    built = {m: SimpleNamespace(compiled_by=None) for m in (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT)}
     cuda_graph_decode._record_break_even(_ctx("cuda_graph_decode", record), built, 1, "bfloat16")
     got = {(m.name, m.params["method"]): m.value for m in record.metrics if m.name in ("saving_ms_per_step",
                                                                                        "break_even_steps")}
