@@ -71,25 +71,16 @@ def test_graphed_step_restores_state_and_replays_eager_tokens(tiny) -> None:
 def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
     """cuda_graph_decode's measuring, checking and kernel counting, and ceilings' bounds built on its
     record, exercised on the CPU with the methods that need no CUDA (the runner skips it there)."""
-    from lab import catalogue, profiles
+    from lab import profiles
     from lab.experiments import ceilings as ceilings_exp
     from lab.experiments import cuda_graph_decode
-    from lab.results import Record, Results, RunInfo
-    from lab.runner import Context, ModelCache
     from lab.toolchain import probe
 
     tc = probe()
     methods = ["eager"] + (["compile-default"] if tc.cxx_reason() is None else [])
     profile = profiles.get("smoke").with_options(
         "cuda_graph_decode", methods=methods, bf16_batches=[], rounds=2, steps=6, readback_methods=["eager"])
-    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={})
-    models = ModelCache(profile, {"source": "random"})
-
-    def ctx_for(exp_id: str) -> Context:
-        spec = catalogue.BY_ID[exp_id]
-        rec = Record(id=exp_id, title=spec.title, status="OK")
-        results.experiments.append(rec)
-        return Context(spec, profile, tc, rec, results, models)
+    ctx_for = one_run(profile, tc)
 
     ctx = ctx_for("cuda_graph_decode")
     cuda_graph_decode.run(ctx)
@@ -130,22 +121,13 @@ def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
 def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_their_checks() -> None:
     """A fatal check of one case (bf16 compile on the H200 reference) fails cuda_graph_decode, not its other cases:
     ceilings bounds those and lists the failed case as skipped, instead of falling back to eager and graph alone."""
-    from lab import catalogue, profiles
     from lab import metrics as M
+    from lab import profiles
     from lab.experiments import ceilings as ceilings_exp
-    from lab.results import Record, Results, RunInfo
-    from lab.runner import Context, ModelCache
     from lab.toolchain import probe
 
     tc, profile = probe(), profiles.get("smoke")
-    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={})
-    models = ModelCache(profile, {"source": "random"})
-
-    def ctx_for(exp_id: str) -> Context:
-        spec = catalogue.BY_ID[exp_id]
-        rec = Record(id=exp_id, title=spec.title, status="OK")
-        results.experiments.append(rec)
-        return Context(spec, profile, tc, rec, results, models)
+    ctx_for = one_run(profile, tc)
 
     cgd = ctx_for("cuda_graph_decode")
     for method, ms in (("eager", 3.0), ("compile-default", 2.0), ("fused", 0.5)):
@@ -163,3 +145,22 @@ def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_the
         assert rec.metric("bound_ms", method=method, batch=1, dtype="float32").value > 0
     assert not [m for m in rec.metrics if m.params.get("method") == "fused"]
     assert {s.item: s.code for s in rec.skipped}["bounds fused batch 1 float32"] == "check_failed"
+
+
+def one_run(profile, tc):
+    """ctx_for(experiment id): a Context whose record joins one run's results, as the runner would make it (the
+    later experiments of the run see the earlier ones' records)."""
+    from lab import catalogue
+    from lab.results import Record, Results, RunInfo
+    from lab.runner import Context, ModelCache
+
+    results = Results(run=RunInfo(profile=profile.name, started_at=""), manifest={})
+    models = ModelCache(profile, {"source": "random"})
+
+    def ctx_for(exp_id: str) -> Context:
+        spec = catalogue.BY_ID[exp_id]
+        rec = Record(id=exp_id, title=spec.title, status="OK")
+        results.experiments.append(rec)
+        return Context(spec, profile, tc, rec, results, models)
+
+    return ctx_for
