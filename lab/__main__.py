@@ -43,11 +43,6 @@ def image_epilog() -> str | None:
             f"run --profile {profile} --out /out\n(docs/containers.md)")
 
 
-def permission_error(exc: PermissionError) -> str:
-    """One line for a folder or file the lab may not write, with the fix (in a container: the mount's owner)."""
-    return permission_denied(exc.filename)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description=__import__("lab").__doc__,
                                      epilog=image_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except PermissionError as exc:  # before OSError: the fix depends on where the lab runs
         if debug:
             traceback.print_exc()
-        print(f"error: {permission_error(exc)}", file=sys.stderr)
+        print(f"error: {permission_denied(exc.filename)}", file=sys.stderr)
         return 2
     except (ValueError, OSError) as exc:
         if debug:
