@@ -47,7 +47,7 @@ step "build cpu and cpu-nocc (windows-msvc is listed NOT_RUN on Linux)"
 # that need `inductor` or `cxx`: what the image is for; the rest of the smoke profile runs in the image
 # in tests/test_fleet_slurm.py); graph-lab:cpu-nocc runs all of it (most of it NOT_RUN at once, and
 # nothing may FAILED for want of a compiler).
-INDUCTOR_IDS="$("$PY" -c "from lab.catalogue import CATALOGUE; print(','.join(s.id for s in CATALOGUE if {'inductor', 'cxx'} & set(s.needs)))")"
+INDUCTOR_IDS="$("$PY" -c "from lab.contract.catalogue import CATALOGUE; print(','.join(s.id for s in CATALOGUE if {'inductor', 'cxx'} & set(s.needs)))")"
 for variant in cpu cpu-nocc; do
     step "smoke profile in graph-lab:$variant"
     rm -rf "${RESULTS:?}/$variant"

@@ -20,7 +20,7 @@ def clean(value: Any) -> Any:
     """`value` in JSON's own types where it has a JSON form: dataclasses as dicts (field by field, nothing
     copied), tuples as lists, non-finite floats as the strings "nan", "inf", "-inf", subclasses of str, int
     and float (enums, numpy scalars) as the plain type. Anything else is left as it is, for the caller to
-    refuse (lab.results names the field)."""
+    refuse (lab.contract.results names the field)."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, float):

@@ -5,7 +5,7 @@ Standard output carries only data (the final line of `lab run` naming the result
 - a header, then per experiment one line when it starts and one when it ends: its status and time;
   a NOT_RUN reason with its fix sentence the first time it is met in the run (later ones by code);
   a FAILED one's error; the checks that failed; at most one line about library output
-  (`lab.librarylogs` keeps that output in the record, `-v` shows it live);
+  (`lab.run.librarylogs` keeps that output in the record, `-v` shows it live);
 - progress for anything long: `track` and `counter` (item n of N, elapsed, an estimate of what is
   left) and `activity` ("compiling X (first call)" with the time it takes);
 - the summary: counts, NOT_RUN codes with counts, FAILED experiments, and every failed check.
@@ -17,7 +17,7 @@ is every LAB_PROGRESS_EVERY_S seconds (default 10) when an item has finished sin
 least every 30 s), an activity after 10 s and then at doubling intervals (20 s, 40 s...), and each closes with a line once it has said anything or lasted a
 second. LAB_PROGRESS_EVERY_S=0 prints every step and every activity's start (the tests use it).
 
-While experiments run, lab.librarylogs redirects file descriptor 2 to catch what libraries write below
+While experiments run, lab.run.librarylogs redirects file descriptor 2 to catch what libraries write below
 Python; the console then writes to a duplicate of the real standard error (`use_stream`).
 """
 

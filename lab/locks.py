@@ -5,8 +5,8 @@ command). The lock is `flock` on the file (POSIX): a run killed by SIGKILL or a 
 nothing afterwards, so nobody ever has to delete a stale lock by hand. Where `fcntl` is missing
 (Windows) the file is created exclusively and a holder on this host whose pid is gone is stale.
 
-Used for run directories (lab.rundir: one run at a time) and the lab's temporary directories
-(lab.childproc: a directory whose lock nobody holds belongs to a dead run and is removed).
+Used for run directories (lab.run.rundir: one run at a time) and the lab's temporary directories
+(lab.run.childproc: a directory whose lock nobody holds belongs to a dead run and is removed).
 Standard library only.
 """
 

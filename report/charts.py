@@ -17,9 +17,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lab import metrics as M  # noqa: E402
-from lab.names import Method, method_rank  # noqa: E402
-from lab.results import Results  # noqa: E402
+from lab.contract import metrics as M  # noqa: E402
+from lab.contract.names import Method, method_rank  # noqa: E402
+from lab.contract.results import Results  # noqa: E402
 
 from report.costs import first_call_behind  # noqa: E402
 from report.sections import record  # noqa: E402

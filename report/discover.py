@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.results import MANIFEST_NAME, RESULTS_NAME, Results, ResultsError, load
+from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Results, ResultsError, load
 
 DEFAULT_ROOTS = ("manifests", "runs")
 

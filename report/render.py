@@ -21,15 +21,15 @@ from typing import Any, Callable
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from lab.compare import Comparison, Side, compare
-from lab.marks import MARKS
-from lab.results import Results
+from report.compare import Comparison, Side, compare
+from lab.contract.marks import MARKS
+from lab.contract.results import Results
 
-from report import charts, costs, headline, sections, steps, sweeps, workloads
+from report import charts, costs, front as front_page, sections, steps, sweeps, workloads
 from report.discover import Run, SkippedFile, load_runs
 from report.tables import Table, fmt, params_text
 
-STATUSES = headline.STATUSES
+STATUSES = front_page.STATUSES
 
 # The run page's sections, in order: each a function from a run's results to a Section (None: nothing to show).
 # A module with sections of its own registers them with one line here.
@@ -51,7 +51,7 @@ class RunPage:
     run: Run
     file: str
     title: str
-    front: headline.FrontRow
+    front: front_page.FrontRow
     device: str
     overview: Table
     sections: list[sections.Section]
@@ -94,8 +94,8 @@ def run_page(run: Run) -> RunPage:
         secs.append(sec)
     secs += sweeps.sections(run)  # the sweeps (issue 14): their own charts, tables and conclusions
     file = f"run-{run.slug}.html"
-    return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=headline.front_row(run, file),
-                   device=headline.device_text(res), overview=sections.overview(res), sections=secs,
+    return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=front_page.front_row(run, file),
+                   device=front_page.device_text(res), overview=sections.overview(res), sections=secs,
                    experiments=sections.experiments(res), failed=sections.failed_checks(res))
 
 
@@ -148,7 +148,7 @@ def render_site(paths: list[Path], out: Path, baseline: str | None = None) -> Si
     out.mkdir(parents=True, exist_ok=True)
     site = Site(out=out, index=out / "index.html", skipped=skipped)
     pages: list[RunPage] = []
-    for run in headline.newest_first(runs):
+    for run in front_page.newest_first(runs):
         try:
             page = run_page(run)
             html = env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)
@@ -172,7 +172,7 @@ def render_site(paths: list[Path], out: Path, baseline: str | None = None) -> Si
         site.compare = out / "compare.html"
         site.compare.write_text(html, encoding="utf-8")
     fronts = [p.front for p in pages]
-    html = env.get_template("index.html").render(fronts=fronts, side_by_side=headline.side_by_side(fronts),
+    html = env.get_template("index.html").render(fronts=fronts, side_by_side=front_page.side_by_side(fronts),
                                                  skipped=skipped, has_compare=bool(comps),
                                                  title="Graph-mode inference lab")
     site.index.write_text(html, encoding="utf-8")

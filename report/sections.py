@@ -10,10 +10,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab import metrics as M
-from lab import units
-from lab.compare import flatten
-from lab.results import Check, Record, Results
+from lab.contract import metrics as M
+from lab.contract import units
+from report.compare import flatten
+from lab.contract.results import Check, Record, Results
 
 from report.tables import Cell, Table, first, fmt, metric_tables, notes_text, num, params_text, pivot
 

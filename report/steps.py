@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lab import metrics as M
-from lab import units
-from lab.names import Method, method_rank
-from lab.results import Metric, Record, Results
+from lab.contract import metrics as M
+from lab.contract import units
+from lab.contract.names import Method, method_rank
+from lab.contract.results import Metric, Record, Results
 
 from report.sections import Section, record, why_absent
 from report.tables import Cell, Table, first, fmt, is_number, matching, num, params_text, sort_key, timing_cell

@@ -3,7 +3,7 @@ experiment's own conclusion with the rule that drew it; and the compile-trace pa
 
 `sections(run)` gives one Section per sweep experiment present in the run (none when the run has no
 sweep). `publish(run, out)` writes a page per compile trace the run kept (`traces/` beside its
-results.json, lab.compiletrace) under `out/traces/<run>/...`, with tlparse's pages copied beside it
+results.json, lab.measure.compiletrace) under `out/traces/<run>/...`, with tlparse's pages copied beside it
 when the run kept them; the sections' trace tables link there. Nothing here recomputes a derived
 figure: speedups, crossovers, scores and conclusions are read as the experiments stored them.
 """
@@ -23,10 +23,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from jinja2 import Environment, select_autoescape  # noqa: E402
 
-from lab import metrics as M  # noqa: E402
-from lab.catalogue import CATALOGUE  # noqa: E402
-from lab.names import method_rank  # noqa: E402
-from lab.results import Record  # noqa: E402
+from lab.contract import metrics as M  # noqa: E402
+from lab.contract.catalogue import CATALOGUE  # noqa: E402
+from lab.contract.names import method_rank  # noqa: E402
+from lab.contract.results import Record  # noqa: E402
 
 from report.charts import Chart  # noqa: E402
 from report.sections import Section, record, why_absent  # noqa: E402

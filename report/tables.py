@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from lab import units
-from lab.metrics import MetricSpec
-from lab.results import Metric, Record, Spread
+from lab.contract import units
+from lab.contract.metrics import MetricSpec
+from lab.contract.results import Metric, Record, Spread
 
 
 @dataclass

@@ -3,10 +3,10 @@ and fusion against its bytes ceiling. Stored figures only."""
 
 from __future__ import annotations
 
-from lab import metrics as M
-from lab import units
-from lab.names import Method
-from lab.results import Results
+from lab.contract import metrics as M
+from lab.contract import units
+from lab.contract.names import Method
+from lab.contract.results import Results
 
 from report.sections import Section, record, why_absent
 from report.tables import Cell, Table, first, fmt, matching, num, pivot

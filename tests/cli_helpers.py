@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from lab import metrics as M
+from lab.contract import metrics as M
 from lab.__main__ import main
 
 

@@ -7,8 +7,8 @@ import importlib
 import pytest
 import torch
 
-from lab import model as M
-from lab.profiles import TINY
+from lab.step import model as M
+from lab.contract.profiles import TINY
 
 
 @pytest.fixture(scope="session")

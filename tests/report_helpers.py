@@ -32,7 +32,7 @@ def older_gpu_run(data: dict) -> dict:
 def lay_out_runs(root: Path) -> Path:
     """root/{gpu-fixture,gpu-fixture-older,cpu-smoke,malformed}: the OK-heavy GPU-like fixture, an older run of it
     (the same profile, so the comparison page has a pair by default), the CPU smoke run, a cut-off file."""
-    from lab.results import MANIFEST_NAME, RESULTS_NAME, write_json_atomic
+    from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, write_json_atomic
 
     root.mkdir(parents=True, exist_ok=True)
     gpu_fixture.write(root / "gpu-fixture")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.capture import capture
+from lab.step.capture import capture
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
 # Files allowed to call torch.cuda.graph / make a CUDAGraph themselves: the helper only. A hazard
@@ -20,7 +20,7 @@ def test_only_the_capture_helper_captures() -> None:
     raw = re.compile(r"torch\.cuda\.graph\(|CUDAGraph\(|capture_begin\(")
     offenders = [f"{p.relative_to(LAB)}:{i}" for p in sorted(LAB.rglob("*.py")) if p.name not in ALLOWED
                  for i, line in enumerate(p.read_text().splitlines(), 1) if raw.search(line)]
-    assert offenders == [], f"capture through lab.capture.capture instead: {offenders}"
+    assert offenders == [], f"capture through lab.step.capture.capture instead: {offenders}"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a host without CUDA")
@@ -56,8 +56,8 @@ def test_capture_warms_up_on_a_side_stream_records_and_replays() -> None:
 
 @pytest.mark.cuda
 def test_static_graph_and_ceilings_use_the_helper() -> None:
-    from lab import ceilings
-    from lab.replay import StaticGraph
+    from lab.step import ceilings
+    from lab.step.replay import StaticGraph
 
     lin = torch.nn.Linear(8, 8).cuda()
     g = StaticGraph(lin, (torch.randn(2, 8, device="cuda"),), warmup=2)

@@ -1,4 +1,4 @@
-"""`lab compare`: every mark follows from a metric's declaration (lab.metrics) through the rules of lab.marks.
+"""`lab compare`: every mark follows from a metric's declaration (lab.contract.metrics) through the rules of lab.contract.marks.
 
 The cases the issue found wrong are tested first, by name; then every rule on its own, the comparison of two
 runs, the committed reference runs, and the command line (text, JSON, one-line errors, control characters).
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from lab import metrics as M
+from lab.contract import metrics as M
 from lab.__main__ import main as lab_main
-from lab.catalogue import BY_ID
-from lab.compare import Side, compare, explain, flatten, load_side, manifest_diff
-from lab.compare_output import records, safe, to_json
-from lab.manifest import REPO_ROOT
-from lab.marks import DEFAULT, Value, judge, option_value
-from lab.results import Metric, Record, Results, ResultsError, RunInfo, write_json_atomic
+from lab.contract.catalogue import BY_ID
+from report.compare import Side, compare, explain, flatten, load_side, manifest_diff
+from report.compare_output import records, safe, to_json
+from lab.run.manifest import REPO_ROOT
+from lab.contract.marks import DEFAULT, Value, judge, option_value
+from lab.contract.results import Metric, Record, Results, ResultsError, RunInfo, write_json_atomic
 from report_helpers import FIXTURES, gpu_fixture, h200_reference
 
 CPU_RUN = FIXTURES / "report_runs" / "cpu-smoke"

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lab import compile_cache
+from lab.host import compile_cache
 from lab.experiments import compile_cost
-from lab.manifest import collect
-from lab.results import Record
-from lab.runner import Context
-from lab.toolchain import probe
+from lab.run.manifest import collect
+from lab.contract.results import Record
+from lab.run.runner import Context
+from lab.host.toolchain import probe
 
 needs_cxx = pytest.mark.skipif(probe().cxx_reason() is not None, reason="no working C++ compiler for Inductor")
 
@@ -79,8 +79,8 @@ def test_repeated_core_calls_are_the_same_work() -> None:
 
 
 def test_break_even_from_child_results() -> None:
-    from lab import profiles
-    from lab.catalogue import BY_ID
+    from lab.contract import profiles
+    from lab.contract.catalogue import BY_ID
 
     record = Record(id="compile_cost", title="t", status="OK")
     ctx = Context(BY_ID["compile_cost"], profiles.get("smoke"), probe(), record, SimpleNamespace(), None)

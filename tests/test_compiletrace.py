@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab import compiletrace as T
-from lab import profiles
-from lab.catalogue import BY_ID
-from lab.reasons import Code
-from lab.results import Record
-from lab.runner import Context
+from lab.measure import compiletrace as T
+from lab.contract import profiles
+from lab.contract.catalogue import BY_ID
+from lab.contract.reasons import Code
+from lab.contract.results import Record
+from lab.run.runner import Context
 
 
 def _breaks_and_recompiles(x: torch.Tensor) -> torch.Tensor:

@@ -19,12 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab import catalogue, console, librarylogs, profiles, runner
+from lab.contract import catalogue, profiles
+from lab import console
+from lab.run import librarylogs, runner
 from lab.__main__ import build_parser, main
-from lab.manifest import REPO_ROOT
-from lab.options import NoOptions
-from lab.reasons import Code
-from lab.results import Check, Reason, Record, Results, RunInfo, load
+from lab.run.manifest import REPO_ROOT
+from lab.contract.options import NoOptions
+from lab.contract.reasons import Code
+from lab.contract.results import Check, Reason, Record, Results, RunInfo, load
 
 # Every line the lab's console writes starts like one of these (lab.console); anything else is a leak.
 LAB_LINE = re.compile(r"^(lab run |\[\d+/\d+\] |    |done: )")
@@ -238,7 +240,7 @@ def _check_table(profile: str | None, capsys) -> dict[str, str]:
 
 
 def test_list_check_on_this_host_follows_the_prerequisites(capsys) -> None:
-    from lab.toolchain import probe
+    from lab.host.toolchain import probe
 
     tc = probe()
     default = "gpu" if torch.cuda.is_available() else "cpu"
@@ -276,7 +278,7 @@ def test_list_check_gpu_without_cuda_shows_the_need_it_judges(capsys) -> None:
 
 def test_list_check_unknown_profile_is_one_line(capsys) -> None:
     assert main(["list", "--check", "nope"]) == 2
-    from lab.profiles import PROFILES
+    from lab.contract.profiles import PROFILES
 
     assert capsys.readouterr().err.strip() == f"error: unknown profile 'nope' (choose from {', '.join(PROFILES)})"
 
@@ -289,8 +291,8 @@ def test_decode_says_which_weights_on_stderr(tmp_path: Path, capfd) -> None:
     assert len(got.out.split()) == 4
     assert got.err.strip() == ("decode: fixed step on cpu; weights: random (gpt2-tiny, seed 0, init std 0.3; the "
                                "tokens mean nothing as text: --weights DIR uses a checkpoint)")
-    from lab import model as M
-    from lab.profiles import TINY
+    from lab.step import model as M
+    from lab.contract.profiles import TINY
 
     M.build_model(TINY, M.resolve_weights(TINY, "random")).save_pretrained(tmp_path / "ckpt")
     capfd.readouterr()

@@ -115,7 +115,7 @@ def test_a_folder_the_lab_may_not_write_is_one_line_naming_it_and_the_fix(tmp_pa
         "import sys, lab.atomic as a\n"
         "def refuse(path, data):\n"
         "    raise PermissionError(13, 'Permission denied', str(path))\n"
-        "import lab.runner as r; r.write_json_atomic = refuse\n"
+        "import lab.run.runner as r; r.write_json_atomic = refuse\n"
         "from lab.__main__ import main\n"
         f"sys.exit(main(['run', '--profile', 'smoke', '--only', 'toolchain', '--out', {str(tmp_path / 'out')!r}]))\n")
     env = {**os.environ, "LAB_IMAGE": "graph-lab:cpu", "PYTHONPATH": str(REPO)}

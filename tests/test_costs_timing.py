@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from lab.costs import amortised_ms_per_call, amortised_seconds, break_even_calls
+from lab.measure.breakeven import amortised_ms_per_call, amortised_seconds, break_even_calls
 import torch
 
-from lab import ceilings
-from lab.timing import HostClock, first_call, rotating_rounds, spread, time_calls
+from lab.step import ceilings
+from lab.measure.timing import HostClock, first_call, rotating_rounds, spread, time_calls
 
 
 def test_break_even_matches_the_chapter() -> None:

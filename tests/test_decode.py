@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lab import decode
+from lab.step import decode
 
 
 def _prompts(batch: int, seed: int, vocab: int = 512, length: int = 8) -> torch.Tensor:

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from lab.diagnose import Check, diagnose, load_target, verdict
-from lab.toolchain import probe
+from lab.measure.diagnose import Check, diagnose, load_target, verdict
+from lab.host.toolchain import probe
 
 
 def _checks(host=None, kern=None, brk="ok", rec="ok", steady="ok"):
@@ -89,7 +89,7 @@ def _counts_calls(x):
 def test_recompile_check_finds_changing_python_values() -> None:
     import torch
 
-    from lab.diagnose import _recompiles
+    from lab.measure.diagnose import _recompiles
 
     c = _recompiles(_counts_calls, (torch.ones(3),), calls=4)
     assert c.status == "finding" and c.data["recompiles"] >= 1 and c.data["reasons"]

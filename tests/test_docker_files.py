@@ -20,7 +20,7 @@ import pytest
 from lab.containers import base, build, context, engine, pipconf, run
 from lab.containers.pipconf import PipSettings
 from lab.containers.variants import IMAGE_LABEL, VARIANTS
-from lab.driver import min_driver
+from lab.host.driver import min_driver
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 DOCKERFILES = sorted(DOCKER.glob("Dockerfile.*"))
@@ -74,7 +74,7 @@ def test_variant_stage_is_labelled_non_root_and_sets_the_manifest_env(variant):
         assert label in body, (variant.name, label)
     if variant.lock:
         assert f'lab.lock="{variant.lock}"' in body
-    if variant.cuda:  # the driver requirement is stated on the image and agrees with lab.driver's table
+    if variant.cuda:  # the driver requirement is stated on the image and agrees with lab.host.driver's table
         assert f'lab.cuda="{variant.cuda}"' in body and f'lab.min_driver="{min_driver(variant.cuda)}"' in body
     assert re.search(rf"ENV LAB_IMAGE=\$\{{LAB_IMAGE}} LAB_IMAGE_VARIANT={variant.name} LAB_COMMIT=\$\{{LAB_COMMIT}}",
                      body), variant.name
@@ -255,7 +255,7 @@ def test_unknown_variant_is_a_one_line_error(tmp_path):
 
 
 def test_host_fallback_reason_reaches_the_manifest(monkeypatch):
-    from lab.manifest import container_info
+    from lab.run.manifest import container_info
 
     monkeypatch.setenv("LAB_HOST_FALLBACK", "no_docker: the docker CLI is not on PATH")
     assert container_info()["fallback_reason"].startswith("no_docker:")
@@ -358,7 +358,7 @@ def test_the_security_mirror_is_the_hosts(tmp_path):
 
 
 def test_every_reason_code_of_the_container_tools_is_declared():
-    from lab.reasons import Code
+    from lab.contract.reasons import Code
 
     root = DOCKER.parent / "lab"
     files = [*sorted((root / "containers").glob("*.py")), root / "driver.py", root / "commands" / "image_run.py"]

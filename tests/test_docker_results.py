@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.catalogue import CATALOGUE
+from lab.contract.catalogue import CATALOGUE
 from lab.containers.lock import freeze_drift
-from lab.results import load
+from lab.contract.results import load
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The NVIDIA driver against the CUDA version a torch build or image needs (lab.driver), and the toolchain's use of it."""
+"""The NVIDIA driver against the CUDA version a torch build or image needs (lab.host.driver), and the toolchain's use of it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from lab.containers.run import host_driver_reason
 from lab.containers.variants import VARIANTS
-from lab.driver import MIN_DRIVER, driver_reason, driver_version, min_driver, version_tuple
-from lab.toolchain import CudaInfo, CxxInfo, Toolchain, TritonInfo
+from lab.host.driver import MIN_DRIVER, driver_reason, driver_version, min_driver, version_tuple
+from lab.host.toolchain import CudaInfo, CxxInfo, Toolchain, TritonInfo
 
 
 def test_version_tuple_and_the_minimum_driver_table():
@@ -76,7 +76,7 @@ def test_the_host_is_checked_against_the_cuda_image_before_it_runs(monkeypatch):
 @pytest.mark.cuda
 def test_this_hosts_driver_runs_this_torch():
     """On a GPU host: the probe found the driver and judged it new enough (torch sees the device)."""
-    from lab.toolchain import probe
+    from lab.host.toolchain import probe
 
     cuda = probe().cuda
     assert cuda.available and cuda.driver_version and cuda.min_driver

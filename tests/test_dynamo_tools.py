@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab import decode
-from lab.dynamo_tools import CountingBackend, count_compiles, explain, recompile_limit
+from lab.step import decode
+from lab.measure.dynamo_tools import CountingBackend, count_compiles, explain, recompile_limit
 from lab.experiments import graph_breaks
 
 

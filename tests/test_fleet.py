@@ -18,7 +18,7 @@ from lab.containers.variants import VARIANTS
 from lab.fleet import k8s, slurm
 from lab.fleet.finish import finish
 from lab.fleet.plan import Plan, Target, load_plan, make_targets, run_dir
-from lab.fleet.scheduler import scheduler_info
+from lab.host.scheduler import scheduler_info
 from lab.fleet.task import command, run_task
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The hand-fused step (lab.fused) against the eager step it reproduces.
+"""The hand-fused step (lab.step.fused) against the eager step it reproduces.
 
 CPU: the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1, numpy on the host), in
 one subprocess so that the variable is set before Triton is imported and no other test sees it;
@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.fused import configs as C, triton_import_error
-from lab.profiles import GPT2
+from lab.step.fused import configs as C, triton_import_error
+from lab.contract.profiles import GPT2
 
 ROOT = Path(__file__).resolve().parents[1]
 TRITON_MISSING = triton_import_error()
@@ -50,9 +50,9 @@ ODD_CONFIGS = {"attention": {"BS": 8}, "ln_qkv": {"BB": 2, "BN": 16, "BK": 32},
 SCRIPT = r"""
 import json, sys
 import torch
-from lab.decode import new_state
-from lab.fused import check as K, tune as T
-from lab.fused.step import prepare
+from lab.step.decode import new_state
+from lab.step.fused import check as K, tune as T
+from lab.step.fused.step import prepare
 
 odd_configs = json.loads(sys.argv[1])
 tiny = K.weights_for("tiny")
@@ -73,7 +73,7 @@ except ValueError as exc:
 # fused_step(state, weights): one plan per state, made on first use and dropped with the state.
 import gc
 from lab import decode as D
-from lab.fused import configs as C, step as S
+from lab.step.fused import configs as C, step as S
 C.DEFAULT_SMS = 2  # no device here: small grids for the interpreter
 state = new_state(tiny, 1, 12)
 D.prefill(state, tiny, K.prompt_for(1, 4, 512))
@@ -185,7 +185,7 @@ def test_tuner_search_picks_the_fastest_candidate(interpreted: dict) -> None:
 AOT_SCRIPT = r"""
 import json, sys, torch
 from dataclasses import asdict
-from lab.fused.aot import compile_plan, plan_for_shapes
+from lab.step.fused.aot import compile_plan, plan_for_shapes
 out = {}
 for label, dtype, batch, pdl, prefetch in (("fp32-b1-pdl", torch.float32, 1, True, False),
                                            ("bf16-b3", torch.bfloat16, 3, False, False),
@@ -199,7 +199,7 @@ json.dump(out, sys.stdout)
 @pytest.fixture(scope="module")
 def compiled_for_hopper() -> dict:
     """Every kernel compiled for sm_90 by Triton and its bundled ptxas (no GPU, no interpreter)."""
-    from lab.fused.aot import ptxas_path
+    from lab.step.fused.aot import ptxas_path
 
     if ptxas_path() is None:
         pytest.skip("the installed Triton has no bundled ptxas")
@@ -289,14 +289,14 @@ def test_budget_matches_the_step_docstring() -> None:
 
 @pytest.fixture(scope="module")
 def gpt2_cuda():
-    from lab.fused.check import weights_for
+    from lab.step.fused.check import weights_for
 
     return weights_for("gpt2", "cuda", torch.float32)
 
 
 @pytest.fixture(scope="module")
 def gpt2_cuda_bf16():
-    from lab.fused.check import weights_for
+    from lab.step.fused.check import weights_for
 
     return weights_for("gpt2", "cuda", torch.bfloat16)
 
@@ -305,7 +305,7 @@ def gpt2_cuda_bf16():
 @needs_triton
 @pytest.mark.parametrize("batch", [1, 8, 16, 64])
 def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int) -> None:
-    from lab.fused.check import free_running
+    from lab.step.fused.check import free_running
 
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True)
     _assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
@@ -316,8 +316,8 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int) -> None:
 @needs_triton
 @pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True)], ids=["b1", "b8", "b1-prefetch"])
 def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool) -> None:
-    from lab.fused.check import free_running
-    from lab.fused.step import pdl_supported
+    from lab.step.fused.check import free_running
+    from lab.step.fused.step import pdl_supported
 
     ok, why = pdl_supported(torch.device("cuda"))
     if not ok:
@@ -331,7 +331,7 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool)
 @needs_triton
 @pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True)], ids=["b1", "b8", "b1-prefetch"])
 def test_gpu_bf16_teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch: int, prefetch: bool) -> None:
-    from lab.fused.check import teacher_forced
+    from lab.step.fused.check import teacher_forced
 
     r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=prefetch)
     assert all(r["bookkeeping_ok"]), r

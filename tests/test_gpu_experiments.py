@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from lab import metrics as M
-from lab import profiles, runner
+from lab.contract import metrics as M
+from lab.contract import profiles
+from lab.run import runner
 from lab.experiments.cuda_graph_decode import BF16_METHODS, DEFAULT_METHODS, READBACK_METHODS
-from lab.names import Method, Variant
-from lab.results import Record, Results, load
+from lab.contract.names import Method, Variant
+from lab.contract.results import Record, Results, load
 
 pytestmark = pytest.mark.cuda
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab import ceilings, decode
-from lab.childproc import run_child
-from lab.graphs import CacheFullError, GraphedStep
+from lab.step import ceilings, decode
+from lab.run.childproc import run_child
+from lab.step.graphs import CacheFullError, GraphedStep
 
 
 def test_bound_arithmetic(tiny) -> None:
@@ -35,7 +35,7 @@ def test_child_death_is_recorded() -> None:
     assert ok.ok and ok.value == [1, 2]
     died = run_child("os:abort", {})
     assert not died.ok and died.signal == "SIGABRT" and "SIGABRT" in died.describe()
-    raised = run_child("lab.profiles:get", {"name": "nope"})
+    raised = run_child("lab.contract.profiles:get", {"name": "nope"})
     assert raised.exit_code == 1 and "unknown profile" in raised.describe()
     slow = run_child("subprocess:run", {"args": ["sleep", "30"]}, timeout_s=2)
     assert slow.timed_out and slow.describe().startswith("timed out")
@@ -44,7 +44,7 @@ def test_child_death_is_recorded() -> None:
 @pytest.mark.cuda
 def test_graphed_step_restores_state_and_replays_eager_tokens(tiny) -> None:
     model, _ = tiny
-    from lab.model import extract_weights
+    from lab.step.model import extract_weights
 
     w = extract_weights(model, device="cuda")
     prompt = torch.randint(0, 512, (2, 8), generator=torch.Generator().manual_seed(0)).cuda()
@@ -71,10 +71,10 @@ def test_graphed_step_restores_state_and_replays_eager_tokens(tiny) -> None:
 def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
     """cuda_graph_decode's measuring, checking and kernel counting, and ceilings' bounds built on its
     record, exercised on the CPU with the methods that need no CUDA (the runner skips it there)."""
-    from lab import profiles
+    from lab.contract import profiles
     from lab.experiments import ceilings as ceilings_exp
     from lab.experiments import cuda_graph_decode
-    from lab.toolchain import probe
+    from lab.host.toolchain import probe
 
     tc = probe()
     methods = ["eager"] + (["compile-default"] if tc.cxx_reason() is None else [])
@@ -96,7 +96,7 @@ def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
         assert rec.metric("speedup_vs_eager", method="eager", batch=batch, dtype="float32", readback=False).value == 1
     # every method of the table that was not asked for is listed with why (max-autotune: its compile time)
     skipped = {s.item: s.code for s in rec.skipped}
-    from lab.stepmethods import METHODS
+    from lab.step.methods import METHODS
 
     assert set(skipped) == {n for n in METHODS if n not in methods}
     assert skipped["max-autotune-no-cudagraphs"] == "profile_budget"
@@ -121,10 +121,10 @@ def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
 def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_their_checks() -> None:
     """A fatal check of one case (bf16 compile on the H200 reference) fails cuda_graph_decode, not its other cases:
     ceilings bounds those and lists the failed case as skipped, instead of falling back to eager and graph alone."""
-    from lab import metrics as M
-    from lab import profiles
+    from lab.contract import metrics as M
+    from lab.contract import profiles
     from lab.experiments import ceilings as ceilings_exp
-    from lab.toolchain import probe
+    from lab.host.toolchain import probe
 
     tc, profile = probe(), profiles.get("smoke")
     ctx_for = one_run(profile, tc)
@@ -150,9 +150,9 @@ def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_the
 def one_run(profile, tc):
     """ctx_for(experiment id): a Context whose record joins one run's results, as the runner would make it (the
     later experiments of the run see the earlier ones' records)."""
-    from lab import catalogue
-    from lab.results import Record, Results, RunInfo
-    from lab.runner import Context, ModelCache
+    from lab.contract import catalogue
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.run.runner import Context, ModelCache
 
     results = Results(run=RunInfo(profile=profile.name, started_at=""), manifest={})
     models = ModelCache(profile, {"source": "random"})

@@ -13,12 +13,12 @@ import dataclasses
 import pytest
 import torch
 
-from lab import decode, stepmethods, teacher
-from lab.ceilings import attended_slots, step_bytes
-from lab.names import Method
-from lab.reasons import Code
-from lab.stepmethods import METHODS, MethodSpec
-from lab.timing import HostClock
+from lab.step import decode, methods as stepmethods, teacher
+from lab.step.ceilings import attended_slots, step_bytes
+from lab.contract.names import Method
+from lab.contract.reasons import Code
+from lab.step.methods import METHODS, MethodSpec
+from lab.measure.timing import HostClock
 
 
 def _prompt(batch: int = 2, length: int = 8) -> torch.Tensor:
@@ -48,9 +48,9 @@ def test_rows_say_why_they_cannot_run_here(monkeypatch) -> None:
     for name in (Method.FUSED_PDL, Method.FUSED_PDL_PREFETCH, Method.COMPILE_GRAPH_PDL):
         code, message = stepmethods.unavailable(METHODS[name], cpu)
         assert code == Code.NOT_ON_THIS_DEVICE and "compute capability 9.0" in message, name
-    import lab.fused
+    import lab.step.fused
 
-    monkeypatch.setattr(lab.fused, "triton_import_error", lambda: "ImportError: no module named triton")
+    monkeypatch.setattr(lab.step.fused, "triton_import_error", lambda: "ImportError: no module named triton")
     code, message = stepmethods.unavailable(METHODS[Method.FUSED], cpu)
     assert code == Code.NO_TRITON and "no module named triton" in message
     with pytest.raises(ValueError, match="bind replaces the step"):
@@ -101,7 +101,7 @@ def test_teacher_forcing_judges_each_step_not_the_divergence(tiny) -> None:
     assert not torch.equal(bad.tokens()[:, 9:20], ref.argmax.T[:, :11])
     forced = teacher.teacher_forced(bad, ref)  # fed eager's tokens, every step's logits are eager's
     assert (forced.agreement, forced.max_logit_error) == (1.0, 0.0)
-    from lab.model import extract_weights
+    from lab.step.model import extract_weights
 
     low = extract_weights(tiny[0], dtype=torch.bfloat16)
     bf16 = teacher.teacher_forced(stepmethods.build(Method.EAGER, low, prompt, 40), ref)
@@ -122,7 +122,8 @@ def test_bytes_count_the_attended_cache_not_the_buffer(tiny) -> None:
 # ------------------------------------------------------------------ the profiles' plan
 
 def test_gpu_profiles_plan_every_method() -> None:
-    from lab import catalogue, profiles, runner
+    from lab.contract import catalogue, profiles
+    from lab.run import runner
     from lab.experiments.cuda_graph_decode import COSTLY
 
     spec = catalogue.BY_ID["cuda_graph_decode"]
@@ -142,11 +143,11 @@ def test_gpu_profiles_plan_every_method() -> None:
 # ------------------------------------------------------------------ the experiment's flow on the CPU
 
 def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
-    from lab import catalogue, profiles
+    from lab.contract import catalogue, profiles
     from lab.experiments import cuda_graph_decode
-    from lab.results import Record, Results, RunInfo
-    from lab.runner import Context, ModelCache, _finish_status
-    from lab.toolchain import probe
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.run.runner import Context, ModelCache, _finish_status
+    from lab.host.toolchain import probe
 
     # compile-default through Dynamo with its eager backend: a compiled method without a C++ compiler
     monkeypatch.setitem(METHODS, "compile-default", dataclasses.replace(METHODS["compile-default"], backend="eager"))
@@ -160,7 +161,7 @@ def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
     cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
     _finish_status(rec)
     assert rec.status == "OK", (rec.reason, [c for c in rec.checks if not c.passed])
-    from lab.results import quarantine
+    from lab.contract.results import quarantine
 
     assert quarantine(rec) == []  # everything recorded can be stored (the runner would FAIL it otherwise)
     skipped = {s.item: s.code for s in rec.skipped}
@@ -191,7 +192,7 @@ def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
 @pytest.mark.cuda
 def test_gpu_busy_time_of_a_step_on_cuda(tiny) -> None:
     """On the device: busy time is the union of the step's kernels, within their summed time and their span."""
-    from lab.model import extract_weights
+    from lab.step.model import extract_weights
 
     w = extract_weights(tiny[0], device="cuda")
     for name in (Method.EAGER, Method.GRAPH):

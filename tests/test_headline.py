@@ -16,13 +16,13 @@ from pathlib import Path
 
 from report_helpers import gpu_fixture
 
-from lab import headline
+from report import readme_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_readme_tables_are_the_headline_of_the_run_they_name() -> None:
-    same, runs = headline.check(ROOT / "README.md")
+    same, runs = readme_tables.check(ROOT / "README.md")
     assert runs.startswith("manifests/reference/")
     assert same, f"README.md's headline block is stale: python -m lab headline {runs} --write README.md"
 
@@ -46,7 +46,7 @@ def test_tables_show_what_the_run_recorded_and_a_dash_elsewhere(tmp_path: Path) 
     cgd = next(r for r in data["experiments"] if r["id"] == "cuda_graph_decode")
     step = {(m["params"]["method"], m["params"]["batch"]): m["value"] for m in cgd["metrics"]
             if m["name"] == "step_ms" and m["params"].get("readback") is False and m["params"]["dtype"] == "float32"}
-    text = headline.render([run])
+    text = readme_tables.render([run])
     rows = {line.split(" | ")[0].strip("| `"): line for line in text.splitlines() if line.startswith("| `")}
     eager1, cg1 = step[("eager", 1)], step[("compile+graph", 1)]
     assert f"| `compile+graph` | {cg1:.3f} ({eager1 / cg1:.2f}×) |" in text  # step table, speedup over eager
@@ -61,12 +61,12 @@ def test_write_replaces_only_the_block_and_check_sees_an_edit(tmp_path: Path) ->
     run = _fixture_run(tmp_path)
     readme = tmp_path / "README.md"
     readme.write_text("# Title\n\nbefore\n\n<!-- headline:begin old/run -->\nstale\n<!-- headline:end -->\n\nafter\n")
-    assert headline.write(readme, ["run"])
+    assert readme_tables.write(readme, ["run"])
     text = readme.read_text()
     assert text.startswith("# Title\n\nbefore\n\n<!-- headline:begin run -->\n") and text.endswith(
         "<!-- headline:end -->\n\nafter\n") and "stale" not in text
-    assert headline.check(readme) == (True, "run")
-    assert not headline.write(readme, ["run"])  # unchanged the second time
+    assert readme_tables.check(readme) == (True, "run")
+    assert not readme_tables.write(readme, ["run"])  # unchanged the second time
     readme.write_text(text.replace("×)", "x)", 1))
     proc = subprocess.run([sys.executable, "-m", "lab", "headline", "--check", str(readme)], cwd=ROOT,
                           capture_output=True, text=True)

@@ -12,12 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lab import decode, profiles, runner
-from lab.dynamo_tools import explain
+from lab.step import decode
+from lab.contract import profiles
+from lab.run import runner
+from lab.measure.dynamo_tools import explain
 from lab.experiments.inductor import bisect, decode_logits, op_cases
-from lab.manifest import REPO_ROOT
-from lab.model import build_model, extract_weights, resolve_weights
-from lab.toolchain import HostView, probe, probe_cxx
+from lab.run.manifest import REPO_ROOT
+from lab.step.model import build_model, extract_weights, resolve_weights
+from lab.host.toolchain import HostView, probe, probe_cxx
 
 IDS = ["toolchain", "inductor", "compile_cost"]
 
@@ -77,7 +79,7 @@ def test_hidden_compiler_through_the_cli(tmp_path: Path) -> None:
     empty.mkdir()
     expected = probe_cxx(HostView.make(path=str(empty), environ={}, root="/",
                                        python_include=HostView.current().python_include))
-    from lab.toolchain import Toolchain, CudaInfo, TritonInfo
+    from lab.host.toolchain import Toolchain, CudaInfo, TritonInfo
 
     code = Toolchain("x", CudaInfo(False), TritonInfo(False), expected).cxx_reason().code
     assert code in ("compiler_not_on_path", "no_cxx_compiler")

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from lab import metrics as M
-from lab import profiles, units
-from lab.catalogue import BY_ID, CATALOGUE
-from lab.manifest import REPO_ROOT
-from lab.metrics import REGISTRY, Direction, Kind, MetricSpec
-from lab.names import BASELINES, METHOD_ORDER, Family, Method, Variant, family, method_rank
-from lab.reasons import Code
-from lab.results import Record, load
-from lab.runner import Context
+from lab.contract import metrics as M
+from lab.contract import profiles, units
+from lab.contract.catalogue import BY_ID, CATALOGUE
+from lab.run.manifest import REPO_ROOT
+from lab.contract.metrics import REGISTRY, Direction, Kind, MetricSpec
+from lab.contract.names import BASELINES, METHOD_ORDER, Family, Method, Variant, family, method_rank
+from lab.contract.reasons import Code
+from lab.contract.results import Record, load
+from lab.run.runner import Context
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_runs" / "cpu-smoke"
 UNITS = {v for k, v in vars(units).items() if k.isupper()}
@@ -33,13 +33,13 @@ def produced() -> dict[str, set[str]]:
 
 
 def metric_references(path: Path) -> set[str]:
-    """The declared metrics a module names through lab.metrics (`M.STEP_MS`, `from lab.metrics import STEP_MS`)."""
+    """The declared metrics a module names through lab.contract.metrics (`M.STEP_MS`, `from lab.contract.metrics import STEP_MS`)."""
     tree = ast.parse(path.read_text())
     aliases, direct = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "lab":
             aliases |= {a.asname or a.name for a in node.names if a.name == "metrics"}
-        elif isinstance(node, ast.ImportFrom) and node.module == "lab.metrics":
+        elif isinstance(node, ast.ImportFrom) and node.module == "lab.contract.metrics":
             direct |= {a.asname or a.name for a in node.names}
     found = set()
     for node in ast.walk(tree):
@@ -54,7 +54,7 @@ def test_declarations_are_complete_and_consistent() -> None:
     assert len(REGISTRY) >= 90
     for name, spec in REGISTRY.items():
         assert spec.name == name and spec.help and spec.unit in UNITS, spec
-        assert getattr(M, name.upper()) is spec, f"lab.metrics.{name.upper()} should be the spec of {name!r}"
+        assert getattr(M, name.upper()) is spec, f"lab.contract.metrics.{name.upper()} should be the spec of {name!r}"
         if spec.kind in (Kind.BOOL, Kind.TEXT):
             assert spec.direction is Direction.NONE, f"{name}: a {spec.kind.value} has no better or worse"
         for rule in spec.comparable:
@@ -116,7 +116,7 @@ def test_report_and_compare_spell_no_metric_or_method_name_themselves() -> None:
                 not_names.add(id(node.left))
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in not_names:
-                assert node.value not in names, f"{path.name}:{node.lineno}: {node.value!r} (use lab.metrics/names)"
+                assert node.value not in names, f"{path.name}:{node.lineno}: {node.value!r} (use lab.contract.metrics/names)"
 
 
 def test_recorded_metrics_of_the_smoke_fixture_are_declared_for_their_experiment() -> None:
@@ -153,7 +153,7 @@ def test_recorder_refuses_undeclared_metrics_and_wrong_kinds() -> None:
         ctx.metric(M.WINNER, "eager")
     with pytest.raises(ValueError, match="'step_ms'"):
         ctx.metric("step_ms", 1.0)  # a bare string is not a declaration
-    with pytest.raises(ValueError, match="'speedup' = '2x' \\(str\\): lab/metrics.py declares it number"):
+    with pytest.raises(ValueError, match="'speedup' = '2x' \\(str\\): lab/contract/metrics.py declares it number"):
         ctx.metric(M.SPEEDUP, "2x")
     tc = _ctx("toolchain")
     with pytest.raises(ValueError, match="declares it bool"):
@@ -169,7 +169,7 @@ def test_recorder_refuses_undeclared_metrics_and_wrong_kinds() -> None:
 
 def test_an_undeclared_metric_fails_the_record_naming_it(tmp_path: Path, monkeypatch) -> None:
     import lab.experiments.recompiles as rec
-    from lab import runner
+    from lab.run import runner
 
     monkeypatch.setattr(rec, "run", lambda ctx: ctx.metric(M.STEP_MS, 1.0))
     res = runner.run(profiles.get("smoke"), tmp_path, only=["recompiles"])

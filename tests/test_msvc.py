@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from lab import msvc
-from lab.msvc import MARKER, Completed, load_msvc_environment, parse_set_output
+from lab.host import msvc
+from lab.host.msvc import MARKER, Completed, load_msvc_environment, parse_set_output
 
 PF86 = r"C:\Program Files (x86)"
 VSWHERE = PF86 + r"\Microsoft Visual Studio\Installer\vswhere.exe"

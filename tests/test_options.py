@@ -9,12 +9,12 @@ from typing import Literal, get_type_hints
 
 import pytest
 
-from lab import profiles
+from lab.contract import profiles
 from lab.__main__ import main
-from lab.catalogue import BY_ID, CATALOGUE
-from lab.names import Method
-from lab.options import NoOptions, OptionsError, as_dict, coerce, describe, option, parse_set, resolve
-from lab.runner import resolve_all
+from lab.contract.catalogue import BY_ID, CATALOGUE
+from lab.contract.names import Method
+from lab.contract.options import NoOptions, OptionsError, as_dict, coerce, describe, option, parse_set, resolve
+from lab.run.runner import resolve_all
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +107,7 @@ def test_every_experiment_declares_options_with_help_and_typed_defaults() -> Non
 
 @pytest.mark.parametrize("name", sorted(profiles.PROFILES))
 def test_every_profile_override_resolves(name: str) -> None:
-    """A typo or a wrong type in lab/profiles.py fails here, not at the start of someone's run."""
+    """A typo or a wrong type in lab/contract/profiles.py fails here, not at the start of someone's run."""
     profile = profiles.get(name)
     assert set(profile.options) <= set(BY_ID), set(profile.options) - set(BY_ID)
     resolved = resolve_all(list(CATALOGUE), profile)

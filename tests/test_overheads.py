@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lab import profiles
-from lab.catalogue import BY_ID
+from lab.contract import profiles
+from lab.contract.catalogue import BY_ID
 from lab.experiments import amdahl, fusion, graph_break_repair, selection
-from lab.opprofile import is_matmul, summarise
-from lab.replay import check_like
-from lab.results import Metric, Reason, Record, Skipped, Spread
-from lab.runner import Context
+from lab.measure.opprofile import is_matmul, summarise
+from lab.step.replay import check_like
+from lab.contract.results import Metric, Reason, Record, Skipped, Spread
+from lab.run.runner import Context
 
 
 def test_matmul_names() -> None:
@@ -134,7 +134,7 @@ def test_selection_picks_winner_tie_and_not_measured() -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_static_graph_replays_like_eager() -> None:
-    from lab.replay import StaticGraph
+    from lab.step.replay import StaticGraph
 
     model = torch.nn.Linear(256, 256).cuda().eval()
     x = torch.randn(1, 256, device="cuda")

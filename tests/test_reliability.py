@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import metrics as M
-from lab import profiles, runner
-from lab.manifest import REPO_ROOT
-from lab.results import load
+from lab.contract import metrics as M
+from lab.contract import profiles
+from lab.run import runner
+from lab.run.manifest import REPO_ROOT
+from lab.contract.results import load
 
 from cli_helpers import cli, one_compile, one_graph, one_line_error
 
@@ -338,7 +339,7 @@ def sleep_and_tell(path):
 
 PARENT = """
 import sys
-from lab.childproc import run_child
+from lab.run.childproc import run_child
 run_child("lab_test_helper:sleep_and_tell", {"path": sys.argv[1]}, timeout_s=300)
 """
 
@@ -474,7 +475,7 @@ def _descendants_of_run(lab_pid: int, temp: Path, command: bytes = b"") -> list[
 def test_sigkill_of_a_compile_cost_run_takes_its_compiling_child_along(tmp_path: Path) -> None:
     """Problem 9 as reported: SIGKILL a run during compile_cost; its child must stop compiling, and the next run
     removes the temporary folders the killed run left."""
-    from lab.toolchain import probe
+    from lab.host.toolchain import probe
 
     if probe().cxx_reason() is not None:
         pytest.skip("compile_cost needs a working C++ compiler here")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from lab.__main__ import main as lab_main
-from lab.manifest import REPO_ROOT
-from lab.results import load
+from lab.run.manifest import REPO_ROOT
+from lab.contract.results import load
 from report import render, render_site
 from report.discover import load_runs
 from report.sections import Section
@@ -478,7 +478,7 @@ def test_cli_defaults_to_manifests_and_runs(tmp_path: Path, monkeypatch, capsys)
 
 def test_report_needs_no_torch() -> None:
     """The report and compare render on a laptop that has the results but not the lab's torch."""
-    code = ("import sys, report.render, lab.commands.report, lab.commands.compare, lab.compare_output; "
+    code = ("import sys, report.render, lab.commands.report, lab.commands.compare, report.compare_output; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -12,12 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from lab import profiles, runner, schema_doc
-from lab import results as R
-from lab.compare import load_side
-from lab.manifest import REPO_ROOT
-from lab.manifest_schema import check_manifest
-from lab.options import NoOptions
+from lab.contract import profiles, schema_doc
+from lab.run import runner
+from lab.contract import results as R
+from report.compare import load_side
+from lab.run.manifest import REPO_ROOT
+from lab.contract.manifest_schema import check_manifest
+from lab.contract.options import NoOptions
 
 COMMITTED = sorted((REPO_ROOT / "manifests" / "reference").glob("*/results.json")) + sorted(
     p for p in (REPO_ROOT / "tests" / "fixtures" / "report_runs").glob("*/results.json") if p.parent.name != "malformed")
@@ -128,7 +129,7 @@ REFUSED = [
     (_set("experiments[0].metrics[0].value", 1e400), "Infinity is not a JSON value"),  # json.dump writes Infinity
     (_set("experiments[0].metrics[0].value", "NaN"), "got text 'NaN'"),
     (_set("experiments[0].metrics[0]", {"name": "made_up", "value": "1", "unit": ""}), "metric 'made_up' is not "
-                                    "declared in lab.metrics, so a number, a boolean, a list of numbers or null; got text"),
+                                    "declared in lab.contract.metrics, so a number, a boolean, a list of numbers or null; got text"),
     (_set("experiments[0].metrics[0]", {"name": "made_up", "value": ["a"], "unit": ""}), "metric 'made_up'"),
     (_set("experiments[0].metrics[0]", {"name": "binding", "value": 3, "unit": ""}), "metric 'binding' is "
                                                                                       "declared as text; got number 3"),
@@ -206,7 +207,7 @@ def test_quarantine_removes_what_cannot_be_stored_and_names_it(tmp_path: Path) -
     assert problems == [
         "field metrics[1].value (metric 'made_up_count'): a metric value is a number, a boolean, a list of numbers, "
         "text or null, not a Python Tensor",
-        "field metrics[2].value (metric 'made_up_text'): metric 'made_up_text' is not declared in lab.metrics, so a "
+        "field metrics[2].value (metric 'made_up_text'): metric 'made_up_text' is not declared in lab.contract.metrics, so a "
         "number, a boolean, a list of numbers or null; got text 'fast'",
         "field metrics[4].value (metric 'made_up_diff'): a metric value is a number, a boolean, a list of numbers, "
         "text or null, not a Python float32",
@@ -278,7 +279,7 @@ def test_manifest_allows_unknown_fields_but_checks_typed_ones() -> None:
 
 
 def test_docs_tables_and_json_schema_are_generated_from_the_schema() -> None:
-    assert schema_doc.stale() == [], "run `python -m lab.schema_doc`"
+    assert schema_doc.stale() == [], "run `python -m lab.contract.schema_doc`"
     doc = schema_doc.DOC.read_text()
     for field in ("`rel_iqr`", "`nvidia_smi`", "`usable_cores`", "`manifest_version`", "`flag_off`"):
         assert field in doc
@@ -287,7 +288,7 @@ def test_docs_tables_and_json_schema_are_generated_from_the_schema() -> None:
 
 def test_host_python_modules_do_not_need_pydantic() -> None:
     """The container tools run with the host's Python, which has neither torch nor pydantic."""
-    code = ("import sys; import lab.containers, lab.containers.build, lab.containers.run, lab.reasons, lab.atomic, lab.hostinfo; "
+    code = ("import sys; import lab.containers, lab.containers.build, lab.containers.run, lab.contract.reasons, lab.atomic, lab.host.hostinfo; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('pydantic', 'torch')]; print(bad); "
             "sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from lab import metrics as M
-from lab import profiles, runner
+from lab.contract import metrics as M
+from lab.contract import profiles
+from lab.run import runner
 from lab.__main__ import main
-from lab.manifest import REPO_ROOT
-from lab.results import load
-from lab.rundir import LOCK_NAME, RunDirError
+from lab.run.manifest import REPO_ROOT
+from lab.contract.results import load
+from lab.run.rundir import LOCK_NAME, RunDirError
 
 from cli_helpers import cli, one_compile, one_graph, one_line_error
 

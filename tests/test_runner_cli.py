@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import catalogue, metrics, profiles, runner
+from lab.contract import catalogue, metrics, profiles
+from lab.run import runner
 from lab.__main__ import main
-from lab.manifest import REPO_ROOT
-from lab.results import load
+from lab.run.manifest import REPO_ROOT
+from lab.contract.results import load
 
 
 def test_every_lab_book_id_is_listed(capsys) -> None:

@@ -11,11 +11,11 @@ import dataclasses
 import pytest
 import torch
 
-from lab import decode, stepmethods
-from lab.names import Method
-from lab.stepmethods import METHODS, FullGraphError, MethodSpec
-from lab.timing import HostClock, clock_for
-from lab.toolchain import probe
+from lab.step import decode, methods as stepmethods
+from lab.contract.names import Method
+from lab.step.methods import METHODS, FullGraphError, MethodSpec
+from lab.measure.timing import HostClock, clock_for
+from lab.host.toolchain import probe
 
 
 def _prompt(batch: int = 2, length: int = 8) -> torch.Tensor:
@@ -145,7 +145,7 @@ def test_compile_default_builds_decodes_and_shares_its_compilation(tiny, inducto
 def test_profiling_a_compiled_step_does_not_recompile_it(tiny, monkeypatch) -> None:
     """The profiler calls the step as it is timed, under no_grad: Dynamo guards grad mode, and a profile with grad
     on recompiled the step on the H200 (7 s a batch, and the fifth compile of one code object hit the limit)."""
-    from lab.dynamo_tools import dynamo_counters
+    from lab.measure.dynamo_tools import dynamo_counters
 
     _, w = tiny
     row = dataclasses.replace(METHODS["compile-default"], name="compile-eager-backend", backend="eager")
@@ -182,10 +182,10 @@ def test_adding_a_row_is_enough_to_add_a_method(tiny, inductor_here, monkeypatch
 
 def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch) -> None:
     """The experiment goes on with the other methods and ends FAILED with Dynamo's reason."""
-    from lab import catalogue, profiles
+    from lab.contract import catalogue, profiles
     from lab.experiments import cuda_graph_decode
-    from lab.results import Record, Results, RunInfo
-    from lab.runner import Context, ModelCache, _finish_status
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.run.runner import Context, ModelCache, _finish_status
 
     broken = dataclasses.replace(METHODS["compile-default"], step=breaking_step, backend="eager")
     monkeypatch.setitem(METHODS, "compile-default", broken)
@@ -207,11 +207,11 @@ def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch)
 def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkeypatch) -> None:
     """compile+graph reuses compile-default's compiled code (its setup_s is the capture alone); its break-even must
     include that compile, or the page says it pays after 7 steps when it needs thousands (the H200 reference)."""
-    from lab import catalogue, profiles
-    from lab.costs import break_even_calls
+    from lab.contract import catalogue, profiles
+    from lab.measure.breakeven import break_even_calls
     from lab.experiments import cuda_graph_decode
-    from lab.results import Record, Results, RunInfo
-    from lab.runner import Context, ModelCache
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.run.runner import Context, ModelCache
 
     plain = dataclasses.replace(METHODS["compile-default"], backend="eager")
     monkeypatch.setitem(METHODS, "compile-default", plain)
@@ -239,7 +239,7 @@ def test_every_row_builds_on_cuda_and_decodes_like_eager(tiny) -> None:
     coordinate descent: the gpu-full profile runs them), and rows this device or torch cannot run."""
     model, _ = tiny
     from lab.experiments.cuda_graph_decode import COSTLY
-    from lab.model import extract_weights
+    from lab.step.model import extract_weights
 
     w = extract_weights(model, device="cuda")
     prompt = _prompt().cuda()

@@ -11,15 +11,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from lab import hostinfo, profiles
-from lab import metrics as M
+from lab.host import hostinfo
+from lab.contract import profiles
+from lab.contract import metrics as M
 from lab.__main__ import main as lab_main
-from lab.catalogue import BY_ID
+from lab.contract.catalogue import BY_ID
 from lab.experiments import amdahl, compile_cost, cuda_graph_decode
-from lab.manifest import finish
-from lab.names import Method
-from lab.results import Metric, Record, load
-from lab.runner import Context
+from lab.run.manifest import finish
+from lab.contract.names import Method
+from lab.contract.results import Metric, Record, load
+from lab.run.runner import Context
 from report_helpers import h200_reference
 
 DECODE = "gpt2_decode_step"

@@ -12,18 +12,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab import catalogue, decode, profiles, runner
-from lab import metrics as M
+from lab.contract import catalogue, profiles
+from lab.step import decode
+from lab.run import runner
+from lab.contract import metrics as M
 from lab.experiments import context_scaling as cs
 from lab.experiments import data_dependent_branch as ddb
 from lab.experiments import graph_buckets as gb
 from lab.experiments import model_scaling as ms
 from lab.experiments import peer_generate as pg
-from lab.manifest import REPO_ROOT
-from lab.names import Method
-from lab.reasons import Code
-from lab.results import load
-from lab.sweep import SHAPES, Budget, parameters, random_weights
+from lab.run.manifest import REPO_ROOT
+from lab.contract.names import Method
+from lab.contract.reasons import Code
+from lab.contract.results import load
+from lab.experiments.common.sweep import SHAPES, Budget, parameters, random_weights
 
 SWEEPS = ("peer_generate", "model_scaling", "context_scaling", "graph_buckets", "data_dependent_branch")
 
@@ -232,9 +234,9 @@ def test_a_crashed_transformers_child_keeps_its_finished_batches(tiny, monkeypat
     with how the process ended, and the experiment goes on."""
     import json
 
-    from lab.childproc import ChildResult
-    from lab.results import Record
-    from lab.runner import Context
+    from lab.run.childproc import ChildResult
+    from lab.contract.results import Record
+    from lab.run.runner import Context
 
     model, _ = tiny
     done = {"1": {"warm_calls_s": [2.0], "steady_calls_s": [0.1], "ms_per_token": [1.0, 1.1], "error": None,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.results import Reason
-from lab.toolchain import (CudaInfo, CxxInfo, HostView, Toolchain, TritonInfo, probe, probe_cxx, probe_triton,
+from lab.contract.results import Reason
+from lab.host.toolchain import (CudaInfo, CxxInfo, HostView, Toolchain, TritonInfo, probe, probe_cxx, probe_triton,
                            try_compile_python_extension)
 
 
@@ -201,9 +201,9 @@ def test_cxx_pointing_nowhere_names_the_compiler_that_exists() -> None:
     import subprocess
     import sys
 
-    from lab.manifest import REPO_ROOT
+    from lab.run.manifest import REPO_ROOT
 
-    code = "from lab.toolchain import probe; r = probe().reason_for('inductor', 'cpu'); print(r.code); print(r.message)"
+    code = "from lab.host.toolchain import probe; r = probe().reason_for('inductor', 'cpu'); print(r.code); print(r.message)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
                          env={**os.environ, "CXX": "/nonexistent/g++"})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -214,7 +214,7 @@ def test_cxx_pointing_nowhere_names_the_compiler_that_exists() -> None:
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
 def test_the_real_compiler_builds_and_runs_the_probe_program() -> None:
-    from lab.cxxcheck import compile_and_run
+    from lab.host.cxxcheck import compile_and_run
 
     assert compile_and_run(shutil.which("g++"), "c++") is None
     assert probe().cxx.broken is None

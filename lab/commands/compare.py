@@ -20,9 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab.compare import FACTOR, compare, load_side
-    from lab.compare_output import format_text, safe, to_json
-    from lab.results import ResultsError
+    from report.compare import FACTOR, compare, load_side
+    from report.compare_output import format_text, safe, to_json
+    from lab.contract.results import ResultsError
 
     factor = FACTOR if args.factor is None else args.factor
     if not factor >= 1:

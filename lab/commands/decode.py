@@ -49,9 +49,10 @@ def parse_prompt(text: str) -> list[int]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab import decode, profiles
+    from lab.step import decode
+    from lab.contract import profiles
     from lab.console import say
-    from lab.model import build_model, extract_weights, resolve_weights
+    from lab.step.model import build_model, extract_weights, resolve_weights
 
     profile = profiles.get(args.profile)
     if args.steps < 1:

@@ -33,8 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from lab.diagnose import diagnose, load_target
-    from lab.toolchain import probe
+    from lab.measure.diagnose import diagnose, load_target
+    from lab.host.toolchain import probe
 
     if args.rounds < 1 or args.iters < 1:
         raise ValueError(f"--rounds {args.rounds} --iters {args.iters}: both must be at least 1")

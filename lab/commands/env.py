@@ -16,9 +16,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab import manifest, profiles
-    from lab.model import resolve_weights
-    from lab.results import write_json_atomic
+    from lab.run import manifest
+    from lab.contract import profiles
+    from lab.step.model import resolve_weights
+    from lab.contract.results import write_json_atomic
 
     out: Path | None = args.out
     if out is not None and out.is_dir():

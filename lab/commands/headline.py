@@ -1,6 +1,6 @@
 """`python -m lab headline RUN [RUN ...] [--write README.md] | --check README.md`: the README's headline tables.
 
-Made from a run's results.json (see lab/headline.py for the tables and the markers): printed, written
+Made from a run's results.json (see report/readme_tables.py for the tables and the markers): printed, written
 between the README's `headline` markers, or checked against the runs the markers name.
 """
 
@@ -22,14 +22,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab import headline
-    from lab.results import ResultsError
+    from report import readme_tables
+    from lab.contract.results import ResultsError
 
     try:
         if args.check:
             if args.runs:
                 raise ValueError("--check reads the runs from the README's marker: give no RUN")
-            same, runs = headline.check(args.check)
+            same, runs = readme_tables.check(args.check)
             print(f"{args.check}: headline tables {'match' if same else 'differ from'} {runs}"
                   + ("" if same else f": remake them with `python -m lab headline {runs} --write {args.check}`"),
                   file=sys.stdout if same else sys.stderr)
@@ -37,10 +37,10 @@ def main(args: argparse.Namespace) -> int:
         if not args.runs:
             raise ValueError("name at least one run directory or results.json (or --check README)")
         if args.write:
-            changed = headline.write(args.write, args.runs, root=Path.cwd())
+            changed = readme_tables.write(args.write, args.runs, root=Path.cwd())
             print(f"{args.write}: headline tables {'rewritten' if changed else 'unchanged'} from {' '.join(args.runs)}")
             return 0
-        print(headline.render(args.runs), end="")
+        print(readme_tables.render(args.runs), end="")
         return 0
     except ResultsError as exc:
         raise ValueError(str(exc)) from None

@@ -56,7 +56,7 @@ def run_args(args: argparse.Namespace, profile: str) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     from lab.containers.run import container_plan, host_driver_reason, run_lab
     from lab.containers.variants import VARIANTS
-    from lab.reasons import Reason
+    from lab.contract.reasons import Reason
 
     if args.profile is None and args.variant is None:
         raise ValueError("give --profile (smoke, cpu, gpu) or --variant")

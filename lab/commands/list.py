@@ -38,10 +38,10 @@ def text(value: Any) -> str:
 
 
 def print_options(experiment: str | None, profile_name: str | None) -> None:
-    from lab import profiles
-    from lab.catalogue import resolve
+    from lab.contract import profiles
+    from lab.contract.catalogue import resolve
     from lab.commands.run import default_profile
-    from lab.options import describe
+    from lab.contract.options import describe
 
     profile = profiles.get(profile_name or default_profile())
     for spec in resolve([experiment] if experiment else None):
@@ -61,11 +61,11 @@ def print_options(experiment: str | None, profile_name: str | None) -> None:
 
 def check(profile_name: str) -> list[str]:
     """The catalogue under `profile_name` on this host: one line per experiment, then what makes NOT_RUN ones run."""
-    from lab import profiles
-    from lab.catalogue import CATALOGUE
+    from lab.contract import profiles
+    from lab.contract.catalogue import CATALOGUE
     from lab.commands.run import default_profile
-    from lab.runner import needs_for, prerequisite_reason
-    from lab.toolchain import probe
+    from lab.run.runner import needs_for, prerequisite_reason
+    from lab.host.toolchain import probe
 
     profile, tc = profiles.get(profile_name or default_profile()), probe()
     rows, blocked = [], {}
@@ -95,7 +95,7 @@ def check(profile_name: str) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab.catalogue import CATALOGUE
+    from lab.contract.catalogue import CATALOGUE
 
     if args.options is not None:
         print_options(args.options or None, args.profile)

@@ -46,16 +46,18 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab import console, profiles, runner
-    from lab.catalogue import resolve
-    from lab.options import parse_set
+    from lab import console
+    from lab.contract import profiles
+    from lab.run import runner
+    from lab.contract.catalogue import resolve
+    from lab.contract.options import parse_set
 
     if args.label:
         import os
 
-        from lab.manifest import LABEL_ENV
+        from lab.run.manifest import LABEL_ENV
 
-        os.environ[LABEL_ENV] = args.label  # lab.manifest.collect records it
+        os.environ[LABEL_ENV] = args.label  # lab.run.manifest.collect records it
     profile = profiles.get(args.profile or default_profile())
     set_text = parse_set(args.set)
     only = None

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from lab.containers import engine
 from lab.containers.build import ImageOutcome
 from lab.containers.variants import BASE_TAG, REPO_ROOT
-from lab.reasons import Reason
+from lab.contract.reasons import Reason
 
 DEFAULT_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 

@@ -25,7 +25,7 @@ from lab.containers.context import lab_commit, stage_context
 from lab.containers.pipconf import PipSettings, host_pip_settings
 from lab.containers.reference import sentence
 from lab.containers.variants import BASE_TAG, CONTEXT_DIR, IMAGE_LABEL, REPO_ROOT, REPORT_PATH, VARIANTS, Variant
-from lab.reasons import Reason
+from lab.contract.reasons import Reason
 
 Log = Callable[[str], object]
 

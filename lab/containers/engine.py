@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from typing import Sequence
 
-from lab.reasons import Reason
+from lab.contract.reasons import Reason
 
 
 def call(cmd: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str] | None:

@@ -14,7 +14,7 @@ def inductor_probe() -> dict[str, object]:
     """
     import torch  # only when called: the rest of lab.containers stays importable without torch
 
-    from lab.toolchain import probe
+    from lab.host.toolchain import probe
 
     start = time.perf_counter()
     reason = probe().cxx_reason()

@@ -14,9 +14,9 @@ from typing import Callable, Mapping, Sequence
 
 from lab.containers import engine
 from lab.containers.variants import IMAGE_UID, PROFILE_VARIANT, VARIANTS, Variant
-from lab.driver import driver_cuda_version, driver_reason, driver_version
-from lab.fleet.scheduler import FORWARDED
-from lab.reasons import Reason
+from lab.host.driver import driver_cuda_version, driver_reason, driver_version
+from lab.host.scheduler import FORWARDED
+from lab.contract.reasons import Reason
 
 
 def run_command(variant: Variant, lab_args: Sequence[str], out_dir: Path, weights: str | None = None,

@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 import torch
 
-from lab import metrics as M
-from lab.bench import compile_first_call, inductor_skip, time_methods
-from lab.dynamo_tools import quiet_dynamo
-from lab.names import Method, Variant
-from lab.options import option
+from lab.contract import metrics as M
+from lab.measure.bench import compile_first_call, inductor_skip, time_methods
+from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract.names import Method, Variant
+from lab.contract.options import option
 
 ALLOCATING, PLANNED, IN_PLACE = Variant.ALLOCATING, Variant.PLANNED, Variant.IN_PLACE
 

@@ -34,15 +34,15 @@ from typing import Any, Callable
 
 import torch
 
-from lab import decode
-from lab import metrics as M
-from lab.bench import compile_first_call, time_methods
-from lab.dynamo_tools import quiet_dynamo
-from lab.names import Method
-from lab.opprofile import profile_step
-from lab.options import option
-from lab.reasons import Code
-from lab.results import ok_record
+from lab.step import decode
+from lab.contract import metrics as M
+from lab.measure.bench import compile_first_call, time_methods
+from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract.names import Method
+from lab.measure.opprofile import profile_step
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.contract.results import ok_record
 
 DEFAULT_K = 3.0
 

@@ -8,7 +8,7 @@ bytes and FLOPs per step, the three bounds, which binds, measured / bound, and M
 step must read / its measured time / the copy bandwidth: the distance to the byte floor).
 
 The bytes a step must read are every weight once plus the K and V of the cache slots it attends,
-averaged over the timed decode (`lab.ceilings.attended_slots`: 80.5 slots for a 16-token prompt and
+averaged over the timed decode (`lab.step.ceilings.attended_slots`: 80.5 slots for a 16-token prompt and
 128 steps); the fixed-shape eager step reads all max_len slots (masked), which is work it chose,
 not work the step needs.
 """
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from lab import ceilings, stepmethods
-from lab import metrics as M
-from lab.names import Method
-from lab.options import option
-from lab.reasons import Code
-from lab.results import measured_record
-from lab.timing import rotating_rounds
+from lab.step import ceilings, methods as stepmethods
+from lab.contract import metrics as M
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.contract.results import measured_record
+from lab.measure.timing import rotating_rounds
 
 CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}  # graphs unless Inductor skipped them
 

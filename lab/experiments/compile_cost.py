@@ -1,6 +1,6 @@
 """compile_cost: what a compile costs before it pays, cold and warm, each in a fresh process.
 
-Every first call is timed in its own child process (lab.childproc) with its own Inductor cache
+Every first call is timed in its own child process (lab.run.childproc) with its own Inductor cache
 directory: cold = an empty directory, warm = the directory the cold child populated. Nothing of
 the parent (imported kernels, in-memory caches, Dynamo state) can leak in. Each child also times
 the eager and the compiled target over interleaved rounds, so break-even is computed from the
@@ -23,13 +23,13 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from lab import metrics as M
-from lab.compile_cache import DROP_ENV, cache_counters, isolated_env, provenance
-from lab.costs import break_even_calls
+from lab.contract import metrics as M
+from lab.host.compile_cache import DROP_ENV, cache_counters, isolated_env, provenance
+from lab.measure.breakeven import break_even_calls
 from lab.locks import owned_tempdir
-from lab.names import Method
-from lab.options import option
-from lab.reasons import Code
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.contract.reasons import Code
 
 MLP_DIMS = (256, 1024)  # in/out features, hidden features
 MLP_BATCH = 16
@@ -55,7 +55,7 @@ def _random_weights(model: dict[str, Any], n_layer: int, device: str, dtype: str
     """A Weights of the profile's shapes with seeded random values (no transformers import in the child)."""
     import torch
 
-    from lab.model import LayerWeights, Weights, torch_dtype
+    from lab.step.model import LayerWeights, Weights, torch_dtype
 
     dt = torch_dtype(dtype)
     g = torch.Generator().manual_seed(int(model.get("seed", 0)))
@@ -67,7 +67,7 @@ def _random_weights(model: dict[str, Any], n_layer: int, device: str, dtype: str
     def ones(n: int) -> torch.Tensor:
         return torch.ones(n, device=device, dtype=dt)
 
-    # projections in the [out, in] layout of lab.model.Weights
+    # projections in the [out, in] layout of lab.step.model.Weights
     layers = tuple(LayerWeights(ones(E), r(E), r(3 * E, E), r(3 * E), r(E, E), r(E), ones(E), r(E),
                                 r(4 * E, E), r(4 * E), r(E, 4 * E), r(E)) for _ in range(n_layer))
     return Weights(r(V, E), r(P, E), layers, ones(E), r(E), int(model["n_head"]), 1e-5)
@@ -78,8 +78,8 @@ def _build(target: str, model: dict[str, Any], n_layer: int, device: str, dtype:
     """(eager function, its arguments, shapes) for a target."""
     import torch
 
-    from lab import decode
-    from lab.model import torch_dtype
+    from lab.step import decode
+    from lab.step.model import torch_dtype
 
     if target == "mlp":
         d_in, hidden = MLP_DIMS
@@ -110,7 +110,7 @@ def child_first_call(target: str, model: dict[str, Any], n_layer: int, device: s
     import torch
     from torch._dynamo.utils import counters
 
-    from lab.timing import clock_for, first_call, rotating_rounds, sync, time_calls
+    from lab.measure.timing import clock_for, first_call, rotating_rounds, sync, time_calls
 
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
@@ -144,7 +144,7 @@ class ChildFailed(RuntimeError):
 
 def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = None, batch: int | None = None,
            label: str = "") -> dict[str, Any]:
-    from lab.childproc import run_child
+    from lab.run.childproc import run_child
 
     p, o = ctx.profile, ctx.options
     kwargs = {"target": target, "model": dict(p.model.__dict__), "n_layer": n_layer, "device": p.device,

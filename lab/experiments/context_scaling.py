@@ -25,14 +25,15 @@ from typing import Any, Callable, Literal
 
 import torch
 
-from lab import compiletrace, decode, stepmethods
-from lab import metrics as M
-from lab.model import Weights
-from lab.names import Method
-from lab.options import option
-from lab.reasons import Code
-from lab.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
-from lab.timing import first_call, rotating_rounds
+from lab.measure import compiletrace
+from lab.step import decode, methods as stepmethods
+from lab.contract import metrics as M
+from lab.step.model import Weights
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
+from lab.measure.timing import first_call, rotating_rounds
 
 Growing = Literal["eager", "compile"]
 RULE = ("Per batch, at the headline fill: the crossover is the cache length where fixed-step time / best growing-step "

@@ -1,12 +1,12 @@
 """cuda_graph_decode: one decode step run eagerly, replayed from a CUDA graph, compiled, and hand-fused.
 
 GPT-2, a `prompt_len`-token prompt, `decode_steps` steps, a `max_len`-slot cache, for each batch:
-every method (a row of lab.stepmethods) gets its own state, is made ready once (compile, JIT and/or
+every method (a row of lab.step.methods) gets its own state, is made ready once (compile, JIT and/or
 capture time recorded as `setup_s`), then `rounds` rounds run each (method, readback) pair in
 rotating order; per-step times come from CUDA events. Outside the timed path:
 - correctness: in fp32 every method's greedy tokens must equal eager's (a fatal check), the largest
   logit difference is recorded; in bf16 agreement with bf16 eager is recorded, not demanded;
-- teacher forcing (lab.teacher), at the first fp32 batch and every bf16 batch: each method fed fp32
+- teacher forcing (lab.step.teacher), at the first fp32 batch and every bf16 batch: each method fed fp32
   eager's tokens, its argmax agreement and largest logit error against fp32 eager at every step
   (free-running agreement with random weights measures divergence after near-ties, not error);
 - the profiler over one step: kernels per step, their GPU time and the GPU-busy time (the union of
@@ -31,14 +31,15 @@ from typing import Any
 
 import torch
 
-from lab import metrics as M
-from lab import stepmethods, stepprofile, teacher
-from lab.costs import break_even_calls
-from lab.dynamo_tools import dynamo_counters
-from lab.names import Method
-from lab.options import option
-from lab.reasons import Code
-from lab.timing import rotating_rounds
+from lab.contract import metrics as M
+from lab.step import methods as stepmethods, teacher
+from lab.measure import stepprofile
+from lab.measure.breakeven import break_even_calls
+from lab.measure.dynamo_tools import dynamo_counters
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.measure.timing import rotating_rounds
 
 DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT, Method.REDUCE_OVERHEAD,
                    Method.REDUCE_OVERHEAD_STATIC, Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO,

@@ -30,18 +30,19 @@ from typing import Any, Callable
 
 import torch
 
-from lab import compiletrace, decode, stepmethods
-from lab import metrics as M
-from lab.childproc import run_child
-from lab.decode import DecodeState
-from lab.dynamo_tools import dynamo_counters, explain
-from lab.graphs import GraphedStep
-from lab.model import Weights
-from lab.names import Method
-from lab.options import option
-from lab.reasons import Code
-from lab.sweep import conclude, free_device_memory, inductor_missing, prompt_for, provenance
-from lab.timing import first_call, rotating_rounds
+from lab.measure import compiletrace
+from lab.step import decode, methods as stepmethods
+from lab.contract import metrics as M
+from lab.run.childproc import run_child
+from lab.step.decode import DecodeState
+from lab.measure.dynamo_tools import dynamo_counters, explain
+from lab.step.graphs import GraphedStep
+from lab.step.model import Weights
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, prompt_for, provenance
+from lab.measure.timing import first_call, rotating_rounds
 
 HOST, WHERE = "host check", "torch.where"
 RULE = ("The sentence states what the stored metrics say: graphs and breaks of each version (explain), whether "
@@ -185,9 +186,9 @@ def capture_child(model: dict[str, Any], provenance: dict[str, Any], batch: int,
 
 def _try_capture(model: dict[str, Any], provenance: dict[str, Any], batch: int, max_len: int,
                  prompt_len: int) -> dict[str, Any]:
-    from lab.capture import capture
-    from lab.model import build_model, extract_weights
-    from lab.profiles import ModelSpec
+    from lab.step.capture import capture
+    from lab.step.model import build_model, extract_weights
+    from lab.contract.profiles import ModelSpec
 
     if not torch.cuda.is_available():
         return {"captured": False, "error": "no CUDA device in the child"}

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import torch
 from torch._dynamo.utils import counters
 
-from lab import decode
-from lab import metrics as M
-from lab.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
-from lab.options import option
+from lab.step import decode
+from lab.contract import metrics as M
+from lab.measure.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
+from lab.contract.options import option
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab import metrics as M
-from lab.diagnose import diagnose, load_target
-from lab.names import Method
-from lab.options import option
+from lab.contract import metrics as M
+from lab.measure.diagnose import diagnose, load_target
+from lab.contract.names import Method
+from lab.contract.options import option
 
 TARGETS: dict[str, tuple[str, ...]] = {
     "lab.examples.targets:elementwise_chain": ("dispatch-bound", "launch-bound", "fusion"),
@@ -43,7 +43,7 @@ def run(ctx) -> None:
             ctx.timing(M.STEP_MS, xs, target=name, method=method)
         if d.compiled_ms is not None:
             ctx.metric(M.SPEEDUP, d.speedup, target=name)
-        k = d.check(2).data  # kernels per call, keyed eager / compiled by lab.diagnose
+        k = d.check(2).data  # kernels per call, keyed eager / compiled by lab.measure.diagnose
         ctx.metric(M.KERNELS, k["eager"], target=name, method=Method.EAGER)
         if k.get("compiled") is not None:
             ctx.metric(M.KERNELS, k["compiled"], target=name, method=Method.COMPILE_DEFAULT)

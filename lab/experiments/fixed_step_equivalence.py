@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from lab import decode
-from lab import metrics as M
-from lab.options import option
+from lab.step import decode
+from lab.contract import metrics as M
+from lab.contract.options import option
 
 MIN_DISTINCT_FRACTION = 0.3  # of the generated tokens, per sequence
 

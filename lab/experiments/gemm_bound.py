@@ -13,13 +13,13 @@ from typing import Literal
 
 import torch
 
-from lab import metrics as M
-from lab.bench import compile_first_call, time_methods
-from lab.dynamo_tools import quiet_dynamo
-from lab.model import torch_dtype
-from lab.names import Method
-from lab.opprofile import profile_step
-from lab.options import option
+from lab.contract import metrics as M
+from lab.measure.bench import compile_first_call, time_methods
+from lab.measure.dynamo_tools import quiet_dynamo
+from lab.step.model import torch_dtype
+from lab.contract.names import Method
+from lab.measure.opprofile import profile_step
+from lab.contract.options import option
 
 
 

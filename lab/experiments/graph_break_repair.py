@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from lab import metrics as M
-from lab.bench import compile_first_call, inductor_skip, time_methods
-from lab.dynamo_tools import explain, quiet_dynamo
-from lab.names import Method
-from lab.options import option
+from lab.contract import metrics as M
+from lab.measure.bench import compile_first_call, inductor_skip, time_methods
+from lab.measure.dynamo_tools import explain, quiet_dynamo
+from lab.contract.names import Method
+from lab.contract.options import option
 
 THRESHOLD = 3.0
 EPS = 1e-6

@@ -13,9 +13,9 @@ from contextlib import redirect_stdout
 
 import torch
 
-from lab import metrics as M
-from lab.dynamo_tools import explain
-from lab.options import NoOptions
+from lab.contract import metrics as M
+from lab.measure.dynamo_tools import explain
+from lab.contract.options import NoOptions
 
 Options = NoOptions  # no knobs
 

@@ -31,15 +31,15 @@ from typing import Literal
 
 import torch
 
-from lab import decode
-from lab import metrics as M
-from lab.decode import DecodeState
-from lab.graphs import GraphedStep
-from lab.names import Method
-from lab.options import option
-from lab.reasons import Code
-from lab.sweep import conclude, free_device_memory, prompt_for
-from lab.timing import rotating_rounds
+from lab.step import decode
+from lab.contract import metrics as M
+from lab.step.decode import DecodeState
+from lab.step.graphs import GraphedStep
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.experiments.common.sweep import conclude, free_device_memory, prompt_for
+from lab.measure.timing import rotating_rounds
 
 Ladder = Literal["per-size", "pow2", "vllm"]
 VLLM_DEFAULT = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 512 + 1, 16))

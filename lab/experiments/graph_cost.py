@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from lab import decode, stepmethods
-from lab import metrics as M
-from lab.costs import break_even_calls
-from lab.graphs import GraphedStep
-from lab.names import Method
-from lab.options import NoOptions
-from lab.results import ok_record
-from lab.timing import rotating_rounds
+from lab.step import decode, methods as stepmethods
+from lab.contract import metrics as M
+from lab.measure.breakeven import break_even_calls
+from lab.step.graphs import GraphedStep
+from lab.contract.names import Method
+from lab.contract.options import NoOptions
+from lab.contract.results import ok_record
+from lab.measure.timing import rotating_rounds
 
 Options = NoOptions  # no knobs: the profile's batches, warm-up and steps
 

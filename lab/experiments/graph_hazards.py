@@ -17,14 +17,14 @@ from typing import Any
 
 import torch
 
-from lab import decode
-from lab import metrics as M
-from lab.childproc import last_error_line, run_child
-from lab.graphs import CacheFullError, GraphedStep
-from lab.model import build_model, extract_weights, resolve_weights
-from lab.names import Method
-from lab.options import NoOptions
-from lab.profiles import TINY
+from lab.step import decode
+from lab.contract import metrics as M
+from lab.run.childproc import last_error_line, run_child
+from lab.step.graphs import CacheFullError, GraphedStep
+from lab.step.model import build_model, extract_weights, resolve_weights
+from lab.contract.names import Method
+from lab.contract.options import NoOptions
+from lab.contract.profiles import TINY
 
 Options = NoOptions  # no knobs: the chapter's tiny model and small cache, whatever the profile
 

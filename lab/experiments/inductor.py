@@ -22,14 +22,14 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from lab import decode
-from lab import metrics as M
-from lab.childproc import last_error_line
-from lab.dynamo_tools import explain, quiet_dynamo
-from lab.names import Method
-from lab.options import option
-from lab.reasons import Code
-from lab.timing import first_call, rotating_rounds, time_calls
+from lab.step import decode
+from lab.contract import metrics as M
+from lab.run.childproc import last_error_line
+from lab.measure.dynamo_tools import explain, quiet_dynamo
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.measure.timing import first_call, rotating_rounds, time_calls
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
 COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums

@@ -13,12 +13,12 @@ from typing import Any, Callable
 
 import torch
 
-from lab import metrics as M
-from lab.bench import compile_first_call, cuda_skip, inductor_skip, time_methods
-from lab.dynamo_tools import quiet_dynamo
-from lab.names import Method
-from lab.opprofile import profile_step
-from lab.options import option
+from lab.contract import metrics as M
+from lab.measure.bench import compile_first_call, cuda_skip, inductor_skip, time_methods
+from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract.names import Method
+from lab.measure.opprofile import profile_step
+from lab.contract.options import option
 
 
 
@@ -54,7 +54,7 @@ def run(ctx) -> None:
         ctx.metric(M.SETUP_S, round(compiled.setup_s, 3), method=Method.COMPILE_DEFAULT)
         methods[Method.COMPILE_DEFAULT] = lambda: compiled.fn(x)
     if not cuda_skip(ctx, f"{Method.GRAPH} and {Method.COMPILE_GRAPH}"):
-        from lab.replay import StaticGraph
+        from lab.step.replay import StaticGraph
 
         g = StaticGraph(fn, (x,))
         ctx.metric(M.SETUP_S, round(g.setup_s, 3), method=Method.GRAPH)

@@ -1,6 +1,6 @@
 """manual_graph_recipe: a Linear(256, 256) captured by hand and replayed (CUDA only).
 
-The recipe, step by step (lab.replay.StaticGraph): static input buffer; warm-up on a side stream
+The recipe, step by step (lab.step.replay.StaticGraph): static input buffer; warm-up on a side stream
 so lazy initialisation and allocator growth stay out of the capture; capture against the static
 addresses; replay that checks shape, dtype and device of every argument before copying anything in;
 a clone of the static output so a later replay cannot overwrite a result the caller kept.
@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
-from lab import metrics as M
-from lab.bench import time_methods
-from lab.names import Method, Variant
-from lab.options import option
-from lab.reasons import Code
-from lab.replay import StaticGraph
-from lab.runner import NotRun
+from lab.contract import metrics as M
+from lab.measure.bench import time_methods
+from lab.contract.names import Method, Variant
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.step.replay import StaticGraph
+from lab.run.runner import NotRun
 
 
 @dataclass(frozen=True)

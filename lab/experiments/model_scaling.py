@@ -4,8 +4,8 @@ The chapter's argument: capture removes a fixed cost per launch (the host issuin
 its proportional gain is largest where each kernel does little arithmetic and shrinks as the
 arithmetic per launch grows. Here the same fixed-shape decode step runs on GPT-2's four published
 shapes (124M, 355M, 774M, 1.5B: 12-48 layers, width 768-1600), in fp32 and bf16, at batch 1 and 8,
-with random weights made on the device in the target dtype (`lab.sweep.random_weights`: seconds,
-even for the 6 GB of 1.5B in fp32). Methods are rows of lab.stepmethods (default eager, graph,
+with random weights made on the device in the target dtype (`lab.experiments.common.sweep.random_weights`: seconds,
+even for the 6 GB of 1.5B in fp32). Methods are rows of lab.step.methods (default eager, graph,
 compile+graph; a profile may add others, e.g. a hand-fused step, by name). For each shape: step
 time, speedup and saving over eager, kernels per step, FLOPs per kernel, bytes per step and MBU
 against the copy bandwidth measured in this run.
@@ -28,11 +28,11 @@ from typing import Literal
 
 import torch
 
-from lab import ceilings
-from lab import metrics as M
-from lab.names import Method
-from lab.options import option
-from lab.sweep import SHAPES, Budget, conclude, copy_bandwidth, free_device_memory, measure_methods, parameters, \
+from lab.step import ceilings
+from lab.contract import metrics as M
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.experiments.common.sweep import SHAPES, Budget, conclude, copy_bandwidth, free_device_memory, measure_methods, parameters, \
     random_weights
 
 Size = Literal["gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B", "tiny-2L", "tiny-4L"]
@@ -50,7 +50,7 @@ class Options:
                                      "model shapes, smallest first (GPT-2's four, or the tiny smoke shapes)")
     dtypes: tuple[Literal["float32", "bfloat16"], ...] = option(("float32", "bfloat16"), "dtypes")
     batches: tuple[int, ...] = option((1, 8), "batch sizes")
-    methods: tuple[Method, ...] = option(DEFAULT_METHODS, "step methods (lab.stepmethods rows); eager is the baseline")
+    methods: tuple[Method, ...] = option(DEFAULT_METHODS, "step methods (lab.step.methods rows); eager is the baseline")
     steps: int = option(32, "decode steps per round")
     rounds: int = option(3, "rounds, methods in rotating order")
     budget_s: float | None = option(240.0, "no compile starts after this many seconds of the experiment (none: no cap)")
@@ -63,7 +63,7 @@ def _fatal(method: str, dtype: str) -> bool:
     give eager's tokens exactly. A compiled method reorders arithmetic; with random weights at shapes the init was
     not calibrated for (ModelSpec.init_std was chosen on 124M) a near-tie may flip, so there the check is recorded,
     with the agreement and the largest logit difference, without failing the sweep."""
-    from lab import stepmethods
+    from lab.step import methods as stepmethods
 
     spec = stepmethods.method_spec(method)
     return dtype == "float32" and not spec.compiled and spec.prepare is None and spec.step is None

@@ -1,7 +1,7 @@
 """peer_generate: transformers' own `generate` on the same weights, beside the lab's step.
 
 What a user would run instead of the lab: the transformers GPT-2 the lab itself is built from
-(`lab.model`: the same object, or in a child process the same seeded build, checked by digest),
+(`lab.step.model`: the same object, or in a child process the same seeded build, checked by digest),
 greedy, no end-of-text stop, in the variants transformers documents:
 - `dynamic`: `generate` as it comes (DynamicCache: the cache grows by concatenation);
 - `static`: `cache_implementation="static"` (StaticCache: fixed-size buffers), `disable_compile=True`
@@ -40,14 +40,14 @@ from typing import Any, Callable, Literal
 
 import torch
 
-from lab import compiletrace
-from lab import metrics as M
-from lab.childproc import run_child
-from lab.names import Method
-from lab.options import option
-from lab.reasons import Code
-from lab.sweep import conclude, measure_methods, prompt_for, provenance
-from lab.timing import clock_for, first_call
+from lab.measure import compiletrace
+from lab.contract import metrics as M
+from lab.run.childproc import run_child
+from lab.contract.names import Method
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.experiments.common.sweep import conclude, measure_methods, prompt_for, provenance
+from lab.measure.timing import clock_for, first_call
 
 Variant = Literal["dynamic", "static", "static+compile", "static+compile-default"]
 COMPILED = ("static+compile", "static+compile-default")
@@ -160,8 +160,8 @@ def child_variant(model: dict[str, Any], provenance: dict[str, Any], device: str
                   partial_path: str = "") -> dict[str, Any]:
     """In a fresh process: build the same GPT-2, run one variant, return its results and the weights' digest.
     After each batch the results so far are written to `partial_path`, so a crash loses only the batch it hit."""
-    from lab.model import build_model
-    from lab.profiles import ModelSpec
+    from lab.step.model import build_model
+    from lab.contract.profiles import ModelSpec
 
     m = build_model(ModelSpec(**model), provenance, device=device)
     digest = weights_digest(m)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from lab import metrics as M
-from lab.dynamo_tools import count_compiles, recompile_limit
-from lab.options import option
+from lab.contract import metrics as M
+from lab.measure.dynamo_tools import count_compiles, recompile_limit
+from lab.contract.options import option
 
 MODES = {"False": False, "automatic": None, "True": True}
 

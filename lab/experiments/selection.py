@@ -15,11 +15,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from lab import metrics as M
-from lab.catalogue import CATALOGUE
-from lab.names import BASELINES, Family, family
-from lab.options import NoOptions
-from lab.reasons import Code
+from lab.contract import metrics as M
+from lab.contract.catalogue import CATALOGUE
+from lab.contract.names import BASELINES, Family, family
+from lab.contract.options import NoOptions
+from lab.contract.reasons import Code
 
 Options = NoOptions  # no knobs: it reads the run's records
 

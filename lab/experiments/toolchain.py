@@ -1,6 +1,6 @@
 """toolchain: which C++ compiler Inductor would use and where it was found, Python headers, Triton, MSVC.
 
-Every Inductor experiment's NOT_RUN reason comes from the same probe (lab.toolchain), so this
+Every Inductor experiment's NOT_RUN reason comes from the same probe (lab.host.toolchain), so this
 record says, for the host, what would make each of them run. With `try_compile` it also compiles
 a one-line file that includes Python.h with the compiler found, which is what fails in a
 container that has g++ but no python3-dev ("Python.h: No such file or directory").
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab import metrics as M
-from lab.options import option
-from lab.reasons import Code
-from lab.toolchain import try_compile_python_extension
+from lab.contract import metrics as M
+from lab.contract.options import option
+from lab.contract.reasons import Code
+from lab.host.toolchain import try_compile_python_extension
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Mapping
 
 from lab.atomic import write_json_atomic
 from lab.fleet.plan import PLAN_NAME, Plan, Target, load_plan, run_dir
-from lab.fleet.scheduler import scheduler_info
+from lab.host.scheduler import scheduler_info
 
 TARGETS_ENV = "LAB_FLEET_TARGETS"  # a Kubernetes Job carries its targets here (no plan file needed)
 

@@ -1,0 +1,1 @@
+"""The contract wing: what a run promises its readers (metrics, reasons, options, profiles, the results and manifest schema). Imports nothing but the standard library, pydantic and lab's utilities."""

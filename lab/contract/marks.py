@@ -1,0 +1,196 @@
+"""The marks `compare` and the report give a pair of values, from the metric's declaration alone.
+
+For one metric that two runs both recorded (same experiment, name and params), `judge` returns
+the ratio B/A, a mark and the reason behind it, applying the rules below in order:
+
+1. the units differ                                   -> not comparable
+2. a `comparable` condition of the declaration fails  -> not comparable, naming it:
+   `metric:NAME`: the values of NAME in the same record whose params include this value's params
+   (fusion's bytes_moved beside its step_ms, both methods' beside its speedup) differ, or only one
+   record has them (neither: the condition does not apply);
+   `manifest:PATH` / `profile:PATH`: the field differs, or a run does not record it;
+   `option:EXPERIMENT.KEY`: for a value of that experiment only, the option it ran with differs (the
+   manifest's resolved `options`; for a run made before those were recorded, the profile's
+   override, else "its default");
+3. both values are null                               -> same
+4. one value is null (e.g. break-even "never")        -> not comparable
+5. booleans, text, lists                              -> same when equal, else changed
+6. numbers: not finite                                -> not comparable
+            equal                                     -> same
+            of different sign (5.06 vs -40.66)        -> not comparable (a ratio would be meaningless)
+            the metric has no direction               -> changed (never better or worse)
+            one of them is 0                          -> better / worse by direction, no ratio
+            interquartile ranges overlap              -> same (within noise)
+            ratio within [1/factor, factor]           -> same
+            otherwise                                 -> better / worse in the declared direction.
+
+A metric this lab version does not declare has no direction and no conditions. Standard library
+only (no torch): the report and `lab compare` use it on a laptop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lab.contract.metrics import Direction, MetricSpec
+
+Mark = Literal["better", "worse", "same", "changed", "not comparable", "newly failing", "fixed"]
+MARKS: tuple[str, ...] = ("better", "worse", "newly failing", "fixed", "not comparable", "changed", "same")
+FACTOR = 1.10
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ratio: float | None
+    mark: Mark
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Value:
+    """One side's value with what the conditions may look at: its record's metrics and its run's manifest."""
+
+    value: Any
+    unit: str
+    params: dict[str, Any]
+    q1: float | None = None
+    q3: float | None = None
+    siblings: tuple[Any, ...] = ()  # the record's metrics (lab.contract.results.Metric), for `metric:NAME`
+    manifest: dict[str, Any] | None = None  # the run's manifest, for `manifest:`, `profile:` and `option:`
+    experiment: str = ""  # the record's experiment id, for `option:`
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def dig(obj: Any, path: str) -> Any:
+    """A dotted path into nested dicts ('compile_cache.state'); _MISSING where any part is absent."""
+    for part in path.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return _MISSING
+        obj = obj[part]
+    return obj
+
+
+def short(value: Any, width: int = 40) -> str:
+    """A value in a reason: numbers to 4 significant digits, objects as compact JSON, cut to `width`."""
+    if is_number(value) and isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, (dict, list)):
+        text = json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+    else:
+        text = str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _first_difference(a: Any, b: Any) -> str:
+    """For two dicts, the first key whose values differ ('n_layer: 2 vs 12'); else the two values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key, _MISSING) != b.get(key, _MISSING):
+                va, vb = a.get(key, "(absent)"), b.get(key, "(absent)")
+                return f"{key}: {short(va)} vs {short(vb)}"
+    return f"{short(a)} vs {short(b)}"
+
+
+def _siblings(side: Value, name: str) -> Any:
+    """The values of metric `name` in the same record whose params include this value's params."""
+    found = sorted((json.dumps(m.params, sort_keys=True, default=str), m.value) for m in side.siblings
+                   if m.name == name and all(m.params.get(k, _MISSING) == v for k, v in side.params.items()))
+    if not found:
+        return _MISSING
+    return found[0][1] if len(found) == 1 else [v for _, v in found]
+
+
+DEFAULT = "its default"
+
+
+def option_value(manifest: dict[str, Any] | None, experiment: str, key: str) -> Any:
+    """The option `key` an experiment ran with: the manifest's resolved options, else the profile's override,
+    else DEFAULT (a run recorded before the manifest held resolved options, where the profile left it alone)."""
+    manifest = manifest or {}
+    resolved = dig(manifest, f"options.{experiment}")
+    if isinstance(resolved, dict):
+        return resolved.get(key, DEFAULT)
+    override = dig(manifest, f"profile.options.{experiment}")
+    return override.get(key, DEFAULT) if isinstance(override, dict) else DEFAULT
+
+
+def condition_failure(rule: str, a: Value, b: Value) -> str:
+    """Why the condition `rule` of a declaration does not hold for this pair ('' when it holds)."""
+    kind, _, what = rule.partition(":")
+    if kind == "option":
+        experiment, _, key = what.partition(".")
+        if a.experiment != experiment:
+            return ""  # another experiment's option: not a condition on this value
+        va, vb = option_value(a.manifest, experiment, key), option_value(b.manifest, experiment, key)
+        return "" if va == vb else f"option {what} differs: {short(va)} vs {short(vb)}"
+    if kind == "metric":
+        va, vb = _siblings(a, what), _siblings(b, what)
+        if va is _MISSING and vb is _MISSING:
+            return ""  # the condition is about a metric neither record has: it does not apply here
+        if va is _MISSING or vb is _MISSING:
+            return f"{what} recorded in {'B' if va is _MISSING else 'A'} only"
+        return "" if va == vb else f"{what} differs: {_first_difference(va, vb)}"
+    if kind in ("manifest", "profile"):
+        root_a = (a.manifest or {}) if kind == "manifest" else (a.manifest or {}).get("profile")
+        root_b = (b.manifest or {}) if kind == "manifest" else (b.manifest or {}).get("profile")
+        va, vb = dig(root_a, what), dig(root_b, what)
+        label = what if kind == "manifest" else f"profile {what}"
+        if va is _MISSING or vb is _MISSING:
+            where = "A and B" if va is _MISSING and vb is _MISSING else ("A" if va is _MISSING else "B")
+            return f"{label} is not recorded in {where}"
+        return "" if va == vb else f"{label} differs: {_first_difference(va, vb)}"
+    return f"unknown condition {rule!r} in the metric's declaration"
+
+
+def _null_meaning(spec: MetricSpec | None) -> str:
+    """What null means for this metric, from its help text ('(null: never)'), else 'not measured'."""
+    if spec is not None and "(null: " in spec.help:
+        return spec.help.split("(null: ", 1)[1].split(")", 1)[0]
+    return "not measured"
+
+
+def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -> Verdict:
+    """The ratio B/A, the mark and its reason for one metric both runs have (the rules of the module docstring)."""
+    if a.unit != b.unit:
+        return Verdict(None, "not comparable", f"units differ: {a.unit or '(none)'} vs {b.unit or '(none)'}")
+    for rule in spec.comparable if spec else ():
+        why = condition_failure(rule, a, b)
+        if why:
+            return Verdict(None, "not comparable", why)
+    va, vb = a.value, b.value
+    if va is None and vb is None:
+        return Verdict(None, "same", "both null")
+    if va is None or vb is None:
+        side = "A" if va is None else "B"
+        return Verdict(None, "not comparable", f"{side} is null ({_null_meaning(spec)}): a value against null")
+    if is_number(va) != is_number(vb) or (not is_number(va) and type(va) is not type(vb)):
+        return Verdict(None, "not comparable", "the two values are of different kinds")
+    if not is_number(va):  # booleans, text, lists of numbers: no direction
+        return Verdict(None, "same" if va == vb else "changed", "" if va == vb else "no direction for this kind")
+    if not (math.isfinite(va) and math.isfinite(vb)):
+        return Verdict(None, "not comparable", "not a finite number")
+    direction = spec.direction if spec else Direction.NONE
+    if va == vb:
+        return Verdict(1.0 if va else None, "same")
+    if (va < 0 < vb) or (vb < 0 < va):
+        return Verdict(None, "not comparable", f"values of different sign ({short(va)} vs {short(vb)}): no ratio")
+    ratio = None if va == 0 or vb == 0 else vb / va
+    if direction is Direction.NONE:
+        why = "no direction declared" if spec else "not declared by this lab version: no direction"
+        return Verdict(ratio, "changed", why)
+    up = vb > va
+    better = "better" if up == (direction is Direction.HIGHER) else "worse"
+    if ratio is None:
+        return Verdict(None, better, "one side is 0: no ratio, marked by direction")
+    if None not in (a.q1, a.q3, b.q1, b.q3) and a.q1 <= b.q3 and b.q1 <= a.q3:
+        return Verdict(ratio, "same", "interquartile ranges overlap")
+    if 1 / factor <= ratio <= factor:
+        return Verdict(ratio, "same", f"within a factor of {factor:g}")
+    return Verdict(ratio, better, f"{'higher' if direction is Direction.HIGHER else 'lower'} is better")

@@ -1,0 +1,80 @@
+"""The names of the ways to run a step: one enum, imported by the step-method table, the
+experiments, selection, bench, compare and the report (standard library only: the report runs
+without torch).
+
+A `Method` is a `str`, so it is written to results.json as its value ("compile+graph") and compares
+equal to that string when a results file is read back.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Method(StrEnum):
+    EAGER = "eager"  # the step as written, one kernel launch per op
+    GRAPH = "graph"  # the eager step captured once by hand (lab.step.graphs.GraphedStep) and replayed
+    COMPILE_DEFAULT = "compile-default"  # torch.compile, default mode (Dynamo + Inductor)
+    REDUCE_OVERHEAD = "reduce-overhead"  # torch.compile(mode="reduce-overhead"): cudagraph trees
+    REDUCE_OVERHEAD_STATIC = "reduce-overhead-static"  # ... with the state given static addresses
+    COMPILE_GRAPH = "compile+graph"  # compiled (default mode), then captured by hand
+    # Inductor's levers on compile+graph, each one config switch (lab.step.methods reads the names
+    # from the installed torch and skips a row whose switch this torch lacks)
+    COMPILE_GRAPH_COMBO = "compile+graph+combo"  # combo_kernels: independent kernels fused horizontally
+    COMPILE_GRAPH_PDL = "compile+graph+pdl"  # triton.enable_pdl: programmatic dependent launch (Hopper+)
+    COMPILE_GRAPH_COORDESC = "compile+graph+coord-descent"  # coordinate_descent_tuning of each kernel's config
+    MAX_AUTOTUNE = "max-autotune-no-cudagraphs"  # torch.compile(mode="max-autotune-no-cudagraphs")
+    MAX_AUTOTUNE_GRAPH = "max-autotune+graph"  # the same compile, then captured by hand
+    # the hand-fused step (lab.step.fused): 62 Triton kernels, captured by hand
+    FUSED = "fused"
+    FUSED_PDL = "fused-pdl"  # ... launched with programmatic dependent launch (Hopper+)
+    FUSED_PDL_PREFETCH = "fused-pdl-prefetch"  # ... with every weight read before each kernel's PDL wait
+
+
+class Variant(StrEnum):
+    """Other labels an experiment times beside the methods: the same work written another way."""
+
+    GRAPH_NO_CLONE = "graph-no-clone"  # manual_graph_recipe: replay without cloning the static output
+    ALLOCATING = "allocating"  # allocation: each op returns a fresh tensor (the eager way)
+    PLANNED = "planned"  # allocation: each op writes into one of two buffers allocated once
+    IN_PLACE = "in-place"  # allocation: no output tensor at all
+
+
+class Family(StrEnum):
+    """The chapter's four answers to "which way should this step run?" (experiments/selection.py)."""
+
+    EAGER = "eager"
+    COMPILE = "compile"
+    GRAPH = "graph"
+    COMPILE_GRAPH = "compile+graph"
+
+
+FAMILY: dict[str, Family] = {
+    Method.EAGER: Family.EAGER, Method.GRAPH: Family.GRAPH, Method.COMPILE_DEFAULT: Family.COMPILE,
+    Method.MAX_AUTOTUNE: Family.COMPILE, Method.COMPILE_GRAPH: Family.COMPILE_GRAPH,
+    # reduce-overhead is compile plus cudagraph trees: compile+graph by another road
+    Method.REDUCE_OVERHEAD: Family.COMPILE_GRAPH, Method.REDUCE_OVERHEAD_STATIC: Family.COMPILE_GRAPH,
+    Method.COMPILE_GRAPH_COMBO: Family.COMPILE_GRAPH, Method.COMPILE_GRAPH_PDL: Family.COMPILE_GRAPH,
+    Method.COMPILE_GRAPH_COORDESC: Family.COMPILE_GRAPH, Method.MAX_AUTOTUNE_GRAPH: Family.COMPILE_GRAPH,
+    # the hand-fused step is compiled by hand (62 kernels instead of Inductor's 147), then captured
+    Method.FUSED: Family.COMPILE_GRAPH, Method.FUSED_PDL: Family.COMPILE_GRAPH,
+    Method.FUSED_PDL_PREFETCH: Family.COMPILE_GRAPH,
+    Variant.GRAPH_NO_CLONE: Family.GRAPH, Variant.ALLOCATING: Family.EAGER,
+}
+
+# The labels a workload's baseline carries: what every other method is measured against.
+BASELINES: tuple[str, ...] = (Method.EAGER, Variant.ALLOCATING)
+
+
+def family(method: object) -> str:
+    """The family of a method or variant; a label the lab does not declare keeps its own name."""
+    return FAMILY.get(str(method), str(method))
+
+
+# The order in which tables and charts list methods: from the step as written to the most transformed.
+METHOD_ORDER: tuple[str, ...] = tuple(m.value for m in Method)
+
+
+def method_rank(name: object) -> tuple[int, str]:
+    """Sort key: declared methods in METHOD_ORDER, anything else after them by name."""
+    return (METHOD_ORDER.index(name) if name in METHOD_ORDER else len(METHOD_ORDER), str(name))

@@ -1,0 +1,243 @@
+"""Profiles: every knob of a run and its default, in one place.
+
+- `smoke`: a tiny GPT-2-shaped model on the CPU, for tests and CI (whole run in a few minutes on 2 cores).
+- `cpu`:   GPT-2 124M on the CPU.
+- `gpu`:   the GPU lab (GPT-2 124M on CUDA); designed to finish in one run of at most 6 minutes on an H200
+           (estimated ~300 s: see the budget note above its entry).
+- `gpu-full`: `gpu` plus what does not fit its budget: max-autotune, coordinate-descent tuning, every method
+           at every batch (with Dynamo's automatic dynamic shapes, so the two runs side by side record
+           what `dynamic=False` changes), the token read back at every batch, compile time against depth
+           2 and 12 and the small MLP (an estimated 20-25 minutes on an H200).
+
+Experiment-specific knobs are declared by each experiment (`Options` in lab/experiments/<id>.py, with
+their defaults and help: `python -m lab list --options`); a profile overrides them by name in
+`options[experiment_id]`, checked against those declarations before a run starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GPT-2-shaped model; the fields map onto transformers.GPT2Config."""
+
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    # Random weights at GPT-2's default init (std 0.02) with tied embeddings make greedy decoding
+    # repeat the input token; a larger std makes the argmax depend on context, so equality tests
+    # compare sequences with many distinct tokens. Too large a std makes activations grow until fp32
+    # rounding flips near-tied argmaxes: on an H200, GPT-2 124M at std 0.3 agreed with fp64 on only
+    # 95.6% of 2,560 greedy tokens (median logit error 0.06), at std 0.1 on all of them (error 1e-4,
+    # 21 distinct tokens of 41); at 0.05 only 5 distinct tokens remained.
+    init_std: float = 0.1
+    seed: int = 0
+
+
+TINY = ModelSpec("gpt2-tiny", n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=128, init_std=0.3)
+GPT2 = ModelSpec("gpt2-124M", n_layer=12, n_embd=768, n_head=12)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    device: str  # "cpu" or "cuda"
+    model: ModelSpec
+    dtype: str = "float32"
+    prompt_len: int = 16  # tokens in each prompt
+    decode_steps: int = 128  # decode steps timed per round
+    max_len: int = 256  # slots in the fixed-shape cache
+    batches: tuple[int, ...] = (1,)
+    rounds: int = 5  # rounds, methods in rotating order
+    warmup: int = 3  # untimed calls before timing (lazy init, allocator, autotuning)
+    threads: int | None = None  # torch.set_num_threads on the CPU; None keeps torch's default
+    experiments: tuple[str, ...] | None = None  # None: the whole catalogue (less the sweeps unless `sweeps`)
+    sweeps: bool = False  # with experiments=None: also run the sweep experiments (lab.contract.catalogue, issue 14)
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def with_options(self, experiment: str, **values: Any) -> "Profile":
+        merged = {k: dict(v) for k, v in self.options.items()}
+        merged.setdefault(experiment, {}).update(values)
+        return replace(self, options=MappingProxyType(merged))
+
+    def params(self) -> dict[str, Any]:
+        """The profile as plain JSON-able data, for the results file."""
+        return {
+            "name": self.name, "device": self.device, "model": self.model.__dict__.copy(), "dtype": self.dtype,
+            "prompt_len": self.prompt_len, "decode_steps": self.decode_steps, "max_len": self.max_len,
+            "batches": list(self.batches), "rounds": self.rounds, "warmup": self.warmup, "threads": self.threads,
+            "options": {k: dict(v) for k, v in self.options.items()}, "sweeps": self.sweeps,
+        }
+
+
+def _frozen(options: dict[str, dict[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
+    return MappingProxyType({k: MappingProxyType(v) for k, v in options.items()})
+
+
+# cuda_graph_decode's methods in the gpu profiles (names of lab.contract.names.Method; plain strings so that this
+# module stays importable without torch). Batch 1 is the headline: every method there; the batch
+# sweep keeps the four families and the fused step; bf16 runs at batch 1.
+GPU_METHODS = ("eager", "graph", "compile-default", "reduce-overhead", "reduce-overhead-static", "compile+graph",
+               "compile+graph+combo", "compile+graph+pdl", "fused", "fused-pdl", "fused-pdl-prefetch")
+GPU_SWEEP_METHODS = ("eager", "graph", "compile-default", "compile+graph", "fused")
+GPU_BF16_METHODS = ("eager", "graph", "compile-default", "compile+graph", "fused", "fused-pdl", "fused-pdl-prefetch")
+# gpu-full: every method at batch 1 (its default list, plus max-autotune), all but the minutes-long
+# compiles at every batch, the Inductor levers in bf16 too
+FULL_SWEEP_METHODS = ("eager", "graph", "compile-default", "reduce-overhead", "reduce-overhead-static",
+                      "compile+graph", "compile+graph+combo", "compile+graph+pdl", "fused", "fused-pdl",
+                      "fused-pdl-prefetch")
+FULL_BF16_METHODS = ("eager", "graph", "compile-default", "compile+graph", "compile+graph+combo", "compile+graph+pdl",
+                     "compile+graph+coord-descent", "max-autotune+graph", "fused", "fused-pdl", "fused-pdl-prefetch")
+
+
+PROFILES: dict[str, Profile] = {
+    "smoke": Profile(
+        name="smoke",
+        description="tiny GPT-2-shaped model on the CPU, for tests and CI",
+        device="cpu", model=TINY, prompt_len=8, decode_steps=24, max_len=64, batches=(1, 4), rounds=3, warmup=2,
+        options=_frozen({
+            "recompiles": {"batch_sizes": list(range(1, 13))},
+            "decode_recompiles": {"calls": 20},
+            "fixed_step_equivalence": {"steps": 24},
+            # overheads (tiny sizes: compile time dominates; together well under a minute once warm)
+            "graph_break_repair": {"rows": 2, "dim": 16, "iters": 20},
+            "fusion": {"n_ops": [1, 4], "cache_bytes": 64 * 1024, "memory_bytes": 4 << 20, "rounds": 2,
+                       "iters_cache": 10, "iters_memory": 3},
+            "launch_overhead": {"n_ops": 40, "iters": 20},
+            "allocation": {"k": 32, "numel": 256, "iters": 20},
+            "gemm_bound": {"batch": 128, "dim": 256, "layers": 1, "iters": 3, "rounds": 2},
+            "amdahl": {"block_batch": 2, "block_seq": 16, "iters": 5, "rounds": 2, "compile_decode": False,
+                       "compile_block": False},
+            "diagnose": {"rounds": 2, "iters": 5},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 15, "equiv_steps": 15, "steps_per_round": 8, "rounds": 3, "warmup": 2},
+            "compile_cost": {"mlp_trials": 1, "depths": [2], "rounds": 3, "steady_steps": 10,
+                             "reuse_probe": False, "child_timeout_s": 300},
+        }),
+    ),
+    "cpu": Profile(
+        name="cpu",
+        description="GPT-2 124M on the CPU",
+        device="cpu", model=GPT2, prompt_len=16, decode_steps=32, max_len=256, batches=(1, 4), rounds=5,
+        options=_frozen({
+            "recompiles": {"batch_sizes": list(range(1, 13))},
+            "decode_recompiles": {"calls": 20},
+            "fixed_step_equivalence": {"steps": 40},
+            # overheads: caches here are L2 1 MiB/core, L3 8 MiB -> 256 KiB inside, 64 MiB outside
+            "graph_break_repair": {"rows": 2, "dim": 16, "iters": 50},
+            "fusion": {"n_ops": [1, 2, 3, 4, 5, 6, 7, 8], "cache_bytes": 256 * 1024, "memory_bytes": 64 << 20,
+                       "rounds": 3, "iters_cache": 20, "iters_memory": 3},
+            "launch_overhead": {"n_ops": 100, "iters": 30},
+            "allocation": {"k": 64, "numel": 256, "iters": 30},
+            "gemm_bound": {"batch": 256, "dim": 512, "layers": 2, "iters": 3, "rounds": 3},
+            "amdahl": {"decode_layers": 2, "block_batch": 2, "block_seq": 64, "iters": 5, "rounds": 3},
+            "diagnose": {"rounds": 3, "iters": 10},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 40, "equiv_steps": 15, "steps_per_round": 10, "rounds": 6, "warmup": 3},
+            "compile_cost": {"mlp_trials": 3, "depths": [2, 6, 12], "rounds": 5, "steady_steps": 10,
+                             "reuse_probe": True, "child_timeout_s": 900},
+        }),
+    ),
+    # The gpu profile's budget (H200, seconds, from the 2026-11-29 runs; the run's notes say where time went:
+    # cuda_graph_decode.phase_s, compile_cost.child_s): toolchain .. fixed_step_equivalence ~27;
+    # cuda_graph_decode ~165 (batch 1 fp32: 11 methods, ~60 s of compiling and capture, the Inductor levers
+    # ~10 s each, ~15 s of timing; batches 8/16/64: 5 methods, one static compile each, ~20 s a batch; bf16
+    # batch 1: 7 methods, ~30 s); compile_cost ~40 (depth 12 cold and warm: two fresh processes); graph_hazards
+    # ~15 (its two children side by side); inductor ~12; the overhead experiments ~25. Together ~285 s.
+    "gpu": Profile(
+        name="gpu",
+        description="the GPU lab: GPT-2 124M on CUDA, batches 1-64, the step methods at batch 1 (<= 6 min on an H200)",
+        device="cuda", model=GPT2, prompt_len=16, decode_steps=128, max_len=256, batches=(1, 8, 16, 64), rounds=5,
+        options=_frozen({
+            "recompiles": {"batch_sizes": list(range(1, 13))},
+            "decode_recompiles": {"calls": 20},
+            "fixed_step_equivalence": {"steps": 40},
+            # overheads: ~90 s together, compiles included. L2 is 50 MB: 4 MiB inside, 1 GiB far outside
+            "graph_break_repair": {"rows": 64, "dim": 4096, "iters": 100},
+            "manual_graph_recipe": {"warmup": 10, "iters": 200},
+            "fusion": {"n_ops": [1, 2, 4, 8], "cache_bytes": 4 << 20, "memory_bytes": 1 << 30, "rounds": 3,
+                       "iters_cache": 50, "iters_memory": 10},
+            "launch_overhead": {"n_ops": 200, "iters": 50},
+            "allocation": {"k": 64, "numel": 256, "iters": 50},
+            "gemm_bound": {"batch": 8192, "dim": 4096, "layers": 2, "dtype": "bfloat16", "iters": 10, "rounds": 3},
+            "amdahl": {"block_batch": 32, "block_seq": 256, "iters": 20, "rounds": 3},
+            "diagnose": {"rounds": 3, "iters": 20},
+            "toolchain": {"try_compile": True},
+            "inductor": {"steps": 40, "equiv_steps": 15, "steps_per_round": 32, "rounds": 5, "warmup": 3},
+            "compile_cost": {"mlp_trials": 0, "depths": [12], "rounds": 5, "steady_steps": 32,
+                             "reuse_probe": False, "child_timeout_s": 300},
+            "cuda_graph_decode": {
+                "methods": list(GPU_METHODS), "sweep_methods": list(GPU_SWEEP_METHODS),
+                "bf16_methods": list(GPU_BF16_METHODS), "readback_batches": [1], "sweep_rounds": 3,
+                # one static graph per batch: under automatic dynamic shapes batch 8 recompiles every method
+                # with a symbolic batch (16-19 s each); static compiles cost about as much in all and match
+                # what a server with fixed batch buckets runs (gpu-full keeps Dynamo's default)
+                "dynamic": False},
+        }),
+    ),
+}
+PROFILES["gpu-full"] = replace(
+    PROFILES["gpu"], name="gpu-full",
+    description="gpu plus max-autotune, coordinate descent, every method at every batch, compile cost vs depth "
+                "(~20-25 min on an H200, estimated)",
+    options=_frozen({**{k: dict(v) for k, v in PROFILES["gpu"].options.items()},
+                     "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
+                                      "reuse_probe": False, "child_timeout_s": 600},
+                     "cuda_graph_decode": {"max_autotune": True, "sweep_methods": list(FULL_SWEEP_METHODS),
+                                           "bf16_methods": list(FULL_BF16_METHODS)}}))
+
+
+# ---------------------------------------------------------------------------- the sweeps (issue 14)
+SWEEPS = ("peer_generate", "model_scaling", "context_scaling", "graph_buckets", "data_dependent_branch")
+
+# Small CPU versions for the smoke profile: every code path that does not need CUDA, in about a minute once
+# Inductor's cache is warm (each CPU compile of the tiny model costs 10-30 s cold, so a handful of them).
+SMOKE_SWEEPS: dict[str, dict[str, Any]] = {
+    "peer_generate": {"variants": ["dynamic", "static"], "isolated": ["static"], "batches": [1, 2], "new_tokens": 8,
+                      "rounds": 2, "warmup_calls": 1, "child_timeout_s": 300.0},
+    "model_scaling": {"sizes": ["tiny-2L", "tiny-4L"], "dtypes": ["float32", "bfloat16"], "batches": [1, 2],
+                      "methods": ["eager", "graph", "compile-default"], "steps": 8, "rounds": 2, "max_compiles": 1},
+    "context_scaling": {"max_lens": [32, 64, 160], "batches": [2], "fills": [0.25, 0.75], "headline_fill": 0.75,
+                        "fixed_method": "eager", "growing": ["eager"], "steps": 8, "rounds": 2},
+    "graph_buckets": {"max_batch": 8, "steps": 4, "rounds": 2, "check_sizes": [3, 5]},
+    "data_dependent_branch": {"batches": [2], "steps": 12, "rounds": 2, "check_every": 4, "compile_host_check": False},
+}
+PROFILES["smoke"] = replace(PROFILES["smoke"], sweeps=True,
+                            options=_frozen({**{k: dict(v) for k, v in PROFILES["smoke"].options.items()},
+                                             **SMOKE_SWEEPS}))
+
+# gpu-sweep: the five sweeps on an H200 in one run of about 7 minutes (estimates from the gpu reference: a
+# GPT-2 124M step compiles in 4-16 s, +0.5-1 s per layer cold; transformers' compiled generate in its own
+# child). The heavy knobs are options: `--set model_scaling.budget_s=600 --only model_scaling` measures every
+# compile of the scaling sweep in one run of its own (about 6 minutes).
+PROFILES["gpu-sweep"] = Profile(
+    name="gpu-sweep",
+    description="the sweeps on CUDA: model size, context length, batch buckets, an EOS branch, transformers' generate",
+    device="cuda", model=GPT2, prompt_len=16, decode_steps=32, max_len=256, batches=(1, 8), rounds=3,
+    experiments=SWEEPS,
+    options=_frozen({
+        "peer_generate": {"batches": [1, 8], "new_tokens": 48, "rounds": 3, "warmup_calls": 2, "child_timeout_s": 300.0},
+        "model_scaling": {"sizes": ["gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B"],
+                          "dtypes": ["float32", "bfloat16"], "batches": [1, 8], "steps": 24, "rounds": 3,
+                          "budget_s": 120.0},
+        "context_scaling": {"max_lens": [256, 512, 1024, 2048], "batches": [1, 16], "fills": [0.1, 0.5, 0.9],
+                            "steps": 24, "rounds": 3},
+        "graph_buckets": {"max_batch": 64, "steps": 16, "rounds": 3},
+        "data_dependent_branch": {"batches": [1], "steps": 32, "rounds": 3},
+    }),
+)
+
+
+def get(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r} (choose from {', '.join(PROFILES)})") from None

@@ -1,0 +1,395 @@
+"""The results contract: what `results.json` holds, how it is written and how it is read.
+
+A run directory holds `results.json` and `manifest.json` (the same manifest, on its own, for `lab
+compare`). The file is rewritten atomically after every experiment, so an interrupted run keeps
+everything it measured; `run.state` says whether the run completed. Schema 1, field by field:
+docs/results.md (its tables are generated from these classes: `python -m lab.contract.schema_doc`).
+
+The schema is these dataclasses, checked by pydantic v2. They stay standard-library dataclasses
+rather than pydantic models because about twenty experiments, the runner and the report build and
+change records in plain Python (positional construction, `record.status = ...`, `dataclasses`
+helpers); pydantic's `TypeAdapter` validates standard dataclasses as they are, strictly typed
+through the field types of `lab.contract.schema` (nested unions included), and generates their JSON Schema
+with the attribute docstrings below as descriptions. So nothing is declared twice and no caller
+changes; validation happens where data crosses a boundary:
+- `save` checks the whole file before writing it (a value that cannot be stored never reaches disk);
+- `quarantine` checks one record as the runner records it, removing what cannot be stored and
+  saying which metric, sample, check or note it was (the runner then marks the experiment FAILED);
+- `load` / `from_dict` refuse a file off the schema with one line naming the file and the field.
+The manifest stays a plain dict in memory (the report and compare read it as one) and is checked
+against `lab.contract.manifest_schema.Manifest`. An unknown `schema` or `manifest_version` is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Iterable, Literal
+
+from pydantic import (AfterValidator, ConfigDict, JsonValue, TypeAdapter, ValidationError, ValidationInfo,
+                      WrapValidator, field_validator, model_validator)
+from pydantic_core import PydanticCustomError
+
+from lab.atomic import clean, write_json_atomic
+from lab.contract.reasons import Reason
+from lab.contract.manifest_schema import MANIFEST, MANIFEST_VERSION
+from lab.contract.schema import (CodeName, Count, Flag, JsonObject, MetricValue, Number, ResultsError, Text, check_version,
+                        describe_error, known_code, metric_value, one_line, read_json)
+
+__all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError", "Reason", "Spread", "Metric",
+           "Samples", "Check", "Skipped", "LibraryLog", "Record", "Start", "RunInfo", "Results", "ok_record", "to_dict",
+           "save", "from_dict", "load", "quarantine", "measured_record", "unstorable", "write_json_atomic"]
+
+SCHEMA = 1
+Status = Literal["OK", "NOT_RUN", "FAILED"]
+RunState = Literal["running", "complete", "interrupted"]
+STATUSES: tuple[str, ...] = ("OK", "NOT_RUN", "FAILED")
+RESULTS_NAME = "results.json"
+MANIFEST_NAME = "manifest.json"
+
+_CLOSED = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+@dataclass
+class Spread:
+    """Distribution of raw samples behind a median; `noisy` flags a wide interquartile range."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    n: Count
+    """how many samples"""
+    median: Number
+    q1: Number
+    q3: Number
+    min: Number
+    max: Number
+    rel_iqr: Number
+    """(q3 - q1) / median"""
+    noisy: Flag
+    """the interquartile range exceeds 10% of the median"""
+
+
+@dataclass
+class Metric:
+    """One number and what it belongs to (method, batch, dtype, ... live in params)."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    name: Text
+    """the metric's name, declared with its unit, direction and kind in lab/contract/metrics.py"""
+    value: MetricValue
+    """a number, a boolean, a list of numbers or null (not measured); text only where the metric is declared as text"""
+    unit: Text
+    """a unit of lab/contract/units.py"""
+    params: JsonObject = field(default_factory=dict)
+    """what the value belongs to: method, batch, dtype, readback, ..."""
+    spread: Spread | None = None
+    """timings only: the spread of the raw samples behind the median"""
+
+    @field_validator("value", mode="after")
+    @classmethod
+    def _of_declared_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        return metric_value(info.data["name"], value) if isinstance(info.data.get("name"), str) else value
+
+
+@dataclass
+class Samples:
+    """Raw timing samples behind a metric of the same name and params."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    name: Text
+    """the name of the metric the samples are behind"""
+    unit: Text
+    params: JsonObject
+    """the params of that metric"""
+    values: list[Number]
+    """the raw samples (6 significant digits)"""
+
+
+@dataclass
+class Check:
+    """A correctness check made outside the timed path."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    name: Text
+    """what was compared, e.g. tokens_equal"""
+    passed: Flag
+    detail: Text = ""
+    """what differed, where, by how much"""
+    params: JsonObject = field(default_factory=dict)
+    """what the check belongs to: method, batch, ..."""
+    fatal: Flag = True
+    """a failed fatal check makes the record FAILED with reason check_failed"""
+
+
+@dataclass
+class Skipped:
+    """A part of an experiment that did not run, with its reason: it is listed, never dropped."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    item: Text
+    """the part that did not run, e.g. a method or a batch"""
+    code: CodeName
+    """a reason code of lab/contract/reasons.py"""
+    message: Text
+    """the sentence that tells the user how to make it run"""
+
+
+LogSource = Literal["warning", "logging", "stderr"]
+
+
+@dataclass
+class LibraryLog:
+    """A warning, log record or line of output that a library (torch, Inductor, the profiler) produced while
+    the experiment ran, kept as data instead of printed: identical ones once, with how many times."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    source: LogSource
+    """warning (Python `warnings`), logging (a record of torch's loggers) or stderr (a line written to the
+    process's standard error below Python, e.g. the profiler's `USDT: ... profiler_start`)"""
+    origin: Text
+    """the warning's category, the logger's name, or `stderr`"""
+    level: Text
+    """the record's level (WARNING, INFO, ...); `WARNING` for a warning; the line's own tag (e.g. `W`) or empty"""
+    message: Text
+    """the text (timestamps and process ids removed from stderr lines so that repeats match; at most 4000
+    characters)"""
+    count: Count = 1
+    """how many times it was produced during the experiment"""
+    location: Text = ""
+    """where it came from: file:line of the warning or the logging call (empty when unknown)"""
+
+
+def _reason_code(reason: Reason) -> Reason:
+    known_code(reason.code)
+    return reason
+
+
+@dataclass
+class Record:
+    """The result of one experiment."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    id: Text
+    """the catalogue's id (stable; see `python -m lab list`)"""
+    title: Text
+    """the catalogue's one-line title"""
+    status: Status
+    """OK; NOT_RUN (prerequisites missing); FAILED (raised, or a fatal correctness check failed)"""
+    reason: Annotated[Reason, AfterValidator(_reason_code)] | None = None
+    """{code, message}: a reason code of lab/contract/reasons.py and the sentence that tells the user how to make it run; required unless OK"""
+    duration_s: Number = 0.0
+    """the experiment's own time"""
+    started_at: Text = ""
+    """ISO 8601, UTC"""
+    metrics: list[Metric] = field(default_factory=list)
+    """the numbers the experiment measured"""
+    samples: list[Samples] = field(default_factory=list)
+    """the raw samples behind each timing"""
+    checks: list[Check] = field(default_factory=list)
+    """correctness checks made outside the timed path"""
+    notes: JsonObject = field(default_factory=dict)
+    """non-numeric evidence: graph-break and recompile reasons, cudagraph skip reasons, the kernels that took the time"""
+    skipped: list[Skipped] = field(default_factory=list)
+    """parts of the experiment that did not run (a flag off, a piece that needs CUDA)"""
+    error: dict[str, Text] | None = None
+    """FAILED only: type, message and the last lines of the traceback"""
+    library_logs: list[LibraryLog] | None = None
+    """what libraries said while the experiment ran (warnings, torch's log records, stderr lines such as the
+    profiler's), deduplicated with counts, in order of first appearance; the console shows only how many.
+    Absent where nothing was listened to: an experiment that did not start, or a file written before the lab
+    kept library output"""
+
+    @model_validator(mode="after")
+    def _reasoned(self) -> Record:
+        if self.status != "OK" and self.reason is None:
+            raise PydanticCustomError("reason_missing", "a {status} record needs a reason (code and message)",
+                                      {"status": self.status})
+        return self
+
+    def metric(self, name: str, **params: Any) -> Metric:
+        """The metric with this name whose params include the given ones (exactly one must match)."""
+        found = [m for m in self.metrics if m.name == name and all(m.params.get(k) == v for k, v in params.items())]
+        if len(found) != 1:
+            raise KeyError(f"{self.id}: {len(found)} metrics named {name!r} with {params}")
+        return found[0]
+
+
+@dataclass
+class Start:
+    """One start of the run: the first, then one per `lab run --resume` into the same directory."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    started_at: Text
+    """ISO 8601, UTC"""
+    argv: list[Text] = field(default_factory=list)
+    """the command line of this start"""
+    host: Text = ""
+    """the host name"""
+    pid: Count = 0
+    """the process id"""
+    kept: list[Text] = field(default_factory=list)
+    """experiments whose OK records from earlier starts this start kept (the others it ran again)"""
+    manifest_changes: list[Text] = field(default_factory=list)
+    """manifest fields that differ from the first start's (e.g. lab.commit): provenance of the records this start made"""
+
+
+@dataclass
+class RunInfo:
+    """The run as a whole."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    profile: Text
+    """the profile's name (lab/contract/profiles.py)"""
+    started_at: Text
+    """ISO 8601, UTC"""
+    finished_at: Text | None = None
+    """null while the run is under way"""
+    wall_s: Number | None = None
+    """the lab's own wall time (over all its starts)"""
+    state: RunState = "running"
+    """running (under way, or killed), interrupted (Ctrl-C, SIGTERM: the experiments not finished are NOT_RUN interrupted), complete"""
+    argv: list[Text] = field(default_factory=list)
+    """the command line"""
+    only: list[Text] | None = None
+    """the experiments asked for with --only (null: the profile's)"""
+    starts: list[Start] = field(default_factory=list)
+    """every start of the run: the first, then each --resume (absent from runs written before the lab recorded starts)"""
+
+
+def _manifest(value: Any, handler: Any) -> dict[str, Any]:
+    MANIFEST.validate_python(value)
+    return value
+
+
+@dataclass
+class Results:
+    """The whole run: results.json."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    run: RunInfo
+    """the run as a whole"""
+    manifest: Annotated[dict[str, Any], WrapValidator(_manifest)]
+    """the environment manifest (below) plus `profile`: every knob of the profile used"""
+    experiments: list[Record] = field(default_factory=list)
+    """one record per experiment asked for, in catalogue order"""
+    schema: Literal[1] = SCHEMA
+    """1. A loader that does not know the version refuses the file."""
+    lab_version: Text = ""
+    """the lab's version (lab.__version__)"""
+
+    def record(self, experiment_id: str) -> Record:
+        for rec in self.experiments:
+            if rec.id == experiment_id:
+                return rec
+        raise KeyError(experiment_id)
+
+
+def ok_record(records: Iterable[Record], experiment_id: str) -> Record | None:
+    """The OK record of `experiment_id` among `records` (an earlier experiment of this run), or None."""
+    return next((r for r in records if r.id == experiment_id and r.status == "OK"), None)
+
+
+def measured_record(records: Iterable[Record], experiment_id: str) -> tuple[Record | None, set[tuple[Any, ...]]]:
+    """The record of `experiment_id` that holds measurements: OK, or FAILED with metrics (a failed fatal check of
+    one case fails the experiment, not the cases that passed); with the (method, batch, dtype) cases whose fatal
+    checks failed, which a later experiment must leave out."""
+    rec = next((r for r in records if r.id == experiment_id and (r.status == "OK" or
+                                                                 (r.status == "FAILED" and r.metrics))), None)
+    if rec is None:
+        return None, set()
+    failed = {(c.params.get("method"), c.params.get("batch"), c.params.get("dtype"))
+              for c in rec.checks if c.fatal and not c.passed}
+    return rec, failed
+
+
+@functools.cache
+def adapter(cls: Any) -> TypeAdapter[Any]:
+    """The pydantic validator of one of the classes above (built once, on first use)."""
+    return TypeAdapter(cls)
+
+
+# ---------------------------------------------------------------------------- writing
+
+def to_dict(results: Results) -> dict[str, Any]:
+    """The results as JSON's own types (non-finite floats as strings), `schema` first."""
+    data = clean(results)
+    if not data["run"].get("starts"):
+        data["run"].pop("starts", None)  # a run written before starts were recorded stays byte for byte the same
+    for record in data["experiments"]:
+        if record.get("library_logs") is None:  # not listened to: left out, as files written before the field
+            record.pop("library_logs", None)
+    return {"schema": data.pop("schema"), "lab_version": data.pop("lab_version"), **data}
+
+
+def save(results: Results, run_dir: Path) -> Path:
+    """Check the results against the schema, then write run_dir/results.json atomically."""
+    path = run_dir / RESULTS_NAME
+    data = to_dict(results)
+    from_dict(data, path)
+    write_json_atomic(path, data)
+    return path
+
+
+def quarantine(record: Record) -> list[str]:
+    """Remove from `record` what the schema refuses; one line for each thing removed (empty: all can be saved).
+
+    Metrics, samples, checks and skipped items are checked one by one, notes key by key; what is left
+    is checked as a whole (its reason, its title...) and a problem there is reported but not removed.
+    """
+    problems: list[str] = []
+    for attr, cls in (("metrics", Metric), ("samples", Samples), ("checks", Check), ("skipped", Skipped)):
+        items = getattr(record, attr)
+        raw = {attr: [clean(item) for item in items]}
+        kept = []
+        for i, item in enumerate(items):
+            try:
+                adapter(cls).validate_python(raw[attr][i])
+                kept.append(item)
+            except ValidationError as exc:
+                problems.append(describe_error(exc, raw, (attr, i)))
+        setattr(record, attr, kept)
+    for key, value in list(record.notes.items()):
+        try:
+            adapter(JsonValue).validate_python(clean(value))
+        except ValidationError as exc:
+            problems.append(describe_error(exc, {}, ("notes", key)))
+            del record.notes[key]
+    raw_record = clean(record)
+    try:
+        adapter(Record).validate_python(raw_record)
+    except ValidationError as exc:
+        problems.append(describe_error(exc, raw_record, ()))
+    return problems
+
+
+def unstorable(value: Any, where: str) -> str | None:
+    """Why `value` cannot be stored as JSON in results.json (one line naming `where`), or None when it can."""
+    try:
+        adapter(JsonValue).validate_python(clean(value))
+    except ValidationError as exc:
+        return f"{where}: {describe_error(exc, {})}"
+    return None
+
+
+# ---------------------------------------------------------------------------- reading
+
+def from_dict(raw: Any, path: Path | str) -> Results:
+    """Results from parsed JSON, or ResultsError: one line naming `path` and the first field off the schema."""
+    if not isinstance(raw, dict):
+        raise ResultsError(f"{path}: top level is not a JSON object")
+    check_version(raw, "schema", SCHEMA, "", path, what="results schema")
+    if isinstance(raw.get("manifest"), dict):
+        check_version(raw["manifest"], "manifest_version", MANIFEST_VERSION, "manifest.", path)
+    try:
+        return adapter(Results).validate_python(raw)
+    except ValidationError as exc:
+        raise ResultsError(one_line(path, exc, raw)) from None
+
+
+def load(path: Path | str) -> Results:
+    """Load a results file (or the results.json inside a run directory), refusing anything off-contract."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_NAME
+    return from_dict(read_json(path), path)
+

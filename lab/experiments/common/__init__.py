@@ -1,0 +1,1 @@
+"""What several experiments share: measuring a set of step methods and the sweeps' machinery."""

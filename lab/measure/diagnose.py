@@ -1,0 +1,309 @@
+"""The five checks for "I compiled my model and got nothing — why?", with a verdict and its evidence.
+
+In order (the module text's order, because each one rules a cause in or out for the next):
+1. host vs device: self CPU time against self CUDA time per step, and how busy the GPU is during a
+   step. A GPU idle most of the step is waiting on the host: launch-bound. On the CPU there is no
+   separate device; the check says so and reports ops per step and the mean time per op instead.
+2. kernels eager vs compiled (and the time share of matrix products): nothing to fuse when the
+   time is in a few large GEMMs.
+3. graph breaks with reasons (torch._dynamo.explain): a function shattered into many graphs keeps
+   Python between them on every call.
+4. recompiles with reasons: the same inputs called again must not compile again.
+5. steady state: warm-up, synchronisation, rotating rounds; the first (compiling) call is reported
+   apart; a drift between the first and last rounds means the measurement is not steady yet.
+
+`diagnose()` runs them on a callable and example inputs and returns a `Diagnosis`; the verdict
+logic (`verdict()`) is a pure function of the check results, so tests can feed it numbers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import io
+from contextlib import redirect_stdout
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from lab.measure.bench import compile_first_call, median, time_methods
+from lab.contract.names import Method
+from lab.measure.opprofile import StepProfile, profile_step
+from lab.measure.timing import HostClock, clock_for, spread, sync, time_calls
+
+HOST_BOUND_BUSY = 0.5  # GPU busy under half the step: the host is the bottleneck
+GEMM_BOUND_SHARE = 0.6  # matrix products above 60% of kernel time: little left to fuse
+CPU_DISPATCH_US = 10.0  # CPU ops averaging under 10 µs are dominated by dispatch, not arithmetic
+HELPS_X = 1.15  # a compiled speedup above this counts as "compile helps"
+DRIFT = 0.25  # first vs last round medians differing by more than this: not steady
+
+
+@dataclass
+class Check:
+    """One of the five checks: what it found, in one line, and the numbers behind it."""
+
+    number: int
+    name: str
+    status: str  # "ok" (nothing wrong here), "finding" (a cause), "needs_cuda", "not_run"
+    evidence: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Diagnosis:
+    target: str
+    device: str
+    checks: list[Check]
+    verdict: str  # graph-broken | recompiling | gemm-bound | launch-bound | dispatch-bound | fusion | no-overhead
+    headline: str
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    setup_s: float | None = None
+    samples: dict[str, list[float]] = field(default_factory=dict)  # raw per-call ms per method
+
+    @property
+    def speedup(self) -> float | None:
+        if self.eager_ms and self.compiled_ms:
+            return self.eager_ms / self.compiled_ms
+        return None
+
+    def check(self, number: int) -> Check:
+        return self.checks[number - 1]
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["speedup"] = self.speedup
+        return d
+
+    def render(self) -> str:
+        marks = {"ok": "ok", "finding": "FOUND", "needs_cuda": "needs CUDA", "not_run": "not run"}
+        lines = [f"diagnose {self.target} on {self.device}"]
+        for c in self.checks:
+            lines.append(f"  {c.number}. {c.name:<28} [{marks.get(c.status, c.status)}] {c.evidence}")
+        lines.append(f"verdict: {self.verdict}: {self.headline}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- loading a target
+
+def load_target(spec: str, device: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """Resolve TARGET `module:function`; the function returns (callable, example_inputs).
+
+    If the function takes a `device` parameter it gets the device name. Errors are one-line
+    ValueErrors naming the target.
+    """
+    module_name, sep, func_name = spec.partition(":")
+    if not sep or not module_name or not func_name:
+        raise ValueError(f"TARGET {spec!r}: expected module:function (e.g. lab.examples.targets:elementwise_chain)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"TARGET {spec!r}: cannot import {module_name!r} ({exc})") from None
+    factory = getattr(module, func_name, None)
+    if not callable(factory):
+        raise ValueError(f"TARGET {spec!r}: {module_name} has no function {func_name!r}")
+    takes_device = "device" in inspect.signature(factory).parameters
+    made = factory(device=device) if takes_device else factory()
+    if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0]) and isinstance(made[1], (tuple, list))):
+        raise ValueError(f"TARGET {spec!r}: {func_name}() must return (callable, example_inputs) with "
+                         f"example_inputs a tuple of arguments, got {type(made).__name__}")
+    return made[0], tuple(made[1])
+
+
+# ---------------------------------------------------------------------------- the checks
+
+def _breaks(fn: Callable[..., Any], args: tuple[Any, ...]) -> Check:
+    from lab.measure.dynamo_tools import explain
+
+    with redirect_stdout(io.StringIO()):
+        e = explain(fn, *args)
+    data = {"graphs": e.graphs, "graph_breaks": e.breaks, "ops": e.ops, "reasons": e.reasons}
+    if e.breaks:
+        first = e.reasons[0] if e.reasons else "no reason given"
+        return Check(3, "graph breaks", "finding",
+                     f"{e.breaks} break(s): each call runs {e.graphs} graphs with Python between; first reason: "
+                     f"{first[:160]}", data)
+    return Check(3, "graph breaks", "ok", f"one graph, no breaks ({e.ops} ops captured)", data)
+
+
+def _recompiles(fn: Callable[..., Any], args: tuple[Any, ...], calls: int) -> Check:
+    """Compile with the counting backend (no compiler needed), call `calls` times with the same inputs."""
+    from torch._dynamo.utils import counters
+
+    from lab.measure.dynamo_tools import CountingBackend, quiet_dynamo, recompile_reasons
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(fn, backend=CountingBackend())
+    with recompile_reasons() as reasons, quiet_dynamo(), redirect_stdout(io.StringIO()), torch.no_grad():
+        compiled(*args)
+        first = int(counters["frames"].get("ok", 0))
+        for _ in range(calls - 1):
+            compiled(*args)
+        total = int(counters["frames"].get("ok", 0))
+    torch._dynamo.reset()
+    again = total - first
+    short = [r.strip().splitlines()[-1].strip()[:200] for r in reasons]
+    data = {"calls": calls, "frames_first_call": first, "recompiles": again, "reasons": short[:8]}
+    if again:
+        why = short[0] if short else "no reason logged"
+        return Check(4, "recompiles", "finding",
+                     f"{again} recompile(s) over {calls - 1} repeat calls with the same inputs; first reason: {why}", data)
+    return Check(4, "recompiles", "ok", f"none over {calls - 1} repeat calls ({first} frame(s) compiled on the first)",
+                 data)
+
+
+def _host_device(eager: StepProfile, eager_ms: float, device: str) -> Check:
+    if device == "cuda":
+        dev_ms = eager.self_device_ms or 0.0
+        busy = min(dev_ms / eager_ms, 1.0) if eager_ms > 0 else 0.0
+        data = {"self_cpu_ms": eager.self_cpu_ms, "self_device_ms": dev_ms, "step_ms": eager_ms,
+                "device_busy": busy, "host_share": 1 - busy}
+        text = (f"self CPU {eager.self_cpu_ms:.3f} ms vs self CUDA {dev_ms:.3f} ms per step; the GPU is busy "
+                f"{busy:.0%} of the {eager_ms:.3f} ms step")
+        return Check(1, "host vs device time", "finding" if busy < HOST_BOUND_BUSY else "ok",
+                     text + (": launch-bound" if busy < HOST_BOUND_BUSY else ": the device is the bottleneck"), data)
+    per_op = eager_ms * 1e3 / eager.kernels if eager.kernels else 0.0
+    data = {"self_cpu_ms": eager.self_cpu_ms, "self_device_ms": None, "step_ms": eager_ms, "ops": eager.kernels,
+            "us_per_op": per_op}
+    return Check(1, "host vs device time", "needs_cuda",
+                 f"self CUDA time needs a CUDA device; on the CPU: {eager.kernels:.0f} ops per step at a mean "
+                 f"{per_op:.1f} µs each ({eager_ms:.3f} ms step, self CPU {eager.self_cpu_ms:.3f} ms)", data)
+
+
+def _kernels(eager: StepProfile, compiled: StepProfile | None, why_not: str | None, device: str) -> Check:
+    unit = "kernels" if device == "cuda" else "ops"
+    data: dict[str, Any] = {"eager": eager.kernels, "compiled": compiled.kernels if compiled else None,
+                            "matmul_share": eager.matmul_share, "top_eager": eager.top(5)}
+    gemm = f"{eager.matmul_share:.0%} of eager {unit} time in matrix products"
+    if compiled is None:
+        return Check(2, f"{unit} eager vs compiled", "not_run", f"not compiled ({why_not}); {gemm}", data)
+    data["top_compiled"] = compiled.top(5)
+    fewer = compiled.kernels < 0.7 * eager.kernels
+    return Check(2, f"{unit} eager vs compiled", "finding" if fewer else "ok",
+                 f"{eager.kernels:.0f} → {compiled.kernels:.0f} {unit} per step; {gemm}", data)
+
+
+def _steady(samples: dict[str, list[float]], rounds: int, setup_s: float | None, naive_ms: float | None) -> Check:
+    data: dict[str, Any] = {"setup_s": setup_s}
+    parts = []
+    steady = True
+    for name, xs in samples.items():
+        per = max(len(xs) // rounds, 1)
+        first, last = median(xs[:per]), median(xs[-per:])
+        drift = abs(last - first) / first if first else 0.0
+        sp = spread(xs)
+        data[name] = {"median_ms": sp.median, "rel_iqr": sp.rel_iqr, "noisy": sp.noisy, "drift": drift}
+        steady &= drift <= DRIFT
+        parts.append(f"{name} {sp.median:.3f} ms (IQR {sp.rel_iqr:.0%}, drift {drift:.0%})")
+    text = ", ".join(parts) + f" after warm-up, synchronised, {rounds} rotating rounds"
+    if setup_s is not None:
+        text += f"; the compiling first call ({setup_s:.2f} s) is excluded"
+    if naive_ms is not None:
+        data["unsynchronised_ms"] = naive_ms
+        text += f"; timed without synchronising it would read {naive_ms:.3f} ms"
+    data["steady"] = steady
+    return Check(5, "steady state", "ok" if steady else "finding", text if steady else "NOT steady: " + text, data)
+
+
+# ---------------------------------------------------------------------------- the verdict
+
+def verdict(checks: Sequence[Check], speedup: float | None, device: str) -> tuple[str, str]:
+    """(kind, headline) from the five checks: the first cause found, in the order a user should fix them."""
+    host, kern, brk, rec, steady = checks
+    sp = f"compile {speedup:.2f}×" if speedup else "compile not measured"
+    k = kern.data
+    kernels_txt = (f"compile reduced {'kernels' if device == 'cuda' else 'ops'} {k['eager']:.0f} → {k['compiled']:.0f}"
+                   if k.get("compiled") is not None else "")
+    if brk.status == "finding":
+        reasons = brk.data.get("reasons") or ["?"]
+        return "graph-broken", (f"{brk.data['graph_breaks']} graph break(s) on every call ({reasons[0][:100]}); "
+                                f"{sp}: remove the breaks first (keep decisions in tensors, no .item()/print)")
+    if rec.status == "finding":
+        return "recompiling", (f"{rec.data['recompiles']} recompile(s) on repeat calls; {sp}: make shapes and "
+                               f"Python values stable (fixed-shape buffers, dynamic=True, or mark_dynamic)")
+    tail = "" if steady.status == "ok" else " (measurement not steady: rerun with more warm-up)"
+    share = k.get("matmul_share", 0.0)
+    # Fusion can at best remove the non-GEMM time: a speedup beyond 1/share (+10%) is something else,
+    # unless the timing itself was not steady.
+    if share >= GEMM_BOUND_SHARE and (speedup is None or speedup <= 1.1 / share or steady.status != "ok"):
+        return "gemm-bound", (f"{share:.0%} of time in matrix products; {sp} — the correct answer: the GEMMs are "
+                              f"already library kernels and there is little to fuse or launch{tail}")
+    if device == "cuda" and host.status == "finding":
+        return "launch-bound", (f"{host.data['host_share']:.0%} of step time is host; "
+                                f"{kernels_txt or sp}{'; ' + sp if kernels_txt else ''}; expect graph replay to help"
+                                f"{tail}")
+    if device != "cuda" and host.data.get("us_per_op", 1e9) < CPU_DISPATCH_US:
+        return "dispatch-bound", (f"{host.data['ops']:.0f} ops per step at {host.data['us_per_op']:.1f} µs each; "
+                                  f"{kernels_txt + '; ' if kernels_txt else ''}{sp}: fewer, larger ops help "
+                                  f"(compile); on a GPU, graph replay would too{tail}")
+    if speedup is not None and speedup >= HELPS_X:
+        return "fusion", f"{kernels_txt + '; ' if kernels_txt else ''}{sp}: fusion removed memory traffic{tail}"
+    return "no-overhead", (f"no launch, fusion or compile problem found; {sp}; "
+                           f"{kernels_txt or 'kernel counts not compared'}{tail}")
+
+
+# ---------------------------------------------------------------------------- running them
+
+def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.device, target: str = "<callable>",
+             compile: bool = True, inductor_reason: str | None = None, steps: int = 5, warmup: int = 3,
+             rounds: int = 3, iters: int = 10, recompile_calls: int = 4,
+             progress: Callable[[str], None] | None = None) -> Diagnosis:
+    """Run the five checks on `fn(*args)`. `inductor_reason`: why Inductor cannot compile here (None: it can)."""
+    dev = torch.device(device).type
+    args = tuple(args)
+    say = progress or (lambda _m: None)
+    quiet = redirect_stdout(io.StringIO())
+
+    def eager_call() -> Any:
+        with torch.no_grad(), redirect_stdout(io.StringIO()):
+            return fn(*args)
+
+    say("graph breaks (explain)")
+    brk = _breaks(fn, args)  # explain() resets Dynamo: do it before compiling anything
+    say("recompiles (counting backend)")
+    rec = _recompiles(fn, args, recompile_calls)
+    say("profiling eager")
+    eager_prof = profile_step(eager_call, dev, steps=steps, warmup=warmup)
+    compiled_prof: StepProfile | None = None
+    methods: dict[str, Callable[[], Any]] = {Method.EAGER: eager_call}
+    setup_s = None
+    why_not = None
+    if not compile:
+        why_not = "--no-compile"
+    elif inductor_reason:
+        why_not = inductor_reason
+    else:
+        say("compiling (Inductor)")
+        torch._dynamo.reset()
+        with quiet:
+            from lab.measure.dynamo_tools import quiet_dynamo
+
+            with quiet_dynamo():
+                c = compile_first_call(fn, args, dev)
+        setup_s = c.setup_s
+
+        def compiled_call() -> Any:
+            with torch.no_grad(), redirect_stdout(io.StringIO()):
+                return c.fn(*args)
+
+        say("profiling compiled")
+        compiled_prof = profile_step(compiled_call, dev, steps=steps, warmup=warmup)
+        methods[Method.COMPILE_DEFAULT] = compiled_call
+    say("timing (rotating rounds)")
+    samples = time_methods(methods, clock_for(dev), rounds=rounds, iters=iters, warmup=warmup)
+    naive = None
+    if dev == "cuda":  # what a host timer without synchronize() reads: launch rate, not work
+        sync(dev)
+        naive = sum(time_calls(eager_call, iters, HostClock())) / iters  # HostClock never synchronises
+        sync(dev)
+    eager_ms = median(samples[Method.EAGER])
+    compiled_ms = median(samples[Method.COMPILE_DEFAULT]) if Method.COMPILE_DEFAULT in samples else None
+    checks = [_host_device(eager_prof, eager_ms, dev), _kernels(eager_prof, compiled_prof, why_not, dev), brk, rec,
+              _steady(samples, rounds, setup_s, naive)]
+    speedup = eager_ms / compiled_ms if compiled_ms else None
+    kind, headline = verdict(checks, speedup, dev)
+    torch._dynamo.reset()
+    return Diagnosis(target=target, device=dev, checks=checks, verdict=kind, headline=headline, eager_ms=eager_ms,
+                     compiled_ms=compiled_ms, setup_s=setup_s, samples=samples)

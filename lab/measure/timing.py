@@ -1,0 +1,143 @@
+"""Measurements that keep their raw samples, and the one clock every measurement reads.
+
+- `Clock`: host time (perf_counter) on the CPU; CUDA events on the GPU (the device's own time
+  between two points of a stream, read after one synchronisation). `clock_for(device)` picks one.
+- `time_calls`: warm up, synchronise, put a mark after each call, return the per-call samples.
+- `first_call`: a one-off call (a compile's first call, a warm-up, a capture), synchronised before
+  and after and timed on the host: its cost is host work (tracing, code generation, compiling),
+  which device events would only see as an idle stream.
+- `rotating_rounds`: several rounds with the methods in rotating order, so drift and thermal state
+  hit every method alike.
+- `spread`: median, quartiles and a noise flag derived from the samples (as torch.utils.benchmark).
+
+Why not `torch.utils.benchmark.Timer` or `triton.testing.do_bench`? Both time one statement
+called over and over, in isolation: Timer reads the host clock around blocks of calls with a device
+synchronisation at each end, do_bench records CUDA events around each call and writes a 256 MB
+buffer between calls to flush L2. The lab's main measurement is a whole decode: a stateful sequence
+of steps, each advancing the position, timed by a mark after every step, methods interleaved in
+rotating rounds, the raw per-step samples kept; that needs a stream of marks, not a repeated call.
+For the single-kernel ceilings (`lab.step.ceilings`: a copy, a matmul, a graph replay) do_bench would
+fit, but it needs Triton (absent on CPU hosts and in the `cuda-notriton` image), its L2 flush adds
+a kernel between calls, and it returns quantiles rather than every sample; Timer on a GPU measures
+host time including the synchronisation. So every time the lab takes goes through one `Clock`,
+with the same code on the CPU and the GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Protocol, Sequence, TypeVar
+
+import torch
+
+from lab.contract.results import Spread
+
+NOISY_REL_IQR = 0.10  # an IQR above 10% of the median flags the measurement as noisy
+
+
+class Clock(Protocol):
+    def mark(self) -> object: ...
+    def elapsed_ms(self, start: object, end: object) -> float: ...
+    def sync(self) -> None: ...
+
+
+class HostClock:
+    """Wall time on the host; `now` is injectable for tests."""
+
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        self._now = now
+
+    def mark(self) -> float:
+        return self._now()
+
+    def elapsed_ms(self, start: object, end: object) -> float:
+        return (float(end) - float(start)) * 1e3  # type: ignore[arg-type]
+
+    def sync(self) -> None:
+        return None
+
+
+class CudaClock:
+    """CUDA events on the current stream: device time, read after synchronising once."""
+
+    def mark(self) -> torch.cuda.Event:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def elapsed_ms(self, start: object, end: object) -> float:
+        end.synchronize()  # type: ignore[attr-defined]
+        return float(start.elapsed_time(end))  # type: ignore[attr-defined]
+
+    def sync(self) -> None:
+        torch.cuda.synchronize()
+
+
+def clock_for(device: str | torch.device) -> Clock:
+    return CudaClock() if torch.device(device).type == "cuda" else HostClock()
+
+
+def sync(device: str | torch.device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+T = TypeVar("T")
+
+
+def first_call(fn: Callable[..., T], *args: Any, device: str | torch.device | None = None,
+               clock: HostClock | None = None) -> tuple[T, float]:
+    """`fn(*args)` once, the device synchronised before and after: (its result, seconds on the host).
+
+    For one-off costs (a compile's first call, a warm-up, a capture) that are never mixed into
+    steady-state samples. `device`: the device whose queued work must be finished before the clock
+    starts and before it stops (None: nothing to wait for). `clock`: injectable for tests."""
+    host = clock or HostClock()
+    if device is not None:
+        sync(device)
+    start = host.mark()
+    result = fn(*args)
+    if device is not None:
+        sync(device)
+    return result, host.elapsed_ms(start, host.mark()) / 1e3
+
+
+def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int = 0) -> list[float]:
+    """Per-call milliseconds of `fn`, after `warmup` untimed calls; marks are read after the loop."""
+    for _ in range(warmup):
+        fn()
+    clock.sync()
+    marks = [clock.mark()]
+    for _ in range(iters):
+        fn()
+        marks.append(clock.mark())
+    clock.sync()
+    return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
+
+
+def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
+                    on_round: Callable[[int, str], None] | None = None) -> dict[str, list[list[float]]]:
+    """Run each method once per round, the order rotated by one each round. Returns samples per round."""
+    names = list(methods)
+    out: dict[str, list[list[float]]] = {n: [] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)] if names else []
+        for name in order:
+            if on_round:
+                on_round(r, name)
+            out[name].append(methods[name]())
+    return out
+
+
+def spread(samples: Sequence[float]) -> Spread:
+    if not samples:
+        raise ValueError("no samples")
+    xs = sorted(float(x) for x in samples)
+    med = statistics.median(xs)
+    if len(xs) >= 2:
+        q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    else:
+        q1 = q3 = xs[0]
+    rel = (q3 - q1) / med if med else 0.0
+    return Spread(n=len(xs), median=med, q1=q1, q3=q3, min=xs[0], max=xs[-1], rel_iqr=rel, noisy=rel > NOISY_REL_IQR)

@@ -1,0 +1,410 @@
+"""The runner: check each experiment's prerequisites, run it, record OK / NOT_RUN / FAILED, save at once.
+
+Before anything runs, the declared options of every selected experiment are resolved (defaults, the
+profile's overrides, `--set`; lab.contract.options) and written to the manifest: a bad name or value stops
+the run with one line. An experiment then receives a `Context`: `ctx.options`, the profile, the
+device, a clock, and a recorder that accepts only the metrics its catalogue entry declares.
+
+The run directory is claimed first (lab.run.rundir): one run at a time, and a directory holding a run is
+refused unless resumed or forced aside. Every experiment in the selection ends as exactly one record:
+prerequisites missing -> NOT_RUN with the toolchain's reason; raises (SystemExit included) -> FAILED
+with the error and a traceback excerpt; a value the results file cannot hold -> FAILED naming it, where
+it was recorded; a fatal correctness check that fails -> FAILED (`check_failed`); the run stopped
+(Ctrl-C, SIGTERM, SIGHUP, an error of the runner) -> NOT_RUN `interrupted` for the experiment under
+way and every one not reached (lab.run.runstate). results.json is rewritten atomically after each record.
+
+Everything printed goes through lab.console (stderr); what libraries print or log while an experiment
+runs is caught by lab.run.librarylogs and stored in its record (`library_logs`), shown live with `verbose`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+import torch
+
+from lab import __version__
+from lab.run import rundir, runstate
+from lab import console as out
+from lab.contract.catalogue import BY_ID, ExperimentSpec, resolve
+from lab.console import console  # noqa: F401  (the lab's console, on stderr; kept importable from here)
+from lab.run.librarylogs import Capture
+from lab.locks import clean_abandoned_tempdirs
+from lab.run.manifest import collect, finish, now_iso
+from lab.contract.metrics import Kind, MetricSpec
+from lab.contract.options import OptionsError, as_dict
+from lab.contract.options import resolve as resolve_options
+from lab.contract.profiles import Profile
+from lab.contract.reasons import Code
+from lab.contract.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
+                         quarantine, save, unstorable, write_json_atomic)
+from lab.measure.timing import clock_for, spread
+from lab.host.toolchain import Toolchain, probe
+
+T = TypeVar("T")
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (np.float32, np.int64, np.bool_) as the Python values they hold, inside lists, tuples and dicts
+    too; anything else as it is (the same object when nothing changed; a tensor stays a tensor, for the caller to
+    refuse by name)."""
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items) \
+            if type(value) in (list, tuple) else items
+    if isinstance(value, dict):
+        pairs = {k: _plain(v) for k, v in value.items()}
+        return value if all(pairs[k] is v for k, v in value.items()) else pairs
+    return value
+
+
+class NotRun(Exception):
+    """Raised by an experiment that finds, once started, that it cannot run here."""
+
+    def __init__(self, code: Code | str, message: str, reason: Reason | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.reason = reason or Reason(code, message)
+
+
+class ModelCache:
+    """One GPT-2 per (dtype, device) per run: building the 124M model takes seconds."""
+
+    def __init__(self, profile: Profile, provenance: dict[str, Any]) -> None:
+        self.profile = profile
+        self.provenance = provenance
+        self._cache: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def get(self, dtype: str | None = None, device: str | None = None) -> tuple[Any, Any]:
+        from lab.step.model import build_model, extract_weights, torch_dtype
+
+        key = (dtype or self.profile.dtype, device or self.profile.device)
+        if key not in self._cache:
+            model = build_model(self.profile.model, self.provenance, device=key[1], dtype=torch_dtype(key[0]))
+            self._cache[key] = (model, extract_weights(model))
+        return self._cache[key]
+
+
+def options_for(spec: ExperimentSpec, profile: Profile, set_text: dict[str, str] | None = None) -> Any:
+    """The experiment's declared Options with the profile's values and `--set` text applied (OptionsError if bad)."""
+    return resolve_options(spec.options_class(), spec.id, profile.options.get(spec.id), set_text, profile.name)
+
+
+def resolve_all(specs: list[ExperimentSpec], profile: Profile,
+                set_text: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """The resolved options of every selected experiment, before anything runs: a bad profile value or a bad
+    `--set` (unknown experiment, unknown key, wrong type) is one OptionsError. `--set` for an experiment that is
+    not selected is checked too."""
+    set_text = set_text or {}
+    unknown = [e for e in set_text if e not in BY_ID]
+    if unknown:
+        raise OptionsError(f"--set {unknown[0]}.{next(iter(set_text[unknown[0]]))}: unknown experiment "
+                           f"{unknown[0]!r} (valid: {', '.join(BY_ID)})")
+    wanted = [s.id for s in specs] + [e for e in set_text if e not in {s.id for s in specs}]
+    return {eid: options_for(BY_ID[eid], profile, set_text.get(eid)) for eid in wanted}
+
+
+class Context:
+    """What an experiment receives: the profile, its resolved options, the device, a clock, and a recorder."""
+
+    def __init__(self, spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, record: Record,
+                 results: Results, models: ModelCache, options: Any = None, out_dir: Path | None = None) -> None:
+        self.spec = spec
+        self.out_dir = out_dir  # the run directory (None outside a run): where files beside results.json go
+        self.profile = profile
+        self.options = options if options is not None else options_for(spec, profile)
+        self.toolchain = toolchain
+        self.record = record
+        self.results = results
+        self._models = models
+        self.device = torch.device(profile.device)
+        self.clock = clock_for(self.device)
+
+    # ---- recording
+    def _declared(self, spec: MetricSpec, value: Any) -> MetricSpec:
+        """`spec` if this experiment declares it (lab.contract.catalogue) and `value` is of its kind; else ValueError."""
+        name = getattr(spec, "name", spec)
+        if not isinstance(spec, MetricSpec) or spec not in self.spec.metrics:
+            raise ValueError(f"{self.spec.id} recorded metric {name!r}, which its catalogue entry does not declare "
+                             f"(lab/contract/catalogue.py; new names are declared in lab/contract/metrics.py)")
+        if not spec.accepts(value):
+            raise ValueError(f"{self.spec.id} recorded metric {name!r} = {value!r} ({type(value).__name__}): "
+                             f"lab/contract/metrics.py declares it {spec.kind.value}")
+        return spec
+
+    def _storable(self, what: str, value: Any) -> Any:
+        """`value` (numpy scalars as Python numbers), or ValueError naming `what` if results.json cannot hold it
+        (a tensor, a set, an object): caught where it is recorded, so the experiment is FAILED at that line."""
+        value = _plain(value)
+        problem = unstorable(value, what)
+        if problem is not None:
+            raise ValueError(f"{self.spec.id} recorded {problem}")
+        return value
+
+    def metric(self, spec: MetricSpec, value: Any, /, **params: Any) -> Metric:
+        """Record one value of a declared metric (its unit comes from the declaration)."""
+        value = _plain(value)
+        self._declared(spec, value)
+        params = self._storable(f"metric {spec.name!r}'s params", params)
+        m = Metric(name=spec.name, value=value, unit=spec.unit, params=params)
+        self.record.metrics.append(m)
+        return m
+
+    def timing(self, spec: MetricSpec, samples: list[float], /, **params: Any) -> Spread:
+        """A timing: the median as the metric's value, its spread, and the raw samples kept."""
+        if isinstance(spec, MetricSpec) and spec.kind is not Kind.NUMBER:
+            raise ValueError(f"{self.spec.id} timed metric {spec.name!r}, which lab/contract/metrics.py declares "
+                             f"{spec.kind.value}")
+        samples = [float(x) for x in _plain(list(samples))]
+        sp = spread(samples)
+        self._declared(spec, sp.median)
+        params = self._storable(f"metric {spec.name!r}'s params", params)
+        self.record.metrics.append(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
+        self.record.samples.append(Samples(name=spec.name, unit=spec.unit, params=params,
+                                           values=[float(f"{x:.6g}") for x in samples]))
+        return sp
+
+    def check(self, name: str, passed: bool, /, detail: str = "", fatal: bool = True, **params: Any) -> bool:
+        params = self._storable(f"check {name!r}'s params", params)
+        self.record.checks.append(Check(name=name, passed=bool(passed), detail=str(detail), params=params,
+                                        fatal=fatal))
+        return bool(passed)
+
+    def note(self, key: str, value: Any) -> None:
+        self.record.notes[key] = self._storable(f"note {key!r}", value)
+
+    def skip(self, item: str, code: Code, message: str) -> None:
+        """A part of this experiment that did not run: listed in the record, never dropped."""
+        self.record.skipped.append(Skipped(item=item, code=code, message=message))
+        self.progress(f"skipped {item}: {code}")
+
+    # ---- helpers
+    def gpt2(self, dtype: str | None = None) -> tuple[Any, Any]:
+        """(transformers model, lab Weights) of the profile's GPT-2, on the profile's device."""
+        return self._models.get(dtype)
+
+    def progress(self, message: str) -> None:
+        """One line saying what the experiment does now."""
+        out.line(message)
+
+    def track(self, items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
+        """`items` with progress: item n of N, elapsed, an estimate of the rest (lab.console.track)."""
+        yield from out.track(items, description, total)
+
+    def counter(self, description: str, total: int) -> contextlib.AbstractContextManager[out.Steps]:
+        """Progress over `total` units of work that are not one loop: `with ctx.counter(..) as c: c.advance()`."""
+        return out.counter(description, total)
+
+    def activity(self, description: str) -> contextlib.AbstractContextManager[None]:
+        """One long thing that cannot be counted (a compile, a child process): shown with its elapsed time."""
+        return out.activity(description)
+
+
+def needs_for(spec: ExperimentSpec, profile: Profile) -> tuple[str, ...]:
+    """The experiment's prerequisites under `profile`: its catalogue needs, and `cuda` first in a CUDA profile
+    unless it runs on the host (everything else there runs on the GPU)."""
+    needs = list(spec.needs)
+    if profile.device == "cuda" and "host" not in needs and "cuda" not in needs:
+        needs.insert(0, "cuda")
+    return tuple(needs)
+
+
+def prerequisite_reason(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain) -> Reason | None:
+    for need in needs_for(spec, profile):
+        reason = toolchain.reason_for(need, profile.device)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _finish_status(record: Record) -> None:
+    failed = [c for c in record.checks if c.fatal and not c.passed]
+    if record.status == "OK" and failed:
+        record.status = "FAILED"
+        names = ", ".join(c.name for c in failed[:5])
+        record.reason = Reason(Code.CHECK_FAILED, f"correctness check(s) failed: {names}")
+
+
+def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, results: Results,
+                   models: ModelCache, options: Any = None, record: Record | None = None,
+                   capture: Capture | None = None, out_dir: Path | None = None) -> Record:
+    """Run one experiment into `record` (a new one if None) and return it: OK, NOT_RUN or FAILED.
+
+    An exception of the experiment, `SystemExit` included, is FAILED and the run goes on; a value the
+    results schema refuses is removed and the record FAILED naming it. Ctrl-C (and `Stopped`) propagates
+    with `record` holding what was measured so far and its duration. What libraries say meanwhile goes
+    to `capture` (lab.run.librarylogs) and into the record."""
+    record = record or Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
+    start = time.perf_counter()
+    collected = capture.begin() if capture is not None else None
+    try:
+        try:
+            reason = prerequisite_reason(spec, profile, toolchain)
+            if reason is not None:
+                raise NotRun(reason.code, reason.message, reason)
+            try:
+                module = importlib.import_module(spec.module)
+            except ModuleNotFoundError as exc:
+                if exc.name != spec.module:
+                    raise
+                raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
+                                                f"{spec.id} yet: update the lab") from None
+            ctx = Context(spec, profile, toolchain, record, results, models, options, out_dir)
+            module.run(ctx)
+        except NotRun as exc:
+            record.status, record.reason = "NOT_RUN", exc.reason
+        except (Exception, SystemExit) as exc:
+            _failed(record, exc)
+    finally:
+        if capture is not None and collected is not None:
+            record.library_logs = capture.end(collected)  # what libraries said meanwhile (lab.run.librarylogs)
+        record.duration_s = round(time.perf_counter() - start, 3)
+        _finish_status(record)
+        _refuse_unrecordable(record)
+    return record
+
+
+def _failed(record: Record, exc: BaseException) -> None:
+    record.status = "FAILED"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, SystemExit):
+        first = f"the experiment called sys.exit({exc.code!r}); an experiment raises instead"
+    record.reason = Reason(Code.EXCEPTION, f"{type(exc).__name__}: {first}")
+    record.error = {"type": type(exc).__name__, "message": str(exc)[:2000],
+                    "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
+
+
+def _refuse_unrecordable(record: Record) -> None:
+    """What the results schema refuses (a tensor as a value, text in a numeric metric) is removed from the
+    record, which becomes FAILED naming it: the experiment fails, the run and the file stay whole."""
+    problems = quarantine(record)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        record.status = "FAILED"
+        record.reason = Reason(Code.EXCEPTION, f"a value could not be recorded: {problems[0]}{more}")
+        record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
+
+
+# ---------------------------------------------------------------------------- what the run says as it goes
+# (lab.console words every line; these are the runner's own occasions)
+
+def say_start(profile: Profile, n: int, out_dir: Path, claim: rundir.Claim) -> None:
+    out.run_header(profile.name, profile.device, n, out_dir / "results.json")
+    if claim.moved_to is not None:
+        out.say(f"{out.INDENT}--force: the run that was in {out_dir} is now in {claim.moved_to}")
+
+
+def say_cleaned(removed: list[Path]) -> None:
+    if removed:
+        out.say(f"{out.INDENT}removed {len(removed)} temporary folder(s) left by killed runs: "
+                f"{', '.join(str(p) for p in removed[:3])}{' ...' if len(removed) > 3 else ''}")
+
+
+def say_resume(kept: list[str], todo: int) -> None:
+    out.say(f"{out.INDENT}--resume: keeping {len(kept)} OK record(s) ({', '.join(kept) or 'none'}), running {todo}")
+
+
+# ---------------------------------------------------------------------------- the run
+
+def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
+        argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None,
+        set_text: dict[str, dict[str, str]] | None = None, resume: bool = False, force: bool = False,
+        verbose: bool = False) -> Results:
+    """Run the profile's experiments (or `only` these) and write out_dir/results.json after each.
+
+    `set_text` is `--set` as {experiment: {option: text}}. Every selected experiment's options are
+    resolved before anything runs, so a bad value stops the run at once (OptionsError). The run
+    directory is claimed first (lab.run.rundir): one run at a time, an existing run refused unless
+    `resume` (keep its OK records, run the rest) or `force` (move it aside). Every experiment asked
+    for ends with a record, whatever stops the run (lab.run.runstate). `verbose` shows library output
+    live (it is recorded either way)."""
+    from lab.step.model import resolve_weights
+
+    default = list(profile.experiments) if profile.experiments else None
+    specs = resolve(only or default, sweeps=profile.sweeps)
+    options = resolve_all(specs, profile, set_text)
+    provenance = resolve_weights(profile.model, weights)
+    claim = rundir.claim(out_dir, resume=resume, force=force)
+    try:
+        with runstate.stop_signals_raise():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
+            previous = claim.previous
+            if previous is not None:
+                specs = runstate.resume_selection(previous, profile.name, default, only, sweeps=profile.sweeps)
+                options = resolve_all(specs, profile, set_text)
+            say_cleaned(clean_abandoned_tempdirs())
+            if profile.threads:
+                torch.set_num_threads(profile.threads)
+            toolchain = probe()
+            manifest = collect(weights=provenance, toolchain=toolchain)
+            manifest["profile"] = profile.params()
+            manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
+            if previous is None:
+                kept: dict[str, Record] = {}
+                results = Results(run=RunInfo(profile=profile.name, started_at=now_iso(), argv=argv or [], only=only,
+                                              starts=[runstate.new_start(argv or [])]),
+                                  manifest=manifest, lab_version=__version__)
+            else:
+                results, kept = runstate.resumed(previous, specs, manifest, argv or [])
+            write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
+            save(results, out_dir)
+            _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
+                      on_record, claim, verbose)
+        return results
+    finally:
+        claim.release()
+
+
+def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Profile, toolchain: Toolchain,
+              results: Results, models: ModelCache, options: dict[str, Any], out_dir: Path,
+              on_record: Callable[[Record], None] | None, claim: rundir.Claim, verbose: bool = False) -> None:
+    records = dict(kept)
+    todo = [s for s in specs if s.id not in kept]
+    wall_start = time.perf_counter() - (results.run.wall_s or 0.0)
+    out.begin_run(verbose)
+    say_start(profile, len(specs), out_dir, claim)
+    if claim.previous is not None:
+        say_resume(list(kept), len(todo))
+
+    def save_now(state: str | None = None) -> None:
+        results.experiments = runstate.in_order(specs, records)
+        results.run.wall_s = round(time.perf_counter() - wall_start, 3)
+        if state is not None:
+            results.run.state, results.run.finished_at = state, now_iso()
+        save(results, out_dir)
+
+    current: Record | None = None
+    capture = Capture(out_dir, echo=verbose).open()
+    try:
+        for i, spec in enumerate(todo, 1):
+            out.experiment_started(i, len(todo), spec.id, spec.title)
+            current = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
+            run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current,
+                           capture=capture, out_dir=out_dir)
+            records[spec.id], current = current, None
+            save_now()
+            out.experiment_finished(records[spec.id])
+            if on_record:
+                on_record(records[spec.id])
+    except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP (runstate.Stopped), or an error of the runner itself
+        why = runstate.why_stopped(exc)
+        if current is not None:
+            records[current.id] = runstate.interrupted(current, why, out_dir, started=True)
+        for spec in todo:
+            records.setdefault(spec.id, runstate.unreached(spec, why, out_dir))
+        try:
+            save_now("interrupted")
+        except Exception:  # the error may be the results file itself (disk full): the original error is the news
+            pass
+        raise
+    finally:
+        capture.close()
+    finish(results.manifest)  # the host's load at the end
+    write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
+    save_now("complete")
+    out.summary(results)

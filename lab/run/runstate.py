@@ -1,0 +1,161 @@
+"""A run's bookkeeping: its starts, what a resumed run keeps, and the records of experiments a stop cut off.
+
+Every experiment a run was asked for ends with exactly one record, whatever happens: OK, FAILED, or
+NOT_RUN with a reason. When the run itself stops (Ctrl-C, SIGTERM, SIGHUP, an error of the runner),
+the experiment under way and every one not reached become NOT_RUN `interrupted`, saying how to
+finish them (`--resume`). A resumed run (lab.run.rundir) keeps the OK records of earlier starts and runs
+the rest again; `run.starts` lists each start, with the manifest fields that changed since the first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from lab.atomic import clean
+from lab.contract.catalogue import ExperimentSpec, resolve
+from lab.run.manifest import now_iso
+from lab.contract.reasons import Code, Reason
+from lab.contract.results import Record, Results, Start
+from lab.run.rundir import RunDirError
+
+# manifest fields whose change between starts means records were made in another environment
+PROVENANCE_FIELDS = ("python.version", "python.executable", "torch", "libraries", "toolchain.cxx.path",
+                     "toolchain.cxx.version", "toolchain.triton.version", "toolchain.cuda.device_name",
+                     "lab.commit", "lab.dirty", "lab.source_sha256", "container.image", "packages.sha256",
+                     "weights", "host.hostname", "compiler_settings")
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, turned into an exception so the runner records the run's end (a KeyboardInterrupt,
+    so everything that already cleans up on Ctrl-C cleans up on it too)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """While the run is under way, SIGTERM and SIGHUP raise `Stopped` in the main thread (as Ctrl-C does)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Stopped(signum)
+
+    saved = {}
+    for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            saved[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
+def why_stopped(exc: BaseException) -> str:
+    if isinstance(exc, Stopped):
+        return f"the run received {signal.Signals(exc.signum).name}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "the run was interrupted (Ctrl-C)"
+    return f"the run stopped on an error of the lab ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+
+
+def interrupted(record: Record, why: str, out_dir: Any, started: bool) -> Record:
+    """`record` as NOT_RUN interrupted (what an experiment under way had recorded is kept)."""
+    how = f"finish it with `python -m lab run --resume --out {out_dir}` (same profile)"
+    when = f"during this experiment, after {record.duration_s:.1f} s (what it recorded is kept)" if started \
+        else "before this experiment started"
+    record.status = "NOT_RUN"
+    record.reason = Reason(Code.INTERRUPTED, f"{why} {when}: {how}")
+    return record
+
+
+def unreached(spec: ExperimentSpec, why: str, out_dir: Any) -> Record:
+    return interrupted(Record(id=spec.id, title=spec.title, status="NOT_RUN", started_at=""), why, out_dir, False)
+
+
+def new_start(argv: list[str], kept: list[str] | None = None, changes: list[str] | None = None) -> Start:
+    return Start(started_at=now_iso(), argv=list(argv), host=socket.gethostname(), pid=os.getpid(),
+                 kept=list(kept or []), manifest_changes=list(changes or []))
+
+
+def _get(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return clean(data)
+
+
+def manifest_changes(first: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The provenance fields (PROVENANCE_FIELDS, one level deeper for objects) that differ between two manifests."""
+    changed = []
+    for name in PROVENANCE_FIELDS:
+        a, b = _get(first, name), _get(now, name)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += [f"{name}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        else:
+            changed.append(name)
+    return changed
+
+
+def resume_selection(previous: Results, profile_name: str, profile_default: list[str] | None,
+                     only: list[str] | None, sweeps: bool = True) -> list[ExperimentSpec]:
+    """What a resumed run is about: what the first start asked for, plus any --only given now (`sweeps`: the
+    profile's flag, for a whole-catalogue profile)."""
+    if previous.run.profile != profile_name:
+        raise RunDirError(f"--resume: the run in this directory used profile {previous.run.profile!r}, not "
+                          f"{profile_name!r}: resume it with --profile {previous.run.profile}")
+    asked = previous.run.only or profile_default
+    ids = None if asked is None else list(asked) + [r.id for r in previous.experiments] + list(only or [])
+    return resolve(ids, sweeps=sweeps)
+
+
+def check_same_options(previous: Results, options: dict[str, dict[str, Any]], kept: list[str]) -> None:
+    """A kept record was measured with the options the first start recorded: the options now must be the same."""
+    recorded = previous.manifest.get("options") if isinstance(previous.manifest.get("options"), dict) else {}
+    for eid in kept:
+        before, now = recorded.get(eid), clean(options.get(eid))
+        if before is not None and now is not None and clean(before) != now:
+            diff = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+            key = diff[0] if diff else "?"
+            raise RunDirError(f"--resume: option {eid}.{key} is {now.get(key)!r} now but was {before.get(key)!r} "
+                              f"when {eid} was measured: a resumed run keeps one set of options (drop the --set, "
+                              f"or start a new run with --force)")
+
+
+def resumed(previous: Results, specs: list[ExperimentSpec], manifest: dict[str, Any],
+            argv: list[str]) -> tuple[Results, dict[str, Record]]:
+    """The run being resumed, ready for this start: (its results, the OK records kept by id).
+
+    The first start's manifest stays (the options of experiments run now are added to it); this start
+    is appended to `run.starts` with the records it keeps and the provenance fields that changed."""
+    wanted = {s.id for s in specs}
+    kept = {r.id: r for r in previous.experiments if r.status == "OK" and r.id in wanted}
+    check_same_options(previous, manifest["options"], list(kept))
+    results = previous
+    if not results.run.starts:  # a run written before starts were recorded: its first start
+        results.run.starts.append(Start(started_at=results.run.started_at, argv=results.run.argv))
+    results.run.starts.append(new_start(argv, list(kept), manifest_changes(previous.manifest, manifest)))
+    results.manifest.setdefault("options", {}).update({k: v for k, v in manifest["options"].items() if k not in kept})
+    if results.run.only is not None:
+        results.run.only = [s.id for s in specs]  # what --only added now is part of the run from here on
+    results.run.state, results.run.finished_at = "running", None
+    results.experiments = in_order(specs, kept)
+    return results, kept
+
+
+def in_order(specs: list[ExperimentSpec], records: dict[str, Record]) -> list[Record]:
+    """The records in catalogue order (the selection's order)."""
+    return [records[s.id] for s in specs if s.id in records]

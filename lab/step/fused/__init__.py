@@ -1,0 +1,27 @@
+"""The hand-fused decode step (`fused`, `fused-pdl`, `fused-pdl-prefetch`): GPT-2's decode step as 62 Triton launches.
+
+- `lab.step.fused.step`: the step (`fused_step`, `fused_step_pdl`, `fused_step_pdl_prefetch`, and `bind`,
+  which lab.step.methods' rows use), its plan and workspace; the module docstring gives the kernel
+  count and the byte budget.
+- `lab.step.fused.kernels`: the Triton kernels, one docstring each (what it fuses, bytes, launches).
+- `lab.step.fused.configs`: block sizes (heuristics + the tuned table) and the byte budget; no Triton.
+- `lab.step.fused.tune`: `python -m lab.step.fused.tune` times candidate configs on a GPU (`--pdl --prefetch`: as
+  `fused-pdl-prefetch` runs).
+- `lab.step.fused.check`: side-by-side runs against the eager step (free-running, and teacher-forced in bf16).
+- `lab.step.fused.aot`: `python -m lab.step.fused.aot` compiles every kernel for sm_90 without a GPU (registers,
+  spills, the loads left after the PDL wait).
+
+Importing this package does not import Triton; `lab.step.fused.step` does.
+"""
+
+from __future__ import annotations
+
+
+def triton_import_error() -> str | None:
+    """Why Triton cannot be imported here (None when it can): the fused step's one prerequisite."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install raising something else
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None

@@ -1,0 +1,179 @@
+"""Compile every kernel of the fused step for a GPU without one: errors, registers, spills, PTX facts.
+
+    python -m lab.step.fused.aot                                  # fp32 and bf16, batches 1 and 64, sm_90
+    python -m lab.step.fused.aot --dtype bfloat16 --batch 8 --pdl --arch 90
+    python -m lab.step.fused.aot --dtype bfloat16 --batch 1 --pdl --prefetch     # the fused-pdl-prefetch variant
+
+Triton compiles ahead of time for a named target (`triton.compile(ASTSource, target=GPUTarget)`)
+with the ptxas bundled in its wheel, so a CPU host can check what the interpreter cannot: that
+each kernel lowers to PTX and a cubin for Hopper, how many registers a thread needs (occupancy),
+whether anything spills, that weights are read with 16-byte vector loads, that the fp32 step
+uses no tensor-core instruction (IEEE fp32 FMA only), and that PDL builds contain griddepcontrol.
+The arguments are specialised as the JIT would on a device: 16-byte aligned pointers, integers
+equal to 1 as constants, multiples of 16 marked divisible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+_PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64",
+        torch.int32: "*i32"}
+
+
+@dataclass(frozen=True)
+class Compiled:
+    name: str
+    variant: str
+    registers: int | None
+    spill_bytes: int | None
+    shared_bytes: int
+    vector_loads: int  # ld.global.v2/v4 instructions in the PTX
+    tensor_core_ops: int  # mma / wgmma instructions
+    grid_dependency_ops: int  # griddepcontrol instructions (PDL)
+    loads_after_wait: int | None = None  # ld.global after griddepcontrol.wait (None: no wait, PDL off)
+
+
+def compile_launch(launch: Any, arch: int = 90) -> Any:
+    """triton.compile one bound launch (lab.step.fused.step.Launch) for cuda:arch, without a device."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn, meta = launch.kernel, dict(launch.meta)
+    options = {"num_warps": meta.pop("num_warps", 4)}
+    if meta.pop("launch_pdl", False):
+        options["launch_pdl"] = True
+    signature: dict[str, str] = {}
+    constants: dict[str, Any] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    for i, name in enumerate(fn.arg_names):
+        if i >= len(launch.args):  # a constexpr: the launch's value, else the kernel's default
+            signature[name], constants[name] = "constexpr", meta.get(name, fn.params[i].default)
+            continue
+        value = launch.args[i]
+        if isinstance(value, torch.Tensor):
+            signature[name] = _PTR[value.dtype]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool) or (isinstance(value, int) and value == 1):
+            signature[name], constants[name] = "constexpr", value
+        elif isinstance(value, int):
+            signature[name] = "i32"
+            if value % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "fp32"
+    return triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32),
+                          options=options)
+
+
+def ptxas_path() -> str | None:
+    """The ptxas in the installed Triton wheel (found without importing Triton), or None."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("triton")
+    if spec is None or spec.origin is None:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), "backends", "nvidia", "bin", "ptxas")
+    return path if os.access(path, os.X_OK) else None
+
+
+def ptxas_usage(ptx: str, arch: int = 90) -> tuple[int | None, int | None]:
+    """(registers per thread, spill-store bytes) from the bundled ptxas -v."""
+    ptxas = ptxas_path()
+    if ptxas is None:
+        return None, None
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        suffix = "a" if arch >= 90 else ""
+        proc = subprocess.run([ptxas, f"-arch=sm_{arch}{suffix}", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True)
+    regs = re.search(r"Used (\d+) registers", proc.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", proc.stderr)
+    return (int(regs.group(1)) if regs else None, int(spills.group(1)) if spills else None)
+
+
+def _loads_after_wait(ptx: str) -> int | None:
+    """Global loads after the PDL wait: with PREFETCH only activations (no weight) should be left there."""
+    if "griddepcontrol.wait" not in ptx:
+        return None
+    return len(re.findall(r"ld\.global", ptx.split("griddepcontrol.wait", 1)[1]))
+
+
+def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
+    """Each distinct kernel of a plan (layer 0's embedding variant of ln_qkv apart), compiled."""
+    out: list[Compiled] = []
+    seen: set[tuple[str, Any]] = set()
+    for launch in plan.launches:
+        key = (launch.name, launch.meta.get("EMBED"))
+        if key in seen:
+            continue
+        seen.add(key)
+        kernel = compile_launch(launch, arch)
+        ptx = kernel.asm["ptx"]
+        regs, spills = ptxas_usage(ptx, arch)
+        out.append(Compiled(launch.name, "embed" if launch.meta.get("EMBED") else "", regs, spills,
+                            int(kernel.metadata.shared), len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
+                            len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
+                            _loads_after_wait(ptx)))
+    return out
+
+
+def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
+                    sms: int = 132, prefetch: bool = False) -> Any:
+    """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped)."""
+    from lab.step.decode import new_state
+    from lab.step.fused import step as S
+    from lab.step.fused.tune import random_weights
+    from lab.contract.profiles import GPT2, TINY
+
+    spec = {"gpt2": GPT2, "tiny": TINY}[model]
+    w = random_weights(spec, dtype, "cpu")
+    state = new_state(w, batch, min(max_len, spec.n_positions))
+    plan = S.prepare(state, w, sms=sms, prefetch=prefetch)
+    if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
+        plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
+                         for launch in plan.launches]
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lab.step.fused.aot", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="gpt2", choices=("gpt2", "tiny"))
+    p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 64])
+    p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: Hopper)")
+    p.add_argument("--pdl", action="store_true")
+    p.add_argument("--prefetch", action="store_true", help="the PREFETCH kernels with one-chunk configs")
+    args = p.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("lab.step.fused.aot compiles for a GPU: unset TRITON_INTERPRET", file=sys.stderr)
+        return 2
+    bad = 0
+    for dname in args.dtype:
+        for batch in args.batch:
+            plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch)
+            print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
+                  f"{' prefetch' if args.prefetch else ''}:")
+            for c in compile_plan(plan, args.arch):
+                cfg = plan.configs[c.name].__dict__
+                print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "
+                      f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
+                      f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait}  {cfg}")
+                bad += bool(c.spill_bytes) or c.registers is None
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,259 @@
+"""Launch configurations of the fused step's kernels, and the bytes a step must move.
+
+No Triton and no device needed here: the heuristics, the tuned table and the byte budget are plain
+arithmetic over shapes, so tests and reports can use them anywhere.
+
+Heuristics (used unless `TUNED` has an entry for the kernel, dtype and batch):
+- GEMV kernels: BB = batch rows per program (up to 4, so a weight tile fetched once serves them);
+  BN = the largest power of two (<= 64) whose grid still has two programs per SM (at batch 1 a
+  launch of fewer programs than SMs leaves bandwidth idle, and with one program per SM the SMs
+  that get a second one set the time); one per SM for the projection, whose every program also
+  combines the attention splits (more programs, more of that redundant work). BK = as much of K
+  per chunk as keeps the product tile within ~64 fp32 registers a thread, so a program issues its
+  whole tile's loads at once when K is small (768-wide rows go in one or two chunks).
+- attention: split the cache so that batch x heads x splits covers the SMs, at most 4 splits (the
+  projection kernel combines the splits in every program, so more splits cost it L2 reads).
+- argmax: one program; as many batch rows per iteration as fit a 4096-element tile.
+
+The `fused-pdl-prefetch` variant (kernels' PREFETCH switch) loads each program's whole weight slice
+before its PDL wait, so its GEMV kernels other than lm_head need BK = next_pow2(K), one chunk:
+`prefetch_config` turns any config into one (BN, then BB, halved until the tile fits ~64 values a
+thread). lm_head keeps its config: its 393 programs stream 77-154 MB in more than one wave, so only
+the first wave could prefetch, and the kernel is already close to the copy rate. `TUNED_PREFETCH`
+holds configs tuned that way (`python -m lab.step.fused.tune --pdl --prefetch`); until it has an entry,
+the variant uses the tuned (or heuristic) config made one-chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+DEFAULT_SMS = 132  # an H200's (and an H100 SXM's) streaming multiprocessors, when no device says otherwise
+MAX_BN = 64
+MAX_SPLITS = 4
+GEMV_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")
+KERNEL_NAMES = GEMV_KERNELS[:1] + ("attention",) + GEMV_KERNELS[1:] + ("argmax",)
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    BB: int  # batch rows per program
+    BN: int  # output rows per program
+    BK: int  # reduction columns per chunk
+    num_warps: int = 4
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    BS: int  # cache slots per split
+    num_warps: int = 4
+
+
+@dataclass(frozen=True)
+class ArgmaxConfig:
+    BB: int  # batch rows per iteration of the single program
+    num_warps: int = 4
+
+
+Config = GemvConfig | AttentionConfig | ArgmaxConfig
+
+# Measured on an H200 by `python -m lab.step.fused.tune` (paste its printed dict here): keys are
+# (kernel, dtype name, batch), values the config fields. Anything absent uses the heuristics.
+# Measured on an NVIDIA H200 (132 SMs, torch 2.11, Triton 3.6), 2026-11-29, `python -m lab.step.fused.tune
+# --batch 1`: the step at batch 1 went from 0.348 to 0.315 ms (fp32) and from 0.323 to 0.301 ms (bf16)
+# with these configs, 0.267 / 0.268 ms with PDL on top.
+TUNED: dict[tuple[str, str, int], dict[str, int]] = {
+    ('ln_qkv', 'float32', 1): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 2},
+    ('proj', 'float32', 1): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 8},
+    ('ln_fc', 'float32', 1): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 4},
+    ('fc2', 'float32', 1): {'BB': 1, 'BN': 1, 'BK': 4096, 'num_warps': 4},
+    ('lm_head', 'float32', 1): {'BB': 1, 'BN': 128, 'BK': 64, 'num_warps': 4},
+    ('attention', 'float32', 1): {'BS': 256, 'num_warps': 4},
+    ('argmax', 'float32', 1): {'BB': 1, 'num_warps': 8},
+    ('ln_qkv', 'bfloat16', 1): {'BB': 1, 'BN': 8, 'BK': 512, 'num_warps': 4},
+    ('proj', 'bfloat16', 1): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 4},
+    ('ln_fc', 'bfloat16', 1): {'BB': 1, 'BN': 8, 'BK': 256, 'num_warps': 8},
+    ('fc2', 'bfloat16', 1): {'BB': 1, 'BN': 2, 'BK': 4096, 'num_warps': 4},
+    ('lm_head', 'bfloat16', 1): {'BB': 1, 'BN': 128, 'BK': 128, 'num_warps': 4},
+    ('attention', 'bfloat16', 1): {'BS': 128, 'num_warps': 4},
+    ('argmax', 'bfloat16', 1): {'BB': 1, 'num_warps': 8},
+}
+
+
+# Measured with `python -m lab.step.fused.tune --pdl --prefetch` (same keys as TUNED). Empty until a GPU run
+# fills it: the variant then uses prefetch_config(TUNED or heuristic config).
+TUNED_PREFETCH: dict[tuple[str, str, int], dict[str, int]] = {}
+PREFETCH_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the GEMV kernels with a PREFETCH path
+PREFETCH_TILE = 64  # values of the weight slice a thread may hold (x 32 threads x num_warps per program)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def device_sms(device: torch.device | str | None = None) -> int:
+    """Streaming multiprocessors of a CUDA device, DEFAULT_SMS without one (the interpreter, the CPU)."""
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(dev).multi_processor_count)
+    return DEFAULT_SMS
+
+
+def gemv_shapes(n_embd: int, vocab: int) -> dict[str, tuple[int, int]]:
+    """(out rows N, reduction K) of each GEMV kernel's matrix."""
+    E, F = n_embd, 4 * n_embd
+    return {"ln_qkv": (3 * E, E), "proj": (E, E), "ln_fc": (F, E), "fc2": (E, F), "lm_head": (vocab, E)}
+
+
+def gemv_default(N: int, K: int, batch: int, sms: int, per_sm: int = 2, num_warps: int = 4) -> GemvConfig:
+    BB = min(next_pow2(batch), 4)
+    nbb = cdiv(batch, BB)
+    BN = MAX_BN
+    while BN > 1 and cdiv(N, BN) * nbb < per_sm * sms:
+        BN //= 2
+    budget = 64 * 32 * num_warps  # weight-tile elements: ~64 registers a thread
+    return GemvConfig(BB, BN, max(16, min(next_pow2(K), budget // (BB * BN))), num_warps)
+
+
+def attention_default(batch: int, n_head: int, max_len: int, sms: int) -> AttentionConfig:
+    splits = min(next_pow2(cdiv(sms, batch * n_head)), MAX_SPLITS, max(1, next_pow2(max_len) // 16))
+    return AttentionConfig(BS=max(16, next_pow2(cdiv(max_len, splits))))
+
+
+def argmax_default(batch: int, n_blocks: int) -> ArgmaxConfig:
+    return ArgmaxConfig(BB=max(1, min(next_pow2(batch), 4096 // next_pow2(n_blocks))))
+
+
+def prefetch_config(cfg: GemvConfig, K: int, act_tiles: int = 1) -> GemvConfig:
+    """`cfg` made one chunk (BK = next_pow2(K)), BN then BB halved until the slice fits the tile budget,
+    and BB until the `act_tiles` activation tiles [BB, BK] the kernel holds do (the projection combines
+    the attention splits in four: running max, numerator, denominator, result)."""
+    BK = next_pow2(K)
+    BB, BN = cfg.BB, cfg.BN
+    while BB * BN * BK > PREFETCH_TILE * 32 * cfg.num_warps and BN > 1:
+        BN //= 2
+    while (BB * BN * BK > PREFETCH_TILE * 32 * cfg.num_warps or BB * BK * act_tiles > PREFETCH_TILE * 32 * cfg.num_warps) \
+            and BB > 1:
+        BB //= 2
+    warps = cfg.num_warps
+    while BB * BN * BK > PREFETCH_TILE * 32 * warps and warps < 16:
+        warps *= 2
+    return GemvConfig(BB, BN, BK, warps)
+
+
+def attention_early(cfg: AttentionConfig, head_dim: int) -> bool:
+    """Whether the prefetch variant's attention loads K and V of its whole split at once (the EARLY path):
+    only when both tiles fit the tile budget, so that holding them does not spill."""
+    return cfg.BS * next_pow2(head_dim) <= PREFETCH_TILE * 32 * cfg.num_warps
+
+
+def one_chunk(name: str, cfg: Config, K: int) -> bool:
+    """Whether a PREFETCH kernel's config reads its row in one chunk (what that path computes with)."""
+    return isinstance(cfg, GemvConfig) and cfg.BK == next_pow2(K)
+
+
+def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype: torch.dtype, sms: int,
+           overrides: dict[str, Config] | None = None,
+           tuned: dict[tuple[str, str, int], dict[str, int]] | None = None,
+           prefetch: bool = False) -> dict[str, Config]:
+    """Every kernel's config: explicit overrides, else the tuned table, else the heuristics.
+
+    `prefetch`: the PREFETCH variant's configs: TUNED_PREFETCH where it has an entry, else the above
+    made one chunk by `prefetch_config` (an override must already be one chunk).
+    """
+    overrides = overrides or {}
+    dname = str(dtype).removeprefix("torch.")
+    if prefetch:
+        shapes = gemv_shapes(n_embd, vocab)
+        for name in PREFETCH_KERNELS:
+            if name in overrides and not one_chunk(name, overrides[name], shapes[name][1]):
+                raise ValueError(f"fused step config {name}: the prefetch variant needs BK = "
+                                 f"{next_pow2(shapes[name][1])} (one chunk), got {overrides[name]}")
+        out = choose(n_embd, n_head, vocab, max_len, batch, dtype, sms, overrides, tuned)
+        for name in PREFETCH_KERNELS:
+            if name in overrides:
+                continue
+            entry = TUNED_PREFETCH.get((name, dname, batch)) if tuned is None else None
+            g = out[name]
+            assert isinstance(g, GemvConfig)
+            out[name] = GemvConfig(**entry) if entry else prefetch_config(g, shapes[name][1],
+                                                                          4 if name == "proj" else 1)
+            if not one_chunk(name, out[name], shapes[name][1]):
+                raise ValueError(f"TUNED_PREFETCH[{name!r}, {dname!r}, {batch}]: BK must be "
+                                 f"{next_pow2(shapes[name][1])} (one chunk), got {out[name]}")
+        return _checked(out)
+    tuned = TUNED if tuned is None else tuned
+
+    def pick(name: str, kind: type, default: Any) -> Any:
+        if name in overrides:
+            return overrides[name]
+        entry = tuned.get((name, dname, batch))
+        return kind(**entry) if entry else default()
+
+    out: dict[str, Config] = {}
+    for name, (N, K) in gemv_shapes(n_embd, vocab).items():
+        per_sm = 1 if name == "proj" else 2
+        out[name] = pick(name, GemvConfig, lambda: gemv_default(N, K, batch, sms, per_sm))
+    out["attention"] = pick("attention", AttentionConfig, lambda: attention_default(batch, n_head, max_len, sms))
+    blocks = cdiv(vocab, out["lm_head"].BN)  # type: ignore[union-attr]
+    out["argmax"] = pick("argmax", ArgmaxConfig, lambda: argmax_default(batch, blocks))
+    return _checked(out)
+
+
+def _checked(out: dict[str, Config]) -> dict[str, Config]:
+    for name, cfg in out.items():
+        bad = [k for k, v in asdict(cfg).items() if k != "num_warps" and (v < 1 or v & (v - 1))]
+        if bad:
+            raise ValueError(f"fused step config {name}: {', '.join(bad)} must be powers of two ({cfg})")
+    return out
+
+
+# ------------------------------------------------------------------------------ the byte budget
+
+@dataclass(frozen=True)
+class KernelBytes:
+    """What one kernel of the step moves per step (all its launches), in bytes."""
+
+    kernel: str
+    launches: int
+    weights: int  # weight bytes (each read once from HBM: the floor)
+    cache: int  # KV-cache bytes read and written
+    activations: int  # other reads and writes (residual, q, h, partials, logits, tokens), once each
+
+
+def byte_budget(n_layer: int, n_embd: int, n_head: int, vocab: int, batch: int, weight_bytes: int,
+                reached_slots: int, n_splits: int, lm_blocks: int) -> list[KernelBytes]:
+    """Bytes per step of each kernel kind; `reached_slots` = pos + 1, the cache slots attention reads.
+
+    Activations are counted once each (the fp32 workspace); programs that re-read a row from L2
+    are not counted, since the floor is set by what must come from HBM.
+    """
+    E, F, L, B, wb = n_embd, 4 * n_embd, n_layer, batch, weight_bytes
+    act = 4 * B  # fp32 activations per batch row
+    partials = B * n_head * n_splits * (E // n_head + 2) * 4
+    return [
+        # + embedding (layer 0): one wpe row and B wte rows
+        KernelBytes("ln_qkv", L, L * (3 * E * E + 3 * E + 2 * E) * wb + (1 + B) * E * wb,
+                    L * 2 * B * E * wb, L * act * E * 2 + L * act * E),
+        KernelBytes("attention", L, 0, L * 2 * B * E * reached_slots * wb, L * (act * E + partials)),
+        KernelBytes("proj", L, L * (E * E + E) * wb, 0, L * (partials + 2 * act * E)),
+        KernelBytes("ln_fc", L, L * (F * E + F + 2 * E) * wb, 0, L * (act * E + act * F)),
+        KernelBytes("fc2", L, L * (E * F + E) * wb, 0, L * (act * F + 2 * act * E)),
+        KernelBytes("lm_head", 1, (vocab * E + 2 * E) * wb, 0, act * E + B * vocab * wb + 8 * B * lm_blocks),
+        KernelBytes("argmax", 1, 0, 0, 8 * B * lm_blocks + 3 * 8 * B + 16),
+    ]
+
+
+def budget_summary(rows: list[KernelBytes], bandwidth_gbs: float) -> dict[str, Any]:
+    """Totals and the time floor at a copy bandwidth (GB/s): the bytes, not the launches."""
+    weights = sum(r.weights for r in rows)
+    total = sum(r.weights + r.cache + r.activations for r in rows)
+    return {"kernels": sum(r.launches for r in rows), "weight_bytes": weights, "total_bytes": total,
+            "weight_floor_ms": weights / bandwidth_gbs / 1e6, "floor_ms": total / bandwidth_gbs / 1e6}

@@ -1,0 +1,290 @@
+"""The hand-fused decode step: `lab.step.decode.decode_step` as 62 Triton kernel launches (GPT-2 124M).
+
+Same contract as the eager step it reproduces: one greedy step over a `DecodeState`, in place, at
+the device-side position; returns logits [B, V]. No host synchronisation, no host control flow
+that depends on values, no allocation after `prepare` (the workspace is allocated once), so a
+CUDA graph can capture it and replay it. The eager step stays the reference (tests/test_fused.py).
+
+Kernels per step (lab.step.fused.kernels), n_layer = 12:
+
+    per layer  ln_qkv      layer norm 1 + QKV GEMV + bias + K/V cache write (layer 0: + embedding)
+               attention   q over the reached cache slots, split over slots (partials)
+               proj        combine the splits + projection GEMV + bias + residual
+               ln_fc       layer norm 2 + FC GEMV + bias + GELU
+               fc2         FC2 GEMV + bias + residual
+    once       lm_head     final layer norm + logits = x @ wte.T + per-block argmax
+               argmax      the token, out[:, pos + 1], tok, pos += 1
+
+    5 x 12 + 2 = 62 launches (eager: 203 kernels; compile + capture: 147).
+
+Byte budget of a step (GPT-2 124M, batch 1; `configs.byte_budget` computes it for any shape):
+
+    kernel      launches   fp32 weights   bf16 weights   other (fp32 activations, cache at 256 slots)
+    ln_qkv         12        85.1 MB        42.6 MB      cache write 74 KB
+    attention      12         -              -           cache read 18.9 MB fp32 / 9.4 MB bf16
+    proj           12        28.3 MB        14.2 MB
+    ln_fc          12       113.5 MB        56.7 MB
+    fc2            12       113.3 MB        56.6 MB
+    lm_head         1       154.4 MB        77.2 MB      logits 201 KB fp32
+    argmax          1         -              -           6 KB
+    total          62       494.6 MB       247.3 MB      + ~1.5 MB activations
+
+At the H200's measured 4.2 TB/s copy bandwidth the weights alone take 0.118 ms (fp32) and
+0.059 ms (bf16): the floor. What else sets the time is 62 x the per-kernel fixed cost (a graph
+node's launch, ~1.3 us measured, plus each kernel's ramp-up and tail), which is why every GEMV
+kernel's grid covers all SMs at batch 1 (each program streams its own rows: no atomics, so
+results are deterministic) and why `fused-pdl` lets each kernel start loading its weights while
+the previous one drains.
+
+Past the end of the cache the kernels write nothing (eager's indexed store would assert on the
+device instead); `lab.step.graphs.GraphedStep` refuses such a replay on the host before either happens.
+
+`fused-pdl` (fused_step_pdl): the same kernels launched with programmatic dependent launch
+(Triton's `launch_pdl=True`, `tl.extra.cuda.gdc_wait` / `gdc_launch_dependents`). It needs compute
+capability 9.0+ (Hopper) and, inside a CUDA graph, stream capture that records the launches as
+programmatic edges (CUDA 12.3 or newer; Inductor's own `triton.enable_pdl` is measured that way).
+It is off by default, `prepare(pdl=True)` refuses other devices, and tests/test_fused.py captures
+and replays it on the GPU.
+
+`fused-pdl-prefetch` (fused_step_pdl_prefetch, `prepare(pdl=True, prefetch=True)`): the same kernels
+with their PREFETCH switch (lab.step.fused.kernels), which moves every weight read of a GEMV program --
+its whole slice, one chunk (configs.prefetch_config), the bias, the layer-norm parameters -- before
+the PDL wait, so the weight stream of a kernel overlaps the previous kernel instead of only its
+first tile; and, where the tiles fit (configs.attention_early: bf16 at the tuned split), attention
+loads K and V of its split together right after the wait instead of position, then K, then V (the
+SASS of the default kernel shows V loaded after the softmax: three dependent round trips). On the H200 the tuned step took 0.301 ms in bf16 (0.268 with PDL): 62 kernels at ~4 us
+for 1-5 MB each, where streaming the bytes at 4.2 TB/s would take ~1 us; what remains after the
+wait is then L2 traffic and arithmetic, so the launch-to-launch chain shortens. A separate method,
+so that a run measures it beside `fused-pdl`.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lab.step.decode import DecodeState
+from lab.step.fused import configs as C
+from lab.step.fused.kernels import KERNELS
+from lab.step.model import Weights
+
+
+@dataclass
+class Workspace:
+    """Every intermediate of a step, allocated once (fp32 except logits, in the weights' dtype)."""
+
+    x: torch.Tensor  # [B, E] the residual stream
+    q: torch.Tensor  # [B, E] this layer's query
+    part_o: torch.Tensor  # [B, H, NS, dh] attention partials: exp-weighted sums of V
+    part_m: torch.Tensor  # [B, H, NS] running max of the scores
+    part_l: torch.Tensor  # [B, H, NS] sum of exp
+    h: torch.Tensor  # [B, 4E] MLP hidden activations
+    logits: torch.Tensor  # [B, V] what the step returns
+    lm_val: torch.Tensor  # [B, lm blocks] each lm_head program's largest logit
+    lm_idx: torch.Tensor  # [B, lm blocks] int32: and its index
+    x_scratch: torch.Tensor  # [B, E] where the residual kernels write in a repeatable plan
+    pos_scratch: torch.Tensor  # [1] where the argmax kernel writes pos + 1 in a repeatable plan
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.__dict__.values())
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch with its arguments bound (what a captured graph will hold as one node)."""
+
+    name: str
+    kernel: Any
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    meta: dict[str, Any]
+
+    def __call__(self) -> None:
+        self.kernel[self.grid](*self.args, **self.meta)
+
+
+@dataclass
+class FusedPlan:
+    """The fused step bound to one state and one set of weights: configs, workspace, launches."""
+
+    configs: dict[str, C.Config]
+    workspace: Workspace
+    launches: list[Launch]
+    pdl: bool
+    sms: int
+    state_ref: Any = field(repr=False, default=None)
+    weights_ref: Any = field(repr=False, default=None)
+    prefetch: bool = False
+
+    def __call__(self) -> torch.Tensor:
+        for launch in self.launches:
+            launch()
+        return self.workspace.logits
+
+    def binds(self, state: DecodeState, w: Weights) -> bool:
+        return self.state_ref() is state and self.weights_ref() is w
+
+
+def pdl_supported(device: torch.device) -> tuple[bool, str]:
+    """Whether programmatic dependent launch can be used on this device, and why not."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False, "programmatic dependent launch needs a CUDA device (Hopper or newer)"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return False, f"programmatic dependent launch needs compute capability 9.0+ (this device: {major}.{minor})"
+    return True, ""
+
+
+def _check(state: DecodeState, w: Weights) -> None:
+    E, H = w.n_embd, w.n_head
+    if E % H:
+        raise ValueError(f"fused step: n_embd {E} is not a multiple of n_head {H}")
+    if w.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"fused step: weights of dtype {w.dtype} (float32, bfloat16, float16)")
+    tensors = w.tensors() + list(state.buffers().values())
+    if any(not t.is_contiguous() for t in tensors):
+        raise ValueError("fused step: every weight and state buffer must be contiguous")
+    if any(t.device != w.device for t in tensors):
+        raise ValueError("fused step: weights and state must be on one device")
+    if any(c.dtype != w.dtype for c in state.caches):
+        raise ValueError(f"fused step: the cache dtype must be the weights' ({w.dtype})")
+    if state.max_len > w.wpe.shape[0]:
+        raise ValueError(f"fused step: a {state.max_len}-slot cache but only {w.wpe.shape[0]} positions in wpe")
+    if max(t.numel() for t in tensors) >= 2**31:
+        raise ValueError("fused step: a tensor of 2**31 elements or more (the kernels index with int32)")
+
+
+def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
+            overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
+            prefetch: bool = False) -> FusedPlan:
+    """Choose configs, allocate the workspace and bind every launch. Call it before any capture.
+
+    `prefetch=True` turns on the GEMV kernels' PREFETCH path with one-chunk configs (the
+    `fused-pdl-prefetch` method uses it with `pdl=True`; without PDL it only moves loads earlier).
+
+    `repeatable=True` is for timing only: the residual kernels write a scratch copy and the position
+    is not advanced, so any launch (or the whole plan) can be repeated and does the same work every
+    time (only the fed token changes, a different embedding row); it is not a correct step.
+    """
+    _check(state, w)
+    if pdl:
+        ok, why = pdl_supported(w.device)
+        if not ok:
+            raise ValueError(f"fused-pdl: {why}")
+    B, L, E, H, V = state.batch, state.max_len, w.n_embd, w.n_head, int(w.wte.shape[0])
+    DH, F, dev = E // H, 4 * E, w.device
+    sms = sms or C.device_sms(dev)
+    cfg = C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=prefetch)
+    att, am, lm = cfg["attention"], cfg["argmax"], cfg["lm_head"]
+    assert isinstance(att, C.AttentionConfig) and isinstance(am, C.ArgmaxConfig) and isinstance(lm, C.GemvConfig)
+    NS = C.cdiv(L, att.BS)  # attention splits
+    nblk = C.cdiv(V, lm.BN)  # lm_head row blocks, each leaving one argmax candidate
+    f32 = dict(dtype=torch.float32, device=dev)
+    ws = Workspace(x=torch.zeros(B, E, **f32), q=torch.zeros(B, E, **f32),
+                   part_o=torch.zeros(B, H, NS, DH, **f32), part_m=torch.zeros(B, H, NS, **f32),
+                   part_l=torch.zeros(B, H, NS, **f32), h=torch.zeros(B, F, **f32),
+                   logits=torch.zeros(B, V, dtype=w.dtype, device=dev),
+                   lm_val=torch.zeros(B, nblk, **f32), lm_idx=torch.zeros(B, nblk, dtype=torch.int32, device=dev),
+                   x_scratch=torch.zeros(B, E, **f32), pos_scratch=torch.zeros_like(state.pos))
+    x_out = ws.x_scratch if repeatable else ws.x
+    new_pos = ws.pos_scratch if repeatable else state.pos
+    common = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
+
+    def gemv(name: str, N: int) -> tuple[tuple[int], dict[str, Any], int]:
+        g = cfg[name]
+        assert isinstance(g, C.GemvConfig)
+        nbb = C.cdiv(B, g.BB)
+        meta = {"BB": g.BB, "BN": g.BN, "BK": g.BK, "num_warps": g.num_warps, **common}
+        if prefetch and name in C.PREFETCH_KERNELS:
+            meta["PREFETCH"] = True
+        return (C.cdiv(N, g.BN) * nbb,), meta, nbb
+
+    BE = C.next_pow2(E)
+    launches: list[Launch] = []
+    for i, lw in enumerate(w.layers):
+        cache = state.caches[i]
+        grid, meta, nbb = gemv("ln_qkv", 3 * E)
+        launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
+            ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, ws.q, cache,
+            B, nbb, L, w.eps), {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta}))
+        launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
+            ws.q, cache, state.pos, ws.part_o, ws.part_m, ws.part_l, B, L, 1.0 / math.sqrt(DH)),
+            {"E": E, "H": H, "DH": DH, "NS": NS, "BS": att.BS, "BD": C.next_pow2(DH), "num_warps": att.num_warps,
+             **common, **({"EARLY": True} if prefetch and C.attention_early(att, DH) else {})}))
+        grid, meta, nbb = gemv("proj", E)
+        launches.append(Launch("proj", KERNELS["proj"], grid, (
+            ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb),
+            {"E": E, "H": H, "DH": DH, "NS": NS, **meta}))
+        grid, meta, nbb = gemv("ln_fc", F)
+        launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
+            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, ws.h, B, nbb, w.eps), {"E": E, "F": F, "BE": BE, **meta}))
+        grid, meta, nbb = gemv("fc2", E)
+        launches.append(Launch("fc2", KERNELS["fc2"], grid, (
+            ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))
+    grid, meta, nbb = gemv("lm_head", V)
+    launches.append(Launch("lm_head", KERNELS["lm_head"], grid, (
+        ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps),
+        {"E": E, "V": V, "NBLK": nblk, "BE": BE, **meta}))
+    launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
+        ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
+        {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
+    return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch)
+
+
+# Plans made on demand by fused_step(state, weights), one per (state, weights, pdl, prefetch), dropped
+# with the state object (weakly referenced, so a cached plan never keeps a 1 GB cache alive).
+_PLANS: dict[tuple[int, bool, bool], FusedPlan] = {}
+
+
+def plan_for(state: DecodeState, w: Weights, pdl: bool = False, prefetch: bool = False) -> FusedPlan:
+    """The cached plan of this state and these weights (made, outside any capture, on first use)."""
+    key = (id(state), pdl, prefetch)
+    plan = _PLANS.get(key)
+    if plan is None or not plan.binds(state, w):
+        plan = _PLANS[key] = prepare(state, w, pdl=pdl, prefetch=prefetch)
+        weakref.finalize(state, _PLANS.pop, key, None)
+    return plan
+
+
+def fused_step(state: DecodeState, w: Weights | FusedPlan) -> torch.Tensor:
+    """One greedy step, hand-fused (the `fused` method). Returns the workspace's logits [B, V]."""
+    plan = w if isinstance(w, FusedPlan) else plan_for(state, w)
+    if isinstance(w, FusedPlan) and plan.state_ref() is not state:
+        raise ValueError("fused_step: this plan was prepared for another DecodeState")
+    return plan()
+
+
+def fused_step_pdl(state: DecodeState, w: Weights | FusedPlan) -> torch.Tensor:
+    """The same step with programmatic dependent launch (the `fused-pdl` method; Hopper+ only)."""
+    if isinstance(w, FusedPlan):
+        if not w.pdl:
+            raise ValueError("fused_step_pdl: this plan was prepared without pdl=True")
+        return fused_step(state, w)
+    return plan_for(state, w, pdl=True)()
+
+
+def fused_step_pdl_prefetch(state: DecodeState, w: Weights | FusedPlan) -> torch.Tensor:
+    """PDL with every weight read before the wait (the `fused-pdl-prefetch` method; Hopper+ only)."""
+    if isinstance(w, FusedPlan):
+        if not (w.pdl and w.prefetch):
+            raise ValueError("fused_step_pdl_prefetch: this plan was prepared without pdl=True, prefetch=True")
+        return fused_step(state, w)
+    return plan_for(state, w, pdl=True, prefetch=True)()
+
+
+def bind(state: DecodeState, w: Weights, pdl: bool = False, prefetch: bool = False) -> Any:
+    """The step bound to `state` (lab.step.methods' `bind` hook): the plan is prepared now, before any
+    capture, and the returned function runs it (its arguments are those of every step function)."""
+    plan = plan_for(state, w, pdl=pdl, prefetch=prefetch)
+
+    def fused(s: DecodeState, _w: Weights) -> torch.Tensor:
+        if s is not state:
+            raise ValueError("fused step: bound to another DecodeState")
+        return plan()
+
+    fused.plan = plan  # type: ignore[attr-defined]
+    return fused

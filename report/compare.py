@@ -1,0 +1,301 @@
+"""Compare two runs (or two manifests): which environment fields differ, and what each shared result did.
+
+In the manner of `asv compare`: for every metric both runs have (same experiment id, metric name and
+params) the two values, their ratio B/A and a mark with its reason. The marks follow only from each
+metric's declaration in `lab.contract.metrics` (its direction and the conditions under which two values are
+comparable); the rules are in `lab.contract.marks`. Beyond metrics:
+
+- an experiment OK (or NOT_RUN) in A and FAILED in B is `newly failing`, the reverse `fixed`; one
+  that ran in one run and is NOT_RUN in the other is `not comparable`, with the reason code;
+- a correctness check that passed in A and fails in B is `newly failing`, the reverse `fixed`;
+- experiments only one run has (a run made with `--only`), and metrics only one run has, are
+  counted per experiment (never silently dropped).
+
+Manifest fields are flattened (`gpu.nvidia_smi.gpus[0].driver_version`); `created_at` is ignored
+because it always differs. "Why it moved" (`explain`) lists the manifest fields that can explain
+a move (device, driver, torch/Triton/CUDA, CPU, threads, host load, GPU clocks and power, image,
+compile cache state), the ones that differ first. Text and JSON output: report.compare_output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.contract import metrics as M
+from lab.contract.manifest_schema import check_manifest
+from lab.contract.marks import FACTOR, MARKS, Mark, Value, judge
+from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Metric, Record, Results, ResultsError, from_dict
+from lab.contract.schema import read_json
+
+__all__ = ["FACTOR", "MARKS", "Side", "load_side", "flatten", "manifest_diff", "explain", "compare", "Comparison",
+           "MetricRow", "StatusRow", "CheckRow", "FieldDiff", "ExplainRow"]
+
+IGNORED_FIELDS = ("created_at",)
+ABSENT = "(absent)"
+# Fields a reader looks for first: the ones that change what a timing means.
+KEY_PREFIXES = ("gpu.", "torch.", "libraries.", "toolchain.", "python.version", "container.", "compiler_settings.",
+                "cpu.", "host.", "compile_cache.", "weights.", "profile.", "lab.", "packages.")
+
+# What can explain a move, in the order a performance engineer checks it: (label, flattened key or prefix.).
+EXPLAIN: tuple[tuple[str, str], ...] = (
+    ("GPU", "gpu.nvidia_smi.gpus[0].name"), ("GPU seen by torch", "gpu.torch.device_name"),
+    ("driver", "gpu.nvidia_smi.gpus[0].driver_version"), ("torch", "torch.version"), ("CUDA", "torch.cuda_build"),
+    ("cuDNN", "torch.cudnn"), ("Triton", "libraries.triton"), ("Python", "python.version"),
+    ("transformers", "libraries.transformers"), ("numpy", "libraries.numpy"),
+    ("C++ compiler", "toolchain.cxx.version"), ("CPU", "cpu.model"), ("CPU flags", "cpu.isa"),
+    ("CPU flags digest", "cpu.flags_sha256"), ("CPU caches", "cpu.caches."), ("cores usable", "cpu.usable_cores"),
+    ("torch threads", "cpu.torch_threads"), ("host load at start", "host.load_start"),
+    ("host load at end", "host.load_end"), ("GPU SM clock", "gpu.nvidia_smi.gpus[0].clocks.sm"),
+    ("GPU max SM clock", "gpu.nvidia_smi.gpus[0].clocks.max.sm"), ("GPU memory clock", "gpu.nvidia_smi.gpus[0].clocks.mem"),
+    ("GPU power limit", "gpu.nvidia_smi.gpus[0].power.limit"),
+    ("GPU persistence mode", "gpu.nvidia_smi.gpus[0].persistence_mode"), ("in a container", "container.in_container"),
+    ("image", "container.image"), ("image variant", "container.variant"),
+    ("image id", "container.image_id"), ("packages digest", "packages.sha256"), ("compile cache at start", "compile_cache.state"),
+    ("Inductor settings", "compiler_settings.inductor."), ("Dynamo settings", "compiler_settings.dynamo."),
+    ("lab commit", "lab.commit"),
+)
+
+
+@dataclass
+class Side:
+    """One side of a comparison: a run (results + manifest) or a bare manifest file."""
+
+    path: Path
+    manifest: dict[str, Any]
+    results: Results | None = None
+    name: str = ""  # a display name given by the caller (the report's run name)
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        return self.path.parent.name if self.path.name in (RESULTS_NAME, MANIFEST_NAME) else self.path.name
+
+
+def load_side(path: Path | str) -> Side:
+    """A run directory (its results.json, else its manifest.json), a results file or a manifest file."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / RESULTS_NAME).exists():
+            path = path / RESULTS_NAME
+        elif (path / MANIFEST_NAME).exists():
+            path = path / MANIFEST_NAME
+        else:
+            raise ResultsError(f"{path}: a directory with neither {RESULTS_NAME} nor {MANIFEST_NAME}")
+    elif not path.exists():
+        raise ResultsError(f"{path}: no such file or directory")
+    raw = read_json(path)
+    if isinstance(raw, dict) and "experiments" in raw:
+        results = from_dict(raw, path)
+        return Side(path, results.manifest, results)
+    if isinstance(raw, dict) and "manifest_version" in raw:
+        check_manifest(raw, path)
+        return Side(path, raw)
+    raise ResultsError(f"{path}: neither a results file (no 'experiments') nor a manifest (no 'manifest_version')")
+
+
+# ---------------------------------------------------------------------------- manifests
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts and lists as dotted keys: {'gpu': {'gpus': [{'name': 'H200'}]}} -> {'gpu.gpus[0].name': 'H200'}."""
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        if not obj and prefix:
+            out[prefix] = {}
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(obj, list) and obj and any(isinstance(v, (dict, list)) for v in obj):
+        for i, value in enumerate(obj):
+            out.update(flatten(value, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = obj
+    return out
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    key: str
+    a: Any
+    b: Any
+
+
+def _field_order(key: str) -> tuple[int, str]:
+    for i, prefix in enumerate(KEY_PREFIXES):
+        if key.startswith(prefix):
+            return i, key
+    return len(KEY_PREFIXES), key
+
+
+def manifest_diff(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] = IGNORED_FIELDS) -> list[FieldDiff]:
+    """Flattened fields whose values differ (or exist on one side only), the telling ones first."""
+    fa, fb = flatten(a), flatten(b)
+    keys = sorted((set(fa) | set(fb)) - set(ignore), key=_field_order)
+    return [FieldDiff(k, fa.get(k, ABSENT), fb.get(k, ABSENT)) for k in keys if fa.get(k, ABSENT) != fb.get(k, ABSENT)]
+
+
+@dataclass(frozen=True)
+class ExplainRow:
+    label: str
+    key: str
+    a: Any
+    b: Any
+
+    @property
+    def differs(self) -> bool:
+        return self.a != self.b
+
+
+def explain(a: dict[str, Any], b: dict[str, Any]) -> list[ExplainRow]:
+    """The manifest fields that can explain a move (EXPLAIN), those that differ first, then those that do not."""
+    fa, fb = flatten(a), flatten(b)
+    rows: list[ExplainRow] = []
+    for label, key in EXPLAIN:
+        if not key.endswith("."):
+            if key in fa or key in fb:
+                rows.append(ExplainRow(label, key, fa.get(key, ABSENT), fb.get(key, ABSENT)))
+            continue
+        group = [ExplainRow(f"{label}: {k[len(key):]}", k, fa.get(k, ABSENT), fb.get(k, ABSENT))
+                 for k in sorted(k for k in set(fa) | set(fb) if k.startswith(key))]
+        moved = [r for r in group if r.differs]
+        if moved:
+            rows += moved
+        elif group:  # a group of settings that all agree: one row
+            rows.append(ExplainRow(label, key + "*", f"{len(group)} fields", f"{len(group)} fields"))
+    return [r for r in rows if r.differs] + [r for r in rows if not r.differs]
+
+
+# ---------------------------------------------------------------------------- results
+
+def params_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+@dataclass
+class MetricRow:
+    experiment: str
+    name: str
+    params: dict[str, Any]
+    unit: str
+    a: Any
+    b: Any
+    ratio: float | None
+    mark: Mark
+    reason: str = ""
+
+
+@dataclass
+class StatusRow:
+    experiment: str
+    a: str
+    b: str
+    a_reason: str
+    b_reason: str
+    mark: Mark
+
+
+@dataclass
+class CheckRow:
+    experiment: str
+    name: str
+    params: dict[str, Any]
+    a: bool
+    b: bool
+    mark: Mark
+    detail: str
+
+
+@dataclass
+class Comparison:
+    a: Side
+    b: Side
+    factor: float
+    fields: list[FieldDiff]
+    why: list[ExplainRow] = field(default_factory=list)
+    statuses: list[StatusRow] = field(default_factory=list)
+    metrics: list[MetricRow] = field(default_factory=list)
+    checks: list[CheckRow] = field(default_factory=list)
+    only_a: dict[str, int] = field(default_factory=dict)  # experiment -> metrics only A has
+    only_b: dict[str, int] = field(default_factory=dict)
+    experiments_only_a: list[str] = field(default_factory=list)  # experiments only A has (a run made with --only)
+    experiments_only_b: list[str] = field(default_factory=list)
+
+    def count(self, mark: str) -> int:
+        return sum(r.mark == mark for rows in (self.metrics, self.statuses, self.checks) for r in rows)
+
+    @property
+    def moved(self) -> list[MetricRow]:
+        return [r for r in self.metrics if r.mark in ("better", "worse")]
+
+    @property
+    def sorted_metrics(self) -> list[MetricRow]:
+        """The metrics in the order a reader wants them: better, worse, ..., same (lab.contract.marks.MARKS)."""
+        return sorted(self.metrics, key=lambda r: MARKS.index(r.mark))
+
+
+def _status_mark(a: str, b: str) -> Mark:
+    if a == b:
+        return "same"
+    if b == "FAILED":
+        return "newly failing"
+    if a == "FAILED" and b == "OK":
+        return "fixed"
+    return "not comparable"
+
+
+def _value(m: Metric, rec: Record, manifest: dict[str, Any]) -> Value:
+    sp = m.spread
+    return Value(m.value, m.unit, m.params, sp.q1 if sp else None, sp.q3 if sp else None, tuple(rec.metrics), manifest,
+                 rec.id)
+
+
+def _reason(rec: Record | None) -> str:
+    return f"{rec.reason.code}: {rec.reason.message}" if rec is not None and rec.reason else ""
+
+
+def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record) -> None:
+    if ra.status != rb.status:
+        out.statuses.append(StatusRow(rid, ra.status, rb.status, _reason(ra), _reason(rb),
+                                      _status_mark(ra.status, rb.status)))
+    ma = {(m.name, params_key(m.params)): m for m in ra.metrics}
+    mb = {(m.name, params_key(m.params)): m for m in rb.metrics}
+    for key, metric in ma.items():
+        if key in mb:
+            other = mb[key]
+            v = judge(M.spec(metric.name), _value(metric, ra, out.a.manifest), _value(other, rb, out.b.manifest),
+                      out.factor)
+            out.metrics.append(MetricRow(rid, metric.name, metric.params, metric.unit, metric.value, other.value,
+                                         v.ratio, v.mark, v.reason))
+    if n := sum(k not in mb for k in ma):
+        out.only_a[rid] = n
+    if n := sum(k not in ma for k in mb):
+        out.only_b[rid] = n
+    ca = {(c.name, params_key(c.params)): c for c in ra.checks}
+    cb = {(c.name, params_key(c.params)): c for c in rb.checks}
+    for key, check in ca.items():
+        if key in cb and check.passed != cb[key].passed:
+            mark: Mark = "newly failing" if check.passed else "fixed"
+            out.checks.append(CheckRow(rid, check.name, check.params, check.passed, cb[key].passed, mark,
+                                       cb[key].detail or check.detail))
+
+
+def compare(a: Side, b: Side, factor: float = FACTOR) -> Comparison:
+    """The whole comparison of two sides; metrics and checks only when both are runs."""
+    out = Comparison(a, b, factor, manifest_diff(a.manifest, b.manifest), explain(a.manifest, b.manifest))
+    if a.results is None or b.results is None:
+        return out
+    recs_a = {r.id: r for r in a.results.experiments}
+    recs_b = {r.id: r for r in b.results.experiments}
+    for rid in list(recs_a) + [i for i in recs_b if i not in recs_a]:
+        ra, rb = recs_a.get(rid), recs_b.get(rid)
+        if ra is None or rb is None:
+            (out.experiments_only_b if ra is None else out.experiments_only_a).append(rid)
+            if ra is not None and ra.metrics:
+                out.only_a[rid] = len(ra.metrics)
+            if rb is not None and rb.metrics:
+                out.only_b[rid] = len(rb.metrics)
+            continue
+        _compare_records(out, rid, ra, rb)
+    return out

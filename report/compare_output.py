@@ -1,0 +1,136 @@
+"""`lab compare`'s output: plain text for a terminal, or JSON records for a program.
+
+Every string that reaches the terminal passes through `safe`: a control or format character from a
+results file (an ESC that would recolour the terminal, a carriage return that would overwrite a
+line, a bidi override) is shown as an escape (`\\x1b`), never interpreted. JSON is written with
+`ensure_ascii`, so it holds no raw control character either.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Any
+
+from lab.atomic import clean
+from report.compare import IGNORED_FIELDS, Comparison, Side
+from lab.contract.marks import MARKS
+
+
+def safe(text: str) -> str:
+    """`text` with every control (Cc) and format (Cf) character written as a visible escape."""
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Cf"):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _short(value: Any, width: int = 48) -> str:
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, (dict, list)):
+        text = json.dumps(value, default=str)
+    else:
+        text = str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _params(params: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in params.items())
+
+
+def describe(side: Side) -> dict[str, Any]:
+    """Who a side is: path, profile, host (real hostname and label), device, torch."""
+    m = side.manifest
+    gpus = ((m.get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or []
+    gpu = gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
+    host = m.get("host") or {}
+    return {"path": str(side.path), "label": side.label, "run_label": m.get("label"),
+            "profile": side.results.run.profile if side.results else None,
+            "host": host.get("real_hostname") or host.get("hostname"),
+            "device": gpu or (m.get("cpu") or {}).get("model"), "torch": (m.get("torch") or {}).get("version")}
+
+
+def _describe_line(side: Side) -> str:
+    d = describe(side)
+    kind = f"profile {d['profile']}" if side.results else "manifest only"
+    label = f" '{d['run_label']}'" if d["run_label"] else ""
+    return f"{d['path']} ({kind}; host {d['host'] or '?'}{label}; torch {d['torch'] or '?'}; {d['device'] or '?'})"
+
+
+def format_text(c: Comparison) -> str:
+    """The comparison as plain text for a terminal (every line through `safe`)."""
+    lines = [f"A: {_describe_line(c.a)}", f"B: {_describe_line(c.b)}", ""]
+    differing = [r for r in c.why if r.differs]
+    lines.append(f"Why it moved: {len(differing)} of the fields that can explain a move differ")
+    width = max([len(r.label) for r in c.why] + [10])
+    for r in differing:
+        lines.append(f"  {r.label:<{width}}  {_short(r.a)}  ->  {_short(r.b)}")
+    same = [r.label for r in c.why if not r.differs]
+    if same:
+        lines.append(f"  unchanged: {', '.join(same)}")
+    lines += ["", f"Manifest fields that differ: {len(c.fields)} (ignored: {', '.join(IGNORED_FIELDS)})"]
+    width = max([len(f.key) for f in c.fields] + [10])
+    for f in c.fields:
+        lines.append(f"  {f.key:<{width}}  {_short(f.a)}  ->  {_short(f.b)}")
+    if c.a.results is None or c.b.results is None:
+        lines += ["", "Results: not compared (one side is a manifest only)"]
+        return "\n".join(safe(line) for line in lines) + "\n"
+    for label, only in (("A", c.experiments_only_a), ("B", c.experiments_only_b)):
+        if only:
+            lines.append(f"Experiments only in {label}: {', '.join(only)}")
+    lines += ["", f"Experiments whose status differs: {len(c.statuses)}"]
+    for s in c.statuses:
+        why = f"B: {s.b_reason}" if s.b_reason else (f"A: {s.a_reason}" if s.a_reason else "")
+        lines.append(f"  {s.mark:<15} {s.experiment}: {s.a} -> {s.b}" + (f"  {_short(why, 160)}" if why else ""))
+    lines += ["", f"Correctness checks whose outcome differs: {len(c.checks)}"]
+    for ch in c.checks:
+        lines.append(f"  {ch.mark:<15} {ch.experiment}.{ch.name}{{{_params(ch.params)}}}: "
+                     f"{'pass' if ch.a else 'FAIL'} -> {'pass' if ch.b else 'FAIL'}  {_short(ch.detail, 80)}")
+    counts = ", ".join(f"{n} {m}" for m in MARKS if (n := sum(r.mark == m for r in c.metrics)))
+    lines += ["", f"Metrics both runs have: {len(c.metrics)} ({counts or 'none'}; factor {c.factor:g})",
+              f"  {'mark':<15} {'A':>12} {'B':>12} {'B/A':>7}  metric [unit] (reason)"]
+    for r in sorted(c.metrics, key=lambda r: MARKS.index(r.mark)):
+        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        reason = f"  ({r.reason})" if r.reason else ""
+        lines.append(f"  {r.mark:<15} {_short(r.a, 12):>12} {_short(r.b, 12):>12} {ratio:>7}  "
+                     f"{r.experiment}.{r.name}{{{_params(r.params)}}} [{r.unit}]{reason}")
+    for label, only in (("A", c.only_a), ("B", c.only_b)):
+        if only:
+            lines.append(f"Metrics only in {label}: " + ", ".join(f"{k} ({n})" for k, n in only.items()))
+    return "\n".join(safe(line) for line in lines) + "\n"
+
+
+def records(c: Comparison) -> list[dict[str, Any]]:
+    """Every mark as one record: kind (metric, status, check), experiment, metric, params, a, b, ratio, mark, reason."""
+    out: list[dict[str, Any]] = []
+    for s in c.statuses:
+        out.append({"kind": "status", "experiment": s.experiment, "metric": None, "params": {}, "unit": "",
+                    "a": s.a, "b": s.b, "ratio": None, "mark": s.mark,
+                    "reason": "; ".join(f"{side}: {r}" for side, r in (("A", s.a_reason), ("B", s.b_reason)) if r)})
+    for ch in c.checks:
+        out.append({"kind": "check", "experiment": ch.experiment, "metric": ch.name, "params": ch.params, "unit": "",
+                    "a": ch.a, "b": ch.b, "ratio": None, "mark": ch.mark, "reason": ch.detail})
+    for r in c.metrics:
+        out.append({"kind": "metric", "experiment": r.experiment, "metric": r.name, "params": r.params,
+                    "unit": r.unit, "a": r.a, "b": r.b, "ratio": r.ratio, "mark": r.mark, "reason": r.reason})
+    return out
+
+
+def to_json(c: Comparison) -> str:
+    """The comparison as one JSON object: the two sides, the fields that differ, why it moved, and the records."""
+    data = {
+        "a": describe(c.a), "b": describe(c.b), "factor": c.factor,
+        "counts": {m: c.count(m) for m in MARKS},
+        "why_it_moved": [{"label": r.label, "field": r.key, "a": r.a, "b": r.b, "differs": r.differs} for r in c.why],
+        "fields": [{"field": f.key, "a": f.a, "b": f.b} for f in c.fields],
+        "records": records(c) if c.a.results is not None and c.b.results is not None else [],
+        "experiments_only_in_a": c.experiments_only_a, "experiments_only_in_b": c.experiments_only_b,
+        "metrics_only_in_a": c.only_a, "metrics_only_in_b": c.only_b,
+    }
+    return json.dumps(clean(data), indent=1, ensure_ascii=True, allow_nan=False, default=str) + "\n"

@@ -1,0 +1,209 @@
+"""The front page: one row per run a performance engineer reads in five seconds, newest first, then the headline
+figures of every run side by side. Every number is a stored one (report.steps, report.costs pick which)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from lab.contract import metrics as M
+from lab.contract import units
+from lab.contract.names import Method
+from lab.contract.results import Metric, Results
+
+from report.costs import first_call_behind
+from report.discover import Run
+from report.sections import failed_checks, record
+from report.steps import CEILINGS, Case, cases, ceiling, is_eager, step_rows
+from report.sweeps import headline as peer_headline
+from report.tables import Cell, Table, first, fmt, num, sort_key
+
+STATUSES = ("OK", "NOT_RUN", "FAILED")
+COMPILE_COST = "compile_cost"
+DECODE_CORE = "decode_core"  # compile_cost's target: the split decode step's compiled core
+
+
+def host_name(results: Results) -> str:
+    host = results.manifest.get("host") or {}
+    return str(host.get("real_hostname") or host.get("hostname") or "?")
+
+
+def device_name(results: Results) -> str:
+    m = results.manifest
+    gpus = ((m.get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or []
+    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
+        return str(gpus[0]["name"])
+    return f"CPU: {(m.get('cpu') or {}).get('model') or '?'}"
+
+
+def device_text(results: Results) -> str:
+    """The device with its driver (GPU) or its usable cores (CPU)."""
+    m = results.manifest
+    gpus = ((m.get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or []
+    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
+        return f"{gpus[0]['name']} (driver {gpus[0].get('driver_version', '?')})"
+    cpu = m.get("cpu") or {}
+    return f"CPU: {cpu.get('model') or '?'} ({cpu.get('usable_cores') or '?'} cores)"
+
+
+def counts(results: Results) -> dict[str, int]:
+    return {s: sum(r.status == s for r in results.experiments) for s in STATUSES}
+
+
+@dataclass
+class Line:
+    """One batch and dtype of a run: eager against the fastest correct method, with stored figures."""
+
+    case: Case
+    speedup: Metric | None
+    mbu: Metric | None
+    binding: Metric | None
+    setup: Metric | None
+    break_even: Metric | None
+
+    @property
+    def key(self) -> str:
+        return f"B={fmt(self.case.batch)} {self.case.dtype}"
+
+    @property
+    def mbu_text(self) -> str:
+        """'MBU 0.23' for the fastest method, or 'eager MBU 0.05' where only eager's was stored (the CPU)."""
+        if self.mbu is None:
+            return ""
+        whose = "" if self.mbu.params.get("method") == self.case.best.method else "eager "
+        return f"{whose}MBU {fmt(self.mbu.value)}"
+
+    @property
+    def binding_text(self) -> str:
+        """'launch-bound', or 'eager: bandwidth-bound' where ceilings bounded only the eager step (the CPU)."""
+        if self.binding is None:
+            return ""
+        whose = "" if self.binding.params.get("method") == self.case.best.method else "eager: "
+        return f"{whose}{self.binding.value}-bound"
+
+
+@dataclass
+class FrontRow:
+    run: Run
+    file: str
+    host: str
+    label: str
+    device: str
+    torch: str
+    lines: list[Line] = field(default_factory=list)
+    compile: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    peer: str | None = None  # the lab's best step beside transformers' best generate (peer_generate's conclusion)
+
+    @property
+    def started(self) -> str:
+        """The start time to the minute, UTC (the ISO text as recorded is on the run's page)."""
+        text = self.run.results.run.started_at or ""
+        return text[:16].replace("T", " ") + (" UTC" if text.endswith(("+00:00", "Z")) else "") if text else "—"
+
+
+def lines(results: Results) -> list[Line]:
+    out = []
+    cgd = record(results, "cuda_graph_decode")
+    for c in cases(step_rows(results)):
+        best = c.best
+        p = {"method": best.method, "batch": c.batch, "dtype": c.dtype}
+        setup = first(cgd, M.SETUP_S, **p) if best.source == "cuda_graph_decode" and not is_eager(best.method) else None
+        be = first(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
+        out.append(Line(c, best.speedup, ceiling(results, M.MBU, best) or ceiling(results, M.MBU, c.eager),
+                        ceiling(results, M.BINDING, best) or ceiling(results, M.BINDING, c.eager), setup, be))
+    return out
+
+
+def compile_summary(results: Results) -> list[str]:
+    """compile_cost's decode core at full depth: first call and stored break-even, cold and warm."""
+    rec = record(results, COMPILE_COST)
+    out = []
+    for phase in ("cold", "warm"):
+        fc = first_call_behind(rec, phase, DECODE_CORE)
+        be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=DECODE_CORE)
+        if fc is None and be is None:
+            continue
+        pay = "—" if be is None else ("never pays" if be.value is None else f"{fmt(be.value)} calls")
+        out.append(f"compile, {phase} cache: {fmt(fc.value, units.S) if fc else '—'} → {pay}")
+    return out
+
+
+def front_row(run: Run, file: str) -> FrontRow:
+    r = run.results
+    return FrontRow(run=run, file=file, host=host_name(r), label=str(r.manifest.get("label") or ""),
+                    device=device_name(r), torch=str((r.manifest.get("torch") or {}).get("version", "?")),
+                    lines=lines(r), compile=compile_summary(r), counts=counts(r),
+                    failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r))
+
+
+def newest_first(runs: list[Run]) -> list[Run]:
+    return sorted(runs, key=lambda run: run.results.run.started_at or "", reverse=True)
+
+
+# ---------------------------------------------------------------------------- side by side
+
+Getter = Callable[[Results], Any]
+
+
+def _host_figures() -> list[tuple[str, Getter]]:
+    def ceil(spec: M.MetricSpec, **params: Any) -> Getter:
+        return lambda r: first(record(r, CEILINGS), spec, **params)
+
+    def cc(spec: M.MetricSpec, phase: str) -> Getter:
+        def get(r: Results) -> Any:
+            rec = record(r, COMPILE_COST)
+            if spec is M.FIRST_CALL_S:
+                return first_call_behind(rec, phase, DECODE_CORE)
+            return first(rec, spec, phase=phase, target=DECODE_CORE)
+        return get
+
+    return [
+        ("host", lambda r: host_name(r) + (f" · {r.manifest['label']}" if r.manifest.get("label") else "")),
+        ("device", device_name), ("torch", lambda r: (r.manifest.get("torch") or {}).get("version")),
+        ("profile", lambda r: r.run.profile), ("started", lambda r: r.run.started_at),
+        ("cost of one eager launch", ceil(M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
+        ("cost of one replayed graph node", ceil(M.LAUNCH_US_PER_OP, mode="graph_node")),
+        ("copy bandwidth", ceil(M.BANDWIDTH_GBPS)),
+        ("matmul peak, float32", ceil(M.MATMUL_TFLOPS, dtype="float32")),
+        ("matmul peak, bfloat16", ceil(M.MATMUL_TFLOPS, dtype="bfloat16")),
+        ("compile decode core, cold", cc(M.FIRST_CALL_S, "cold")),
+        ("compile decode core, warm", cc(M.FIRST_CALL_S, "warm")),
+        ("break-even calls, cold", cc(M.BREAK_EVEN_CALLS, "cold")),
+        ("break-even calls, warm", cc(M.BREAK_EVEN_CALLS, "warm")),
+        ("OK / NOT_RUN / FAILED", lambda r: " / ".join(str(v) for v in counts(r).values())),
+        ("failed checks", lambda r: len(failed_checks(r))),
+    ]
+
+
+def _cell(value: Any) -> Cell:
+    if isinstance(value, Metric):
+        if value.value is None and value.name == M.BREAK_EVEN_CALLS.name:
+            return Cell("never", cls="num")
+        return num(value.value, value.unit)
+    return Cell("—" if value is None else str(value), cls="num" if isinstance(value, (int, float)) else "")
+
+
+def side_by_side(rows: list[FrontRow]) -> Table:
+    """Every run's headline figures in one table: a column per run (newest first), a row per figure."""
+    table = Table(columns=["figure"] + [r.run.name for r in rows], id="side-by-side", cls="side",
+                  caption="Headline figures of every run, side by side")
+    for label, get in _host_figures()[:5]:
+        table.rows.append([Cell(label)] + [_cell(get(r.run.results)) for r in rows])
+    keys = sorted({(line.case.batch, line.case.dtype) for r in rows for line in r.lines},
+                  key=lambda k: (k[1] != "float32", k[1], sort_key(k[0])))
+    for batch, dtype in keys:
+        here = [next((line for line in r.lines if (line.case.batch, line.case.dtype) == (batch, dtype)), None)
+                for r in rows]
+        tag = f"B={fmt(batch)} {dtype}"
+        figures: list[tuple[str, Callable[[Line], Any]]] = [
+            ("eager step", lambda ln: ln.case.eager.step), ("fastest correct method", lambda ln: ln.case.best.label),
+            ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.speedup),
+            ("MBU", lambda ln: ln.mbu_text or None), ("binding bound", lambda ln: ln.binding_text or None),
+        ]
+        for label, get_line in figures:
+            table.rows.append([Cell(f"{label}, {tag}")] + [_cell(get_line(ln) if ln else None) for ln in here])
+    for label, get in _host_figures()[5:]:
+        table.rows.append([Cell(label)] + [_cell(get(r.run.results)) for r in rows])
+    return table

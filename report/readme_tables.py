@@ -1,0 +1,223 @@
+"""The README's headline tables, made from a run's results (never typed by hand).
+
+    python -m lab headline RUN [RUN ...]                 # print the tables (markdown)
+    python -m lab headline RUN [RUN ...] --write README.md   # replace the block between the markers
+    python -m lab headline --check README.md             # exit 1 when the block differs from its runs
+
+The block sits between `<!-- headline:begin RUN [RUN ...] -->` and `<!-- headline:end -->`; the
+begin marker names the runs it was made from (run directories or results.json files, relative to
+the repository root), so the block can be checked and remade from them. Several runs are merged
+in order: the first record of an experiment id wins (a reference made in two invocations).
+
+Tables, each from the metrics the lab recorded (a value the run did not record is "—"):
+1. step time per method and batch, fp32, with the speedup over eager (cuda_graph_decode step_ms,
+   readback false), then the methods timed with the token read back;
+2. the distance to the floor at the first batch, fp32 and bf16: step time, kernels per step,
+   GPU-busy time and the gaps between kernels (cuda_graph_decode), the bytes a step must read, the
+   byte floor (bytes / measured copy bandwidth) and MBU (ceilings), and correctness: fp32 tokens
+   equal to eager's, teacher-forced argmax agreement and largest logit error against fp32 eager;
+3. MBU per method and batch (ceilings);
+4. the ceilings the bounds use.
+
+Standard library only (plus lab.contract.results to read the files): the README can be remade without torch.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from lab.contract import metrics as M
+from lab.contract.names import method_rank
+from lab.contract.results import Record, load
+
+BEGIN = re.compile(r"<!-- headline:begin(?P<runs>[^>]*)-->")
+END = "<!-- headline:end -->"
+DASH = "—"
+
+
+class Run:
+    """The records of one or more results files, merged (the first record of an id wins)."""
+
+    def __init__(self, paths: Iterable[str | Path]) -> None:
+        self.paths = [str(p) for p in paths]
+        if not self.paths:
+            raise ValueError("headline: name at least one run directory or results.json")
+        self.records: dict[str, Record] = {}
+        self.profiles: list[str] = []
+        for path in self.paths:
+            results = load(path)
+            self.profiles.append(results.run.profile)
+            for rec in results.experiments:
+                self.records.setdefault(rec.id, rec)
+
+    def value(self, exp: str, name: str, **params: Any) -> Any:
+        """The value of the metric whose params include these, or None (absent, NOT_RUN, or several)."""
+        rec = self.records.get(exp)
+        if rec is None:
+            return None
+        found = [m.value for m in rec.metrics if m.name == name and all(m.params.get(k) == v for k, v in params.items())]
+        return found[0] if len(found) == 1 else None
+
+    def values(self, exp: str, name: str) -> list[tuple[dict[str, Any], Any]]:
+        rec = self.records.get(exp)
+        return [] if rec is None else [(dict(m.params), m.value) for m in rec.metrics if m.name == name]
+
+
+def _f(value: Any, fmt: str, suffix: str = "") -> str:
+    return DASH if value is None else f"{value:{fmt}}{suffix}"
+
+
+def _pct(value: Any) -> str:
+    return DASH if value is None else f"{100 * value:.1f}%"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
+    out = {}
+    for params, value in run.values("cuda_graph_decode", M.STEP_MS.name):
+        if params.get("dtype") == dtype and value is not None:
+            out[(str(params["method"]), int(params["batch"]), bool(params.get("readback")))] = float(value)
+    return out
+
+
+def step_table(run: Run) -> list[str]:
+    steps = _steps(run, "float32")
+    if not steps:
+        return [f"No fp32 step times in {', '.join(run.paths)} (cuda_graph_decode did not run or recorded none)."]
+    batches = sorted({b for _, b, _ in steps})
+    methods = sorted({m for m, _, rb in steps if not rb}, key=method_rank)
+    rows = []
+    for m in methods:
+        cells = [f"`{m}`"]
+        for b in batches:
+            ms, eager = steps.get((m, b, False)), steps.get(("eager", b, False))
+            cells.append(DASH if ms is None else f"{ms:.3f} ({eager / ms:.2f}×)" if eager else f"{ms:.3f}")
+        rows.append(cells)
+    for m in sorted({m for m, _, rb in steps if rb}, key=method_rank):
+        rows.append([f"`{m}`, token read back"] + [_f(steps.get((m, b, True)), ".3f") for b in batches])
+    lines = [f"GPT-2 124M, fp32, median ms per step (speedup over eager), {_config(run)}:", ""]
+    return lines + _table(["method"] + [f"B={b}" for b in batches], rows)
+
+
+def _config(run: Run) -> str:
+    rec = run.records.get("cuda_graph_decode")
+    cfg = rec.notes.get("config") if rec is not None else None
+    if not isinstance(cfg, dict):
+        return "cuda_graph_decode"
+    return f"{cfg.get('steps')} steps after a {cfg.get('prompt_len')}-token prompt, {cfg.get('rounds')} rounds"
+
+
+def floor_table(run: Run) -> list[str]:
+    """Distance to the floor, per method at the first fp32 batch and every bf16 batch."""
+    cases = sorted({(str(p["dtype"]), int(p["batch"])) for p, _ in run.values("cuda_graph_decode", M.STEP_MS.name)},
+                   key=lambda c: (c[0] != "float32", c[1]))
+    first32 = min((b for d, b in cases if d == "float32"), default=None)
+    cases = [c for c in cases if c[0] != "float32" or c[1] == first32]
+    rows = []
+    for dtype, batch in cases:
+        methods = sorted({str(p["method"]) for p, _ in run.values("cuda_graph_decode", M.STEP_MS.name)
+                          if p.get("dtype") == dtype and p.get("batch") == batch}, key=method_rank)
+        for m in methods:
+            p = {"method": m, "batch": batch, "dtype": dtype}
+            ms = run.value("cuda_graph_decode", M.STEP_MS.name, readback=False, **p)
+            nbytes = run.value("ceilings", M.BYTES_PER_STEP.name, **p)
+            rows.append([
+                f"`{m}`", f"{'fp32' if dtype == 'float32' else 'bf16'} B={batch}", _f(ms, ".3f"),
+                _f(run.value("cuda_graph_decode", M.KERNELS_PER_STEP.name, **p), ".0f"),
+                _f(run.value("ceilings", M.BOUND_LAUNCH_MS.name, **p), ".3f"),
+                _f(run.value("cuda_graph_decode", M.GPU_BUSY_US.name, **p), ".0f"),
+                _f(run.value("cuda_graph_decode", M.GAP_US.name, **p), ".0f"),
+                _f(None if nbytes is None else nbytes / 1e6, ".0f"),
+                _f(run.value("ceilings", M.BOUND_BANDWIDTH_MS.name, **p), ".3f"),
+                _pct(run.value("ceilings", M.MBU.name, **p)),
+                _pct(run.value("cuda_graph_decode", M.TOKEN_AGREEMENT.name, **p)),
+                _pct(run.value("cuda_graph_decode", M.TEACHER_FORCED_AGREEMENT.name, **p)),
+                _f(run.value("cuda_graph_decode", M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"),
+            ])
+    if not rows:
+        return ["No step times to set against the floor."]
+    header = ["method", "case", "ms/step", "kernels", "launch bound ms", "GPU busy µs", "gaps µs", "MB read",
+              "floor ms", "MBU", "free-running agreement¹", "teacher-forced agreement²", "max logit error²"]
+    return (["Distance to the floor, per step: kernels and the launch bound (kernels × the measured cost of one "
+             "launch or graph node), GPU-busy time (union of the kernels' intervals, profiler) and the gaps (step "
+             "time − busy), the bytes a step must read (every weight once + the attended cache), the floor those "
+             "bytes take at the measured copy bandwidth, and MBU = bytes / step time / bandwidth:", ""]
+            + _table(header, rows)
+            + ["", f"¹ Tokens equal to eager's of the same dtype over the whole decode; {M.FREE_RUNNING_NOTE}. "
+                   "² Fed fp32 eager's token at every step, argmax and logits against fp32 eager's."])
+
+
+def mbu_table(run: Run) -> list[str]:
+    cells: dict[tuple[str, int], float] = {}
+    for p, v in run.values("ceilings", M.MBU.name):
+        if p.get("dtype") == "float32" and v is not None:
+            cells[(str(p["method"]), int(p["batch"]))] = float(v)
+    if not cells:
+        return []
+    batches = sorted({b for _, b in cells})
+    methods = sorted({m for m, _ in cells}, key=method_rank)
+    rows = [[f"`{m}`"] + [_pct(cells.get((m, b))) for b in batches] for m in methods]
+    return ["", "MBU per batch, fp32 (bytes a step must read / step time / copy bandwidth):", ""] + \
+        _table(["method"] + [f"B={b}" for b in batches], rows)
+
+
+def ceilings_line(run: Run) -> list[str]:
+    bw = run.value("ceilings", M.BANDWIDTH_GBPS.name, kind="copy")
+    node = run.value("ceilings", M.LAUNCH_US_PER_OP.name, mode="graph_node")
+    eager = run.value("ceilings", M.LAUNCH_US_PER_OP.name, mode="eager")
+    tf = {d: run.value("ceilings", M.MATMUL_TFLOPS.name, dtype=d) for d in ("float32", "bfloat16")}
+    if bw is None and node is None and eager is None:
+        return []
+    return ["", f"Ceilings measured in the same run: copy bandwidth {_f(bw, ',.0f')} GB/s, a node of a replayed "
+                f"graph {_f(node, '.2f')} µs, an eager tiny op {_f(eager, '.1f')} µs, matmul "
+                f"{_f(tf['float32'], '.1f')} TFLOP/s fp32 and {_f(tf['bfloat16'], '.0f')} TFLOP/s bf16."]
+
+
+def render(paths: Iterable[str | Path], shown: list[str] | None = None) -> str:
+    """The headline block's content (without the markers); `shown`: the run names to print (default: paths)."""
+    run = Run(paths)
+    names = " ".join(shown or run.paths)
+    parts = [f"<!-- made by `python -m lab headline {names} --write README.md`: do not edit by hand -->", ""]
+    parts += step_table(run) + [""] + floor_table(run) + mbu_table(run) + ceilings_line(run)
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def find_block(text: str, where: str = "README.md") -> tuple[int, int, list[str]]:
+    """(start of the content, end of the content, the runs named in the begin marker)."""
+    begin = BEGIN.search(text)
+    if begin is None:
+        raise ValueError(f"{where}: no `<!-- headline:begin RUN ... -->` marker")
+    end = text.find(END, begin.end())
+    if end < 0:
+        raise ValueError(f"{where}: `{END}` missing after the headline:begin marker")
+    return begin.end(), end, begin.group("runs").split()
+
+
+def write(readme: Path, paths: list[str], root: Path | None = None) -> bool:
+    """Replace the block of `readme` by the tables of `paths` (named in the marker as given; read from
+    `root`, default the README's folder, when relative); True if the file changed."""
+    text = readme.read_text()
+    start, end, _ = find_block(text, str(readme))
+    root = root or readme.parent
+    begin = text.rfind("<!--", 0, start)
+    block = f"<!-- headline:begin {' '.join(paths)} -->\n" + render([root / p for p in paths], shown=paths)
+    new = text[:begin] + block + text[end:]
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
+def check(readme: Path, root: Path | None = None) -> tuple[bool, str]:
+    """(whether the block of `readme` equals the tables of the runs its marker names, those runs)."""
+    text = readme.read_text()
+    start, end, runs = find_block(text, str(readme))
+    if not runs:
+        raise ValueError(f"{readme}: the headline:begin marker names no run")
+    root = root or readme.parent
+    return text[start:end] == "\n" + render([root / r for r in runs], shown=runs), " ".join(runs)
