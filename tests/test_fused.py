@@ -280,7 +280,7 @@ def test_budget_matches_the_step_docstring() -> None:
 
     rows = C.byte_budget(12, 768, 12, 50257, 1, 4, 256, 8, 786)
     s = C.budget_summary(rows, 4208.0)
-    doc = (P(__file__).resolve().parents[1] / "lab" / "fused" / "step.py").read_text()
+    doc = (P(__file__).resolve().parents[1] / "lab" / "step" / "fused" / "step.py").read_text()
     assert s["kernels"] == 62 and "62 launches" in doc
     assert f"{s['weight_bytes'] / 1e6:.1f} MB" in doc and f"{s['weight_floor_ms']:.3f} ms" in doc
 

@@ -28,7 +28,7 @@ __all__ = ["MANIFEST_VERSION", "REPO_ROOT", "collect", "container_info", "finish
 
 LABEL_ENV = "LAB_LABEL"  # the user's label for the run (`lab run --label NAME` sets it)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def now_iso() -> str:
