@@ -22,6 +22,7 @@ from lab.experiments import graph_buckets as gb
 from lab.experiments import model_scaling as ms
 from lab.experiments import peer_generate as pg
 from lab.run.manifest import REPO_ROOT
+from lab.contract import intervals
 from lab.contract.names import Method
 from lab.contract.reasons import Code
 from lab.contract.results import load
@@ -82,8 +83,11 @@ def test_budget_counts_and_seconds() -> None:
 # ---------------------------------------------------------------------------- the rules of each experiment
 
 def test_model_scaling_rule() -> None:
-    assert ms.gain_trend(5.0, 2.0) == "shrinks" and ms.gain_trend(2.0, 5.0) == "grows"
-    assert ms.gain_trend(2.0, 2.05) == "holds"
+    iv = intervals.Interval
+    assert ms.gain_trend(iv(4.8, 5.2), iv(1.9, 2.1)) == "shrinks" and ms.gain_trend(iv(1.9, 2.1), iv(4.8, 5.2)) == "grows"
+    # overlapping intervals hold, however far apart the medians: the rule is the intervals', not a 5% threshold
+    assert ms.gain_trend(iv(1.5, 2.5), iv(2.4, 3.0)) == "holds"
+    assert ms.gain_trend(None, iv(1.0, 1.1)) == "unknown"
     assert ms.priority(("a", "b"), ("float32", "bfloat16"), (8, 1))[:3] == [(1, "float32", "a"), (1, "float32", "b"),
                                                                            (1, "bfloat16", "a")]
     shrink = {"method": Method.GRAPH, "dtype": "float32", "batch": 1, "first": 5.4, "last": 1.9, "small": "gpt2-124M",

@@ -54,7 +54,8 @@ class ExperimentSpec:
 
 
 _CORRECTNESS = (M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF)
-_TIMED = (M.SETUP_S, M.STEP_MS, M.SPEEDUP)
+_INTERVAL = (M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH)
+_TIMED = (M.SETUP_S, M.STEP_MS, M.SPEEDUP, *_INTERVAL)
 
 CATALOGUE: tuple[ExperimentSpec, ...] = (
     # chapter 000: the core of the lab
@@ -72,10 +73,11 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    (), (M.DISTINCT_TOKENS_MIN, M.TOKENS_EQUAL, M.GARBAGE_SCALE)),
     ExperimentSpec("cuda_graph_decode", "Decode step: eager vs graph replay vs compile modes, per batch", "000",
                    ("cuda",), (M.SETUP_S, M.DYNAMO_GRAPHS, M.GRAPH_BREAKS, M.COMPILED_FRAMES, M.CUDAGRAPH_SKIPS,
-                               *_CORRECTNESS, M.TEACHER_FORCED_AGREEMENT, M.TEACHER_FORCED_MAX_LOGIT_ERROR,
-                               M.KERNELS_PER_STEP, M.KERNEL_TIME_PER_STEP_US, M.GPU_BUSY_US, M.GAP_US,
-                               M.RECOMPILES_DURING_TIMING, M.STEP_MS, M.ROUND_MEDIANS_MS, M.SPEEDUP_VS_EAGER,
-                               M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS),
+                               *_CORRECTNESS, M.CORRECT, M.TEACHER_FORCED_AGREEMENT,
+                               M.TEACHER_FORCED_MAX_LOGIT_ERROR, M.KERNELS_PER_STEP, M.KERNEL_TIME_PER_STEP_US,
+                               M.GPU_BUSY_US, M.GAP_US, M.RECOMPILES_DURING_TIMING, M.STEP_MS, M.ROUND_MEDIANS_MS,
+                               M.SPEEDUP_VS_EAGER, *_INTERVAL, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.MBU,
+                               M.BANDWIDTH_GBPS),
                    workload="GPT-2 fixed-shape decode step"),
     ExperimentSpec("graph_cost", "Warm-up + capture time, break-even steps, state and graph-pool memory", "000",
                    ("cuda",), (M.CAPTURE_S, M.WARMUP_S, M.CAPTURE_ONLY_S, M.STATE_MIB, M.STATE_ALLOCATED_MIB,
@@ -100,7 +102,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    "002", (), (M.GRAPHS, M.GRAPH_BREAKS, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_BROKEN_EAGER),
                    workload="RMS-norm step, broken vs repaired"),
     ExperimentSpec("manual_graph_recipe", "Linear(256,256) captured by hand with static buffers; equal to eager",
-                   "002", ("cuda",), (M.CAPTURE_S, M.STEP_MS, M.SPEEDUP), workload="Linear(256,256) captured by hand"),
+                   "002", ("cuda",), (M.CAPTURE_S, M.STEP_MS, M.SPEEDUP, *_INTERVAL), workload="Linear(256,256) captured by hand"),
     # module 003
     ExperimentSpec("fusion", "Chain of N elementwise ops, in and out of cache: eager vs compiled, bytes", "003",
                    ("inductor",), (*_TIMED, M.KERNELS, M.BYTES_MOVED, M.ACHIEVED_GBPS, M.CEILING_X),
@@ -128,11 +130,12 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     # sweeps (issue 14): the questions users bring next; run by the gpu-sweep and smoke profiles, or by name
     ExperimentSpec("peer_generate", "transformers' generate (dynamic, static, static + compile) vs the lab's step, same "
                    "weights", "014", (), (M.OUTCOME, M.FIRST_CALL_S, M.SETUP_S, M.STEP_MS, M.TOKENS_EQUAL,
-                                          M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF, M.SPEEDUP_VS_EAGER, M.SPEEDUP_VS_PEER,
-                                          M.CONCLUSION), sweep=True),
+                                          M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF, M.CORRECT, M.SPEEDUP_VS_EAGER,
+                                          *_INTERVAL, M.SPEEDUP_VS_PEER, M.CONCLUSION), sweep=True),
     ExperimentSpec("model_scaling", "GPT-2 124M to 1.5B shapes, fp32 and bf16: does the graph gain shrink as the model "
-                   "grows?", "014", (), (M.WEIGHTS_MIB, M.BANDWIDTH_GBPS, M.SETUP_S, *_CORRECTNESS, M.STEP_MS,
-                                         M.SPEEDUP_VS_EAGER, M.SAVING_MS_PER_STEP, M.KERNELS_PER_STEP,
+                   "grows?", "014", (), (M.WEIGHTS_MIB, M.BANDWIDTH_GBPS, M.SETUP_S, *_CORRECTNESS, M.CORRECT,
+                                         M.TEACHER_FORCED_AGREEMENT, M.TEACHER_FORCED_MAX_LOGIT_ERROR, M.STEP_MS,
+                                         M.SPEEDUP_VS_EAGER, *_INTERVAL, M.SAVING_MS_PER_STEP, M.KERNELS_PER_STEP,
                                          M.KERNEL_TIME_PER_STEP_US, M.FLOPS_PER_STEP, M.FLOPS_PER_KERNEL,
                                          M.BYTES_PER_STEP, M.MBU, M.GAIN_RATIO, M.CONCLUSION), sweep=True),
     ExperimentSpec("context_scaling", "Fixed-shape step + graph vs growing-cache step, max_len 256-2048, filled 10-90%: "

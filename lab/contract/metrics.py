@@ -139,7 +139,7 @@ IN_RUN_OVER_SENTINEL = declare("in_run_over_sentinel", units.X, N, "the run's ow
 SENTINEL_DRIFT = declare("sentinel_drift", units.X, N, "the sentinel's step time at the end of the run over its time "
                          "at the start: 1 is a host that did not change under the run (no direction)")
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
-                  "is named)", comparable=_BYTES + _GEMM + _LAUNCH)
+                  "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"))
 SPEEDUP_VS_BROKEN_EAGER = declare("speedup_vs_broken_eager", units.X, H,
                                   "the broken step's eager median over this version and method's",
                                   comparable=("option:graph_break_repair.rows", "option:graph_break_repair.dim"))
@@ -162,6 +162,10 @@ TEACHER_FORCED_AGREEMENT = declare(
 TEACHER_FORCED_MAX_LOGIT_ERROR = declare(
     "teacher_forced_max_logit_error", units.ABS, L,
     "largest |logit - fp32 eager's logit| over the teacher-forced steps (fed fp32 eager's tokens)", comparable=_MODEL)
+CORRECT = declare("correct", units.BOOL, N, "the method passes the lab's correctness rule (lab.step.correctness): "
+                  "its greedy tokens equal eager's in fp32 for eager's own kernels, else the teacher-forced rule "
+                  "against bf16 eager's own rounding (bf16) or the fp32 allowance; what \"fastest correct\" "
+                  "selects by", kind=BOOL)
 MAX_LOGIT_DIFF = declare("max_logit_diff", units.ABS, L, "largest absolute logit difference from the reference",
                          comparable=_MODEL)
 MAX_LOGIT_REL_DIFF = declare("max_logit_rel_diff", units.FRACTION, L,

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import statistics
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 
@@ -36,6 +37,8 @@ from lab.console import console  # noqa: F401  (the lab's console, on stderr; ke
 from lab.run.librarylogs import Capture
 from lab.locks import clean_abandoned_tempdirs
 from lab.run.manifest import collect, finish, now_iso
+from lab.contract import intervals
+from lab.contract import metrics as M
 from lab.contract.metrics import Kind, MetricSpec
 from lab.contract.options import OptionsError, as_dict
 from lab.contract.options import resolve as resolve_options
@@ -110,6 +113,14 @@ def resolve_all(specs: list[ExperimentSpec], profile: Profile,
     return {eid: options_for(BY_ID[eid], profile, set_text.get(eid)) for eid in wanted}
 
 
+def _rounds(samples: Any) -> list[list[float]] | None:
+    """Per-round samples as floats, or None for a flat list."""
+    items = list(samples)
+    if items and all(isinstance(r, (list, tuple)) for r in items):
+        return [[float(x) for x in _plain(list(r))] for r in items]
+    return None
+
+
 class Context:
     """What an experiment receives: the profile, its resolved options, the device, a clock, and a recorder."""
 
@@ -156,19 +167,39 @@ class Context:
         self.record.metrics.append(m)
         return m
 
-    def timing(self, spec: MetricSpec, samples: list[float], /, **params: Any) -> Spread:
-        """A timing: the median as the metric's value, its spread, and the raw samples kept."""
+    def timing(self, spec: MetricSpec, samples: Sequence[float] | Sequence[Sequence[float]], /,
+               **params: Any) -> Spread:
+        """A timing: the median as the metric's value, its spread, and the raw samples kept.
+
+        `samples` is a flat list, or one list per round (rotating rounds): then the spread also holds the
+        95% interval of the median, a bootstrap over rounds (lab.contract.intervals)."""
         if isinstance(spec, MetricSpec) and spec.kind is not Kind.NUMBER:
             raise ValueError(f"{self.spec.id} timed metric {spec.name!r}, which lab/contract/metrics.py declares "
                              f"{spec.kind.value}")
-        samples = [float(x) for x in _plain(list(samples))]
-        sp = spread(samples)
+        rounds = _rounds(samples)
+        flat = [x for r in rounds for x in r] if rounds is not None else [float(x) for x in _plain(list(samples))]
+        sp = spread(flat, rounds)
         self._declared(spec, sp.median)
         params = self._storable(f"metric {spec.name!r}'s params", params)
         self.record.metrics.append(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
         self.record.samples.append(Samples(name=spec.name, unit=spec.unit, params=params,
-                                           values=[float(f"{x:.6g}") for x in samples]))
+                                           values=[float(f"{x:.6g}") for x in flat]))
         return sp
+
+    def speedup(self, spec: MetricSpec, baseline: Sequence[Sequence[float]], method: Sequence[Sequence[float]], /,
+                **params: Any) -> float:
+        """Record a speedup (the baseline's median over the method's, from their per-round samples) and, where the
+        declaration names them, its 95% interval (lab.contract.intervals.ratio_interval: rounds paired)."""
+        base = [float(x) for r in baseline for x in r]
+        mine = [float(x) for r in method for x in r]
+        value = statistics.median(base) / statistics.median(mine)
+        self.metric(spec, round(value, 4), **params)
+        if spec.interval is not None:
+            ci = intervals.ratio_interval(baseline, method)
+            low, high = (M.REGISTRY[n] for n in spec.interval)
+            self.metric(low, None if ci is None else round(ci.low, 4), **params)
+            self.metric(high, None if ci is None else round(ci.high, 4), **params)
+        return value
 
     def check(self, name: str, passed: bool, /, detail: str = "", fatal: bool = True, **params: Any) -> bool:
         params = self._storable(f"check {name!r}'s params", params)
