@@ -58,6 +58,9 @@ _INTERVAL = (M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH)
 _TIMED = (M.SETUP_S, M.STEP_MS, M.SPEEDUP, *_INTERVAL)
 
 CATALOGUE: tuple[ExperimentSpec, ...] = (
+    # first: the decode step in a fresh process, before the run has measured (or profiled) anything
+    ExperimentSpec("sentinel", "Eager and graph replay at batch 1 in a fresh process: the run's clean baseline", "020",
+                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP)),
     # chapter 000: the core of the lab
     ExperimentSpec("toolchain", "Which C++ compiler Inductor would use, Python headers, Triton, MSVC", "000", ("host",),
                    (M.CXX_COMPILER_FOUND, M.CXX_OFF_PATH, M.PYTHON_HEADERS, M.TRITON_IMPORTABLE, M.CUDA_AVAILABLE,
@@ -149,6 +152,10 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    "torch.where rewrite", "014", (), (M.GRAPHS, M.GRAPH_BREAKS, M.STEP_COMPILES, M.DYNAMO_GRAPHS,
                                                        M.CAPTURES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
                                                        M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
+    # last: the fresh-process step again, and the run's own baseline judged against it
+    ExperimentSpec("sentinel_end", "The fresh-process step at the end: drift, and the in-run eager against it", "020",
+                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP,
+                               M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT)),
 )
 
 BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}

@@ -90,6 +90,13 @@ def session(label: str, cuda: bool, **profile_kwargs: Any) -> Iterator[Any]:
             GUARD.residue = f"the profiler session '{label}' ran in this process ({STRICT_ENV}=1: every session counts)"
 
 
+def experiment_started(experiment_id: str) -> None:
+    """The runner starts an experiment. Under `strict()` the residue is scoped to one experiment (the CPU test
+    checks each experiment's own order: time first, profile last); a real residue stays for the process."""
+    if is_strict():
+        GUARD.residue = None
+
+
 def check_clean(what: str) -> None:
     """Refuse a timing after a residue: raises ProfilerResidue naming the timing and the session that left it."""
     if GUARD.residue is not None:

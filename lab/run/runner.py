@@ -46,6 +46,7 @@ from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
 from lab.contract.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
                          quarantine, save, unstorable, write_json_atomic)
+from lab.measure import profiler_guard
 from lab.measure.timing import clock_for, spread
 from lab.host.toolchain import Toolchain, probe
 
@@ -111,6 +112,16 @@ def resolve_all(specs: list[ExperimentSpec], profile: Profile,
                            f"{unknown[0]!r} (valid: {', '.join(BY_ID)})")
     wanted = [s.id for s in specs] + [e for e in set_text if e not in {s.id for s in specs}]
     return {eid: options_for(BY_ID[eid], profile, set_text.get(eid)) for eid in wanted}
+
+
+def _clean_launch_us(results: Results) -> float | None:
+    """The cost of one tiny eager op the sentinel measured in its fresh process at the start (None: no sentinel)."""
+    for rec in results.experiments:
+        if rec.id == "sentinel" and rec.status == "OK":
+            for m in rec.metrics:
+                if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("when") == "start":
+                    return float(m.value)
+    return None
 
 
 def _rounds(samples: Any) -> list[list[float]] | None:
@@ -287,9 +298,14 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
                 raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
                                                 f"{spec.id} yet: update the lab") from None
             ctx = Context(spec, profile, toolchain, record, results, models, options, out_dir)
+            profiler_guard.experiment_started(spec.id)
             module.run(ctx)
         except NotRun as exc:
             record.status, record.reason = "NOT_RUN", exc.reason
+        except profiler_guard.ProfilerResidue as exc:  # a timing refused: a failed fatal check naming the cause
+            record.checks.append(Check(name="no timing after a profiler left its residue", passed=False,
+                                       detail=str(exc), params={}, fatal=True))
+            _failed(record, exc)
         except (Exception, SystemExit) as exc:
             _failed(record, exc)
     finally:
@@ -435,7 +451,7 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
         raise
     finally:
         capture.close()
-    finish(results.manifest)  # the host's load at the end
+    finish(results.manifest, _clean_launch_us(results))  # the host's load at the end, the sentinel's launch cost
     write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
     save_now("complete")
     out.summary(results)
