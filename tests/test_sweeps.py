@@ -38,7 +38,7 @@ def test_sweeps_are_catalogued_and_only_sweep_profiles_run_them_by_default() -> 
     assert not {s.id for s in catalogue.resolve(None, sweeps=False)} & set(SWEEPS)
     assert {s.id for s in catalogue.resolve(None, sweeps=True)} >= set(SWEEPS)
     sweep = profiles.get("gpu-sweep")
-    assert sweep.device == "cuda" and sweep.experiments == SWEEPS
+    assert sweep.device == "cuda" and sweep.experiments == ("sentinel", *SWEEPS, "sentinel_end")
     assert profiles.get("smoke").sweeps and not profiles.get("gpu").sweeps and not profiles.get("cpu").sweeps
     opts = runner.resolve_all(catalogue.resolve(list(SWEEPS)), sweep)
     assert opts["model_scaling"].sizes == ("gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B")
@@ -50,7 +50,7 @@ def test_gpu_sweep_without_cuda_is_not_run_no_cuda(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this host has CUDA")
     res = runner.run(profiles.get("gpu-sweep"), tmp_path)
-    assert [(r.id, r.status, r.reason.code) for r in res.experiments] == [(i, "NOT_RUN", "no_cuda") for i in SWEEPS]
+    assert [(r.id, r.status, r.reason.code) for r in res.experiments] == [(i, "NOT_RUN", "no_cuda") for i in ("sentinel", *SWEEPS, "sentinel_end")]
 
 
 # ---------------------------------------------------------------------------- shared pieces

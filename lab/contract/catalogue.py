@@ -128,8 +128,8 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                         M.HOST_SHARE)),
     # last: it reads the records above
     ExperimentSpec("selection", "Which of eager / compile / graph / compile+graph wins each workload", "002", ("host",),
-                   (M.WINNER, M.WINNER_FAMILY, M.SPEEDUP_VS_EAGER, M.MARGIN_VS_RUNNER_UP, M.TIE_WITH_EAGER,
-                    M.CASES)),
+                   (M.WINNER, M.WINNER_FAMILY, M.SPEEDUP_VS_EAGER, *_INTERVAL, M.MARGIN_VS_RUNNER_UP,
+                    M.TIE_WITH_EAGER, M.CASES)),
     # sweeps (issue 14): the questions users bring next; run by the gpu-sweep and smoke profiles, or by name
     ExperimentSpec("peer_generate", "transformers' generate (dynamic, static, static + compile) vs the lab's step, same "
                    "weights", "014", (), (M.OUTCOME, M.FIRST_CALL_S, M.SETUP_S, M.STEP_MS, M.TOKENS_EQUAL,
