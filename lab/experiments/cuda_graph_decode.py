@@ -38,6 +38,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common import methods
 from lab.experiments.common.sweep import copy_bandwidth
+from lab.measure import profiler_guard
 from lab.measure.breakeven import break_even_calls
 from lab.step import methods as stepmethods
 
@@ -222,5 +223,6 @@ def run(ctx) -> None:
         phases[f"b{ms.shape.batch}.{ms.shape.dtype}"]["kernels_s"] = round(time.perf_counter() - t0, 2)
     phases["total_s"] = round(time.perf_counter() - start, 2)
     ctx.note("phase_s", phases)
+    ctx.note("profiler_guard", profiler_guard.state())  # sessions, and whether CUPTI was torn down after them
     if ctx.device.type == "cuda":
         ctx.note("tf32", {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
