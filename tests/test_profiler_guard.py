@@ -112,3 +112,8 @@ def test_every_experiment_of_the_smoke_profile_that_profiles_times_first(tmp_pat
     assert not refused, refused
     assert len(G.GUARD.sessions) >= len(ids)  # they did profile: the test could have failed
     assert [r.id for r in res.experiments if r.status != "OK"] == [], [(r.id, r.reason) for r in res.experiments]
+
+
+def test_rounds_of_methods_named_by_numbers_are_timed():
+    """graph_buckets names its methods by batch size: the guard's label must not assume strings."""
+    assert rotating_rounds({1: lambda: [1.0], 2: lambda: [2.0]}, 2) == {1: [[1.0], [1.0]], 2: [[2.0], [2.0]]}

@@ -131,7 +131,7 @@ def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
     out: dict[str, list[list[float]]] = {n: [] for n in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)] if names else []
-        profiler_guard.check_clean(f"round {r + 1} of {', '.join(names)}")
+        profiler_guard.check_clean(f"round {r + 1} of {', '.join(map(str, names))}")
         for name in order:
             if on_round:
                 on_round(r, name)
