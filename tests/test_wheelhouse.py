@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lab.host import wheelhouse as W
-from tests.cli_helpers import cli
+from cli_helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = W.Target("3.12", "manylinux_2_28_x86_64")
@@ -135,6 +135,30 @@ def test_no_wheel_for_the_target_is_one_line_naming_the_package_and_exit_2(index
     assert rc == 2 and started.startswith("resolving 2 requirements") and err.startswith("error: "), (rc, err)
     assert "pip found no wheel of gamma for CPython 3.12 on manylinux_2_28_x86_64" in err
     assert not list((tmp_path / "wheelhouse").glob("*.whl"))
+
+
+# Run in an interpreter that refuses the lab's third-party dependencies: the command needs only the standard library.
+WITHOUT_DEPENDENCIES = """
+import sys
+from pathlib import Path
+refused = {"torch", "pydantic", "jinja2", "matplotlib", "rich", "transformers", "numpy", "nox"}
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in refused:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Refuse())
+from lab.__main__ import build_parser
+build_parser().parse_args(["wheelhouse", sys.argv[1]])
+from lab.host import wheelhouse as W
+print(len(W.build(Path(sys.argv[1]), ["alpha"], W.Target("3.12", "manylinux_2_28_x86_64"))))
+"""
+
+
+def test_the_command_runs_with_a_python3_that_has_none_of_the_labs_dependencies(index: Path, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_DEPENDENCIES, str(tmp_path / "wheelhouse")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "2", proc.stdout + proc.stderr[-3000:]
+    assert (tmp_path / "wheelhouse" / "requirements.txt").is_file()
 
 
 def _venv_run(args: list[str], env: dict[str, str], timeout: int) -> str:
