@@ -17,9 +17,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli
 
 from lab.host import wheelhouse as W
-from cli_helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = W.Target("3.12", "manylinux_2_28_x86_64")
@@ -105,7 +105,8 @@ def test_the_wheels_are_downloaded_with_a_hash_line_each_that_pip_accepts(index:
     assert lines == expected
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--find-links", str(out),
                            "--require-hashes", "-r", str(out / "requirements.txt"), "--ignore-installed",
-                           *TARGET.pip_args()], capture_output=True, text=True, env={**os.environ, "PIP_FIND_LINKS": ""})
+                           *TARGET.pip_args()], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PIP_FIND_LINKS": ""})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Would install alpha-1.0 beta-2.0" in proc.stdout
 
@@ -156,13 +157,13 @@ print(len(W.build(Path(sys.argv[1]), ["alpha"], W.Target("3.12", "manylinux_2_28
 
 def test_the_command_runs_with_a_python3_that_has_none_of_the_labs_dependencies(index: Path, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", WITHOUT_DEPENDENCIES, str(tmp_path / "wheelhouse")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, check=False, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "2", proc.stdout + proc.stderr[-3000:]
     assert (tmp_path / "wheelhouse" / "requirements.txt").is_file()
 
 
 def _venv_run(args: list[str], env: dict[str, str], timeout: int) -> str:
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=timeout)
     assert proc.returncode == 0, (args, (proc.stdout + proc.stderr)[-4000:])
     return proc.stdout + proc.stderr
 

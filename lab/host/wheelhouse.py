@@ -20,9 +20,9 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 from urllib.parse import unquote, urlsplit
 
 # What the GPU host brings and the wheelhouse never holds (PEP 503 normalised names; nvidia-* by prefix).
@@ -73,7 +73,8 @@ def platform_tags(tag: str) -> tuple[str, ...]:
     itself and every older manylinux of the same architecture (manylinux_2_28 down to manylinux_2_5 and the
     legacy manylinux2014/2010/1 names); any other tag (macosx, win, musllinux) is passed as it is."""
     legacy = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
-    match = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", tag) or re.fullmatch(r"(manylinux2014|manylinux2010|manylinux1)_(\w+)", tag)
+    match = (re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", tag)
+             or re.fullmatch(r"(manylinux2014|manylinux2010|manylinux1)_(\w+)", tag))
     if match is None:
         if not re.fullmatch(r"[a-z0-9_]+", tag):
             raise ValueError(f"--platform {tag!r}: not a wheel platform tag (e.g. manylinux_2_28_x86_64)")
@@ -156,7 +157,7 @@ def pip_failure(output: str, target: Target) -> str:
 
 def _pip(pip: Sequence[str], args: list[str], target: Target) -> None:
     try:
-        proc = subprocess.run([*pip, *args], capture_output=True, text=True)
+        proc = subprocess.run([*pip, *args], capture_output=True, text=True, check=False)
     except OSError as exc:
         raise ValueError(f"cannot run pip ({' '.join(pip)}): {exc.strerror or exc}") from None
     if proc.returncode != 0:
