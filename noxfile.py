@@ -144,3 +144,9 @@ def compare(session: nox.Session) -> None:
     """Compare two runs or manifests: -- A B (run directories, results.json or manifest.json)."""
     install_report(session)
     lab_command(session, "compare", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def wheelhouse(session: nox.Session) -> None:
+    """On a connected host: the lab's dependencies but torch as hashed wheels for an offline GPU host: -- DIR --python 3.12 --platform manylinux_2_28_x86_64."""
+    lab_command(session, "wheelhouse", *session.posargs)

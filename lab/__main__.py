@@ -5,7 +5,8 @@ this file only dispatches. Bad input (a ValueError, a file that cannot be read o
 one line on stderr naming the argument or file, and exit status 2. Ctrl-C ends with 130, SIGTERM
 and SIGHUP with 128 + the signal (results measured so far are saved). Anything else is a bug of the
 lab: its traceback, then where to report it (exit status 1); LAB_DEBUG=1 shows the traceback of a
-one-line error too.
+one-line error too. A dependency this interpreter lacks (torch, pydantic, jinja2, ...) is not a bug either:
+one line names it and how to get it, exit status 2.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ from lab.permissions import permission_denied
 
 BUG_REPORT = ("this is a bug in the lab, not in what you typed: please report it to the lab's maintainers (README.md, "
               "'Reporting a bug') with the traceback above, the command line, and `python -m lab env --out env.json`")
+
+# How to get the lab's dependencies, for the one line that names a missing one.
+GET_DEPENDENCIES = ("`pip install -e .` from the repository into a virtualenv, nox's .nox/<session>/bin/python (made by "
+                    "`nox -s lab`), or, on a host without network, the offline wheelhouse (README.md, 'A GPU host "
+                    "without network')")
+# Left to the host by the wheelhouse: these come with the torch build to be measured.
+MEASURED = ("torch", "triton")
+# Import names whose distribution is named otherwise.
+DISTRIBUTIONS = {"yaml": "pyyaml", "PIL": "pillow", "dateutil": "python-dateutil"}
 
 ORDER = ("run", "list", "env", "decode", "report", "compare", "diagnose")
 
@@ -65,12 +75,42 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+def missing_dependency(exc: ImportError) -> str | None:
+    """The one line for an import of a package this interpreter lacks (or has in a version without what the lab
+    imports); None when the module that failed is the lab's own (a bug, or a broken checkout)."""
+    name = exc.name or ""
+    top = name.split(".")[0]
+    if not top or top in ("lab", "report"):
+        return None
+    package = DISTRIBUTIONS.get(top, top)
+    where = sys.executable
+    if top in MEASURED:
+        return (f"this interpreter ({where}) has no {package}, the library the lab measures: install the torch build "
+                f"to measure into it (`pip install -e .` brings one, nox's .nox/<session>/bin/python has one; the "
+                f"offline wheelhouse leaves torch to the host)")
+    if isinstance(exc, ModuleNotFoundError):
+        return f"this interpreter ({where}) lacks {package}, which the lab needs: {GET_DEPENDENCIES}"
+    detail = " ".join(str(exc).split(" (")[0].split())
+    return (f"this interpreter's {package} is not a version the lab works with ({detail}): install the versions "
+            f"pyproject.toml asks for; {GET_DEPENDENCIES}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     debug = os.environ.get("LAB_DEBUG") == "1"
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return int(args._main(args) or 0)
+    except ImportError as exc:
+        line = missing_dependency(exc)
+        if line is None:
+            traceback.print_exc()
+            print(f"error: {BUG_REPORT}", file=sys.stderr)
+            return 1
+        if debug:
+            traceback.print_exc()
+        print(f"error: {line}", file=sys.stderr)
+        return 2
     except PermissionError as exc:  # before OSError: the fix depends on where the lab runs
         if debug:
             traceback.print_exc()

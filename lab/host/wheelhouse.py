@@ -1,0 +1,240 @@
+"""The offline wheelhouse: the wheels of the lab's dependencies for a GPU host without network, with hashes.
+
+On a connected host, pip resolves the lab's dependencies (pyproject's [project] dependencies and nox,
+which runs `nox -s gpu_lab --no-venv`) for a target Python and platform, wheels only
+(`pip install --dry-run --report` with `--only-binary=:all: --python-version --platform --implementation cp`).
+torch, Triton and the CUDA libraries (nvidia-*) are never part of it: the GPU host's torch is the one
+measured. They are refused before anything is downloaded (a constraint no release of torch or triton
+meets, then a check of the resolved set), then `pip download --no-deps` fetches exactly the resolved
+wheels and `requirements.txt` pins each with its `--hash=sha256:`. On the GPU host, pip installs them
+with `--no-index --find-links DIR --require-hashes -r DIR/requirements.txt` (README.md, "A GPU host
+without network"). Standard library only: it runs with any python3 that has pip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+# What the GPU host brings and the wheelhouse never holds (PEP 503 normalised names; nvidia-* by prefix).
+LEFT_TO_HOST = ("torch", "triton", "pytorch-triton")
+LEFT_TO_HOST_PREFIXES = ("nvidia-",)
+# Besides [project] dependencies: what `python3 -m nox -s gpu_lab --no-venv` needs (taken from the dev extra's pin).
+RUNNERS = ("nox",)
+REQUIREMENTS_FILE = "requirements.txt"
+_SCRATCH = (".wheelhouse-report.json", ".wheelhouse-constraints.txt")
+
+
+def normalize(name: str) -> str:
+    """A distribution name as PEP 503 compares it: lower case, runs of -_. as one '-'."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def left_to_host(name: str) -> bool:
+    """torch, Triton and the CUDA libraries: the GPU host's own, never downloaded."""
+    n = normalize(name)
+    return n in LEFT_TO_HOST or n.startswith(LEFT_TO_HOST_PREFIXES)
+
+
+def requirement_name(spec: str) -> str:
+    """The distribution a requirement names ("pydantic>=2.7,<3" -> "pydantic")."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
+    if not match:
+        raise ValueError(f"not a requirement: {spec!r}")
+    return match.group(1)
+
+
+def lab_requirements(pyproject: Path) -> list[str]:
+    """pyproject's [project] dependencies without torch & co, plus nox as the dev extra pins it."""
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{pyproject}: cannot read the lab's dependencies ({exc})") from None
+    project = data.get("project", {})
+    wanted = [spec for spec in project.get("dependencies", []) if not left_to_host(requirement_name(spec))]
+    extras = [spec for group in project.get("optional-dependencies", {}).values() for spec in group]
+    for runner in RUNNERS:
+        pinned = [spec for spec in extras if normalize(requirement_name(spec)) == runner]
+        wanted.append(pinned[0] if pinned else runner)
+    return wanted
+
+
+def platform_tags(tag: str) -> tuple[str, ...]:
+    """The platform tags pip must be given for a target (pip matches them exactly): a manylinux tag expands to
+    itself and every older manylinux of the same architecture (manylinux_2_28 down to manylinux_2_5 and the
+    legacy manylinux2014/2010/1 names); any other tag (macosx, win, musllinux) is passed as it is."""
+    legacy = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
+    match = (re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", tag)
+             or re.fullmatch(r"(manylinux2014|manylinux2010|manylinux1)_(\w+)", tag))
+    if match is None:
+        if not re.fullmatch(r"[a-z0-9_]+", tag):
+            raise ValueError(f"--platform {tag!r}: not a wheel platform tag (e.g. manylinux_2_28_x86_64)")
+        return (tag,)
+    if len(match.groups()) == 3:
+        major, minor, arch = int(match.group(1)), int(match.group(2)), match.group(3)
+    else:
+        (major, minor), arch = legacy[match.group(1)], match.group(2)
+    if major != 2:
+        return (tag,)
+    tags: list[str] = []
+    for m in range(minor, 4, -1):
+        tags.append(f"manylinux_2_{m}_{arch}")
+        tags.extend(f"{name}_{arch}" for name, version in legacy.items() if version == (2, m))
+    return tuple(tags)
+
+
+def host_platform() -> str:
+    """This host's most specific manylinux tag (glibc Linux), for a wheelhouse built for the host itself."""
+    libc, version = platform.libc_ver()
+    machine = platform.machine()
+    if sys.platform != "linux" or libc != "glibc" or not re.fullmatch(r"\d+\.\d+.*", version):
+        raise ValueError(f"--platform: this host ({sys.platform}, {libc or 'no glibc'}) has no manylinux tag; "
+                         "give the GPU host's, e.g. --platform manylinux_2_28_x86_64")
+    major, minor = version.split(".")[:2]
+    return f"manylinux_{major}_{int(minor)}_{machine}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The interpreter and platform the wheels are for: CPython X.Y on a platform tag."""
+
+    python: str
+    platform: str
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"3\.\d+", self.python):
+            raise ValueError(f"--python {self.python!r}: give the GPU host's Python as X.Y, e.g. --python 3.12")
+        platform_tags(self.platform)
+
+    def describe(self) -> str:
+        return f"CPython {self.python} on {self.platform}"
+
+    def pip_args(self) -> list[str]:
+        args = ["--only-binary=:all:", "--implementation", "cp", "--python-version", self.python]
+        for tag in platform_tags(self.platform):
+            args += ["--platform", tag]
+        return args
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """One wheel of the wheelhouse: the distribution, its version, the file, its sha256."""
+
+    name: str
+    version: str
+    file: str
+    sha256: str
+
+    def requirement(self) -> str:
+        return f"{normalize(self.name)}=={self.version} --hash=sha256:{self.sha256}"
+
+
+def pip_failure(output: str, target: Target) -> str:
+    """pip's refusal as one line naming the package it could not get."""
+    for line in output.splitlines():
+        found = re.search(r"No matching distribution found for (\S+)", line)
+        if found:
+            return (f"pip found no wheel of {found.group(1)} for {target.describe()} (the wheelhouse takes wheels "
+                    "only; check --python and --platform against the GPU host's `python3 -m pip debug --verbose`)")
+    for line in output.splitlines():
+        pulled = re.search(r"(\S+) (\S+) depends on (\S+)", line)
+        if pulled and left_to_host(requirement_name(pulled.group(3))):
+            return (f"{pulled.group(1)} {pulled.group(2)} depends on {requirement_name(pulled.group(3))}, which the "
+                    "wheelhouse leaves to the GPU host (its torch, Triton and CUDA libraries are the ones measured)")
+    errors = [line.removeprefix("ERROR:").strip() for line in output.splitlines() if line.startswith("ERROR:")]
+    last = errors[-1] if errors else (output.strip().splitlines() or ["pip failed"])[-1]
+    return f"pip could not build the wheelhouse for {target.describe()}: {' '.join(last.split())}"
+
+
+def _pip(pip: Sequence[str], args: list[str], target: Target) -> None:
+    try:
+        proc = subprocess.run([*pip, *args], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise ValueError(f"cannot run pip ({' '.join(pip)}): {exc.strerror or exc}") from None
+    if proc.returncode != 0:
+        output = proc.stdout + proc.stderr
+        if "No module named pip" in output:
+            raise ValueError(f"{pip[0]} has no pip: install it (python3 -m ensurepip) or run with an interpreter that has")
+        raise ValueError(pip_failure(output, target))
+
+
+def resolve(requirements: Sequence[str], target: Target, out: Path, pip: Sequence[str]) -> list[dict]:
+    """The wheels pip would install for the target (its --report's `install` list), nothing downloaded but metadata;
+    torch and triton cannot be chosen (a constraint no release meets), anything else left to the host is refused."""
+    report, constraints = (out / name for name in _SCRATCH)
+    constraints.write_text("".join(f"{name}<0\n" for name in LEFT_TO_HOST))
+    try:
+        _pip(pip, ["install", "--dry-run", "--ignore-installed", "--report", str(report),
+                   "--constraint", str(constraints), *target.pip_args(), *requirements], target)
+        chosen = json.loads(report.read_text())["install"]
+    finally:
+        report.unlink(missing_ok=True)
+        constraints.unlink(missing_ok=True)
+    refused = sorted({item["metadata"]["name"] for item in chosen if left_to_host(item["metadata"]["name"])})
+    if refused:
+        raise ValueError(f"the lab's dependencies pull {', '.join(refused)}, which the wheelhouse leaves to the GPU "
+                         "host (its torch, Triton and CUDA libraries are the ones measured)")
+    return chosen
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(chosen: Sequence[dict], target: Target, out: Path, pip: Sequence[str]) -> list[Wheel]:
+    """`pip download --no-deps` of exactly the resolved wheels into OUT; each file's sha256 checked against the
+    index's where it gave one."""
+    pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in chosen]
+    _pip(pip, ["download", "--no-deps", "--quiet", "--dest", str(out), *target.pip_args(), *pins], target)
+    wheels = []
+    for item in chosen:
+        info = item["download_info"]
+        file = unquote(Path(urlsplit(info["url"]).path).name)
+        path = out / file
+        if not path.is_file():
+            raise ValueError(f"{path}: pip reported downloading it, but it is not there")
+        digest = sha256(path)
+        expected = info.get("archive_info", {}).get("hashes", {}).get("sha256")
+        if expected and expected != digest:
+            raise ValueError(f"{path}: sha256 {digest} differs from the index's {expected}: remove it and build again")
+        wheels.append(Wheel(item["metadata"]["name"], item["metadata"]["version"], file, digest))
+    return sorted(wheels, key=lambda w: normalize(w.name))
+
+
+def install_command(out: Path) -> str:
+    return f"python -m pip install --no-index --find-links {out} --require-hashes -r {out / REQUIREMENTS_FILE}"
+
+
+def write_requirements(out: Path, wheels: Sequence[Wheel], target: Target) -> Path:
+    """OUT/requirements.txt: one `name==version --hash=sha256:...` line per wheel."""
+    path = out / REQUIREMENTS_FILE
+    header = (f"# graph-lab's dependencies for {target.describe()}, wheels in this folder; torch, triton and nvidia-*\n"
+              "# are the GPU host's own. Install (README.md, 'A GPU host without network'):\n"
+              f"#   {install_command(Path('DIR'))}\n")
+    path.write_text(header + "".join(w.requirement() + "\n" for w in wheels))
+    return path
+
+
+def build(out: Path, requirements: Sequence[str], target: Target,
+          pip: Sequence[str] = (sys.executable, "-m", "pip")) -> list[Wheel]:
+    """Resolve, download and pin the wheels of REQUIREMENTS for TARGET into OUT."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{out}: cannot make the wheelhouse folder ({exc.strerror or exc})") from None
+    wheels = download(resolve(requirements, target, out, pip), target, out, pip)
+    write_requirements(out, wheels, target)
+    return wheels
