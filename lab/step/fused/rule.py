@@ -24,8 +24,8 @@ H200, 2026-12-01, `model_scaling` with random weights (ms per step, fused GEMV v
 eager step): 1.5B bf16 B=8 4.74 vs 3.98, B=64 25.2 vs 5.88; 774M fp32 B=64 13.6 vs 12.6; 124M fp32
 B=64 2.29 vs 2.54 but against compile+graph's 1.73, whose GEMMs are the library's too. No batch
 between 1 and 8 was measured: the rule takes the GEMV's structure (one row tile up to 4 rows) as the
-boundary. `python -m lab.step.fused.tune --paths` times both paths per size, dtype and batch on a GPU
-and prints the rows to put here.
+boundary, to be settled by a GPU run of both paths: `prepare(..., path="gemv" | "gemm")` forces one
+(`python -m lab.step.fused.check --path`, `python -m lab.step.fused.aot --path` take it too).
 """
 
 from __future__ import annotations
