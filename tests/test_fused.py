@@ -1,12 +1,14 @@
-"""The hand-fused step (lab.step.fused) against the eager step it reproduces.
+"""The hand-fused step (lab.step.fused): its configs, its projection-path rule, its plans, its AOT compile, CUDA.
 
-CPU: the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1, numpy on the host), in
-one subprocess so that the variable is set before Triton is imported and no other test sees it;
-every check below reads its part of that run. Skipped, with the import error, without Triton.
-CUDA (`cuda` marker): GPT-2 124M-shaped random weights at batches 1, 8, 16, 64; the step captured
-in a CUDA graph and replayed; bf16 teacher-forced; programmatic dependent launch on Hopper, with and
-without the PREFETCH kernels (`fused-pdl-prefetch`), which the interpreter also runs (without PDL)
-and the ahead-of-time compile checks for what is left after the PDL wait.
+No kernel runs here on the CPU: the Triton-interpreter runs against the eager step are in
+tests/test_fused_interpreter.py (one worker process with the interpreter on, one test per case).
+Here: the configs and the byte budget (no Triton); plans prepared without running a kernel (the
+rule's path at each batch, prefetch declined where it would re-read, a built method's `path`, the
+tuner's search with a fake clock); every Triton kernel of both paths compiled ahead of time for
+sm_90 (registers, no spills, no tensor-core instruction, PDL's griddepcontrol); and (`cuda` marker)
+GPT-2 124M-shaped random weights at batches 1, 8, 16, 64 (the gemv path at 1, the gemm path from 8),
+captured in a CUDA graph and replayed, bf16 teacher-forced, programmatic dependent launch on Hopper
+with and without the PREFETCH kernels.
 
 Tolerances, and why:
 - fp32 logits and cache within 1e-5 of their largest magnitude (tiny and odd models, CPU). The fused
@@ -23,11 +25,7 @@ Tokens, `out`, `tok` and `pos` must be equal, always.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -35,84 +33,14 @@ import torch
 from lab.step.fused import configs as C, triton_import_error
 from lab.contract.profiles import GPT2
 
-ROOT = Path(__file__).resolve().parents[1]
 TRITON_MISSING = triton_import_error()
 needs_triton = pytest.mark.skipif(TRITON_MISSING is not None, reason=f"Triton does not import: {TRITON_MISSING}")
-FP32_REL_CPU, FP32_REL_GPU = 1e-5, 1e-4
-BF16_REL, BF16_VS_EAGER = 0.05, 1.5
-# Non-default configs for the odd model: batch blocks that are partly masked (BB 2 of 3 rows), K in
-# several chunks whose last is partial (48 = 32 + 16, 192 = 128 + 64), attention in splits of 8
-# slots (with a 4-token prompt and a 14-slot cache the second split is never reached: it must weigh
-# nothing), several lm_head blocks for the argmax.
-ODD_CONFIGS = {"attention": {"BS": 8}, "ln_qkv": {"BB": 2, "BN": 16, "BK": 32},
-               "fc2": {"BB": 2, "BN": 16, "BK": 128}, "lm_head": {"BB": 1, "BN": 32, "BK": 32}}
-
-SCRIPT = r"""
-import json, sys
-import torch
-from lab.step.decode import new_state
-from lab.step.fused import check as K, tune as T
-from lab.step.fused.step import prepare
-
-odd_configs = json.loads(sys.argv[1])
-tiny = K.weights_for("tiny")
-out = {"fp32": [K.free_running(tiny, b, steps=3, sms=2) for b in (1, 3)],
-       "odd": K.free_running(K.weights_for("odd"), 3, steps=2, prompt_len=4, sms=4,
-                             overrides=K.parse_configs(sys.argv[1])),
-       "bf16": K.teacher_forced(tiny, K.weights_for("tiny", dtype=torch.bfloat16), 2, steps=3, sms=2),
-       # the PREFETCH kernels (fused-pdl-prefetch without the PDL launch, which needs a Hopper GPU)
-       "prefetch": [K.free_running(tiny, 1, steps=3, sms=2, prefetch=True),
-                    K.free_running(K.weights_for("odd"), 3, steps=2, prompt_len=4, sms=4, prefetch=True)],
-       "prefetch_bf16": K.teacher_forced(tiny, K.weights_for("tiny", dtype=torch.bfloat16), 1, steps=3, sms=2,
-                                         prefetch=True)}
-try:
-    prepare(new_state(tiny, 1, 16), tiny, pdl=True)
-    out["pdl_refusal"] = None
-except ValueError as exc:
-    out["pdl_refusal"] = str(exc)
-# fused_step(state, weights): one plan per state, made on first use and dropped with the state.
-import gc
-from lab.step import decode as D
-from lab.step.fused import configs as C, step as S
-C.DEFAULT_SMS = 2  # no device here: small grids for the interpreter
-state = new_state(tiny, 1, 12)
-D.prefill(state, tiny, K.prompt_for(1, 4, 512))
-S.fused_step(state, tiny)
-plan = S.plan_for(state, tiny)
-S.fused_step(state, tiny)
-reused = S.plan_for(state, tiny) is plan and int(state.pos.item()) == 6 and plan.sms == 2
-try:
-    S.fused_step(new_state(tiny, 1, 12), plan)
-    wrong_state = None
-except ValueError as exc:
-    wrong_state = str(exc)
-key = (id(state), False)
-del state, plan
-gc.collect()
-out["plans"] = {"reused": reused, "wrong_state": wrong_state, "dropped": key not in S._PLANS}
-# The tuner's search with a fake clock that prefers proj BN=16, BK=64, 2 warps (no kernel runs).
-def fake(plan, rep_ms):
-    cfg = plan.configs["proj"]
-    return 1.0 + abs(cfg.BN - 16) + abs(cfg.BK - 64) / 64 + 0.01 * cfg.num_warps
-lines = []
-best, tried = T.tune(tiny, 1, 8, 1, float("inf"), lines.append, timer=fake, max_len=64)
-out["tune"] = {"proj": best["proj"].__dict__, "tried": len(tried["proj"]), "kernels": sorted(tried), "log": lines}
-json.dump(out, sys.stdout)
-"""
-
-
-@pytest.fixture(scope="module")
-def interpreted() -> dict:
-    """One interpreter run of every CPU check (about a minute on 2 cores)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(ODD_CONFIGS)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+FP32_REL_GPU, BF16_VS_EAGER = 1e-4, 1.5  # CPU tolerances: tests/test_fused_interpreter.py
 
 
 def _assert_equal_run(run: dict, rel: float, n_layer: int = 2) -> None:
-    assert run["kernels_per_step"] == 5 * n_layer + 2
+    launches = 9 * n_layer + 4 if run.get("path") == "gemm" else 5 * n_layer + 2
+    assert run["kernels_per_step"] == launches
     for i, step in enumerate(run["per_step"]):
         where = f"batch {run['batch']}, step {i}: {step}"
         assert step["tokens_equal"] and step["out_equal"] and step["pos_equal"], where
@@ -121,114 +49,156 @@ def _assert_equal_run(run: dict, rel: float, n_layer: int = 2) -> None:
         assert step["cache_diff"] <= rel * step["cache_scale"], where
 
 
-@needs_triton
-@pytest.mark.parametrize("index", [0, 1], ids=["batch1", "batch3"])
-def test_fp32_equals_eager_in_the_interpreter(interpreted: dict, index: int) -> None:
-    run = interpreted["fp32"][index]
-    assert run["batch"] == (1, 3)[index] and len(run["per_step"]) == 3
-    _assert_equal_run(run, FP32_REL_CPU)
-
-
-@needs_triton
-def test_every_mask_path_on_odd_shapes(interpreted: dict) -> None:
-    run = interpreted["odd"]
-    assert run["configs"]["attention"]["BS"] == 8 and run["configs"]["ln_qkv"]["BB"] == 2
-    _assert_equal_run(run, FP32_REL_CPU)
-
-
-@needs_triton
-def test_bf16_teacher_forced_within_bf16_rounding(interpreted: dict) -> None:
-    r = interpreted["bf16"]
-    assert r["dtype"] == "bfloat16" and len(r["fused_err"]) == 3
-    assert all(r["bookkeeping_ok"]), r
-    for err, scale in zip(r["fused_err"], r["scale"]):
-        assert err <= BF16_REL * scale, r
-    assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r
-
-
-@needs_triton
-@pytest.mark.parametrize("index", [0, 1], ids=["tiny-batch1", "odd-batch3"])
-def test_prefetch_kernels_equal_eager_in_the_interpreter(interpreted: dict, index: int) -> None:
-    run = interpreted["prefetch"][index]
-    for name in C.PREFETCH_KERNELS:  # the variant computes its rows in one chunk
-        cfg = run["configs"][name]
-        assert cfg["BK"] == C.next_pow2(C.gemv_shapes(48 if index else 64, 500 if index else 512)[name][1]), cfg
-    _assert_equal_run(run, FP32_REL_CPU)
-
-
-@needs_triton
-def test_prefetch_bf16_teacher_forced(interpreted: dict) -> None:
-    r = interpreted["prefetch_bf16"]
-    assert all(r["bookkeeping_ok"]), r
-    assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r
-
-
-@needs_triton
-def test_pdl_is_refused_without_hopper(interpreted: dict) -> None:
-    assert interpreted["pdl_refusal"] and "CUDA device" in interpreted["pdl_refusal"]
-
-
-@needs_triton
-def test_fused_step_keeps_one_plan_per_state(interpreted: dict) -> None:
-    p = interpreted["plans"]
-    assert p["reused"] and p["dropped"], p
-    assert p["wrong_state"] and "another DecodeState" in p["wrong_state"]
-
-
-@needs_triton
-def test_tuner_search_picks_the_fastest_candidate(interpreted: dict) -> None:
-    t = interpreted["tune"]
-    assert (t["proj"]["BN"], t["proj"]["BK"], t["proj"]["num_warps"]) == (16, 64, 2), t
-    assert t["tried"] > 3 and t["kernels"] == sorted(C.KERNEL_NAMES)
-
-
-AOT_SCRIPT = r"""
-import json, sys, torch
-from dataclasses import asdict
-from lab.step.fused.aot import compile_plan, plan_for_shapes
-out = {}
-for label, dtype, batch, pdl, prefetch in (("fp32-b1-pdl", torch.float32, 1, True, False),
-                                           ("bf16-b3", torch.bfloat16, 3, False, False),
-                                           ("bf16-b1-pdl-prefetch", torch.bfloat16, 1, True, True)):
-    plan = plan_for_shapes("gpt2", dtype, batch, pdl=pdl, prefetch=prefetch)
-    out[label] = [asdict(c) for c in compile_plan(plan)]
-json.dump(out, sys.stdout)
-"""
-
+# ------------------------------------------------------------------ plans without running a kernel (no interpreter)
 
 @pytest.fixture(scope="module")
-def compiled_for_hopper() -> dict:
-    """Every kernel compiled for sm_90 by Triton and its bundled ptxas (no GPU, no interpreter)."""
-    from lab.step.fused.aot import ptxas_path
+def tiny_fp32():
+    from lab.step.fused.check import weights_for
+
+    return weights_for("tiny")
+
+
+@needs_triton
+def test_pdl_is_refused_without_hopper(tiny_fp32) -> None:
+    from lab.step.decode import new_state
+    from lab.step.fused.step import prepare
+
+    with pytest.raises(ValueError, match="fused-pdl: .*CUDA device"):
+        prepare(new_state(tiny_fp32, 1, 16), tiny_fp32, pdl=True)
+
+
+@needs_triton
+def test_tuner_search_picks_the_fastest_candidate(tiny_fp32) -> None:
+    """The tuner's search with a fake clock that prefers proj BN=16, BK=64, 2 warps (no kernel runs)."""
+    from lab.step.fused import tune as T
+
+    def fake(plan, rep_ms):
+        assert plan.path == "gemv"  # the tuner tunes the gemv path's configs, at any batch
+        cfg = plan.configs["proj"]
+        return 1.0 + abs(cfg.BN - 16) + abs(cfg.BK - 64) / 64 + 0.01 * cfg.num_warps
+
+    for batch in (1, 8):
+        lines: list[str] = []
+        best, tried = T.tune(tiny_fp32, batch, 8, 1, float("inf"), lines.append, timer=fake, max_len=64)
+        assert (best["proj"].BN, best["proj"].BK, best["proj"].num_warps) == (16, 64, 2), lines
+        assert len(tried["proj"]) > 3 and sorted(tried) == sorted(C.KERNEL_NAMES)
+
+
+@needs_triton
+@pytest.mark.parametrize("batch,prefetch,path,launches", [
+    (1, False, "gemv", 12), (4, False, "gemv", 12), (8, False, "gemm", 22), (64, False, "gemm", 22),
+    (1, True, "gemv-prefetch", 12), (8, True, "gemm", 22)])
+def test_the_rule_picks_the_path_at_each_batch(tiny_fp32, batch: int, prefetch: bool, path: str,
+                                               launches: int) -> None:
+    from lab.step.decode import new_state
+    from lab.step.fused.step import LibraryCall, prepare
+
+    plan = prepare(new_state(tiny_fp32, batch, 16), tiny_fp32, sms=2, prefetch=prefetch)
+    assert (plan.path, plan.prefetch, len(plan.launches)) == (path, path == "gemv-prefetch", launches), plan.path_reason
+    gemms = [x.name for x in plan.launches if isinstance(x, LibraryCall)]
+    assert gemms == (["qkv_gemm", "proj_gemm", "fc_gemm", "fc2_gemm"] * 2 + ["lm_head_gemm"] if path == "gemm" else [])
+    assert str(batch) in plan.path_reason and ("prefetch" in plan.path_reason) == prefetch
+
+
+@needs_triton
+def test_prefetch_is_declined_where_a_row_tile_would_not_cover_the_batch(tiny_fp32) -> None:
+    from lab.step.decode import new_state
+    from lab.step.fused.step import prepare
+
+    one_row = {"proj": C.GemvConfig(1, 4, 64)}  # one batch row a program: each slice read 4 times at batch 4
+    plan = prepare(new_state(tiny_fp32, 4, 16), tiny_fp32, sms=2, prefetch=True, overrides=one_row)
+    assert (plan.path, plan.prefetch) == ("gemv", False) and "read 4 times" in plan.path_reason, plan.path_reason
+    assert not any(x.meta.get("PREFETCH") for x in plan.launches)
+    forced = prepare(new_state(tiny_fp32, 4, 16), tiny_fp32, sms=2, prefetch=True, overrides=one_row, path="gemv")
+    assert forced.prefetch and any(x.meta.get("PREFETCH") for x in forced.launches)
+    with pytest.raises(ValueError, match="no PREFETCH kernels"):
+        prepare(new_state(tiny_fp32, 8, 16), tiny_fp32, sms=2, prefetch=True, path="gemm")
+
+
+@needs_triton
+@pytest.mark.parametrize("batch,pdl,prefetch,path", [(1, False, False, "gemv"), (8, False, False, "gemm"),
+                                                     (8, True, True, "gemm")])
+def test_a_built_fused_method_says_its_path(tiny_fp32, batch: int, pdl: bool, prefetch: bool, path: str) -> None:
+    """StepMethod.path: what the experiments record. The row is the fused one without its graph (no CUDA
+    here), and without PDL's device check; nothing is run but the eager prefill."""
+    from lab.contract.names import Method
+    from lab.step import methods as SM
+    from lab.step.fused.check import prompt_for
+
+    row = SM.MethodSpec(Method.FUSED, bind=SM._fused(prefetch=prefetch), needs=("triton",))
+    m = SM.build(row, tiny_fp32, prompt_for(batch, 4, 512), max_len=16)
+    assert m.path == path
+    assert SM.build(SM.Method.EAGER, tiny_fp32, prompt_for(batch, 4, 512), max_len=16).path is None
+
+
+def test_rule_declares_every_dtype_with_a_reason() -> None:
+    from lab.step.fused import rule as R
+
+    for dtype in ("float32", "bfloat16", "float16"):
+        assert R.projection_path(1, 768, dtype).path == R.Path.GEMV
+        assert R.projection_path(64, 1600, "torch." + dtype).path == R.Path.GEMM
+        t = next(t for t in R.THRESHOLDS if t.dtype == dtype)
+        assert R.projection_path(t.gemm_from_batch - 1, 768, dtype).path == R.Path.GEMV and len(t.reason) > 20
+    assert R.choose(64, 768, "float32", True, {"ln_qkv": 1}).path == R.Path.GEMM
+    assert R.choose(2, 768, "float32", True, {"ln_qkv": 2, "proj": 2}).path == R.Path.GEMV_PREFETCH
+    assert R.choose(2, 768, "float32", True, {"ln_qkv": 2, "proj": 1}).path == R.Path.GEMV
+
+
+# ------------------------------------------------------------------ ahead-of-time compile for sm_90 (no GPU)
+
+AOT_LABELS = {  # label -> (dtype, batch, pdl, prefetch, the path the rule must give)
+    "fp32-b1-pdl": (torch.float32, 1, True, False, "gemv"),
+    "bf16-b3": (torch.bfloat16, 3, False, False, "gemv"),
+    "bf16-b1-pdl-prefetch": (torch.bfloat16, 1, True, True, "gemv-prefetch"),
+    "fp32-b64-pdl": (torch.float32, 64, True, False, "gemm"),
+    "bf16-b8-pdl-prefetch": (torch.bfloat16, 8, True, True, "gemm"),
+}
+GEMM_KERNELS = {"add_ln", "attention", "combine", "gelu", "block_argmax", "argmax"}
+WIDE_LOADS = {"ln_qkv", "attention", "proj", "ln_fc", "fc2", "lm_head", "add_ln", "gelu"}  # weights, cache, rows
+_COMPILED: dict[str, list[dict]] = {}
+
+
+def compiled_for_hopper(label: str) -> list[dict]:
+    """Every Triton kernel of a GPT-2 124M plan compiled for sm_90 by Triton and its bundled ptxas (no GPU)."""
+    from dataclasses import asdict
+
+    from lab.step.fused.aot import compile_plan, plan_for_shapes, ptxas_path
 
     if ptxas_path() is None:
         pytest.skip("the installed Triton has no bundled ptxas")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-c", AOT_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("TRITON_INTERPRET=1 in this process: the kernels are the interpreter's, not compilable")
+    if label not in _COMPILED:
+        dtype, batch, pdl, prefetch, path = AOT_LABELS[label]
+        plan = plan_for_shapes("gpt2", dtype, batch, pdl=pdl, prefetch=prefetch)
+        assert plan.path == path, plan.path_reason
+        _COMPILED[label] = [asdict(c) for c in compile_plan(plan)]
+    return _COMPILED[label]
 
 
 @needs_triton
-@pytest.mark.parametrize("label", ["fp32-b1-pdl", "bf16-b3", "bf16-b1-pdl-prefetch"])
-def test_kernels_compile_for_hopper(compiled_for_hopper: dict, label: str) -> None:
-    kernels = compiled_for_hopper[label]
-    assert sorted({k["name"] for k in kernels}) == sorted(C.KERNEL_NAMES) and len(kernels) == 8
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(AOT_LABELS))
+def test_kernels_compile_for_hopper(label: str) -> None:
+    kernels = compiled_for_hopper(label)
+    gemm = AOT_LABELS[label][4] == "gemm"
+    assert sorted({k["name"] for k in kernels}) == sorted(GEMM_KERNELS if gemm else C.KERNEL_NAMES)
+    assert len(kernels) == 7 if gemm else 8  # + the embedding variant of add_ln / ln_qkv
     for k in kernels:
         assert k["registers"] is not None and k["registers"] <= 255 and k["spill_bytes"] == 0, k
-        assert k["tensor_core_ops"] == 0, k  # plain fp32 FMA: no tf32, no mma
+        assert k["tensor_core_ops"] == 0, k  # plain fp32 FMA: no tf32, no mma (the gemm path's GEMMs are cuBLAS's)
         assert k["grid_dependency_ops"] == (2 if "pdl" in label else 0), k
-        if k["name"] != "argmax":
-            assert k["vector_loads"] > 0, k  # 16-byte loads of the weights / cache
+        if k["name"] in WIDE_LOADS:
+            assert k["vector_loads"] > 0, k  # 16-byte loads of the weights / cache / rows
 
 
-def test_prefetch_leaves_only_activations_after_the_wait(compiled_for_hopper: dict) -> None:
+@needs_triton
+@pytest.mark.slow
+def test_prefetch_leaves_only_activations_after_the_wait() -> None:
     """What the variant is for: layer norm + FC reads its slice, bias and norm parameters before the PDL
     wait, so after it only the residual row is loaded (from L2); the default build loads weights there."""
-    after = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper["bf16-b1-pdl-prefetch"]}
-    default = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper["fp32-b1-pdl"]}
+    after = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper("bf16-b1-pdl-prefetch")}
+    default = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper("fp32-b1-pdl")}
     assert after[("ln_fc", "")] <= 2 < default[("ln_fc", "")], (after, default)
     assert after[("ln_qkv", "")] <= 4 < default[("ln_qkv", "")], (after, default)
 
@@ -303,18 +273,21 @@ def gpt2_cuda_bf16():
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch", [1, 8, 16, 64])
-def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int) -> None:
+@pytest.mark.parametrize("batch,path", [(1, None), (8, None), (16, None), (64, None), (1, "gemm"), (64, "gemv")],
+                         ids=["b1", "b8", "b16", "b64", "b1-gemm", "b64-gemv"])
+def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int, path: str | None) -> None:
     from lab.step.fused.check import free_running
 
-    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True)
+    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, path=path)
+    assert run["path"] == (path or ("gemv" if batch < 8 else "gemm")), run["path"]
     _assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
 
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True)], ids=["b1", "b8", "b1-prefetch"])
+@pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True), (8, True)],
+                         ids=["b1", "b8", "b1-prefetch", "b8-prefetch"])
 def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool) -> None:
     from lab.step.fused.check import free_running
     from lab.step.fused.step import pdl_supported
@@ -323,17 +296,20 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool)
     if not ok:
         pytest.skip(why)
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch)
+    assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
     _assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
 
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True)], ids=["b1", "b8", "b1-prefetch"])
+@pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True), (64, False)],
+                         ids=["b1", "b8", "b1-prefetch", "b64"])
 def test_gpu_bf16_teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch: int, prefetch: bool) -> None:
     from lab.step.fused.check import teacher_forced
 
     r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=prefetch)
+    assert r["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), r["path"]
     assert all(r["bookkeeping_ok"]), r
     # 12 layers of bf16 weights: the absolute error is whatever bf16 gives; the fused step must not add to it
     assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r

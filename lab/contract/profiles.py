@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from lab.contract.names import Method
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -84,10 +86,12 @@ def _frozen(options: dict[str, dict[str, Any]]) -> Mapping[str, Mapping[str, Any
 
 # cuda_graph_decode's methods in the gpu profiles (names of lab.contract.names.Method; plain strings so that this
 # module stays importable without torch). Batch 1 is the headline: every method there; the batch
-# sweep keeps the four families and the fused step; bf16 runs at batch 1.
+# sweep keeps the four families and the fused step's three variants (each takes the projection path
+# lab.step.fused.rule gives at that batch); bf16 runs at batch 1.
 GPU_METHODS = ("eager", "graph", "compile-default", "reduce-overhead", "reduce-overhead-static", "compile+graph",
                "compile+graph+combo", "compile+graph+pdl", "fused", "fused-pdl", "fused-pdl-prefetch")
-GPU_SWEEP_METHODS = ("eager", "graph", "compile-default", "compile+graph", "fused")
+GPU_SWEEP_METHODS = ("eager", "graph", "compile-default", "compile+graph", Method.FUSED, Method.FUSED_PDL,
+                     Method.FUSED_PDL_PREFETCH)
 GPU_BF16_METHODS = ("eager", "graph", "compile-default", "compile+graph", "fused", "fused-pdl", "fused-pdl-prefetch")
 # gpu-full: every method at batch 1 (its default list, plus max-autotune), all but the minutes-long
 # compiles at every batch, the Inductor levers in bf16 too
@@ -150,8 +154,13 @@ PROFILES: dict[str, Profile] = {
     # cuda_graph_decode.phase_s, compile_cost.child_s): toolchain .. fixed_step_equivalence ~27;
     # cuda_graph_decode ~165 (batch 1 fp32: 11 methods, ~60 s of compiling and capture, the Inductor levers
     # ~10 s each, ~15 s of timing; batches 8/16/64: 5 methods, one static compile each, ~20 s a batch; bf16
-    # batch 1: 7 methods, ~30 s); compile_cost ~40 (depth 12 cold and warm: two fresh processes); graph_hazards
-    # ~15 (its two children side by side); inductor ~12; the overhead experiments ~25. Together ~285 s.
+    # batch 1: 7 methods, ~30 s; fused-pdl and fused-pdl-prefetch at batches 8/16/64, added since: ~4 s each a
+    # batch, a 1-3 s build -- the gemm path's six Triton kernels compile once per variant and are reused from
+    # batch to batch unless the batch's divisibility by 16 changes their specialisation -- and ~1-2 s of
+    # timing, so ~25 s for the six, not yet measured); compile_cost ~40 (depth 12 cold and warm: two fresh
+    # processes); graph_hazards ~15 (its two children side by side); inductor ~12; the overhead experiments
+    # ~25. Together ~310 s (~285 before the fused variants joined the sweep): at the 5-minute mark, to be
+    # checked against the next H200 run's phase_s.
     "gpu": Profile(
         name="gpu",
         description="the GPU lab: GPT-2 124M on CUDA, batches 1-64, the step methods at batch 1 (<= 6 min on an H200)",
@@ -227,7 +236,12 @@ PROFILES["gpu-sweep"] = Profile(
         "peer_generate": {"batches": [1, 8], "new_tokens": 48, "rounds": 3, "warmup_calls": 2, "child_timeout_s": 300.0},
         "model_scaling": {"sizes": ["gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B"],
                           "dtypes": ["float32", "bfloat16"], "batches": [1, 8], "steps": 24, "rounds": 3,
-                          "budget_s": 120.0},
+                          "budget_s": 120.0,
+                          # the fused variants are not compiles, so budget_s does not cap them: 4 sizes x 2
+                          # dtypes x 2 batches x 3 variants, each a 1-3 s build (Triton compiles per shape
+                          # and path) and a second of timing: ~2-4 minutes on top (estimated)
+                          "methods": [Method.EAGER, Method.GRAPH, Method.COMPILE_GRAPH, Method.FUSED,
+                                      Method.FUSED_PDL, Method.FUSED_PDL_PREFETCH]},
         "context_scaling": {"max_lens": [256, 512, 1024, 2048], "batches": [1, 16], "fills": [0.1, 0.5, 0.9],
                             "steps": 24, "rounds": 3},
         "graph_buckets": {"max_batch": 64, "steps": 16, "rounds": 3},

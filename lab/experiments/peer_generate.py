@@ -20,7 +20,7 @@ took beyond steady calls. Tokens are compared with the lab's fixed step (eager) 
 
 Variants that compile run in a child process (`isolated`): a crash there (the H200 once saw
 "CUDAGraphs output overwritten" with reduce-overhead) is recorded as that variant's FAILED outcome
-with the error, and the others carry on. The lab's methods (eager, graph, compile+graph) are timed
+with the error, and the others carry on. The lab's methods (eager, graph, compile+graph, the hand-fused step) are timed
 on the same prompts, reading the token back every step as a serving loop (and `generate`) does.
 Stored: `speedup_vs_peer` of each lab method over the best transformers variant at its batch, and
 the conclusion drawn by `RULE`.
@@ -65,7 +65,7 @@ class Options:
     warmup_calls: int = option(2, "untimed generate calls first (the first compiles; reduce-overhead records its "
                                   "CUDA graphs on the next)")
     isolated: tuple[Variant, ...] = option(COMPILED, "variants run in a child process, so that a crash loses only them")
-    lab_methods: tuple[Method, ...] = option((Method.EAGER, Method.GRAPH, Method.COMPILE_GRAPH),
+    lab_methods: tuple[Method, ...] = option((Method.EAGER, Method.GRAPH, Method.COMPILE_GRAPH, Method.FUSED),
                                              "the lab's step methods timed beside them (eager is the token reference)")
     child_timeout_s: float = option(420.0, "seconds a child process may take for one variant")
     traces: bool = option(True, "keep the compiled variants' traces in the run directory")

@@ -290,6 +290,9 @@ class StepMethod:
     # the method whose compilation this one reused (compile+graph after compile-default, same batch and dtype):
     # its setup_s then holds no compile, and what it costs to get ready from nothing includes that one's
     compiled_by: str | None = None
+    # the hand-fused step's projection path at this batch (lab.step.fused.rule: gemv, gemv-prefetch, gemm);
+    # None for every other method
+    path: str | None = None
 
     def start(self) -> None:
         """Prefill the prompt (untimed) and point the graph's host position mirror at it."""
@@ -337,6 +340,8 @@ def _make_ready(m: StepMethod, spec: MethodSpec, warmup: int, dynamic: bool | No
         mark_static(list(state.buffers().values()) + w.tensors())
     m.weights = w
     fn: StepFn = spec.bind(state, w) if spec.bind else (spec.step or decode.decode_step)
+    plan = getattr(fn, "plan", None)  # a bound fused step's plan says which path it took
+    m.path = str(plan.path) if plan is not None and hasattr(plan, "path") else None
     call = _tree_step if spec.tree_steps else _plain_step
     if spec.compiled:
         dtype = next((t.dtype for t in state.buffers().values() if t.is_floating_point()), None)  # the cache's

@@ -3,7 +3,11 @@
 - `lab.step.fused.step`: the step (`fused_step`, `fused_step_pdl`, `fused_step_pdl_prefetch`, and `bind`,
   which lab.step.methods' rows use), its plan and workspace; the module docstring gives the kernel
   count and the byte budget.
-- `lab.step.fused.kernels`: the Triton kernels, one docstring each (what it fuses, bytes, launches).
+- `lab.step.fused.kernels`: the Triton kernels by name; they live in `projections` (the GEMV kernels),
+  `attention` (flash-decoding, the split combine) and `rows` (layer norm + residual, GELU, argmax), one
+  docstring each (what it fuses, bytes, launches).
+- `lab.step.fused.rule`: which projection path a plan takes at a (batch, size, dtype): the GEMV kernels, or
+  the library's GEMMs with the Triton row kernels around them (`lab.step.fused.library`); declared, with reasons.
 - `lab.step.fused.configs`: block sizes (heuristics + the tuned table) and the byte budget; no Triton.
 - `lab.step.fused.tune`: `python -m lab.step.fused.tune` times candidate configs on a GPU (`--pdl --prefetch`: as
   `fused-pdl-prefetch` runs).

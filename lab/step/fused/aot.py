@@ -9,6 +9,7 @@ with the ptxas bundled in its wheel, so a CPU host can check what the interprete
 each kernel lowers to PTX and a cubin for Hopper, how many registers a thread needs (occupancy),
 whether anything spills, that weights are read with 16-byte vector loads, that the fp32 step
 uses no tensor-core instruction (IEEE fp32 FMA only), and that PDL builds contain griddepcontrol.
+On the gemm path (lab.step.fused.rule) only its Triton kernels are compiled: its GEMMs are the library's.
 The arguments are specialised as the JIT would on a device: 16-byte aligned pointers, integers
 equal to 1 as constants, multiples of 16 marked divisible.
 """
@@ -112,10 +113,13 @@ def _loads_after_wait(ptx: str) -> int | None:
 
 
 def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
-    """Each distinct kernel of a plan (layer 0's embedding variant of ln_qkv apart), compiled."""
+    """Each distinct Triton kernel of a plan (layer 0's embedding variant of ln_qkv or add_ln apart),
+    compiled; the library's GEMMs of the gemm path (LibraryCall) are not Triton's and are left out."""
     out: list[Compiled] = []
     seen: set[tuple[str, Any]] = set()
     for launch in plan.launches:
+        if not hasattr(launch, "kernel"):
+            continue
         key = (launch.name, launch.meta.get("EMBED"))
         if key in seen:
             continue
@@ -131,7 +135,7 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
 
 
 def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
-                    sms: int = 132, prefetch: bool = False) -> Any:
+                    sms: int = 132, prefetch: bool = False, path: str | None = None) -> Any:
     """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped)."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
@@ -141,10 +145,10 @@ def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 2
     spec = {"gpt2": GPT2, "tiny": TINY}[model]
     w = random_weights(spec, dtype, "cpu")
     state = new_state(w, batch, min(max_len, spec.n_positions))
-    plan = S.prepare(state, w, sms=sms, prefetch=prefetch)
+    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path)
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
-                         for launch in plan.launches]
+                         if isinstance(launch, S.Launch) else launch for launch in plan.launches]
     return plan
 
 
@@ -156,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: Hopper)")
     p.add_argument("--pdl", action="store_true")
     p.add_argument("--prefetch", action="store_true", help="the PREFETCH kernels with one-chunk configs")
+    p.add_argument("--path", default=None, choices=("gemv", "gemm"),
+                   help="force a projection path (default: the rule's at each batch, lab.step.fused.rule)")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("lab.step.fused.aot compiles for a GPU: unset TRITON_INTERPRET", file=sys.stderr)
@@ -163,9 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for dname in args.dtype:
         for batch in args.batch:
-            plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch)
+            plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
+                                   path=args.path)
             print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
-                  f"{' prefetch' if args.prefetch else ''}:")
+                  f"{' prefetch' if args.prefetch else ''} path {plan.path}:")
             for c in compile_plan(plan, args.arch):
                 cfg = plan.configs[c.name].__dict__
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "

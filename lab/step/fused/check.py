@@ -40,14 +40,16 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
 
 def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_len: int | None = None,
                  pdl: bool = False, graph: bool = False, sms: int | None = None,
-                 overrides: dict[str, Any] | None = None, seed: int = 0, prefetch: bool = False) -> dict[str, Any]:
-    """Eager vs fused (vs fused replayed from a CUDA graph), `steps` steps after one prefill."""
+                 overrides: dict[str, Any] | None = None, seed: int = 0, prefetch: bool = False,
+                 path: str | None = None) -> dict[str, Any]:
+    """Eager vs fused (vs fused replayed from a CUDA graph), `steps` steps after one prefill (`path`: the
+    projection path, None for the rule's)."""
     from lab.step.fused.step import prepare
 
     max_len = max_len or prompt_len + steps + 8  # room for a graph's warm-up steps
     prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
     ref, fused = D.new_state(w, batch, max_len), D.new_state(w, batch, max_len)
-    plan = prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch)
+    plan = prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path)
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
         D.prefill(ref, w, prompt)
@@ -64,6 +66,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                          "argmax_of_own_logits": bool(torch.equal(fused.tok[:, 0], lf.argmax(-1)))})
         direct = {"out": fused.out.clone(), "logits": lf}
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
+                              "path": str(plan.path), "prefetch": plan.prefetch,
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
@@ -89,14 +92,15 @@ def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Ten
 
 
 def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, prompt_len: int = 8,
-                   sms: int | None = None, seed: int = 0, prefetch: bool = False) -> dict[str, Any]:
+                   sms: int | None = None, seed: int = 0, prefetch: bool = False,
+                   path: str | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens."""
     from lab.step.fused.step import prepare
 
     max_len = prompt_len + steps + 2
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
-    plan = prepare(fused, w_low, sms=sms, prefetch=prefetch)
+    plan = prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides)
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
     with torch.no_grad():
@@ -122,7 +126,8 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
             own = lf.argmax(-1)
             out["bookkeeping_ok"].append(bool(torch.equal(fused.tok[:, 0], own)) and int(fused.pos.item()) == pos + 1
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
-    return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."), **out}
+    return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
+            "path": str(plan.path), **out}
 
 
 # Every size a non-power of two (E 48, dh 12, 4E 192, V 500): every masked lane of the kernels is exercised.
@@ -145,12 +150,14 @@ def parse_configs(text: str | None) -> dict[str, Any]:
 
     if not text:
         return {}
-    kinds = {"attention": C.AttentionConfig, "argmax": C.ArgmaxConfig}
+    kinds = {"attention": C.AttentionConfig, "argmax": C.ArgmaxConfig,
+             **{name: C.RowConfig for name in C.LIBRARY_KERNELS if name not in ("attention", "argmax")}}
+    names = tuple(dict.fromkeys(C.KERNEL_NAMES + C.LIBRARY_KERNELS))
     try:
         raw = json.loads(text)
-        unknown = sorted(set(raw) - set(C.KERNEL_NAMES))
+        unknown = sorted(set(raw) - set(names))
         if unknown:
-            raise ValueError(f"unknown kernel {unknown[0]!r} (one of {', '.join(C.KERNEL_NAMES)})")
+            raise ValueError(f"unknown kernel {unknown[0]!r} (one of {', '.join(names)})")
         return {name: kinds.get(name, C.GemvConfig)(**fields) for name, fields in raw.items()}
     except (json.JSONDecodeError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a JSON object of kernel configs ({exc})") from None
@@ -167,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pdl", action="store_true", help="programmatic dependent launch (Hopper+)")
     p.add_argument("--prefetch", action="store_true", help="the PREFETCH kernels (every weight read before the "
                    "PDL wait) with one-chunk configs")
+    p.add_argument("--path", default=None, choices=("gemv", "gemm"),
+                   help="force a projection path (default: the rule's, lab.step.fused.rule)")
     p.add_argument("--bf16", action="store_true", help="also the teacher-forced bf16 check")
     p.add_argument("--configs", default=None, help='JSON overrides, e.g. \'{"attention": {"BS": 8}}\'')
     args = p.parse_args(argv)
@@ -183,11 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     w = weights_for(args.model, args.device, torch.float32)
     report: dict[str, Any] = {"free_running": [free_running(w, b, args.steps, pdl=args.pdl, graph=args.graph,
-                                                            sms=args.sms, overrides=overrides, prefetch=args.prefetch)
+                                                            sms=args.sms, overrides=overrides, prefetch=args.prefetch,
+                                                            path=args.path)
                                                for b in args.batch]}
     if args.bf16:
         low = weights_for(args.model, args.device, torch.bfloat16)
-        report["teacher_forced"] = [teacher_forced(w, low, b, args.steps, sms=args.sms, prefetch=args.prefetch)
+        report["teacher_forced"] = [teacher_forced(w, low, b, args.steps, sms=args.sms, prefetch=args.prefetch,
+                                                   path=args.path)
                                     for b in args.batch]
     json.dump(report, sys.stdout, indent=1)
     print()

@@ -58,7 +58,15 @@ class ArgmaxConfig:
     num_warps: int = 4
 
 
-Config = GemvConfig | AttentionConfig | ArgmaxConfig
+@dataclass(frozen=True)
+class RowConfig:
+    BB: int  # batch rows per program
+    BN: int  # columns (values) per program
+    num_warps: int = 4
+
+
+Config = GemvConfig | AttentionConfig | ArgmaxConfig | RowConfig
+LIBRARY_KERNELS = ("add_ln", "attention", "combine", "gelu", "block_argmax", "argmax")  # the gemm path's Triton kernels
 
 # Measured on an H200 by `python -m lab.step.fused.tune` (paste its printed dict here): keys are
 # (kernel, dtype name, batch), values the config fields. Anything absent uses the heuristics.
@@ -204,6 +212,27 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
     out["attention"] = pick("attention", AttentionConfig, lambda: attention_default(batch, n_head, max_len, sms))
     blocks = cdiv(vocab, out["lm_head"].BN)  # type: ignore[union-attr]
     out["argmax"] = pick("argmax", ArgmaxConfig, lambda: argmax_default(batch, blocks))
+    return _checked(out)
+
+
+def choose_library(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, sms: int,
+                   overrides: dict[str, Config] | None = None) -> dict[str, Config]:
+    """The gemm path's Triton kernels' configs (lab.step.fused.library): row kernels one batch row a
+    program (whole rows for the layer norm), attention split as on the gemv path, the logits' argmax
+    in at least 8 blocks of at most 2048 (several programs per row, each a few KB)."""
+    E = next_pow2(n_embd)
+    out: dict[str, Config] = {
+        "add_ln": RowConfig(1, E), "attention": attention_default(batch, n_head, max_len, sms),
+        "combine": RowConfig(1, min(256, E)), "gelu": RowConfig(1, 1024),
+        "block_argmax": RowConfig(1, min(2048, max(16, next_pow2(cdiv(vocab, 8)))))}
+    unknown = sorted(set(overrides or {}) - set(LIBRARY_KERNELS))
+    if unknown:
+        raise ValueError(f"fused step config {unknown[0]}: not a kernel of the gemm path ({', '.join(LIBRARY_KERNELS)})")
+    out.update({k: v for k, v in (overrides or {}).items() if k != "argmax"})
+    if out["add_ln"].BN < n_embd:  # type: ignore[union-attr]
+        raise ValueError(f"fused step config add_ln: BN must cover a row ({E}), got {out['add_ln']}")
+    blocks = cdiv(vocab, out["block_argmax"].BN)  # type: ignore[union-attr]
+    out["argmax"] = (overrides or {}).get("argmax") or argmax_default(batch, blocks)
     return _checked(out)
 
 

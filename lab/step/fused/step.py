@@ -36,6 +36,10 @@ kernel's grid covers all SMs at batch 1 (each program streams its own rows: no a
 results are deterministic) and why `fused-pdl` lets each kernel start loading its weights while
 the previous one drains.
 
+Above a batch threshold (lab.step.fused.rule) the plan takes the gemm path instead (lab.step.fused.library):
+the library's GEMMs for the projections, the fused Triton row kernels around them, 9 x n_layer + 4
+launches; `plan.path` says which path a plan took and `plan.path_reason` why.
+
 Past the end of the cache the kernels write nothing (eager's indexed store would assert on the
 device instead); `lab.step.graphs.GraphedStep` refuses such a replay on the host before either happens.
 
@@ -68,9 +72,13 @@ from typing import Any
 import torch
 
 from lab.step.decode import DecodeState
-from lab.step.fused import configs as C
+from lab.step.fused import configs as C, rule as R
 from lab.step.fused.kernels import KERNELS
+from lab.step.fused.launch import Launch, LibraryCall
 from lab.step.model import Weights
+
+__all__ = ["FusedPlan", "Launch", "LibraryCall", "Workspace", "bind", "fused_step", "fused_step_pdl",
+           "fused_step_pdl_prefetch", "pdl_supported", "plan_for", "prepare"]
 
 
 @dataclass
@@ -88,23 +96,13 @@ class Workspace:
     lm_idx: torch.Tensor  # [B, lm blocks] int32: and its index
     x_scratch: torch.Tensor  # [B, E] where the residual kernels write in a repeatable plan
     pos_scratch: torch.Tensor  # [1] where the argmax kernel writes pos + 1 in a repeatable plan
+    # the gemm path's GEMM inputs and outputs (lab.step.fused.library.buffers; empty on the gemv path,
+    # where q and h are used instead: empty on the gemm path)
+    library: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.__dict__.values())
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch with its arguments bound (what a captured graph will hold as one node)."""
-
-    name: str
-    kernel: Any
-    grid: tuple[int, ...]
-    args: tuple[Any, ...]
-    meta: dict[str, Any]
-
-    def __call__(self) -> None:
-        self.kernel[self.grid](*self.args, **self.meta)
+        tensors = [t for t in self.__dict__.values() if isinstance(t, torch.Tensor)] + list(self.library.values())
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 @dataclass
@@ -113,12 +111,14 @@ class FusedPlan:
 
     configs: dict[str, C.Config]
     workspace: Workspace
-    launches: list[Launch]
+    launches: list[Launch | LibraryCall]
     pdl: bool
     sms: int
     state_ref: Any = field(repr=False, default=None)
     weights_ref: Any = field(repr=False, default=None)
-    prefetch: bool = False
+    prefetch: bool = False  # the PREFETCH kernels run (asked for and taken: path gemv-prefetch)
+    path: R.Path = R.Path.GEMV  # the projection path (lab.step.fused.rule)
+    path_reason: str = ""  # why the rule chose it
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -160,11 +160,15 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
-            prefetch: bool = False) -> FusedPlan:
-    """Choose configs, allocate the workspace and bind every launch. Call it before any capture.
+            prefetch: bool = False, path: R.Path | str | None = None) -> FusedPlan:
+    """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
-    `prefetch=True` turns on the GEMV kernels' PREFETCH path with one-chunk configs (the
-    `fused-pdl-prefetch` method uses it with `pdl=True`; without PDL it only moves loads earlier).
+    `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
+    width and the dtype, "gemv" or "gemm" forces one (tests, the tuner, measuring both paths).
+
+    `prefetch=True` asks for the GEMV kernels' PREFETCH path with one-chunk configs (the
+    `fused-pdl-prefetch` method uses it with `pdl=True`; without PDL it only moves loads earlier);
+    the rule takes it only where it pays (`plan.prefetch` says whether it did, `plan.path_reason` why).
 
     `repeatable=True` is for timing only: the residual kernels write a scratch copy and the position
     is not advanced, so any launch (or the whole plan) can be repeated and does the same work every
@@ -178,21 +182,41 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     B, L, E, H, V = state.batch, state.max_len, w.n_embd, w.n_head, int(w.wte.shape[0])
     DH, F, dev = E // H, 4 * E, w.device
     sms = sms or C.device_sms(dev)
-    cfg = C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=prefetch)
-    att, am, lm = cfg["attention"], cfg["argmax"], cfg["lm_head"]
-    assert isinstance(att, C.AttentionConfig) and isinstance(am, C.ArgmaxConfig) and isinstance(lm, C.GemvConfig)
+    tiles: dict[str, int] = {}
+    if prefetch and path is None:  # what the rule weighs: the row tiles of the one-chunk configs
+        one_chunk = C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=True)
+        tiles = {k: g.BB for k, g in one_chunk.items() if k in C.PREFETCH_KERNELS and isinstance(g, C.GemvConfig)}
+    choice = R.choose(B, E, str(w.dtype), prefetch, tiles, forced=path)
+    prefetch = choice.path == R.Path.GEMV_PREFETCH
+    gemm = choice.path == R.Path.GEMM
+    cfg = (C.choose_library(E, H, V, L, B, sms, overrides) if gemm
+           else C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=prefetch))
+    att, am = cfg["attention"], cfg["argmax"]
+    lm = cfg["block_argmax" if gemm else "lm_head"]
+    assert isinstance(att, C.AttentionConfig) and isinstance(am, C.ArgmaxConfig)
+    assert isinstance(lm, C.GemvConfig | C.RowConfig)
     NS = C.cdiv(L, att.BS)  # attention splits
-    nblk = C.cdiv(V, lm.BN)  # lm_head row blocks, each leaving one argmax candidate
+    nblk = C.cdiv(V, lm.BN)  # lm_head (or logits) row blocks, each leaving one argmax candidate
     f32 = dict(dtype=torch.float32, device=dev)
-    ws = Workspace(x=torch.zeros(B, E, **f32), q=torch.zeros(B, E, **f32),
+    ws = Workspace(x=torch.zeros(B, E, **f32), q=torch.zeros(0 if gemm else B, E, **f32),
                    part_o=torch.zeros(B, H, NS, DH, **f32), part_m=torch.zeros(B, H, NS, **f32),
-                   part_l=torch.zeros(B, H, NS, **f32), h=torch.zeros(B, F, **f32),
+                   part_l=torch.zeros(B, H, NS, **f32), h=torch.zeros(0 if gemm else B, F, **f32),
                    logits=torch.zeros(B, V, dtype=w.dtype, device=dev),
                    lm_val=torch.zeros(B, nblk, **f32), lm_idx=torch.zeros(B, nblk, dtype=torch.int32, device=dev),
                    x_scratch=torch.zeros(B, E, **f32), pos_scratch=torch.zeros_like(state.pos))
     x_out = ws.x_scratch if repeatable else ws.x
     new_pos = ws.pos_scratch if repeatable else state.pos
     common = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
+
+    def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
+        return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
+                         choice.reason)
+
+    if gemm:
+        from lab.step.fused import library
+
+        ws.library = library.buffers(B, w)
+        return made(library.launches(state, w, ws, cfg, common, x_out, new_pos))
 
     def gemv(name: str, N: int) -> tuple[tuple[int], dict[str, Any], int]:
         g = cfg[name]
@@ -204,7 +228,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         return (C.cdiv(N, g.BN) * nbb,), meta, nbb
 
     BE = C.next_pow2(E)
-    launches: list[Launch] = []
+    launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):
         cache = state.caches[i]
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
@@ -232,7 +256,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
         ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
         {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
-    return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch)
+    return made(launches)
 
 
 # Plans made on demand by fused_step(state, weights), one per (state, weights, pdl, prefetch), dropped

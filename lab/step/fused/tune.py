@@ -4,6 +4,8 @@
     python -m lab.step.fused.tune --batch 1 --dtype bfloat16 --max-seconds 120
     python -m lab.step.fused.tune --batch 1 --dtype bfloat16 --pdl --prefetch   # tune fused-pdl-prefetch as it runs
 
+The configs tuned are the gemv path's (lab.step.fused.rule), which every plan here is forced to take.
+
 Method: coordinate descent on the *whole* captured step. For each kernel in turn (largest bytes
 first), every candidate config is timed as the complete 62-launch step with only that kernel's
 config changed, replayed from a CUDA graph (`triton.testing.do_bench_cudagraph`, median of 10
@@ -131,7 +133,8 @@ def tune(w: Weights, batch: int, sms: int, rep_ms: int, deadline: float, log: Ca
     tried: dict[str, list[tuple[C.Config, float]]] = {}
 
     def time_with(name: str, cfg: C.Config) -> float:
-        plan = prepare(state, w, sms=sms, overrides={**best, name: cfg}, repeatable=True, pdl=pdl, prefetch=prefetch)
+        plan = prepare(state, w, sms=sms, overrides={**best, name: cfg}, repeatable=True, pdl=pdl, prefetch=prefetch,
+                       path="gemv")
         return timer(plan, rep_ms)
 
     def attempt(name: str, cfg: C.Config) -> None:
@@ -192,13 +195,15 @@ def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep
 
     state = timing_state(w, batch)
     default = prepare(state, w, sms=sms, overrides=C.choose(w.n_embd, w.n_head, int(w.wte.shape[0]), MAX_LEN,
-                                                            batch, w.dtype, sms, tuned={}), repeatable=True)
-    tuned = prepare(state, w, sms=sms, overrides=best, repeatable=True, prefetch=prefetch)
+                                                            batch, w.dtype, sms, tuned={}), repeatable=True,
+                      path="gemv")
+    tuned = prepare(state, w, sms=sms, overrides=best, repeatable=True, prefetch=prefetch, path="gemv")
     times = {"default": step_ms(default, rep_ms), "tuned" + ("+prefetch" if prefetch else ""): step_ms(tuned, rep_ms)}
     ok, why = pdl_supported(w.device)
     if ok:
         times["tuned+pdl" + ("+prefetch" if prefetch else "")] = step_ms(
-            prepare(state, w, sms=sms, overrides=best, repeatable=True, pdl=True, prefetch=prefetch), rep_ms)
+            prepare(state, w, sms=sms, overrides=best, repeatable=True, pdl=True, prefetch=prefetch,
+                    path="gemv"), rep_ms)
     rows = C.byte_budget(w.n_layer, w.n_embd, w.n_head, int(w.wte.shape[0]), batch, w.wte.element_size(),
                          POSITION + 1, C.cdiv(MAX_LEN, best["attention"].BS),  # type: ignore[union-attr]
                          C.cdiv(int(w.wte.shape[0]), best["lm_head"].BN))  # type: ignore[union-attr]

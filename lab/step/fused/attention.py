@@ -1,0 +1,133 @@
+"""The attention kernels of the fused step: flash-decoding over the KV cache, and the combine of its splits.
+
+`attention_kernel` splits the reached cache slots over programs and writes unnormalised partials;
+on the GEMV path the projection kernel combines them as it loads its input (`_attention_chunk`),
+on the library-GEMM path `combine_kernel` writes the normalised attention output for the GEMM.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, scale, E: tl.constexpr,
+                     H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
+                     USE_PDL: tl.constexpr, EARLY: tl.constexpr = False, QKV: tl.constexpr = False):
+    """Attention of one query over the cache, split over slots (flash-decoding), unnormalised.
+
+    Program (b, h, s) reads q[b, h] and the K and V of slots [s*BS, (s+1)*BS) that are <= pos
+    (slots past the position are masked in the load, so they cost no memory traffic), and writes
+    this split's running max m, sum of exp l and the exp-weighted sum of V o (dh floats). The
+    projection kernel combines the NS splits as it loads its input, so no extra launch is needed.
+    Bytes (GPT-2 124M, batch 1, fp32): 3 KB of q + 6 KB of K/V per reached slot over the 12 heads
+    (1.57 MB at a full 256-slot cache); writes 12 * NS * 66 * 4 B of partials.
+    Launches per step: one per layer (12). Grid: B * H * NS programs, NS = cdiv(max_len, BS).
+
+    EARLY (the prefetch variant, when the split's K and V fit ~64 values a thread): K and V of every
+    slot of the split below max_len are loaded together right after the wait, not masked by the
+    position, so no load waits for the position and V does not wait for the softmax (the default
+    order is three dependent memory round trips: position, K, then V). Unreached slots are masked
+    out of the scores and zeroed in V; the cost is reading them (at most the whole split).
+
+    QKV (the library-GEMM path): q_ptr is the QKV GEMM's output [B, 3E] (bias included). The query is
+    its first E columns; slot `pos` is not read from the cache but taken from its K and V columns,
+    and the program whose split holds `pos` writes them into the cache (no other program of the
+    kernel reads that slot, so nothing races): the cache write needs no launch of its own.
+    """
+    pid = tl.program_id(0)
+    s = pid % NS
+    bh = pid // NS
+    b = bh // H
+    h = bh % H
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    d = tl.arange(0, BD)
+    d_mask = d < DH
+    slot = s * BS + tl.arange(0, BS)
+    base = (b * H + h) * L * DH + slot[:, None] * DH + d[None, :]
+    if EARLY:  # every slot of the split inside the cache, K and V at once: nothing waits for the position
+        inside = (slot < L)[:, None] & d_mask[None, :]
+        k_raw = tl.load(cache_ptr + base, mask=inside, other=0.0)
+        v_raw = tl.load(cache_ptr + B * H * L * DH + base, mask=inside, other=0.0)
+    pos = tl.load(pos_ptr)
+    if QKV:
+        row = q_ptr + b * 3 * E + h * DH + d
+        q = tl.load(row, mask=d_mask, other=0.0).to(tl.float32)
+    else:
+        q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0)
+    valid = (slot <= pos) & (slot < L)
+    mask = valid[:, None] & d_mask[None, :]
+    if QKV:  # slot pos from this step's K and V (written to the cache below), the others from the cache
+        fresh = ((slot == pos) & valid)[:, None] & d_mask[None, :]
+        old = mask & (slot != pos)[:, None]
+    if EARLY:
+        k = k_raw.to(tl.float32)
+    elif QKV:
+        k_new = tl.load(row + E, mask=d_mask, other=0.0)
+        k = tl.where(fresh, k_new.to(tl.float32)[None, :],
+                     tl.load(cache_ptr + base, mask=old, other=0.0).to(tl.float32))
+    else:
+        k = tl.load(cache_ptr + base, mask=mask, other=0.0).to(tl.float32)  # K: cache[0, b, h]
+    scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
+    m = tl.max(scores, axis=0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)  # a split with no reached slot: l = 0, o = 0
+    p = tl.where(valid, tl.exp(scores - m_safe), 0.0)
+    if EARLY:  # unreached slots may hold anything (a stale sequence): zero them, p is 0 there
+        v = tl.where(mask, v_raw.to(tl.float32), 0.0)
+    elif QKV:
+        v_new = tl.load(row + 2 * E, mask=d_mask, other=0.0)
+        v = tl.where(fresh, v_new.to(tl.float32)[None, :],
+                     tl.load(cache_ptr + B * H * L * DH + base, mask=old, other=0.0).to(tl.float32))
+        own = (pos // BS == s) & (pos < L)  # the split holding slot pos stores this step's K and V there
+        at = (b * H + h) * L * DH + pos * DH + d
+        tl.store(cache_ptr + at, k_new, mask=d_mask & own)
+        tl.store(cache_ptr + B * H * L * DH + at, v_new, mask=d_mask & own)
+    else:
+        v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0).to(tl.float32)  # V: cache[1, b, h]
+    o = tl.sum(p[:, None] * v, axis=0)
+    split = (b * H + h) * NS + s
+    tl.store(part_o + split * DH + d, o, mask=d_mask)
+    tl.store(part_m + split, m)
+    tl.store(part_l + split, tl.sum(p, axis=0))
+
+
+@triton.jit
+def _attention_chunk(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                     NS: tl.constexpr, BB: tl.constexpr, BK: tl.constexpr):
+    """att[b, k] [BB, BK]: the NS splits of head k // DH combined (softmax normalisation included)."""
+    mask = b_mask[:, None] & (k < E)[None, :]
+    split0 = (b[:, None] * H + (k // DH)[None, :]) * NS
+    d = (k % DH)[None, :]
+    m_max = tl.full([BB, BK], float("-inf"), tl.float32)
+    for s in range(NS):
+        m_max = tl.maximum(m_max, tl.load(part_m + split0 + s, mask=mask, other=0.0))
+    num = tl.zeros([BB, BK], dtype=tl.float32)
+    den = tl.zeros([BB, BK], dtype=tl.float32)
+    for s in range(NS):  # split 0 always holds slot 0, so m_max is finite: empty splits weigh exp(-inf) = 0
+        wgt = tl.exp(tl.load(part_m + split0 + s, mask=mask, other=0.0) - m_max)
+        num += wgt * tl.load(part_o + (split0 + s) * DH + d, mask=mask, other=0.0)
+        den += wgt * tl.load(part_l + split0 + s, mask=mask, other=0.0)
+    return tl.div_rn(num, tl.where(mask, den, 1.0))
+
+
+@triton.jit
+def combine_kernel(part_o, part_m, part_l, att_ptr, B, NBB, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                   NS: tl.constexpr, BB: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr):
+    """The library-GEMM path: the NS attention splits combined into att [B, E] (normalised, in att's
+    dtype: the projection GEMM's input). What the GEMV projection kernel does as it loads its input.
+    Bytes: reads B * H * NS * (dh + 2) fp32 partials, writes B * E values. Grid: cdiv(E, BK) * cdiv(B, BB).
+    """
+    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)  # batch fastest
+    k = (tl.program_id(0) // NBB) * BK + tl.arange(0, BK)
+    b_mask = b < B
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k, E, H, DH, NS, BB, BK)
+    tl.store(att_ptr + b[:, None] * E + k[None, :], a.to(att_ptr.dtype.element_ty),
+             mask=b_mask[:, None] & (k < E)[None, :])

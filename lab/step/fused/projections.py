@@ -1,0 +1,319 @@
+"""The GEMV kernels of the fused step: the five projections, each with the row work around it fused in.
+
+Every matrix-vector product here is a *row-block GEMV*: a program owns BN output rows (a [BN, K]
+block of an [out, in] weight matrix) and BB batch rows; it walks K in chunks of BK, multiplies
+the weight tile by the input chunk and sums over K with `tl.sum` (plain fp32 multiply-add: no tf32,
+no tensor cores, so fp32 results match eager's to rounding). Weights of any float dtype are
+widened to fp32 as they are loaded; every accumulation is fp32. The grid is 1-D, batch fastest
+(`pid_b = pid % NBB`), so the programs that share one weight tile run side by side and all but
+the first read it from L2. A program serves at most BB batch rows (4 by default): above that the
+weights are read once per row tile, which is why large batches take the library-GEMM path
+(lab.step.fused.rule).
+
+Each program also redoes the cheap row work its input needs (layer-norm statistics of a 768-wide
+row, or combining the attention splits): a few KB from L2 instead of another launch.
+
+PREFETCH (the `fused-pdl-prefetch` variant): every weight a program needs is loaded before the PDL
+wait, not only the first tile: with a config whose BK covers the whole row (lab.step.fused.configs.
+prefetch_config) the program's whole weight slice (2-16 KB), and in every GEMV kernel the bias and
+the layer-norm parameters, which the default kernels load after the wait (a DRAM round trip on the
+critical path of every launch). The slice stays in the weights' dtype until it is used (half the
+registers in bf16), and a one-chunk layer norm reuses the row it loaded for the statistics. So under
+PDL a kernel streams its weights while the previous one finishes, and what is left after the wait
+is activation traffic from L2 and arithmetic. Only weights move before the wait: nothing any kernel
+writes, so the variant is as safe as the default ordering, in or out of a graph.
+
+Byte counts in the docstrings are for GPT-2 124M (E=768, H=12, dh=64, 4E=3072, V=50257) at batch 1
+in fp32; bf16 weights and cache halve the weight and cache terms.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from lab.step.fused.attention import _attention_chunk
+from lab.step.fused.rows import _gelu, _ln_apply, _ln_stats, _load_vec, _load_x
+
+
+# -------------------------------------------------------------------------------------- helpers
+
+@triton.jit
+def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr):
+    """The weight tile [1, BN, BK] at columns k0.. (zeros past K), widened to fp32.
+
+    Loaded in the 3-D shape of the product it feeds ([BB, BN, BK], summed over K), so the tile
+    never changes layout between the load and the multiply.
+    """
+    k = k0 + tl.arange(0, BK)
+    mask = n_mask[None, :, None] & (k < K)[None, None, :]
+    return tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _load_w_raw(w_ptr, n, n_mask, K, BK: tl.constexpr):
+    """The weight slice [1, BN, BK] at columns 0.. in the weights' own dtype (PREFETCH: widened at use)."""
+    k = tl.arange(0, BK)
+    mask = n_mask[None, :, None] & (k < K)[None, None, :]
+    return tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_first, b, b_mask, n, n_mask,
+             E: tl.constexpr, eps, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             BE: tl.constexpr):
+    """acc [BB, BN] = layer_norm(x[b]) @ W[n].T, with the first weight tile already loaded (w_first)."""
+    ke = tl.arange(0, BE)
+    mean, rstd = _ln_stats(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED),
+                           ke < E, E, eps)
+    acc = tl.zeros([BB, BN], dtype=tl.float32)
+    w = w_first
+    for k0 in range(0, E, BK):
+        k = k0 + tl.arange(0, BK)
+        a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED), mean, rstd,
+                      g_ptr, beta_ptr, k, E)
+        acc += tl.sum(a[:, None, :] * w, axis=2)
+        w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)  # the next tile (all masked after the last)
+    return acc
+
+
+@triton.jit
+def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, beta, w_raw):
+    """PREFETCH, one chunk: acc [BB, BN] = layer_norm(x) @ W.T with x [BB, BE] the whole row already
+    loaded, g and beta [BE] and the weight slice [1, BN, BE] loaded before the wait."""
+    mean, rstd = _ln_stats(x, k_mask, E, eps)
+    a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
+    return tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
+
+# ------------------------------------------------------------------------------- kernel 1 of 4
+
+@triton.jit
+def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
+                  B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                  EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
+                  USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
+    """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
+
+    GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
+    of the checkpoint's c_attn, kept as [out, in]): one GEMV reads all three, so there is no
+    separate "fused QKV" layout left to try.
+
+    Fuses: [embed: wte[tok] + wpe[pos], stored as the residual by the first row block] ->
+    layer_norm(x) -> x @ attn_w.T + attn_b over the fused [3E, E] matrix -> q to the workspace,
+    k and v straight into cache[layer][0|1, b, h, pos, :] at the device-side position.
+    Bytes (GPT-2 124M, batch 1, fp32): reads the 7.08 MB QKV matrix + 9 KB bias + 6 KB of norm
+    weights (each program also re-reads the 3 KB residual row from L2); writes 3 KB of q and 6 KB
+    of K/V. Launches per step: one per layer (12); layer 0's variant also embeds.
+    Grid: cdiv(3E, BN) * cdiv(B, BB) programs.
+    """
+    pid_n = tl.program_id(0) // NBB  # batch fastest: programs sharing a weight tile run together
+    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)
+    n = pid_n * BN + tl.arange(0, BN)
+    b_mask = b < B
+    n_mask = n < 3 * E
+    ke = tl.arange(0, BE)
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK)
+        bias = _load_vec(bias_ptr, n, 3 * E)
+        g = _load_vec(ln_w, ke, E)
+        beta = _load_vec(ln_b, ke, E)
+    else:
+        w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)  # weights: written by nobody, safe before the wait
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    pos = tl.load(pos_ptr)
+    if EMBED:
+        if pid_n == 0:  # one row block stores the embedded residual for the later kernels
+            x0 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, True)
+            tl.store(x_ptr + b[:, None] * E + ke[None, :], x0, mask=b_mask[:, None] & (ke < E)[None, :])
+    if PREFETCH:
+        x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED)
+        acc = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first)
+        out = acc + bias[None, :]
+    else:
+        acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
+                       E, eps, EMBED, BB, BN, BK, BE)
+        out = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    part = n // E  # 0: q, 1: k, 2: v
+    col = n % E
+    is_q = n_mask & (part == 0)
+    tl.store(q_ptr + b[:, None] * E + col[None, :], out, mask=b_mask[:, None] & is_q[None, :])
+    # cache [2, B, H, L, DH]: K at index 0, V at 1; slot `pos` (nothing is written past the end)
+    kv = tl.maximum(part - 1, 0)
+    h = col // DH
+    d = col % DH
+    off = ((kv[None, :] * B + b[:, None]) * H + h[None, :]) * L * DH + pos * DH + d[None, :]
+    is_kv = n_mask & (part > 0) & (pos < L)
+    tl.store(cache_ptr + off, out.to(cache_ptr.dtype.element_ty), mask=b_mask[:, None] & is_kv[None, :])
+
+
+# ------------------------------------------------------------------------------- kernel 2 of 4
+
+@triton.jit
+def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
+                         H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
+                         BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
+    """Combine the attention splits + the output projection + bias + the residual add.
+
+    Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
+    The step passes x_in = x_out (in place: each program reads and writes only its own rows).
+    Bytes (GPT-2 124M, batch 1, fp32): reads the 2.36 MB projection matrix + 3 KB bias; each
+    program re-reads the 12 * NS * 66 * 4 B of partials from L2; reads and writes 3 KB of residual.
+    Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
+    """
+    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)  # batch fastest
+    n = (tl.program_id(0) // NBB) * BN + tl.arange(0, BN)
+    b_mask = b < B
+    n_mask = n < E
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
+        bias = _load_vec(bias_ptr, n, E)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK)
+    else:
+        w = _load_w(w_ptr, n, n_mask, 0, E, BK)
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    if PREFETCH:
+        a = _attention_chunk(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK)
+        acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
+    else:
+        acc = tl.zeros([BB, BN], dtype=tl.float32)
+        for k0 in range(0, E, BK):
+            a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB, BK)
+            acc += tl.sum(a[:, None, :] * w, axis=2)
+            w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)
+    mask = b_mask[:, None] & n_mask[None, :]
+    rows = b[:, None] * E + n[None, :]
+    out = tl.load(x_in + rows, mask=mask, other=0.0) + acc
+    if PREFETCH:
+        out += bias[None, :]
+    else:
+        out += tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(x_out + rows, out, mask=mask)
+
+
+# ------------------------------------------------------------------------------- kernel 3 of 4
+
+@triton.jit
+def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
+                      BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
+                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
+    """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
+
+    Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
+    Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC matrix + 12 KB bias + 6 KB norm
+    weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
+    Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
+    """
+    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)  # batch fastest
+    n = (tl.program_id(0) // NBB) * BN + tl.arange(0, BN)
+    b_mask = b < B
+    n_mask = n < F
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    ke = tl.arange(0, BE)
+    if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters, before the wait
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK)
+        bias = _load_vec(bias_ptr, n, F)
+        g = _load_vec(ln_w, ke, E)
+        beta = _load_vec(ln_b, ke, E)
+    else:
+        w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    if PREFETCH:
+        x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False)
+        y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
+    else:
+        acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
+                       E, eps, False, BB, BN, BK, BE)
+        y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    y = _gelu(y)  # tanh approximation, as GPT-2's gelu_new
+    tl.store(h_ptr + b[:, None] * F + n[None, :], y, mask=b_mask[:, None] & n_mask[None, :])
+
+
+# ------------------------------------------------------------------------------- kernel 4 of 4
+
+@triton.jit
+def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
+                        BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
+                        PREFETCH: tl.constexpr = False):
+    """The second MLP matrix + bias + the residual add.
+
+    Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
+    Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC2 matrix + 3 KB bias (+ the 12 KB h
+    row per program, from L2); reads and writes 3 KB of residual.
+    Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
+    """
+    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)  # batch fastest
+    n = (tl.program_id(0) // NBB) * BN + tl.arange(0, BN)
+    b_mask = b < B
+    n_mask = n < E
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
+        bias = _load_vec(bias_ptr, n, E)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK)
+    else:
+        w = _load_w(w_ptr, n, n_mask, 0, F, BK)
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    if PREFETCH:
+        k = tl.arange(0, BK)
+        a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
+        acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
+    else:
+        acc = tl.zeros([BB, BN], dtype=tl.float32)
+        for k0 in range(0, F, BK):
+            k = k0 + tl.arange(0, BK)
+            a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
+            acc += tl.sum(a[:, None, :] * w, axis=2)
+            w = _load_w(w_ptr, n, n_mask, k0 + BK, F, BK)
+    mask = b_mask[:, None] & n_mask[None, :]
+    rows = b[:, None] * E + n[None, :]
+    out = tl.load(x_in + rows, mask=mask, other=0.0) + acc
+    if PREFETCH:
+        out += bias[None, :]
+    else:
+        out += tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(x_out + rows, out, mask=mask)
+
+
+# ------------------------------------------------------------------------------- the head
+
+@triton.jit
+def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B, NBB, eps, E: tl.constexpr,
+                   V: tl.constexpr, NBLK: tl.constexpr,
+                   BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
+                   USE_PDL: tl.constexpr):
+    """The final layer norm + the tied lm_head (x @ wte.T) + each row block's argmax.
+
+    Fuses: layer_norm(x) -> logits [B, V] in the weights' dtype (what the step returns) -> per
+    program, the largest logit of its BN rows and its index (first index on ties, as torch.argmax),
+    computed on the logits as stored, so the token is the argmax of the returned logits.
+    Bytes (GPT-2 124M, batch 1, fp32): reads the 154.4 MB embedding matrix (the largest single
+    read of the step: 31% of its weight bytes) + 6 KB norm weights; writes 201 KB of logits and
+    8 B per program of partial argmax. Launches per step: 1. Grid: cdiv(V, BN) * cdiv(B, BB).
+    """
+    pid_n = tl.program_id(0) // NBB  # batch fastest: programs sharing a weight tile run together
+    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)
+    n = pid_n * BN + tl.arange(0, BN)
+    b_mask = b < B
+    n_mask = n < V
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK)
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, wte_ptr, w_first, b, b_mask, n, n_mask,
+                   E, eps, False, BB, BN, BK, BE)
+    logits = acc.to(logits_ptr.dtype.element_ty)
+    tl.store(logits_ptr + b[:, None] * V + n[None, :], logits, mask=b_mask[:, None] & n_mask[None, :])
+    val = tl.where(n_mask[None, :], logits.to(tl.float32), float("-inf"))
+    best = tl.argmax(val, axis=1, tie_break_left=True)
+    tl.store(part_val + b * NBLK + pid_n, tl.max(val, axis=1), mask=b_mask)
+    tl.store(part_idx + b * NBLK + pid_n, pid_n * BN + best, mask=b_mask)
+

@@ -1,0 +1,176 @@
+"""The row kernels of the fused step: layer norm (with the embedding or a residual add), GELU, the argmax.
+
+The helpers at the top (residual rows, parameter vectors, layer-norm statistics, GELU) are shared with
+the GEMV kernels (lab.step.fused.projections). The kernels below them work on whole rows of the
+activations and read no weight matrix:
+
+- `argmax_advance_kernel`: the step's last launch on both projection paths (the token, `out`, `pos`).
+- `add_ln_kernel`, `gelu_kernel`, `block_argmax_kernel`: the elementwise work of the library-GEMM path
+  (lab.step.fused.library), fused around its `torch.addmm` calls: the residual add and the next layer
+  norm in one launch, GELU in place on the FC output, and the per-block argmax of the logits.
+
+Every value is computed in fp32; what a kernel hands to a library GEMM is stored in the weights' dtype
+(the GEMM's input), the residual stream stays fp32 (as on the GEMV path).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+# -------------------------------------------------------------------------------------- helpers
+
+@triton.jit
+def _load_vec(ptr, idx, N):
+    """A parameter vector (bias, layer-norm weight or shift) at idx, widened to fp32 (zeros past N)."""
+    return tl.load(ptr + idx, mask=idx < N, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED: tl.constexpr):
+    """Residual rows [BB, len(k)] in fp32: from the residual buffer, or (EMBED) wte[tok] + wpe[pos]."""
+    mask = b_mask[:, None] & (k < E)[None, :]
+    if EMBED:
+        tok = tl.load(tok_ptr + b, mask=b_mask, other=0)
+        x = tl.load(wte_ptr + tok[:, None] * E + k[None, :], mask=mask, other=0.0).to(tl.float32)
+        x += tl.load(wpe_ptr + pos * E + k, mask=k < E, other=0.0).to(tl.float32)[None, :]
+    else:
+        x = tl.load(x_ptr + b[:, None] * E + k[None, :], mask=mask, other=0.0)
+    return x
+
+
+@triton.jit
+def _ln_stats(x, k_mask, E: tl.constexpr, eps):
+    """Mean and 1/std of each row of x [BB, BE] (two passes over registers, biased variance, as torch)."""
+    mean = tl.div_rn(tl.sum(x, axis=1), E * 1.0)
+    diff = tl.where(k_mask[None, :], x - mean[:, None], 0.0)
+    var = tl.div_rn(tl.sum(diff * diff, axis=1), E * 1.0)
+    return mean, tl.div_rn(1.0, tl.sqrt_rn(var + eps))
+
+
+@triton.jit
+def _ln_apply(x, mean, rstd, g_ptr, beta_ptr, k, E):
+    """Layer norm of a chunk x [BB, BK] at columns k, with the row statistics."""
+    g = tl.load(g_ptr + k, mask=k < E, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + k, mask=k < E, other=0.0).to(tl.float32)
+    return (x - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
+
+
+@triton.jit
+def _gelu(y):
+    """gelu(y), tanh approximation: y/2 (1 + tanh(u)), u = sqrt(2/pi) (y + 0.044715 y^3). With tanh(u) =
+    2 sigmoid(2u) - 1 that is y * sigmoid(2u) = y / (1 + exp(-2u)): no cancellation near 0, exact limits at +-inf."""
+    u = 0.7978845608028654 * (y + 0.044715 * y * y * y)
+    return tl.div_rn(y, 1.0 + tl.exp(-2.0 * u))
+
+
+# ----------------------------------------------------------------------------- the step's last launch
+
+@triton.jit
+def argmax_advance_kernel(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos_ptr, MAXLEN, B: tl.constexpr,
+                          NBLK: tl.constexpr,
+                          BB: tl.constexpr, BP: tl.constexpr, USE_PDL: tl.constexpr):
+    """The argmax over the lm_head's row blocks + the step's bookkeeping, in one program.
+
+    For every batch row: token = index of the largest partial (first on ties: blocks are in index
+    order); tok[b] = token; out[b, pos + 1] = token (nothing is written past the end). Then
+    new_pos = pos + 1 (the step passes new_pos_ptr = pos_ptr: the position advances on the device).
+    One program, so no other program can read pos after it moved.
+    Bytes: reads 8 B per lm_head program per batch row (about 6 KB at batch 1); writes 16 B.
+    Launches per step: 1. Grid: 1 program.
+    """
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    pos = tl.load(pos_ptr)
+    j = tl.arange(0, BP)
+    for b0 in range(0, B, BB):
+        b = b0 + tl.arange(0, BB)
+        b_mask = b < B
+        val = tl.load(part_val + b[:, None] * NBLK + j[None, :], mask=b_mask[:, None] & (j < NBLK)[None, :],
+                      other=float("-inf"))
+        blk = tl.argmax(val, axis=1, tie_break_left=True)
+        tok = tl.load(part_idx + b * NBLK + blk, mask=b_mask, other=0).to(tl.int64)
+        tl.store(tok_ptr + b, tok, mask=b_mask)
+        tl.store(out_ptr + b * MAXLEN + pos + 1, tok, mask=b_mask & (pos + 1 < MAXLEN))
+    tl.store(new_pos_ptr, pos + 1)
+
+
+# ------------------------------------------------------------------------- the library-GEMM path's rows
+
+@triton.jit
+def add_ln_kernel(x_in, y_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, x_out, xn_ptr, B, eps,
+                  E: tl.constexpr, BE: tl.constexpr, BB: tl.constexpr, EMBED: tl.constexpr, ADD: tl.constexpr,
+                  USE_PDL: tl.constexpr):
+    """The residual update and the layer norm after it, BB batch rows per program.
+
+    x = wte[tok] + wpe[pos] (EMBED, layer 0) or x_in + y (ADD: y is the previous GEMM's output, bias
+    included) -> x_out (fp32, the residual stream; the step passes x_in = x_out) -> layer_norm(x) -> xn
+    in xn's dtype (the next GEMM's input). Used before the QKV GEMM (layer norm 1), before the FC GEMM
+    (layer norm 2) and before the lm_head GEMM (the final layer norm).
+    Bytes per row: reads and writes E fp32 of residual, reads E of y, writes E of xn, 2E of parameters.
+    Grid: cdiv(B, BB) programs.
+    """
+    b = tl.program_id(0) * BB + tl.arange(0, BB)
+    b_mask = b < B
+    k = tl.arange(0, BE)
+    k_mask = k < E
+    mask = b_mask[:, None] & k_mask[None, :]
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    g = _load_vec(ln_w, k, E)  # parameters: written by nobody, safe before the wait
+    beta = _load_vec(ln_b, k, E)
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    pos = tl.load(pos_ptr)
+    rows = b[:, None] * E + k[None, :]
+    x = _load_x(x_in, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED)
+    if ADD:
+        x += tl.load(y_ptr + rows, mask=mask, other=0.0).to(tl.float32)
+    tl.store(x_out + rows, x, mask=mask)
+    mean, rstd = _ln_stats(x, k_mask, E, eps)
+    xn = (x - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
+    tl.store(xn_ptr + rows, xn.to(xn_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def gelu_kernel(h_ptr, N, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    """GELU in place on the FC GEMM's output h [B, 4E] (bias included), BLOCK values per program.
+
+    Bytes: reads and writes B * 4E values in the weights' dtype. Grid: cdiv(B * 4E, BLOCK) programs.
+    """
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = i < N
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    y = tl.load(h_ptr + i, mask=mask, other=0.0).to(tl.float32)
+    tl.store(h_ptr + i, _gelu(y).to(h_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def block_argmax_kernel(logits_ptr, part_val, part_idx, B, NBB, V: tl.constexpr, NBLK: tl.constexpr,
+                        BB: tl.constexpr, BN: tl.constexpr, USE_PDL: tl.constexpr):
+    """Each block of BN logits' largest value and its index (first on ties), for argmax_advance_kernel.
+
+    What lm_head_kernel does after its GEMV, here after the lm_head GEMM: on the logits as stored,
+    so the token is the argmax of the returned logits. Bytes: reads B * V logits, writes 8 B per
+    block and row. Grid: cdiv(V, BN) * cdiv(B, BB) programs, batch fastest.
+    """
+    pid_n = tl.program_id(0) // NBB
+    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)
+    n = pid_n * BN + tl.arange(0, BN)
+    b_mask = b < B
+    n_mask = n < V
+    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
+        tl.extra.cuda.gdc_launch_dependents()
+    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
+        tl.extra.cuda.gdc_wait()
+    val = tl.load(logits_ptr + b[:, None] * V + n[None, :], mask=b_mask[:, None] & n_mask[None, :],
+                  other=float("-inf")).to(tl.float32)
+    best = tl.argmax(val, axis=1, tie_break_left=True)
+    tl.store(part_val + b * NBLK + pid_n, tl.max(val, axis=1), mask=b_mask)
+    tl.store(part_idx + b * NBLK + pid_n, pid_n * BN + best, mask=b_mask)

@@ -1,0 +1,318 @@
+"""The hand-fused step (lab.step.fused) in Triton's interpreter, one test per case, against the eager step.
+
+The interpreter must be switched on (TRITON_INTERPRET=1) before Triton is imported, so the cases run
+in one worker process started with it (this file run as `python tests/test_fused_interpreter.py
+--serve`): each test sends the worker one case name and gets that case's result back, so a case that
+fails, raises or hangs fails its own test only (a worker that dies or overruns is replaced for the
+next test), Triton's rewritten kernels are reused from case to case, and no other test sees the
+variable. Skipped, with the import error, without Triton.
+
+Cases: both projection paths (lab.step.fused.rule) at batch 1 and at a batch above the rule's
+threshold, in fp32 (equal to eager) and bf16 (teacher-forced), the PREFETCH kernels, odd shapes that
+mask every lane. Configs at batch 1 are the heuristics (`tuned={}`): the tuned table's GPT-2 block
+sizes on the tiny model would make programs of 4096-wide masked tiles, a minute in the interpreter
+(the AOT checks in tests/test_fused.py compile the tuned configs for GPT-2's shapes).
+
+Tolerances, as in tests/test_fused.py: fp32 logits and cache within 1e-5 of their largest magnitude;
+bf16 logits within 5% of the fp32 reference's largest and no worse than 1.5x the eager bf16 step's
+own error. Tokens, `out`, `tok` and `pos` must be equal, always.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lab.step.fused import configs as C, triton_import_error  # noqa: E402
+
+TRITON_MISSING = triton_import_error()
+pytestmark = pytest.mark.skipif(TRITON_MISSING is not None, reason=f"Triton does not import: {TRITON_MISSING}")
+FP32_REL, BF16_REL, BF16_VS_EAGER = 1e-5, 0.05, 1.5
+CASE_TIMEOUT_S = 300
+MAX_LEN = 16  # cache slots of the batch-1 gemv cases (their heuristic configs are chosen for it)
+CASES: dict[str, Callable[[], dict[str, Any]]] = {}
+
+
+def case(fn: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    CASES[fn.__name__.removeprefix("case_").replace("_", "-")] = fn
+    return fn
+
+
+# ------------------------------------------------------------------ the cases (run in the worker)
+
+def _heuristic(model: str, batch: int, prefetch: bool = False, max_len: int = 0) -> dict[str, Any]:
+    """The heuristic configs (no tuned table) for the tiny model's shapes and a cache of `max_len` slots."""
+    from lab.step.fused import check as K
+
+    w = K.weights_for(model)
+    return C.choose(w.n_embd, w.n_head, int(w.wte.shape[0]), max_len or MAX_LEN, batch, w.dtype, 2, tuned={}, prefetch=prefetch)
+
+
+def _free(model: str, batch: int, **kw: Any) -> dict[str, Any]:
+    from lab.step.fused import check as K
+
+    kw.setdefault("sms", 2)
+    return K.free_running(K.weights_for(model), batch, steps=kw.pop("steps", 3), **kw)
+
+
+def _forced(batch: int, **kw: Any) -> dict[str, Any]:
+    import torch
+    from lab.step.fused import check as K
+
+    return K.teacher_forced(K.weights_for("tiny"), K.weights_for("tiny", dtype=torch.bfloat16), batch, steps=3,
+                            sms=2, **kw)
+
+
+@case
+def case_gemv_fp32_b1() -> dict[str, Any]:
+    return _free("tiny", 1, max_len=MAX_LEN, overrides=_heuristic("tiny", 1))
+
+
+@case
+def case_gemv_fp32_b3() -> dict[str, Any]:
+    return _free("tiny", 3)
+
+
+@case
+def case_gemv_fp32_b8() -> dict[str, Any]:  # the gemv path above the threshold (forced): still eager's tokens
+    return _free("tiny", 8, path="gemv", steps=2)
+
+
+@case
+def case_gemv_odd_b3() -> dict[str, Any]:
+    # batch blocks partly masked (BB 2 of 3 rows), K in chunks whose last is partial (48 = 32 + 16,
+    # 192 = 128 + 64), attention in splits of 8 slots (with a 4-token prompt and a 14-slot cache the second
+    # split is never reached: it must weigh nothing), several lm_head blocks for the argmax
+    from lab.step.fused.check import parse_configs
+
+    odd = parse_configs('{"attention": {"BS": 8}, "ln_qkv": {"BB": 2, "BN": 16, "BK": 32}, '
+                        '"fc2": {"BB": 2, "BN": 16, "BK": 128}, "lm_head": {"BB": 1, "BN": 32, "BK": 32}}')
+    return _free("odd", 3, steps=2, prompt_len=4, sms=4, overrides=odd)
+
+
+@case
+def case_gemv_bf16_b2() -> dict[str, Any]:
+    return _forced(2)
+
+
+@case
+def case_prefetch_fp32_b1() -> dict[str, Any]:
+    return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True))
+
+
+@case
+def case_prefetch_odd_b3() -> dict[str, Any]:
+    return _free("odd", 3, steps=2, prompt_len=4, sms=4, prefetch=True)
+
+
+@case
+def case_prefetch_bf16_b1() -> dict[str, Any]:
+    return _forced(1, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2))
+
+
+@case
+def case_gemm_fp32_b8() -> dict[str, Any]:  # the rule's choice at batch 8
+    return _free("tiny", 8, steps=2)
+
+
+@case
+def case_gemm_fp32_b1() -> dict[str, Any]:  # forced at batch 1
+    return _free("tiny", 1, path="gemm")
+
+
+@case
+def case_gemm_odd_b9() -> dict[str, Any]:
+    # batch blocks of 2 rows for the layer norms (the fifth half masked), the combine in 32-column chunks
+    # (48 = 32 + 16), splits of 8 slots (the second never reached), the logits' argmax in blocks of 64 (500 =
+    # 7 x 64 + 52)
+    from lab.step.fused.check import parse_configs
+
+    odd = parse_configs('{"attention": {"BS": 8}, "add_ln": {"BB": 2, "BN": 64}, "combine": {"BB": 1, "BN": 32}, '
+                        '"gelu": {"BB": 1, "BN": 128}, "block_argmax": {"BB": 2, "BN": 64}}')
+    return _free("odd", 9, steps=2, prompt_len=4, sms=4, overrides=odd)
+
+
+@case
+def case_gemm_bf16_b8() -> dict[str, Any]:
+    return _forced(8)
+
+
+@case
+def case_gemm_bf16_b1() -> dict[str, Any]:
+    return _forced(1, path="gemm")
+
+
+@case
+def case_plans() -> dict[str, Any]:
+    """fused_step(state, weights): one plan per state, made on first use and dropped with the state."""
+    import gc
+
+    from lab.step import decode as D
+    from lab.step.fused import check as K, step as S
+
+    tiny = K.weights_for("tiny")
+    C.DEFAULT_SMS = 2  # no device here: small grids for the interpreter (this worker only)
+    state = D.new_state(tiny, 3, 12)
+    D.prefill(state, tiny, K.prompt_for(3, 4, 512))
+    S.fused_step(state, tiny)
+    plan = S.plan_for(state, tiny)
+    S.fused_step(state, tiny)
+    reused = S.plan_for(state, tiny) is plan and int(state.pos.item()) == 6 and plan.sms == 2
+    try:
+        S.fused_step(D.new_state(tiny, 3, 12), plan)
+        wrong_state = None
+    except ValueError as exc:
+        wrong_state = str(exc)
+    key = (id(state), False, False)
+    del state, plan
+    gc.collect()
+    return {"reused": reused, "wrong_state": wrong_state, "dropped": key not in S._PLANS}
+
+
+def serve() -> None:
+    """The worker: one case name a line on stdin, one JSON line back ({"result": ...} or {"error": ...})."""
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything a case prints goes to stderr, not into the answers
+    for line in sys.stdin:
+        name = line.strip()
+        try:
+            reply: dict[str, Any] = {"result": CASES[name]()}
+        except BaseException:  # noqa: BLE001 -- the test that asked reports it
+            reply = {"error": traceback.format_exc()[-4000:]}
+        answer.write(json.dumps(reply) + "\n")
+        answer.flush()
+
+
+# ------------------------------------------------------------------ the tests (in pytest's process)
+
+class Worker:
+    """The interpreter worker process, started on first use and again after one dies or overruns."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.err: Any = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+        self.err = tempfile.TemporaryFile(mode="w+")
+        return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve"], cwd=ROOT, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True)
+
+    def _stderr(self) -> str:
+        self.err.seek(0)
+        return self.err.read()[-3000:]
+
+    def run(self, name: str) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        proc = self.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(name + "\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], CASE_TIMEOUT_S)
+        line = proc.stdout.readline() if ready else ""
+        if not line:
+            proc.kill()
+            proc.wait()
+            self.proc = None
+            pytest.fail(f"interpreter case {name}: no answer ({'died' if ready else f'over {CASE_TIMEOUT_S} s'}); "
+                        f"stderr:\n{self._stderr()}")
+        reply = json.loads(line)
+        if "error" in reply:
+            pytest.fail(f"interpreter case {name} raised:\n{reply['error']}")
+        return reply["result"]
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker()
+    yield w
+    w.close()
+
+
+def _assert_equal_run(run: dict, n_layer: int = 2) -> None:
+    launches = 9 * n_layer + 4 if run["path"] == "gemm" else 5 * n_layer + 2
+    assert run["kernels_per_step"] == launches, run
+    for i, step in enumerate(run["per_step"]):
+        where = f"{run['path']} batch {run['batch']}, step {i}: {step}"
+        assert step["tokens_equal"] and step["out_equal"] and step["pos_equal"], where
+        assert step["argmax_of_own_logits"], where
+        assert step["logit_diff"] <= FP32_REL * step["logit_scale"], where
+        assert step["cache_diff"] <= FP32_REL * step["cache_scale"], where
+
+
+FP32_CASES = {  # case -> (path, batch)
+    "gemv-fp32-b1": ("gemv", 1), "gemv-fp32-b3": ("gemv", 3), "gemv-fp32-b8": ("gemv", 8),
+    "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
+    "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
+}
+BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
+              "gemm-bf16-b1": ("gemm", 1)}
+
+
+# over 10 s each on 2 shared cores (the first case run also starts the worker: ~5 s more)
+SLOW = {"gemv-fp32-b1", "gemv-fp32-b3", "gemv-fp32-b8", "gemv-odd-b3", "gemm-fp32-b8", "gemm-odd-b9", "gemm-bf16-b8"}
+
+
+def _params(cases: dict) -> list:
+    return [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in cases]
+
+
+@pytest.mark.parametrize("name", _params(FP32_CASES))
+def test_fp32_equals_eager(worker: Worker, name: str) -> None:
+    run = worker.run(name)
+    path, batch = FP32_CASES[name]
+    assert (run["path"], run["batch"]) == (path, batch), run
+    assert run["prefetch"] == (path == "gemv-prefetch"), run
+    if path == "gemv-prefetch":  # the variant computes its rows in one chunk
+        for kernel in C.PREFETCH_KERNELS:
+            odd = "odd" in name
+            K = C.gemv_shapes(48 if odd else 64, 500 if odd else 512)[kernel][1]
+            assert run["configs"][kernel]["BK"] == C.next_pow2(K), run["configs"]
+    if name.endswith("odd-b3") and path == "gemv":
+        assert run["configs"]["attention"]["BS"] == 8 and run["configs"]["ln_qkv"]["BB"] == 2
+    if name == "gemm-odd-b9":
+        assert run["configs"]["add_ln"]["BB"] == 2 and run["configs"]["block_argmax"]["BN"] == 64
+    _assert_equal_run(run)
+
+
+@pytest.mark.parametrize("name", _params(BF16_CASES))
+def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> None:
+    r = worker.run(name)
+    assert r["dtype"] == "bfloat16" and len(r["fused_err"]) == 3 and r["path"] == BF16_CASES[name][0], r
+    assert all(r["bookkeeping_ok"]), r
+    for err, scale in zip(r["fused_err"], r["scale"]):
+        assert err <= BF16_REL * scale, r
+    assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r
+
+
+def test_fused_step_keeps_one_plan_per_state(worker: Worker) -> None:
+    p = worker.run("plans")
+    assert p["reused"] and p["dropped"], p
+    assert p["wrong_state"] and "another DecodeState" in p["wrong_state"]
+
+
+def test_every_case_has_a_test() -> None:
+    assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans"}
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
+    serve()
