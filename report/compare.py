@@ -26,6 +26,7 @@ from typing import Any
 
 from lab.contract import metrics as M
 from lab.contract.manifest_schema import check_manifest
+from lab.contract.reasons import Code
 from lab.contract.marks import FACTOR, MARKS, Mark, Value, judge
 from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Metric, Record, Results, ResultsError, from_dict
 from lab.contract.schema import read_json
@@ -194,6 +195,7 @@ class StatusRow:
     a_reason: str
     b_reason: str
     mark: Mark
+    why: str = ""  # why this mark, from the two statuses and their reason codes
 
 
 @dataclass
@@ -235,20 +237,55 @@ class Comparison:
         return sorted(self.metrics, key=lambda r: MARKS.index(r.mark))
 
 
-def _status_mark(a: str, b: str) -> Mark:
+# NOT_RUN for want of something on the host (a device, a compiler, an OS): the experiment could not run there,
+# so a FAILED on another host is not a regression against it, nor is a NOT_RUN after a FAILED a fix.
+HOST_CODES = frozenset({Code.NO_CUDA, Code.NO_TRITON, Code.NO_CXX_COMPILER, Code.COMPILER_NOT_ON_PATH,
+                        Code.NO_PYTHON_HEADERS, Code.NO_OPENSSL, Code.DRIVER_TOO_OLD, Code.WINDOWS_HOST_REQUIRED,
+                        Code.LINUX_HOST_REQUIRED, Code.NOT_ON_THIS_DEVICE, Code.CXX_NOT_FOUND, Code.COMPILER_BROKEN})
+
+
+def _code(rec: Record | None) -> str:
+    return rec.reason.code if rec is not None and rec.reason else ""
+
+
+def status_mark(a: str, b: str, a_code: str = "", b_code: str = "") -> tuple[Mark, str]:
+    """The mark of a status change and why, judged with the reason codes: OK -> FAILED is newly failing, FAILED ->
+    OK fixed; a NOT_RUN for want of something on its host (HOST_CODES) against a FAILED is not comparable."""
     if a == b:
-        return "same"
+        return "same", ""
+    if b == "FAILED" and a == "NOT_RUN" and a_code in HOST_CODES:
+        return "not comparable", f"A's host could not run it ({a_code}); B's ran it and it failed"
+    if a == "FAILED" and b == "NOT_RUN" and b_code in HOST_CODES:
+        return "not comparable", f"B's host could not run it ({b_code}): not a fix"
     if b == "FAILED":
-        return "newly failing"
+        return "newly failing", f"{a} in A" + (f" ({a_code})" if a_code else "") + ", FAILED in B"
     if a == "FAILED" and b == "OK":
-        return "fixed"
-    return "not comparable"
+        return "fixed", "FAILED in A, OK in B"
+    return "not comparable", f"{a} in A, {b} in B: one of them did not run"
+
+
+def interval_of(m: Metric, rec: Record) -> tuple[float | None, float | None]:
+    """Where the metric's 95% interval is stored: a timing's spread, else the metrics its declaration names
+    (MetricSpec.interval) recorded with the same params; (None, None) where there is none."""
+    sp = m.spread
+    if sp is not None and sp.ci_low is not None and sp.ci_high is not None:
+        return sp.ci_low, sp.ci_high
+    spec = M.spec(m.name)
+    if spec is None or spec.interval is None:
+        return None, None
+    ends = []
+    for name in spec.interval:
+        hit = [o.value for o in rec.metrics if o.name == name and o.params == m.params]
+        ends.append(hit[0] if len(hit) == 1 and isinstance(hit[0], (int, float)) and not isinstance(hit[0], bool)
+                    else None)
+    return (ends[0], ends[1]) if None not in ends else (None, None)
 
 
 def _value(m: Metric, rec: Record, manifest: dict[str, Any]) -> Value:
     sp = m.spread
+    low, high = interval_of(m, rec)
     return Value(m.value, m.unit, m.params, sp.q1 if sp else None, sp.q3 if sp else None, tuple(rec.metrics), manifest,
-                 rec.id)
+                 rec.id, low, high)
 
 
 def _reason(rec: Record | None) -> str:
@@ -257,8 +294,8 @@ def _reason(rec: Record | None) -> str:
 
 def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record) -> None:
     if ra.status != rb.status:
-        out.statuses.append(StatusRow(rid, ra.status, rb.status, _reason(ra), _reason(rb),
-                                      _status_mark(ra.status, rb.status)))
+        mark, why = status_mark(ra.status, rb.status, _code(ra), _code(rb))
+        out.statuses.append(StatusRow(rid, ra.status, rb.status, _reason(ra), _reason(rb), mark, why))
     ma = {(m.name, params_key(m.params)): m for m in ra.metrics}
     mb = {(m.name, params_key(m.params)): m for m in rb.metrics}
     for key, metric in ma.items():

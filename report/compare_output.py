@@ -87,7 +87,8 @@ def format_text(c: Comparison) -> str:
     lines += ["", f"Experiments whose status differs: {len(c.statuses)}"]
     for s in c.statuses:
         why = f"B: {s.b_reason}" if s.b_reason else (f"A: {s.a_reason}" if s.a_reason else "")
-        lines.append(f"  {s.mark:<15} {s.experiment}: {s.a} -> {s.b}" + (f"  {_short(why, 160)}" if why else ""))
+        lines.append(f"  {s.mark:<15} {s.experiment}: {s.a} -> {s.b}" + (f"  {_short(why, 160)}" if why else "")
+                     + (f"  [{s.why}]" if s.why else ""))
     lines += ["", f"Correctness checks whose outcome differs: {len(c.checks)}"]
     for ch in c.checks:
         lines.append(f"  {ch.mark:<15} {ch.experiment}.{ch.name}{{{_params(ch.params)}}}: "
@@ -112,7 +113,8 @@ def records(c: Comparison) -> list[dict[str, Any]]:
     for s in c.statuses:
         out.append({"kind": "status", "experiment": s.experiment, "metric": None, "params": {}, "unit": "",
                     "a": s.a, "b": s.b, "ratio": None, "mark": s.mark,
-                    "reason": "; ".join(f"{side}: {r}" for side, r in (("A", s.a_reason), ("B", s.b_reason)) if r)})
+                    "reason": "; ".join([s.why] * bool(s.why) + [f"{side}: {r}" for side, r in
+                                                                  (("A", s.a_reason), ("B", s.b_reason)) if r])})
     for ch in c.checks:
         out.append({"kind": "check", "experiment": ch.experiment, "metric": ch.name, "params": ch.params, "unit": "",
                     "a": ch.a, "b": ch.b, "ratio": None, "mark": ch.mark, "reason": ch.detail})

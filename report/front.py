@@ -13,6 +13,7 @@ from lab.contract.results import Metric, Results
 
 from report.costs import first_call_behind
 from report.discover import Run
+from report.runstatus import Status, status
 from report.sections import failed_checks, record
 from report.steps import CEILINGS, Case, cases, ceiling, is_eager, step_rows
 from report.sweeps import headline as peer_headline
@@ -95,6 +96,7 @@ class FrontRow:
     counts: dict[str, int] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     peer: str | None = None  # the lab's best step beside transformers' best generate (peer_generate's conclusion)
+    status: Status | None = None  # incomplete, with what was asked for and not recorded (report.runstatus)
 
     @property
     def started(self) -> str:
@@ -135,7 +137,8 @@ def front_row(run: Run, file: str) -> FrontRow:
     return FrontRow(run=run, file=file, host=host_name(r), label=str(r.manifest.get("label") or ""),
                     device=device_name(r), torch=str((r.manifest.get("torch") or {}).get("version", "?")),
                     lines=lines(r), compile=compile_summary(r), counts=counts(r),
-                    failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r))
+                    failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r),
+                    status=status(r))
 
 
 def newest_first(runs: list[Run]) -> list[Run]:

@@ -9,12 +9,18 @@
     site/compare.html        each run against its baseline: `--baseline RUN`, else the newest run of the same
                              profile; why it moved first, then every mark with its reason
 
+    site/traces/<run>/...    the compile-trace pages of each run that kept them (report.publish)
+
 Pages are self-contained (CSS inline, charts as inline SVG): they open from disk with no network.
-Jinja2 autoescapes everything; the only unescaped content is the SVG matplotlib wrote.
+Jinja2 autoescapes everything; the only unescaped content is the SVG matplotlib wrote. Publishing is safe
+from anyone's run folders: each run renders in isolation (a bad file skips that run, one line naming it),
+every page is written atomically, and the site is built beside `out` and swapped in only when complete
+(report.sitefiles).
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,8 +31,9 @@ from report.compare import Comparison, Side, compare
 from lab.contract.marks import MARKS
 from lab.contract.results import Results
 
-from report import charts, costs, front as front_page, sections, steps, sweeps, workloads
+from report import charts, costs, front as front_page, publish, sections, steps, sweeps, workloads
 from report.discover import Run, SkippedFile, load_runs
+from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
 
 STATUSES = front_page.STATUSES
@@ -69,6 +76,8 @@ class Site:
     compare: Path | None = None
     comparisons: list[Comparison] = field(default_factory=list)
     run_pages: list[RunPage] = field(default_factory=list)  # what each run's page was built from
+    traces: list[Path] = field(default_factory=list)  # the compile-trace pages written
+    removed: list[Path] = field(default_factory=list)  # an earlier report's pages this one did not rewrite
 
 
 def environment() -> Environment:
@@ -140,28 +149,66 @@ MARK_CLASS: dict[str, Any] = {"better": "good", "fixed": "good", "worse": "bad",
 
 def render_site(paths: list[Path], out: Path, baseline: str | None = None) -> Site:
     """Render every run under `paths` into `out`; unusable files are listed, never fatal. `baseline` names the run
-    the comparison page sets every other run against (default: per profile, the newest run)."""
+    the comparison page sets every other run against (default: per profile, the newest run).
+
+    The site is built in a folder beside `out` and swapped in only when complete: when no run renders
+    (`site.runs` empty) or a page cannot be written (WriteError, an OSError), `out` is left as it was."""
     runs, skipped = load_runs(paths)
     if baseline is not None:
         find_run(runs, baseline)  # a baseline that names no run stops here, before any page is drawn
+    stage = Staging(out)
+    try:
+        site = _render(runs, skipped, stage.root, baseline)
+    except BaseException:
+        stage.discard()
+        raise
+    if not site.runs:
+        stage.discard()
+        return _moved(site, stage.root, out, written=False)
+    site.removed = stage.swap_in()
+    return _moved(site, stage.root, out)
+
+
+def _moved(site: Site, stage: Path, out: Path, written: bool = True) -> Site:
+    """The site's paths where they are once swapped into `out` (none written when nothing rendered)."""
+    def at(p: Path) -> Path:
+        return out / p.relative_to(stage)
+
+    site.out, site.index = out, at(site.index)
+    site.pages = [at(p) for p in site.pages] if written else []
+    site.compare = at(site.compare) if site.compare and written else None
+    site.traces = [at(p) for p in site.traces] if written else []
+    return site
+
+
+def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: str | None) -> Site:
     env = environment()
-    out.mkdir(parents=True, exist_ok=True)
     site = Site(out=out, index=out / "index.html", skipped=skipped)
     pages: list[RunPage] = []
     for run in front_page.newest_first(runs):
-        try:
+        try:  # one odd run must not sink the others: a run is published whole or not at all
             page = run_page(run)
             html = env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)
-        except Exception as exc:  # one odd run must not sink the others
+            traces = publish.publish(run, out)
+        except WriteError:
+            raise
+        except publish.TraceError as exc:
+            shutil.rmtree(out / TRACES / run.slug, ignore_errors=True)
+            skipped.append(SkippedFile(str(run.path), f"{exc} (run not rendered)"))
+            continue
+        except Exception as exc:
+            shutil.rmtree(out / TRACES / run.slug, ignore_errors=True)
             skipped.append(SkippedFile(str(run.path), f"{run.path}: could not be rendered "
                                                       f"({type(exc).__name__}: {exc})"))
             continue
-        (out / page.file).write_text(html, encoding="utf-8")
-        sweeps.publish(run, out)  # the run's compile-trace pages, linked from its sweep sections
+        write_page(out / page.file, html)
         site.pages.append(out / page.file)
+        site.traces += traces
         site.runs.append(run)
         pages.append(page)
     site.run_pages = pages
+    if not pages:
+        return site
     comps = comparisons(pages, baseline)
     site.comparisons = comps
     files = {p.run.name: p.file for p in pages}
@@ -170,10 +217,10 @@ def render_site(paths: list[Path], out: Path, baseline: str | None = None) -> Si
                                                        mark_cls=MARK_CLASS, marks=MARKS, files=files,
                                                        baseline=baseline)
         site.compare = out / "compare.html"
-        site.compare.write_text(html, encoding="utf-8")
+        write_page(site.compare, html)
     fronts = [p.front for p in pages]
     html = env.get_template("index.html").render(fronts=fronts, side_by_side=front_page.side_by_side(fronts),
                                                  skipped=skipped, has_compare=bool(comps),
                                                  title="Graph-mode inference lab")
-    site.index.write_text(html, encoding="utf-8")
+    write_page(site.index, html)
     return site

@@ -1,27 +1,22 @@
 """The sweeps' sections of a run page (issue 14), each from its stored records: a chart, tables, and the
-experiment's own conclusion with the rule that drew it; and the compile-trace pages of the run.
+experiment's own conclusion with the rule that drew it.
 
 `sections(run)` gives one Section per sweep experiment present in the run (none when the run has no
-sweep). `publish(run, out)` writes a page per compile trace the run kept (`traces/` beside its
-results.json, lab.measure.compiletrace) under `out/traces/<run>/...`, with tlparse's pages copied beside it
-when the run kept them; the sections' trace tables link there. Nothing here recomputes a derived
-figure: speedups, crossovers, scores and conclusions are read as the experiments stored them.
+sweep); each section's trace table links to the compile-trace pages report.publish writes, where the run
+kept them. Nothing here recomputes a derived figure: speedups, crossovers, scores and conclusions are read
+as the experiments stored them.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import re
-import shutil
-from pathlib import Path
 from typing import Any, Callable
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from jinja2 import Environment, select_autoescape  # noqa: E402
 
 from lab.contract import metrics as M  # noqa: E402
 from lab.contract.catalogue import CATALOGUE  # noqa: E402
@@ -29,12 +24,11 @@ from lab.contract.names import method_rank  # noqa: E402
 from lab.contract.results import Record  # noqa: E402
 
 from report.charts import Chart  # noqa: E402
+from report.publish import NOTE_TRACES, trace_href, trace_source  # noqa: E402
 from report.sections import Section, record, why_absent  # noqa: E402
 from report.tables import Cell, Table, first, fmt, is_number, matching, num, sort_key, timing_cell  # noqa: E402
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
-TRACES = "traces"
-NOTE_TRACES = "compile_traces"
 STYLE = {"svg.fonttype": "none", "text.parse_math": False, "font.family": "sans-serif", "font.size": 9,
          "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}
 
@@ -85,24 +79,15 @@ def _conclusion(rec: Record) -> str:
     return text + (f" Rule: {rule}" if rule else "")
 
 
-def _slug_path(run: Any) -> str:
-    return f"{TRACES}/{run.slug}"
-
-
-def _trace_href(run: Any, info: dict[str, Any]) -> str:
-    """Where a trace's page lands in the site: traces/<run>/<experiment>/<item>/ (the run's own path less its
-    leading traces/)."""
-    rel = Path(str(info.get("path", "")))
-    if rel.parts and rel.parts[0] == TRACES:
-        rel = Path(*rel.parts[1:])
-    return f"{_slug_path(run)}/{rel.as_posix()}"
-
-
 def _trace_table(run: Any, rec: Record) -> Table:
+    """The compile traces the record lists; an item links to its page only where the run kept the trace (a
+    path that is not safe raises report.publish.TraceError: the run is skipped, never half-published)."""
     table = Table(columns=["compiled item", "compilations", "recompilations", "graph breaks", "failures", "tlparse"],
-                  caption="Compile traces: what Dynamo and Inductor did for each compiled item (click for the page)")
+                  caption="Compile traces: what Dynamo and Inductor did for each compiled item (a link: its page; "
+                          "no link: the run folder did not keep the trace)")
     for item, info in sorted((rec.notes.get(NOTE_TRACES) or {}).items()):
-        href = f"{_trace_href(run, info)}/index.html"
+        kept = trace_source(run, rec.id, item, info) is not None
+        href = f"{trace_href(run, info)}/index.html" if kept else ""
         table.rows.append([Cell(item, href=href), num(info.get("compile_count")), num(info.get("recompile_count")),
                            num(info.get("graph_break_count")), num(info.get("failed_count")),
                            Cell(fmt(info.get("tlparse")))])
@@ -416,56 +401,3 @@ def sections(run: Any) -> list[Section]:
     """A section per sweep experiment in the run (`run`: report.discover.Run); none when it has no sweep."""
     present = {r.id for r in run.results.experiments}
     return [_section(run, rid, *BUILDERS[rid]) for rid in SWEEP_IDS if rid in present and rid in BUILDERS]
-
-
-# ---------------------------------------------------------------------------- trace pages
-
-PAGE = Environment(autoescape=select_autoescape(default=True)).from_string("""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Compile trace: {{ item }}</title>
-<style>body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330}table{border-collapse:collapse;font-size:13px}
-th,td{border-bottom:1px solid #d9dee7;padding:4px 10px;text-align:left;vertical-align:top}th{background:#f6f8fb}
-.muted{color:#667085}.bad{color:#b42318;font-weight:600}code,pre{font-size:12px}</style></head><body>
-<h1>Compile trace: {{ item }}</h1>
-<p class="muted">{{ experiment }} · torch {{ s.torch }} · {{ s.records }} trace records, {{ "{:,}".format(s.raw_bytes) }}
-bytes raw (graphs and generated code are not kept; {{ "{:,}".format(s.payload_bytes) }} bytes of payloads dropped).
-{% if tl %}<a href="tlparse/index.html">tlparse's report</a> (pruned: {{ tl.kept|length }} files kept,
-{{ tl.dropped|length }} dropped).{% else %}No tlparse report: {{ s.tlparse.error }}.{% endif %}</p>
-<table><thead><tr><th>compile</th><th>function</th><th>where</th><th>status</th><th>graph ops</th><th>guards</th>
-<th>whole compile, s</th><th>backend, s</th><th>recompile reasons</th><th>graph breaks</th><th>failure</th></tr></thead><tbody>
-{% for c in s.per_compile %}<tr><td>{{ c.id }}</td><td>{{ c.function }}</td><td class="muted">{{ c.where }}</td>
-<td{% if c.status != "ok" %} class="bad"{% endif %}>{{ c.status }}</td><td>{{ c.metrics.graph_op_count }}</td>
-<td>{{ c.metrics.guard_count }}</td><td>{{ c.metrics.entire_frame_compile_time_s }}</td>
-<td>{{ c.metrics.backend_compile_time_s }}</td><td>{{ c.recompile_reasons|join("; ") }}</td>
-<td>{{ c.graph_breaks|join("; ") }}</td><td>{{ c.metrics.fail_type or "" }} {{ c.metrics.fail_reason or "" }}</td></tr>
-{% endfor %}</tbody></table>
-{% if tl and tl.dropped %}<details><summary>tlparse files not kept</summary><pre>{{ tl.dropped|join("\\n") }}</pre>
-</details>{% endif %}
-<p class="muted">Every record's metadata (payloads dropped) is in metadata.jsonl.gz beside this run's results.</p>
-</body></html>""")
-
-
-def publish(run: Any, out: Path) -> list[Path]:
-    """Write a page for every compile trace the run kept (and copy tlparse's pages); returns the pages."""
-    run_dir = Path(run.path).parent
-    pages = []
-    for rec in run.results.experiments:
-        for item, info in (rec.notes.get(NOTE_TRACES) or {}).items():
-            src = run_dir / str(info.get("path", ""))
-            summary_file = src / "summary.json"
-            if not summary_file.is_file():
-                continue
-            dest = out / _trace_href(run, info)
-            dest.mkdir(parents=True, exist_ok=True)
-            summary = json.loads(summary_file.read_text())
-            for c in summary.get("per_compile", []):
-                c.setdefault("metrics", {})
-            tl = summary.get("tlparse") or {}
-            if tl.get("ran") and (src / "tlparse").is_dir():
-                shutil.copytree(src / "tlparse", dest / "tlparse", dirs_exist_ok=True)
-            else:
-                tl = None
-            (dest / "index.html").write_text(PAGE.render(item=item, experiment=rec.id, s=summary, tl=tl),
-                                             encoding="utf-8")
-            pages.append(dest / "index.html")
-    return pages
-

@@ -137,7 +137,7 @@ def test_undeclared_metric_has_no_direction() -> None:
 
 def test_noise_band_and_interquartile_ranges() -> None:
     verdict = judge(M.STEP_MS, v(1.0, spread=(0.7, 1.4)), v(1.3, spread=(1.1, 1.6)))
-    assert (verdict.mark, verdict.reason) == ("same", "interquartile ranges overlap")
+    assert (verdict.mark, verdict.reason) == ("same", "no 95% interval stored; interquartile ranges overlap")
     assert judge(M.STEP_MS, v(1.0, spread=(0.95, 1.05)), v(1.3, spread=(1.2, 1.4))).mark == "worse"
     assert judge(M.STEP_MS, v(1.0), v(1.3), factor=1.5).mark == "same"
 
@@ -321,7 +321,8 @@ def test_cli_prints_why_it_moved_fields_and_marks(tmp_path: Path, capsys) -> Non
     assert "  torch  " in why and "2.13.0+cpu  ->  2.11.0+cu130" in why and "unchanged:" in why
     assert "Manifest fields that differ:" in out and "2.13.0+cpu  ->  2.11.0+cu130" in out
     assert "not comparable  cuda_graph_decode: NOT_RUN -> OK  A: no_cuda" in out
-    assert "newly failing   graph_hazards: NOT_RUN -> FAILED" in out
+    assert ("not comparable  graph_hazards: NOT_RUN -> FAILED" in out
+            and "[A's host could not run it (no_cuda); B's ran it and it failed]" in out)
     assert "graph_breaks.graphs{function=uses_item} [count]" in out
     assert "Metrics only in B: cuda_graph_decode" in out and "Experiments only in A: toolchain" in out
 
@@ -398,3 +399,33 @@ def test_load_side_errors(tmp_path: Path) -> None:
     field = r"missing field experiments\[0\].metrics\[0\].unit \(experiment 'cuda_graph_decode', metric 'step_ms'\)"
     with pytest.raises(ResultsError, match=rf"results.json: {field}"):
         load_side(tmp_path / "x")
+
+
+# ---------------------------------------------------------------------------- intervals and status codes
+
+def test_a_values_interval_comes_from_its_spread_or_its_declared_metrics() -> None:
+    from lab.contract.results import Spread
+    from report.compare import interval_of
+
+    p = {"method": "graph", "batch": 1}
+    spread = Spread(n=30, min=0.9, q1=0.95, median=1.0, q3=1.05, max=1.2, rel_iqr=0.1, noisy=False, ci_low=0.97,
+                    ci_high=1.03)
+    step = Metric("step_ms", 1.0, "ms", p, spread=spread)
+    speedup = Metric("speedup_vs_eager", 7.0, "x", p)
+    rec = Record(id="cuda_graph_decode", title="", status="OK", metrics=[
+        step, speedup, Metric("speedup_ci_low", 6.5, "x", p), Metric("speedup_ci_high", 7.5, "x", p),
+        Metric("speedup_ci_low", 1.0, "x", {"method": "graph", "batch": 8})])
+    assert interval_of(step, rec) == (0.97, 1.03) and interval_of(speedup, rec) == (6.5, 7.5)
+    other = Metric("speedup_vs_eager", 2.0, "x", {"method": "graph", "batch": 8})  # its high end is not stored
+    assert interval_of(other, rec) == (None, None)
+    assert interval_of(Metric("kernels_per_step", 8, "count", p), rec) == (None, None)
+
+
+def test_status_changes_are_judged_with_their_reason_codes() -> None:
+    from report.compare import status_mark
+
+    assert status_mark("NOT_RUN", "FAILED", "no_cuda")[0] == "not comparable"
+    assert status_mark("FAILED", "NOT_RUN", "", "no_cuda")[0] == "not comparable"
+    assert status_mark("NOT_RUN", "FAILED", "disabled_in_profile")[0] == "newly failing"
+    assert status_mark("OK", "FAILED") == ("newly failing", "OK in A, FAILED in B")
+    assert status_mark("FAILED", "OK")[0] == "fixed" and status_mark("OK", "OK")[0] == "same"

@@ -2,8 +2,10 @@
 
 Without RUN_DIR it reads every run under manifests/ (committed reference runs) and runs/ (local
 ones). A file that cannot be read is reported on one line naming it, and the other runs still render.
-Rendering into the folder of an earlier report removes the pages this report did not write
-(`run-*.html`, `compare.html` of runs no longer given): no stale page survives.
+The site is built beside --out and swapped in only when complete (report.sitefiles): a render that
+fails or finds no run leaves the previous site as it was. Rendering into the folder of an earlier report
+removes the pages this report did not write (`run-*.html`, `compare.html`, `history.html`, `traces/`):
+no stale page survives; other files there are left alone.
 """
 
 from __future__ import annotations
@@ -39,27 +41,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         site = render_site(paths, out, baseline=args.baseline)
     except OSError as exc:
-        raise ValueError(f"--out {out}: cannot write the report there ({exc.strerror or exc})") from None
-    remove_stale_pages(out, {site.index, *site.pages, *([site.compare] if site.compare else [])})
+        raise ValueError(f"--out {out}: cannot write the report there ({exc.strerror or exc}); the previous "
+                         "site, if any, is unchanged") from None
     for skipped in site.skipped:
         print(f"error: {skipped.reason} (skipped)", file=sys.stderr)
     if not site.runs:
-        raise ValueError(f"no run could be rendered from {', '.join(str(p) for p in paths)}")
+        raise ValueError(f"no run could be rendered from {', '.join(str(p) for p in paths)}; "
+                         f"--out {out} is unchanged")
     extra = f", comparison {site.compare}" if site.compare else ""
     print(f"{site.index}: {len(site.runs)} run(s), {len(site.skipped)} skipped{extra}")
     return 1 if args.strict and site.skipped else 0
-
-
-STALE_PATTERNS = ("run-*.html", "compare.html")
-
-
-def remove_stale_pages(out: Path, written: set[Path]) -> list[Path]:
-    """Remove the pages an earlier report left in `out` that this one did not write; the paths removed."""
-    keep = {p.resolve() for p in written}
-    removed = []
-    for pattern in STALE_PATTERNS:
-        for page in sorted(out.glob(pattern)):
-            if page.is_file() and page.resolve() not in keep:
-                page.unlink()
-                removed.append(page)
-    return removed

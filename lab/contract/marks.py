@@ -1,10 +1,9 @@
-"""The marks `compare` and the report give a pair of values, from the metric's declaration alone.
+"""The marks `compare`, the history and the report give a pair of values, from the metric's declaration alone.
 
 For one metric that two runs both recorded (same experiment, name and params), `judge` returns
 the ratio B/A, a mark and the reason behind it, applying the rules below in order:
 
-1. the units differ                                   -> not comparable
-2. a `comparable` condition of the declaration fails  -> not comparable, naming it:
+1. a `comparable` condition of the declaration fails  -> not comparable, naming it:
    `metric:NAME`: the values of NAME in the same record whose params include this value's params
    (fusion's bytes_moved beside its step_ms, both methods' beside its speedup) differ, or only one
    record has them (neither: the condition does not apply);
@@ -12,6 +11,10 @@ the ratio B/A, a mark and the reason behind it, applying the rules below in orde
    `option:EXPERIMENT.KEY`: for a value of that experiment only, the option it ran with differs (the
    manifest's resolved `options`; for a run made before those were recorded, the profile's
    override, else "its default");
+2. the units differ: two units of a scale (ms against s)  -> not comparable;
+   otherwise (a renamed unit: count against steps, a label's unit dropped) equal values and two
+   categorical values are judged as below (8 against 8, "eager" against "eager": same), two different
+   numbers                                            -> not comparable
 3. both values are null                               -> same
 4. one value is null (e.g. break-even "never")        -> not comparable
 5. booleans, text, lists                              -> same when equal, else changed
@@ -19,13 +22,22 @@ the ratio B/A, a mark and the reason behind it, applying the rules below in orde
             equal                                     -> same
             of different sign (5.06 vs -40.66)        -> not comparable (a ratio would be meaningless)
             the metric has no direction               -> changed (never better or worse)
+            both sides have a 95% interval            -> the interval rule (lab.contract.intervals):
+                                                         overlapping: same ("95% intervals overlap");
+                                                         disjoint: better / worse in the declared
+                                                         direction ("disjoint 95% intervals")
+   where either side has no interval (a run made before intervals were stored, a metric that declares
+   none), the older rule, its reason saying that no interval was stored:
             one of them is 0                          -> better / worse by direction, no ratio
             interquartile ranges overlap              -> same (within noise)
             ratio within [1/factor, factor]           -> same
             otherwise                                 -> better / worse in the declared direction.
 
-A metric this lab version does not declare has no direction and no conditions. Standard library
-only (no torch): the report and `lab compare` use it on a laptop.
+A value's interval is where its metric declares it: a timing's in its spread (`ci_low`, `ci_high`), a
+derived figure's in the metrics its declaration names (`MetricSpec.interval`, e.g. speedup_vs_eager's
+`speedup_ci_low` / `speedup_ci_high`, recorded with the same params); the caller fills `Value.ci_low` and
+`Value.ci_high`. A metric this lab version does not declare has no direction and no conditions.
+Standard library only (no torch): the report and `lab compare` use it on a laptop.
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lab.contract import units as U
+from lab.contract.intervals import Interval, Relation, of, relation
 from lab.contract.metrics import Direction, MetricSpec
 
 Mark = Literal["better", "worse", "same", "changed", "not comparable", "newly failing", "fixed"]
@@ -62,6 +76,15 @@ class Value:
     siblings: tuple[Any, ...] = ()  # the record's metrics (lab.contract.results.Metric), for `metric:NAME`
     manifest: dict[str, Any] | None = None  # the run's manifest, for `manifest:`, `profile:` and `option:`
     experiment: str = ""  # the record's experiment id, for `option:`
+    ci_low: float | None = None  # the 95% interval of the value, where stored (see the module docstring)
+    ci_high: float | None = None
+
+    @property
+    def interval(self) -> Interval | None:
+        try:
+            return of(self.ci_low, self.ci_high)
+        except ValueError:  # a stored interval whose ends are the wrong way round: not an interval
+            return None
 
 
 def is_number(value: Any) -> bool:
@@ -156,29 +179,40 @@ def _null_meaning(spec: MetricSpec | None) -> str:
     return "not measured"
 
 
+NO_INTERVAL = "no 95% interval stored"
+# Units of a scale (1 s is not 1 ms): two of them that differ are never the same unit renamed.
+SCALED = frozenset({U.MS, U.S, U.US, U.BYTES, U.MIB, U.GBPS, U.TFLOPS, U.FLOP, U.PERCENT, U.FRACTION})
+
+
 def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -> Verdict:
     """The ratio B/A, the mark and its reason for one metric both runs have (the rules of the module docstring)."""
-    if a.unit != b.unit:
-        return Verdict(None, "not comparable", f"units differ: {a.unit or '(none)'} vs {b.unit or '(none)'}")
     for rule in spec.comparable if spec else ():
         why = condition_failure(rule, a, b)
         if why:
             return Verdict(None, "not comparable", why)
     va, vb = a.value, b.value
+    renamed = ""
+    if a.unit != b.unit:
+        units = f"units differ: {a.unit or '(none)'} vs {b.unit or '(none)'}"
+        if (a.unit in SCALED and b.unit in SCALED) or (is_number(va) and is_number(vb) and va != vb):
+            return Verdict(None, "not comparable", units)
+        renamed = f" ({units}: a renamed unit)"
     if va is None and vb is None:
-        return Verdict(None, "same", "both null")
+        return Verdict(None, "same", "both null" + renamed)
     if va is None or vb is None:
         side = "A" if va is None else "B"
         return Verdict(None, "not comparable", f"{side} is null ({_null_meaning(spec)}): a value against null")
     if is_number(va) != is_number(vb) or (not is_number(va) and type(va) is not type(vb)):
         return Verdict(None, "not comparable", "the two values are of different kinds")
     if not is_number(va):  # booleans, text, lists of numbers: no direction
-        return Verdict(None, "same" if va == vb else "changed", "" if va == vb else "no direction for this kind")
+        if va == vb:
+            return Verdict(None, "same", renamed.strip(" ()"))
+        return Verdict(None, "changed", "no direction for this kind")
     if not (math.isfinite(va) and math.isfinite(vb)):
         return Verdict(None, "not comparable", "not a finite number")
     direction = spec.direction if spec else Direction.NONE
     if va == vb:
-        return Verdict(1.0 if va else None, "same")
+        return Verdict(1.0 if va else None, "same", renamed.strip(" ()"))
     if (va < 0 < vb) or (vb < 0 < va):
         return Verdict(None, "not comparable", f"values of different sign ({short(va)} vs {short(vb)}): no ratio")
     ratio = None if va == 0 or vb == 0 else vb / va
@@ -187,10 +221,16 @@ def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -
         return Verdict(ratio, "changed", why)
     up = vb > va
     better = "better" if up == (direction is Direction.HIGHER) else "worse"
+    rel = relation(a.interval, b.interval)
+    if rel is Relation.SAME:
+        return Verdict(ratio, "same", f"95% intervals overlap ({a.interval.text()} vs {b.interval.text()})")
+    if rel is not Relation.UNKNOWN:
+        return Verdict(ratio, better, f"disjoint 95% intervals ({a.interval.text()} vs {b.interval.text()}); "
+                                      f"{'higher' if direction is Direction.HIGHER else 'lower'} is better")
     if ratio is None:
-        return Verdict(None, better, "one side is 0: no ratio, marked by direction")
+        return Verdict(None, better, f"{NO_INTERVAL}; one side is 0: no ratio, marked by direction")
     if None not in (a.q1, a.q3, b.q1, b.q3) and a.q1 <= b.q3 and b.q1 <= a.q3:
-        return Verdict(ratio, "same", "interquartile ranges overlap")
+        return Verdict(ratio, "same", f"{NO_INTERVAL}; interquartile ranges overlap")
     if 1 / factor <= ratio <= factor:
-        return Verdict(ratio, "same", f"within a factor of {factor:g}")
-    return Verdict(ratio, better, f"{'higher' if direction is Direction.HIGHER else 'lower'} is better")
+        return Verdict(ratio, "same", f"{NO_INTERVAL}; within a factor of {factor:g}")
+    return Verdict(ratio, better, f"{NO_INTERVAL}; {'higher' if direction is Direction.HIGHER else 'lower'} is better")
