@@ -111,3 +111,14 @@ def test_a_missing_module_of_the_lab_itself_stays_a_bug(capsys, monkeypatch) -> 
     assert entry.main(["env"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and BUG_REPORT in err
+
+
+def test_an_interpreter_that_will_not_shut_down_is_left_with_the_commands_exit_code(tmp_path):
+    """A library thread that never ends keeps Python from exiting; the lab leaves anyway, with the command's code."""
+    import subprocess
+    import sys
+
+    code = ("import threading, time; from lab.__main__ import exit_within; "
+            "threading.Thread(target=time.sleep, args=(3600,)).start(); exit_within(3, grace_s=1)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 3 and "leaving now" in proc.stderr
