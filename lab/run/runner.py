@@ -315,13 +315,14 @@ def say_resume(kept: list[str], todo: int) -> None:
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
         argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None,
         set_text: dict[str, dict[str, str]] | None = None, resume: bool = False, force: bool = False,
-        verbose: bool = False) -> Results:
+        verbose: bool = False, allow_source_change: bool = False) -> Results:
     """Run the profile's experiments (or `only` these) and write out_dir/results.json after each.
 
     `set_text` is `--set` as {experiment: {option: text}}. Every selected experiment's options are
     resolved before anything runs, so a bad value stops the run at once (OptionsError). The run
     directory is claimed first (lab.run.rundir): one run at a time, an existing run refused unless
-    `resume` (keep its OK records, run the rest) or `force` (move it aside). Every experiment asked
+    `resume` (keep its OK records, run the rest; refused when what is measured changed, the lab's source
+    included unless `allow_source_change`) or `force` (move it aside). Every experiment asked
     for ends with a record, whatever stops the run (lab.run.runstate). `verbose` shows library output
     live (it is recorded either way)."""
     from lab.step.model import resolve_weights
@@ -350,7 +351,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
                                               starts=[runstate.new_start(argv or [])]),
                                   manifest=manifest, lab_version=__version__)
             else:
-                results, kept = runstate.resumed(previous, specs, manifest, argv or [])
+                results, kept = runstate.resumed(previous, specs, manifest, argv or [], allow_source_change)
             write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
             save(results, out_dir)
             _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
