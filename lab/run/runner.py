@@ -41,7 +41,7 @@ from lab.contract.options import OptionsError, as_dict
 from lab.contract.options import resolve as resolve_options
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
-from lab.contract.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
+from lab.contract.results import (MANIFEST_NAME, RESULTS_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
                          quarantine, save, unstorable, write_json_atomic)
 from lab.measure.timing import clock_for, spread
 from lab.host.toolchain import Toolchain, probe
@@ -298,6 +298,12 @@ def say_start(profile: Profile, n: int, out_dir: Path, claim: rundir.Claim) -> N
     out.run_header(profile.name, profile.device, n, out_dir / "results.json")
     if claim.moved_to is not None:
         out.say(f"{out.INDENT}--force: the run that was in {out_dir} is now in {claim.moved_to}")
+    if claim.manifest_only:
+        out.say(f"{out.INDENT}--resume: the run in {out_dir} had saved no record (only its manifest): starting it "
+                f"afresh there")
+    if claim.removed:
+        out.say(f"{out.INDENT}removed {len(claim.removed)} temporary file(s) of an interrupted save: "
+                f"{', '.join(p.name for p in claim.removed[:3])}{' ...' if len(claim.removed) > 3 else ''}")
 
 
 def say_cleaned(removed: list[Path]) -> None:
@@ -352,8 +358,15 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
                                   manifest=manifest, lab_version=__version__)
             else:
                 results, kept = runstate.resumed(previous, specs, manifest, argv or [], allow_source_change)
-            write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
-            save(results, out_dir)
+            if claim.manifest_only:  # resuming a run that saved no record: it must be the same run all the same
+                runstate.check_same_measurement(rundir.saved_manifest(out_dir), manifest,
+                                                allow_source_change)
+            for name, write in ((MANIFEST_NAME, lambda: write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)),
+                                (RESULTS_NAME, lambda: save(results, out_dir))):
+                try:
+                    write()
+                except OSError as exc:  # a full disk before any experiment of this start: the directory stays resumable
+                    raise runstate.not_saved(out_dir / name, exc, out_dir, None, 0) from None
             _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
                       on_record, claim, verbose)
         return results
@@ -388,7 +401,11 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
             run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current,
                            capture=capture, out_dir=out_dir)
             records[spec.id], current = current, None
-            save_now()
+            try:
+                save_now()
+            except OSError as exc:  # a full disk: say which record is lost and how to measure it again
+                saved = sum(1 for r in records.values() if r.id != spec.id)
+                raise runstate.not_saved(out_dir / RESULTS_NAME, exc, out_dir, records[spec.id], saved) from None
             out.experiment_finished(records[spec.id])
             if on_record:
                 on_record(records[spec.id])

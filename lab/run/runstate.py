@@ -65,7 +65,31 @@ def stop_signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+class NotSaved(ValueError):
+    """results.json or manifest.json could not be written (a full disk, a lost mount): the message is one line naming
+    the file, the record it would have held and how to finish the run."""
+
+
+def resume_hint(out_dir: Any) -> str:
+    return f"`python -m lab run --resume --out {out_dir}` (same profile)"
+
+
+def not_saved(path: Any, exc: OSError, out_dir: Any, record: Record | None, saved: int) -> NotSaved:
+    """The error for a save that failed: after `record` was measured (None: before any experiment ran), with
+    `saved` records already in the file."""
+    why = exc.strerror or type(exc).__name__
+    if record is None:
+        what = "no experiment of this start has run yet"
+    else:
+        what = (f"the record of {record.id} ({record.status}, measured in {record.duration_s or 0:.1f} s) is not "
+                f"saved, the {saved} record(s) before it are")
+    return NotSaved(f"{path}: cannot write it ({why}): {what}; free space (or fix the file system), then finish the "
+                    f"run with {resume_hint(out_dir)}: it keeps the saved OK records and runs the rest again")
+
+
 def why_stopped(exc: BaseException) -> str:
+    if isinstance(exc, NotSaved):
+        return f"the run could not write its results ({str(exc).split(': ', 1)[0]})"
     if isinstance(exc, Stopped):
         return f"the run received {signal.Signals(exc.signum).name}"
     if isinstance(exc, KeyboardInterrupt):
@@ -75,7 +99,7 @@ def why_stopped(exc: BaseException) -> str:
 
 def interrupted(record: Record, why: str, out_dir: Any, started: bool) -> Record:
     """`record` as NOT_RUN interrupted (what an experiment under way had recorded is kept)."""
-    how = f"finish it with `python -m lab run --resume --out {out_dir}` (same profile)"
+    how = f"finish it with {resume_hint(out_dir)}"
     when = f"during this experiment, after {record.duration_s:.1f} s (what it recorded is kept)" if started \
         else "before this experiment started"
     record.status = "NOT_RUN"
