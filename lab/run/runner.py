@@ -365,7 +365,9 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
                                 (RESULTS_NAME, lambda: save(results, out_dir))):
                 try:
                     write()
-                except OSError as exc:  # a full disk before any experiment of this start: the directory stays resumable
+                except PermissionError:
+                    raise  # the fix depends on where the lab runs (lab.__main__ names it)
+                except OSError as exc:  # a full disk before any experiment of this start: it stays resumable
                     raise runstate.not_saved(out_dir / name, exc, out_dir, None, 0) from None
             _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
                       on_record, claim, verbose)
@@ -403,6 +405,8 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
             records[spec.id], current = current, None
             try:
                 save_now()
+            except PermissionError:
+                raise  # the fix depends on where the lab runs (lab.__main__ names it)
             except OSError as exc:  # a full disk: say which record is lost and how to measure it again
                 saved = sum(1 for r in records.values() if r.id != spec.id)
                 raise runstate.not_saved(out_dir / RESULTS_NAME, exc, out_dir, records[spec.id], saved) from None
