@@ -76,3 +76,25 @@ def test_each_start_records_the_hosts_load_and_cores(tmp_path, fake, monkeypatch
     starts = load(tmp_path).run.starts
     assert [s.load_average for s in starts] == [[0.5, 0.4, 0.3], [7.0, 6.0, 5.0]]
     assert [s.usable_cores for s in starts] == [2, 2]
+
+
+def test_an_overloaded_host_is_warned_about_and_recorded(tmp_path, fake, monkeypatch, capsys) -> None:
+    monkeypatch.setattr("lab.run.runstate.load_average", lambda: [9.0, 8.0, 7.0])
+    monkeypatch.setattr("lab.run.runstate.usable_cores", lambda: 2)
+    monkeypatch.setattr("lab.run.manifest.host_info", lambda: {"hostname": "h", "load_start": [9.0, 8.0, 7.0]})
+    monkeypatch.setattr("lab.run.manifest.cpu_info", lambda: {"usable_cores": 2, "logical_cores": 2})
+    fake("recompiles", one_compile)
+    rc, err = cli(capsys, "run", "--profile", "smoke", "--only", "recompiles", "--out", str(tmp_path))
+    assert rc == 0 and "warning: the host's 1-minute load is 9 on 2 usable core(s)" in err
+    assert load(tmp_path).manifest["host"]["overloaded"] is True
+
+
+def test_an_idle_host_is_not_warned_about(tmp_path, fake, monkeypatch, capsys) -> None:
+    monkeypatch.setattr("lab.run.runstate.load_average", lambda: [0.5, 0.5, 0.5])
+    monkeypatch.setattr("lab.run.runstate.usable_cores", lambda: 2)
+    monkeypatch.setattr("lab.run.manifest.host_info", lambda: {"hostname": "h", "load_start": [0.5, 0.5, 0.5]})
+    monkeypatch.setattr("lab.run.manifest.cpu_info", lambda: {"usable_cores": 2, "logical_cores": 2})
+    fake("recompiles", one_compile)
+    rc, err = cli(capsys, "run", "--profile", "smoke", "--only", "recompiles", "--out", str(tmp_path))
+    assert rc == 0 and "warning: the host's" not in err
+    assert load(tmp_path).manifest["host"]["overloaded"] is False

@@ -294,8 +294,10 @@ def _refuse_unrecordable(record: Record) -> None:
 # ---------------------------------------------------------------------------- what the run says as it goes
 # (lab.console words every line; these are the runner's own occasions)
 
-def say_start(profile: Profile, n: int, out_dir: Path, claim: rundir.Claim) -> None:
+def say_start(profile: Profile, n: int, out_dir: Path, claim: rundir.Claim, warning: str | None = None) -> None:
     out.run_header(profile.name, profile.device, n, out_dir / "results.json")
+    if warning:
+        out.say(f"{out.INDENT}warning: {warning}")
     if claim.moved_to is not None:
         out.say(f"{out.INDENT}--force: the run that was in {out_dir} is now in {claim.moved_to}")
     if claim.manifest_only:
@@ -349,6 +351,8 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
                 torch.set_num_threads(profile.threads)
             toolchain = probe()
             manifest = collect(weights=provenance, toolchain=toolchain)
+            manifest["host"]["overloaded"] = runstate.overloaded(manifest["host"].get("load_start"),
+                                                                 manifest["cpu"].get("usable_cores"))
             manifest["profile"] = profile.params()
             manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
             if previous is None:
@@ -383,7 +387,7 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
     todo = [s for s in specs if s.id not in kept]
     wall_start = time.perf_counter() - (results.run.wall_s or 0.0)
     out.begin_run(verbose)
-    say_start(profile, len(specs), out_dir, claim)
+    say_start(profile, len(specs), out_dir, claim, runstate.load_warning(results.run.starts[-1]))
     if claim.previous is not None:
         say_resume(list(kept), len(todo))
 

@@ -70,6 +70,22 @@ class NotSaved(ValueError):
     the file, the record it would have held and how to finish the run."""
 
 
+def overloaded(load: list[float] | None, cores: int | None) -> bool | None:
+    """Whether the host's 1-minute load exceeds the cores this process may use (None: unknown)."""
+    if not (isinstance(load, list) and load and isinstance(cores, int) and cores > 0):
+        return None
+    return float(load[0]) > cores
+
+
+def load_warning(start: Start) -> str | None:
+    """This start's warning when the host was overloaded as it began, else None."""
+    if overloaded(start.load_average, start.usable_cores) is not True:
+        return None
+    return (f"the host's 1-minute load is {start.load_average[0]:g} on {start.usable_cores} usable core(s): other "
+            f"work competes for the CPU, so every timing of this start is suspect (recorded in the manifest as "
+            f"host.overloaded and on the run page)")
+
+
 def resume_hint(out_dir: Any) -> str:
     return f"`python -m lab run --resume --out {out_dir}` (same profile)"
 
