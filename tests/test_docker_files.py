@@ -361,7 +361,7 @@ def test_every_reason_code_of_the_container_tools_is_declared():
     from lab.contract.reasons import Code
 
     root = DOCKER.parent / "lab"
-    files = [*sorted((root / "containers").glob("*.py")), root / "driver.py", root / "commands" / "image_run.py"]
+    files = [*sorted((root / "containers").glob("*.py")), root / "host" / "driver.py", root / "commands" / "image_run.py"]
     codes = {c for f in files for c in re.findall(r'Reason\(\s*"([a-z_]+)"', f.read_text())}
     assert {"base_image_unavailable", "driver_too_old", "no_debootstrap", "host_requested"} <= codes
     assert codes <= {c.value for c in Code}, codes - {c.value for c in Code}

@@ -72,7 +72,7 @@ except ValueError as exc:
     out["pdl_refusal"] = str(exc)
 # fused_step(state, weights): one plan per state, made on first use and dropped with the state.
 import gc
-from lab import decode as D
+from lab.step import decode as D
 from lab.step.fused import configs as C, step as S
 C.DEFAULT_SMS = 2  # no device here: small grids for the interpreter
 state = new_state(tiny, 1, 12)

@@ -64,6 +64,12 @@ def test_decode_step_every_method_then_its_capture_cost_and_bounds(tmp_path: Pat
             assert step.value > 0 and step.spread.n == ROUNDS * STEPS, (m, batch, step)
             assert dec.metric(M.TOKENS_EQUAL.name, method=m, batch=batch, dtype="float32").value is True, (m, batch)
             assert dec.metric(M.KERNELS_PER_STEP.name, method=m, batch=batch, dtype="float32").value > 0
+            assert dec.metric(M.CORRECT.name, method=m, batch=batch, dtype="float32").value is True, (m, batch)
+            assert step.spread.ci_low is not None and step.spread.ci_low <= step.spread.ci_high
+            if m != Method.EAGER:  # every speedup with its interval (a bootstrap over the rounds)
+                p = dict(method=m, batch=batch, dtype="float32", readback=False)
+                low, high = (dec.metric(n.name, **p).value for n in (M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH))
+                assert low is not None and low <= high, (m, batch, low, high)
         for m in READBACK_METHODS:
             assert dec.metric(M.STEP_MS.name, method=m, batch=batch, dtype="float32", readback=True).value > 0
         assert dec.metric(M.RECOMPILES_DURING_TIMING.name, batch=batch, dtype="float32").value == 0

@@ -22,6 +22,7 @@ from lab.experiments import graph_buckets as gb
 from lab.experiments import model_scaling as ms
 from lab.experiments import peer_generate as pg
 from lab.run.manifest import REPO_ROOT
+from lab.contract import intervals
 from lab.contract.names import Method
 from lab.contract.reasons import Code
 from lab.contract.results import load
@@ -37,7 +38,7 @@ def test_sweeps_are_catalogued_and_only_sweep_profiles_run_them_by_default() -> 
     assert not {s.id for s in catalogue.resolve(None, sweeps=False)} & set(SWEEPS)
     assert {s.id for s in catalogue.resolve(None, sweeps=True)} >= set(SWEEPS)
     sweep = profiles.get("gpu-sweep")
-    assert sweep.device == "cuda" and sweep.experiments == SWEEPS
+    assert sweep.device == "cuda" and sweep.experiments == ("sentinel", *SWEEPS, "sentinel_end")
     assert profiles.get("smoke").sweeps and not profiles.get("gpu").sweeps and not profiles.get("cpu").sweeps
     opts = runner.resolve_all(catalogue.resolve(list(SWEEPS)), sweep)
     assert opts["model_scaling"].sizes == ("gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B")
@@ -49,7 +50,7 @@ def test_gpu_sweep_without_cuda_is_not_run_no_cuda(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this host has CUDA")
     res = runner.run(profiles.get("gpu-sweep"), tmp_path)
-    assert [(r.id, r.status, r.reason.code) for r in res.experiments] == [(i, "NOT_RUN", "no_cuda") for i in SWEEPS]
+    assert [(r.id, r.status, r.reason.code) for r in res.experiments] == [(i, "NOT_RUN", "no_cuda") for i in ("sentinel", *SWEEPS, "sentinel_end")]
 
 
 # ---------------------------------------------------------------------------- shared pieces
@@ -82,8 +83,11 @@ def test_budget_counts_and_seconds() -> None:
 # ---------------------------------------------------------------------------- the rules of each experiment
 
 def test_model_scaling_rule() -> None:
-    assert ms.gain_trend(5.0, 2.0) == "shrinks" and ms.gain_trend(2.0, 5.0) == "grows"
-    assert ms.gain_trend(2.0, 2.05) == "holds"
+    iv = intervals.Interval
+    assert ms.gain_trend(iv(4.8, 5.2), iv(1.9, 2.1)) == "shrinks" and ms.gain_trend(iv(1.9, 2.1), iv(4.8, 5.2)) == "grows"
+    # overlapping intervals hold, however far apart the medians: the rule is the intervals', not a 5% threshold
+    assert ms.gain_trend(iv(1.5, 2.5), iv(2.4, 3.0)) == "holds"
+    assert ms.gain_trend(None, iv(1.0, 1.1)) == "unknown"
     assert ms.priority(("a", "b"), ("float32", "bfloat16"), (8, 1))[:3] == [(1, "float32", "a"), (1, "float32", "b"),
                                                                            (1, "bfloat16", "a")]
     shrink = {"method": Method.GRAPH, "dtype": "float32", "batch": 1, "first": 5.4, "last": 1.9, "small": "gpt2-124M",

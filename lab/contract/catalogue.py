@@ -54,9 +54,13 @@ class ExperimentSpec:
 
 
 _CORRECTNESS = (M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF)
-_TIMED = (M.SETUP_S, M.STEP_MS, M.SPEEDUP)
+_INTERVAL = (M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH)
+_TIMED = (M.SETUP_S, M.STEP_MS, M.SPEEDUP, *_INTERVAL)
 
 CATALOGUE: tuple[ExperimentSpec, ...] = (
+    # first: the decode step in a fresh process, before the run has measured (or profiled) anything
+    ExperimentSpec("sentinel", "Eager and graph replay at batch 1 in a fresh process: the run's clean baseline", "020",
+                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP)),
     # chapter 000: the core of the lab
     ExperimentSpec("toolchain", "Which C++ compiler Inductor would use, Python headers, Triton, MSVC", "000", ("host",),
                    (M.CXX_COMPILER_FOUND, M.CXX_OFF_PATH, M.PYTHON_HEADERS, M.TRITON_IMPORTABLE, M.CUDA_AVAILABLE,
@@ -72,10 +76,11 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    (), (M.DISTINCT_TOKENS_MIN, M.TOKENS_EQUAL, M.GARBAGE_SCALE)),
     ExperimentSpec("cuda_graph_decode", "Decode step: eager vs graph replay vs compile modes, per batch", "000",
                    ("cuda",), (M.SETUP_S, M.DYNAMO_GRAPHS, M.GRAPH_BREAKS, M.COMPILED_FRAMES, M.CUDAGRAPH_SKIPS,
-                               *_CORRECTNESS, M.TEACHER_FORCED_AGREEMENT, M.TEACHER_FORCED_MAX_LOGIT_ERROR,
-                               M.KERNELS_PER_STEP, M.KERNEL_TIME_PER_STEP_US, M.GPU_BUSY_US, M.GAP_US,
-                               M.RECOMPILES_DURING_TIMING, M.STEP_MS, M.ROUND_MEDIANS_MS, M.SPEEDUP_VS_EAGER,
-                               M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS),
+                               *_CORRECTNESS, M.CORRECT, M.TEACHER_FORCED_AGREEMENT,
+                               M.TEACHER_FORCED_MAX_LOGIT_ERROR, M.KERNELS_PER_STEP, M.KERNEL_TIME_PER_STEP_US,
+                               M.GPU_BUSY_US, M.GAP_US, M.RECOMPILES_DURING_TIMING, M.STEP_MS, M.ROUND_MEDIANS_MS,
+                               M.SPEEDUP_VS_EAGER, *_INTERVAL, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.MBU,
+                               M.BANDWIDTH_GBPS),
                    workload="GPT-2 fixed-shape decode step"),
     ExperimentSpec("graph_cost", "Warm-up + capture time, break-even steps, state and graph-pool memory", "000",
                    ("cuda",), (M.CAPTURE_S, M.WARMUP_S, M.CAPTURE_ONLY_S, M.STATE_MIB, M.STATE_ALLOCATED_MIB,
@@ -100,7 +105,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    "002", (), (M.GRAPHS, M.GRAPH_BREAKS, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_BROKEN_EAGER),
                    workload="RMS-norm step, broken vs repaired"),
     ExperimentSpec("manual_graph_recipe", "Linear(256,256) captured by hand with static buffers; equal to eager",
-                   "002", ("cuda",), (M.CAPTURE_S, M.STEP_MS, M.SPEEDUP), workload="Linear(256,256) captured by hand"),
+                   "002", ("cuda",), (M.CAPTURE_S, M.STEP_MS, M.SPEEDUP, *_INTERVAL), workload="Linear(256,256) captured by hand"),
     # module 003
     ExperimentSpec("fusion", "Chain of N elementwise ops, in and out of cache: eager vs compiled, bytes", "003",
                    ("inductor",), (*_TIMED, M.KERNELS, M.BYTES_MOVED, M.ACHIEVED_GBPS, M.CEILING_X),
@@ -123,16 +128,17 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                         M.HOST_SHARE)),
     # last: it reads the records above
     ExperimentSpec("selection", "Which of eager / compile / graph / compile+graph wins each workload", "002", ("host",),
-                   (M.WINNER, M.WINNER_FAMILY, M.SPEEDUP_VS_EAGER, M.MARGIN_VS_RUNNER_UP, M.TIE_WITH_EAGER,
-                    M.CASES)),
+                   (M.WINNER, M.WINNER_FAMILY, M.SPEEDUP_VS_EAGER, *_INTERVAL, M.MARGIN_VS_RUNNER_UP,
+                    M.TIE_WITH_EAGER, M.CASES)),
     # sweeps (issue 14): the questions users bring next; run by the gpu-sweep and smoke profiles, or by name
     ExperimentSpec("peer_generate", "transformers' generate (dynamic, static, static + compile) vs the lab's step, same "
                    "weights", "014", (), (M.OUTCOME, M.FIRST_CALL_S, M.SETUP_S, M.STEP_MS, M.TOKENS_EQUAL,
-                                          M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF, M.SPEEDUP_VS_EAGER, M.SPEEDUP_VS_PEER,
-                                          M.CONCLUSION), sweep=True),
+                                          M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF, M.CORRECT, M.SPEEDUP_VS_EAGER,
+                                          *_INTERVAL, M.SPEEDUP_VS_PEER, M.CONCLUSION), sweep=True),
     ExperimentSpec("model_scaling", "GPT-2 124M to 1.5B shapes, fp32 and bf16: does the graph gain shrink as the model "
-                   "grows?", "014", (), (M.WEIGHTS_MIB, M.BANDWIDTH_GBPS, M.SETUP_S, *_CORRECTNESS, M.STEP_MS,
-                                         M.SPEEDUP_VS_EAGER, M.SAVING_MS_PER_STEP, M.KERNELS_PER_STEP,
+                   "grows?", "014", (), (M.WEIGHTS_MIB, M.BANDWIDTH_GBPS, M.SETUP_S, *_CORRECTNESS, M.CORRECT,
+                                         M.TEACHER_FORCED_AGREEMENT, M.TEACHER_FORCED_MAX_LOGIT_ERROR, M.STEP_MS,
+                                         M.SPEEDUP_VS_EAGER, *_INTERVAL, M.SAVING_MS_PER_STEP, M.KERNELS_PER_STEP,
                                          M.KERNEL_TIME_PER_STEP_US, M.FLOPS_PER_STEP, M.FLOPS_PER_KERNEL,
                                          M.BYTES_PER_STEP, M.MBU, M.GAIN_RATIO, M.CONCLUSION), sweep=True),
     ExperimentSpec("context_scaling", "Fixed-shape step + graph vs growing-cache step, max_len 256-2048, filled 10-90%: "
@@ -146,6 +152,10 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    "torch.where rewrite", "014", (), (M.GRAPHS, M.GRAPH_BREAKS, M.STEP_COMPILES, M.DYNAMO_GRAPHS,
                                                        M.CAPTURES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
                                                        M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
+    # last: the fresh-process step again, and the run's own baseline judged against it
+    ExperimentSpec("sentinel_end", "The fresh-process step at the end: drift, and the in-run eager against it", "020",
+                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP,
+                               M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT)),
 )
 
 BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}

@@ -214,6 +214,19 @@ class ProfileInfo(_Open):
     """each experiment's options as the profile sets them"""
 
 
+class HostDispatch(_Open):
+    cpu_model: str | None = None
+    """the CPU's model name"""
+    cpu_mhz: float | None = None
+    """the CPU cores' median clock when the run started (/proc/cpuinfo; null where the OS does not say)"""
+    load_start: list[float] | None = None
+    """the 1, 5 and 15 minute load averages when the run started"""
+    load_end: list[float] | None = None
+    """the same when the run ended (null: the run did not complete)"""
+    launch_us_per_op: float | None = None
+    """the cost of one tiny eager op, measured clean in the sentinel's fresh process (null: no sentinel ran)"""
+
+
 class Manifest(_Open):
     """The environment manifest (lab.run.manifest.collect), in results.json and in manifest.json."""
 
@@ -225,6 +238,8 @@ class Manifest(_Open):
     """the user's label for the run (`lab run --label NAME`, or LAB_LABEL)"""
     host: Host | None = None
     """the operating system and the host's name"""
+    host_dispatch: HostDispatch | None = None
+    """the host's dispatch speed: what sets an eager or launch-bound step time (the GPU does not)"""
     python: Python | None = None
     """the interpreter"""
     torch: Torch | None = None

@@ -50,6 +50,10 @@ class MetricSpec:
     help: str
     kind: Kind = Kind.NUMBER
     comparable: tuple[str, ...] = ()
+    # The metrics that hold this one's 95% interval, recorded with the same params (low, high): `compare`,
+    # the history and every "same / faster / slower" the lab says judge the value by its interval
+    # (lab.contract.intervals). A timing's interval is in its spread (ci_low, ci_high) instead.
+    interval: tuple[str, str] | None = None
 
     def __str__(self) -> str:  # so a spec can be used where its name is expected
         return self.name
@@ -73,11 +77,11 @@ REGISTRY: dict[str, MetricSpec] = {}
 
 
 def declare(name: str, unit: str, direction: Direction, help: str, kind: Kind = Kind.NUMBER,
-            comparable: tuple[str, ...] = ()) -> MetricSpec:
+            comparable: tuple[str, ...] = (), interval: tuple[str, str] | None = None) -> MetricSpec:
     """Declare a metric name once; a second declaration of the same name is a programming error."""
     if name in REGISTRY:
         raise ValueError(f"metric {name!r} is declared twice")
-    spec = MetricSpec(name, unit, direction, help, kind, comparable)
+    spec = MetricSpec(name, unit, direction, help, kind, comparable, interval)
     REGISTRY[name] = spec
     return spec
 
@@ -120,9 +124,22 @@ EMPTY_MS = declare("empty_ms", units.MS, L, "median time of K torch.empty calls 
 SETUP_S = declare("setup_s", units.S, L, "time to make the method ready: compile and/or capture, first call included",
                   comparable=_CACHE + _MODEL)
 SPEEDUP_VS_EAGER = declare("speedup_vs_eager", units.X, H, "eager's median step time over this method's",
-                           comparable=_MODEL)
+                           comparable=_MODEL, interval=("speedup_ci_low", "speedup_ci_high"))
+SPEEDUP_CI_LOW = declare("speedup_ci_low", units.X, N, "low end of the 95% interval of speedup_vs_eager (a paired "
+                         "bootstrap over rounds, each round's steps one block: lab.measure.intervals; judged through "
+                         "speedup_vs_eager)", comparable=_MODEL)
+SPEEDUP_CI_HIGH = declare("speedup_ci_high", units.X, N, "high end of the 95% interval of speedup_vs_eager (judged "
+                          "through speedup_vs_eager)", comparable=_MODEL)
+SENTINEL_STEP_MS = declare("sentinel_step_ms", units.MS, L, "median step time measured in a fresh child process with "
+                           "nothing else loaded, at the start or the end of the run (param when): the baseline the "
+                           "run's own timings are checked against", comparable=_MODEL)
+IN_RUN_OVER_SENTINEL = declare("in_run_over_sentinel", units.X, N, "the run's own eager (or graph) step time over the "
+                               "fresh-process sentinel's at the start: 1 is an uncontaminated baseline (a check on the "
+                               "instrument, no direction)")
+SENTINEL_DRIFT = declare("sentinel_drift", units.X, N, "the sentinel's step time at the end of the run over its time "
+                         "at the start: 1 is a host that did not change under the run (no direction)")
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
-                  "is named)", comparable=_BYTES + _GEMM + _LAUNCH)
+                  "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"))
 SPEEDUP_VS_BROKEN_EAGER = declare("speedup_vs_broken_eager", units.X, H,
                                   "the broken step's eager median over this version and method's",
                                   comparable=("option:graph_break_repair.rows", "option:graph_break_repair.dim"))
@@ -145,6 +162,10 @@ TEACHER_FORCED_AGREEMENT = declare(
 TEACHER_FORCED_MAX_LOGIT_ERROR = declare(
     "teacher_forced_max_logit_error", units.ABS, L,
     "largest |logit - fp32 eager's logit| over the teacher-forced steps (fed fp32 eager's tokens)", comparable=_MODEL)
+CORRECT = declare("correct", units.BOOL, N, "the method passes the lab's correctness rule (lab.step.correctness): "
+                  "its greedy tokens equal eager's in fp32 for eager's own kernels, else the teacher-forced rule "
+                  "against bf16 eager's own rounding (bf16) or the fp32 allowance; what \"fastest correct\" "
+                  "selects by", kind=BOOL)
 MAX_LOGIT_DIFF = declare("max_logit_diff", units.ABS, L, "largest absolute logit difference from the reference",
                          comparable=_MODEL)
 MAX_LOGIT_REL_DIFF = declare("max_logit_rel_diff", units.FRACTION, L,

@@ -222,7 +222,7 @@ PROFILES["gpu-sweep"] = Profile(
     name="gpu-sweep",
     description="the sweeps on CUDA: model size, context length, batch buckets, an EOS branch, transformers' generate",
     device="cuda", model=GPT2, prompt_len=16, decode_steps=32, max_len=256, batches=(1, 8), rounds=3,
-    experiments=SWEEPS,
+    experiments=("sentinel", *SWEEPS, "sentinel_end"),
     options=_frozen({
         "peer_generate": {"batches": [1, 8], "new_tokens": 48, "rounds": 3, "warmup_calls": 2, "child_timeout_s": 300.0},
         "model_scaling": {"sizes": ["gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B"],

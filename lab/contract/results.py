@@ -67,6 +67,11 @@ class Spread:
     """(q3 - q1) / median"""
     noisy: Flag
     """the interquartile range exceeds 10% of the median"""
+    ci_low: Number | None = None
+    """low end of the 95% interval of the median (a bootstrap over rounds, each round one block; null: fewer than
+    two rounds, or a run made before intervals were stored)"""
+    ci_high: Number | None = None
+    """high end of the 95% interval of the median"""
 
 
 @dataclass
@@ -326,6 +331,11 @@ def to_dict(results: Results) -> dict[str, Any]:
     for record in data["experiments"]:
         if record.get("library_logs") is None:  # not listened to: left out, as files written before the field
             record.pop("library_logs", None)
+        for metric in record.get("metrics", ()):
+            sp = metric.get("spread")
+            if sp and sp.get("ci_low") is None and sp.get("ci_high") is None:  # no interval: as written before it
+                sp.pop("ci_low", None)
+                sp.pop("ci_high", None)
     return {"schema": data.pop("schema"), "lab_version": data.pop("lab_version"), **data}
 
 

@@ -25,6 +25,7 @@ from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.contract.results import measured_record
+from lab.measure.stepprofile import count_kernels
 from lab.measure.timing import rotating_rounds
 
 CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}  # graphs unless Inductor skipped them
@@ -77,18 +78,21 @@ def _own_measurements(ctx, w) -> list[dict]:
     rows = []
     steps = _own_steps(ctx)
     methods = (Method.EAGER, Method.GRAPH) if ctx.device.type == "cuda" else (Method.EAGER,)
-    for batch in prof.batches:
+    timed = []
+    for batch in ctx.track(prof.batches, "batches (eager and graph, timed)"):
         g = torch.Generator().manual_seed(3000 + batch)
         prompt = torch.randint(0, prof.model.vocab_size, (batch, prof.prompt_len), generator=g).to(ctx.device)
         built = {m: stepmethods.build(m, w, prompt, prof.max_len, warmup=prof.warmup) for m in methods}
         samples = rotating_rounds({m: (lambda b=b: b.decode(steps, ctx.clock, False)) for m, b in built.items()},
                                   max(2, prof.rounds - 2))
         for m, b in built.items():
-            sp = ctx.timing(M.STEP_MS, [x for r in samples[m] for x in r], method=m, batch=batch, dtype="float32",
-                            readback=False)
-            b.start()
-            kernels = stepmethods.count_kernels(b.call, ctx.device)["kernels"]
-            rows.append({"method": m, "batch": batch, "dtype": "float32", "ms": sp.median, "kernels": kernels})
+            sp = ctx.timing(M.STEP_MS, samples[m], method=m, batch=batch, dtype="float32", readback=False)
+            timed.append((m, batch, b, sp.median))
+    # the kernel counts after every timing: a profiler session may slow every later launch (profiler_guard)
+    for m, batch, b, ms in timed:
+        b.start()
+        kernels = count_kernels(b.call, ctx.device)["kernels"]
+        rows.append({"method": m, "batch": batch, "dtype": "float32", "ms": ms, "kernels": kernels})
     return rows
 
 

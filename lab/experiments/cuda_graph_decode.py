@@ -3,14 +3,16 @@
 GPT-2, a `prompt_len`-token prompt, `decode_steps` steps, a `max_len`-slot cache, for each batch:
 every method (a row of lab.step.methods) gets its own state, is made ready once (compile, JIT and/or
 capture time recorded as `setup_s`), then `rounds` rounds run each (method, readback) pair in
-rotating order; per-step times come from CUDA events. Outside the timed path:
-- correctness: in fp32 every method's greedy tokens must equal eager's (a fatal check), the largest
-  logit difference is recorded; in bf16 agreement with bf16 eager is recorded, not demanded;
-- teacher forcing (lab.step.teacher), at the first fp32 batch and every bf16 batch: each method fed fp32
-  eager's tokens, its argmax agreement and largest logit error against fp32 eager at every step
-  (free-running agreement with random weights measures divergence after near-ties, not error);
-- the profiler over one step: kernels per step, their GPU time and the GPU-busy time (the union of
-  their intervals); after timing, `gap_us` = the median step minus the busy time.
+rotating order; per-step times come from CUDA events. The measurement is the lab's one way of
+measuring step methods (lab.experiments.common.methods): build, check, time, and profile last.
+- correctness, outside the timed path (lab.step.correctness): in fp32 graph replay must give eager's
+  tokens exactly (fatal); every other method is judged by teacher forcing against fp32 eager (its
+  argmax agreement and largest logit error within bf16 eager's own, or the fp32 allowance), recorded
+  as `correct`; free-running agreement is data (it measures divergence after near-ties, not error);
+- timing: each step's median with its 95% interval, each speedup over eager with its interval (a
+  bootstrap over rounds, rounds paired), MBU from each method's own step time;
+- the profiler over one step, after every batch's timing: kernels per step, their GPU time and the
+  GPU-busy time (the union of their intervals); `gap_us` = the median step minus the busy time.
 
 Which methods run where is the profile's choice: `methods` at the first batch, `sweep_methods` at
 the others, `bf16_methods` in bf16; a method left out is listed as skipped with the reason (and the
@@ -25,21 +27,20 @@ tensors); that skip and its reason are recorded as data. `reduce-overhead-static
 from __future__ import annotations
 
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from lab.contract import metrics as M
-from lab.step import methods as stepmethods, teacher
-from lab.measure import stepprofile
-from lab.measure.breakeven import break_even_calls
-from lab.measure.dynamo_tools import dynamo_counters
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.measure.timing import rotating_rounds
+from lab.experiments.common import methods
+from lab.experiments.common.sweep import copy_bandwidth
+from lab.measure import profiler_guard
+from lab.measure.breakeven import break_even_calls
+from lab.step import methods as stepmethods
 
 DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT, Method.REDUCE_OVERHEAD,
                    Method.REDUCE_OVERHEAD_STATIC, Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO,
@@ -90,157 +91,28 @@ def _prompt(vocab: int, batch: int, length: int, device: torch.device) -> torch.
     return torch.randint(0, vocab, (batch, length), generator=g).to(device)
 
 
-def _build(ctx, name: str, w, prompt: torch.Tensor, batch: int, dtype: str) -> stepmethods.StepMethod | None:
-    """One method made ready; a method that needs one graph and did not get it is a fatal check, any
-    other failure to get ready is recorded as a skipped part with the error (eager's is not caught)."""
+def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readbacks: tuple[bool, ...], rounds: int,
+             forced: bool, bandwidth: float) -> tuple[methods.MethodSet, dict[str, Any]]:
+    """Build, check and time the methods of one batch and dtype (their profile comes after every batch's timing)."""
     prof = ctx.profile
-    try:
-        return stepmethods.build(name, w, prompt, prof.max_len, warmup=prof.warmup, dynamic=ctx.options.dynamic)
-    except stepmethods.FullGraphError as exc:  # the method needs one graph: FAILED with Dynamo's reason
-        ctx.check(f"{name} compiles the step as one graph (batch {batch}, {dtype})", False, detail=exc.reason,
-                  method=name, batch=batch, dtype=dtype)
-    except Exception as exc:
-        if name == Method.EAGER:
-            raise
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        ctx.skip(f"{name} (batch {batch}, {dtype})", Code.COMPILE_FAILED,
-                 f"getting it ready raised {type(exc).__name__}: {first} (traceback in the notes)")
-        ctx.note(f"build_error.{name}.b{batch}.{dtype}", traceback.format_exc()[-3000:])
-    return None
-
-
-def _record_setup(ctx, name: str, m: stepmethods.StepMethod, batch: int, dtype: str) -> None:
-    p = {"method": name, "batch": batch, "dtype": dtype}
-    ctx.metric(M.SETUP_S, round(m.setup_s, 4), **p)
-    if name in stepmethods.COMPILED_METHODS:
-        ctx.metric(M.DYNAMO_GRAPHS, m.counters["graphs"], **p)
-        ctx.metric(M.GRAPH_BREAKS, m.counters["graph_breaks"], **p)
-        ctx.metric(M.COMPILED_FRAMES, m.counters["frames"], **p)
-        ctx.metric(M.CUDAGRAPH_SKIPS, m.counters["cudagraph_skips"], **p)
-        if m.skip_reasons:
-            ctx.note(f"cudagraph_skip_reasons.{name}", sorted(set(m.skip_reasons)))
-
-
-def _correctness(ctx, built: dict[str, stepmethods.StepMethod], batch: int, dtype: str, steps: int) -> None:
-    """One full decode per method, compared with eager's: tokens (fatal in fp32) and logits."""
-    prof = ctx.profile
-    for m in built.values():
-        m.decode(steps, ctx.clock, readback=False)
-    ref = built[Method.EAGER]
-    ref_tokens = ref.tokens()
-    end = prof.prompt_len + steps + 1
-    for name, m in built.items():
-        toks = m.tokens()
-        agree = (toks[:, prof.prompt_len:end] == ref_tokens[:, prof.prompt_len:end]).float().mean().item()
-        diff = (m.logits.float() - ref.logits.float()).abs().max().item() if m.logits is not None else float("nan")
-        p = {"method": name, "batch": batch, "dtype": dtype}
-        ctx.metric(M.TOKEN_AGREEMENT, round(agree, 6), **p)
-        ctx.metric(M.MAX_LOGIT_DIFF, diff, **p)
-        equal = agree == 1.0
-        ctx.metric(M.TOKENS_EQUAL, equal, **p)
-        ctx.check(f"{name} tokens equal eager's (batch {batch}, {dtype})", equal,
-                  detail=f"agreement {agree:.4f}, max logit diff {diff:.3g}", fatal=(dtype == "float32"), **p)
-
-
-def _teacher_forced(ctx, built: dict[str, stepmethods.StepMethod], batch: int, dtype: str, steps: int) -> None:
-    """Each method fed fp32 eager's tokens; its argmax and logits against fp32 eager's at every step."""
-    prof = ctx.profile
-    _, w32 = ctx.gpt2("float32")
-    ref = teacher.reference(w32, built[Method.EAGER].prompt, prof.max_len, steps)
-    for name, m in built.items():
-        if name == Method.EAGER and dtype == "float32":
-            continue  # the reference itself
-        r = teacher.teacher_forced(m, ref)
-        p = {"method": name, "batch": batch, "dtype": dtype}
-        ctx.metric(M.TEACHER_FORCED_AGREEMENT, round(r.agreement, 6), **p)
-        ctx.metric(M.TEACHER_FORCED_MAX_LOGIT_ERROR, r.max_logit_error, **p)
-        if r.first_disagreement is not None:
-            ctx.note(f"teacher_forced_first_disagreement.{name}.b{batch}.{dtype}", r.first_disagreement)
-
-
-def _kernels(ctx, built: dict[str, stepmethods.StepMethod], batch: int, dtype: str) -> dict[str, float]:
-    """Kernels per step, their GPU time and the GPU-busy time, from the profiler over one step."""
-    busy: dict[str, float] = {}
-    for name, m in built.items():
-        m.start()
-        before = dynamo_counters()
-        k = stepprofile.count_kernels(m.call, ctx.device)
-        frames = stepmethods.compiled_frames(before, dynamo_counters())
-        if name in stepmethods.COMPILED_METHODS:  # the profile must be of the compilation that is timed
-            ctx.check(f"{name} is not recompiled by the profiler (batch {batch}, {dtype})", frames == 0,
-                      detail=f"{frames} frames compiled while profiling one step", method=name, batch=batch,
-                      dtype=dtype)
-        p = {"method": name, "batch": batch, "dtype": dtype}
-        ctx.metric(M.KERNELS_PER_STEP, k["kernels"], **p)
-        if k["device_us"] is not None:
-            ctx.metric(M.KERNEL_TIME_PER_STEP_US, round(k["device_us"], 2), **p)
-        if k["busy_us"] is not None:
-            busy[name] = k["busy_us"]
-            ctx.metric(M.GPU_BUSY_US, round(k["busy_us"], 2), **p)
-        ctx.note(f"top_kernels.{name}.b{batch}.{dtype}", k["top"])
-    return busy
-
-
-def _time(ctx, built: dict[str, stepmethods.StepMethod], batch: int, dtype: str, readbacks: tuple[bool, ...],
-          rounds: int, steps: int, busy: dict[str, float]) -> None:
-    """Rounds in rotating order over (method, readback); medians, spreads, speedups and gaps."""
-    before = dynamo_counters()
-    rb_methods = set(ctx.options.readback_methods)
-    pairs = {(n, rb): (lambda m=m, rb=rb: m.decode(steps, ctx.clock, readback=rb))
-             for n, m in built.items() for rb in readbacks if not rb or n in rb_methods}
-    samples = rotating_rounds({f"{n}|{rb}": fn for (n, rb), fn in pairs.items()}, rounds)
-    frames = stepmethods.compiled_frames(before, dynamo_counters())  # fullgraph compiles are not in Dynamo's frames
-    ctx.metric(M.RECOMPILES_DURING_TIMING, frames, batch=batch, dtype=dtype)
-    ctx.check(f"no compile during timed rounds (batch {batch}, {dtype})", frames == 0,
-              detail=f"{frames} frames compiled", batch=batch, dtype=dtype)
-    medians: dict[tuple[str, bool], float] = {}
-    for key, per_round in samples.items():
-        name, rb = key.split("|")
-        p = {"method": name, "batch": batch, "dtype": dtype, "readback": rb == "True"}
-        medians[(name, rb == "True")] = ctx.timing(M.STEP_MS, [x for r in per_round for x in r], **p).median
-        ctx.metric(M.ROUND_MEDIANS_MS, [round(sorted(r)[len(r) // 2], 5) for r in per_round], **p)
-    for (name, rb), ms in medians.items():
-        if (Method.EAGER, rb) in medians:
-            ctx.metric(M.SPEEDUP_VS_EAGER, round(medians[(Method.EAGER, rb)] / ms, 4), method=name, batch=batch,
-                       dtype=dtype, readback=rb)
-        if not rb and name in busy:
-            ctx.metric(M.GAP_US, round(ms * 1e3 - busy[name], 2), method=name, batch=batch, dtype=dtype)
-    if False in readbacks:
-        _record_break_even(ctx, built, batch, dtype)
-
-
-def _measure_batch(ctx, w, batch: int, dtype: str, methods: tuple[str, ...], readbacks: tuple[bool, ...],
-                   rounds: int, steps: int, forced: bool) -> tuple[dict[str, stepmethods.StepMethod], dict[str, Any]]:
-    prof = ctx.profile
-    prompt = _prompt(prof.model.vocab_size, batch, prof.prompt_len, ctx.device)
-    phase: dict[str, Any] = {"build_s": {}}
-    built: dict[str, stepmethods.StepMethod] = {}
+    prompt = _prompt(prof.model.vocab_size, shape.batch, prof.prompt_len, ctx.device)
+    phase: dict[str, Any] = {}
+    t0 = time.perf_counter()
     # No torch._dynamo.reset() between batches: each method compiles from its own function, so a
     # batch adds one cache entry per function (4 batches stay under the recompile limit), and
     # resetting would tear down cudagraph trees that earlier batches' methods still hold.
-    for name in methods:
-        ctx.progress(f"batch {batch} {dtype}: preparing {name}")
-        t0 = time.perf_counter()
-        m = _build(ctx, name, w, prompt, batch, dtype)
-        phase["build_s"][name] = round(time.perf_counter() - t0, 2)
-        if m is not None:
-            built[name] = m
-            _record_setup(ctx, name, m, batch, dtype)
+    ms = methods.build(ctx, w, names, prompt, shape, warmup=prof.warmup, dynamic=ctx.options.dynamic)
+    phase["build_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    _correctness(ctx, built, batch, dtype, steps)
+    methods.check(ctx, ms, w32=w32, forced=forced)
     phase["correctness_s"] = round(time.perf_counter() - t0, 2)
-    if forced:
-        t0 = time.perf_counter()
-        _teacher_forced(ctx, built, batch, dtype, steps)
-        phase["teacher_forced_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    busy = _kernels(ctx, built, batch, dtype)
-    phase["kernels_s"] = round(time.perf_counter() - t0, 2)
-    ctx.progress(f"batch {batch} {dtype}: timing {len(built)} methods, {rounds} rounds")
-    t0 = time.perf_counter()
-    _time(ctx, built, batch, dtype, readbacks, rounds, steps, busy)
+    methods.time(ctx, ms, rounds, readbacks, readback_methods=tuple(ctx.options.readback_methods),
+                 bandwidth_gbps=bandwidth)
     phase["timing_s"] = round(time.perf_counter() - t0, 2)
-    return built, phase
+    if False in readbacks:
+        _record_break_even(ctx, ms.built, shape.batch, shape.dtype)
+    return ms, phase
 
 
 def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
@@ -320,22 +192,37 @@ def run(ctx) -> None:
                         "readback_batches": None if opts.readback_batches is None else list(opts.readback_batches),
                         "batches": list(batches), "bf16_batches": list(opts.bf16_batches)})
     ctx.note("token_agreement", M.FREE_RUNNING_NOTE)
+    bandwidth = copy_bandwidth(ctx)  # timed before any profile of this process
     _, w = ctx.gpt2("float32")
-    kept = []  # every method stays alive to the end: graphs and cudagraph trees keep their memory
+    sets: list[methods.MethodSet] = []  # every method stays alive to the end: graphs and trees keep their memory
     phases: dict[str, Any] = {}
     start = time.perf_counter()
+
+    def shape(batch: int, dtype: str) -> methods.Shape:
+        return methods.Shape(batch, dtype, prof.prompt_len, steps, prof.max_len, {"batch": batch, "dtype": dtype},
+                             readback_param=True)
+
     for i, batch in enumerate(batches):
         rb = tuple(r for r in opts.readback if not r or opts.readback_batches is None or batch in opts.readback_batches)
-        built, phases[f"b{batch}.float32"] = _measure_batch(ctx, w, batch, "float32", first if i == 0 else sweep, rb,
-                                                            rounds if i == 0 else sweep_rounds, steps, forced=i == 0)
-        kept.append(built)
+        ms, phases[f"b{batch}.float32"] = _measure(ctx, w, w, shape(batch, "float32"), first if i == 0 else sweep, rb,
+                                                   rounds if i == 0 else sweep_rounds, forced=i == 0,
+                                                   bandwidth=bandwidth)
+        sets.append(ms)
     if opts.bf16_batches and bf16:
         _, wb = ctx.gpt2("bfloat16")
         for batch in opts.bf16_batches:
-            built, phases[f"b{batch}.bfloat16"] = _measure_batch(ctx, wb, batch, "bfloat16", bf16, (False,), rounds,
-                                                                 steps, forced=True)
-            kept.append(built)
+            ms, phases[f"b{batch}.bfloat16"] = _measure(ctx, wb, w, shape(batch, "bfloat16"), bf16, (False,), rounds,
+                                                        forced=True, bandwidth=bandwidth)
+            sets.append(ms)
+    # The profiles come last, after every timing of this experiment: a profiler session may leave CUPTI
+    # attached and slow every later eager launch (lab.measure.profiler_guard).
+    for ms in sets:
+        ctx.progress(f"{ms.shape.label()}: profiling {len(ms.built)} methods (after all timing)")
+        t0 = time.perf_counter()
+        methods.profile(ctx, ms)
+        phases[f"b{ms.shape.batch}.{ms.shape.dtype}"]["kernels_s"] = round(time.perf_counter() - t0, 2)
     phases["total_s"] = round(time.perf_counter() - start, 2)
     ctx.note("phase_s", phases)
+    ctx.note("profiler_guard", profiler_guard.state())  # sessions, and whether CUPTI was torn down after them
     if ctx.device.type == "cuda":
         ctx.note("tf32", {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, time_methods
+from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
@@ -67,6 +67,7 @@ def run(ctx) -> None:
     ctx.note("kernels_meaning", "device kernels per call" if dev.type == "cuda" else
              "outermost op events + generated C++ kernels per call (the CPU has no launches)")
     inputs = {res: torch.rand(b // 4, device=dev) for res, b in sizes.items()}
+    profiles: list[tuple[int, Any, Any, torch.Tensor]] = []
     for n in ctx.track(n_list, "chains"):
         chain = make_chain(n)
         torch._dynamo.reset()
@@ -80,16 +81,13 @@ def run(ctx) -> None:
         c = compiled["cache"]
         with torch.no_grad():
             small = inputs["cache"]
-            for method, f in ((Method.EAGER, chain), (Method.COMPILE_DEFAULT, c.fn)):
-                prof = profile_step(lambda f=f: f(small), dev, steps=3, warmup=1)
-                ctx.metric(M.KERNELS, prof.kernels, method=method, n_ops=n)
             for res, x in inputs.items():
                 cf = compiled[res].fn
                 ok = torch.allclose(cf(x), chain(x), rtol=1e-5, atol=1e-6)
                 ctx.check(f"compiled equals eager (n_ops={n}, {res})", ok, n_ops=n, residency=res)
                 methods: dict[str, Any] = {Method.EAGER: lambda x=x: chain(x),
                                            Method.COMPILE_DEFAULT: lambda x=x, cf=cf: cf(x)}
-                samples = time_methods(methods, ctx.clock, rounds=rounds, iters=iters[res], warmup=1)
+                samples = time_method_rounds(methods, ctx.clock, rounds=rounds, iters=iters[res], warmup=1)
                 ms = {}
                 for method, xs in samples.items():
                     ms[method] = ctx.timing(M.STEP_MS, xs, method=method, n_ops=n, residency=res).median
@@ -97,8 +95,16 @@ def run(ctx) -> None:
                     ctx.metric(M.BYTES_MOVED, moved, method=method, n_ops=n, residency=res)
                     ctx.metric(M.ACHIEVED_GBPS, moved / (ms[method] * 1e-3) / 1e9, method=method, n_ops=n,
                                residency=res)
-                ctx.metric(M.SPEEDUP, ms[Method.EAGER] / ms[Method.COMPILE_DEFAULT], n_ops=n, residency=res)
+                ctx.speedup(M.SPEEDUP, samples[Method.EAGER], samples[Method.COMPILE_DEFAULT], n_ops=n,
+                            residency=res)
+            profiles.append((n, chain, c.fn, small))
         ctx.metric(M.CEILING_X, n, n_ops=n)
+    # the profiles after every timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
+    with torch.no_grad():
+        for n, chain, cfn, small in profiles:
+            for method, f in ((Method.EAGER, chain), (Method.COMPILE_DEFAULT, cfn)):
+                prof = profile_step(lambda f=f: f(small), dev, steps=3, warmup=1)
+                ctx.metric(M.KERNELS, prof.kernels, method=method, n_ops=n)
     torch._dynamo.reset()
     # What the numbers say, as non-fatal facts of this host.
     n_max = max(n_list)

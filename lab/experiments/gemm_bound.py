@@ -13,8 +13,9 @@ from typing import Literal
 
 import torch
 
+from lab.contract import intervals
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, time_methods
+from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.step.model import torch_dtype
 from lab.contract.names import Method
@@ -45,6 +46,21 @@ class MLPStack(torch.nn.Module):
         return x
 
 
+# "About 1.0x": compile cannot speed up work that is all GEMMs (cuBLAS on both sides). The claim fails only when the
+# 95% interval of the speedup lies wholly outside this band (the run shows it is not about 1.0x); an interval
+# that overlaps the band cannot show that, however far its median (a loaded host widens it).
+ABOUT_ONE = (0.85, 1.2)
+
+
+def about_one(sp: float, ci: intervals.Interval | None) -> tuple[str, bool, str]:
+    """The check that compile gives about 1.0x, judged by the speedup's interval against ABOUT_ONE."""
+    name = f"compile gives about 1.0x (95% interval overlaps {ABOUT_ONE[0]}-{ABOUT_ONE[1]})"
+    if ci is None:
+        return name, ABOUT_ONE[0] <= sp <= ABOUT_ONE[1], f"{sp:.2f}x (no interval: fewer than two rounds)"
+    band = intervals.Interval(*ABOUT_ONE)
+    return name, ci.overlaps(band), f"{sp:.2f}x, 95% interval {ci.text()}"
+
+
 def run(ctx) -> None:
     dev = ctx.device
     o = ctx.options
@@ -64,19 +80,20 @@ def run(ctx) -> None:
         tol = 1e-4 if dtype == torch.float32 else 2e-2
         rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
         ctx.check("compiled equals eager (relative error)", rel < tol, detail=f"{rel:.2e} (limit {tol:.0e})")
+        samples = time_method_rounds({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)},
+                                     ctx.clock, rounds=ctx.profile.rounds if o.rounds is None else o.rounds,
+                                     iters=o.iters, warmup=1)
+        # the profiles after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method, f in ((Method.EAGER, model), (Method.COMPILE_DEFAULT, c.fn)):
             prof = profile_step(lambda f=f: f(x), dev, steps=3, warmup=1)
             ctx.metric(M.KERNELS, prof.kernels, method=method)
             ctx.metric(M.GEMM_SHARE, prof.matmul_share, method=method)
             ctx.note(f"top.{method}", prof.top(6))
-        samples = time_methods({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)}, ctx.clock,
-                               rounds=ctx.profile.rounds if o.rounds is None else o.rounds, iters=o.iters,
-                               warmup=1)
     ms = {m: ctx.timing(M.STEP_MS, xs, method=m, batch=batch, dim=dim).median for m, xs in samples.items()}
-    sp = ms[Method.EAGER] / ms[Method.COMPILE_DEFAULT]
-    ctx.metric(M.SPEEDUP, sp)
+    sp = ctx.speedup(M.SPEEDUP, samples[Method.EAGER], samples[Method.COMPILE_DEFAULT])
     ctx.metric(M.ACHIEVED_TFLOPS, flops / (ms[Method.EAGER] * 1e-3) / 1e12, method=Method.EAGER)
     share = ctx.record.metric(M.GEMM_SHARE.name, method=Method.EAGER).value
     ctx.check("GEMMs dominate eager time (>= 60%)", share >= 0.6, fatal=False, detail=f"{share:.0%}")
-    ctx.check("compile gives about 1.0x (0.85-1.2)", 0.85 <= sp <= 1.2, fatal=False, detail=f"{sp:.2f}x")
+    ci = intervals.of(ctx.record.metric(M.SPEEDUP_CI_LOW.name).value, ctx.record.metric(M.SPEEDUP_CI_HIGH.name).value)
+    ctx.check(*about_one(sp, ci), fatal=False)
     torch._dynamo.reset()

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, cuda_skip, inductor_skip, time_methods
+from lab.measure.bench import compile_first_call, cuda_skip, inductor_skip, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
@@ -68,16 +68,17 @@ def run(ctx) -> None:
         for method, f in methods.items():
             out = f()
             ctx.check(f"{method} equals eager", torch.allclose(out, ref, rtol=1e-5, atol=1e-6), method=method)
+        samples = time_method_rounds(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
+                                     warmup=ctx.profile.warmup)
+        # the profile after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method in (Method.EAGER, Method.COMPILE_DEFAULT):
             if method in methods:
                 prof = profile_step(methods[method], dev, steps=3, warmup=1)
                 ctx.metric(M.OPS_PER_STEP, prof.kernels, method=method)
-        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                               warmup=ctx.profile.warmup)
     ms = {m: ctx.timing(M.STEP_MS, xs, method=m, n_ops=n_ops).median for m, xs in samples.items()}
     for m, v in ms.items():
         ctx.metric(M.US_PER_OP, v * 1e3 / n_ops, method=m)
         if m != Method.EAGER:
             ctx.metric(M.US_PER_OP_REMOVED, (ms[Method.EAGER] - v) * 1e3 / n_ops, method=m)
-            ctx.metric(M.SPEEDUP, ms[Method.EAGER] / v, method=m)
+            ctx.speedup(M.SPEEDUP, samples[Method.EAGER], samples[m], method=m)
     torch._dynamo.reset()

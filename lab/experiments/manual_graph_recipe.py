@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import time_methods
+from lab.measure.bench import time_method_rounds
 from lab.contract.names import Method, Variant
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -64,9 +64,9 @@ def run(ctx) -> None:
                   and not torch.allclose(graphed.static_out, eager), fatal=True)
 
         x = fresh
-        samples = time_methods({Method.EAGER: lambda: model(x), Method.GRAPH: lambda: graphed(x),
+        samples = time_method_rounds({Method.EAGER: lambda: model(x), Method.GRAPH: lambda: graphed(x),
                                 Variant.GRAPH_NO_CLONE: lambda: graphed(x, clone=False)},
-                               ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                               warmup=ctx.profile.warmup)
+                                     ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
+                                     warmup=ctx.profile.warmup)
     ms = {m: ctx.timing(M.STEP_MS, xs, method=m).median for m, xs in samples.items()}
-    ctx.metric(M.SPEEDUP, ms[Method.EAGER] / ms[Method.GRAPH], method=Method.GRAPH)
+    ctx.speedup(M.SPEEDUP, samples[Method.EAGER], samples[Method.GRAPH], method=Method.GRAPH)

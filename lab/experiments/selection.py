@@ -3,8 +3,10 @@
 It measures nothing: it reads this run's earlier records (`ctx.results.experiments`) of the
 experiments whose catalogue entry names a `workload` — the lead's `cuda_graph_decode` and the
 overhead experiments — and fills the chapter's selection rule in with this host's numbers. A case is one set of parameters (batch, n_ops, residency, ...); its candidates
-are the `step_ms` medians of each method. A win inside the spread (the winner's upper quartile above
-eager's lower quartile) is reported as a tie with eager. A workload absent from the run, NOT_RUN or
+are the `step_ms` medians of each method that passed its correctness rule (the record's `correct`,
+lab.step.correctness: the fastest *correct* method wins). A win whose 95% interval overlaps eager's
+(lab.contract.intervals; the interquartile ranges for a run that stored no intervals) is reported as a
+tie with eager: this run cannot tell them apart. A workload absent from the run, NOT_RUN or
 FAILED is listed as not measured with its record's reason; methods a record skipped are named in
 the evidence.
 """
@@ -15,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.contract.catalogue import CATALOGUE
 from lab.contract.names import BASELINES, Family, family
@@ -42,6 +45,9 @@ class Candidate:
     q1: float
     q3: float
     noisy: bool
+    ci_low: float | None = None
+    ci_high: float | None = None
+    params: dict[str, Any] | None = None
 
     @property
     def family(self) -> str:
@@ -52,19 +58,44 @@ def case_key(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "method") or "-"
 
 
+def _incorrect(record: Any) -> set[str]:
+    """The (params without readback) of every case whose `correct` metric is false."""
+    return {case_key({k: v for k, v in m.params.items() if k != "readback"}) + "|" + str(m.params.get("method"))
+            for m in record.metrics if m.name == M.CORRECT.name and m.value is False}
+
+
 def candidates_by_case(record: Any) -> dict[str, list[Candidate]]:
-    """step_ms metrics of a record grouped by their parameters other than `method`."""
+    """step_ms metrics of a record grouped by their parameters other than `method`; methods that failed their
+    correctness rule are left out (the fastest correct method wins)."""
     out: dict[str, list[Candidate]] = defaultdict(list)
+    wrong = _incorrect(record)
     for m in record.metrics:
         if m.name != M.STEP_MS.name or "method" not in m.params or m.value is None:
             continue
         if m.params.get("readback") is True:  # the decode step with the token read back: a separate question
             continue
+        key = case_key({k: v for k, v in m.params.items() if k != "readback"}) + "|" + str(m.params["method"])
+        if key in wrong:
+            continue
         sp = m.spread
         out[case_key(m.params)].append(Candidate(str(m.params["method"]), float(m.value),
                                                  sp.q1 if sp else float(m.value), sp.q3 if sp else float(m.value),
-                                                 bool(sp.noisy) if sp else False))
+                                                 bool(sp.noisy) if sp else False,
+                                                 sp.ci_low if sp else None, sp.ci_high if sp else None,
+                                                 dict(m.params)))
     return out
+
+
+def _interval(c: Candidate) -> intervals.Interval | None:
+    return intervals.of(c.ci_low, c.ci_high)
+
+
+def inside_eager(winner: Candidate, eager: Candidate) -> bool:
+    """Whether the winner cannot be told from eager: 95% intervals overlap (else, without intervals, the IQRs)."""
+    rel = intervals.relation(_interval(eager), _interval(winner))
+    if rel is not intervals.Relation.UNKNOWN:
+        return rel is intervals.Relation.SAME
+    return winner.q3 >= eager.q1
 
 
 @dataclass
@@ -87,7 +118,7 @@ def choose(cands: list[Candidate]) -> Choice:
     ranked = sorted(cands, key=lambda c: c.median)
     eager = next((c for c in cands if c.method in BASELINES), None)
     winner = ranked[0]
-    tie = eager is not None and winner is not eager and winner.q3 >= eager.q1
+    tie = eager is not None and winner is not eager and inside_eager(winner, eager)
     if tie:
         winner = eager
         ranked = [eager] + [c for c in ranked if c is not eager]
@@ -111,6 +142,20 @@ def evidence(choice: Choice, cands: list[Candidate], skipped: list[str]) -> str:
     if skipped:
         text += f"; not measured: {', '.join(skipped)}"
     return text
+
+
+def _stored_interval(record: Any, choice: Choice) -> tuple[float | None, float | None]:
+    """The interval the workload's record stored with the winner's speedup (the winner is eager: [1, 1])."""
+    if choice.winner is choice.eager:
+        return 1.0, 1.0
+    params = choice.winner.params or {}
+    found: dict[str, float | None] = {}
+    for m in record.metrics:
+        if m.name in (M.SPEEDUP_CI_LOW.name, M.SPEEDUP_CI_HIGH.name) and \
+                all(m.params.get(k) == v for k, v in params.items() if k in m.params) and \
+                m.params.get("method", params.get("method")) == params.get("method"):
+            found[m.name] = m.value
+    return found.get(M.SPEEDUP_CI_LOW.name), found.get(M.SPEEDUP_CI_HIGH.name)
 
 
 def run(ctx) -> None:
@@ -137,6 +182,9 @@ def run(ctx) -> None:
             ctx.metric(M.WINNER_FAMILY, choice.winner.family, workload=wid, case=case)
             if choice.speedup_vs_eager is not None:
                 ctx.metric(M.SPEEDUP_VS_EAGER, choice.speedup_vs_eager, workload=wid, case=case)
+                low, high = _stored_interval(rec, choice)
+                ctx.metric(M.SPEEDUP_CI_LOW, low, workload=wid, case=case)
+                ctx.metric(M.SPEEDUP_CI_HIGH, high, workload=wid, case=case)
             if choice.margin is not None:
                 ctx.metric(M.MARGIN_VS_RUNNER_UP, choice.margin, workload=wid, case=case)
             ctx.metric(M.TIE_WITH_EAGER, choice.tie_with_eager, workload=wid, case=case)

@@ -13,6 +13,7 @@ import importlib.metadata as metadata
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,23 @@ def usable_cores() -> int | None:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count()
+
+
+def cpu_mhz(cpuinfo: str | None = None) -> float | None:
+    """The median of the cores' current clocks in MHz (/proc/cpuinfo's "cpu MHz"); None where the OS does not say."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    values = []
+    for line in cpuinfo.splitlines():
+        if line.startswith("cpu MHz"):
+            try:
+                values.append(float(line.split(":", 1)[1]))
+            except ValueError:
+                continue
+    return round(statistics.median(values), 1) if values else None
 
 
 def host_info() -> dict[str, Any]:

@@ -36,11 +36,18 @@ def compile_first_call(fn: Callable[..., Any], args: tuple[Any, ...], device: to
     return Compiled(compiled, seconds)
 
 
+def time_method_rounds(methods: dict[str, Callable[[], Any]], clock: Clock, rounds: int, iters: int,
+                       warmup: int = 2) -> dict[str, list[list[float]]]:
+    """Per-call ms for each method, one list per round: `rounds` rounds in rotating order, `iters` timed calls
+    per round (what `ctx.timing` and `ctx.speedup` take to give a median and a speedup their intervals)."""
+    return rotating_rounds({name: (lambda f=f: time_calls(f, iters, clock, warmup)) for name, f in methods.items()},
+                           rounds)
+
+
 def time_methods(methods: dict[str, Callable[[], Any]], clock: Clock, rounds: int, iters: int,
                  warmup: int = 2) -> dict[str, list[float]]:
-    """Per-call ms for each method: `rounds` rounds in rotating order, `iters` timed calls per round."""
-    per_round = rotating_rounds({name: (lambda f=f: time_calls(f, iters, clock, warmup)) for name, f in methods.items()},
-                                rounds)
+    """Per-call ms for each method: `rounds` rounds in rotating order, `iters` timed calls per round, flattened."""
+    per_round = time_method_rounds(methods, clock, rounds, iters, warmup)
     return {name: [x for r in rounds_ for x in r] for name, rounds_ in per_round.items()}
 
 

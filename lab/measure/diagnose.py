@@ -316,8 +316,6 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
     brk = _breaks(fn, args)  # explain() resets Dynamo: do it before compiling anything
     say("recompiles (counting backend)")
     rec = _recompiles(fn, args, recompile_calls)
-    say("profiling eager")
-    eager_prof = profile_step(eager_call, dev, steps=steps, warmup=warmup)
     compiled_prof: StepProfile | None = None
     methods: dict[str, Callable[[], Any]] = {Method.EAGER: eager_call}
     setup_s = None
@@ -340,8 +338,6 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
             with torch.no_grad(), redirect_stdout(io.StringIO()):
                 return c.fn(*args)
 
-        say("profiling compiled")
-        compiled_prof = profile_step(compiled_call, dev, steps=steps, warmup=warmup)
         methods[Method.COMPILE_DEFAULT] = compiled_call
     say("timing (rotating rounds)")
     samples = time_methods(methods, clock_for(dev), rounds=rounds, iters=iters, warmup=warmup)
@@ -350,6 +346,12 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
         sync(dev)
         naive = sum(time_calls(eager_call, iters, HostClock())) / iters  # HostClock never synchronises
         sync(dev)
+    # the profiles after every timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
+    say("profiling eager")
+    eager_prof = profile_step(eager_call, dev, steps=steps, warmup=warmup)
+    if Method.COMPILE_DEFAULT in methods:
+        say("profiling compiled")
+        compiled_prof = profile_step(methods[Method.COMPILE_DEFAULT], dev, steps=steps, warmup=warmup)
     eager_ms = median(samples[Method.EAGER])
     compiled_ms = median(samples[Method.COMPILE_DEFAULT]) if Method.COMPILE_DEFAULT in samples else None
     checks = [_host_device(eager_prof, eager_ms, dev), _kernels(eager_prof, compiled_prof, why_not, dev), brk, rec,

@@ -154,15 +154,14 @@ def summarise(events: list[Any], steps: int, device: str) -> StepProfile:
 
 def profile_step(fn: Callable[[], Any], device: str | torch.device, steps: int = 5, warmup: int = 2) -> StepProfile:
     """Profile `steps` calls of `fn` (after `warmup` unprofiled ones), synchronised at both ends."""
-    from torch.profiler import ProfilerActivity, profile
+    from lab.measure import profiler_guard
 
     dev = torch.device(device).type
     for _ in range(warmup):
         fn()
     if dev == "cuda":
         torch.cuda.synchronize()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profiler_guard.session(f"profile_step {getattr(fn, '__name__', 'fn')}", cuda=dev == "cuda") as prof:
         for _ in range(steps):
             fn()
         if dev == "cuda":

@@ -35,10 +35,10 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]
     The call runs under `torch.no_grad()`, as the steps are built and timed: Dynamo guards grad mode,
     so a compiled step called with grad enabled would recompile here (one more cache entry towards the
     recompile limit, seconds of compiling) and the profile would be of that other compilation."""
-    from torch.profiler import ProfilerActivity, profile
+    from lab.measure import profiler_guard
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof, torch.no_grad():
+    label = f"count_kernels {getattr(fn, '__name__', 'step')}"
+    with profiler_guard.session(label, cuda=device.type == "cuda") as prof, torch.no_grad():
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize()

@@ -31,7 +31,9 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import torch
 
+from lab.contract import intervals
 from lab.contract.results import Spread
+from lab.measure import profiler_guard
 
 NOISY_REL_IQR = 0.10  # an IQR above 10% of the median flags the measurement as noisy
 
@@ -104,7 +106,10 @@ def first_call(fn: Callable[..., T], *args: Any, device: str | torch.device | No
 
 
 def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int = 0) -> list[float]:
-    """Per-call milliseconds of `fn`, after `warmup` untimed calls; marks are read after the loop."""
+    """Per-call milliseconds of `fn`, after `warmup` untimed calls; marks are read after the loop.
+
+    Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached."""
+    profiler_guard.check_clean(f"timing {getattr(fn, '__name__', 'a call')}")
     for _ in range(warmup):
         fn()
     clock.sync()
@@ -118,11 +123,15 @@ def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int =
 
 def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
                     on_round: Callable[[int, str], None] | None = None) -> dict[str, list[list[float]]]:
-    """Run each method once per round, the order rotated by one each round. Returns samples per round."""
+    """Run each method once per round, the order rotated by one each round. Returns samples per round.
+
+    Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached, and
+    checked again before every round."""
     names = list(methods)
     out: dict[str, list[list[float]]] = {n: [] for n in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)] if names else []
+        profiler_guard.check_clean(f"round {r + 1} of {', '.join(map(str, names))}")
         for name in order:
             if on_round:
                 on_round(r, name)
@@ -130,7 +139,9 @@ def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
     return out
 
 
-def spread(samples: Sequence[float]) -> Spread:
+def spread(samples: Sequence[float], rounds: Sequence[Sequence[float]] | None = None) -> Spread:
+    """Median, quartiles and the noise flag of `samples`; with the per-round samples behind them, also the 95%
+    interval of the median (a bootstrap over rounds, lab.contract.intervals; none from fewer than two rounds)."""
     if not samples:
         raise ValueError("no samples")
     xs = sorted(float(x) for x in samples)
@@ -140,4 +151,6 @@ def spread(samples: Sequence[float]) -> Spread:
     else:
         q1 = q3 = xs[0]
     rel = (q3 - q1) / med if med else 0.0
-    return Spread(n=len(xs), median=med, q1=q1, q3=q3, min=xs[0], max=xs[-1], rel_iqr=rel, noisy=rel > NOISY_REL_IQR)
+    ci = intervals.median_interval(rounds) if rounds is not None else None
+    return Spread(n=len(xs), median=med, q1=q1, q3=q3, min=xs[0], max=xs[-1], rel_iqr=rel, noisy=rel > NOISY_REL_IQR,
+                  ci_low=None if ci is None else ci.low, ci_high=None if ci is None else ci.high)

@@ -18,7 +18,7 @@ from typing import Any
 
 from lab import __version__
 from lab.host.compile_cache import inductor_cache_dir, manifest_field
-from lab.host.hostinfo import (cache_state, container_info, cpu_info, host_info, load_average, nvidia_smi, packages_digest,
+from lab.host.hostinfo import (cache_state, cpu_mhz, container_info, cpu_info, host_info, load_average, nvidia_smi, packages_digest,
                           python_info, run_text, version_of)
 from lab.contract.manifest_schema import MANIFEST_VERSION, check_manifest
 from lab.host.scheduler import scheduler_info
@@ -123,6 +123,7 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
         "toolchain": tc.as_dict(),
         "gpu": {"torch": tc.cuda.__dict__.copy(), "nvidia_smi": nvidia_smi()},
         "cpu": {**cpu_info(), "torch_threads": torch.get_num_threads()},
+        "host_dispatch": host_dispatch(),
         "compiler_settings": compiler_settings(),
         "inductor_cache_dir": inductor_cache_dir(),
         "compile_cache": compile_cache_field(tc),
@@ -139,8 +140,21 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
     return manifest
 
 
-def finish(manifest: dict[str, Any]) -> None:
-    """What the manifest can only know at the end of a run: the host's load then (`host.load_end`)."""
+def host_dispatch() -> dict[str, Any]:
+    """The host's dispatch speed at the start of a run: CPU model, clock, load (the rest is filled in by `finish`)."""
+    return {"cpu_model": cpu_info().get("model"), "cpu_mhz": cpu_mhz(), "load_start": load_average(),
+            "load_end": None, "launch_us_per_op": None}
+
+
+def finish(manifest: dict[str, Any], launch_us_per_op: float | None = None) -> None:
+    """What the manifest can only know at the end of a run: the host's load then (`host.load_end`,
+    `host_dispatch.load_end`) and the clean launch cost the sentinel measured (`host_dispatch.launch_us_per_op`)."""
     host = manifest.setdefault("host", {})
+    end = load_average()
     if isinstance(host, dict):
-        host["load_end"] = load_average()
+        host["load_end"] = end
+    dispatch = manifest.get("host_dispatch")
+    if isinstance(dispatch, dict):
+        dispatch["load_end"] = end
+        if launch_us_per_op is not None:
+            dispatch["launch_us_per_op"] = launch_us_per_op

@@ -21,21 +21,24 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import statistics
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 
 from lab import __version__
-from lab.run import rundir, runstate
+from lab.run import rundir, runsay, runstate
 from lab import console as out
 from lab.contract.catalogue import BY_ID, ExperimentSpec, resolve
 from lab.console import console  # noqa: F401  (the lab's console, on stderr; kept importable from here)
 from lab.run.librarylogs import Capture
 from lab.locks import clean_abandoned_tempdirs
 from lab.run.manifest import collect, finish, now_iso
+from lab.contract import intervals
+from lab.contract import metrics as M
 from lab.contract.metrics import Kind, MetricSpec
 from lab.contract.options import OptionsError, as_dict
 from lab.contract.options import resolve as resolve_options
@@ -43,6 +46,7 @@ from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
 from lab.contract.results import (MANIFEST_NAME, RESULTS_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
                          quarantine, save, unstorable, write_json_atomic)
+from lab.measure import profiler_guard
 from lab.measure.timing import clock_for, spread
 from lab.host.toolchain import Toolchain, probe
 
@@ -110,6 +114,24 @@ def resolve_all(specs: list[ExperimentSpec], profile: Profile,
     return {eid: options_for(BY_ID[eid], profile, set_text.get(eid)) for eid in wanted}
 
 
+def _clean_launch_us(results: Results) -> float | None:
+    """The cost of one tiny eager op the sentinel measured in its fresh process at the start (None: no sentinel)."""
+    for rec in results.experiments:
+        if rec.id == "sentinel" and rec.status == "OK":
+            for m in rec.metrics:
+                if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("when") == "start":
+                    return float(m.value)
+    return None
+
+
+def _rounds(samples: Any) -> list[list[float]] | None:
+    """Per-round samples as floats, or None for a flat list."""
+    items = list(samples)
+    if items and all(isinstance(r, (list, tuple)) for r in items):
+        return [[float(x) for x in _plain(list(r))] for r in items]
+    return None
+
+
 class Context:
     """What an experiment receives: the profile, its resolved options, the device, a clock, and a recorder."""
 
@@ -156,19 +178,39 @@ class Context:
         self.record.metrics.append(m)
         return m
 
-    def timing(self, spec: MetricSpec, samples: list[float], /, **params: Any) -> Spread:
-        """A timing: the median as the metric's value, its spread, and the raw samples kept."""
+    def timing(self, spec: MetricSpec, samples: Sequence[float] | Sequence[Sequence[float]], /,
+               **params: Any) -> Spread:
+        """A timing: the median as the metric's value, its spread, and the raw samples kept.
+
+        `samples` is a flat list, or one list per round (rotating rounds): then the spread also holds the
+        95% interval of the median, a bootstrap over rounds (lab.contract.intervals)."""
         if isinstance(spec, MetricSpec) and spec.kind is not Kind.NUMBER:
             raise ValueError(f"{self.spec.id} timed metric {spec.name!r}, which lab/contract/metrics.py declares "
                              f"{spec.kind.value}")
-        samples = [float(x) for x in _plain(list(samples))]
-        sp = spread(samples)
+        rounds = _rounds(samples)
+        flat = [x for r in rounds for x in r] if rounds is not None else [float(x) for x in _plain(list(samples))]
+        sp = spread(flat, rounds)
         self._declared(spec, sp.median)
         params = self._storable(f"metric {spec.name!r}'s params", params)
         self.record.metrics.append(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
         self.record.samples.append(Samples(name=spec.name, unit=spec.unit, params=params,
-                                           values=[float(f"{x:.6g}") for x in samples]))
+                                           values=[float(f"{x:.6g}") for x in flat]))
         return sp
+
+    def speedup(self, spec: MetricSpec, baseline: Sequence[Sequence[float]], method: Sequence[Sequence[float]], /,
+                **params: Any) -> float:
+        """Record a speedup (the baseline's median over the method's, from their per-round samples) and, where the
+        declaration names them, its 95% interval (lab.contract.intervals.ratio_interval: rounds paired)."""
+        base = [float(x) for r in baseline for x in r]
+        mine = [float(x) for r in method for x in r]
+        value = statistics.median(base) / statistics.median(mine)
+        self.metric(spec, round(value, 4), **params)
+        if spec.interval is not None:
+            ci = intervals.ratio_interval(baseline, method)
+            low, high = (M.REGISTRY[n] for n in spec.interval)
+            self.metric(low, None if ci is None else round(ci.low, 4), **params)
+            self.metric(high, None if ci is None else round(ci.high, 4), **params)
+        return value
 
     def check(self, name: str, passed: bool, /, detail: str = "", fatal: bool = True, **params: Any) -> bool:
         params = self._storable(f"check {name!r}'s params", params)
@@ -256,9 +298,14 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
                 raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
                                                 f"{spec.id} yet: update the lab") from None
             ctx = Context(spec, profile, toolchain, record, results, models, options, out_dir)
+            profiler_guard.experiment_started(spec.id)
             module.run(ctx)
         except NotRun as exc:
             record.status, record.reason = "NOT_RUN", exc.reason
+        except profiler_guard.ProfilerResidue as exc:  # a timing refused: a failed fatal check naming the cause
+            record.checks.append(Check(name="no timing after a profiler left its residue", passed=False,
+                                       detail=str(exc), params={}, fatal=True))
+            _failed(record, exc)
         except (Exception, SystemExit) as exc:
             _failed(record, exc)
     finally:
@@ -291,33 +338,6 @@ def _refuse_unrecordable(record: Record) -> None:
         record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
 
 
-# ---------------------------------------------------------------------------- what the run says as it goes
-# (lab.console words every line; these are the runner's own occasions)
-
-def say_start(profile: Profile, n: int, out_dir: Path, claim: rundir.Claim, warning: str | None = None) -> None:
-    out.run_header(profile.name, profile.device, n, out_dir / "results.json")
-    if warning:
-        out.say(f"{out.INDENT}warning: {warning}")
-    if claim.moved_to is not None:
-        out.say(f"{out.INDENT}--force: the run that was in {out_dir} is now in {claim.moved_to}")
-    if claim.manifest_only:
-        out.say(f"{out.INDENT}--resume: the run in {out_dir} had saved no record (only its manifest): starting it "
-                f"afresh there")
-    if claim.removed:
-        out.say(f"{out.INDENT}removed {len(claim.removed)} temporary file(s) of an interrupted save: "
-                f"{', '.join(p.name for p in claim.removed[:3])}{' ...' if len(claim.removed) > 3 else ''}")
-
-
-def say_cleaned(removed: list[Path]) -> None:
-    if removed:
-        out.say(f"{out.INDENT}removed {len(removed)} temporary folder(s) left by killed runs: "
-                f"{', '.join(str(p) for p in removed[:3])}{' ...' if len(removed) > 3 else ''}")
-
-
-def say_resume(kept: list[str], todo: int) -> None:
-    out.say(f"{out.INDENT}--resume: keeping {len(kept)} OK record(s) ({', '.join(kept) or 'none'}), running {todo}")
-
-
 # ---------------------------------------------------------------------------- the run
 
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
@@ -346,13 +366,12 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
             if previous is not None:
                 specs = runstate.resume_selection(previous, profile.name, default, only, sweeps=profile.sweeps)
                 options = resolve_all(specs, profile, set_text)
-            say_cleaned(clean_abandoned_tempdirs())
+            runsay.cleaned(clean_abandoned_tempdirs())
             if profile.threads:
                 torch.set_num_threads(profile.threads)
             toolchain = probe()
             manifest = collect(weights=provenance, toolchain=toolchain)
-            manifest["host"]["overloaded"] = runstate.overloaded(manifest["host"].get("load_start"),
-                                                                 manifest["cpu"].get("usable_cores"))
+            manifest["host"]["overloaded"] = runstate.host_overloaded(manifest)  # warned about at the start
             manifest["profile"] = profile.params()
             manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
             if previous is None:
@@ -365,14 +384,9 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
             if claim.manifest_only:  # resuming a run that saved no record: it must be the same run all the same
                 runstate.check_same_measurement(rundir.saved_manifest(out_dir), manifest,
                                                 allow_source_change)
-            for name, write in ((MANIFEST_NAME, lambda: write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)),
-                                (RESULTS_NAME, lambda: save(results, out_dir))):
-                try:
-                    write()
-                except PermissionError:
-                    raise  # the fix depends on where the lab runs (lab.__main__ names it)
-                except OSError as exc:  # a full disk before any experiment of this start: it stays resumable
-                    raise runstate.not_saved(out_dir / name, exc, out_dir, None, 0) from None
+            runstate.save_start(out_dir, ((MANIFEST_NAME, lambda: write_json_atomic(out_dir / MANIFEST_NAME,
+                                                                                  results.manifest)),
+                                          (RESULTS_NAME, lambda: save(results, out_dir))))
             _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
                       on_record, claim, verbose)
         return results
@@ -387,9 +401,9 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
     todo = [s for s in specs if s.id not in kept]
     wall_start = time.perf_counter() - (results.run.wall_s or 0.0)
     out.begin_run(verbose)
-    say_start(profile, len(specs), out_dir, claim, runstate.load_warning(results.run.starts[-1]))
+    runsay.start(profile, len(specs), out_dir, claim, runstate.load_warning(results.run.starts[-1]))
     if claim.previous is not None:
-        say_resume(list(kept), len(todo))
+        runsay.resume(list(kept), len(todo))
 
     def save_now(state: str | None = None) -> None:
         results.experiments = runstate.in_order(specs, records)
@@ -430,7 +444,7 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
         raise
     finally:
         capture.close()
-    finish(results.manifest)  # the host's load at the end
+    finish(results.manifest, _clean_launch_us(results))  # the host's load at the end, the sentinel's launch cost
     write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
     save_now("complete")
     out.summary(results)

@@ -16,7 +16,8 @@ import os
 import signal
 import socket
 from contextlib import contextmanager
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from lab.atomic import clean
 from lab.contract.catalogue import ExperimentSpec, resolve
@@ -77,6 +78,11 @@ def overloaded(load: list[float] | None, cores: int | None) -> bool | None:
     return float(load[0]) > cores
 
 
+def host_overloaded(manifest: dict[str, Any]) -> bool | None:
+    """The manifest's `host.overloaded`: its load at the start against the usable cores."""
+    return overloaded(_get(manifest, "host.load_start"), _get(manifest, "cpu.usable_cores"))
+
+
 def load_warning(start: Start) -> str | None:
     """This start's warning when the host was overloaded as it began, else None."""
     if overloaded(start.load_average, start.usable_cores) is not True:
@@ -101,6 +107,18 @@ def not_saved(path: Any, exc: OSError, out_dir: Any, record: Record | None, save
                 f"saved, the {saved} record(s) before it are")
     return NotSaved(f"{path}: cannot write it ({why}): {what}; free space (or fix the file system), then finish the "
                     f"run with {resume_hint(out_dir)}: it keeps the saved OK records and runs the rest again")
+
+
+def save_start(out_dir: Any, writes: tuple[tuple[str, Callable[[], object]], ...]) -> None:
+    """Run this start's first writes (name, write) in order; a full disk is NotSaved naming the file (a permission
+    error stays itself: lab.__main__ names its fix)."""
+    for name, write in writes:
+        try:
+            write()
+        except PermissionError:
+            raise
+        except OSError as exc:  # before any experiment of this start: the directory stays resumable
+            raise not_saved(Path(out_dir) / name, exc, out_dir, None, 0) from None
 
 
 def why_stopped(exc: BaseException) -> str:

@@ -1,12 +1,12 @@
 """What the sweep experiments share: model shapes, fast random weights, a time budget, one measured
 comparison of step methods at one shape, the copy bandwidth, and the recorded conclusion.
 
-`measure_methods` is the sweeps' version of cuda_graph_decode's per-batch measurement: each method
-(a row of lab.step.methods) is built once (setup timed, compile traced), decoded once outside the
-timed path for correctness against eager, profiled for kernels per step, then timed in rotating
-rounds; it records step time, speedup and saving over eager, kernels, FLOPs per kernel and MBU
-under the params it is given. A method that needs CUDA on a CPU host, or that would compile past
-the budget, is a skipped part with its reason, never silently absent.
+`measure_methods` measures the step methods at one shape the way cuda_graph_decode does (it is the same
+code: lab.experiments.common.methods): built once (setup timed, compile traced), checked outside the
+timed path by the correctness rule, timed in rotating rounds, then profiled; it records step time,
+speedup (with its interval) and saving over eager, kernels, FLOPs per kernel and MBU under the params
+it is given. A method that needs CUDA on a CPU host, or that would compile past the budget, is a
+skipped part with its reason, never silently absent.
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ from typing import Any, Callable
 
 import torch
 
-from lab.step import ceilings, methods as stepmethods
-from lab.measure import compiletrace
 from lab.contract import metrics as M
+from lab.experiments.common import methods
+from lab.step import ceilings
 from lab.step.model import LayerWeights, Weights, torch_dtype
-from lab.contract.names import Method
 from lab.contract.profiles import GPT2, TINY, ModelSpec
-from lab.contract.reasons import Code
 from lab.contract.results import ok_record
-from lab.measure.timing import rotating_rounds
 
 # GPT-2's published shapes (layers, width, heads); vocabulary 50257, 1024 positions. The tiny ones are
 # for the smoke profile: the same code on a model a CPU steps through in milliseconds.
@@ -152,105 +149,40 @@ def label(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
 
-def needs_cuda(name: str) -> bool:
-    """Whether a step method can only run on CUDA (manual capture, cudagraph trees)."""
-    spec = stepmethods.method_spec(name)
-    return spec.graphed or spec.tree_steps
+needs_cuda = methods.needs_cuda
 
 
 @dataclass
 class Measured:
-    """What measure_methods found for one shape: median ms per method, and eager's tokens."""
+    """What measure_methods found for one shape: median ms per method (no readback unless asked), kernels per
+    step, eager's tokens, and whether each method passed the correctness rule."""
 
     ms: dict[str, float] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
     tokens: torch.Tensor | None = None
+    correct: dict[str, bool] = field(default_factory=dict)
 
 
-def measure_methods(ctx: Any, w: Weights, methods: tuple[str, ...], params: dict[str, Any], *, batch: int,
+def measure_methods(ctx: Any, w: Weights, names: tuple[str, ...], params: dict[str, Any], *, batch: int,
                     max_len: int, prompt_len: int, steps: int, rounds: int, warmup: int, budget: Budget | None = None,
                     dynamic: bool | None = False, readback: bool = False, bandwidth: float | None = None,
-                    fatal: bool | Callable[[str], bool] = True, trace: bool = True,
-                    profile_kernels: bool = True) -> Measured:
-    """Build, check, profile and time each method at one shape; record under `params` every metric of these that
-    the experiment's catalogue entry declares (an experiment that does not report MBU simply does not declare it)."""
-    out = Measured()
-
-    def rec(spec: M.MetricSpec, value: Any, **p: Any) -> None:
-        if spec in ctx.spec.metrics:
-            ctx.metric(spec, value, **params, **p)
-
+                    w32: Weights | None = None, trace: bool = True, profile_kernels: bool = True) -> Measured:
+    """Build, check, time and then profile each method at one shape (lab.experiments.common.methods, the lab's
+    one way); record under `params` every metric of these that the experiment's catalogue entry declares.
+    `w32`: the fp32 weights of the same shape, for the teacher-forced correctness rule (default: `w` in fp32)."""
+    dtype = "float32" if w.wte.dtype == torch.float32 else str(w.wte.dtype).removeprefix("torch.")
+    shape = methods.Shape(batch, dtype, prompt_len, steps, max_len, dict(params))
     prompt = prompt_for(int(w.wte.shape[0]), batch, prompt_len, ctx.device, 7000 + batch)
-    built: dict[str, stepmethods.StepMethod] = {}
-    for name in methods:
-        spec = stepmethods.method_spec(name)
-        item = f"{name} {label(params)}"
-        if needs_cuda(name) and ctx.device.type != "cuda":
-            ctx.skip(item, Code.NO_CUDA, f"{name} captures CUDA graphs: run on a host where torch sees a CUDA device")
-            continue
-        missing = inductor_missing(ctx) if spec.compiled and spec.backend == "inductor" else None
-        if missing is not None:
-            ctx.skip(item, missing.code, missing.message)
-            continue
-        why = budget.why_not() if (budget is not None and spec.compiled) else None
-        if why is not None:
-            ctx.skip(item, Code.PROFILE_BUDGET, why)
-            continue
-        ctx.progress(f"{label(params)}: preparing {name}")
-        try:
-            with compiletrace.traced(ctx, item, enabled=trace and spec.compiled):
-                m = stepmethods.build(name, w, prompt, max_len, warmup=warmup, dynamic=dynamic)
-        except stepmethods.FullGraphError as exc:
-            ctx.check(f"{name} compiles the step as one graph ({label(params)})", False, detail=exc.reason, **params,
-                      method=name)
-            continue
-        finally:
-            if budget is not None and spec.compiled:
-                budget.spend()
-        built[name] = m
-        rec(M.SETUP_S, round(m.setup_s, 4), method=name)
-    if not built:
+    ms = methods.build(ctx, w, names, prompt, shape, warmup=warmup, dynamic=dynamic, budget=budget, trace=trace)
+    out = Measured()
+    if not ms.built:
         return out
-    ref_name = Method.EAGER if Method.EAGER in built else next(iter(built))
-    for m in built.values():  # correctness, outside the timed path
-        m.decode(steps, ctx.clock, readback=False)
-    ref = built[ref_name]
-    out.tokens = ref.tokens()
-    end = prompt_len + steps + 1
-    for name, m in built.items():
-        if name == ref_name:
-            continue
-        agree = (m.tokens()[:, prompt_len:end] == out.tokens[:, prompt_len:end]).float().mean().item()
-        diff = (m.logits.float() - ref.logits.float()).abs().max().item() if m.logits is not None else None
-        rec(M.TOKEN_AGREEMENT, round(agree, 6), method=name)
-        rec(M.MAX_LOGIT_DIFF, diff, method=name)
-        rec(M.TOKENS_EQUAL, agree == 1.0, method=name)
-        ctx.check(f"{name} tokens equal {ref_name}'s ({label(params)})", agree == 1.0,
-                  detail=f"agreement {agree:.4f}, max logit diff {diff if diff is None else f'{diff:.3g}'}",
-                  fatal=fatal(name) if callable(fatal) else fatal, **params, method=name)
-    flops = ceilings.step_flops(w, batch, max_len)
-    nbytes = ceilings.step_bytes(w, batch, max_len)
+    methods.check(ctx, ms, w32=w32 if w32 is not None else (w if dtype == "float32" else None))
+    methods.time(ctx, ms, rounds, readbacks=(readback,), bandwidth_gbps=bandwidth)
     if profile_kernels:
-        for name, m in built.items():
-            m.start()
-            k = stepmethods.count_kernels(m.call, ctx.device)
-            out.kernels[name] = k["kernels"]
-            rec(M.KERNELS_PER_STEP, k["kernels"], method=name)
-            rec(M.FLOPS_PER_KERNEL, round(flops / max(1, k["kernels"])), method=name)
-            if k["device_us"] is not None:
-                rec(M.KERNEL_TIME_PER_STEP_US, round(k["device_us"], 2), method=name)
-    samples = rotating_rounds({n: (lambda m=m: m.decode(steps, ctx.clock, readback=readback))
-                               for n, m in built.items()}, rounds)
-    for name, per_round in samples.items():
-        sp = ctx.timing(M.STEP_MS, [x for r in per_round for x in r], **params, method=name)
-        out.ms[name] = sp.median
-        if bandwidth:
-            rec(M.MBU, round(nbytes / (sp.median / 1e3) / 1e9 / bandwidth, 4), method=name)
-    if Method.EAGER in out.ms:
-        for name, ms in out.ms.items():
-            if name != Method.EAGER:
-                rec(M.SPEEDUP_VS_EAGER, round(out.ms[Method.EAGER] / ms, 4), method=name)
-                rec(M.SAVING_MS_PER_STEP, round(out.ms[Method.EAGER] - ms, 5), method=name)
-    del built
+        methods.profile(ctx, ms)
+    out.ms = ms.step_ms(readback)
+    out.kernels, out.tokens, out.correct = ms.kernels, ms.tokens, ms.correct
+    ms.built.clear()
     free_device_memory(ctx.device)
     return out

@@ -167,11 +167,11 @@ def _short(cfg: C.Config) -> str:
 
 def breakdown(plan: Any, steps: int = 5) -> list[tuple[str, int, float]]:
     """(kernel, launches per step, GPU us per step) from torch.profiler, largest first."""
-    from torch.profiler import ProfilerActivity, profile
+    from lab.measure import profiler_guard
 
     plan()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profiler_guard.session("fused breakdown", cuda=True) as prof:
         for _ in range(steps):
             plan()
         torch.cuda.synchronize()

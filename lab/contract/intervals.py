@@ -1,0 +1,142 @@
+"""Intervals and the one rule by which the lab calls two figures the same, higher or lower.
+
+What the interval is. A timing is a set of rounds, the methods in rotating order, each round a run of
+consecutive steps. Steps within a round are not independent (a slow stretch of the host slows a run
+of them together) and drift between rounds is what moves a median most, so the interval is a
+percentile bootstrap over rounds: each resample draws `len(rounds)` rounds with replacement, each
+drawn round bringing all of its steps (one block), and takes the median of the pooled steps. A
+speedup is the ratio of two such medians; its resamples draw the *same* round indices for both
+methods (`paired`), since round r of eager and round r of a method ran side by side in time and share
+its drift. With R rounds there are only C(2R-1, R) distinct resamples (10 for 3 rounds, 126 for 5):
+few rounds give a wide, coarse interval, which is the honest answer. Fewer than two rounds give no
+interval (None): nothing says how much the median would move.
+
+Why the bootstrap and not a normal approximation: step times are skewed (a few slow steps), the
+statistic is a median (and a ratio of medians), and the rounds are few; the percentile bootstrap
+needs no distributional assumption and costs milliseconds here. Why not a Mann-Whitney test per
+pair (as asv): the lab stores one interval per figure, so every page and every later comparison
+judges from what the record holds, without the raw samples of both sides at hand.
+
+The rule (`relation`): two figures are "the same" when their 95% intervals overlap, higher or lower
+when they are disjoint; where either interval is missing the relation is UNKNOWN and the caller says
+so. Overlap is conservative (two intervals can overlap while the difference is real); a lab that
+says "faster" only when it is shown is the point. `versus` judges one interval against a fixed
+value (a speedup against 1), `within` whether an interval lies inside a band ("about 1x").
+
+Standard library only: the report and `lab compare` use it without torch.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Sequence
+
+CONFIDENCE = 0.95
+RESAMPLES = 1000
+SEED = 20261201  # fixed: the same samples always give the same interval
+
+
+class Relation(StrEnum):
+    SAME = "same"  # the intervals overlap: this run cannot tell them apart
+    HIGHER = "higher"  # B's interval lies wholly above A's
+    LOWER = "lower"  # B's interval lies wholly below A's
+    UNKNOWN = "unknown"  # an interval is missing
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A 95% interval [low, high]."""
+
+    low: float
+    high: float
+
+    def __post_init__(self) -> None:
+        if not self.low <= self.high:
+            raise ValueError(f"an interval's low end {self.low} is above its high end {self.high}")
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def text(self, digits: int = 3) -> str:
+        return f"[{self.low:.{digits}g}, {self.high:.{digits}g}]"
+
+
+def of(low: float | None, high: float | None) -> Interval | None:
+    """An Interval from two stored ends, or None where either is missing."""
+    return None if low is None or high is None else Interval(float(low), float(high))
+
+
+def relation(a: Interval | None, b: Interval | None) -> Relation:
+    """Where B stands against A: the same when the intervals overlap, else higher or lower."""
+    if a is None or b is None:
+        return Relation.UNKNOWN
+    if a.overlaps(b):
+        return Relation.SAME
+    return Relation.HIGHER if b.low > a.high else Relation.LOWER
+
+
+def versus(b: Interval | None, value: float) -> Relation:
+    """Where an interval stands against a fixed value (a speedup against 1: faster, the same, slower)."""
+    return relation(Interval(value, value), b)
+
+
+def within(b: Interval | None, band: tuple[float, float]) -> bool | None:
+    """Whether the interval lies wholly inside the band (None: no interval)."""
+    return None if b is None else band[0] <= b.low and b.high <= band[1]
+
+
+def _percentiles(stats: list[float]) -> Interval:
+    xs = sorted(stats)
+    tail = (1 - CONFIDENCE) / 2
+    lo = xs[int(tail * (len(xs) - 1))]
+    hi = xs[round((1 - tail) * (len(xs) - 1))]
+    return Interval(lo, hi)
+
+
+def _usable(rounds: Sequence[Sequence[float]]) -> list[list[float]]:
+    return [[float(x) for x in r] for r in rounds if len(r)]
+
+
+def median_interval(rounds: Sequence[Sequence[float]], resamples: int = RESAMPLES,
+                    seed: int = SEED) -> Interval | None:
+    """The 95% interval of the median of the pooled samples, bootstrapping rounds as blocks (None: < 2 rounds)."""
+    rs = _usable(rounds)
+    if len(rs) < 2:
+        return None
+    rng = random.Random(seed)
+    n = len(rs)
+    stats = []
+    for _ in range(resamples):
+        pooled: list[float] = []
+        for i in rng.choices(range(n), k=n):
+            pooled.extend(rs[i])
+        stats.append(statistics.median(pooled))
+    return _percentiles(stats)
+
+
+def ratio_interval(numerator: Sequence[Sequence[float]], denominator: Sequence[Sequence[float]],
+                   resamples: int = RESAMPLES, seed: int = SEED) -> Interval | None:
+    """The 95% interval of median(numerator) / median(denominator): a speedup is eager's rounds over a method's.
+
+    Paired: where both sides have the same number of rounds (rounds run side by side in rotating order),
+    each resample draws the same round indices for both; otherwise each side is drawn on its own."""
+    num, den = _usable(numerator), _usable(denominator)
+    if len(num) < 2 or len(den) < 2:
+        return None
+    rng = random.Random(seed)
+    paired = len(num) == len(den)
+    stats = []
+    for _ in range(resamples):
+        pick_n = rng.choices(range(len(num)), k=len(num))
+        pick_d = pick_n if paired else rng.choices(range(len(den)), k=len(den))
+        top = statistics.median([x for i in pick_n for x in num[i]])
+        bottom = statistics.median([x for i in pick_d for x in den[i]])
+        if bottom > 0:
+            stats.append(top / bottom)
+    return _percentiles(stats) if stats else None

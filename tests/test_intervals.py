@@ -1,0 +1,53 @@
+"""lab.contract.intervals: the block bootstrap over rounds and the rule that calls two figures the same."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.contract import intervals as I
+
+
+def test_one_round_gives_no_interval_and_relation_says_unknown():
+    assert I.median_interval([[1.0, 2.0, 3.0]]) is None
+    assert I.ratio_interval([[1.0, 2.0]], [[1.0, 2.0]]) is None
+    assert I.relation(None, I.Interval(1, 2)) is I.Relation.UNKNOWN
+
+
+def test_the_interval_holds_the_median_and_is_deterministic():
+    rounds = [[10.0, 10.2, 10.1], [11.0, 11.1, 11.3], [9.8, 9.9, 10.0], [10.5, 10.4, 10.6]]
+    a, b = I.median_interval(rounds), I.median_interval(rounds)
+    assert a == b  # fixed seed: the same samples give the same interval
+    assert a.low <= 10.3 <= a.high
+    assert 9.8 <= a.low and a.high <= 11.3
+
+
+def test_a_drifting_round_widens_the_interval():
+    steady = [[10.0, 10.1]] * 4
+    drift = [[10.0, 10.1], [10.0, 10.1], [10.0, 10.1], [14.0, 14.1]]
+    tight, wide = I.median_interval(steady), I.median_interval(drift)
+    assert tight.high - tight.low < wide.high - wide.low
+
+
+def test_paired_rounds_cancel_shared_drift():
+    # each round's drift hits both methods alike: paired, the ratio stays near 2 with a narrow interval
+    eager = [[2.0 * d, 2.0 * d] for d in (1.0, 1.5, 0.8, 1.2)]
+    method = [[1.0 * d, 1.0 * d] for d in (1.0, 1.5, 0.8, 1.2)]
+    ci = I.ratio_interval(eager, method)
+    assert ci.contains(2.0)
+    assert ci.high - ci.low < 0.5
+    assert I.versus(ci, 1.0) is I.Relation.HIGHER
+
+
+def test_relation_overlap_is_same_disjoint_is_higher_or_lower():
+    a = I.Interval(1.0, 2.0)
+    assert I.relation(a, I.Interval(1.5, 3.0)) is I.Relation.SAME
+    assert I.relation(a, I.Interval(2.1, 3.0)) is I.Relation.HIGHER
+    assert I.relation(a, I.Interval(0.1, 0.9)) is I.Relation.LOWER
+    assert I.within(I.Interval(0.9, 1.1), (0.8, 1.25)) is True
+    assert I.within(I.Interval(0.9, 1.4), (0.8, 1.25)) is False
+    assert I.within(None, (0.8, 1.25)) is None
+
+
+def test_an_inverted_interval_is_refused():
+    with pytest.raises(ValueError, match="above its high end"):
+        I.Interval(2.0, 1.0)
