@@ -24,6 +24,8 @@ nox.options.reuse_existing_virtualenvs = True
 TORCH = os.environ.get("LAB_TORCH", "torch==2.13.0")
 # The report and compare read JSON and draw charts: no torch, so a laptop holding results can run them.
 REPORT_DEPS = ("jinja2>=3.1", "matplotlib>=3.8", "pydantic>=2.7")
+# pytest's arguments in `nox -s tests`, before the session's own: quiet, and why each skipped test skipped.
+TEST_DEFAULTS = ("-q", "-rs")
 # The host's interpreter for sessions that only orchestrate (standard library only).
 HOST_PYTHON = "python3"
 
@@ -73,9 +75,9 @@ def host_lab_command(session: nox.Session, *args: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (pytest arguments after --)."""
+    """The test suite: quiet, skipped tests with their reason; pytest arguments after -- are added (-- -m "not slow")."""
     install(session, "dev")
-    session.run(python(session), "-m", "pytest", *(session.posargs or ["-q"]), external=no_venv(session))
+    session.run(python(session), "-m", "pytest", *TEST_DEFAULTS, *session.posargs, external=no_venv(session))
 
 
 @nox.session

@@ -56,6 +56,11 @@ def use_stream(stream: TextIO | None) -> None:
     console.file = stream  # type: ignore[assignment]
 
 
+def plural(n: int, word: str) -> str:
+    """'1 compile', '2 compiles', '1 distinct message': a count and its noun, in the number it takes."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def say(text: str, style: str = "") -> None:
     """One line of the lab's own, as it is (no markup)."""
     console.print(Text(text, style=style))
@@ -324,10 +329,10 @@ def experiment_finished(record: Any) -> None:
     logs = getattr(record, "library_logs", None) or []
     if logs:
         distinct, total = len(logs), sum(entry.count for entry in logs)
-        repeats = f", {total} with repeats" if total > distinct else ""
+        what = f"{plural(distinct, 'distinct message')}, {total} in all" if total > distinct else plural(distinct,
+                                                                                                        "message")
         shown = "" if STATE.verbose else "; -v shows it live"
-        say(f"{INDENT}library output recorded: {distinct} message{'s' if distinct != 1 else ''}{repeats}{shown}",
-            "dim")
+        say(f"{INDENT}library output recorded: {what}{shown}", "dim")
     STATE.experiment = ""
 
 

@@ -61,6 +61,7 @@ class RunPage:
     front: front_page.FrontRow
     device: str
     overview: Table
+    starts: Table  # each start of a resumed run (empty otherwise)
     sections: list[sections.Section]
     experiments: list[sections.ExperimentView]
     failed: list[tuple[Any, Any]]  # (record, check) of every failed check
@@ -104,7 +105,8 @@ def run_page(run: Run) -> RunPage:
     secs += sweeps.sections(run)  # the sweeps (issue 14): their own charts, tables and conclusions
     file = f"run-{run.slug}.html"
     return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=front_page.front_row(run, file),
-                   device=front_page.device_text(res), overview=sections.overview(res), sections=secs,
+                   device=front_page.device_text(res), overview=sections.overview(res),
+                   starts=sections.starts(res), sections=secs,
                    experiments=sections.experiments(res), failed=sections.failed_checks(res))
 
 

@@ -87,7 +87,7 @@ def test_library_noise_is_recorded_not_printed(tmp_path: Path, noisy, capfd) -> 
     assert (usdt.level, usdt.location, usdt.count) == ("USDT", "SyncActivityProfilerHandler.cpp:52", 2)
     assert ("stderr", "stderr", "a library printing to sys.stderr") in logs
     assert len(logs) == 7  # nothing recorded twice
-    assert "library output recorded: 7 messages, 10 with repeats; -v shows it live" in err
+    assert "library output recorded: 7 distinct messages, 10 in all; -v shows it live" in err
     saved = load(tmp_path).record("graph_breaks").library_logs
     assert [e.message for e in saved] == [e.message for e in res.record("graph_breaks").library_logs]
     assert not (tmp_path / librarylogs.STDERR_NAME).exists()
@@ -331,3 +331,9 @@ def test_the_run_page_lists_library_output(tmp_path: Path, noisy) -> None:
     assert "library output: 7 message(s)" in html
     assert "skipping cudagraphs due to mutated inputs (1 instances)" in html and "profiler_start" in html
     assert site.index.exists()
+
+
+def test_counts_take_the_number_of_their_noun() -> None:
+    from lab.console import plural
+
+    assert [plural(1, "compile"), plural(2, "graph"), plural(0, "graph")] == ["1 compile", "2 graphs", "0 graphs"]

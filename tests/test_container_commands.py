@@ -58,8 +58,24 @@ def test_container_command_help_needs_no_torch(bare_env, command):
 def test_images_records_an_unbuildable_variant_without_torch(bare_env, tmp_path):
     report = tmp_path / "images.json"
     out = lab(bare_env, "images", "windows-msvc", "--no-host-pip", "--report", str(report))
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # its only job was not done: `nox -s images` must fail
     assert "windows-msvc NOT_RUN" in out.stdout and report.is_file()
+    assert out.stderr.startswith("error: no image was built (windows-msvc: ")
+
+
+def test_images_fails_when_nothing_was_built_and_not_for_a_variant_beside_a_built_one(capsys):
+    from lab.commands.images import exit_status
+    from lab.containers.build import ImageOutcome
+
+    no_docker = ImageOutcome("cpu", "NOT_RUN", "graph-lab:cpu", reason={"code": "no_docker",
+                                                                        "message": "docker is not on PATH: install it"})
+    assert exit_status([no_docker]) == 1
+    assert capsys.readouterr().err.strip() == "error: no image was built (cpu: no_docker): docker is not on PATH: install it"
+    built = ImageOutcome("cpu", "OK", "graph-lab:cpu")
+    windows = ImageOutcome("windows-msvc", "NOT_RUN", "graph-lab:windows-msvc", reason={"code": "windows_host_required",
+                                                                                        "message": "needs Windows"})
+    assert exit_status([built, windows]) == 0
+    assert exit_status([built, ImageOutcome("cuda", "FAILED", "graph-lab:cuda")]) == 1
 
 
 def test_image_run_require_container_is_a_one_line_error_without_torch(bare_env, tmp_path):

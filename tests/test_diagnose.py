@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
+
+from cli_helpers import cli, one_line_error
 
 from lab.measure.diagnose import Check, diagnose, load_target, verdict
 from lab.host.toolchain import probe
@@ -95,3 +98,116 @@ def test_recompile_check_finds_changing_python_values() -> None:
     assert c.status == "finding" and c.data["recompiles"] >= 1 and c.data["reasons"]
     ok = _recompiles(lambda x: x * 2, (torch.ones(3),), calls=4)
     assert ok.status == "ok" and ok.data["recompiles"] == 0
+
+
+# ---------------------------------------------------------------------------- targets a user will write
+
+USER_TARGETS = '''
+import os, sys, time
+import torch
+
+def takes_args(a, b):
+    return (lambda x: x + 1), (torch.ones(2),)
+
+def exits():
+    def step(x):
+        raise SystemExit(3)
+    return step, (torch.ones(2),)
+
+def returns_text():
+    return (lambda x: "done"), (torch.ones(2),)
+
+def returns_none():
+    return (lambda x: None), (torch.ones(2),)
+
+def bare_inputs():
+    return (lambda x: x + 1), torch.ones(2)
+
+def too_many_inputs():
+    return (lambda x: x + 1), (torch.ones(2), torch.ones(2))
+
+def three_things():
+    return (lambda x: x), (torch.ones(2),), "extra"
+
+def sleeps():
+    def step(x):
+        time.sleep(3600)
+    return step, (torch.ones(2),)
+
+def prints_like_a_profiler():
+    def step(x):
+        os.write(2, b"USDT: fake profiler_start line\\n")
+        return x * 2 + 1
+    return step, (torch.ones(8),)
+'''
+
+
+@pytest.fixture
+def user_targets(tmp_path, monkeypatch):
+    (tmp_path / "user_targets.py").write_text(USER_TARGETS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "user_targets"
+    sys.modules.pop("user_targets", None)
+
+
+@pytest.mark.parametrize("name,match", [
+    ("takes_args", r"takes_args\(\) takes a, b, but diagnose calls it with no arguments"),
+    ("bare_inputs", r"example_inputs a tuple of positional arguments, got a Tensor \(for one argument write \(x,\)\)"),
+    ("too_many_inputs", r"the callable cannot take the 2 example input\(s\)"),
+    ("three_things", r"got a tuple of 3 items"),
+])
+def test_a_malformed_target_is_one_error_naming_what_is_wrong(user_targets, name, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        load_target(f"{user_targets}:{name}", "cpu")
+
+
+@pytest.mark.parametrize("name", ["returns_text", "returns_none"])
+def test_a_callable_without_a_tensor_result_is_refused_before_any_verdict(user_targets, name) -> None:
+    fn, args = load_target(f"{user_targets}:{name}", "cpu")
+    with pytest.raises(ValueError, match=r"returned (str|None), not a tensor"):
+        diagnose(fn, args, "cpu", target=name, compile=False, rounds=1, iters=1)
+
+
+def test_verdicts_come_only_from_valid_measurements() -> None:
+    no_graph = _checks(brk="finding")
+    no_graph[2].data["graph_breaks"] = -1  # what explain says when it captured nothing
+    assert verdict(no_graph, None, "cpu")[0] != "graph-broken"
+    no_ops = _checks(host=("needs_cuda", {"us_per_op": 0.0, "ops": 0}))
+    assert verdict(no_ops, None, "cpu")[0] != "dispatch-bound"
+
+
+def test_a_target_that_exits_is_one_line_not_a_silent_exit(user_targets, capsys) -> None:
+    err = one_line_error(capsys, "diagnose", f"{user_targets}:exits", "--no-compile", "--rounds", "1", "--iters", "1")
+    assert "called sys.exit(3)" in err and "user_targets.py:10" in err
+
+
+def test_a_stuck_target_is_stopped_by_the_timeout(user_targets, capsys) -> None:
+    err = one_line_error(capsys, "diagnose", f"{user_targets}:sleeps", "--no-compile", "--timeout", "2")
+    assert "no diagnosis after --timeout 2 s: the target was stopped" in err
+
+
+def test_the_timeout_has_a_default() -> None:
+    from lab.commands.diagnose import DEFAULT_TIMEOUT_S
+    from lab.__main__ import build_parser
+
+    assert build_parser().parse_args(["diagnose", "m:f"]).timeout == DEFAULT_TIMEOUT_S > 0
+
+
+def test_ctrl_c_says_nothing_is_kept_not_that_results_are_saved(capsys, monkeypatch) -> None:
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lab.run.childproc.run_child", interrupted)
+    rc, err = cli(capsys, "diagnose", "lab.examples.targets:gemm_stack", "--no-compile")
+    assert rc == 130 and "saved" not in err and "keeps no results" in err
+
+
+def test_library_lines_stay_off_the_console_and_json_keeps_them(user_targets, capfd) -> None:
+    from lab.__main__ import main
+
+    rc = main(["diagnose", f"{user_targets}:prints_like_a_profiler", "--no-compile", "--rounds", "1", "--iters", "2",
+               "--json"])
+    out, err = capfd.readouterr()
+    assert rc == 0 and "USDT" not in err
+    assert any("USDT: fake profiler_start line" in ln for ln in json.loads(out)["library_output"])

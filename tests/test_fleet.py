@@ -171,3 +171,19 @@ def test_a_pod_task_finds_its_target_by_completion_index(tmp_path):
 
     target, plan = find_target(tmp_path, env, None)
     assert target.name == "cpu-cpu" and plan is None
+
+
+def test_without_sbatch_the_fleet_is_one_line_and_leaves_no_scripts(tmp_path, monkeypatch, capsys):
+    from lab.__main__ import main
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch anywhere
+    results = tmp_path / "results"
+    rc = main(["fleet", "--results", str(results), "--profile", "smoke", "--variant", "host"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error: sbatch is not on PATH") and "\n" not in err
+    assert not (results / "slurm").exists()
+    plan = Plan(results=str(results), repo=str(REPO), python="python3", host_python="python3",
+                targets=make_targets(["smoke"], ["host"], None, None, None))
+    with pytest.raises(ValueError, match="sbatch is not on PATH"):
+        slurm.submit(plan, slurm.SlurmOptions())
+    assert not (results / "slurm").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from lab.__main__ import main
 from lab.run.manifest import REPO_ROOT
 from lab.contract.results import load
 from lab.run.rundir import LOCK_NAME, RunDirError
+from lab.run.runstate import NotSaved
 
 from cli_helpers import cli, one_compile, one_graph, one_line_error
 
@@ -152,3 +154,91 @@ def test_resume_needs_the_directory_and_a_readable_run(tmp_path: Path, capsys) -
     (tmp_path / "results.json").write_bytes(b"\xff\xfe binary")
     err = one_line_error(capsys, "run", "--profile", "smoke", "--out", str(tmp_path), "--resume")
     assert "cannot resume" in err and "results.json" in err and "not UTF-8" in err
+
+
+class FullDisk:
+    """The atomic writer, made to fail as a full disk does (OSError ENOSPC, no file name) for `name` from its
+    `after`-th write on, until `free()`."""
+
+    def __init__(self, monkeypatch, name: str, after: int) -> None:
+        import lab.atomic
+
+        self.real, self.name, self.after, self.calls, self.full = lab.atomic.write_json_atomic, name, after, 0, True
+        for module in ("lab.contract.results", "lab.run.runner"):
+            monkeypatch.setattr(f"{module}.write_json_atomic", self)
+
+    def __call__(self, path: Path, data) -> None:
+        if path.name == self.name:
+            self.calls += 1
+            if self.full and self.calls >= self.after:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.real(path, data)
+
+    def free(self) -> None:
+        self.full = False
+
+
+def run_error(capsys, *args: str) -> str:
+    """The one error line a run ended with (exit status 2, no traceback; the run's own lines come before it)."""
+    rc, err = cli(capsys, *args)
+    last = err.splitlines()[-1]
+    assert rc == 2 and last.startswith("error: ") and "Traceback" not in err, (rc, err)
+    return last
+
+
+def test_a_full_disk_names_the_file_the_lost_record_and_how_to_resume(tmp_path: Path, capsys, fake,
+                                                                      monkeypatch) -> None:
+    fake("graph_breaks", one_graph)
+    fake("recompiles", one_compile)
+    disk = FullDisk(monkeypatch, "results.json", after=3)  # the start's save, graph_breaks', then recompiles' fails
+    err = run_error(capsys, "run", "--profile", "smoke", "--only", "graph_breaks,recompiles", "--out", str(tmp_path))
+    assert str(tmp_path / "results.json") in err and "No space left on device" in err
+    assert "the record of recompiles (OK" in err and "1 record(s) before it are" in err
+    assert f"--resume --out {tmp_path}" in err
+    assert [r.id for r in load(tmp_path).experiments] == ["graph_breaks"]
+    disk.free()
+    rc, err = cli(capsys, "run", "--profile", "smoke", "--out", str(tmp_path), "--resume")
+    assert rc == 0 and [(r.id, r.status) for r in load(tmp_path).experiments] == [("graph_breaks", "OK"),
+                                                                                  ("recompiles", "OK")]
+
+
+def test_a_run_that_saved_only_its_manifest_is_resumable(tmp_path: Path, capsys, fake, monkeypatch) -> None:
+    fake("graph_breaks", one_graph)
+    disk = FullDisk(monkeypatch, "results.json", after=1)
+    err = run_error(capsys, "run", "--profile", "smoke", "--only", "graph_breaks", "--out", str(tmp_path))
+    assert str(tmp_path / "results.json") in err and "no experiment of this start has run yet" in err
+    assert (tmp_path / "manifest.json").exists() and not (tmp_path / "results.json").exists()
+    disk.free()
+    assert "--resume" in one_line_error(capsys, "run", "--profile", "smoke", "--only", "graph_breaks", "--out",
+                                        str(tmp_path))
+    rc, err = cli(capsys, "run", "--profile", "smoke", "--only", "graph_breaks", "--out", str(tmp_path), "--resume")
+    assert rc == 0 and "had saved no record" in err
+    assert load(tmp_path).record("graph_breaks").status == "OK"
+
+
+def test_a_manifest_only_resume_still_refuses_another_profile_definition(tmp_path: Path, fake, monkeypatch) -> None:
+    import dataclasses
+
+    fake("graph_breaks", one_graph)
+    disk = FullDisk(monkeypatch, "results.json", after=1)
+    with pytest.raises(NotSaved):
+        runner.run(SMOKE, tmp_path, only=["graph_breaks"])
+    disk.free()
+    with pytest.raises(RunDirError, match=r"profile\.decode_steps"):
+        runner.run(dataclasses.replace(SMOKE, decode_steps=SMOKE.decode_steps + 1), tmp_path, only=["graph_breaks"],
+                   resume=True)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_temporary_files_of_a_killed_save_are_removed_at_the_next_start(tmp_path: Path, capsys, fake) -> None:
+    fake("graph_breaks", one_graph)
+    fake("recompiles", one_compile)
+    runner.run(SMOKE, tmp_path, only=["graph_breaks", "recompiles"])
+    strays = [tmp_path / ".results.json.k1ll3d.tmp", tmp_path / ".manifest.json.x9.tmp"]
+    for stray in strays:
+        stray.write_text('{"half": ')
+    unrelated = tmp_path / ".notes.tmp"
+    unrelated.write_text("mine")
+    rc, err = cli(capsys, "run", "--profile", "smoke", "--out", str(tmp_path), "--resume")
+    assert rc == 0 and not any(p.exists() for p in strays) and unrelated.exists()
+    assert "removed 2 temporary file(s)" in err and ".results.json.k1ll3d.tmp" in err

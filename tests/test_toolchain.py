@@ -230,3 +230,38 @@ def test_cc_that_cannot_build_is_triton_s_reason(tmp_path: Path) -> None:
     assert reason.code == "compiler_broken" and "CC=/bin/false" in reason.message
     assert tc.reason_for("inductor", "cpu") is None or tc.reason_for("inductor", "cpu").code != "compiler_broken" \
         or "CC=" not in tc.reason_for("inductor", "cpu").message
+
+
+# ---------------------------------------------------------------------------- Inductor's cache directory
+
+def test_a_cache_directory_that_cannot_be_created_is_found_by_the_probe(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    cache = tmp_path / "a-file" / "inductor"
+    tc = probe(HostView.make(path=str(tmp_path), environ={"TORCHINDUCTOR_CACHE_DIR": str(cache)}))
+    assert tc.inductor_cache_dir == str(cache) and "is a file, not a directory" in tc.inductor_cache_problem
+    reason = tc.reason_for("inductor", "cpu")
+    assert reason is not None and reason.code == "inductor_cache_unwritable"
+    assert str(cache) in reason.message and "TORCHINDUCTOR_CACHE_DIR" in reason.message
+    assert tc.reason_for("inductor", "cuda") == reason  # before Triton's or the compiler's reasons
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (nobody may create files there)")
+def test_a_read_only_cache_directory_is_found_by_the_probe(tmp_path: Path) -> None:
+    tc = probe(HostView.make(path=str(tmp_path), environ={"TORCHINDUCTOR_CACHE_DIR": "/proc/self/inductor"}))
+    assert "read-only" in tc.inductor_cache_problem
+    writable = probe(HostView.make(path=str(tmp_path), environ={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c")}))
+    assert writable.inductor_cache_problem is None and writable.cache_reason() is None
+
+
+def test_compiling_experiments_are_not_run_for_an_unwritable_cache(tmp_path: Path, monkeypatch) -> None:
+    from lab.contract import profiles
+    from lab.run import runner
+
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "a-file" / "inductor"))
+    res = runner.run(profiles.get("smoke"), tmp_path / "run", only=["toolchain", "gemm_bound"])
+    gemm = res.record("gemm_bound")
+    assert gemm.status == "NOT_RUN" and gemm.reason.code == "inductor_cache_unwritable"
+    usable = {m.params["backend"]: m.value for m in res.record("toolchain").metrics
+              if m.name == "inductor_backend_usable"}
+    assert usable == {"cpp": False, "triton": False}

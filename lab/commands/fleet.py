@@ -68,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
     plan = Plan(results=str(results), repo=str(REPO_ROOT), python=args.python, host_python=host_python,
                 targets=targets)
     opts = slurm.SlurmOptions(args.cpus, args.gpus, args.time, tuple(args.sbatch_arg))
+    if not args.dry_run:
+        slurm.require_sbatch()  # before anything is written: a refused fleet leaves no scripts behind
     results.mkdir(parents=True, exist_ok=True)
     if args.dry_run:
         folder = results / "slurm"

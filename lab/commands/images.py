@@ -1,4 +1,8 @@
-"""`python -m lab images [VARIANT ...]`: build the lab's container images (docs/containers.md)."""
+"""`python -m lab images [VARIANT ...]`: build the lab's container images (docs/containers.md).
+
+The exit status is 1 when a build FAILED or when no image was built at all (every variant NOT_RUN,
+e.g. `no_docker`): a command whose only job did not happen must not read as a success (`nox -s images`).
+A variant NOT_RUN beside one that was built (windows-msvc on a Linux host) does not fail it."""
 
 from __future__ import annotations
 
@@ -41,4 +45,19 @@ def main(args: argparse.Namespace) -> int:
     pip = settings_from_options(args.no_host_pip, args.pip_cert, args.wheelhouse)
     outcomes = build_images(args.variants, args.base_image, pip, extra, args.report, args.drop_stages)
     print(f"{args.report}: " + ", ".join(f"{o.variant} {o.status}" for o in outcomes))
-    return 1 if any(o.status == "FAILED" for o in outcomes) else 0
+    return exit_status(outcomes)
+
+
+def exit_status(outcomes: list) -> int:
+    """1 when a build FAILED or none was built (saying why on stderr), else 0."""
+    import sys
+
+    if any(o.status == "FAILED" for o in outcomes):
+        return 1
+    if outcomes and not any(o.status == "OK" for o in outcomes):
+        why = "; ".join(f"{o.variant}: {(o.reason or {}).get('code', '?')}" for o in outcomes)
+        first = next((o.reason for o in outcomes if o.reason), None) or {}
+        print(f"error: no image was built ({why}): {first.get('message') or 'the report says why for each'}",
+              file=sys.stderr)
+        return 1
+    return 0

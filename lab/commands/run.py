@@ -1,8 +1,10 @@
-"""`python -m lab run --profile NAME [--only ID,...] [--out DIR] [--set EXP.KEY=VALUE] [--resume | --force] [-v]
-[--strict]`: run experiments, write DIR/results.json.
+"""`python -m lab run --profile NAME [--only ID,...] [--out DIR] [--set EXP.KEY=VALUE] [--resume
+[--allow-source-change] | --force] [-v] [--strict]`: run experiments, write DIR/results.json.
 
 DIR is owned by one run at a time; a DIR that already holds a run is refused unless --resume (keep its
-OK records, run the rest) or --force (move it aside to DIR.old-<time>) says what to do with it.
+OK records, run the rest) or --force (move it aside to DIR.old-<time>) says what to do with it. A resume
+measures what the first start measured: another resolved profile, other weights or (without
+--allow-source-change) another lab source is refused.
 The run talks on stderr (lab.console); its last line, on stdout, names the results file with the counts,
 the NOT_RUN codes and the failed checks. The exit status is 0 whatever the results, unless `--strict`:
 then 1 when an experiment FAILED or any check failed."""
@@ -34,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="DIR holds an unfinished run: keep its OK records and run the other experiments again")
     again.add_argument("--force", action="store_true",
                        help="DIR holds a run: move it aside to DIR.old-<time> (nothing is deleted) and start afresh")
+    p.add_argument("--allow-source-change", action="store_true",
+                   help="with --resume: resume although the lab's source changed since the run started (the change is "
+                        "recorded in the run's starts)")
     p.add_argument("--set", action="append", default=[], metavar="EXP.KEY=VALUE",
                    help="override an experiment option, e.g. cuda_graph_decode.max_autotune=true (repeatable; "
                         "`list --options` shows them)")
@@ -69,8 +74,11 @@ def main(args: argparse.Namespace) -> int:
         resolve(only)
     if args.resume and args.out is None:
         raise ValueError("--resume: give the run directory to resume with --out DIR")
+    if args.allow_source_change and not args.resume:
+        raise ValueError("--allow-source-change: only a --resume can mix versions of the lab's source; add --resume")
     out = args.out or Path("runs") / f"{profile.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     results = runner.run(profile, out, only=only, weights=args.weights, argv=sys.argv, set_text=set_text,
-                         resume=args.resume, force=args.force, verbose=args.verbose)
+                         resume=args.resume, force=args.force, verbose=args.verbose,
+                         allow_source_change=args.allow_source_change)
     print(console.final_line(results, out / "results.json"))
     return 1 if args.strict and console.strict_failure(results) else 0

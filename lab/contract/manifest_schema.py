@@ -39,6 +39,8 @@ class Host(_Open):
     """the machine's name: LAB_HOSTNAME where the lab's launcher sets it (a container's own hostname is its id), else the hostname"""
     load_start: list[float] | None = None
     """the 1, 5 and 15 minute load averages when the run started"""
+    overloaded: bool | None = None
+    """the 1-minute load at the start exceeded the usable cores: every timing of the run is suspect (null: unknown)"""
     load_end: list[float] | None = None
     """the same when the run ended (null: the run did not complete)"""
 

@@ -66,3 +66,4 @@ class Code(StrEnum):
     INTERRUPTED = "interrupted"  # the run was stopped (Ctrl-C, SIGTERM, a runner error) before this finished
     COMPILER_BROKEN = "compiler_broken"  # a compiler was found but cannot compile and run a tiny program
     CXX_NOT_FOUND = "cxx_not_found"  # $CXX (or $CC) names a compiler that does not exist
+    INDUCTOR_CACHE_UNWRITABLE = "inductor_cache_unwritable"  # the cache directory every compile writes is read-only

@@ -236,6 +236,10 @@ class Start:
     """experiments whose OK records from earlier starts this start kept (the others it ran again)"""
     manifest_changes: list[Text] = field(default_factory=list)
     """manifest fields that differ from the first start's (e.g. lab.commit): provenance of the records this start made"""
+    load_average: list[Number] | None = None
+    """the host's 1, 5 and 15 minute load averages at this start (null where the OS has none): what may differ between starts"""
+    usable_cores: Count | None = None
+    """the CPU cores this process could use at this start; a load above them makes this start's timings suspect"""
 
 
 @dataclass
@@ -320,6 +324,10 @@ def to_dict(results: Results) -> dict[str, Any]:
     data = clean(results)
     if not data["run"].get("starts"):
         data["run"].pop("starts", None)  # a run written before starts were recorded stays byte for byte the same
+    for start in data["run"].get("starts", []):
+        for key in ("load_average", "usable_cores"):  # unknown (written before these fields): left out, as then
+            if start.get(key) is None:
+                start.pop(key, None)
     for record in data["experiments"]:
         if record.get("library_logs") is None:  # not listened to: left out, as files written before the field
             record.pop("library_logs", None)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch._dynamo.utils import counters
 
+from lab.console import plural
 from lab.step import decode
 from lab.contract import metrics as M
 from lab.measure.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
@@ -45,7 +46,8 @@ def _measure(label: str, ctx, call, calls: int, dynamic: bool | None = None) -> 
                dynamic=mode)
     ctx.metric(M.SYMBOLIC_GRAPHS, sum(g.symbolic for g in backend.graphs), step=label, dynamic=mode)
     ctx.note(f"recompile_reasons.{label}.{mode}", [r.splitlines()[-1].strip() for r in reasons][:6])
-    ctx.progress(f"{label} (dynamic={mode}): {compiles} compiles, {backend.graph_count} graphs, limit hit: {hit}")
+    ctx.progress(f"{label} (dynamic={mode}): {plural(compiles, 'compile')}, {plural(backend.graph_count, 'graph')}, "
+                 f"limit hit: {hit}")
     return backend
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from lab.contract import metrics as M
+from lab.console import plural
 from lab.measure.dynamo_tools import count_compiles, recompile_limit
 from lab.contract.options import option
 
@@ -44,7 +45,7 @@ def run(ctx) -> None:
         ctx.metric(M.LIMIT_HIT, c.limit_hit, dynamic=label)
         ctx.note(f"graph_input_shapes.{label}", c.graph_shapes)
         ctx.note(f"recompile_reasons.{label}", [r.splitlines()[-1].strip() for r in c.reasons][:12])
-        ctx.progress(f"dynamic={label}: {c.compiles} compiles, limit hit: {c.limit_hit}")
+        ctx.progress(f"dynamic={label}: {plural(c.compiles, 'compile')}, limit hit: {c.limit_hit}")
     # What the numbers mean, as checks a reader can follow (not fatal: they are facts of this torch).
     false_compiles = ctx.record.metric(M.COMPILES.name, dynamic="False").value
     ctx.check("dynamic=False compiles once per size until the limit",

@@ -36,7 +36,9 @@ def run(ctx) -> None:
     if tc.cxx.inductor_agrees is not None:
         ctx.check("the probe and Inductor's own get_cpp_compiler() agree", tc.cxx.inductor_agrees,
                   detail=f"probe: {tc.cxx.compiler}", fatal=False)
-    for backend, reason in (("cpp", tc.cxx_reason()), ("triton", tc.triton_reason())):
+    # every compile writes Inductor's cache: a cache directory it cannot write stops both backends
+    for backend, reason in (("cpp", tc.cache_reason() or tc.cxx_reason()),
+                            ("triton", tc.cache_reason() or tc.triton_reason())):
         ctx.metric(M.INDUCTOR_BACKEND_USABLE, reason is None, backend=backend)
         if reason is not None:
             ctx.note(f"reason.{backend}", {"code": reason.code, "message": reason.message})

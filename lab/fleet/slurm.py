@@ -9,6 +9,7 @@ them and says which runs did not land).
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -68,20 +69,31 @@ def report_script(plan: Plan, after: list[str]) -> str:
             f"exec {shlex.quote(plan.host_python)} -m lab fleet-report {shlex.quote(str(results))}\n")
 
 
+NO_SBATCH = ("sbatch is not on PATH: run `python -m lab fleet` on a Slurm login node, write the scripts without "
+             "submitting them with --dry-run, or write a Kubernetes manifest with --k8s FILE")
+
+
+def require_sbatch() -> None:
+    """A one-line error (ValueError) unless sbatch is on PATH: checked before anything is written."""
+    if shutil.which("sbatch") is None:
+        raise ValueError(NO_SBATCH)
+
+
 def sbatch(script: Path) -> str:
     """Submit a script; its job id. A refusal is a one-line error with Slurm's own words."""
     try:
         out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
-        raise ValueError("sbatch is not on PATH: run `python -m lab fleet` on a Slurm login node, or write a "
-                         "Kubernetes manifest with --k8s FILE") from None
+        raise ValueError(NO_SBATCH) from None
     if out.returncode != 0:
         raise ValueError(f"sbatch {script} refused: {(out.stderr.strip().splitlines() or ['no reason'])[-1]}")
     return out.stdout.strip().split(";")[0]
 
 
 def submit(plan: Plan, opts: SlurmOptions, log: Callable[[str], object] = print) -> Plan:
-    """Write one sbatch script per group and the report job's, submit them, and record the ids in the plan."""
+    """Write one sbatch script per group and the report job's, submit them, and record the ids in the plan.
+    Without sbatch nothing is written (one-line error)."""
+    require_sbatch()
     folder = Path(plan.results) / "slurm"
     folder.mkdir(parents=True, exist_ok=True)
     for k, (partition, constraint, gpu, targets) in enumerate(groups(plan.targets)):

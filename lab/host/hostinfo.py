@@ -53,6 +53,14 @@ def load_average() -> list[float] | None:
         return None
 
 
+def usable_cores() -> int | None:
+    """The CPU cores this process may run on (its affinity where the OS says, else all of them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count()
+
+
 def cpu_mhz(cpuinfo: str | None = None) -> float | None:
     """The median of the cores' current clocks in MHz (/proc/cpuinfo's "cpu MHz"); None where the OS does not say."""
     if cpuinfo is None:
@@ -126,10 +134,7 @@ def cpu_info() -> dict[str, Any]:
                 break
     except OSError:
         model = platform.processor() or None
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
+    usable = usable_cores()
     flags = cpu_flags(cpuinfo)
     return {"model": model, "logical_cores": os.cpu_count(), "usable_cores": usable, "machine": platform.machine(),
             "isa": [f for f in ISA_FLAGS if f in flags] if flags else None,

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 from lab.host.driver import driver_cuda_version, driver_reason, driver_version, min_driver
 from lab.host import cxxcheck
 from lab.host.cxxcheck import try_compile_python_extension  # noqa: F401  (re-exported: the toolchain experiment's probe)
-from lab.contract.reasons import Reason
+from lab.contract.reasons import Code, Reason
 
 # Where a C++ compiler commonly lives when it is installed but not on PATH (relative to a filesystem root).
 OFF_PATH_GLOBS = (
@@ -91,6 +91,8 @@ class Toolchain:
     triton: TritonInfo
     cxx: CxxInfo
     os_family: str = sys.platform  # "linux", "win32", "darwin": chooses the fix sentences
+    inductor_cache_dir: str | None = None  # where a compile writes its cache (lab.host.compile_cache)
+    inductor_cache_problem: str | None = None  # why it cannot write there (None: it can)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +147,16 @@ class Toolchain:
                           "(Debian/Ubuntu: apt-get install openssl) or set TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0")
         return None
 
+    def cache_reason(self) -> Reason | None:
+        """Why no Inductor compile can work here because of its cache directory, or None."""
+        if self.inductor_cache_problem is None:
+            return None
+        return Reason(Code.INDUCTOR_CACHE_UNWRITABLE,
+                      f"Inductor's cache directory {self.inductor_cache_dir} cannot be written "
+                      f"({self.inductor_cache_problem}) and every compile writes there: point TORCHINDUCTOR_CACHE_DIR "
+                      f"at a writable directory (e.g. export TORCHINDUCTOR_CACHE_DIR=$HOME/.cache/torchinductor), or "
+                      f"unset it to use torch's default")
+
     def triton_reason(self) -> Reason | None:
         t = self.triton
         if t.importable and t.cc_broken:
@@ -177,7 +189,7 @@ class Toolchain:
         if need == "triton":
             return self.triton_reason()
         if need == "inductor":
-            return self.triton_reason() if device == "cuda" else self.cxx_reason()
+            return self.cache_reason() or (self.triton_reason() if device == "cuda" else self.cxx_reason())
         if need == "host":
             return None
         raise ValueError(f"unknown requirement {need!r}")
@@ -410,5 +422,9 @@ def probe(view: HostView | None = None) -> Toolchain:
         where = resolve_compiler(triton.cc_env, view)
         triton.cc_broken = "names no compiler (no such file, or not on PATH)" if where is None else \
             view.try_program(where, "c")
+    from lab.host.compile_cache import cache_dir_problem, configured_cache_dir
+
+    cache = configured_cache_dir(view.environ, view.real)
     return Toolchain(platform=platform.platform(), cuda=_probe_cuda(), triton=triton, cxx=probe_cxx(view),
-                     os_family=view.platform)
+                     os_family=view.platform, inductor_cache_dir=cache,
+                     inductor_cache_problem=cache_dir_problem(cache) if cache else None)

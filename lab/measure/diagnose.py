@@ -90,8 +90,8 @@ class Diagnosis:
 def load_target(spec: str, device: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """Resolve TARGET `module:function`; the function returns (callable, example_inputs).
 
-    If the function takes a `device` parameter it gets the device name. Errors are one-line
-    ValueErrors naming the target.
+    If the function takes a `device` parameter it gets the device name; it may take no other required
+    parameter. Errors are one-line ValueErrors naming the target.
     """
     module_name, sep, func_name = spec.partition(":")
     if not sep or not module_name or not func_name:
@@ -103,12 +103,60 @@ def load_target(spec: str, device: str) -> tuple[Callable[..., Any], tuple[Any, 
     factory = getattr(module, func_name, None)
     if not callable(factory):
         raise ValueError(f"TARGET {spec!r}: {module_name} has no function {func_name!r}")
-    takes_device = "device" in inspect.signature(factory).parameters
-    made = factory(device=device) if takes_device else factory()
-    if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0]) and isinstance(made[1], (tuple, list))):
-        raise ValueError(f"TARGET {spec!r}: {func_name}() must return (callable, example_inputs) with "
-                         f"example_inputs a tuple of arguments, got {type(made).__name__}")
-    return made[0], tuple(made[1])
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}  # a builtin without a signature: called with nothing
+    required = [n for n, p in params.items() if n != "device" and p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if required:
+        raise ValueError(f"TARGET {spec!r}: {func_name}() takes {', '.join(required)}, but diagnose calls it with no "
+                         f"arguments (or only device=): give them defaults, or write a function that builds the "
+                         f"workload and returns (callable, example_inputs)")
+    made = factory(device=device) if "device" in params else factory()
+    return made_pair(spec, func_name, made)
+
+
+def made_pair(spec: str, func_name: str, made: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """What the target's function returned, checked to be (callable, example_inputs); a ValueError saying what is
+    wrong with it otherwise."""
+    want = f"TARGET {spec!r}: {func_name}() must return (callable, example_inputs)"
+    if not (isinstance(made, (tuple, list)) and len(made) == 2):
+        what = f"a {type(made).__name__} of {len(made)} items" if isinstance(made, (tuple, list)) else \
+            f"a {type(made).__name__}"
+        raise ValueError(f"{want}, got {what}")
+    fn, inputs = made
+    if not callable(fn):
+        raise ValueError(f"{want}: its first item is a {type(fn).__name__}, not callable")
+    if not isinstance(inputs, (tuple, list)):
+        raise ValueError(f"{want} with example_inputs a tuple of positional arguments, got a {type(inputs).__name__} "
+                         f"(for one argument write (x,))")
+    try:
+        inspect.signature(fn).bind(*inputs)
+    except TypeError as exc:
+        raise ValueError(f"{want}: the callable cannot take the {len(inputs)} example input(s) ({exc})") from None
+    except ValueError:
+        pass  # no signature to check (a builtin): the first call tells
+    return fn, tuple(inputs)
+
+
+def _has_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_has_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_tensor(v) for v in value.values())
+    return bool(hasattr(value, "logits") and isinstance(value.logits, torch.Tensor))  # a transformers output
+
+
+def check_result(target: str, value: Any) -> None:
+    """The callable's result must hold a tensor: without one there is no torch work to diagnose (ValueError)."""
+    if not _has_tensor(value):
+        what = "None" if value is None else type(value).__name__
+        raise ValueError(f"TARGET {target!r}: the callable returned {what}, not a tensor (nor "
+                         f"tensors in a tuple, list or dict): diagnose measures torch work, so return the tensor(s) "
+                         f"the callable computes")
 
 
 # ---------------------------------------------------------------------------- the checks
@@ -119,6 +167,9 @@ def _breaks(fn: Callable[..., Any], args: tuple[Any, ...]) -> Check:
     with redirect_stdout(io.StringIO()):
         e = explain(fn, *args)
     data = {"graphs": e.graphs, "graph_breaks": e.breaks, "ops": e.ops, "reasons": e.reasons}
+    if e.graphs < 1 or e.breaks < 0:  # nothing captured: no count to judge by
+        return Check(3, "graph breaks", "not_run", f"Dynamo captured no graph ({e.ops} ops): nothing here to break",
+                     data)
     if e.breaks:
         first = e.reasons[0] if e.reasons else "no reason given"
         return Check(3, "graph breaks", "finding",
@@ -216,11 +267,11 @@ def verdict(checks: Sequence[Check], speedup: float | None, device: str) -> tupl
     k = kern.data
     kernels_txt = (f"compile reduced {'kernels' if device == 'cuda' else 'ops'} {k['eager']:.0f} → {k['compiled']:.0f}"
                    if k.get("compiled") is not None else "")
-    if brk.status == "finding":
+    if brk.status == "finding" and brk.data.get("graph_breaks", 0) > 0:
         reasons = brk.data.get("reasons") or ["?"]
         return "graph-broken", (f"{brk.data['graph_breaks']} graph break(s) on every call ({reasons[0][:100]}); "
                                 f"{sp}: remove the breaks first (keep decisions in tensors, no .item()/print)")
-    if rec.status == "finding":
+    if rec.status == "finding" and rec.data.get("recompiles", 0) > 0:
         return "recompiling", (f"{rec.data['recompiles']} recompile(s) on repeat calls; {sp}: make shapes and "
                                f"Python values stable (fixed-shape buffers, dynamic=True, or mark_dynamic)")
     tail = "" if steady.status == "ok" else " (measurement not steady: rerun with more warm-up)"
@@ -234,7 +285,7 @@ def verdict(checks: Sequence[Check], speedup: float | None, device: str) -> tupl
         return "launch-bound", (f"{host.data['host_share']:.0%} of step time is host; "
                                 f"{kernels_txt or sp}{'; ' + sp if kernels_txt else ''}; expect graph replay to help"
                                 f"{tail}")
-    if device != "cuda" and host.data.get("us_per_op", 1e9) < CPU_DISPATCH_US:
+    if device != "cuda" and host.data.get("ops", 0) > 0 and host.data.get("us_per_op", 1e9) < CPU_DISPATCH_US:
         return "dispatch-bound", (f"{host.data['ops']:.0f} ops per step at {host.data['us_per_op']:.1f} µs each; "
                                   f"{kernels_txt + '; ' if kernels_txt else ''}{sp}: fewer, larger ops help "
                                   f"(compile); on a GPU, graph replay would too{tail}")
@@ -260,6 +311,7 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
         with torch.no_grad(), redirect_stdout(io.StringIO()):
             return fn(*args)
 
+    check_result(target, eager_call())  # before any measurement: a result without tensors has nothing to diagnose
     say("graph breaks (explain)")
     brk = _breaks(fn, args)  # explain() resets Dynamo: do it before compiling anything
     say("recompiles (counting backend)")

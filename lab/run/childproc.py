@@ -78,8 +78,10 @@ def last_error_line(text: str) -> str:
 
 
 def run_child(target: str, kwargs: dict[str, Any] | None = None, timeout_s: float = 600,
-              env: dict[str, str] | None = None, drop_env: tuple[str, ...] = ()) -> ChildResult:
-    """Call `target` ("module:function") with `kwargs` in a fresh interpreter (see the module's docstring)."""
+              env: dict[str, str] | None = None, drop_env: tuple[str, ...] = (),
+              cwd: Path | str | None = None) -> ChildResult:
+    """Call `target` ("module:function") with `kwargs` in a fresh interpreter (see the module's docstring), in
+    `cwd` (default: the lab's root; the child imports from there first)."""
     with owned_tempdir("child") as tmp:
         result_path = tmp / "result.json"
         child_env = dict(os.environ)
@@ -92,7 +94,7 @@ def run_child(target: str, kwargs: dict[str, Any] | None = None, timeout_s: floa
         cmd = [sys.executable, "-m", "lab.run.childproc", target, json.dumps(kwargs or {}), str(result_path)]
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env,
-                                cwd=str(REPO_ROOT), start_new_session=os.name == "posix")
+                                cwd=str(cwd or REPO_ROOT), start_new_session=os.name == "posix")
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:

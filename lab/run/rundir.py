@@ -6,16 +6,21 @@
   refuses with one line naming the holder's pid and host. The kernel drops the lock when the
   holder dies, so a killed run never leaves the directory blocked.
 - A directory that already holds a run (results.json or manifest.json) is refused unless the user
-  says what to do with it: `resume` loads it (its OK records are kept, the rest rerun), `force`
-  moves it aside to `<out>.old-<timestamp>` (never deleted) and starts afresh.
+  says what to do with it: `resume` loads it (its OK records are kept, the rest rerun; a run that
+  saved only its manifest, killed or out of space before its first results, starts afresh there),
+  `force` moves it aside to `<out>.old-<timestamp>` (never deleted) and starts afresh.
+- The temporary files of a save that was killed half-way (`.results.json.*.tmp`, lab.atomic) are
+  removed once the lock is held: nobody else can be writing them.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from lab.locks import OwnerLock, describe_holder
 from lab.permissions import permission_denied
@@ -36,6 +41,8 @@ class Claim:
     lock: OwnerLock
     previous: Results | None = None  # the run being resumed
     moved_to: Path | None = None  # where --force moved the old run
+    removed: list[Path] = field(default_factory=list)  # temporary files of killed saves, removed
+    manifest_only: bool = False  # --resume of a run that had saved only its manifest: started afresh
 
     def release(self) -> None:
         self.lock.release()
@@ -47,6 +54,29 @@ def _why(exc: OSError) -> str:
 
 def _holds_run(out: Path) -> bool:
     return (out / RESULTS_NAME).exists() or (out / MANIFEST_NAME).exists()
+
+
+def remove_stray_temporaries(out: Path) -> list[Path]:
+    """Remove what a killed atomic save of results.json or manifest.json left (`.NAME.*.tmp`); the caller holds the
+    directory's lock. Returns what was removed."""
+    removed = []
+    for name in (RESULTS_NAME, MANIFEST_NAME):
+        for path in sorted(out.glob(f".{name}.*.tmp")):
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                pass  # left for the next start; it is never read
+    return removed
+
+
+def saved_manifest(out: Path) -> dict[str, Any]:
+    """The manifest saved in `out`, or {} when it cannot be read (cut short by a kill)."""
+    try:
+        data = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _aside(out: Path) -> Path:
@@ -85,14 +115,17 @@ def claim(out: Path, resume: bool = False, force: bool = False) -> Claim:
         raise RunDirError(f"--out {out}: cannot create the directory ({_why(exc)})") from None
     lock = _lock(out)
     try:
+        removed = remove_stray_temporaries(out)
         if not _holds_run(out):
-            return Claim(out, lock)
+            return Claim(out, lock, removed=removed)
+        if resume and not (out / RESULTS_NAME).exists():  # only the manifest: no record was ever saved
+            return Claim(out, lock, removed=removed, manifest_only=True)
         if resume:
             try:
                 previous = load(out)
             except ResultsError as exc:
                 raise RunDirError(f"--resume: cannot resume from {exc}") from None
-            return Claim(out, lock, previous=previous)
+            return Claim(out, lock, previous=previous, removed=removed)
         if force:
             aside = _aside(out)
             try:
@@ -105,7 +138,7 @@ def claim(out: Path, resume: bool = False, force: bool = False) -> Claim:
                 new_lock = _lock(out)
             finally:
                 lock.release()
-            return Claim(out, new_lock, moved_to=aside)
+            return Claim(out, new_lock, moved_to=aside, removed=removed)
         what = "results.json" if (out / RESULTS_NAME).exists() else "manifest.json"
         raise RunDirError(f"--out {out}: already holds a run ({what}): add --resume to keep its OK records and "
                           f"rerun the rest, --force to move it aside (to {out.name}.old-<time>), or choose another "

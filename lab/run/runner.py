@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 import torch
 
 from lab import __version__
-from lab.run import rundir, runstate
+from lab.run import rundir, runsay, runstate
 from lab import console as out
 from lab.contract.catalogue import BY_ID, ExperimentSpec, resolve
 from lab.console import console  # noqa: F401  (the lab's console, on stderr; kept importable from here)
@@ -44,7 +44,7 @@ from lab.contract.options import OptionsError, as_dict
 from lab.contract.options import resolve as resolve_options
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
-from lab.contract.results import (MANIFEST_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
+from lab.contract.results import (MANIFEST_NAME, RESULTS_NAME, Check, Metric, Reason, Record, Results, RunInfo, Samples, Skipped, Spread,
                          quarantine, save, unstorable, write_json_atomic)
 from lab.measure import profiler_guard
 from lab.measure.timing import clock_for, spread
@@ -338,37 +338,19 @@ def _refuse_unrecordable(record: Record) -> None:
         record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
 
 
-# ---------------------------------------------------------------------------- what the run says as it goes
-# (lab.console words every line; these are the runner's own occasions)
-
-def say_start(profile: Profile, n: int, out_dir: Path, claim: rundir.Claim) -> None:
-    out.run_header(profile.name, profile.device, n, out_dir / "results.json")
-    if claim.moved_to is not None:
-        out.say(f"{out.INDENT}--force: the run that was in {out_dir} is now in {claim.moved_to}")
-
-
-def say_cleaned(removed: list[Path]) -> None:
-    if removed:
-        out.say(f"{out.INDENT}removed {len(removed)} temporary folder(s) left by killed runs: "
-                f"{', '.join(str(p) for p in removed[:3])}{' ...' if len(removed) > 3 else ''}")
-
-
-def say_resume(kept: list[str], todo: int) -> None:
-    out.say(f"{out.INDENT}--resume: keeping {len(kept)} OK record(s) ({', '.join(kept) or 'none'}), running {todo}")
-
-
 # ---------------------------------------------------------------------------- the run
 
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
         argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None,
         set_text: dict[str, dict[str, str]] | None = None, resume: bool = False, force: bool = False,
-        verbose: bool = False) -> Results:
+        verbose: bool = False, allow_source_change: bool = False) -> Results:
     """Run the profile's experiments (or `only` these) and write out_dir/results.json after each.
 
     `set_text` is `--set` as {experiment: {option: text}}. Every selected experiment's options are
     resolved before anything runs, so a bad value stops the run at once (OptionsError). The run
     directory is claimed first (lab.run.rundir): one run at a time, an existing run refused unless
-    `resume` (keep its OK records, run the rest) or `force` (move it aside). Every experiment asked
+    `resume` (keep its OK records, run the rest; refused when what is measured changed, the lab's source
+    included unless `allow_source_change`) or `force` (move it aside). Every experiment asked
     for ends with a record, whatever stops the run (lab.run.runstate). `verbose` shows library output
     live (it is recorded either way)."""
     from lab.step.model import resolve_weights
@@ -384,11 +366,12 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
             if previous is not None:
                 specs = runstate.resume_selection(previous, profile.name, default, only, sweeps=profile.sweeps)
                 options = resolve_all(specs, profile, set_text)
-            say_cleaned(clean_abandoned_tempdirs())
+            runsay.cleaned(clean_abandoned_tempdirs())
             if profile.threads:
                 torch.set_num_threads(profile.threads)
             toolchain = probe()
             manifest = collect(weights=provenance, toolchain=toolchain)
+            manifest["host"]["overloaded"] = runstate.host_overloaded(manifest)  # warned about at the start
             manifest["profile"] = profile.params()
             manifest["options"] = {spec.id: as_dict(options[spec.id]) for spec in specs}
             if previous is None:
@@ -397,9 +380,13 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
                                               starts=[runstate.new_start(argv or [])]),
                                   manifest=manifest, lab_version=__version__)
             else:
-                results, kept = runstate.resumed(previous, specs, manifest, argv or [])
-            write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
-            save(results, out_dir)
+                results, kept = runstate.resumed(previous, specs, manifest, argv or [], allow_source_change)
+            if claim.manifest_only:  # resuming a run that saved no record: it must be the same run all the same
+                runstate.check_same_measurement(rundir.saved_manifest(out_dir), manifest,
+                                                allow_source_change)
+            runstate.save_start(out_dir, ((MANIFEST_NAME, lambda: write_json_atomic(out_dir / MANIFEST_NAME,
+                                                                                  results.manifest)),
+                                          (RESULTS_NAME, lambda: save(results, out_dir))))
             _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
                       on_record, claim, verbose)
         return results
@@ -414,9 +401,9 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
     todo = [s for s in specs if s.id not in kept]
     wall_start = time.perf_counter() - (results.run.wall_s or 0.0)
     out.begin_run(verbose)
-    say_start(profile, len(specs), out_dir, claim)
+    runsay.start(profile, len(specs), out_dir, claim, runstate.load_warning(results.run.starts[-1]))
     if claim.previous is not None:
-        say_resume(list(kept), len(todo))
+        runsay.resume(list(kept), len(todo))
 
     def save_now(state: str | None = None) -> None:
         results.experiments = runstate.in_order(specs, records)
@@ -434,7 +421,13 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
             run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current,
                            capture=capture, out_dir=out_dir)
             records[spec.id], current = current, None
-            save_now()
+            try:
+                save_now()
+            except PermissionError:
+                raise  # the fix depends on where the lab runs (lab.__main__ names it)
+            except OSError as exc:  # a full disk: say which record is lost and how to measure it again
+                saved = sum(1 for r in records.values() if r.id != spec.id)
+                raise runstate.not_saved(out_dir / RESULTS_NAME, exc, out_dir, records[spec.id], saved) from None
             out.experiment_finished(records[spec.id])
             if on_record:
                 on_record(records[spec.id])

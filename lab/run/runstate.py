@@ -4,7 +4,10 @@ Every experiment a run was asked for ends with exactly one record, whatever happ
 NOT_RUN with a reason. When the run itself stops (Ctrl-C, SIGTERM, SIGHUP, an error of the runner),
 the experiment under way and every one not reached become NOT_RUN `interrupted`, saying how to
 finish them (`--resume`). A resumed run (lab.run.rundir) keeps the OK records of earlier starts and runs
-the rest again; `run.starts` lists each start, with the manifest fields that changed since the first.
+the rest again; `run.starts` lists each start, with the manifest fields that changed since the first and
+what may differ between starts (the host's load, the time). What changes what is measured may not
+differ: a resume with another resolved profile (its model's shapes included), other weights or another
+lab source (unless `--allow-source-change`) is refused with one line (`check_same_measurement`).
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import os
 import signal
 import socket
 from contextlib import contextmanager
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from lab.atomic import clean
 from lab.contract.catalogue import ExperimentSpec, resolve
+from lab.host.hostinfo import load_average, usable_cores
 from lab.run.manifest import now_iso
 from lab.contract.reasons import Code, Reason
 from lab.contract.results import Record, Results, Start
@@ -61,7 +66,64 @@ def stop_signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+class NotSaved(ValueError):
+    """results.json or manifest.json could not be written (a full disk, a lost mount): the message is one line naming
+    the file, the record it would have held and how to finish the run."""
+
+
+def overloaded(load: list[float] | None, cores: int | None) -> bool | None:
+    """Whether the host's 1-minute load exceeds the cores this process may use (None: unknown)."""
+    if not (isinstance(load, list) and load and isinstance(cores, int) and cores > 0):
+        return None
+    return float(load[0]) > cores
+
+
+def host_overloaded(manifest: dict[str, Any]) -> bool | None:
+    """The manifest's `host.overloaded`: its load at the start against the usable cores."""
+    return overloaded(_get(manifest, "host.load_start"), _get(manifest, "cpu.usable_cores"))
+
+
+def load_warning(start: Start) -> str | None:
+    """This start's warning when the host was overloaded as it began, else None."""
+    if overloaded(start.load_average, start.usable_cores) is not True:
+        return None
+    return (f"the host's 1-minute load is {start.load_average[0]:g} on {start.usable_cores} usable core(s): other "
+            f"work competes for the CPU, so every timing of this start is suspect (recorded in the manifest as "
+            f"host.overloaded and on the run page)")
+
+
+def resume_hint(out_dir: Any) -> str:
+    return f"`python -m lab run --resume --out {out_dir}` (same profile)"
+
+
+def not_saved(path: Any, exc: OSError, out_dir: Any, record: Record | None, saved: int) -> NotSaved:
+    """The error for a save that failed: after `record` was measured (None: before any experiment ran), with
+    `saved` records already in the file."""
+    why = exc.strerror or type(exc).__name__
+    if record is None:
+        what = "no experiment of this start has run yet"
+    else:
+        what = (f"the record of {record.id} ({record.status}, measured in {record.duration_s or 0:.1f} s) is not "
+                f"saved, the {saved} record(s) before it are")
+    return NotSaved(f"{path}: cannot write it ({why}): {what}; free space (or fix the file system), then finish the "
+                    f"run with {resume_hint(out_dir)}: it keeps the saved OK records and runs the rest again")
+
+
+def save_start(out_dir: Any, writes: tuple[tuple[str, Callable[[], object]], ...]) -> None:
+    """Run this start's first writes (name, write) in order; a full disk is NotSaved naming the file (a permission
+    error stays itself: lab.__main__ names its fix)."""
+    for name, write in writes:
+        try:
+            write()
+        except PermissionError:
+            raise
+        except OSError as exc:  # before any experiment of this start: the directory stays resumable
+            raise not_saved(Path(out_dir) / name, exc, out_dir, None, 0) from None
+
+
 def why_stopped(exc: BaseException) -> str:
+    if isinstance(exc, NotSaved):
+        return f"the run could not write its results ({str(exc).split(': ', 1)[0]})"
     if isinstance(exc, Stopped):
         return f"the run received {signal.Signals(exc.signum).name}"
     if isinstance(exc, KeyboardInterrupt):
@@ -71,7 +133,7 @@ def why_stopped(exc: BaseException) -> str:
 
 def interrupted(record: Record, why: str, out_dir: Any, started: bool) -> Record:
     """`record` as NOT_RUN interrupted (what an experiment under way had recorded is kept)."""
-    how = f"finish it with `python -m lab run --resume --out {out_dir}` (same profile)"
+    how = f"finish it with {resume_hint(out_dir)}"
     when = f"during this experiment, after {record.duration_s:.1f} s (what it recorded is kept)" if started \
         else "before this experiment started"
     record.status = "NOT_RUN"
@@ -84,8 +146,10 @@ def unreached(spec: ExperimentSpec, why: str, out_dir: Any) -> Record:
 
 
 def new_start(argv: list[str], kept: list[str] | None = None, changes: list[str] | None = None) -> Start:
+    """This start: when, where, what it kept, and what may differ from another start (the host's load, its cores)."""
     return Start(started_at=now_iso(), argv=list(argv), host=socket.gethostname(), pid=os.getpid(),
-                 kept=list(kept or []), manifest_changes=list(changes or []))
+                 kept=list(kept or []), manifest_changes=list(changes or []), load_average=load_average(),
+                 usable_cores=usable_cores())
 
 
 def _get(data: Any, dotted: str) -> Any:
@@ -108,6 +172,42 @@ def manifest_changes(first: dict[str, Any], now: dict[str, Any]) -> list[str]:
         else:
             changed.append(name)
     return changed
+
+
+def _first_difference(a: Any, b: Any, name: str) -> tuple[str, Any, Any]:
+    """The first dotted field below `name` where `a` and `b` differ, with both values (None: absent)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{name}.{key}")
+    return name, a, b
+
+
+def _weights_flag(weights: Any) -> str:
+    if isinstance(weights, dict) and weights.get("source") == "local":
+        return f"--weights {weights.get('path')}"
+    if isinstance(weights, dict) and weights.get("source") == "random":
+        return "--weights random"
+    return "no --weights"
+
+
+def check_same_measurement(first: dict[str, Any], now: dict[str, Any], allow_source_change: bool = False) -> None:
+    """A resumed run measures what its first start measured: the resolved profile (model shapes, batches, decode
+    steps...), the weights and, unless `allow_source_change`, the lab's source must be the same as the first
+    start's manifest says; RunDirError (one line naming the first field that differs) otherwise."""
+    for name, fix in (("profile", "restore the profile's definition (lab/contract/profiles.py)"),
+                      ("weights", f"resume with the first start's weights ({_weights_flag(_get(first, 'weights'))})")):
+        before, after = _get(first, name), _get(now, name)
+        if before is not None and before != after:
+            field, was, is_now = _first_difference(before, after, name)
+            raise RunDirError(f"--resume: {field} is {is_now!r} now but was {was!r} when the run started: a resumed "
+                              f"run keeps measuring what it started measuring ({fix}, or start a new run with --force)")
+    before, after = _get(first, "lab.source_sha256"), _get(now, "lab.source_sha256")
+    if not allow_source_change and before is not None and before != after:
+        raise RunDirError(f"--resume: the lab's source changed since the run started (lab.source_sha256 "
+                          f"{str(before)[:12]} -> {str(after)[:12]}): its records would come from two versions of the "
+                          f"lab; add --allow-source-change to resume anyway (run.starts records the change), or start "
+                          f"a new run with --force")
 
 
 def resume_selection(previous: Results, profile_name: str, profile_default: list[str] | None,
@@ -136,13 +236,15 @@ def check_same_options(previous: Results, options: dict[str, dict[str, Any]], ke
 
 
 def resumed(previous: Results, specs: list[ExperimentSpec], manifest: dict[str, Any],
-            argv: list[str]) -> tuple[Results, dict[str, Record]]:
+            argv: list[str], allow_source_change: bool = False) -> tuple[Results, dict[str, Record]]:
     """The run being resumed, ready for this start: (its results, the OK records kept by id).
 
+    Refused (RunDirError) when what is measured changed (`check_same_measurement`, `check_same_options`).
     The first start's manifest stays (the options of experiments run now are added to it); this start
     is appended to `run.starts` with the records it keeps and the provenance fields that changed."""
     wanted = {s.id for s in specs}
     kept = {r.id: r for r in previous.experiments if r.status == "OK" and r.id in wanted}
+    check_same_measurement(previous.manifest, manifest, allow_source_change)
     check_same_options(previous, manifest["options"], list(kept))
     results = previous
     if not results.run.starts:  # a run written before starts were recorded: its first start
