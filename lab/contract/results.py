@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterable, Literal
 
-from pydantic import (AfterValidator, ConfigDict, JsonValue, TypeAdapter, ValidationError, ValidationInfo,
+from pydantic import (BeforeValidator, ConfigDict, JsonValue, TypeAdapter, ValidationError, ValidationInfo,
                       WrapValidator, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
@@ -164,8 +164,11 @@ class LibraryLog:
     """where it came from: file:line of the warning or the logging call (empty when unknown)"""
 
 
-def _reason_code(reason: Reason) -> Reason:
-    known_code(reason.code)
+def _reason_code(reason: Any) -> Any:
+    """An unknown code is refused with the lab's sentence before pydantic's enum check lists every code."""
+    code = reason.get("code") if isinstance(reason, dict) else getattr(reason, "code", None)
+    if isinstance(code, str):
+        known_code(code)
     return reason
 
 
@@ -180,7 +183,7 @@ class Record:
     """the catalogue's one-line title"""
     status: Status
     """OK; NOT_RUN (prerequisites missing); FAILED (raised, or a fatal correctness check failed)"""
-    reason: Annotated[Reason, AfterValidator(_reason_code)] | None = None
+    reason: Annotated[Reason, BeforeValidator(_reason_code)] | None = None
     """{code, message}: a reason code of lab/contract/reasons.py and the sentence that tells the user how to make it run; required unless OK"""
     duration_s: Number = 0.0
     """the experiment's own time"""

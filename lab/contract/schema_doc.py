@@ -43,10 +43,11 @@ def json_schema() -> dict[str, Any]:
     schema["$defs"]["Manifest"] = manifest
     described = schema["properties"]["manifest"].get("description")
     schema["properties"]["manifest"] = {"$ref": "#/$defs/Manifest", "description": described}
-    # Record.reason is lab.contract.reasons.Reason (standard library, so `code: str` there); results.py checks the
-    # code against lab.contract.reasons.Code, which the JSON Schema says here.
+    # Record.reason is lab.contract.reasons.Reason, whose code is a lab.contract.reasons.Code: the JSON Schema
+    # says the codes inline (as Skipped.code does) rather than through a separate $defs entry.
     schema["$defs"]["Reason"]["properties"]["code"] = {"enum": [c.value for c in Code], "title": "Code",
                                                        "description": "a reason code of lab/contract/reasons.py"}
+    schema["$defs"].pop("Code", None)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
