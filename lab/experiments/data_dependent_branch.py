@@ -95,7 +95,7 @@ class Options:
     steps: int = option(32, "decode steps per round")
     rounds: int = option(3, "rounds, variants in rotating order")
     check_every: int = option(8, "the torch.where loop reads the done mask back every this many steps")
-    eos_at: int | None = option(None, "the reference's step whose row-0 token becomes the EOS id (default: steps/2)")
+    eos_at: int | None = option(None, "the reference's step whose row-0 token becomes the EOS id (none: steps/2)")
     compile_host_check: bool = option(True, "also compile the host-checked step with graph breaks (two more compiles)")
     isolate_capture: bool = option(True, "try to capture the host-checked step in a child process (CUDA)")
     traces: bool = option(True, "keep each compile's trace in the run directory")

@@ -47,11 +47,11 @@ def run(ctx) -> None:
         ctx.metric(M.KERNELS, k["eager"], target=name, method=Method.EAGER)
         if k.get("compiled") is not None:
             ctx.metric(M.KERNELS, k["compiled"], target=name, method=Method.COMPILE_DEFAULT)
-        ctx.metric(M.MATMUL_SHARE, k["matmul_share"], target=name)
-        ctx.metric(M.GRAPH_BREAKS, d.check(3).data["graph_breaks"], target=name)
-        ctx.metric(M.RECOMPILES, d.check(4).data["recompiles"], target=name)
+        ctx.metric(M.MATMUL_SHARE, k[M.MATMUL_SHARE.name], target=name)
+        ctx.metric(M.GRAPH_BREAKS, d.check(3).data[M.GRAPH_BREAKS.name], target=name)
+        ctx.metric(M.RECOMPILES, d.check(4).data[M.RECOMPILES.name], target=name)
         if dev == "cuda":
-            ctx.metric(M.HOST_SHARE, d.check(1).data["host_share"], target=name)
+            ctx.metric(M.HOST_SHARE, d.check(1).data[M.HOST_SHARE.name], target=name)
         ctx.note(f"report.{name}", d.render().splitlines())
         ctx.check(f"{name}: verdict {' or '.join(expected)}", d.verdict in expected, fatal=False,
                   detail=f"{d.verdict}: {d.headline}", target=name)

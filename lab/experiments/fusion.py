@@ -30,7 +30,8 @@ class Options:
     n_ops: tuple[int, ...] = option((1, 2, 4, 8), "chain lengths (elementwise ops per chain)")
     cache_bytes: int = option(256 * 1024, "bytes of the input that fits in cache")
     memory_bytes: int = option(64 << 20, "bytes of the input far outside the cache")
-    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
+                                profile="rounds")
     iters_cache: int = option(20, "timed calls per round, in cache")
     iters_memory: int = option(3, "timed calls per round, far outside the cache")
 
@@ -60,7 +61,7 @@ def run(ctx) -> None:
     o = ctx.options
     n_list = list(o.n_ops)
     sizes = {"cache": o.cache_bytes, "memory": o.memory_bytes}
-    rounds = ctx.profile.rounds if o.rounds is None else o.rounds
+    rounds = o.rounds
     iters = {"cache": o.iters_cache, "memory": o.iters_memory}
     ctx.note("bytes", sizes)
     ctx.note("dtype", "float32")

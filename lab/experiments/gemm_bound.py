@@ -31,7 +31,8 @@ class Options:
     layers: int = option(2, "MLP blocks")
     dtype: Literal["float32", "bfloat16", "float16"] = option("float32", "dtype of weights and input")
     iters: int = option(5, "timed calls per round")
-    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
+                                profile="rounds")
 
 
 class MLPStack(torch.nn.Module):

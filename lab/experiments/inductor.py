@@ -40,9 +40,12 @@ class Options:
     steps: int = option(40, "decode steps compared with the eager reference")
     equiv_steps: int = option(15, "steps over which the eager split step must equal the indexed step")
     batch: int = option(1, "sequences decoded together")
-    steps_per_round: int | None = option(None, "timed steps per round (default: the profile's decode_steps)")
-    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
-    warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)")
+    steps_per_round: int | None = option(None, "timed steps per round (default: the profile's decode_steps)",
+                                         profile="decode_steps")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
+                                profile="rounds")
+    warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)",
+                                profile="warmup")
 
 
 # ---------------------------------------------------------------------------- bisecting a failed compile
@@ -166,9 +169,7 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
 def run(ctx) -> None:
     o, prof = ctx.options, ctx.profile
     steps, equiv_steps, batch = o.steps, o.equiv_steps, o.batch
-    per_round = prof.decode_steps if o.steps_per_round is None else o.steps_per_round
-    rounds = prof.rounds if o.rounds is None else o.rounds
-    warmup = prof.warmup if o.warmup is None else o.warmup
+    per_round, rounds, warmup = o.steps_per_round, o.rounds, o.warmup
     _, w = ctx.gpt2()
     T = ctx.profile.prompt_len
     max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)

@@ -40,7 +40,7 @@ from lab.run.manifest import collect, finish, now_iso
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.contract.metrics import Kind, MetricSpec
-from lab.contract.options import OptionsError, as_dict
+from lab.contract.options import OptionsError, as_dict, fill
 from lab.contract.options import resolve as resolve_options
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
@@ -96,8 +96,10 @@ class ModelCache:
 
 
 def options_for(spec: ExperimentSpec, profile: Profile, set_text: dict[str, str] | None = None) -> Any:
-    """The experiment's declared Options with the profile's values and `--set` text applied (OptionsError if bad)."""
-    return resolve_options(spec.options_class(), spec.id, profile.options.get(spec.id), set_text, profile.name)
+    """The experiment's declared Options with the profile's values, `--set` text and the defaults that come from
+    the profile applied (OptionsError if bad): what the experiment receives and the manifest records."""
+    return resolve_options(spec.options_class(), spec.id, profile.options.get(spec.id), set_text, profile.name,
+                           profile=profile)
 
 
 def resolve_all(specs: list[ExperimentSpec], profile: Profile,
@@ -140,7 +142,9 @@ class Context:
         self.spec = spec
         self.out_dir = out_dir  # the run directory (None outside a run): where files beside results.json go
         self.profile = profile
-        self.options = options if options is not None else options_for(spec, profile)
+        # resolved (lab.contract.options): a default that comes from the profile is filled in, also in Options a
+        # caller built by hand
+        self.options = fill(options, profile, spec.id) if options is not None else options_for(spec, profile)
         self.toolchain = toolchain
         self.record = record
         self.results = results
