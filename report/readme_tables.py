@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.names import Method, method_rank
 from lab.contract.results import Record, load
 
@@ -107,7 +108,7 @@ def step_table(run: Run) -> list[str]:
 
 def _config(run: Run) -> str:
     rec = run.records.get("cuda_graph_decode")
-    cfg = rec.notes.get("config") if rec is not None else None
+    cfg = rec.notes.get(N.DECODE_CONFIG.key) if rec is not None else None
     if not isinstance(cfg, dict):
         return "cuda_graph_decode"
     return f"{cfg.get('steps')} steps after a {cfg.get('prompt_len')}-token prompt, {cfg.get('rounds')} rounds"

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lab.contract.notes import NOTES
 from lab.contract.reasons import Code
 from lab.contract.results import Results, adapter
 from lab.contract.manifest_schema import MANIFEST
@@ -123,6 +124,19 @@ def manifest_parts(defs: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+def notes_section() -> list[str]:
+    """The notes that are read back (lab/contract/notes.py): key, type, writers, meaning."""
+    out = ["### Notes read back", "", '<a id="notes"></a>', "",
+           "`notes` is free evidence for a human, except these keys, which the report and the README tables read "
+           "and the runner checks when they are written (`lab/contract/notes.py`; `{name}` is a part of the key):",
+           "", "| key | type | written by | meaning |", "|---|---|---|---|"]
+    for n in NOTES:
+        kind = n.kind + (f", entries `{n.entries}`" if n.entries else "") + \
+            (f", each with {', '.join(f'`{f}`' for f in n.fields)}" if n.fields else "")
+        out.append(f"| `{n.key}` | {kind} | {', '.join(n.experiments) or 'any experiment'} | {n.help} |")
+    return out + [""]
+
+
 def generated() -> str:
     """The text that belongs between the markers."""
     schema = json_schema()
@@ -135,7 +149,7 @@ def generated() -> str:
         out += section(name, heading, defs[name])
     out += ["### Reason codes", "", '<a id="reason-codes"></a>', "",
             "Every `reason.code` and `skipped[].code` is one of these (`lab/contract/reasons.py`):", "",
-            ", ".join(f"`{c.value}`" for c in Code), "", "## The manifest, field by field", "",
+            ", ".join(f"`{c.value}`" for c in Code), "", *notes_section(), "## The manifest, field by field", "",
             "Every object of the manifest allows fields beyond those listed (a newer lab may add some); the "
             "fields listed are checked, and all are optional but `manifest_version`.", ""]
     for name, where in manifest_parts(defs):

@@ -32,8 +32,8 @@ import torch
 from lab import __version__
 from lab.run import rundir, runstate
 from lab import console as out
+from lab.contract import notes
 from lab.contract.catalogue import BY_ID, ExperimentSpec, resolve
-from lab.console import console  # noqa: F401  (the lab's console, on stderr; kept importable from here)
 from lab.run.librarylogs import Capture
 from lab.locks import clean_abandoned_tempdirs
 from lab.run.manifest import collect, finish, now_iso
@@ -223,7 +223,12 @@ class Context:
         return bool(passed)
 
     def note(self, key: str, value: Any) -> None:
-        self.record.notes[key] = self._storable(f"note {key!r}", value)
+        """Non-numeric evidence; a note the report reads back (lab.contract.notes) must have its declared shape."""
+        value = self._storable(f"note {key!r}", value)
+        problem = notes.check(self.spec.id, key, value)
+        if problem is not None:
+            raise ValueError(problem)
+        self.record.notes[key] = value
 
     def skip(self, item: str, code: Code, message: str) -> None:
         """A part of this experiment that did not run: listed in the record, never dropped."""
@@ -318,6 +323,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
         record.duration_s = round(time.perf_counter() - start, 3)
         _finish_status(record)
         _refuse_unrecordable(record)
+        _refuse_misshapen_notes(record)
     return record
 
 
@@ -340,6 +346,15 @@ def _refuse_unrecordable(record: Record) -> None:
         record.status = "FAILED"
         record.reason = Reason(Code.EXCEPTION, f"a value could not be recorded: {problems[0]}{more}")
         record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
+
+
+def _refuse_misshapen_notes(record: Record) -> None:
+    """A declared note written into the record directly (not through Context.note) and not of its declared shape
+    makes an OK record FAILED naming it; the note stays, for whoever reads the file."""
+    problems = notes.problems(record.id, record.notes)
+    if problems and record.status == "OK":
+        record.status = "FAILED"
+        record.reason = Reason(Code.EXCEPTION, problems[0])
 
 
 # ---------------------------------------------------------------------------- what the run says as it goes
