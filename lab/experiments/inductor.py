@@ -167,7 +167,7 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
 
 @torch.no_grad()
 def run(ctx) -> None:
-    o, prof = ctx.options, ctx.profile
+    o = ctx.options
     steps, equiv_steps, batch = o.steps, o.equiv_steps, o.batch
     per_round, rounds, warmup = o.steps_per_round, o.rounds, o.warmup
     _, w = ctx.gpt2()

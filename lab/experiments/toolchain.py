@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from lab.contract import metrics as M
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.host.toolchain import try_compile_python_extension
+from lab.host.cxxcheck import try_compile_python_extension
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,13 @@ import importlib
 import inspect
 import io
 from contextlib import redirect_stdout
+from statistics import median
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
-from lab.measure.bench import compile_first_call, median, time_methods
+from lab.measure.bench import compile_first_call, time_methods
 from lab.contract import metrics as M
 from lab.contract.names import Method
 from lab.measure.opprofile import StepProfile, profile_step
