@@ -220,7 +220,7 @@ def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -
         why = "no direction declared" if spec else "not declared by this lab version: no direction"
         return Verdict(ratio, "changed", why)
     up = vb > va
-    better = "better" if up == (direction is Direction.HIGHER) else "worse"
+    better: Mark = "better" if up == (direction is Direction.HIGHER) else "worse"
     rel = relation(a.interval, b.interval)
     if rel is Relation.SAME:
         return Verdict(ratio, "same", f"95% intervals overlap ({a.interval.text()} vs {b.interval.text()})")
@@ -229,7 +229,8 @@ def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -
                                       f"{'higher' if direction is Direction.HIGHER else 'lower'} is better")
     if ratio is None:
         return Verdict(None, better, f"{NO_INTERVAL}; one side is 0: no ratio, marked by direction")
-    if None not in (a.q1, a.q3, b.q1, b.q3) and a.q1 <= b.q3 and b.q1 <= a.q3:
+    if a.q1 is not None and a.q3 is not None and b.q1 is not None and b.q3 is not None \
+            and a.q1 <= b.q3 and b.q1 <= a.q3:
         return Verdict(ratio, "same", f"{NO_INTERVAL}; interquartile ranges overlap")
     if 1 / factor <= ratio <= factor:
         return Verdict(ratio, "same", f"{NO_INTERVAL}; within a factor of {factor:g}")

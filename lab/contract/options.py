@@ -96,8 +96,8 @@ def _type_name(tp: Any) -> str:
     if origin is typing.Literal:
         return "str"
     if _is_enum(tp):
-        return tp.__name__.lower()
-    return getattr(tp, "__name__", str(tp))
+        return str(tp.__name__).lower()
+    return str(getattr(tp, "__name__", str(tp)))
 
 
 def _choices(tp: Any) -> tuple[str, ...]:
@@ -164,8 +164,8 @@ def parse_text(text: str, tp: Any, where: str) -> Any:
         choices = f" (one of {', '.join(_choices(tp))})" if _choices(tp) else ""
         raise OptionsError(f"{where}: expected {_type_name(tp)}{choices}, got {text!r}")
     if origin in (tuple, list):
-        args = [a for a in get_args(tp) if a is not Ellipsis]
-        item = args[0] if args else str
+        listed = [a for a in get_args(tp) if a is not Ellipsis]
+        item = listed[0] if listed else str
         parts = [p for p in (s.strip() for s in text.split(",")) if p] if text.strip() else []
         return tuple(_parse_scalar(p, item, where) for p in parts)
     return _parse_scalar(text, tp, where)

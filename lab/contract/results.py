@@ -41,7 +41,7 @@ __all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError"
            "Samples", "Check", "Skipped", "LibraryLog", "Record", "Start", "RunInfo", "Results", "ok_record", "to_dict",
            "save", "from_dict", "load", "quarantine", "measured_record", "unstorable", "write_json_atomic"]
 
-SCHEMA = 1
+SCHEMA: Literal[1] = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
 RunState = Literal["running", "complete", "interrupted"]
 STATUSES: tuple[str, ...] = ("OK", "NOT_RUN", "FAILED")
@@ -184,7 +184,8 @@ class Record:
     status: Status
     """OK; NOT_RUN (prerequisites missing); FAILED (raised, or a fatal correctness check failed)"""
     reason: Annotated[Reason, BeforeValidator(_reason_code)] | None = None
-    """{code, message}: a reason code of lab/contract/reasons.py and the sentence that tells the user how to make it run; required unless OK"""
+    """{code, message}: a reason code of lab/contract/reasons.py and the sentence that tells the user how to make it
+    run; required unless OK"""
     duration_s: Number = 0.0
     """the experiment's own time"""
     started_at: Text = ""
@@ -264,7 +265,7 @@ class RunInfo:
     """every start of the run: the first, then each --resume (absent from runs written before the lab recorded starts)"""
 
 
-def _manifest(value: Any, handler: Any) -> dict[str, Any]:
+def _manifest(value: Any, handler: Any) -> Any:
     MANIFEST.validate_python(value)
     return value
 
@@ -394,7 +395,8 @@ def from_dict(raw: Any, path: Path | str) -> Results:
     if isinstance(raw.get("manifest"), dict):
         check_version(raw["manifest"], "manifest_version", MANIFEST_VERSION, "manifest.", path)
     try:
-        return adapter(Results).validate_python(raw)
+        results: Results = adapter(Results).validate_python(raw)
+        return results
     except ValidationError as exc:
         raise ResultsError(one_line(path, exc, raw)) from None
 
