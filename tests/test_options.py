@@ -140,7 +140,7 @@ def test_resolve_all_refuses_unknown_experiment_listing_ids() -> None:
 
 @pytest.mark.parametrize("arg,message", [
     ("toolchain.typo=1", "error: --set toolchain.typo: toolchain has no option 'typo' (valid: try_compile)"),
-    ("warp.speed=9", "error: --set warp.speed: unknown experiment 'warp' (valid: toolchain, "),
+    ("warp.speed=9", "error: --set warp.speed: unknown experiment 'warp' (valid: sentinel, toolchain, "),
     ("toolchain.try_compile=perhaps", "error: --set toolchain.try_compile: expected a bool"),
     ("cuda_graph_decode.batches=1,x", "error: --set cuda_graph_decode.batches: expected list of int | None"),
     ("nokey", "error: --set 'nokey': expected EXPERIMENT.KEY=VALUE"),

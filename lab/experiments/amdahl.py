@@ -43,6 +43,7 @@ from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.contract.results import ok_record
+from lab.run.runner import Context
 
 DEFAULT_K = 3.0
 
@@ -137,7 +138,7 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
             reset()
             samples = time_method_rounds({Method.EAGER: lambda: fn(*args),
                                           Method.COMPILE_DEFAULT: lambda: compiled.fn(*args)},
-                                         ctx.clock, rounds=ctx.profile.rounds if o.rounds is None else o.rounds,
+                                         ctx.clock, rounds=o.rounds,
                                          iters=o.iters, warmup=1)
     with torch.no_grad():
         reset()
@@ -213,7 +214,7 @@ def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, 
                  f"{n_compiled:.0f})")
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     _, w = ctx.gpt2()
     o = ctx.options

@@ -27,6 +27,7 @@ from lab.contract.reasons import Code
 from lab.contract.results import measured_record
 from lab.measure.stepprofile import count_kernels
 from lab.measure.timing import rotating_rounds
+from lab.run.runner import Context
 
 CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}  # graphs unless Inductor skipped them
 
@@ -84,7 +85,7 @@ def _own_measurements(ctx, w) -> list[dict]:
     return rows
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     sizes = {k: getattr(ctx.options, k) for k in ("copy_bytes", "matmul_n_fp32", "matmul_n_bf16")}
     ctx.note("sizes", sizes)

@@ -30,6 +30,7 @@ from lab.locks import owned_tempdir
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
+from lab.run.runner import Context
 
 MLP_DIMS = (256, 1024)  # in/out features, hidden features
 MLP_BATCH = 16
@@ -193,7 +194,7 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     import torch
 
     p = ctx.profile

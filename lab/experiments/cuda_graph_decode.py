@@ -41,6 +41,7 @@ from lab.experiments.common.sweep import copy_bandwidth
 from lab.measure import profiler_guard
 from lab.measure.breakeven import break_even_calls
 from lab.step import methods as stepmethods
+from lab.run.runner import Context
 
 DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT, Method.REDUCE_OVERHEAD,
                    Method.REDUCE_OVERHEAD_STATIC, Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO,
@@ -182,7 +183,7 @@ def _record_break_even(ctx, built: dict[str, stepmethods.StepMethod], batch: int
                                                            for n, by in shared.items()})
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     prof, opts = ctx.profile, ctx.options
     steps, rounds, sweep_rounds, batches = opts.steps, opts.rounds, opts.sweep_rounds, opts.batches
     first, sweep, bf16 = _plan(ctx, batches)

@@ -13,6 +13,7 @@ from lab.contract import metrics as M
 from lab.measure.diagnose import diagnose, load_target
 from lab.contract.names import Method
 from lab.contract.options import option
+from lab.run.runner import Context
 
 TARGETS: dict[str, tuple[str, ...]] = {
     "lab.examples.targets:elementwise_chain": ("dispatch-bound", "launch-bound", "fusion"),
@@ -27,7 +28,7 @@ class Options:
     iters: int = option(10, "timed calls per round")
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device.type
     reason = ctx.toolchain.reason_for("inductor", dev)
     if reason is not None:

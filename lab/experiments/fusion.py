@@ -22,6 +22,7 @@ from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
+from lab.run.runner import Context
 
 
 
@@ -56,7 +57,7 @@ def bytes_moved(n_ops: int, nbytes: int, fused: bool) -> int:
     return 2 * nbytes if fused else 2 * n_ops * nbytes
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     o = ctx.options
     n_list = list(o.n_ops)

@@ -21,6 +21,7 @@ from lab.step.model import torch_dtype
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
+from lab.run.runner import Context
 
 
 
@@ -62,7 +63,7 @@ def about_one(sp: float, ci: intervals.Interval | None) -> tuple[str, bool, str]
     return name, ci.overlaps(band), f"{sp:.2f}x, 95% interval {ci.text()}"
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     o = ctx.options
     batch, dim, layers = o.batch, o.dim, o.layers
@@ -82,7 +83,7 @@ def run(ctx) -> None:
         rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
         ctx.check("compiled equals eager (relative error)", rel < tol, detail=f"{rel:.2e} (limit {tol:.0e})")
         samples = time_method_rounds({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)},
-                                     ctx.clock, rounds=ctx.profile.rounds if o.rounds is None else o.rounds,
+                                     ctx.clock, rounds=o.rounds,
                                      iters=o.iters, warmup=1)
         # the profiles after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method, f in ((Method.EAGER, model), (Method.COMPILE_DEFAULT, c.fn)):

@@ -30,6 +30,7 @@ from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.measure.timing import first_call, rotating_rounds, time_calls
+from lab.run.runner import Context
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
 COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums
@@ -166,7 +167,7 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
 # ---------------------------------------------------------------------------- the experiment
 
 @torch.no_grad()
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     o = ctx.options
     steps, equiv_steps, batch = o.steps, o.equiv_steps, o.batch
     per_round, rounds, warmup = o.steps_per_round, o.rounds, o.warmup

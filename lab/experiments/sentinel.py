@@ -24,9 +24,9 @@ from typing import Any
 from lab.contract import metrics as M
 from lab.contract.names import Method
 from lab.contract.options import option
-from lab.contract.reasons import Code
 from lab.experiments.common.sweep import provenance
 from lab.run.childproc import run_child
+from lab.run.runner import Context
 
 METHODS = (Method.EAGER, Method.GRAPH)
 
@@ -93,7 +93,7 @@ def measure(ctx: Any, when: str) -> dict[str, Any] | None:
     return value
 
 
-def run(ctx: Any) -> None:
+def run(ctx: Context) -> None:
     if ctx.device.type != "cuda":  # the catalogue says so too; kept for a direct call
         raise RuntimeError("the sentinel measures a CUDA step")
     measure(ctx, "start")
