@@ -56,7 +56,8 @@ def why_absent(results: Results, *ids: str) -> str:
 
 ENV_FIELDS: tuple[tuple[str, str], ...] = (
     ("Label", "label"), ("Host", "host.real_hostname"), ("Hostname seen by the lab", "host.hostname"),
-    ("Host load at start (1, 5, 15 min)", "host.load_start"), ("Host load at end", "host.load_end"), ("OS", "host.os"), ("Python", "python.version"), ("torch", "torch.version"),
+    ("Host load at start (1, 5, 15 min)", "host.load_start"), ("Host load at end", "host.load_end"), ("OS", "host.os"),
+    ("Python", "python.version"), ("torch", "torch.version"),
     ("torch CUDA build", "torch.cuda_build"), ("cuDNN", "torch.cudnn"), ("Triton", "libraries.triton"),
     ("transformers", "libraries.transformers"), ("GPU", "gpu.nvidia_smi.gpus[0].name"),
     ("GPU driver", "gpu.nvidia_smi.gpus[0].driver_version"), ("GPU memory", "gpu.nvidia_smi.gpus[0].memory.total"),

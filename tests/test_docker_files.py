@@ -104,9 +104,9 @@ def test_every_stage_is_labelled_and_every_apt_layer_leaves_no_cache(path):
         if body.startswith("FROM ${BASE_IMAGE}"):  # stages from the base carry the label the prune filters on
             key, value = IMAGE_LABEL.split("=")
             assert f'LABEL {key}="{value}"' in body, (path.name, name)
-        for run in re.findall(r"^RUN (?:[^\n]*\\\n)*[^\n]*", body, flags=re.M):
-            if "apt-get install" in run:
-                assert "rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin" in run, (path.name, name)
+        for step in re.findall(r"^RUN (?:[^\n]*\\\n)*[^\n]*", body, flags=re.M):
+            if "apt-get install" in step:
+                assert "rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin" in step, (path.name, name)
 
 
 @pytest.mark.parametrize("family", ["cpu", "cuda"])
