@@ -221,10 +221,10 @@ def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -
         return Verdict(ratio, "changed", why)
     up = vb > va
     better: Mark = "better" if up == (direction is Direction.HIGHER) else "worse"
-    rel = relation(a.interval, b.interval)
-    if rel is Relation.SAME:
+    rel = relation(a.interval, b.interval)  # UNKNOWN where either side has no interval
+    if rel is Relation.SAME and a.interval is not None and b.interval is not None:
         return Verdict(ratio, "same", f"95% intervals overlap ({a.interval.text()} vs {b.interval.text()})")
-    if rel is not Relation.UNKNOWN:
+    if rel is not Relation.UNKNOWN and a.interval is not None and b.interval is not None:
         return Verdict(ratio, better, f"disjoint 95% intervals ({a.interval.text()} vs {b.interval.text()}); "
                                       f"{'higher' if direction is Direction.HIGHER else 'lower'} is better")
     if ratio is None:
