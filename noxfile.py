@@ -74,6 +74,19 @@ def host_lab_command(session: nox.Session, *args: str) -> None:
 
 
 @nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, mypy and import-linter (their settings, and why, are in pyproject.toml)."""
+    if not _uses_current_environment(session):
+        session.install(TORCH)
+        session.install("-e", ".[dev]")
+    external = no_venv(session)
+    session.run(python(session), "-m", "ruff", "check", "lab", "report", "tests", "noxfile.py", external=external)
+    session.run(python(session), "-m", "mypy", external=external)
+    session.run(python(session), "-c", "import sys; from importlinter.cli import lint_imports_command as cli; "
+                "sys.exit(cli())", external=external)
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """The test suite: quiet, skipped tests with their reason; pytest arguments after -- are added (-- -m "not slow")."""
     install(session, "dev")

@@ -14,8 +14,9 @@ On a terminal, progress is drawn live by rich (twice a second, so that drawing t
 from what is measured) and disappears when done; an activity of a second or more leaves one line with
 its time. Elsewhere (a log file, a pipe, the tests) it is plain lines: a counted stretch says where it
 is every LAB_PROGRESS_EVERY_S seconds (default 10) when an item has finished since it last did (at
-least every 30 s), an activity after 10 s and then at doubling intervals (20 s, 40 s...), and each closes with a line once it has said anything or lasted a
-second. LAB_PROGRESS_EVERY_S=0 prints every step and every activity's start (the tests use it).
+least every 30 s), an activity after 10 s and then at doubling intervals (20 s, 40 s...), and each
+closes with a line once it has said anything or lasted a second. LAB_PROGRESS_EVERY_S=0 prints every step
+and every activity's start (the tests use it).
 
 While experiments run, lab.run.librarylogs redirects file descriptor 2 to catch what libraries write below
 Python; the console then writes to a duplicate of the real standard error (`use_stream`).

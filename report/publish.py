@@ -21,10 +21,12 @@ from typing import Any
 
 from jinja2 import Environment, select_autoescape
 
+from lab.contract import notes as N
+
 from report.sanitise import sanitise
 from report.sitefiles import MARKER, TRACES, write_bytes, write_page
 
-NOTE_TRACES = "compile_traces"
+NOTE_TRACES = N.COMPILE_TRACES.key
 SUMMARY = "summary.json"
 MAX_FILE = 4 << 20  # a tlparse file larger than this is not copied (the lab keeps ~96 KB of them per item)
 COPIED = {".html": "html", ".htm": "html", ".css": "raw", ".txt": "raw", ".json": "raw", ".log": "raw",

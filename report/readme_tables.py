@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.contract import metrics as M
-from lab.contract.names import method_rank
+from lab.contract import notes as N
+from lab.contract.names import Method, method_rank
 from lab.contract.results import Record, load
 
 BEGIN = re.compile(r"<!-- headline:begin(?P<runs>[^>]*)-->")
@@ -96,7 +97,7 @@ def step_table(run: Run) -> list[str]:
     for m in methods:
         cells = [f"`{m}`"]
         for b in batches:
-            ms, eager = steps.get((m, b, False)), steps.get(("eager", b, False))
+            ms, eager = steps.get((m, b, False)), steps.get((Method.EAGER, b, False))
             cells.append(DASH if ms is None else f"{ms:.3f} ({eager / ms:.2f}×)" if eager else f"{ms:.3f}")
         rows.append(cells)
     for m in sorted({m for m, _, rb in steps if rb}, key=method_rank):
@@ -107,7 +108,7 @@ def step_table(run: Run) -> list[str]:
 
 def _config(run: Run) -> str:
     rec = run.records.get("cuda_graph_decode")
-    cfg = rec.notes.get("config") if rec is not None else None
+    cfg = rec.notes.get(N.DECODE_CONFIG.key) if rec is not None else None
     if not isinstance(cfg, dict):
         return "cuda_graph_decode"
     return f"{cfg.get('steps')} steps after a {cfg.get('prompt_len')}-token prompt, {cfg.get('rounds')} rounds"
@@ -170,7 +171,7 @@ def mbu_table(run: Run) -> list[str]:
 def ceilings_line(run: Run) -> list[str]:
     bw = run.value("ceilings", M.BANDWIDTH_GBPS.name, kind="copy")
     node = run.value("ceilings", M.LAUNCH_US_PER_OP.name, mode="graph_node")
-    eager = run.value("ceilings", M.LAUNCH_US_PER_OP.name, mode="eager")
+    eager = run.value("ceilings", M.LAUNCH_US_PER_OP.name, mode=Method.EAGER)
     tf = {d: run.value("ceilings", M.MATMUL_TFLOPS.name, dtype=d) for d in ("float32", "bfloat16")}
     if bw is None and node is None and eager is None:
         return []

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract import units
 from report.compare import flatten
 from lab.contract.results import Check, Record, Results
@@ -55,7 +56,8 @@ def why_absent(results: Results, *ids: str) -> str:
 
 ENV_FIELDS: tuple[tuple[str, str], ...] = (
     ("Label", "label"), ("Host", "host.real_hostname"), ("Hostname seen by the lab", "host.hostname"),
-    ("Host load at start (1, 5, 15 min)", "host.load_start"), ("Host load at end", "host.load_end"), ("OS", "host.os"), ("Python", "python.version"), ("torch", "torch.version"),
+    ("Host load at start (1, 5, 15 min)", "host.load_start"), ("Host load at end", "host.load_end"), ("OS", "host.os"),
+    ("Python", "python.version"), ("torch", "torch.version"),
     ("torch CUDA build", "torch.cuda_build"), ("cuDNN", "torch.cudnn"), ("Triton", "libraries.triton"),
     ("transformers", "libraries.transformers"), ("GPU", "gpu.nvidia_smi.gpus[0].name"),
     ("GPU driver", "gpu.nvidia_smi.gpus[0].driver_version"), ("GPU memory", "gpu.nvidia_smi.gpus[0].memory.total"),
@@ -120,24 +122,24 @@ def starts(results: Results) -> Table:
 
 # ---------------------------------------------------------------------------- dynamo
 
-def _with_reasons(table: Table, rec: Record | None, prefix: str) -> Table:
-    """Append a reasons column from notes `<prefix>.<first row key>`."""
+def _with_reasons(table: Table, rec: Record | None, note: N.NoteSpec) -> Table:
+    """Append a reasons column from the declared note of each row's first cell (`note.key_for(first cell)`)."""
     if rec is None or not table:
         return table
     table.columns.append("reasons")
     for row in table.rows:
         table_key = row[0].text
-        text = notes_text(rec.notes.get(f"{prefix}.{table_key}"))
+        text = notes_text(rec.notes.get(note.key_for(table_key)))
         row.append(Cell(text, cls="reason"))
     return table
 
 
 def dynamo(results: Results) -> Section:
     cgd = record(results, "cuda_graph_decode")
-    counts = _with_reasons(pivot(cgd, ["method"], list(DYNAMO_COUNTS)), cgd, "cudagraph_skip_reasons")
+    counts = _with_reasons(pivot(cgd, ["method"], list(DYNAMO_COUNTS)), cgd, N.CUDAGRAPH_SKIP_REASONS)
     counts.caption = "Compiled decode step: graphs, breaks, recompiles, CUDA-graph skips (cuda_graph_decode)"
     gb = record(results, "graph_breaks")
-    breaks = _with_reasons(pivot(gb, ["function"], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS]), gb, "reasons")
+    breaks = _with_reasons(pivot(gb, ["function"], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS]), gb, N.FUNCTION_REASONS)
     breaks.caption = "torch._dynamo.explain on functions that break (graph_breaks)"
     rc = record(results, "recompiles")
     recompiles = pivot(rc, ["dynamic"], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT])

@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lab.contract import metrics as M  # noqa: E402
+from lab.contract import notes as N  # noqa: E402
 from lab.contract.catalogue import CATALOGUE  # noqa: E402
 from lab.contract.names import method_rank  # noqa: E402
 from lab.contract.results import Record  # noqa: E402
@@ -74,7 +75,7 @@ def _values(rec: Record | None, spec: M.MetricSpec, **params: Any) -> list[Any]:
 
 def _conclusion(rec: Record) -> str:
     c = first(rec, M.CONCLUSION)
-    rule = rec.notes.get("conclusion_rule")
+    rule = rec.notes.get(N.CONCLUSION_RULE.key)
     text = f"Conclusion (drawn by the experiment from its numbers): {c.value}" if c else "No conclusion was stored."
     return text + (f" Rule: {rule}" if rule else "")
 
@@ -122,8 +123,8 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     for m in matching(rec.metrics, M.OUTCOME):
         if m.value != "OK":
             rows.setdefault((m.params.get("impl", ""), str(m.params.get("variant"))), {})[m.params.get("batch")] = \
-                Cell(str(m.value), cls="bad", title=str(rec.notes.get(f"errors.{m.params.get('variant')}.b"
-                                                                       f"{m.params.get('batch')}", "")))
+                Cell(str(m.value), cls="bad", title=str(rec.notes.get(N.ERRORS.key_for(
+                    variant=m.params.get("variant"), batch=m.params.get("batch")), "")))
     table = Table(columns=["implementation", "method / variant"] + [f"batch {b}" for b in batches],
                   caption="Median ms per token (lab: per step, token read back each step); lab rows show the speedup "
                           "over transformers' best variant at that batch")
@@ -169,7 +170,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
 
 def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     steps = _values(rec, M.STEP_MS)
-    params_of = {k.split(".", 1)[1]: v for k, v in rec.notes.items() if k.startswith("parameters.")}
+    params_of = {key["size"]: v for k, v in rec.notes.items() if (key := N.PARAMETERS.parse(k)) is not None}
     cases = sorted({(m.params.get("dtype"), m.params.get("batch")) for m in steps}, key=lambda k: (str(k[0]),
                                                                                                   sort_key(k[1])))
     methods = sorted({m.params.get("method") for m in steps}, key=method_rank)
@@ -242,9 +243,9 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     steps = _values(rec, M.STEP_MS)
     cross = Table(columns=["batch", "fill", "crossover (slots)", "what happened", "fixed / best growing, by length"],
                   caption="Where the fixed-shape step stops beating the best growing-cache step")
-    notes = rec.notes.get("crossovers") or {}
+    notes = rec.notes.get(N.CROSSOVERS.key) or {}
     for m in matching(rec.metrics, M.CROSSOVER_MAX_LEN):
-        n = notes.get(f"batch {m.params.get('batch')}, fill {m.params.get('fill')}") or {}
+        n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get("batch"), fill=m.params.get("fill"))) or {}
         ratios = ", ".join(f"{k}: {v}" for k, v in (n.get("fixed_over_best_growing") or {}).items())
         cross.rows.append([Cell(fmt(m.params.get("batch")), cls="num"), Cell(fmt(m.params.get("fill"))),
                            num(m.value), Cell(str(n.get("how", ""))), Cell(ratios)])
@@ -287,7 +288,7 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
 # ---------------------------------------------------------------------------- graph_buckets
 
 def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
-    ladders = rec.notes.get("ladders") or {}
+    ladders = rec.notes.get(N.LADDERS.key) or {}
     table = Table(columns=["ladder", "captured graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
                   caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)")
     for name in ladders:
@@ -341,13 +342,13 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         p = m.params
         breaks = first(rec, M.GRAPH_BREAKS, **p)
         full = first(rec, M.STEP_COMPILES, **p)
-        reasons = rec.notes.get(f"break_reasons.{p.get('version')}.b{p.get('batch')}") or []
-        err = rec.notes.get(f"fullgraph_error.{p.get('version')}.b{p.get('batch')}") or ""
+        reasons = rec.notes.get(N.BREAK_REASONS.key_for(version=p.get("version"), batch=p.get("batch"))) or []
+        err = rec.notes.get(N.FULLGRAPH_ERROR.key_for(version=p.get("version"), batch=p.get("batch"))) or ""
         dyn.rows.append([Cell(str(p.get("version"))), Cell(fmt(p.get("batch")), cls="num"), num(m.value),
                          num(breaks.value if breaks else None), Cell(fmt(full.value) if full else "—", title=err),
                          Cell("; ".join(reasons) + (f" — fullgraph: {err}" if err else ""), cls="reason")])
     for m in matching(rec.metrics, M.CAPTURES):
-        err = rec.notes.get(f"capture_error.b{m.params.get('batch')}", "")
+        err = rec.notes.get(N.CAPTURE_ERROR.key_for(batch=m.params.get("batch")), "")
         dyn.rows.append([Cell(str(m.params.get("variant"))), Cell(fmt(m.params.get("batch")), cls="num"), Cell("—"),
                          Cell("—"), Cell("captured" if m.value else "capture failed", cls="good" if m.value else "bad"),
                          Cell(err, cls="reason")])

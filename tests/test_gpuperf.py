@@ -18,6 +18,7 @@ from lab.step.ceilings import attended_slots, step_bytes
 from lab.contract.names import Method
 from lab.contract.reasons import Code
 from lab.step.methods import METHODS, MethodSpec
+from lab.measure.stepprofile import busy_us, count_kernels
 from lab.measure.timing import HostClock
 
 
@@ -60,9 +61,9 @@ def test_rows_say_why_they_cannot_run_here(monkeypatch) -> None:
 
 
 def test_gpu_busy_time_is_the_union_of_kernel_intervals() -> None:
-    assert stepmethods.busy_us([]) == 0.0
-    assert stepmethods.busy_us([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.7)]) == 4.0  # overlap counted once
-    assert stepmethods.busy_us([(4.0, 5.0), (0.0, 1.0)]) == 2.0  # any order
+    assert busy_us([]) == 0.0
+    assert busy_us([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.7)]) == 4.0  # overlap counted once
+    assert busy_us([(4.0, 5.0), (0.0, 1.0)]) == 2.0  # any order
 
 
 def _bad_feedback_step(state: decode.DecodeState, w) -> torch.Tensor:
@@ -198,6 +199,6 @@ def test_gpu_busy_time_of_a_step_on_cuda(tiny) -> None:
     for name in (Method.EAGER, Method.GRAPH):
         m = stepmethods.build(name, w, _prompt().cuda(), 40)
         m.start()
-        k = stepmethods.count_kernels(m.call, torch.device("cuda"))
+        k = count_kernels(m.call, torch.device("cuda"))
         assert k["kernels"] > 10 and 0 < k["busy_us"] <= k["span_us"] + 1e-3, (name, k)
         assert k["busy_us"] <= k["device_us"] + 1e-3, (name, k)

@@ -58,7 +58,7 @@ def test_tables_show_what_the_run_recorded_and_a_dash_elsewhere(tmp_path: Path) 
 
 
 def test_write_replaces_only_the_block_and_check_sees_an_edit(tmp_path: Path) -> None:
-    run = _fixture_run(tmp_path)
+    _fixture_run(tmp_path)
     readme = tmp_path / "README.md"
     readme.write_text("# Title\n\nbefore\n\n<!-- headline:begin old/run -->\nstale\n<!-- headline:end -->\n\nafter\n")
     assert readme_tables.write(readme, ["run"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Literal, get_type_hints
 
 import pytest
@@ -13,7 +14,8 @@ from lab.contract import profiles
 from lab.__main__ import main
 from lab.contract.catalogue import BY_ID, CATALOGUE
 from lab.contract.names import Method
-from lab.contract.options import NoOptions, OptionsError, as_dict, coerce, describe, option, parse_set, resolve
+from lab.contract.options import (NoOptions, OptionsError, as_dict, coerce, describe, fill, option, parse_set,
+                                  resolve)
 from lab.run.runner import resolve_all
 
 
@@ -103,6 +105,9 @@ def test_every_experiment_declares_options_with_help_and_typed_defaults() -> Non
             assert coerce(f.default, hints[f.name], f"{spec.id}.{f.name}") == f.default, f"{spec.id}.{f.name}"
             if f.default is None:  # the help says where the value comes from, or what None means
                 assert "(default:" in f.metadata["help"] or "(none:" in f.metadata["help"], f"{spec.id}.{f.name}"
+            # a default that comes from the run is declared (and resolved before run()), never worked out by hand
+            sourced = any(k in f.metadata for k in ("profile", "same_as", "by_device"))
+            assert sourced == ("(default:" in f.metadata["help"]), f"{spec.id}.{f.name}"
 
 
 @pytest.mark.parametrize("name", sorted(profiles.PROFILES))
@@ -135,7 +140,7 @@ def test_resolve_all_refuses_unknown_experiment_listing_ids() -> None:
 
 @pytest.mark.parametrize("arg,message", [
     ("toolchain.typo=1", "error: --set toolchain.typo: toolchain has no option 'typo' (valid: try_compile)"),
-    ("warp.speed=9", "error: --set warp.speed: unknown experiment 'warp' (valid: toolchain, "),
+    ("warp.speed=9", "error: --set warp.speed: unknown experiment 'warp' (valid: sentinel, toolchain, "),
     ("toolchain.try_compile=perhaps", "error: --set toolchain.try_compile: expected a bool"),
     ("cuda_graph_decode.batches=1,x", "error: --set cuda_graph_decode.batches: expected list of int | None"),
     ("nokey", "error: --set 'nokey': expected EXPERIMENT.KEY=VALUE"),
@@ -177,3 +182,67 @@ def test_list_options_shows_type_default_profile_value_and_help(capsys) -> None:
     assert "toolchain" not in out and "profile gpu" in out
     assert main(["list", "--options", "warp"]) == 2
     assert "unknown experiment id(s): warp" in capsys.readouterr().err
+
+
+@dataclasses.dataclass(frozen=True)
+class RunKnobs:
+    rounds: int | None = option(None, "rounds (default: the profile's rounds)", profile="rounds")
+    sweep_rounds: int | None = option(None, "rounds later (default: rounds)", same_as="rounds")
+    depths: tuple[int, ...] | None = option(None, "depths (default: the model's depth)", profile="model.n_layer")
+    size: int | None = option(None, "bytes (default: per device)", by_device={"cuda": 1 << 30, "cpu": 1 << 20})
+    cap: int | None = option(None, "a cap (none: no cap)")
+
+
+PROFILE = SimpleNamespace(name="p", rounds=7, device="cpu", model=SimpleNamespace(n_layer=12))
+
+
+def test_a_default_from_the_run_is_resolved_from_its_declaration() -> None:
+    o = resolve(RunKnobs, "x", profile=PROFILE)
+    assert (o.rounds, o.sweep_rounds, o.depths, o.size, o.cap) == (7, 7, (12,), 1 << 20, None)
+    assert resolve(RunKnobs, "x", profile=SimpleNamespace(**{**vars(PROFILE), "device": "cuda"})).size == 1 << 30
+
+
+def test_a_value_given_by_the_profile_or_set_wins_over_the_declared_source() -> None:
+    o = resolve(RunKnobs, "x", {"rounds": 3}, {"depths": "2,4"}, profile=PROFILE)
+    assert (o.rounds, o.sweep_rounds, o.depths) == (3, 3, (2, 4))  # same_as follows the value rounds resolved to
+    assert resolve(RunKnobs, "x", {"rounds": 3}, {"rounds": "none"}, profile=PROFILE).rounds == 7
+    assert resolve(RunKnobs, "x", set_text={"sweep_rounds": "0"}, profile=PROFILE).sweep_rounds == 0  # 0 is a value
+
+
+def test_fill_is_what_a_context_applies_to_options_built_by_hand() -> None:
+    built = RunKnobs(rounds=2)
+    filled = fill(built, PROFILE, "x")
+    assert (filled.rounds, filled.sweep_rounds, filled.size) == (2, 2, 1 << 20)
+    assert fill(filled, PROFILE, "x") == filled
+    assert resolve(RunKnobs, "x").rounds is None  # without a profile nothing is filled
+
+
+def test_a_declared_source_the_run_cannot_give_is_one_line() -> None:
+    with pytest.raises(OptionsError, match=r"x.size: no declared default for device 'mps' \(declared: cuda, cpu\)"):
+        resolve(RunKnobs, "x", profile=SimpleNamespace(**{**vars(PROFILE), "device": "mps"}))
+    with pytest.raises(OptionsError, match="x.rounds: its default is the profile's rounds, which profile q does"):
+        resolve(RunKnobs, "x", profile=SimpleNamespace(name="q", device="cpu", model=PROFILE.model))
+
+
+def test_an_option_has_one_source_of_its_default() -> None:
+    with pytest.raises(TypeError, match="one source"):
+        option(None, "h", profile="rounds", same_as="steps")
+    with pytest.raises(TypeError, match="one source"):
+        option(3, "h", profile="rounds")
+
+
+@pytest.mark.parametrize("name", sorted(profiles.PROFILES))
+def test_the_manifest_never_records_none_for_a_default_that_comes_from_the_run(name: str) -> None:
+    """The runner writes `as_dict(resolve_all(...)[id])` to the manifest: a declared source is always filled."""
+    profile = profiles.get(name)
+    resolved = resolve_all(list(CATALOGUE), profile)
+    for spec in CATALOGUE:
+        recorded = as_dict(resolved[spec.id])
+        for f in dataclasses.fields(spec.options_class()):
+            if "profile" in f.metadata or "by_device" in f.metadata or "same_as" in f.metadata:
+                assert recorded[f.name] is not None, f"{name}: {spec.id}.{f.name}"
+    cgd = as_dict(resolved["cuda_graph_decode"])
+    overrides = profile.options.get("cuda_graph_decode", {})
+    assert cgd["rounds"] == overrides.get("rounds", profile.rounds)
+    assert cgd["batches"] == list(overrides.get("batches", profile.batches))
+    assert cgd["steps"] == overrides.get("steps", profile.decode_steps)

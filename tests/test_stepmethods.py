@@ -14,6 +14,7 @@ import torch
 from lab.step import decode, methods as stepmethods
 from lab.contract.names import Method
 from lab.step.methods import METHODS, FullGraphError, MethodSpec
+from lab.measure.stepprofile import count_kernels
 from lab.measure.timing import HostClock, clock_for
 from lab.host.toolchain import probe
 
@@ -62,7 +63,7 @@ def test_eager_builds_and_decodes_on_cpu(tiny) -> None:
     assert len(samples) == 10 and all(s > 0 for s in samples)
     assert torch.equal(m.tokens()[:, 8:19], decode.generate_fixed(w, prompt, 11, max_len=40))
     m.start()
-    k = stepmethods.count_kernels(m.call, torch.device("cpu"))
+    k = count_kernels(m.call, torch.device("cpu"))
     assert k["kernels"] > 10 and k["top"]
 
 
@@ -153,7 +154,7 @@ def test_profiling_a_compiled_step_does_not_recompile_it(tiny, monkeypatch) -> N
     m = stepmethods.build(row.name, w, _prompt(), 40, dynamic=False)
     m.start()
     before = dynamo_counters()
-    k = stepmethods.count_kernels(m.call, torch.device("cpu"))
+    k = count_kernels(m.call, torch.device("cpu"))
     assert k["kernels"] > 0 and stepmethods.compiled_frames(before, dynamo_counters()) == 0
 
 

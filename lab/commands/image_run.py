@@ -56,7 +56,7 @@ def run_args(args: argparse.Namespace, profile: str) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     from lab.containers.run import container_plan, host_driver_reason, run_lab
     from lab.containers.variants import VARIANTS
-    from lab.contract.reasons import Reason
+    from lab.contract.reasons import Code, Reason
 
     if args.profile is None and args.variant is None:
         raise ValueError("give --profile (smoke, cpu, gpu) or --variant")
@@ -64,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"{profile}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     lab_args = run_args(args, profile)
     if args.host:
-        variant, reason = None, Reason("host_requested", "--host was given: run on the host by request")
+        variant, reason = None, Reason(Code.HOST_REQUESTED, "--host was given: run on the host by request")
     else:
         variant, reason = container_plan(profile, args.variant)
     if variant is not None:

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from lab.containers import engine
 from lab.containers.build import ImageOutcome
 from lab.containers.variants import BASE_TAG, REPO_ROOT
-from lab.contract.reasons import Reason
+from lab.contract.reasons import Code, Reason
 
 DEFAULT_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 
@@ -97,14 +97,14 @@ def make_base_image(tag: str = BASE_TAG, suite: str = "bookworm", mirror: str | 
         return ImageOutcome("base", "OK", tag, existing, size_MB=engine.image_size_mb(tag))
     if shutil.which("debootstrap") is None:
         return ImageOutcome("base", "NOT_RUN", tag, reason=asdict(Reason(
-            "no_debootstrap", "debootstrap is not installed: apt-get install debootstrap (as root)")))
+            Code.NO_DEBOOTSTRAP, "debootstrap is not installed: apt-get install debootstrap (as root)")))
     if os.geteuid() != 0:
         return ImageOutcome("base", "NOT_RUN", tag, reason=asdict(Reason(
-            "needs_root", "debootstrap must run as root: rerun this session with sudo")))
+            Code.NEEDS_ROOT, "debootstrap must run as root: rerun this session with sudo")))
     mirror = mirror or debian_mirror(suite)
     if mirror is None:
         return ImageOutcome("base", "NOT_RUN", tag, reason=asdict(Reason(
-            "no_debian_mirror", f"no apt source for {suite} on this host: pass --mirror URL")))
+            Code.NO_DEBIAN_MIRROR, f"no apt source for {suite} on this host: pass --mirror URL")))
     start = time.perf_counter()
     rootfs = REPO_ROOT / "build" / f"rootfs-{suite}"
     _remove_rootfs(rootfs)
@@ -113,8 +113,8 @@ def make_base_image(tag: str = BASE_TAG, suite: str = "bookworm", mirror: str | 
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
     if proc.returncode != 0:
         return ImageOutcome("base", "FAILED", tag, reason=asdict(Reason(
-            "debootstrap_failed", f"debootstrap exited with {proc.returncode} (see /debootstrap/debootstrap.log in "
-                                  f"{rootfs})")))
+            Code.DEBOOTSTRAP_FAILED, f"debootstrap exited with {proc.returncode} (see /debootstrap/debootstrap.log in "
+                                    f"{rootfs})")))
     configure_rootfs(rootfs, suite, mirror, security_mirror or debian_mirror(f"{suite}-security")
                      or DEFAULT_SECURITY_MIRROR)
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
@@ -125,7 +125,7 @@ def make_base_image(tag: str = BASE_TAG, suite: str = "bookworm", mirror: str | 
     took = round(time.perf_counter() - start, 1)
     if imp.returncode != 0:
         return ImageOutcome("base", "FAILED", tag, duration_s=took, reason=asdict(Reason(
-            "import_failed", f"docker import failed: {imp.stderr.strip()[:300]}")))
+            Code.IMPORT_FAILED, f"docker import failed: {imp.stderr.strip()[:300]}")))
     log(f"{tag}: made from {mirror} in {took} s")
     return ImageOutcome("base", "OK", tag, engine.image_id(tag), duration_s=took, size_MB=engine.image_size_mb(tag))
 

@@ -25,7 +25,7 @@ from lab.containers.context import lab_commit, stage_context
 from lab.containers.pipconf import PipSettings, host_pip_settings
 from lab.containers.reference import sentence
 from lab.containers.variants import BASE_TAG, CONTEXT_DIR, IMAGE_LABEL, REPO_ROOT, REPORT_PATH, VARIANTS, Variant
-from lab.contract.reasons import Reason
+from lab.contract.reasons import Code, Reason
 
 Log = Callable[[str], object]
 
@@ -76,11 +76,11 @@ def windows_build_sentence(variant: Variant) -> str:
 
 def unbuildable_reason(variant: Variant, host_engine_os: str | None) -> Reason | None:
     if variant.os == "windows" and host_engine_os != "windows":
-        return Reason("windows_host_required", f"{variant.name} needs a Windows container host (this engine runs "
-                                               f"{host_engine_os or 'no OS'} containers): "
-                                               f"{windows_build_sentence(variant)} (docs/containers.md)")
+        return Reason(Code.WINDOWS_HOST_REQUIRED, f"{variant.name} needs a Windows container host (this engine runs "
+                                                  f"{host_engine_os or 'no OS'} containers): "
+                                                  f"{windows_build_sentence(variant)} (docs/containers.md)")
     if variant.os == "linux" and host_engine_os not in (None, "linux"):
-        return Reason("linux_host_required", f"{variant.name} needs a Linux container host")
+        return Reason(Code.LINUX_HOST_REQUIRED, f"{variant.name} needs a Linux container host")
     return None
 
 
@@ -101,7 +101,7 @@ def base_reason(base: str, log: Log = print) -> Reason | None:
     if out is not None and out.returncode == 0:
         return None
     detail = (out.stderr.strip().splitlines() or ["no answer"])[-1] if out is not None else "docker pull timed out"
-    return Reason("base_image_unavailable",
+    return Reason(Code.BASE_IMAGE_UNAVAILABLE,
                   f"the base image {base} is not on this host and cannot be pulled ({detail[:200]}): make a local "
                   f"Debian base from the host's apt mirror with `python -m lab base-image` (or `nox -s base_image`, "
                   f"as root; the builds then use {BASE_TAG}), or pass --base-image REF naming one you have")
@@ -182,8 +182,8 @@ def build_images(names: Sequence[str], base_image: str | None = None, pip: PipSe
             took = round(took + took2, 1)
         if code != 0:
             outcomes.append(ImageOutcome(name, "FAILED", variant.tag, duration_s=took, commit=commit, base_image=base,
-                                         reason=asdict(Reason("build_failed", f"docker build exited with {code}: "
-                                                                              "see the build log above"))))
+                                         reason=asdict(Reason(Code.BUILD_FAILED, f"docker build exited with {code}: "
+                                                                                 "see the build log above"))))
             log(f"{name}: FAILED after {took} s")
             continue
         env = image_environment(variant)

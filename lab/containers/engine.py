@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from typing import Sequence
 
-from lab.contract.reasons import Reason
+from lab.contract.reasons import Code, Reason
 
 
 def call(cmd: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str] | None:
@@ -25,13 +25,13 @@ def _answer(cmd: Sequence[str], timeout: float = 30) -> str | None:
 def engine_reason() -> Reason | None:
     """Why no Docker engine can be used from here, or None when `docker info` answers."""
     if shutil.which("docker") is None:
-        return Reason("no_docker", "the docker CLI is not on PATH: install Docker (Debian: apt-get install docker.io) "
-                                   "and start dockerd")
+        return Reason(Code.NO_DOCKER, "the docker CLI is not on PATH: install Docker (Debian: apt-get install "
+                                      "docker.io) and start dockerd")
     out = call(["docker", "info", "--format", "{{json .}}"], timeout=30)
     if out is None or out.returncode != 0:
         detail = (out.stderr.strip().splitlines() or [""])[0] if out is not None else "docker info timed out"
-        return Reason("docker_daemon_unreachable", f"the Docker engine does not answer ({detail}): start dockerd "
-                                                   "(or the Docker service) and check you may use its socket")
+        return Reason(Code.DOCKER_DAEMON_UNREACHABLE, f"the Docker engine does not answer ({detail}): start dockerd "
+                                                      "(or the Docker service) and check you may use its socket")
     return None
 
 
@@ -44,9 +44,9 @@ def gpu_reason() -> Reason | None:
     """Why the host's GPUs cannot be passed to a container, or None (engine with the nvidia runtime/CDI)."""
     runtimes = _answer(["docker", "info", "--format", "{{json .Runtimes}}"]) or ""
     if "nvidia" not in runtimes and shutil.which("nvidia-container-cli") is None and shutil.which("nvidia-ctk") is None:
-        return Reason("no_nvidia_container_toolkit", "the Docker engine has no NVIDIA runtime: install the NVIDIA "
-                                                     "Container Toolkit (nvidia-ctk runtime configure) to pass GPUs "
-                                                     "with --gpus all")
+        return Reason(Code.NO_NVIDIA_CONTAINER_TOOLKIT, "the Docker engine has no NVIDIA runtime: install the NVIDIA "
+                                                        "Container Toolkit (nvidia-ctk runtime configure) to pass GPUs "
+                                                        "with --gpus all")
     return None
 
 

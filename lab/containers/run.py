@@ -16,7 +16,7 @@ from lab.containers import engine
 from lab.containers.variants import IMAGE_UID, PROFILE_VARIANT, VARIANTS, Variant
 from lab.host.driver import driver_cuda_version, driver_reason, driver_version
 from lab.host.scheduler import FORWARDED
-from lab.contract.reasons import Reason
+from lab.contract.reasons import Code, Reason
 
 
 def run_command(variant: Variant, lab_args: Sequence[str], out_dir: Path, weights: str | None = None,
@@ -57,14 +57,14 @@ def container_plan(profile: str, variant_name: str | None = None) -> tuple[Varia
         raise ValueError(f"--variant {variant_name}: unknown (choose from {', '.join(VARIANTS)})")
     variant = VARIANTS[variant_name or PROFILE_VARIANT.get(profile, "cpu")]
     if variant.os != "linux":
-        return None, Reason("windows_host_required", f"{variant.tag} runs on Windows container hosts only")
+        return None, Reason(Code.WINDOWS_HOST_REQUIRED, f"{variant.tag} runs on Windows container hosts only")
     reason = engine.engine_reason()
     if reason is None and engine.engine_os() not in ("linux", None):
-        reason = Reason("linux_host_required", f"the Docker engine runs {engine.engine_os()} containers; "
-                                               f"{variant.tag} is a Linux image")
+        reason = Reason(Code.LINUX_HOST_REQUIRED, f"the Docker engine runs {engine.engine_os()} containers; "
+                                                  f"{variant.tag} is a Linux image")
     if reason is None and engine.image_id(variant.tag) is None:
-        reason = Reason("image_missing", f"{variant.tag} is not built here: build it with "
-                                         f"`python -m lab images {variant.name}` to run the lab in its container")
+        reason = Reason(Code.IMAGE_MISSING, f"{variant.tag} is not built here: build it with "
+                                            f"`python -m lab images {variant.name}` to run the lab in its container")
     if reason is None and variant.gpu:
         reason = engine.gpu_reason()
     return (variant if reason is None else None), reason

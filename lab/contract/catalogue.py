@@ -50,7 +50,8 @@ class ExperimentSpec:
             return NoOptions
         if not hasattr(module, "Options"):
             raise TypeError(f"{self.module} declares no Options (a frozen dataclass, or `Options = NoOptions`)")
-        return module.Options
+        options: type = module.Options
+        return options
 
 
 _CORRECTNESS = (M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF)

@@ -220,16 +220,17 @@ def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -
         why = "no direction declared" if spec else "not declared by this lab version: no direction"
         return Verdict(ratio, "changed", why)
     up = vb > va
-    better = "better" if up == (direction is Direction.HIGHER) else "worse"
-    rel = relation(a.interval, b.interval)
-    if rel is Relation.SAME:
+    better: Mark = "better" if up == (direction is Direction.HIGHER) else "worse"
+    rel = relation(a.interval, b.interval)  # UNKNOWN where either side has no interval
+    if rel is Relation.SAME and a.interval is not None and b.interval is not None:
         return Verdict(ratio, "same", f"95% intervals overlap ({a.interval.text()} vs {b.interval.text()})")
-    if rel is not Relation.UNKNOWN:
+    if rel is not Relation.UNKNOWN and a.interval is not None and b.interval is not None:
         return Verdict(ratio, better, f"disjoint 95% intervals ({a.interval.text()} vs {b.interval.text()}); "
                                       f"{'higher' if direction is Direction.HIGHER else 'lower'} is better")
     if ratio is None:
         return Verdict(None, better, f"{NO_INTERVAL}; one side is 0: no ratio, marked by direction")
-    if None not in (a.q1, a.q3, b.q1, b.q3) and a.q1 <= b.q3 and b.q1 <= a.q3:
+    if a.q1 is not None and a.q3 is not None and b.q1 is not None and b.q3 is not None \
+            and a.q1 <= b.q3 and b.q1 <= a.q3:
         return Verdict(ratio, "same", f"{NO_INTERVAL}; interquartile ranges overlap")
     if 1 / factor <= ratio <= factor:
         return Verdict(ratio, "same", f"{NO_INTERVAL}; within a factor of {factor:g}")

@@ -4,9 +4,16 @@ An experiment module defines `Options`, a frozen dataclass whose fields are its 
 with `option(default, "one line of help")`. Profiles override fields by name
 (`Profile.options[experiment_id][field]`), and so does the command line
 (`--set EXPERIMENT.FIELD=VALUE`); `resolve` builds the instance the experiment receives as
-`ctx.options`, refusing unknown names and values of the wrong type with a one-line error. A field
-whose default is `None` takes its value from the profile (the help says which); the experiment
-reads `prof.decode_steps if ctx.options.steps is None else ctx.options.steps` (0 is a value).
+`ctx.options`, refusing unknown names and values of the wrong type with a one-line error.
+
+A default that depends on the run is declared where the option is, and resolved here, once, before the
+experiment runs (so the manifest records the value used, never `None`):
+`option(None, "...", profile="rounds")` takes the profile's field (a dotted path such as
+`"model.n_layer"` reaches inside it; a scalar becomes a one-item tuple for a list-valued option),
+`option(None, "...", same_as="rounds")` the resolved value of another option, and
+`option(None, "...", by_device={"cuda": 8192, "cpu": 1024})` a value per profile device. A value the
+profile or `--set` gives wins (`--set X.rounds=none` asks for the declared default again). A `None`
+default without a source is a value of its own, which the help explains ("none: all").
 
 Text from the command line is parsed by the declared type: `true/false/1/0/yes/no/on/off` for
 bools; ints; floats; a member's value for an enum or a Literal (`compile-default`); comma-separated
@@ -23,6 +30,7 @@ import dataclasses
 import enum
 import types
 import typing
+from types import MappingProxyType
 from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 TRUE = ("true", "1", "yes", "on")
@@ -34,11 +42,31 @@ class OptionsError(ValueError):
     """An unknown experiment or option, or a value of the wrong type; the message is one line."""
 
 
-def option(default: Any, help: str) -> Any:
-    """A declared option: its default and one line of help (shown by `python -m lab list --options`)."""
+def option(default: Any, help: str, *, profile: str | None = None, same_as: str | None = None,
+           by_device: Mapping[str, Any] | None = None) -> Any:
+    """A declared option: its default and one line of help (shown by `python -m lab list --options`); with
+    `profile`, `same_as` or `by_device` (default None), where the value comes from when nothing sets it."""
     if isinstance(default, list):
         raise TypeError("use a tuple for a list-valued option's default (options are frozen)")
-    return dataclasses.field(default=default, metadata={"help": help})
+    sources = {k: v for k, v in (("profile", profile), ("same_as", same_as), ("by_device", by_device))
+               if v is not None}
+    if len(sources) > 1 or (sources and default is not None):
+        raise TypeError("an option's default comes from one source: a value, or None with one of profile, same_as, "
+                        "by_device")
+    if by_device is not None:
+        sources["by_device"] = MappingProxyType(dict(by_device))
+    return dataclasses.field(default=default, metadata={"help": help, **sources})
+
+
+def default_source(f: dataclasses.Field[Any]) -> str:
+    """Where an option's value comes from when nothing sets it, in words (empty for a plain default)."""
+    if "profile" in f.metadata:
+        return f"the profile's {f.metadata['profile']}"
+    if "same_as" in f.metadata:
+        return f"the value of {f.metadata['same_as']}"
+    if "by_device" in f.metadata:
+        return ", ".join(f"{v!r} on {k}" for k, v in f.metadata["by_device"].items())
+    return ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +96,8 @@ def _type_name(tp: Any) -> str:
     if origin is typing.Literal:
         return "str"
     if _is_enum(tp):
-        return tp.__name__.lower()
-    return getattr(tp, "__name__", str(tp))
+        return str(tp.__name__).lower()
+    return str(getattr(tp, "__name__", str(tp)))
 
 
 def _choices(tp: Any) -> tuple[str, ...]:
@@ -136,8 +164,8 @@ def parse_text(text: str, tp: Any, where: str) -> Any:
         choices = f" (one of {', '.join(_choices(tp))})" if _choices(tp) else ""
         raise OptionsError(f"{where}: expected {_type_name(tp)}{choices}, got {text!r}")
     if origin in (tuple, list):
-        args = [a for a in get_args(tp) if a is not Ellipsis]
-        item = args[0] if args else str
+        listed = [a for a in get_args(tp) if a is not Ellipsis]
+        item = listed[0] if listed else str
         parts = [p for p in (s.strip() for s in text.split(",")) if p] if text.strip() else []
         return tuple(_parse_scalar(p, item, where) for p in parts)
     return _parse_scalar(text, tp, where)
@@ -206,9 +234,10 @@ def _known(cls: type, key: str, experiment: str, source: str) -> None:
 
 
 def resolve(cls: type, experiment: str, profile_values: Mapping[str, Any] | None = None,
-            set_text: Mapping[str, str] | None = None, profile_name: str = "profile") -> Any:
+            set_text: Mapping[str, str] | None = None, profile_name: str = "profile", profile: Any = None) -> Any:
     """An instance of `cls`: its defaults, then the profile's values (Python objects, type-checked),
-    then `--set` text (parsed by the declared type). Unknown keys and wrong types are OptionsError."""
+    then `--set` text (parsed by the declared type), then, given the `profile` itself, the declared
+    defaults that come from the run (`fill`). Unknown keys and wrong types are OptionsError."""
     hints = _hints(cls)
     values: dict[str, Any] = {}
     for key, value in (profile_values or {}).items():
@@ -217,7 +246,49 @@ def resolve(cls: type, experiment: str, profile_values: Mapping[str, Any] | None
     for key, text in (set_text or {}).items():
         _known(cls, key, experiment, "--set")
         values[key] = parse_text(text, hints[key], f"--set {experiment}.{key}")
-    return cls(**values)
+    options = cls(**values)
+    return options if profile is None else fill(options, profile, experiment)
+
+
+def _from_profile(profile: Any, path: str, experiment: str, name: str) -> Any:
+    value = profile
+    for part in path.split("."):
+        if not hasattr(value, part):
+            raise OptionsError(f"{experiment}.{name}: its default is the profile's {path}, which profile "
+                               f"{getattr(profile, 'name', '?')} does not have")
+        value = getattr(value, part)
+    return value
+
+
+def fill(options: Any, profile: Any, experiment: str = "") -> Any:
+    """`options` with every field still None whose declaration names a source (profile, same_as, by_device)
+    given its value under `profile` (its fields; `profile.device` for by_device). Idempotent: a resolved
+    instance comes back unchanged, so a Context may fill what a test built by hand."""
+    experiment = experiment or type(options).__module__.rsplit(".", 1)[-1]
+    hints = _hints(type(options))
+    fields = dataclasses.fields(options)
+    values = {f.name: getattr(options, f.name) for f in fields}
+    for f in sorted(fields, key=lambda f: "same_as" in f.metadata):  # same_as after the fields it copies
+        if values[f.name] is not None:
+            continue
+        where = f"{experiment}.{f.name}"
+        if "profile" in f.metadata:
+            value = _from_profile(profile, f.metadata["profile"], experiment, f.name)
+            if get_origin(hints[f.name]) in (Union, types.UnionType) and not isinstance(value, (tuple, list)) and \
+                    any(get_origin(a) in (tuple, list) for a in get_args(hints[f.name])):
+                value = (value,)
+        elif "same_as" in f.metadata:
+            value = values[f.metadata["same_as"]]
+        elif "by_device" in f.metadata:
+            device = str(getattr(profile, "device", ""))
+            if device not in f.metadata["by_device"]:
+                raise OptionsError(f"{where}: no declared default for device {device!r} "
+                                   f"(declared: {', '.join(f.metadata['by_device'])})")
+            value = f.metadata["by_device"][device]
+        else:
+            continue
+        values[f.name] = coerce(value, hints[f.name], f"{where} (its default, {default_source(f)})")
+    return dataclasses.replace(options, **values)
 
 
 def _plain(value: Any) -> Any:

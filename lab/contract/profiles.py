@@ -84,22 +84,22 @@ def _frozen(options: dict[str, dict[str, Any]]) -> Mapping[str, Mapping[str, Any
     return MappingProxyType({k: MappingProxyType(v) for k, v in options.items()})
 
 
-# cuda_graph_decode's methods in the gpu profiles (names of lab.contract.names.Method; plain strings so that this
+# cuda_graph_decode's methods in the gpu profiles (lab.contract.names imports only the standard library, so this
 # module stays importable without torch). Batch 1 is the headline: every method there; the batch
 # sweep keeps the four families and the fused step's three variants (each takes the projection path
 # lab.step.fused.rule gives at that batch); bf16 runs at batch 1.
-GPU_METHODS = ("eager", "graph", "compile-default", "reduce-overhead", "reduce-overhead-static", "compile+graph",
-               "compile+graph+combo", "compile+graph+pdl", "fused", "fused-pdl", "fused-pdl-prefetch")
-GPU_SWEEP_METHODS = ("eager", "graph", "compile-default", "compile+graph", Method.FUSED, Method.FUSED_PDL,
-                     Method.FUSED_PDL_PREFETCH)
-GPU_BF16_METHODS = ("eager", "graph", "compile-default", "compile+graph", "fused", "fused-pdl", "fused-pdl-prefetch")
+M = Method  # short, for the tables below
+GPU_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.REDUCE_OVERHEAD, M.REDUCE_OVERHEAD_STATIC, M.COMPILE_GRAPH,
+               M.COMPILE_GRAPH_COMBO, M.COMPILE_GRAPH_PDL, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
+GPU_SWEEP_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.COMPILE_GRAPH, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
+GPU_BF16_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.COMPILE_GRAPH, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
 # gpu-full: every method at batch 1 (its default list, plus max-autotune), all but the minutes-long
 # compiles at every batch, the Inductor levers in bf16 too
-FULL_SWEEP_METHODS = ("eager", "graph", "compile-default", "reduce-overhead", "reduce-overhead-static",
-                      "compile+graph", "compile+graph+combo", "compile+graph+pdl", "fused", "fused-pdl",
-                      "fused-pdl-prefetch")
-FULL_BF16_METHODS = ("eager", "graph", "compile-default", "compile+graph", "compile+graph+combo", "compile+graph+pdl",
-                     "compile+graph+coord-descent", "max-autotune+graph", "fused", "fused-pdl", "fused-pdl-prefetch")
+FULL_SWEEP_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.REDUCE_OVERHEAD, M.REDUCE_OVERHEAD_STATIC,
+                      M.COMPILE_GRAPH, M.COMPILE_GRAPH_COMBO, M.COMPILE_GRAPH_PDL, M.FUSED, M.FUSED_PDL,
+                      M.FUSED_PDL_PREFETCH)
+FULL_BF16_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.COMPILE_GRAPH, M.COMPILE_GRAPH_COMBO, M.COMPILE_GRAPH_PDL,
+                     M.COMPILE_GRAPH_COORDESC, M.MAX_AUTOTUNE_GRAPH, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
 
 
 PROFILES: dict[str, Profile] = {
@@ -213,9 +213,9 @@ SMOKE_SWEEPS: dict[str, dict[str, Any]] = {
     "peer_generate": {"variants": ["dynamic", "static"], "isolated": ["static"], "batches": [1, 2], "new_tokens": 8,
                       "rounds": 2, "warmup_calls": 1, "child_timeout_s": 300.0},
     "model_scaling": {"sizes": ["tiny-2L", "tiny-4L"], "dtypes": ["float32", "bfloat16"], "batches": [1, 2],
-                      "methods": ["eager", "graph", "compile-default"], "steps": 8, "rounds": 2, "max_compiles": 1},
+                      "methods": [M.EAGER, M.GRAPH, M.COMPILE_DEFAULT], "steps": 8, "rounds": 2, "max_compiles": 1},
     "context_scaling": {"max_lens": [32, 64, 160], "batches": [2], "fills": [0.25, 0.75], "headline_fill": 0.75,
-                        "fixed_method": "eager", "growing": ["eager"], "steps": 8, "rounds": 2},
+                        "fixed_method": M.EAGER, "growing": [M.EAGER], "steps": 8, "rounds": 2},
     "graph_buckets": {"max_batch": 8, "steps": 4, "rounds": 2, "check_sizes": [3, 5]},
     "data_dependent_branch": {"batches": [2], "steps": 12, "rounds": 2, "check_every": 4, "compile_host_check": False},
 }

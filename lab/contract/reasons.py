@@ -16,7 +16,7 @@ from enum import StrEnum
 class Reason:
     """Why something did not run (or failed): a machine-readable code and the sentence for a human."""
 
-    code: str
+    code: Code
     message: str
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterable, Literal
 
-from pydantic import (AfterValidator, ConfigDict, JsonValue, TypeAdapter, ValidationError, ValidationInfo,
+from pydantic import (BeforeValidator, ConfigDict, JsonValue, TypeAdapter, ValidationError, ValidationInfo,
                       WrapValidator, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
@@ -41,7 +41,7 @@ __all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError"
            "Samples", "Check", "Skipped", "LibraryLog", "Record", "Start", "RunInfo", "Results", "ok_record", "to_dict",
            "save", "from_dict", "load", "quarantine", "measured_record", "unstorable", "write_json_atomic"]
 
-SCHEMA = 1
+SCHEMA: Literal[1] = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
 RunState = Literal["running", "complete", "interrupted"]
 STATUSES: tuple[str, ...] = ("OK", "NOT_RUN", "FAILED")
@@ -164,8 +164,11 @@ class LibraryLog:
     """where it came from: file:line of the warning or the logging call (empty when unknown)"""
 
 
-def _reason_code(reason: Reason) -> Reason:
-    known_code(reason.code)
+def _reason_code(reason: Any) -> Any:
+    """An unknown code is refused with the lab's sentence before pydantic's enum check lists every code."""
+    code = reason.get("code") if isinstance(reason, dict) else getattr(reason, "code", None)
+    if isinstance(code, str):
+        known_code(code)
     return reason
 
 
@@ -180,8 +183,9 @@ class Record:
     """the catalogue's one-line title"""
     status: Status
     """OK; NOT_RUN (prerequisites missing); FAILED (raised, or a fatal correctness check failed)"""
-    reason: Annotated[Reason, AfterValidator(_reason_code)] | None = None
-    """{code, message}: a reason code of lab/contract/reasons.py and the sentence that tells the user how to make it run; required unless OK"""
+    reason: Annotated[Reason, BeforeValidator(_reason_code)] | None = None
+    """{code, message}: a reason code of lab/contract/reasons.py and the sentence that tells the user how to make it
+    run; required unless OK"""
     duration_s: Number = 0.0
     """the experiment's own time"""
     started_at: Text = ""
@@ -265,7 +269,7 @@ class RunInfo:
     """every start of the run: the first, then each --resume (absent from runs written before the lab recorded starts)"""
 
 
-def _manifest(value: Any, handler: Any) -> dict[str, Any]:
+def _manifest(value: Any, handler: Any) -> Any:
     MANIFEST.validate_python(value)
     return value
 
@@ -399,7 +403,8 @@ def from_dict(raw: Any, path: Path | str) -> Results:
     if isinstance(raw.get("manifest"), dict):
         check_version(raw["manifest"], "manifest_version", MANIFEST_VERSION, "manifest.", path)
     try:
-        return adapter(Results).validate_python(raw)
+        results: Results = adapter(Results).validate_python(raw)
+        return results
     except ValidationError as exc:
         raise ResultsError(one_line(path, exc, raw)) from None
 

@@ -176,7 +176,8 @@ ITEM_NAMES = {"experiments": "experiment", "metrics": "metric", "samples": "samp
 def _where(loc: tuple[Any, ...], raw: Any) -> tuple[str, list[str]]:
     """('experiments', 3, 'metrics', 0, 'value') as experiments[3].metrics[0].value, and what those items are
     called on the way (experiment 'ceilings', metric 'binding')."""
-    text, names, node, folder = "", [], raw, None
+    text, names, node = "", [], raw
+    folder: Any = None
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
         if isinstance(node, dict) and part in node:

@@ -20,6 +20,7 @@ from lab.measure.bench import compile_first_call, inductor_skip, time_methods
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method, Variant
 from lab.contract.options import option
+from lab.run.runner import Context
 
 ALLOCATING, PLANNED, IN_PLACE = Variant.ALLOCATING, Variant.PLANNED, Variant.IN_PLACE
 
@@ -65,7 +66,7 @@ def allocations_per_call(f: Callable[[], Any], calls: int = 10) -> float | None:
     return (torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / calls
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     k, numel = ctx.options.k, ctx.options.numel
     x = torch.randn(numel, device=dev)

@@ -43,18 +43,20 @@ from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.contract.results import ok_record
+from lab.run.runner import Context
 
 DEFAULT_K = 3.0
 
 
 @dataclass(frozen=True)
 class Options:
-    decode_layers: int | None = option(None, "layers of the decode step profiled (default: all the model's layers)")
+    decode_layers: int | None = option(None, "layers of the decode step profiled (none: all the model's layers)")
     block_batch: int = option(4, "batch of the transformer-block workload")
     block_seq: int = option(64, "sequence length of the transformer-block workload")
     k_n_ops: int = option(4, "chain length whose fusion speedup is k")
     iters: int = option(5, "timed calls per round")
-    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
+                                profile="rounds")
     compile_decode: bool = option(True, "compile the decode step to measure its speedup")
     compile_block: bool = option(True, "compile the transformer block to measure its speedup")
 
@@ -136,7 +138,7 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
             reset()
             samples = time_method_rounds({Method.EAGER: lambda: fn(*args),
                                           Method.COMPILE_DEFAULT: lambda: compiled.fn(*args)},
-                                         ctx.clock, rounds=ctx.profile.rounds if o.rounds is None else o.rounds,
+                                         ctx.clock, rounds=o.rounds,
                                          iters=o.iters, warmup=1)
     with torch.no_grad():
         reset()
@@ -212,7 +214,7 @@ def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, 
                  f"{n_compiled:.0f})")
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     _, w = ctx.gpt2()
     o = ctx.options

@@ -27,6 +27,7 @@ from lab.contract.reasons import Code
 from lab.contract.results import measured_record
 from lab.measure.stepprofile import count_kernels
 from lab.measure.timing import rotating_rounds
+from lab.run.runner import Context
 
 CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}  # graphs unless Inductor skipped them
 
@@ -34,25 +35,13 @@ CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}
 @dataclass(frozen=True)
 class Options:
     copy_bytes: int | None = option(None, "bytes copied to measure bandwidth (default: 2 GiB on CUDA, 128 MiB on "
-                                           "the CPU)")
-    matmul_n_fp32: int | None = option(None, "n of the n x n fp32 matmul peak (default: 8192 on CUDA, 1024 on the CPU)")
+                                           "the CPU)", by_device={"cuda": 2 << 30, "cpu": 128 << 20})
+    matmul_n_fp32: int | None = option(None, "n of the n x n fp32 matmul peak (default: 8192 on CUDA, 1024 on the CPU)",
+                                       by_device={"cuda": 8192, "cpu": 1024})
     matmul_n_bf16: int | None = option(None, "n of the n x n bf16 matmul peak, 0 to skip it (default: 8192 on CUDA, "
-                                             "0 on the CPU)")
+                                             "0 on the CPU)", by_device={"cuda": 8192, "cpu": 0})
     steps: int | None = option(None, "decode steps per round where ceilings times the step itself (default: the "
-                                     "profile's decode_steps)")
-
-
-def _sizes(ctx) -> dict[str, int]:
-    cuda, o = ctx.device.type == "cuda", ctx.options
-
-    def pick(value: int | None, default: int) -> int:
-        return default if value is None else value
-
-    return {
-        "copy_bytes": pick(o.copy_bytes, (2 << 30) if cuda else (128 << 20)),
-        "matmul_n_fp32": pick(o.matmul_n_fp32, 8192 if cuda else 1024),
-        "matmul_n_bf16": pick(o.matmul_n_bf16, 8192 if cuda else 0),
-    }
+                                     "profile's decode_steps)", profile="decode_steps")
 
 
 def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
@@ -69,7 +58,7 @@ def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
 
 def _own_steps(ctx) -> int:
     prof = ctx.profile
-    return min(prof.decode_steps if ctx.options.steps is None else ctx.options.steps, prof.max_len - prof.prompt_len - 2)
+    return min(ctx.options.steps, prof.max_len - prof.prompt_len - 2)
 
 
 def _own_measurements(ctx, w) -> list[dict]:
@@ -96,9 +85,9 @@ def _own_measurements(ctx, w) -> list[dict]:
     return rows
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
-    sizes = _sizes(ctx)
+    sizes = {k: getattr(ctx.options, k) for k in ("copy_bytes", "matmul_n_fp32", "matmul_n_bf16")}
     ctx.note("sizes", sizes)
     # --- the ceilings
     eager_us = ceilings.launch_us_eager(dev)

@@ -30,6 +30,7 @@ from lab.locks import owned_tempdir
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
+from lab.run.runner import Context
 
 MLP_DIMS = (256, 1024)  # in/out features, hidden features
 MLP_BATCH = 16
@@ -39,12 +40,15 @@ STEADY = (Method.EAGER, Method.COMPILE_DEFAULT)  # what each child times after i
 @dataclass(frozen=True)
 class Options:
     depths: tuple[int, ...] | None = option(None, "model depths (layers) whose compile time is measured cold and "
-                                                  "warm (default: the profile's model's full depth)")
+                                                  "warm (default: the profile's model's full depth)",
+                                            profile="model.n_layer")
     mlp_trials: int = option(3, "cold trials of the small MLP (0: no MLP)")
     batch: int = option(1, "batch of the decode core")
-    rounds: int | None = option(None, "steady-state rounds in each child (default: the profile's rounds)")
+    rounds: int | None = option(None, "steady-state rounds in each child (default: the profile's rounds)",
+                                profile="rounds")
     steady_steps: int = option(10, "timed calls per steady-state round")
-    warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)")
+    warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)",
+                                profile="warmup")
     child_timeout_s: float = option(900.0, "seconds each child process may take")
     reuse_probe: bool = option(False, "offer the MLP's warm cache a different shape and dtype (both must miss)")
 
@@ -150,8 +154,7 @@ def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = N
     kwargs = {"target": target, "model": dict(p.model.__dict__), "n_layer": n_layer, "device": p.device,
               "dtype": dtype or p.dtype, "batch": batch or (MLP_BATCH if target == "mlp" else o.batch),
               "max_len": p.max_len, "prompt_len": p.prompt_len, "threads": _threads(),
-              "rounds": p.rounds if o.rounds is None else o.rounds, "steady_steps": o.steady_steps,
-              "warmup": p.warmup if o.warmup is None else o.warmup}
+              "rounds": o.rounds, "steady_steps": o.steady_steps, "warmup": o.warmup}
     with ctx.activity(f"{label}: a fresh process compiles {target} (first call) and times it"):
         child = run_child("lab.experiments.compile_cost:child_first_call", kwargs,
                           timeout_s=o.child_timeout_s, env=isolated_env(cache_dir), drop_env=DROP_ENV)
@@ -191,12 +194,12 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     import torch
 
     p = ctx.profile
     full = p.model.n_layer
-    depths = [full] if ctx.options.depths is None else list(ctx.options.depths)
+    depths = list(ctx.options.depths)
     trials = ctx.options.mlp_trials
     ctx.note("settings", {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, "batch": MLP_BATCH},
                           "threads": torch.get_num_threads(), "device": p.device, "dtype": p.dtype,

@@ -34,6 +34,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
 from lab.measure.timing import first_call, rotating_rounds
+from lab.run.runner import Context
 
 Growing = Literal["eager", "compile"]
 RULE = ("Per batch, at the headline fill: the crossover is the cache length where fixed-step time / best growing-step "
@@ -119,7 +120,7 @@ def _fixed_tokens(m: stepmethods.StepMethod, prompt_len: int, warmup: int, steps
     return m.state.out[:, prompt_len + 1 + warmup:prompt_len + 1 + warmup + steps].cpu()
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     o, prof = ctx.options, ctx.profile
     _, w0 = ctx.gpt2("float32")
     fixed = str(o.fixed_method)

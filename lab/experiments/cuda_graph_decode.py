@@ -41,6 +41,7 @@ from lab.experiments.common.sweep import copy_bandwidth
 from lab.measure import profiler_guard
 from lab.measure.breakeven import break_even_calls
 from lab.step import methods as stepmethods
+from lab.run.runner import Context
 
 DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT, Method.REDUCE_OVERHEAD,
                    Method.REDUCE_OVERHEAD_STATIC, Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO,
@@ -77,10 +78,14 @@ class Options:
                                         "token back to the host every step")
     readback_methods: tuple[Method, ...] = option(READBACK_METHODS, "the methods also timed with the token read back")
     readback_batches: tuple[int, ...] | None = option(None, "the batches timed with the token read back (none: all)")
-    steps: int | None = option(None, "decode steps per round (default: the profile's decode_steps)")
-    rounds: int | None = option(None, "rounds, methods in rotating order (default: the profile's rounds)")
-    sweep_rounds: int | None = option(None, "rounds at the batches after the first (default: rounds)")
-    batches: tuple[int, ...] | None = option(None, "fp32 batch sizes (default: the profile's batches)")
+    steps: int | None = option(None, "decode steps per round (default: the profile's decode_steps)",
+                               profile="decode_steps")
+    rounds: int | None = option(None, "rounds, methods in rotating order (default: the profile's rounds)",
+                                profile="rounds")
+    sweep_rounds: int | None = option(None, "rounds at the batches after the first (default: rounds)",
+                                      same_as="rounds")
+    batches: tuple[int, ...] | None = option(None, "fp32 batch sizes (default: the profile's batches)",
+                                             profile="batches")
     bf16_batches: tuple[int, ...] = option((1,), "bf16 batch sizes (empty: no bf16 run)")
     dynamic: bool | None = option(None, "torch.compile's dynamic= (none: Dynamo's automatic dynamic shapes; false: "
                                         "one static graph per batch)")
@@ -178,12 +183,9 @@ def _record_break_even(ctx, built: dict[str, stepmethods.StepMethod], batch: int
                                                            for n, by in shared.items()})
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     prof, opts = ctx.profile, ctx.options
-    steps = prof.decode_steps if opts.steps is None else opts.steps
-    rounds = prof.rounds if opts.rounds is None else opts.rounds
-    sweep_rounds = rounds if opts.sweep_rounds is None else opts.sweep_rounds
-    batches = tuple(prof.batches if opts.batches is None else opts.batches)
+    steps, rounds, sweep_rounds, batches = opts.steps, opts.rounds, opts.sweep_rounds, opts.batches
     first, sweep, bf16 = _plan(ctx, batches)
     ctx.note("config", {"prompt_len": prof.prompt_len, "steps": steps, "max_len": prof.max_len,
                         "rounds": rounds, "sweep_rounds": sweep_rounds, "methods": list(first),

@@ -43,6 +43,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, prompt_for, provenance
 from lab.measure.timing import first_call, rotating_rounds
+from lab.run.runner import Context
 
 HOST, WHERE = "host check", "torch.where"
 RULE = ("The sentence states what the stored metrics say: graphs and breaks of each version (explain), whether "
@@ -95,7 +96,7 @@ class Options:
     steps: int = option(32, "decode steps per round")
     rounds: int = option(3, "rounds, variants in rotating order")
     check_every: int = option(8, "the torch.where loop reads the done mask back every this many steps")
-    eos_at: int | None = option(None, "the reference's step whose row-0 token becomes the EOS id (default: steps/2)")
+    eos_at: int | None = option(None, "the reference's step whose row-0 token becomes the EOS id (none: steps/2)")
     compile_host_check: bool = option(True, "also compile the host-checked step with graph breaks (two more compiles)")
     isolate_capture: bool = option(True, "try to capture the host-checked step in a child process (CUDA)")
     traces: bool = option(True, "keep each compile's trace in the run directory")
@@ -169,7 +170,8 @@ def _build(ctx, w: Weights, prompt: torch.Tensor, method: str, version: str, bat
         setup += graphed.capture_s
         call = graphed.replay
     else:
-        call = (lambda fn=fn: fn(state, w))
+        def call(fn: Callable[..., Any] = fn) -> Any:
+            return fn(state, w)
     ctx.metric(M.SETUP_S, round(setup, 4), **params)
     return Variant(name, state, call, graphed, check_every=1 if version == HOST else o.check_every)
 
@@ -277,7 +279,7 @@ def _stopped_at(out: torch.Tensor, prompt_len: int, eos: int) -> int | None:
     return int(max(int(h[0]) for h in hits)) + 1
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     o, prof = ctx.options, ctx.profile
     _, w = ctx.gpt2("float32")
     cuda = ctx.device.type == "cuda"

@@ -17,6 +17,7 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.measure.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
 from lab.contract.options import option
+from lab.run.runner import Context
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def _measure(label: str, ctx, call, calls: int, dynamic: bool | None = None) -> 
     return backend
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     calls = ctx.options.calls
     _, w = ctx.gpt2()
     prompt = _prompt(ctx, 1).to(ctx.device)

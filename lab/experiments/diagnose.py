@@ -13,6 +13,7 @@ from lab.contract import metrics as M
 from lab.measure.diagnose import diagnose, load_target
 from lab.contract.names import Method
 from lab.contract.options import option
+from lab.run.runner import Context
 
 TARGETS: dict[str, tuple[str, ...]] = {
     "lab.examples.targets:elementwise_chain": ("dispatch-bound", "launch-bound", "fusion"),
@@ -27,7 +28,7 @@ class Options:
     iters: int = option(10, "timed calls per round")
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device.type
     reason = ctx.toolchain.reason_for("inductor", dev)
     if reason is not None:
@@ -47,11 +48,11 @@ def run(ctx) -> None:
         ctx.metric(M.KERNELS, k["eager"], target=name, method=Method.EAGER)
         if k.get("compiled") is not None:
             ctx.metric(M.KERNELS, k["compiled"], target=name, method=Method.COMPILE_DEFAULT)
-        ctx.metric(M.MATMUL_SHARE, k["matmul_share"], target=name)
-        ctx.metric(M.GRAPH_BREAKS, d.check(3).data["graph_breaks"], target=name)
-        ctx.metric(M.RECOMPILES, d.check(4).data["recompiles"], target=name)
+        ctx.metric(M.MATMUL_SHARE, k[M.MATMUL_SHARE.name], target=name)
+        ctx.metric(M.GRAPH_BREAKS, d.check(3).data[M.GRAPH_BREAKS.name], target=name)
+        ctx.metric(M.RECOMPILES, d.check(4).data[M.RECOMPILES.name], target=name)
         if dev == "cuda":
-            ctx.metric(M.HOST_SHARE, d.check(1).data["host_share"], target=name)
+            ctx.metric(M.HOST_SHARE, d.check(1).data[M.HOST_SHARE.name], target=name)
         ctx.note(f"report.{name}", d.render().splitlines())
         ctx.check(f"{name}: verdict {' or '.join(expected)}", d.verdict in expected, fatal=False,
                   detail=f"{d.verdict}: {d.headline}", target=name)

@@ -15,6 +15,7 @@ import torch
 from lab.step import decode
 from lab.contract import metrics as M
 from lab.contract.options import option
+from lab.run.runner import Context
 
 MIN_DISTINCT_FRACTION = 0.3  # of the generated tokens, per sequence
 
@@ -51,7 +52,7 @@ def _equal(ctx, name: str, got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     steps = ctx.options.steps
     model, w = ctx.gpt2("float32")
     max_len = ctx.profile.prompt_len + steps + 8

@@ -22,6 +22,7 @@ from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
+from lab.run.runner import Context
 
 
 
@@ -30,7 +31,8 @@ class Options:
     n_ops: tuple[int, ...] = option((1, 2, 4, 8), "chain lengths (elementwise ops per chain)")
     cache_bytes: int = option(256 * 1024, "bytes of the input that fits in cache")
     memory_bytes: int = option(64 << 20, "bytes of the input far outside the cache")
-    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
+                                profile="rounds")
     iters_cache: int = option(20, "timed calls per round, in cache")
     iters_memory: int = option(3, "timed calls per round, far outside the cache")
 
@@ -55,12 +57,12 @@ def bytes_moved(n_ops: int, nbytes: int, fused: bool) -> int:
     return 2 * nbytes if fused else 2 * n_ops * nbytes
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     o = ctx.options
     n_list = list(o.n_ops)
     sizes = {"cache": o.cache_bytes, "memory": o.memory_bytes}
-    rounds = ctx.profile.rounds if o.rounds is None else o.rounds
+    rounds = o.rounds
     iters = {"cache": o.iters_cache, "memory": o.iters_memory}
     ctx.note("bytes", sizes)
     ctx.note("dtype", "float32")

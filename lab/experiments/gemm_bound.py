@@ -21,6 +21,7 @@ from lab.step.model import torch_dtype
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
+from lab.run.runner import Context
 
 
 
@@ -31,7 +32,8 @@ class Options:
     layers: int = option(2, "MLP blocks")
     dtype: Literal["float32", "bfloat16", "float16"] = option("float32", "dtype of weights and input")
     iters: int = option(5, "timed calls per round")
-    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
+                                profile="rounds")
 
 
 class MLPStack(torch.nn.Module):
@@ -61,7 +63,7 @@ def about_one(sp: float, ci: intervals.Interval | None) -> tuple[str, bool, str]
     return name, ci.overlaps(band), f"{sp:.2f}x, 95% interval {ci.text()}"
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     o = ctx.options
     batch, dim, layers = o.batch, o.dim, o.layers
@@ -81,7 +83,7 @@ def run(ctx) -> None:
         rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
         ctx.check("compiled equals eager (relative error)", rel < tol, detail=f"{rel:.2e} (limit {tol:.0e})")
         samples = time_method_rounds({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)},
-                                     ctx.clock, rounds=ctx.profile.rounds if o.rounds is None else o.rounds,
+                                     ctx.clock, rounds=o.rounds,
                                      iters=o.iters, warmup=1)
         # the profiles after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method, f in ((Method.EAGER, model), (Method.COMPILE_DEFAULT, c.fn)):

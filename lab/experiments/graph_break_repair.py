@@ -22,6 +22,7 @@ from lab.measure.bench import compile_first_call, inductor_skip, time_methods
 from lab.measure.dynamo_tools import explain, quiet_dynamo
 from lab.contract.names import Method
 from lab.contract.options import option
+from lab.run.runner import Context
 
 THRESHOLD = 3.0
 EPS = 1e-6
@@ -73,7 +74,7 @@ def _quiet_call(fn: Any, *args: Any) -> Any:
         return fn(*args)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     rows, dim = ctx.options.rows, ctx.options.dim
     ctx.note("shape", [rows, dim])

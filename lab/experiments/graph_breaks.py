@@ -16,6 +16,7 @@ import torch
 from lab.contract import metrics as M
 from lab.measure.dynamo_tools import explain
 from lab.contract.options import NoOptions
+from lab.run.runner import Context
 
 Options = NoOptions  # no knobs
 
@@ -58,7 +59,7 @@ def unsupported_call(x: torch.Tensor) -> torch.Tensor:
 FUNCTIONS = (control, uses_item, uses_print, data_dependent_if, unsupported_call)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     x = torch.randn(8, 16, device=ctx.device)
     for fn in FUNCTIONS:
         with redirect_stdout(io.StringIO()):  # uses_print prints while traced and run

@@ -40,6 +40,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, prompt_for
 from lab.measure.timing import rotating_rounds
+from lab.run.runner import Context
 
 Ladder = Literal["per-size", "pow2", "vllm"]
 VLLM_DEFAULT = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 512 + 1, 16))
@@ -152,7 +153,7 @@ def _caller(state: DecodeState, w, b: int, g: GraphedStep | None):
     return lambda: decode.decode_step(rows, w)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     o, prof = ctx.options, ctx.profile
     _, w = ctx.gpt2("float32")
     mix = list(range(1, o.max_batch + 1))

@@ -18,6 +18,7 @@ from lab.contract.names import Method
 from lab.contract.options import NoOptions
 from lab.contract.results import ok_record
 from lab.measure.timing import rotating_rounds
+from lab.run.runner import Context
 
 Options = NoOptions  # no knobs: the profile's batches, warm-up and steps
 
@@ -33,7 +34,7 @@ def _step_ms_from_run(ctx, method: Method, batch: int) -> float | None:
         return None
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     prof = ctx.profile
     _, w = ctx.gpt2("float32")
     for batch in prof.batches:

@@ -25,6 +25,7 @@ from lab.step.model import build_model, extract_weights, resolve_weights
 from lab.contract.names import Method
 from lab.contract.options import NoOptions
 from lab.contract.profiles import TINY
+from lab.run.runner import Context
 
 Options = NoOptions  # no knobs: the chapter's tiny model and small cache, whatever the profile
 
@@ -157,6 +158,6 @@ def _past_end(ctx) -> None:
     ctx.note("past_end", outcomes)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     _replaced_input(ctx)
     _past_end(ctx)

@@ -30,6 +30,7 @@ from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.measure.timing import first_call, rotating_rounds, time_calls
+from lab.run.runner import Context
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
 COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums
@@ -40,9 +41,12 @@ class Options:
     steps: int = option(40, "decode steps compared with the eager reference")
     equiv_steps: int = option(15, "steps over which the eager split step must equal the indexed step")
     batch: int = option(1, "sequences decoded together")
-    steps_per_round: int | None = option(None, "timed steps per round (default: the profile's decode_steps)")
-    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)")
-    warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)")
+    steps_per_round: int | None = option(None, "timed steps per round (default: the profile's decode_steps)",
+                                         profile="decode_steps")
+    rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
+                                profile="rounds")
+    warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)",
+                                profile="warmup")
 
 
 # ---------------------------------------------------------------------------- bisecting a failed compile
@@ -163,12 +167,10 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
 # ---------------------------------------------------------------------------- the experiment
 
 @torch.no_grad()
-def run(ctx) -> None:
-    o, prof = ctx.options, ctx.profile
+def run(ctx: Context) -> None:
+    o = ctx.options
     steps, equiv_steps, batch = o.steps, o.equiv_steps, o.batch
-    per_round = prof.decode_steps if o.steps_per_round is None else o.steps_per_round
-    rounds = prof.rounds if o.rounds is None else o.rounds
-    warmup = prof.warmup if o.warmup is None else o.warmup
+    per_round, rounds, warmup = o.steps_per_round, o.rounds, o.warmup
     _, w = ctx.gpt2()
     T = ctx.profile.prompt_len
     max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)

@@ -19,6 +19,7 @@ from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
+from lab.run.runner import Context
 
 
 
@@ -38,7 +39,7 @@ def make_tiny_chain(n_ops: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return tiny_chain
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     dev = ctx.device
     n_ops = ctx.options.n_ops - ctx.options.n_ops % 2
     width = ctx.options.width

@@ -48,6 +48,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, measure_methods, prompt_for, provenance
 from lab.measure.timing import clock_for, first_call
+from lab.run.runner import Context
 
 Variant = Literal["dynamic", "static", "static+compile", "static+compile-default"]
 COMPILED = ("static+compile", "static+compile-default")
@@ -245,7 +246,7 @@ def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[
     return ms
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     o, prof = ctx.options, ctx.profile
     model, w = ctx.gpt2("float32")
     vocab = int(w.wte.shape[0])

@@ -15,6 +15,7 @@ from lab.contract import metrics as M
 from lab.console import plural
 from lab.measure.dynamo_tools import count_compiles, recompile_limit
 from lab.contract.options import option
+from lab.run.runner import Context
 
 MODES = {"False": False, "automatic": None, "True": True}
 
@@ -29,7 +30,7 @@ class Options:
     batch_sizes: tuple[int, ...] = option(tuple(range(1, 13)), "the batch sizes the function is called with, in order")
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     sizes = list(ctx.options.batch_sizes)
     limit_name, limit_value = recompile_limit()
     ctx.metric(M.RECOMPILE_LIMIT, limit_value, name=f"torch._dynamo.config.{limit_name}")

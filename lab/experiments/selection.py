@@ -2,7 +2,8 @@
 
 It measures nothing: it reads this run's earlier records (`ctx.results.experiments`) of the
 experiments whose catalogue entry names a `workload` — the lead's `cuda_graph_decode` and the
-overhead experiments — and fills the chapter's selection rule in with this host's numbers. A case is one set of parameters (batch, n_ops, residency, ...); its candidates
+overhead experiments — and fills the chapter's selection rule in with this host's numbers. A case is one
+set of parameters (batch, n_ops, residency, ...); its candidates
 are the `step_ms` medians of each method that passed its correctness rule (the record's `correct`,
 lab.step.correctness: the fastest *correct* method wins). A win whose 95% interval overlaps eager's
 (lab.contract.intervals; the interquartile ranges for a run that stored no intervals) is reported as a
@@ -23,6 +24,7 @@ from lab.contract.catalogue import CATALOGUE
 from lab.contract.names import BASELINES, Family, family
 from lab.contract.options import NoOptions
 from lab.contract.reasons import Code
+from lab.run.runner import Context
 
 Options = NoOptions  # no knobs: it reads the run's records
 
@@ -158,7 +160,7 @@ def _stored_interval(record: Any, choice: Choice) -> tuple[float | None, float |
     return found.get(M.SPEEDUP_CI_LOW.name), found.get(M.SPEEDUP_CI_HIGH.name)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     records = {r.id: r for r in ctx.results.experiments}
     chosen = 0
     for wid, what in WORKLOADS.items():

@@ -24,9 +24,9 @@ from typing import Any
 from lab.contract import metrics as M
 from lab.contract.names import Method
 from lab.contract.options import option
-from lab.contract.reasons import Code
 from lab.experiments.common.sweep import provenance
 from lab.run.childproc import run_child
+from lab.run.runner import Context
 
 METHODS = (Method.EAGER, Method.GRAPH)
 
@@ -41,7 +41,8 @@ class Options:
 
 
 def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt_len: int, max_len: int, steps: int,
-          rounds: int, max_rounds: int, agree: float, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+          rounds: int, max_rounds: int, agree: float, methods: tuple[str, ...] = METHODS,
+          profile_then_time: bool = False) -> dict[str, Any]:
     """In a fresh process: the run's GPT-2 at batch 1 in fp32, eager and graph replay, warmed until stable."""
     import torch
 
@@ -69,16 +70,25 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
         last = med
     samples = rotating_rounds(calls, rounds)
     launch = ceilings.launch_us_eager(torch.device(device))
-    return {"rounds": {m: r for m, r in samples.items()}, "warmup_rounds": warm, "launch_us_eager": launch}
+    out = {"rounds": {m: r for m, r in samples.items()}, "warmup_rounds": warm, "launch_us_eager": launch}
+    if profile_then_time:  # the residue test: profile each method once, then time them again in this process
+        from lab.measure.stepprofile import count_kernels
+
+        for b in built.values():
+            b.start()
+            count_kernels(b.call, torch.device(device))
+        out["after_profile"] = rotating_rounds(calls, rounds)
+    return out
 
 
 def measure(ctx: Any, when: str) -> dict[str, Any] | None:
     """Run the child and record `sentinel_step_ms` per method (params method, batch 1, fp32, when); None if it failed."""
     o, prof = ctx.options, ctx.profile
+    steps = min(o.steps, prof.max_len - prof.prompt_len - 2)  # a step past the cache's end is a device assert
     ctx.progress(f"sentinel ({when}): eager and graph replay at batch 1 in a fresh process")
     res = run_child("lab.experiments.sentinel:child",
                     {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), "device": ctx.device.type,
-                     "prompt_len": prof.prompt_len, "max_len": prof.max_len, "steps": o.steps, "rounds": o.rounds,
+                     "prompt_len": prof.prompt_len, "max_len": prof.max_len, "steps": steps, "rounds": o.rounds,
                      "max_rounds": o.max_rounds, "agree": o.agree}, timeout_s=o.timeout_s)
     if not res.ok:
         ctx.check(f"the sentinel child measured the step ({when})", False, detail=res.describe(), fatal=True)
@@ -93,7 +103,7 @@ def measure(ctx: Any, when: str) -> dict[str, Any] | None:
     return value
 
 
-def run(ctx: Any) -> None:
+def run(ctx: Context) -> None:
     if ctx.device.type != "cuda":  # the catalogue says so too; kept for a direct call
         raise RuntimeError("the sentinel measures a CUDA step")
     measure(ctx, "start")

@@ -21,6 +21,7 @@ from lab.contract.names import Method
 from lab.contract.results import measured_record
 from lab.experiments.sentinel import METHODS, measure, sentinel_ms
 from lab.experiments.sentinel import Options as Options  # the same knobs as the start's
+from lab.run.runner import Context
 
 TOLERANCE = 0.10
 
@@ -37,7 +38,7 @@ def _in_run_ms(records: list[Any], method: str) -> float | None:
     return None
 
 
-def run(ctx: Any) -> None:
+def run(ctx: Context) -> None:
     measure(ctx, "end")
     records = ctx.results.experiments
     for method in METHODS:

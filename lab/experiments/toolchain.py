@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from lab.contract import metrics as M
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.host.toolchain import try_compile_python_extension
+from lab.host.cxxcheck import try_compile_python_extension
+from lab.run.runner import Context
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Options:
     try_compile: bool = option(False, "also compile a one-line file that includes Python.h with the compiler found")
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     tc = ctx.toolchain
     ctx.note("toolchain", tc.as_dict())
     ctx.note("compiler", {"name": tc.cxx.compiler, "path": tc.cxx.path, "version": tc.cxx.version,

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.contract.reasons import Reason
+from lab.contract.reasons import Code, Reason
 
 # The first Linux driver of each CUDA major release (minor-version compatibility holds from there on).
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
@@ -88,6 +88,6 @@ def driver_reason(needs_cuda: str | None, driver: str | None, driver_cuda: str |
     have = f"NVIDIA driver {driver or '(version unknown)'}" + (f" (supports CUDA up to {driver_cuda})"
                                                                if driver_cuda else "")
     want = f"driver >= {minimum}" if minimum else f"a driver supporting CUDA {need[0]}.x"
-    return Reason("driver_too_old", f"{what} needs CUDA {needs_cuda}, i.e. {want}, but this host has the {have}: "
-                                    f"upgrade the driver (or use a torch build for the CUDA version the driver "
-                                    f"supports)")
+    return Reason(Code.DRIVER_TOO_OLD, f"{what} needs CUDA {needs_cuda}, i.e. {want}, but this host has the {have}: "
+                                       f"upgrade the driver (or use a torch build for the CUDA version the driver "
+                                       f"supports)")

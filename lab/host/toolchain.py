@@ -109,38 +109,38 @@ class Toolchain:
             if cxx.off_path:
                 where = cxx.off_path[0]
                 if windows:
-                    return Reason("compiler_not_on_path",
+                    return Reason(Code.COMPILER_NOT_ON_PATH,
                                   f"Visual Studio's compiler is installed ({where}) but cl is not on PATH: "
                                   "let the lab load its environment (lab.host.msvc.load_msvc_environment(), which "
                                   "`python -m lab run` calls unless LAB_NO_MSVC=1) or run from the "
                                   "'x64 Native Tools Command Prompt for VS'")
                 folder = os.path.dirname(where)
-                return Reason("compiler_not_on_path",
+                return Reason(Code.COMPILER_NOT_ON_PATH,
                               f"C++ compiler installed but not on PATH ({where}): add {folder} to PATH "
                               f"(export PATH={folder}:$PATH) or set CXX={where}")
             tried = ", ".join(cxx.search) or "nothing"
             cxx_bad = f"CXX={cxx.cxx_env} is not a working compiler; " if cxx.cxx_env else ""
             if windows:
-                return Reason("no_cxx_compiler",
+                return Reason(Code.NO_CXX_COMPILER,
                               f"no C++ compiler: {cxx_bad}Inductor tried {tried} and no Visual Studio with the C++ "
                               "tools was found: install the Visual Studio 2022 Build Tools with the "
                               "'Desktop development with C++' workload")
             if cxx.others:
-                return Reason("no_cxx_compiler",
+                return Reason(Code.NO_CXX_COMPILER,
                               f"no C++ compiler that Inductor would use: it tried {tried}, which is not on PATH; "
                               f"{cxx.others[0]} is installed: set CXX={cxx.others[0]} to use it")
-            return Reason("no_cxx_compiler",
+            return Reason(Code.NO_CXX_COMPILER,
                           f"no C++ compiler: {cxx_bad}Inductor tried {tried} and none is installed in the usual "
                           "places: install g++ (Debian/Ubuntu: apt-get install g++; Fedora: dnf install gcc-c++; "
                           "macOS: xcode-select --install) or set CXX to a compiler's full path")
         if cxx.python_h is None:
-            return Reason("no_python_headers",
+            return Reason(Code.NO_PYTHON_HEADERS,
                           f"C++ compiler {cxx.compiler} found but Python.h is missing from {cxx.python_include}; "
                           "Inductor's C++ code fails with 'Python.h: No such file or directory': install the "
                           "Python development headers for this interpreter (Debian/Ubuntu: apt-get install "
                           "python3-dev; Fedora: dnf install python3-devel)")
         if cxx.precompile_headers and cxx.openssl is None and not windows:
-            return Reason("no_openssl",
+            return Reason(Code.NO_OPENSSL,
                           f"C++ compiler {cxx.compiler} and Python.h found, but Inductor hashes its precompiled "
                           "headers with the `openssl` command, which is not on PATH "
                           "(torch._inductor.config.cpp_cache_precompile_headers): install openssl "
@@ -160,25 +160,25 @@ class Toolchain:
     def triton_reason(self) -> Reason | None:
         t = self.triton
         if t.importable and t.cc_broken:
-            return Reason("compiler_broken", f"Triton builds its launcher with $CC, and CC={t.cc_env} {t.cc_broken}: "
-                                             "point CC at a working C compiler, or unset it (Triton then uses gcc "
-                                             "or clang from PATH)")
+            return Reason(Code.COMPILER_BROKEN, f"Triton builds its launcher with $CC, and CC={t.cc_env} "
+                                                f"{t.cc_broken}: point CC at a working C compiler, or unset it "
+                                                "(Triton then uses gcc or clang from PATH)")
         if t.importable:
             return None
         want = f" ({t.torch_requires})" if t.torch_requires else ""
         if t.installed_version:
-            return Reason("no_triton", f"Triton {t.installed_version} is installed but does not import "
-                                       f"({t.why_not}): reinstall the triton that this torch build requires{want}")
-        return Reason("no_triton", f"Triton not importable ({t.why_not}): install the triton package that "
-                                   f"matches this torch build{want} to compile for CUDA")
+            return Reason(Code.NO_TRITON, f"Triton {t.installed_version} is installed but does not import "
+                                          f"({t.why_not}): reinstall the triton that this torch build requires{want}")
+        return Reason(Code.NO_TRITON, f"Triton not importable ({t.why_not}): install the triton package that "
+                                      f"matches this torch build{want} to compile for CUDA")
 
     def cuda_reason(self) -> Reason | None:
         if self.cuda.available:
             return None
         c = self.cuda  # a driver too old for the build's CUDA is said as such, naming both versions
         return driver_reason(c.torch_cuda, c.driver_version, c.driver_cuda, f"torch's CUDA build ({c.torch_cuda})") or \
-            Reason("no_cuda", f"no CUDA device ({c.why_not}): run on a host with an NVIDIA GPU, a CUDA build of "
-                              "torch and the driver (in Docker: --gpus all)")
+            Reason(Code.NO_CUDA, f"no CUDA device ({c.why_not}): run on a host with an NVIDIA GPU, a CUDA build of "
+                                 "torch and the driver (in Docker: --gpus all)")
 
     def reason_for(self, need: str, device: str) -> Reason | None:
         """The reason a requirement is not met on this host for a run on `device`, or None."""

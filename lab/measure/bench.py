@@ -9,7 +9,6 @@ compiled function (Dynamo + Inductor) is timed on its own as `setup_s` and never
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import median  # noqa: F401  (re-exported: experiments call bench.median)
 from typing import Any, Callable
 
 import torch

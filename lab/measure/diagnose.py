@@ -22,12 +22,14 @@ import importlib
 import inspect
 import io
 from contextlib import redirect_stdout
+from statistics import median
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
-from lab.measure.bench import compile_first_call, median, time_methods
+from lab.measure.bench import compile_first_call, time_methods
+from lab.contract import metrics as M
 from lab.contract.names import Method
 from lab.measure.opprofile import StepProfile, profile_step
 from lab.measure.timing import HostClock, clock_for, spread, sync, time_calls
@@ -73,7 +75,7 @@ class Diagnosis:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["speedup"] = self.speedup
+        d[M.SPEEDUP.name] = self.speedup
         return d
 
     def render(self) -> str:
@@ -166,7 +168,7 @@ def _breaks(fn: Callable[..., Any], args: tuple[Any, ...]) -> Check:
 
     with redirect_stdout(io.StringIO()):
         e = explain(fn, *args)
-    data = {"graphs": e.graphs, "graph_breaks": e.breaks, "ops": e.ops, "reasons": e.reasons}
+    data = {M.GRAPHS.name: e.graphs, M.GRAPH_BREAKS.name: e.breaks, M.OPS.name: e.ops, "reasons": e.reasons}
     if e.graphs < 1 or e.breaks < 0:  # nothing captured: no count to judge by
         return Check(3, "graph breaks", "not_run", f"Dynamo captured no graph ({e.ops} ops): nothing here to break",
                      data)
@@ -196,7 +198,7 @@ def _recompiles(fn: Callable[..., Any], args: tuple[Any, ...], calls: int) -> Ch
     torch._dynamo.reset()
     again = total - first
     short = [r.strip().splitlines()[-1].strip()[:200] for r in reasons]
-    data = {"calls": calls, "frames_first_call": first, "recompiles": again, "reasons": short[:8]}
+    data = {"calls": calls, "frames_first_call": first, M.RECOMPILES.name: again, "reasons": short[:8]}
     if again:
         why = short[0] if short else "no reason logged"
         return Check(4, "recompiles", "finding",
@@ -209,15 +211,15 @@ def _host_device(eager: StepProfile, eager_ms: float, device: str) -> Check:
     if device == "cuda":
         dev_ms = eager.self_device_ms or 0.0
         busy = min(dev_ms / eager_ms, 1.0) if eager_ms > 0 else 0.0
-        data = {"self_cpu_ms": eager.self_cpu_ms, "self_device_ms": dev_ms, "step_ms": eager_ms,
-                "device_busy": busy, "host_share": 1 - busy}
+        data = {"self_cpu_ms": eager.self_cpu_ms, "self_device_ms": dev_ms, M.STEP_MS.name: eager_ms,
+                "device_busy": busy, M.HOST_SHARE.name: 1 - busy}
         text = (f"self CPU {eager.self_cpu_ms:.3f} ms vs self CUDA {dev_ms:.3f} ms per step; the GPU is busy "
                 f"{busy:.0%} of the {eager_ms:.3f} ms step")
         return Check(1, "host vs device time", "finding" if busy < HOST_BOUND_BUSY else "ok",
                      text + (": launch-bound" if busy < HOST_BOUND_BUSY else ": the device is the bottleneck"), data)
     per_op = eager_ms * 1e3 / eager.kernels if eager.kernels else 0.0
-    data = {"self_cpu_ms": eager.self_cpu_ms, "self_device_ms": None, "step_ms": eager_ms, "ops": eager.kernels,
-            "us_per_op": per_op}
+    data = {"self_cpu_ms": eager.self_cpu_ms, "self_device_ms": None, M.STEP_MS.name: eager_ms,
+            M.OPS.name: eager.kernels, M.US_PER_OP.name: per_op}
     return Check(1, "host vs device time", "needs_cuda",
                  f"self CUDA time needs a CUDA device; on the CPU: {eager.kernels:.0f} ops per step at a mean "
                  f"{per_op:.1f} µs each ({eager_ms:.3f} ms step, self CPU {eager.self_cpu_ms:.3f} ms)", data)
@@ -226,7 +228,7 @@ def _host_device(eager: StepProfile, eager_ms: float, device: str) -> Check:
 def _kernels(eager: StepProfile, compiled: StepProfile | None, why_not: str | None, device: str) -> Check:
     unit = "kernels" if device == "cuda" else "ops"
     data: dict[str, Any] = {"eager": eager.kernels, "compiled": compiled.kernels if compiled else None,
-                            "matmul_share": eager.matmul_share, "top_eager": eager.top(5)}
+                            M.MATMUL_SHARE.name: eager.matmul_share, "top_eager": eager.top(5)}
     gemm = f"{eager.matmul_share:.0%} of eager {unit} time in matrix products"
     if compiled is None:
         return Check(2, f"{unit} eager vs compiled", "not_run", f"not compiled ({why_not}); {gemm}", data)
@@ -237,7 +239,7 @@ def _kernels(eager: StepProfile, compiled: StepProfile | None, why_not: str | No
 
 
 def _steady(samples: dict[str, list[float]], rounds: int, setup_s: float | None, naive_ms: float | None) -> Check:
-    data: dict[str, Any] = {"setup_s": setup_s}
+    data: dict[str, Any] = {M.SETUP_S.name: setup_s}
     parts = []
     steady = True
     for name, xs in samples.items():
@@ -269,24 +271,25 @@ def verdict(checks: Sequence[Check], speedup: float | None, device: str) -> tupl
                    if k.get("compiled") is not None else "")
     if brk.status == "finding" and brk.data.get("graph_breaks", 0) > 0:
         reasons = brk.data.get("reasons") or ["?"]
-        return "graph-broken", (f"{brk.data['graph_breaks']} graph break(s) on every call ({reasons[0][:100]}); "
-                                f"{sp}: remove the breaks first (keep decisions in tensors, no .item()/print)")
-    if rec.status == "finding" and rec.data.get("recompiles", 0) > 0:
-        return "recompiling", (f"{rec.data['recompiles']} recompile(s) on repeat calls; {sp}: make shapes and "
+        return "graph-broken", (f"{brk.data[M.GRAPH_BREAKS.name]} graph break(s) on every call "
+                                f"({reasons[0][:100]}); {sp}: remove the breaks first (keep decisions in tensors, no .item()/print)")
+    if rec.status == "finding" and rec.data.get(M.RECOMPILES.name, 0) > 0:
+        return "recompiling", (f"{rec.data[M.RECOMPILES.name]} recompile(s) on repeat calls; {sp}: make shapes and "
                                f"Python values stable (fixed-shape buffers, dynamic=True, or mark_dynamic)")
     tail = "" if steady.status == "ok" else " (measurement not steady: rerun with more warm-up)"
-    share = k.get("matmul_share", 0.0)
+    share = k.get(M.MATMUL_SHARE.name, 0.0)
     # Fusion can at best remove the non-GEMM time: a speedup beyond 1/share (+10%) is something else,
     # unless the timing itself was not steady.
     if share >= GEMM_BOUND_SHARE and (speedup is None or speedup <= 1.1 / share or steady.status != "ok"):
         return "gemm-bound", (f"{share:.0%} of time in matrix products; {sp} — the correct answer: the GEMMs are "
                               f"already library kernels and there is little to fuse or launch{tail}")
     if device == "cuda" and host.status == "finding":
-        return "launch-bound", (f"{host.data['host_share']:.0%} of step time is host; "
+        return "launch-bound", (f"{host.data[M.HOST_SHARE.name]:.0%} of step time is host; "
                                 f"{kernels_txt or sp}{'; ' + sp if kernels_txt else ''}; expect graph replay to help"
                                 f"{tail}")
-    if device != "cuda" and host.data.get("ops", 0) > 0 and host.data.get("us_per_op", 1e9) < CPU_DISPATCH_US:
-        return "dispatch-bound", (f"{host.data['ops']:.0f} ops per step at {host.data['us_per_op']:.1f} µs each; "
+    if device != "cuda" and host.data.get(M.OPS.name, 0) > 0 and host.data.get(M.US_PER_OP.name, 1e9) < CPU_DISPATCH_US:
+        return "dispatch-bound", (f"{host.data[M.OPS.name]:.0f} ops per step at "
+                                  f"{host.data[M.US_PER_OP.name]:.1f} µs each; "
                                   f"{kernels_txt + '; ' if kernels_txt else ''}{sp}: fewer, larger ops help "
                                   f"(compile); on a GPU, graph replay would too{tail}")
     if speedup is not None and speedup >= HELPS_X:

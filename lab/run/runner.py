@@ -32,15 +32,15 @@ import torch
 from lab import __version__
 from lab.run import rundir, runsay, runstate
 from lab import console as out
+from lab.contract import notes
 from lab.contract.catalogue import BY_ID, ExperimentSpec, resolve
-from lab.console import console  # noqa: F401  (the lab's console, on stderr; kept importable from here)
 from lab.run.librarylogs import Capture
 from lab.locks import clean_abandoned_tempdirs
 from lab.run.manifest import collect, finish, now_iso
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.contract.metrics import Kind, MetricSpec
-from lab.contract.options import OptionsError, as_dict
+from lab.contract.options import OptionsError, as_dict, fill
 from lab.contract.options import resolve as resolve_options
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
@@ -96,8 +96,10 @@ class ModelCache:
 
 
 def options_for(spec: ExperimentSpec, profile: Profile, set_text: dict[str, str] | None = None) -> Any:
-    """The experiment's declared Options with the profile's values and `--set` text applied (OptionsError if bad)."""
-    return resolve_options(spec.options_class(), spec.id, profile.options.get(spec.id), set_text, profile.name)
+    """The experiment's declared Options with the profile's values, `--set` text and the defaults that come from
+    the profile applied (OptionsError if bad): what the experiment receives and the manifest records."""
+    return resolve_options(spec.options_class(), spec.id, profile.options.get(spec.id), set_text, profile.name,
+                           profile=profile)
 
 
 def resolve_all(specs: list[ExperimentSpec], profile: Profile,
@@ -140,7 +142,9 @@ class Context:
         self.spec = spec
         self.out_dir = out_dir  # the run directory (None outside a run): where files beside results.json go
         self.profile = profile
-        self.options = options if options is not None else options_for(spec, profile)
+        # resolved (lab.contract.options): a default that comes from the profile is filled in, also in Options a
+        # caller built by hand
+        self.options = fill(options, profile, spec.id) if options is not None else options_for(spec, profile)
         self.toolchain = toolchain
         self.record = record
         self.results = results
@@ -219,7 +223,12 @@ class Context:
         return bool(passed)
 
     def note(self, key: str, value: Any) -> None:
-        self.record.notes[key] = self._storable(f"note {key!r}", value)
+        """Non-numeric evidence; a note the report reads back (lab.contract.notes) must have its declared shape."""
+        value = self._storable(f"note {key!r}", value)
+        problem = notes.check(self.spec.id, key, value)
+        if problem is not None:
+            raise ValueError(problem)
+        self.record.notes[key] = value
 
     def skip(self, item: str, code: Code, message: str) -> None:
         """A part of this experiment that did not run: listed in the record, never dropped."""
@@ -314,6 +323,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
         record.duration_s = round(time.perf_counter() - start, 3)
         _finish_status(record)
         _refuse_unrecordable(record)
+        _refuse_misshapen_notes(record)
     return record
 
 
@@ -336,6 +346,15 @@ def _refuse_unrecordable(record: Record) -> None:
         record.status = "FAILED"
         record.reason = Reason(Code.EXCEPTION, f"a value could not be recorded: {problems[0]}{more}")
         record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
+
+
+def _refuse_misshapen_notes(record: Record) -> None:
+    """A declared note written into the record directly (not through Context.note) and not of its declared shape
+    makes an OK record FAILED naming it; the note stays, for whoever reads the file."""
+    problems = notes.problems(record.id, record.notes)
+    if problems and record.status == "OK":
+        record.status = "FAILED"
+        record.reason = Reason(Code.EXCEPTION, problems[0])
 
 
 # ---------------------------------------------------------------------------- the run

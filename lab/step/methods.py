@@ -41,7 +41,6 @@ from lab.step.graphs import GraphedStep
 from lab.step.model import Weights
 from lab.contract.names import Method
 from lab.measure.opprofile import enable_cpp_kernel_profile
-from lab.measure.stepprofile import busy_us, count_kernels, top_kernels  # noqa: F401  (re-exported)
 from lab.measure.timing import Clock, first_call
 
 StepFn = Callable[[DecodeState, Weights], torch.Tensor]

@@ -1,0 +1,130 @@
+"""The notes other code reads back: each declared once with its key, type and writers, checked when written.
+
+A record's `notes` hold non-numeric evidence. Most notes are for a human reading results.json (graph-break
+reasons, the kernels that took the time) and nothing parses them. The ones below are read back, by the
+report or the README tables, so they are a contract as the metrics are: `Context.note` (lab.run.runner)
+refuses a value of the wrong shape for a declared key, and the report looks them up through these
+declarations (`CROSSOVERS.entry_for(batch=1, fill=0.5)`), never by a key it spells itself.
+
+A key is a name (`conclusion_rule`) or a pattern with `{placeholders}` (`errors.{variant}.b{batch}`); a
+note of a dict may declare the pattern of its entries' keys and the fields every entry has.
+Standard library only (the report imports it without torch).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lab.contract.profiles import SWEEPS
+
+NUMBER = (int, float)
+KINDS: dict[type | tuple[type, ...], str] = {str: "text", list: "list", dict: "object", NUMBER: "number"}
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    parts = re.split(r"\{(\w+)\}", pattern)
+    body = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
+    return re.compile(f"^{body}$")
+
+
+@dataclass(frozen=True)
+class NoteSpec:
+    """One note that is read back: its key (or key pattern), the JSON type of its value, who writes it."""
+
+    key: str
+    type: type | tuple[type, ...]
+    help: str
+    experiments: tuple[str, ...] = ()  # the experiments that write it; () for any experiment
+    entries: str = ""  # for an object: the pattern of its keys ("batch {batch}, fill {fill}"); "" for any key
+    fields: tuple[str, ...] = ()  # for an object: the fields each entry has (with `entries`) or it has itself
+
+    @property
+    def kind(self) -> str:
+        return KINDS[self.type]
+
+    def key_for(self, *values: Any, **parts: Any) -> str:
+        """The key of one note of a pattern: `ERRORS.key_for(variant="static", batch=1)` (or positionally)."""
+        names = re.findall(r"\{(\w+)\}", self.key)
+        given = dict(zip(names, values)) | parts
+        return self.key.format(**given)
+
+    def entry_for(self, **parts: Any) -> str:
+        """The key of one entry of an object note whose entries follow a pattern."""
+        return self.entries.format(**parts)
+
+    def parse(self, key: str) -> dict[str, str] | None:
+        """The placeholders of `key` if it is a key of this note, else None."""
+        m = _regex(self.key).match(key)
+        return None if m is None else m.groupdict()
+
+    def written_by(self, experiment: str) -> bool:
+        return not self.experiments or experiment in self.experiments
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is not this note's shape, or None."""
+        if not isinstance(value, self.type) or isinstance(value, bool):
+            return f"is declared {self.kind} (lab/contract/notes.py), got {type(value).__name__}"
+        if not isinstance(value, dict):
+            return None
+        entries = value.items() if self.entries else [("", value)]
+        for name, entry in entries:
+            if self.entries and _regex(self.entries).match(str(name)) is None:
+                return f"entry {name!r} does not follow the declared key pattern {self.entries!r}"
+            missing = [f for f in self.fields if not isinstance(entry, dict) or f not in entry]
+            if missing:
+                where = f"entry {name!r}" if self.entries else "it"
+                return f"{where} lacks the declared field(s) {', '.join(missing)}"
+        return None
+
+
+CONCLUSION_RULE = NoteSpec("conclusion_rule", str, "the rule that drew the `conclusion` metric from the stored "
+                                                   "numbers (the sweeps' pages print it)", SWEEPS)
+COMPILE_TRACES = NoteSpec("compile_traces", dict, "each compiled item's stored trace (lab.measure.compiletrace): "
+                                                  "its path in the run folder and its counts",
+                          entries="{item}", fields=("path", "compile_count", "recompile_count", "failed_count",
+                                                    "graph_break_count", "tlparse"))
+DECODE_CONFIG = NoteSpec("config", dict, "what cuda_graph_decode ran: prompt length, steps, rounds, methods, "
+                                         "batches (the README tables quote it)", ("cuda_graph_decode",),
+                         fields=("prompt_len", "steps", "rounds", "max_len", "batches"))
+CROSSOVERS = NoteSpec("crossovers", dict, "per batch and fill: how the fixed-shape step's time compares with the "
+                                          "best growing cache's at each length", ("context_scaling",),
+                      entries="batch {batch}, fill {fill}", fields=("how", "fixed_over_best_growing"))
+LADDERS = NoteSpec("ladders", dict, "each bucket ladder's captured batch sizes", ("graph_buckets",),
+                   entries="{ladder}")
+PARAMETERS = NoteSpec("parameters.{size}", NUMBER, "the parameter count of each model size", ("model_scaling",))
+ERRORS = NoteSpec("errors.{variant}.b{batch}", str, "why a generate variant did not finish at a batch",
+                  ("peer_generate",))
+BREAK_REASONS = NoteSpec("break_reasons.{version}.b{batch}", list, "Dynamo's graph-break reasons of a version "
+                                                                   "of the step", ("data_dependent_branch",))
+FULLGRAPH_ERROR = NoteSpec("fullgraph_error.{version}.b{batch}", str, "why fullgraph=True refused a version of "
+                                                                      "the step", ("data_dependent_branch",))
+CAPTURE_ERROR = NoteSpec("capture_error.b{batch}", str, "why capturing the host-checked step failed",
+                         ("data_dependent_branch",))
+CUDAGRAPH_SKIP_REASONS = NoteSpec("cudagraph_skip_reasons.{method}", list, "why cudagraph trees skipped graphs "
+                                                                           "for a method", ("cuda_graph_decode",))
+FUNCTION_REASONS = NoteSpec("reasons.{function}", list, "Dynamo's graph-break reasons for each function",
+                            ("graph_breaks", "graph_break_repair"))
+
+NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
+                               BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS)
+
+
+def declared(experiment: str, key: str) -> NoteSpec | None:
+    """The declaration of note `key` written by `experiment`, or None (a note nothing reads back)."""
+    return next((n for n in NOTES if n.written_by(experiment) and n.parse(key) is not None), None)
+
+
+def check(experiment: str, key: str, value: Any) -> str | None:
+    """Why `experiment` may not write `value` under `key` (one line naming both), or None."""
+    spec = declared(experiment, key)
+    problem = None if spec is None else spec.problem(value)
+    return None if problem is None else f"{experiment} noted {key!r}, which {problem}"
+
+
+def problems(experiment: str, notes: dict[str, Any]) -> list[str]:
+    """Every declared note of a record's `notes` that is not of its declared shape (those written into the
+    record directly, not through `Context.note`, are checked when the experiment ends)."""
+    found = (check(experiment, k, v) for k, v in notes.items())
+    return [p for p in found if p is not None]
