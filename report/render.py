@@ -61,7 +61,6 @@ class RunPage:
     front: front_page.FrontRow
     device: str
     overview: Table
-    starts: Table  # each start of a resumed run (empty otherwise)
     sections: list[sections.Section]
     experiments: list[sections.ExperimentView]
     failed: list[tuple[Any, Any]]  # (record, check) of every failed check
@@ -106,7 +105,7 @@ def run_page(run: Run) -> RunPage:
     file = f"run-{run.slug}.html"
     return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=front_page.front_row(run, file),
                    device=front_page.device_text(res), overview=sections.overview(res),
-                   starts=sections.starts(res), sections=secs,
+                   sections=secs,
                    experiments=sections.experiments(res), failed=sections.failed_checks(res))
 
 

@@ -104,22 +104,6 @@ def overview(results: Results) -> Table:
     return table
 
 
-def starts(results: Results) -> Table:
-    """Each start of the run (the first, then each --resume): when, where, under what load, what it kept and what
-    changed; empty for a run started once (nothing to tell apart)."""
-    table = Table(columns=["start", "started", "host", "load (1, 5, 15 min)", "usable cores", "kept", "changed"],
-                  caption="Starts of this run: records of different starts were measured under these conditions",
-                  cls="starts", id="starts")
-    if len(results.run.starts) < 2:
-        return table
-    for i, st in enumerate(results.run.starts, 1):
-        load = ", ".join(f"{x:.2f}" for x in st.load_average) if st.load_average else "—"
-        table.rows.append([Cell(str(i)), Cell(st.started_at), Cell(st.host or "—"), Cell(load),
-                           Cell(str(st.usable_cores) if st.usable_cores else "—"),
-                           Cell(", ".join(st.kept) or "—"), Cell(", ".join(st.manifest_changes) or "—")])
-    return table
-
-
 # ---------------------------------------------------------------------------- dynamo
 
 def _with_reasons(table: Table, rec: Record | None, note: N.NoteSpec) -> Table:

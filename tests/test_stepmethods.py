@@ -198,7 +198,7 @@ def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch)
     results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
     cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
     failed = [c for c in rec.checks if not c.passed]
-    assert [c.name for c in failed] == ["compile-default compiles the step as one graph (batch 1, float32)"]
+    assert [c.name for c in failed] == ["compile-default compiles the step as one graph (batch=1 dtype=float32)"]
     assert failed[0].fatal and "torch._dynamo.graph_break()" in failed[0].detail
     assert rec.metric("step_ms", method="eager", batch=1, dtype="float32", readback=False).value > 0
     _finish_status(rec)

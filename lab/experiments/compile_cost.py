@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.contract import metrics as M
-from lab.host.compile_cache import DROP_ENV, cache_counters, isolated_env, provenance
+from lab.host.cache_dir import isolated_env
+from lab.host.compile_cache import DROP_ENV, cache_counters, provenance
 from lab.measure.breakeven import break_even_calls
 from lab.locks import owned_tempdir
 from lab.contract.names import Method
