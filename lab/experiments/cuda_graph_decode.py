@@ -109,7 +109,7 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
     ms = methods.build(ctx, w, names, prompt, shape, warmup=prof.warmup, dynamic=ctx.options.dynamic)
     phase["build_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    methods.check(ctx, ms, w32=w32, forced=forced)
+    methods.check(ctx, ms, w32=w32, forced=forced, record_reference=True)
     phase["correctness_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
     methods.time(ctx, ms, rounds, readbacks, readback_methods=tuple(ctx.options.readback_methods),
