@@ -31,7 +31,7 @@ from report.compare import Comparison, Side, compare
 from lab.contract.marks import MARKS
 from lab.contract.results import Results
 
-from report import charts, costs, front as front_page, publish, sections, steps, sweeps, workloads
+from report import charts, costs, front as front_page, publish, sections, sentinels, steps, sweeps, workloads
 from report.discover import Run, SkippedFile, load_runs
 from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
@@ -42,6 +42,7 @@ STATUSES = front_page.STATUSES
 # A module with sections of its own registers them with one line here.
 SECTIONS: list[Callable[[Results], sections.Section | None]] = [
     steps.steps,
+    sentinels.instrument,
     steps.ceilings,
     costs.costs,
     workloads.amdahl,
@@ -101,7 +102,9 @@ def run_page(run: Run) -> RunPage:
         if sec.charts and sec.empty:
             sec.empty = ""
         secs.append(sec)
-    secs += sweeps.sections(run)  # the sweeps (issue 14): their own charts, tables and conclusions
+    # the sweeps (their own charts, tables and conclusions) before the sections with nothing of their own here
+    first = [s for s in secs if not (s.minor or s.blank)]
+    secs = first + sweeps.sections(run) + [s for s in secs if s.minor and not s.blank] + [s for s in secs if s.blank]
     file = f"run-{run.slug}.html"
     return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=front_page.front_row(run, file),
                    device=front_page.device_text(res), overview=sections.overview(res),
