@@ -8,6 +8,8 @@ import math
 import statistics
 from typing import Any
 
+import matplotlib
+
 from lab.contract.names import method_rank
 
 from report.charts import Chart, _draw, plt
@@ -16,6 +18,9 @@ from report.tables import fmt, sort_key
 from report.timegoes import Split, groups
 
 PANEL_COLUMNS = 2
+# boxplot's horizontal switch: `orientation` from matplotlib 3.10 (where `vert` is deprecated), `vert` before
+HORIZONTAL: dict[str, Any] = ({"orientation": "horizontal"} if tuple(int(x) for x in
+                              matplotlib.__version__.split(".")[:2]) >= (3, 10) else {"vert": False})
 
 
 def _grid(n: int, rows_per_panel: list[int], width: float = 10.0) -> tuple[Any, list[Any]]:
@@ -97,7 +102,7 @@ def boxes(found: dict[tuple[Any, str], dict[str, list[float]]]) -> list[Chart]:
             data["boxes"] = {}
             for ax, (batch, per) in zip(axes, panels):
                 methods = sorted(per, key=method_rank, reverse=True)
-                art = ax.boxplot([per[m] for m in methods], vert=False, widths=0.6, patch_artist=True,
+                art = ax.boxplot([per[m] for m in methods], **HORIZONTAL, widths=0.6, patch_artist=True,
                                  flierprops={"markersize": 2, "alpha": 0.5}, medianprops={"color": "black"})
                 for box, flier, m in zip(art["boxes"], art["fliers"], methods):
                     box.set_facecolor(pale(style(m).color, 0.35))
