@@ -8,6 +8,7 @@ name is just a character; matplotlib escapes text in the SVG it writes.
 from __future__ import annotations
 
 import io
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -22,6 +23,7 @@ from lab.contract.names import method_rank  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
 from report.costs import first_call_behind  # noqa: E402
+from report.steps import floor_ms  # noqa: E402
 from report.style import FLOOR_LINE, display, style  # noqa: E402
 from report.sections import record  # noqa: E402
 from report.tables import first, fmt, is_number, matching, sort_key  # noqa: E402
@@ -91,13 +93,32 @@ def _log_axis(ax: Any, axis: str, base: int = 10, ticks: list[Any] | None = None
     target.set_minor_formatter(NullFormatter())
 
 
+PANEL_COLUMNS = 2
+
+
+def _grid(n: int, rows_per_panel: list[int], width: float = 10.0) -> tuple[Any, list[Any]]:
+    """A figure of n panels, PANEL_COLUMNS to a row, each tall enough for its rows of bars."""
+    cols = min(PANEL_COLUMNS, n)
+    lines = math.ceil(n / cols)
+    heights = [max(rows_per_panel[i * cols:(i + 1) * cols]) * 0.27 + 0.9 for i in range(lines)]
+    fig, axes = plt.subplots(lines, cols, figsize=(width, sum(heights) + 0.6), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _legend_below(fig: Any, handles: list[Any]) -> None:
+    """The legend under the panels, outside every plotting area."""
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles), frameon=False,
+               fontsize=8)
+
+
 def step_time(results: Results) -> list[Chart]:
     """Step time per dtype, each batch its own panel (methods never coincide into one blob): a horizontal bar per
     method in its declared colour on a linear axis from 0, that method's largest bound as a black tick, and the
     dtype's weight-read floor (bytes / bandwidth) as a dotted line."""
-    from report.timecharts import _grid, _legend_below
-    from report.timegoes import floor_ms
-
     cgd, ceil = record(results, DECODE), record(results, CEILINGS)
     steps = [m for m in matching(cgd.metrics if cgd else [], M.STEP_MS, readback=False)
              if "method" in m.params and "batch" in m.params and is_number(m.value)]

@@ -31,7 +31,8 @@ from report.compare import Comparison, Side, compare
 from lab.contract.marks import MARKS
 from lab.contract.results import Results
 
-from report import charts, costs, front as front_page, publish, sections, sentinels, steps, sweeps, workloads
+from report import charts, costs, front as front_page, publish, sections, sentinels, steps, sweeps, timecharts, \
+    workloads
 from report.discover import Run, SkippedFile, load_runs
 from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
@@ -41,7 +42,7 @@ STATUSES = front_page.STATUSES
 # The run page's sections, in order: each a function from a run's results to a Section (None: nothing to show).
 # A module with sections of its own registers them with one line here.
 SECTIONS: list[Callable[[Results], sections.Section | None]] = [
-    steps.steps,
+    timecharts.step_section,  # report.steps' section, opening with where the time goes
     sentinels.instrument,
     steps.ceilings,
     costs.costs,

@@ -198,6 +198,23 @@ def own_mbu(results: Results, row: StepRow) -> Metric | None:
     return ceiling(results, M.MBU, row)
 
 
+def floor_ms(results: Results, batch: Any, dtype: str, method: str | None = None) -> tuple[float | None, str]:
+    """The weight-read floor of a step at this batch and dtype (ms) and where it was read."""
+    ceil = record(results, CEILINGS)
+    found = [m for m in matching(ceil.metrics if ceil else [], M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype)
+             if is_number(m.value)]
+    own = [m for m in found if m.params.get("method") == method] or found
+    if own:
+        return float(own[0].value), "ceilings: bytes_per_step ÷ bandwidth"
+    nbytes = [m for m in matching(ceil.metrics if ceil else [], M.BYTES_PER_STEP, batch=batch, dtype=dtype)
+              if is_number(m.value)]
+    cgd = record(results, DECODE)
+    bw = [m for m in matching(cgd.metrics if cgd else [], M.BANDWIDTH_GBPS) if is_number(m.value) and m.value]
+    if nbytes and bw:
+        return float(nbytes[0].value) / (float(bw[0].value) * 1e9) * 1e3, "bytes_per_step ÷ cuda_graph_decode's bandwidth"
+    return None, ""
+
+
 def answer(results: Results, case: Case) -> str:
     """One line: the fastest correct method against eager, with its stored speedup, bound and MBU."""
     best, eager = case.best, case.eager
@@ -306,11 +323,9 @@ def steps(results: Results) -> Section:
     lines = [answer(results, c) for c in found]
     intro = "\n".join(lines + ([source] if source else []))
     # a sweep run's page opens with its sweeps: a copy of one of their rows, or a section with nothing, comes after
-    from report.timegoes import panel  # it reads this module's cases
-
     return Section("steps", "Step time: the fastest correct method", intro, tables,
                    empty="" if tables else why_absent(results, DECODE, INDUCTOR),
-                   panel=panel(results), minor=not tables or rows[0].source == SCALING)
+                   minor=not tables or rows[0].source == SCALING)
 
 
 # ---------------------------------------------------------------------------- ceilings

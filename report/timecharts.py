@@ -4,7 +4,6 @@ panel so methods never hide behind one another. Colours and markers from report.
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
@@ -12,34 +11,18 @@ import matplotlib
 
 from lab.contract.names import method_rank
 
-from report.charts import Chart, _draw, plt
+from lab.contract.results import Results
+
+from report import steps, timegoes
+from report.charts import Chart, _draw, _grid, _legend_below
+from report.sections import Panel, Section
 from report.style import FLOOR_COLOR, FLOOR_LINE, GAP_HATCH, display, pale, style
 from report.tables import fmt, sort_key
 from report.timegoes import Split, groups
 
-PANEL_COLUMNS = 2
 # boxplot's horizontal switch: `orientation` from matplotlib 3.10 (where `vert` is deprecated), `vert` before
 HORIZONTAL: dict[str, Any] = ({"orientation": "horizontal"} if tuple(int(x) for x in
                               matplotlib.__version__.split(".")[:2]) >= (3, 10) else {"vert": False})
-
-
-def _grid(n: int, rows_per_panel: list[int], width: float = 10.0) -> tuple[Any, list[Any]]:
-    """A figure of n panels, PANEL_COLUMNS to a row, each tall enough for its rows of bars."""
-    cols = min(PANEL_COLUMNS, n)
-    lines = math.ceil(n / cols)
-    heights = [max(rows_per_panel[i * cols:(i + 1) * cols]) * 0.27 + 0.9 for i in range(lines)]
-    fig, axes = plt.subplots(lines, cols, figsize=(width, sum(heights) + 0.6), squeeze=False,
-                             gridspec_kw={"height_ratios": heights})
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[n:]:
-        ax.set_visible(False)
-    return fig, flat[:n]
-
-
-def _legend_below(fig: Any, handles: list[Any]) -> None:
-    """The legend under the panels, outside every plotting area."""
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles), frameon=False,
-               fontsize=8)
 
 
 def stacked(found: list[Split]) -> list[Chart]:
@@ -125,3 +108,21 @@ def boxes(found: dict[tuple[Any, str], dict[str, list[float]]]) -> list[Chart]:
         if chart:
             charts.append(chart)
     return charts
+
+
+def panel(results: Results) -> Panel | None:
+    """The step section's first block: stacked bars, the distance-to-floor table, the top kernels, the samples."""
+    found = timegoes.splits(results)
+    if not any(s.parts is not None for s in found):
+        return None
+    profiled = [s for s in found if s.parts is not None]
+    blocks: list[Any] = [*stacked(profiled), timegoes.floor_table(found), *boxes(timegoes.samples(results)),
+                         *timegoes.kernel_tables(results)]
+    return Panel("where-time-goes", "Where the time goes", timegoes.answer(results, found), blocks)
+
+
+def step_section(results: Results) -> Section:
+    """The step section (report.steps) opening with where the time goes."""
+    section = steps.steps(results)
+    section.panel = panel(results)
+    return section

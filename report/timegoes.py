@@ -17,8 +17,8 @@ from lab.contract import units
 from lab.contract.names import method_rank
 from lab.contract.results import Metric, Record, Results
 
-from report.sections import Panel, record
-from report.steps import CEILINGS, DECODE, cases, pct, step_rows
+from report.sections import record
+from report.steps import DECODE, cases, floor_ms, pct, step_rows
 from report.style import display
 from report.tables import Cell, Table, first, fmt, is_number, matching, num, sort_key
 
@@ -49,23 +49,6 @@ class Split:
         busy = self.busy_us / 1e3
         floor = min(self.floor_ms, busy) if self.floor_ms is not None else 0.0
         return {"floor": floor, "above": busy - floor, "gap": max(self.gap_us / 1e3, 0.0)}
-
-
-def floor_ms(results: Results, batch: Any, dtype: str, method: str | None = None) -> tuple[float | None, str]:
-    """The weight-read floor of a step at this batch and dtype (ms) and where it was read."""
-    ceil = record(results, CEILINGS)
-    found = [m for m in matching(ceil.metrics if ceil else [], M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype)
-             if is_number(m.value)]
-    own = [m for m in found if m.params.get("method") == method] or found
-    if own:
-        return float(own[0].value), "ceilings: bytes_per_step ÷ bandwidth"
-    nbytes = [m for m in matching(ceil.metrics if ceil else [], M.BYTES_PER_STEP, batch=batch, dtype=dtype)
-              if is_number(m.value)]
-    cgd = record(results, DECODE)
-    bw = [m for m in matching(cgd.metrics if cgd else [], M.BANDWIDTH_GBPS) if is_number(m.value) and m.value]
-    if nbytes and bw:
-        return float(nbytes[0].value) / (float(bw[0].value) * 1e9) * 1e3, "bytes_per_step ÷ cuda_graph_decode's bandwidth"
-    return None, ""
 
 
 def splits(results: Results) -> list[Split]:
@@ -167,16 +150,3 @@ def answer(results: Results, found: list[Split]) -> str:
                      f"{fmt(parts['above'], units.MS)} more GPU-busy + {fmt(parts['gap'], units.MS)} of gaps"
                      + (f" (MBU {pct(s.mbu.value)})" if s.mbu else ""))
     return "\n".join(lines)
-
-
-def panel(results: Results) -> Panel | None:
-    """The step section's first block: stacked bars, the distance-to-floor table, the top kernels, the samples."""
-    from report import timecharts
-
-    found = splits(results)
-    if not any(s.parts is not None for s in found):
-        return None
-    profiled = [s for s in found if s.parts is not None]
-    blocks: list[Any] = [*timecharts.stacked(profiled), floor_table(found), *timecharts.boxes(samples(results)),
-                         *kernel_tables(results)]
-    return Panel("where-time-goes", "Where the time goes", answer(results, found), blocks)

@@ -3,8 +3,6 @@ figures, the sentinel's flag with its numbers, one name per method across runs, 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from report import front, render_site

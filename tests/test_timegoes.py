@@ -64,7 +64,7 @@ def test_top_kernels_are_a_table_per_batch_and_dtype() -> None:
 
 
 def test_the_panel_opens_the_step_section() -> None:
-    section = steps.steps(_run())
+    section = timecharts.step_section(_run())
     assert section.panel is not None and section.panel.id == "where-time-goes"
     kinds = [getattr(b, "id", "") for b in section.panel.blocks]
     assert kinds[:3] == ["chart-time-float32", "chart-time-bfloat16", "floor-table"]
@@ -72,7 +72,7 @@ def test_the_panel_opens_the_step_section() -> None:
     assert "graph: 0.7 ms = the floor 0.118 ms" in section.panel.intro
     # a run that profiled nothing has no panel (nothing stored to split)
     bare = results(decode({"eager": 3.9, "graph": 0.7}, correct={"eager": True, "graph": True}))
-    assert steps.steps(bare).panel is None
+    assert timecharts.step_section(bare).panel is None
 
 
 def test_stacked_bars_draw_the_stored_parts() -> None:
