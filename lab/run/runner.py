@@ -283,6 +283,7 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
             pass
         raise
     finally:
+        out.experiment_ended()  # (the heartbeat says nothing more of an experiment the run stopped in)
         capture.close()
     finish(results.manifest, _clean_launch_us(results))  # the host's load at the end, the sentinel's launch cost
     write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
