@@ -232,7 +232,7 @@ def _check_table(profile: str | None, capsys) -> dict[str, str]:
     out = capsys.readouterr().out.splitlines()
     rows = {}
     for ln in out:
-        m = re.match(r"^(\w+)\s+needs=(\S+)\s+.*\[(runs here|NOT_RUN \w+)\]$", ln)
+        m = re.match(r"^(\w+)\s+needs=(\S+)\s+.*\[(runs here|NOT_RUN \w+|not in profile [\w-]+)\]$", ln)
         if m:
             rows[m.group(1)] = (m.group(2), m.group(3))
     assert set(rows) == {s.id for s in catalogue.CATALOGUE}, out
@@ -246,9 +246,13 @@ def test_list_check_on_this_host_follows_the_prerequisites(capsys) -> None:
     default = "gpu" if torch.cuda.is_available() else "cpu"
     rows, out = _check_table(None, capsys)  # no profile: the one `run` picks here
     assert out[0].startswith(f"profile {default} ")
+    chosen = profiles.get(default)
+    selected = {s.id for s in catalogue.resolve(list(chosen.experiments or []) or None, sweeps=chosen.sweeps)}
     for spec in catalogue.CATALOGUE:
         needs, verdict = rows[spec.id]
-        if default == "cpu":
+        if spec.id not in selected:
+            assert verdict == f"not in profile {default}", spec.id
+        elif default == "cpu":
             expect = None
             for need in spec.needs:
                 expect = expect or tc.reason_for(need, "cpu")
@@ -256,7 +260,7 @@ def test_list_check_on_this_host_follows_the_prerequisites(capsys) -> None:
             assert needs == (",".join(spec.needs) or "-")
             if not spec.needs:
                 assert verdict == "runs here", spec.id  # needs=- never NOT_RUN with the host's own profile
-    blocked = [v for _, v in rows.values() if v != "runs here"]
+    blocked = [v for _, v in rows.values() if v.startswith("NOT_RUN ")]
     for verdict in set(blocked):  # what would make them run: one line per reason
         assert any(re.match(rf"^{blocked.count(verdict)} {verdict}: .+", ln) for ln in out), out
 
@@ -265,15 +269,43 @@ def test_list_check_gpu_without_cuda_shows_the_need_it_judges(capsys) -> None:
     if torch.cuda.is_available():
         pytest.skip("this host has CUDA")
     rows, out = _check_table("gpu", capsys)
+    gpu = profiles.get("gpu")
+    selected = {s.id for s in catalogue.resolve(list(gpu.experiments or []) or None, sweeps=gpu.sweeps)}
     for spec in catalogue.CATALOGUE:
         needs, verdict = rows[spec.id]
-        if "host" in spec.needs:
+        if spec.id not in selected:
+            assert verdict == "not in profile gpu", spec.id
+        elif "host" in spec.needs:
             assert (needs, verdict) == ("host", "runs here")
         else:
-            assert verdict == "NOT_RUN no_cuda" and needs.split(",")[0] in ("cuda", "cuda*"), spec.id
-            assert needs != "-"
-    assert out[-1].startswith(f"{len(catalogue.CATALOGUE) - 2} NOT_RUN no_cuda: no CUDA device")
+            assert verdict == "NOT_RUN no_cuda", spec.id
+        if "host" not in spec.needs:
+            assert needs.split(",")[0] in ("cuda", "cuda*") and needs != "-", spec.id
+    host = sum("host" in catalogue.BY_ID[e].needs for e in selected)
+    assert out[-1].startswith(f"{len(selected) - host} NOT_RUN no_cuda: no CUDA device")
     assert "* the gpu profile runs on CUDA" in "\n".join(out)
+
+
+def test_list_check_counts_only_what_the_profile_runs(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`list --check cpu` says 'N of the profile's M would run here' with M what `run --profile cpu` selects and N
+    what it then runs; the experiments it leaves out are shown as not in the profile, never as runnable."""
+    profile = profiles.get("cpu")
+    selected = catalogue.resolve(list(profile.experiments or []) or None, sweeps=profile.sweeps)
+    assert len(selected) < len(catalogue.CATALOGUE)  # (the cpu profile leaves some out)
+    rows, out = _check_table("cpu", capsys)
+    outside = [eid for eid, (_, verdict) in rows.items() if verdict == "not in profile cpu"]
+    assert sorted(outside) == sorted({s.id for s in catalogue.CATALOGUE} - {s.id for s in selected})
+    runs = [eid for eid, (_, verdict) in rows.items() if verdict == "runs here"]
+    assert set(runs) <= {s.id for s in selected}
+    assert f"{len(runs)} of the profile's {len(selected)} would run here ({len(outside)} more not in profile cpu)" \
+        in out
+    ran = []  # what the runner, judging the same prerequisites, then runs
+    monkeypatch.setattr(runner, "run_experiment", lambda spec, *args, **kwargs: ran.append(spec.id) or
+                        Record(id=spec.id, title=spec.title, status="OK"))
+    monkeypatch.setattr(runner, "prerequisite_reason", lambda spec, *args: (
+        None if spec.id in runs else Reason(Code.NO_CUDA, "judged as list --check judged it")))
+    runner.run(profile, tmp_path / "run")
+    assert sorted(ran) == sorted(s.id for s in selected)
 
 
 def test_list_check_unknown_profile_is_one_line(capsys) -> None:
