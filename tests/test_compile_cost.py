@@ -12,7 +12,7 @@ from lab.host import cache_dir, compile_cache
 from lab.experiments import compile_cost
 from lab.run.manifest import collect
 from lab.contract.results import Record
-from lab.run.runner import Context
+from lab.run.context import Context
 from lab.host.toolchain import probe
 
 needs_cxx = pytest.mark.skipif(probe().cxx_reason() is not None, reason="no working C++ compiler for Inductor")

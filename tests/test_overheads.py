@@ -15,7 +15,7 @@ from lab.experiments import amdahl, fusion, graph_break_repair, selection
 from lab.measure.opprofile import is_matmul, summarise
 from lab.step.replay import check_like
 from lab.contract.results import Metric, Reason, Record, Skipped, Spread
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 def test_matmul_names() -> None:

@@ -186,7 +186,8 @@ def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch)
     from lab.contract import catalogue, profiles
     from lab.experiments import cuda_graph_decode
     from lab.contract.results import Record, Results, RunInfo
-    from lab.run.runner import Context, ModelCache, _finish_status
+    from lab.run.context import Context, ModelCache
+    from lab.run.runner import _finish_status
 
     broken = dataclasses.replace(METHODS["compile-default"], step=breaking_step, backend="eager")
     monkeypatch.setitem(METHODS, "compile-default", broken)
@@ -212,7 +213,7 @@ def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkey
     from lab.measure.breakeven import break_even_calls
     from lab.experiments import cuda_graph_decode
     from lab.contract.results import Record, Results, RunInfo
-    from lab.run.runner import Context, ModelCache
+    from lab.run.context import Context, ModelCache
 
     plain = dataclasses.replace(METHODS["compile-default"], backend="eager")
     monkeypatch.setitem(METHODS, "compile-default", plain)

@@ -20,7 +20,7 @@ from lab.experiments import amdahl, compile_cost, cuda_graph_decode
 from lab.run.manifest import finish
 from lab.contract.names import Method
 from lab.contract.results import Metric, Record, load
-from lab.run.runner import Context
+from lab.run.context import Context
 from report_helpers import h200_reference
 
 DECODE = "gpt2_decode_step"

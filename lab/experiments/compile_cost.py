@@ -31,7 +31,7 @@ from lab.locks import owned_tempdir
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.run.runner import Context
+from lab.run.context import Context
 
 MLP_DIMS = (256, 1024)  # in/out features, hidden features
 MLP_BATCH = 16

@@ -41,7 +41,7 @@ from lab.experiments.common.sweep import copy_bandwidth
 from lab.measure import profiler_guard
 from lab.measure.breakeven import break_even_calls
 from lab.step import methods as stepmethods
-from lab.run.runner import Context
+from lab.run.context import Context
 
 DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT, Method.REDUCE_OVERHEAD,
                    Method.REDUCE_OVERHEAD_STATIC, Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO,
