@@ -11,6 +11,11 @@
                              has none; why it moved first, ranked for each class of figure that moved, then
                              every mark with its reason (written where at least one run has a baseline)
 
+    site/history.html        each headline figure over the runs of one host and profile, in commit-date order,
+                             each point an improvement, regression or the same against the previous run by
+                             compare's rule (report.history), written where a host and profile has several
+                             runs; each run page has its own group's table
+
     site/traces/<run>/...    the compile-trace pages of each run that kept them (report.publish)
 
 Pages are self-contained (CSS inline, charts as inline SVG): they open from disk with no network.
@@ -34,7 +39,7 @@ from report.why import CLASSES
 from lab.contract.marks import MARKS
 from lab.contract.results import Results
 
-from report import charts, costs, front as front_page, publish, sections, steps, sweeps, workloads
+from report import charts, costs, front as front_page, history, publish, sections, steps, sweeps, workloads
 from report.discover import Run, SkippedFile, load_runs
 from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
@@ -79,6 +84,7 @@ class Site:
     runs: list[Run] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
     compare: Path | None = None
+    history: Path | None = None
     comparisons: list[Comparison] = field(default_factory=list)
     run_pages: list[RunPage] = field(default_factory=list)  # what each run's page was built from
     traces: list[Path] = field(default_factory=list)  # the compile-trace pages written
@@ -94,7 +100,8 @@ def environment() -> Environment:
 
 
 def run_page(run: Run) -> RunPage:
-    """Everything on one run's page, grouped and formatted: the template only lays it out."""
+    """Everything on one run's page, grouped and formatted: the template only lays it out (its history section,
+    made from the other runs too, is added by `_render`)."""
     res = run.results
     drawn = charts.all_charts(res)
     secs = []
@@ -213,6 +220,7 @@ def _moved(site: Site, stage: Path, out: Path, written: bool = True) -> Site:
     site.out, site.index = out, at(site.index)
     site.pages = [at(p) for p in site.pages] if written else []
     site.compare = at(site.compare) if site.compare and written else None
+    site.history = at(site.history) if site.history and written else None
     site.traces = [at(p) for p in site.traces] if written else []
     return site
 
@@ -221,10 +229,11 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
     env = environment()
     site = Site(out=out, index=out / "index.html", skipped=skipped)
     pages: list[RunPage] = []
+    env.globals["has_history"] = False
     for run in front_page.newest_first(runs):
         try:  # one odd run must not sink the others: a run is published whole or not at all
             page = run_page(run)
-            html = env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)
+            env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)  # renders, or skips
             traces = publish.publish(run, out)
         except WriteError:
             raise
@@ -237,18 +246,24 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
             skipped.append(SkippedFile(str(run.path), f"{run.path}: could not be rendered "
                                                       f"({type(exc).__name__}: {exc})"))
             continue
-        write_page(out / page.file, html)
-        site.pages.append(out / page.file)
         site.traces += traces
         site.runs.append(run)
         pages.append(page)
     site.run_pages = pages
     if not pages:
         return site
+    # the history of the runs that rendered: a section on each run page, and history.html where a host and profile
+    # has several runs (the pages' nav links it then)
+    files = {p.run.name: p.file for p in pages}
+    all_series = history.series(site.runs)
+    env.globals["has_history"] = any(len(s.runs) > 1 for s in all_series)
+    for page in pages:
+        page.sections.append(history.section(all_series, page.run, files))
+        write_page(out / page.file, env.get_template("run.html").render(page=page, skipped=skipped, title=page.title))
+        site.pages.append(out / page.file)
     bases = comparisons([p.run for p in pages], baseline)
     comps = [b.comparison for b in bases if b.comparison is not None]
     site.comparisons = comps
-    files = {p.run.name: p.file for p in pages}
     if comps:
         html = env.get_template("compare.html").render(comparisons=comps, bases=bases, skipped=skipped,
                                                        title="Comparison", mark_cls=MARK_CLASS, marks=MARKS,
@@ -256,6 +271,12 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
                                                        shown=WHY_SHOWN)
         site.compare = out / "compare.html"
         write_page(site.compare, html)
+    if env.globals["has_history"]:  # written where some host and profile has several runs, as compare.html
+        html = env.get_template("history.html").render(series=all_series, skipped=skipped,
+                                                       title="History", history_table=lambda s: history.table(s, files),
+                                                       has_compare=bool(comps))
+        site.history = out / history.HISTORY_FILE
+        write_page(site.history, html)
     fronts = [p.front for p in pages]
     html = env.get_template("index.html").render(fronts=fronts, side_by_side=front_page.side_by_side(fronts),
                                                  skipped=skipped, has_compare=bool(comps),
