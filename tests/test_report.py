@@ -340,9 +340,22 @@ def test_every_committed_run_shows_only_stored_figures(tmp_path: Path, run_dir: 
 
 # ---------------------------------------------------------------------------- the comparison page
 
-def test_compare_page_sets_each_run_against_the_newest_of_its_profile(site) -> None:
-    html = (site.out / "compare.html").read_text()
-    assert [(c.a.label, c.b.label) for c in site.comparisons] == [("gpu-fixture", "gpu-fixture-older")]
+def test_compare_page_gives_every_run_a_baseline_or_the_reason_it_has_none(site) -> None:
+    page = (site.out / "compare.html").read_text()
+    # the newer fixture against the previous run of its host and profile; the older one, which has no earlier run,
+    # against the newest other run of its profile; the smoke run, alone in its profile, says so
+    assert [(c.a.label, c.b.label) for c in site.comparisons] == [("gpu-fixture-older", "gpu-fixture"),
+                                                                  ("gpu-fixture", "gpu-fixture-older")]
+    assert texts(page, "no-baseline") == ["cpu-smoke : no baseline, no other run of profile smoke among the runs "
+                                          "rendered: nothing to set it against (a run of the same profile, from this "
+                                          "host or another, would be)"]
+    assert texts(page, "baseline-why") == [
+        "Baseline: the previous run of host fixture-host with profile gpu.",
+        "Baseline: no earlier run of host fixture-host with profile gpu: the newest other run of profile gpu."]
+    # wide tables scroll inside their container instead of being clipped by the page
+    assert page.count("<table") == page.count('<div class="table-wrap"><table')
+    assert re.search(r"\.table-wrap \{[^}]*overflow-x:auto", page)
+    html = page.split('id="cmp-2"', 1)[1]
     why = [t for t in tables(html) if t["rows"] and [c[0] for c in t["rows"][0]] == ["field", "A", "B"]][0]
     moved = {r[0][0]: (r[1][0], r[2][0]) for r in why["rows"][1:]}
     assert moved["compile cache at start"] == ("warm", "cold") and "host load at end" in moved
