@@ -2,8 +2,8 @@
 
 - `smoke`: a tiny GPT-2-shaped model on the CPU, for tests and CI (whole run in a few minutes on 2 cores).
 - `cpu`:   GPT-2 124M on the CPU.
-- `gpu`:   the GPU lab (GPT-2 124M on CUDA); one run of about 7 minutes on an H200 (the budget note above its entry)
-           (estimated ~300 s: see the budget note above its entry).
+- `gpu`:   the GPU lab (GPT-2 124M on CUDA); one run of about 7 minutes on an H200 (the budget note above its
+           entry says where the time goes).
 - `gpu-full`: `gpu` plus what does not fit its budget: max-autotune, coordinate-descent tuning, every method
            at every batch (with Dynamo's automatic dynamic shapes, so the two runs side by side record
            what `dynamic=False` changes), the token read back at every batch, compile time against depth
