@@ -180,11 +180,34 @@ def test_comparison_in_chromium(browser, site) -> None:
     assert page.inner_text("#cmp-1 h2").startswith(f"{c.b.label}")
     why = page.eval_on_selector_all("#cmp-1 table.why-table tbody tr",
                                     "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
-    assert ["compile cache at start", "warm", "cold"] in why
+    state = [side.manifest["compile_cache"]["state"] for side in (c.a, c.b)]  # A against B, as the page sets them
+    assert ["compile cache at start", *state] in why and state[0] != state[1]
     moved = page.eval_on_selector_all("#cmp-1 table.moved-table tbody tr",
                                       "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
     expected = [[r.mark, r.experiment, r.name, fmt(r.a, r.unit), fmt(r.b, r.unit), fmt(r.ratio)] for r in c.moved]
     assert [[m[0], m[1], m[2], m[4], m[5], m[6]] for m in moved] == expected and expected
+    assert no_overflow(page) == []
+    page.close()
+    assert problems == []
+
+
+def test_history_in_chromium(browser, site) -> None:
+    """The two runs of the GPU fixture's host and profile: eager's step at batch 1 as each stored it, and the mark."""
+    from report import history
+
+    assert site.history is not None
+    page, problems = open_page(browser, site.history)
+    series = [s for s in history.series(site.runs) if len(s.runs) > 1]
+    assert series, "the fixture site has a host with two runs of one profile"
+    s = series[0]
+    table_rows = page.eval_on_selector_all(f"table[id='history-{s.host}-{s.profile}'] tbody tr",
+                                           "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
+    assert [r[0] for r in table_rows] == [run.name for run in s.runs]
+    label = next(iter(s.points))  # the first figure: eager's step at batch 1
+    for row, point in zip(table_rows, s.points[label]):
+        assert row[3].startswith(point.text), (row, point.text)
+        if point.found is not None and point.mark not in ("", "first"):
+            assert point.mark in row[3]
     assert no_overflow(page) == []
     page.close()
     assert problems == []
