@@ -143,3 +143,28 @@ def test_check_passes_after_write_on_the_readme(tmp_path: Path) -> None:
     readme_tables.write(readme, ["manifests/reference/h200-2026-11-29-gpu"], root=ROOT)
     assert readme_tables.check(readme, root=ROOT) == (True, "manifests/reference/h200-2026-11-29-gpu")
     assert "46.2%" in readme.read_text()
+
+
+def test_the_readme_prose_quotes_the_stored_reference() -> None:
+    """Figures the README quotes outside the generated tables, checked against the committed H200 reference."""
+    import json
+
+    readme = (ROOT / "README.md").read_text()
+    ref = json.loads((ROOT / "manifests" / "reference" / "h200-2026-11-29-gpu" / "results.json").read_text())
+    cost = next(r for r in ref["experiments"] if r["id"] == "compile_cost")
+    first = {m["params"]["phase"]: m["value"] for m in cost["metrics"]
+             if m["name"] == "first_call_s" and m["params"].get("target") == "decode_core"}
+    assert f"{first['cold']:.2f} s cold, {first['warm']:.2f} s warm" in readme.replace("\n", " ")
+    dec = next(r for r in ref["experiments"] if r["id"] == "cuda_graph_decode")
+    diffs = {}
+    for m in dec["metrics"]:
+        if m["name"] == "max_logit_diff" and m["params"].get("dtype") == "float32" and m["value"]:
+            diffs.setdefault(m["params"]["method"], []).append(m["value"])
+    compiled, fused = diffs["compile-default"], diffs["fused"]
+    text = readme.replace("\n", " ")
+
+    def short(x: float) -> str:
+        return f"{x:.1e}".replace("e-05", "e-5").replace("e-04", "e-4")
+
+    assert f"{short(min(compiled))} to {short(max(compiled))} compiled" in text
+    assert f"{short(min(fused))} to {short(max(fused))} fused" in text
