@@ -172,8 +172,9 @@ def _host_figures() -> list[tuple[str, Getter]]:
         ("device", device_name), ("torch", lambda r: (r.manifest.get("torch") or {}).get("version")),
         ("profile", lambda r: r.run.profile), ("started", lambda r: r.run.started_at),
         ("cost of one eager launch", ceil(M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
+        # host_dispatch names its field after the metric the sentinel measured it as
         ("one eager launch, fresh process (µs)", lambda r: (r.manifest.get("host_dispatch") or {}).get(
-            "launch_us_per_op")),
+            M.LAUNCH_US_PER_OP.name)),
         ("cost of one replayed graph node", ceil(M.LAUNCH_US_PER_OP, mode="graph_node")),
         ("copy bandwidth", ceil(M.BANDWIDTH_GBPS)),
         ("matmul peak, float32", ceil(M.MATMUL_TFLOPS, dtype="float32")),

@@ -41,7 +41,20 @@ def lay_out_runs(root: Path) -> Path:
     write_json_atomic(root / "gpu-fixture-older" / MANIFEST_NAME, older["manifest"])
     for name in ("cpu-smoke", "malformed"):
         shutil.copytree(FIXTURES / "report_runs" / name, root / name)
+    fail_one_check(root / "cpu-smoke" / RESULTS_NAME, "gemm_bound", "about 1.0x")
     return root
+
+
+def fail_one_check(path: Path, experiment: str, name: str) -> None:
+    """The pages show failed checks: the CPU fixture's run had none, so its copy here fails the non-fatal check of
+    `experiment` whose name holds `name` (gemm_bound's "about 1.0x", as a loaded host once made it fail for real)."""
+    import json
+
+    data = json.loads(path.read_text())
+    rec = next(r for r in data["experiments"] if r["id"] == experiment)
+    check = next(c for c in rec["checks"] if not c["fatal"] and name in c["name"])
+    check["passed"], check["detail"] = False, "3.55x, 95% interval [3.4, 3.7] (a failed check for the pages' tests)"
+    path.write_text(json.dumps(data))
 
 
 def texts(html: str, cls: str) -> list[str]:
