@@ -105,11 +105,12 @@ def _mbu(results: Results, dtype: str) -> Found:
 
 
 def _step(results: Results, dtype: str, which: str) -> Found:
-    """At B=1 in `dtype`: eager's step, the fastest correct method's step, or its speedup over eager."""
+    """At B=1 in `dtype`: eager's step ("baseline"), the fastest correct method's step ("best"), or its speedup over
+    eager ("speedup")."""
     c = _case(results, dtype)
     if c is None:
         return None
-    if which == "eager":
+    if which == "baseline":
         return _found(results, c.eager.source, c.eager.step)
     if which == "best":
         return _found(results, c.best.source, c.best.step)
@@ -120,7 +121,7 @@ def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
     """The headline figures, each a label and where a run stores it."""
     out: list[tuple[str, Getter]] = []
     for d in dtypes:
-        out += [(f"eager step, B=1 {d}", lambda r, d=d: _step(r, d, "eager")),
+        out += [(f"eager step, B=1 {d}", lambda r, d=d: _step(r, d, "baseline")),
                 (f"fastest correct method's step, B=1 {d}", lambda r, d=d: _step(r, d, "best")),
                 (f"its speedup over eager, B=1 {d}", lambda r, d=d: _step(r, d, "speedup")),
                 (f"its MBU, B=1 {d}", lambda r, d=d: _mbu(r, d))]
