@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -211,3 +212,21 @@ def test_library_lines_stay_off_the_console_and_json_keeps_them(user_targets, ca
     out, err = capfd.readouterr()
     assert rc == 0 and "USDT" not in err
     assert any("USDT: fake profiler_start line" in ln for ln in json.loads(out)["library_output"])
+
+
+def test_diagnose_names_the_target_that_raised(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Problem 10: a callable that raised printed only `error: <message>`, no target."""
+    (tmp_path / "my_workload.py").write_text(
+        "import torch\n\n"
+        "def step(x):\n"
+        "    raise ValueError('shapes do not line up')\n\n"
+        "def make():\n"
+        "    return step, (torch.ones(3),)\n\n"
+        "def make_fails():\n"
+        "    raise RuntimeError('no data here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    err = one_line_error(capsys, "diagnose", "my_workload:make", "--no-compile", "--rounds", "1", "--iters", "1")
+    assert "TARGET my_workload:make" in err and "ValueError: shapes do not line up" in err
+    assert f"{tmp_path / 'my_workload.py'}:4" in err
+    err = one_line_error(capsys, "diagnose", "my_workload:make_fails", "--no-compile")
+    assert "TARGET my_workload:make_fails" in err and "RuntimeError: no data here" in err

@@ -17,6 +17,8 @@ from report.sanitise import sanitise
 
 from cli_helpers import cli, one_line_error
 
+FIXTURE_RUN = REPO_ROOT / "tests" / "fixtures" / "report_runs" / "cpu-smoke"
+
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "report_runs" / "cpu-smoke"
 TRACE = "traces/model_scaling/tiny-2L"
 SUMMARY = {"per_compile": [{"id": "0/0", "function": "step", "where": "model.py:10", "status": "ok",
@@ -240,3 +242,19 @@ def test_an_earlier_reports_pages_are_replaced_and_other_files_kept(tmp_path: Pa
     assert (out / "traces" / "traced").is_dir()
     assert cli(capsys, "report", str(good), "--out", str(out))[0] == 0
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "notes.txt", "run-good.html"]
+
+
+@pytest.mark.slow
+def test_report_into_an_old_folder_leaves_no_stale_pages(tmp_path: Path, capsys) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for run in (a, b):
+        run.mkdir()
+        (run / "results.json").write_bytes((FIXTURE_RUN / "results.json").read_bytes())
+    out = tmp_path / "site"
+    (out).mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert cli(capsys, "report", str(a), str(b), "--out", str(out))[0] == 0
+    assert {p.name for p in out.iterdir()} == {"index.html", "compare.html", "run-a.html", "run-b.html", "notes.txt"}
+    assert cli(capsys, "report", str(a), "--out", str(out))[0] == 0
+    assert {p.name for p in out.iterdir()} == {"index.html", "run-a.html", "notes.txt"}
+    assert "run-b.html" not in (out / "index.html").read_text()
