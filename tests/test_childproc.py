@@ -14,6 +14,7 @@ import pytest
 
 from lab.contract import profiles
 from lab.run import runner
+from lab.run.childproc import run_child
 from lab.run.manifest import REPO_ROOT
 
 from cli_helpers import one_graph
@@ -167,3 +168,14 @@ def test_sigkill_of_a_compile_cost_run_takes_its_compiling_child_along(tmp_path:
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert not [p for p in temp.iterdir() if p.name.startswith("lab-")]
     assert "left by killed runs" in rerun.stderr
+
+
+def test_child_death_is_recorded() -> None:
+    ok = run_child("json:loads", {"s": "[1, 2]"})
+    assert ok.ok and ok.value == [1, 2]
+    died = run_child("os:abort", {})
+    assert not died.ok and died.signal == "SIGABRT" and "SIGABRT" in died.describe()
+    raised = run_child("lab.contract.profiles:get", {"name": "nope"})
+    assert raised.exit_code == 1 and "unknown profile" in raised.describe()
+    slow = run_child("subprocess:run", {"args": ["sleep", "30"]}, timeout_s=2)
+    assert slow.timed_out and slow.describe().startswith("timed out")
