@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from lab.contract import catalogue, metrics, profiles
 from lab.contract import metrics as M
@@ -16,6 +17,8 @@ from lab.run import runner
 from lab.contract.results import load
 
 from cli_helpers import cli, one_compile, one_graph
+
+SWEEPS = ("peer_generate", "model_scaling", "context_scaling", "graph_buckets", "data_dependent_branch")
 
 SMOKE = profiles.get("smoke")
 THREE = ["graph_breaks", "recompiles", "decode_recompiles"]
@@ -194,3 +197,10 @@ def test_an_error_of_the_runner_itself_still_leaves_a_record_for_every_experimen
     assert saved.run.state == "interrupted"
     assert [r.status for r in saved.experiments] == ["OK", "NOT_RUN"]
     assert "RuntimeError" in saved.record("recompiles").reason.message
+
+
+def test_gpu_sweep_without_cuda_is_not_run_no_cuda(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    res = runner.run(profiles.get("gpu-sweep"), tmp_path)
+    assert [(r.id, r.status, r.reason.code) for r in res.experiments] == [(i, "NOT_RUN", "no_cuda") for i in ("sentinel", *SWEEPS, "sentinel_end")]
