@@ -1,4 +1,4 @@
-"""lab/run/manifest.py: a run records its label, the host's load and the compile cache's state."""
+"""lab/run/manifest.py: a run records its label, the host's load, the compile cache's state and why it fell back to the host."""
 
 from __future__ import annotations
 
@@ -21,3 +21,10 @@ def test_a_run_records_label_load_and_cache_state(tmp_path: Path, monkeypatch) -
     assert m["compile_cache"]["state"] in ("cold", "warm") and isinstance(m["compile_cache"]["entries"], int)
     assert m["cpu"]["caches"] is None or all(isinstance(v, str) for v in m["cpu"]["caches"].values())
     load(out)  # the schema accepts the new fields
+
+
+def test_host_fallback_reason_reaches_the_manifest(monkeypatch):
+    from lab.run.manifest import container_info
+
+    monkeypatch.setenv("LAB_HOST_FALLBACK", "no_docker: the docker CLI is not on PATH")
+    assert container_info()["fallback_reason"].startswith("no_docker:")
