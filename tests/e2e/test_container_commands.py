@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BLOCKED = ("torch", "pydantic", "numpy", "jinja2", "rich", "transformers", "matplotlib")
 CONTAINER_COMMANDS = ("images", "base-image", "image-run", "image-check", "image-lock", "inductor-probe", "fleet",
                       "fleet-task", "fleet-report")
