@@ -97,13 +97,15 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                     M.BOUND_MS, M.BINDING, M.MEASURED_MS, M.MEASURED_OVER_BOUND, M.ACHIEVED_GBPS, M.MBU)),
     ExperimentSpec("inductor", "Inductor on the indexed and the split decode step: speed, logits, tokens", "000",
                    ("inductor",), (*_CORRECTNESS, M.MAX_LOGIT_REL_DIFF, M.DYNAMO_GRAPHS, M.GRAPH_BREAKS,
-                                   M.STEP_COMPILES, M.OP_COMPILES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER)),
+                                   M.STEP_COMPILES, M.OP_COMPILES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
+                                   *_INTERVAL)),
     ExperimentSpec("compile_cost", "First-call compile cold vs warm cache, fresh processes; break-even calls", "000",
                    ("inductor",), (M.FIRST_CALL_S, M.STEADY_MS, M.SAVING_MS_PER_CALL, M.BREAK_EVEN_CALLS,
                                    M.CACHE_REUSED)),
     # chapter 002
     ExperimentSpec("graph_break_repair", "RMS-norm with .item()/if/print vs torch.where: breaks, equality, speed",
-                   "002", (), (M.GRAPHS, M.GRAPH_BREAKS, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_BROKEN_EAGER),
+                   "002", (), (M.GRAPHS, M.GRAPH_BREAKS, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_BROKEN_EAGER,
+                               *_INTERVAL),
                    workload="RMS-norm step, broken vs repaired"),
     ExperimentSpec("manual_graph_recipe", "Linear(256,256) captured by hand with static buffers; equal to eager",
                    "002", ("cuda",), (M.CAPTURE_S, M.STEP_MS, M.SPEEDUP, *_INTERVAL), workload="Linear(256,256) captured by hand"),
@@ -125,7 +127,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                                    M.MEASURED_OVER_PREDICTED_LAUNCH),
                    workload="decode step and transformer block (Amdahl)"),
     ExperimentSpec("diagnose", "The five checks on example targets: launch, kernels, breaks, recompiles, steady", "003",
-                   (), (M.VERDICT, M.STEP_MS, M.SPEEDUP, M.KERNELS, M.MATMUL_SHARE, M.GRAPH_BREAKS, M.RECOMPILES,
+                   (), (M.VERDICT, M.STEP_MS, M.SPEEDUP, *_INTERVAL, M.KERNELS, M.MATMUL_SHARE, M.GRAPH_BREAKS, M.RECOMPILES,
                         M.HOST_SHARE)),
     # last: it reads the records above
     ExperimentSpec("selection", "Which of eager / compile / graph / compile+graph wins each workload", "002", ("host",),
@@ -152,7 +154,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     ExperimentSpec("data_dependent_branch", "An end-of-sequence check in the step: Dynamo's break, capture's error, the "
                    "torch.where rewrite", "014", (), (M.GRAPHS, M.GRAPH_BREAKS, M.STEP_COMPILES, M.DYNAMO_GRAPHS,
                                                        M.CAPTURES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
-                                                       M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
+                                                       *_INTERVAL, M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
     # last: the fresh-process step again, and the run's own baseline judged against it
     ExperimentSpec("sentinel_end", "The fresh-process step at the end: drift, and the in-run eager against it", "020",
                    ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP,

@@ -142,7 +142,8 @@ SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's
                   "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"))
 SPEEDUP_VS_BROKEN_EAGER = declare("speedup_vs_broken_eager", units.X, H,
                                   "the broken step's eager median over this version and method's",
-                                  comparable=("option:graph_break_repair.rows", "option:graph_break_repair.dim"))
+                                  comparable=("option:graph_break_repair.rows", "option:graph_break_repair.dim"),
+                                  interval=("speedup_ci_low", "speedup_ci_high"))
 MARGIN_VS_RUNNER_UP = declare("margin_vs_runner_up", units.X, N,
                               "the runner-up's median over the winner's (how clear the choice was)")
 

@@ -328,10 +328,10 @@ def run(ctx: Context) -> None:
                                    for n, v in variants.items()}, o.rounds)
         ms = {}
         for name, per_round in samples.items():
-            ms[name] = ctx.timing(M.STEP_MS, [x for r in per_round for x in r], batch=batch, variant=name).median
-        for name, value in ms.items():
+            ms[name] = ctx.timing(M.STEP_MS, per_round, batch=batch, variant=name).median
+        for name in ms:
             if name != ref.name:
-                ctx.metric(M.SPEEDUP_VS_EAGER, round(ms[ref.name] / value, 4), batch=batch, variant=name)
+                ctx.speedup(M.SPEEDUP_VS_EAGER, samples[ref.name], samples[name], batch=batch, variant=name)
         summary[str(batch)] = {"dynamo": report, "captured": captured, "ms": ms, "stopped": stopped,
                                "all_equal": all(torch.equal(out, outs[ref.name]) for out in outs.values())}
         del variants

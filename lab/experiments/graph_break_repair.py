@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, inductor_skip, time_methods
+from lab.measure.bench import compile_first_call, inductor_skip, time_method_rounds
 from lab.measure.dynamo_tools import explain, quiet_dynamo
 from lab.contract.names import Method
 from lab.contract.options import option
@@ -127,14 +127,12 @@ def run(ctx: Context) -> None:
             ctx.check(f"{v}: compiled equals eager", all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
                                                         for a, b in zip(got, want)), version=v)
     with quiet_dynamo():
-        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                               warmup=ctx.profile.warmup)
-    for key, xs in samples.items():
+        samples = time_method_rounds(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
+                                     warmup=ctx.profile.warmup)
+    for key, per_round in samples.items():
         version, method = key.split("/")
-        ctx.timing(M.STEP_MS, xs, version=version, method=method, rows=rows, dim=dim)
-    base = ctx.record.metric(M.STEP_MS.name, version="broken", method=Method.EAGER).value
-    for key in samples:
+        ctx.timing(M.STEP_MS, per_round, version=version, method=method, rows=rows, dim=dim)
+    base = samples[f"broken/{Method.EAGER}"]
+    for key, per_round in samples.items():
         version, method = key.split("/")
-        ctx.metric(M.SPEEDUP_VS_BROKEN_EAGER, base / ctx.record.metric(M.STEP_MS.name, version=version,
-                                                                       method=method).value,
-                   version=version, method=method)
+        ctx.speedup(M.SPEEDUP_VS_BROKEN_EAGER, base, per_round, version=version, method=method)
