@@ -170,6 +170,7 @@ def test_sigkill_of_a_compile_cost_run_takes_its_compiling_child_along(tmp_path:
     assert "left by killed runs" in rerun.stderr
 
 
+@pytest.mark.slow
 def test_child_death_is_recorded() -> None:
     ok = run_child("json:loads", {"s": "[1, 2]"})
     assert ok.ok and ok.value == [1, 2]

@@ -50,7 +50,7 @@ def _inductor() -> str | None:
 
 
 @pytest.mark.parametrize("target,expected", [
-    ("breaks_every_call", {"graph-broken"}),
+    pytest.param("breaks_every_call", {"graph-broken"}, marks=pytest.mark.slow),
     ("gemm_stack", {"gemm-bound"}),
     ("elementwise_chain", {"dispatch-bound", "fusion"}),
 ])
@@ -66,6 +66,7 @@ def test_example_verdicts(target: str, expected: set[str]) -> None:
         assert d.check(2).data["compiled"] < d.check(2).data["eager"]
 
 
+@pytest.mark.slow
 def test_cli_one_line_error() -> None:
     out = subprocess.run([sys.executable, "-m", "lab", "diagnose", "not_a_target"], capture_output=True, text=True)
     assert out.returncode == 2 and "module:function" in out.stderr and "Traceback" not in out.stderr
@@ -204,6 +205,7 @@ def test_ctrl_c_says_nothing_is_kept_not_that_results_are_saved(capsys, monkeypa
     assert rc == 130 and "saved" not in err and "keeps no results" in err
 
 
+@pytest.mark.slow
 def test_library_lines_stay_off_the_console_and_json_keeps_them(user_targets, capfd) -> None:
     from lab.__main__ import main
 
@@ -214,6 +216,7 @@ def test_library_lines_stay_off_the_console_and_json_keeps_them(user_targets, ca
     assert any("USDT: fake profiler_start line" in ln for ln in json.loads(out)["library_output"])
 
 
+@pytest.mark.slow
 def test_diagnose_names_the_target_that_raised(tmp_path: Path, capsys, monkeypatch) -> None:
     """Problem 10: a callable that raised printed only `error: <message>`, no target."""
     (tmp_path / "my_workload.py").write_text(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lab.run.manifest import REPO_ROOT
 
 from cli_helpers import cli
@@ -37,6 +39,7 @@ def _first_number(raw) -> None:
                 return
 
 
+@pytest.mark.slow
 def test_report_skips_every_hostile_file_by_name_and_renders_the_rest(tmp_path: Path, capsys) -> None:
     """Problems 3-4: one undecodable file or one field of an unexpected type aborted the whole report."""
     runs = tmp_path / "runs"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-
-from lab.__main__ import main
 from pathlib import Path
 
+import pytest
 
+from lab.__main__ import main
+
+
+@pytest.mark.slow
 def test_env_out_writes_the_file_and_says_so_without_printing_the_manifest(tmp_path, capsys) -> None:
     out = tmp_path / "env.json"
     assert main(["env", "--out", str(out), "--weights", "random"]) == 0

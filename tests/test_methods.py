@@ -87,7 +87,6 @@ def test_a_graph_break_under_a_fullgraph_method_raises_with_dynamos_reason(tiny)
     assert isinstance(err.__cause__, torch._dynamo.exc.Unsupported)
 
 
-@pytest.mark.slow
 def test_without_fullgraph_the_same_break_is_counted_not_raised(tiny) -> None:
     _, w = tiny
     prompt = seeded_prompt()

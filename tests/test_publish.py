@@ -79,6 +79,7 @@ def test_a_trace_not_kept_gets_no_link(tmp_path: Path) -> None:
     assert "tiny-2L" in html and 'href="traces/' not in html and not (tmp_path / "site" / "traces").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path, why", [("/etc", "is absolute"), ("../../outside", "leaves the run folder"),
                                        ("traces/../../outside", "leaves the run folder")])
 def test_a_trace_path_outside_the_run_folder_skips_the_run(tmp_path: Path, capsys, path: str, why: str) -> None:
@@ -100,6 +101,7 @@ def test_a_trace_path_outside_the_run_folder_skips_the_run(tmp_path: Path, capsy
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt", "summary.json"]  # nothing written there
 
 
+@pytest.mark.slow
 def test_a_trace_path_through_a_symlink_skips_the_run(tmp_path: Path, capsys) -> None:
     outside = tmp_path / "outside" / "tiny-2L"
     outside.mkdir(parents=True)
@@ -115,6 +117,7 @@ def test_a_trace_path_through_a_symlink_skips_the_run(tmp_path: Path, capsys) ->
     assert not (tmp_path / "site" / "traces").exists()
 
 
+@pytest.mark.slow
 def test_symlinks_inside_tlparse_are_never_followed(tmp_path: Path) -> None:
     secret = tmp_path / "shadow"
     secret.write_text("root:secret-hash")
@@ -167,6 +170,7 @@ def test_a_published_tlparse_page_carries_no_script(tmp_path: Path) -> None:
     assert "<script" not in page.read_text().lower() and "alert" not in page.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("summary, why", [("{not json", "not a readable JSON summary"),
                                           ([1, 2], "a trace summary is a JSON object, this is a list"),
                                           ({"per_compile": "x"}, "field per_compile is not a list of objects")])
@@ -197,6 +201,7 @@ def test_an_empty_render_leaves_the_previous_site(tmp_path: Path, capsys) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "runs", "site"]  # no staging folder left
 
 
+@pytest.mark.slow
 def test_a_full_disk_leaves_the_previous_site_whole(tmp_path: Path, capsys, monkeypatch) -> None:
     runs = tmp_path / "runs"
     out = tmp_path / "site"
@@ -233,6 +238,7 @@ def test_write_page_never_leaves_half_a_page(tmp_path: Path, monkeypatch) -> Non
     assert page.read_text() == "<html>old</html>" and [p.name for p in tmp_path.iterdir()] == ["index.html"]
 
 
+@pytest.mark.slow
 def test_an_earlier_reports_pages_are_replaced_and_other_files_kept(tmp_path: Path, capsys) -> None:
     runs = tmp_path / "runs"
     out = tmp_path / "site"
