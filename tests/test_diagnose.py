@@ -51,7 +51,7 @@ def _inductor() -> str | None:
 
 @pytest.mark.parametrize("target,expected", [
     pytest.param("breaks_every_call", {"graph-broken"}, marks=pytest.mark.slow),
-    ("gemm_stack", {"gemm-bound"}),
+    pytest.param("gemm_stack", {"gemm-bound"}, marks=pytest.mark.slow),
     ("elementwise_chain", {"dispatch-bound", "fusion"}),
 ])
 def test_example_verdicts(target: str, expected: set[str]) -> None:

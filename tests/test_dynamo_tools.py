@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lab.step import decode
@@ -36,6 +37,7 @@ def test_static_shapes_hit_the_limit_and_dynamic_does_not() -> None:
     assert not dyn.limit_hit and dyn.compiles <= 2 and dyn.symbolic_graphs >= 1
 
 
+@pytest.mark.slow
 def test_fixed_step_compiles_once_growing_step_recompiles(tiny) -> None:
     _, w = tiny
     prompt = torch.randint(0, 512, (1, 8), generator=torch.Generator().manual_seed(0))

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lab.__main__ import main as lab_main
 from lab.contract.results import load
 
 
+@pytest.mark.slow
 def test_a_run_records_label_load_and_cache_state(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("LAB_LABEL", raising=False)
     out = tmp_path / "run"

@@ -46,6 +46,7 @@ def test_unknown_method_is_a_one_line_error(tiny) -> None:
         stepmethods.build("warp", w, seeded_prompt(), 40)
 
 
+@pytest.mark.slow
 def test_eager_builds_and_decodes_on_cpu(tiny) -> None:
     _, w = tiny
     prompt = seeded_prompt()

@@ -61,6 +61,7 @@ def tree(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_kept_trace_is_published_and_linked(tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs")
     site = render_site([run], tmp_path / "site")
@@ -163,6 +164,7 @@ def test_a_style_cannot_close_itself_to_open_a_script() -> None:
     assert "<script" not in out and "<p>after</p>" in out
 
 
+@pytest.mark.slow
 def test_a_published_tlparse_page_carries_no_script(tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs", tlparse=HOSTILE)
     render_site([run], tmp_path / "site")
