@@ -1,8 +1,16 @@
 """The lab's menu: `nox -l` lists the sessions, `nox -s NAME [-- ARGS]` runs one.
 
-Every session only installs what it needs and passes its arguments to `python -m lab COMMAND`
-(the commands are in lab/commands/; `python -m lab COMMAND --help` says what each accepts).
-Sessions that only drive Docker or Slurm run with the host's python3 (no virtualenv, no torch).
+Every session passes its arguments to `python -m lab COMMAND` (the commands are in lab/commands/;
+`python -m lab COMMAND --help` says what each accepts).
+
+One environment with torch for all: the sessions that need torch (tests, lint, lab, smoke, cpu_lab,
+gpu_lab, fleet, env) agree on their dependencies (the pinned torch and the lab with its dev tools), so
+they make no virtualenv of their own: each requires `labenv`, which makes `.nox/labenv` once (torch
+and `pip install -e .[dev]`), reinstalls only when `LAB_TORCH` or pyproject.toml changed, and whose
+interpreter they run. The installed nox has no `venv_location`: this is `requires=` plus
+`venv_backend="none"` and an explicit interpreter. The report and compare, which must run without
+torch, keep their small virtualenvs; sessions that only drive Docker or Slurm run with the host's
+python3 (no virtualenv, no torch).
 
 `nox --no-venv -s NAME`: no virtualenv and nothing installed; the session runs `python -m lab ...`
 with the interpreter nox runs under and the packages it already has (a GPU host with torch and no
@@ -11,8 +19,11 @@ network: `python3 -m nox -s gpu_lab --no-venv -- --out DIR`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+from pathlib import Path
+from typing import Any, Callable
 
 import nox
 
@@ -28,16 +39,19 @@ REPORT_DEPS = ("jinja2>=3.1", "matplotlib>=3.8", "pydantic>=2.7")
 TEST_DEFAULTS = ("-q", "-rs")
 # The host's interpreter for sessions that only orchestrate (standard library only).
 HOST_PYTHON = "python3"
+# The shared environment: its session's name (nox makes it in .nox/labenv), what it installs, and the
+# file in it recording what was installed (so a reused one is not reinstalled).
+SHARED = "labenv"
+SHARED_EXTRAS = ("dev",)
+STAMP = "lab-installed.txt"
+ROOT = Path(__file__).resolve().parent
+_made: dict[str, str] = {}  # the shared environment's interpreter, once `labenv` has run in this nox process
 
 
 def no_venv(session: nox.Session) -> bool:
-    """`nox --no-venv`: the session runs in the current environment, where nothing may be installed."""
-    return session.venv_backend == "none"
-
-
-def python(session: nox.Session) -> str:
-    """The session's interpreter: the virtualenv's, or (--no-venv) the one nox itself runs under."""
-    return sys.executable if no_venv(session) else "python"
+    """`nox --no-venv` (or `--force-venv-backend none`): no virtualenv anywhere, nothing installed. (Read from
+    nox's configuration: a session that declares venv_backend="none" would say "none" here too.)"""
+    return session._runner.global_config.force_venv_backend == "none"
 
 
 def _uses_current_environment(session: nox.Session) -> bool:
@@ -47,12 +61,21 @@ def _uses_current_environment(session: nox.Session) -> bool:
     return no_venv(session)
 
 
-def install(session: nox.Session, *extras: str) -> None:
-    """torch first (pinned, so nothing pulls another build), then the lab in editable mode."""
-    if _uses_current_environment(session):
-        return
-    session.install(TORCH)
-    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+def _interpreter(env_dir: Path) -> Path:
+    return env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def shared_python(session: nox.Session) -> str:
+    """The interpreter the torch sessions run: labenv's, or (--no-venv) the one nox itself runs under."""
+    if no_venv(session):
+        return sys.executable
+    return _made.get(SHARED) or str(_interpreter(Path(session.env_dir).parent / SHARED))
+
+
+def wanted() -> str:
+    """What the shared environment must hold: the torch pin, the extras, and pyproject.toml's digest."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    return f"{TORCH}\n.[{','.join(SHARED_EXTRAS)}]\npyproject.toml {digest}\n"
 
 
 def install_report(session: nox.Session) -> None:
@@ -64,8 +87,13 @@ def install_report(session: nox.Session) -> None:
 
 
 def lab_command(session: nox.Session, *args: str) -> None:
-    """`python -m lab ARGS` in the session's virtualenv (--no-venv: with nox's own interpreter)."""
-    session.run(python(session), "-m", "lab", *args, external=no_venv(session))
+    """`python -m lab ARGS` with the shared environment's interpreter (--no-venv: with nox's own)."""
+    session.run(shared_python(session), "-m", "lab", *args, external=True)
+
+
+def own_lab_command(session: nox.Session, *args: str) -> None:
+    """`python -m lab ARGS` in the session's own virtualenv (report, compare; --no-venv: with nox's interpreter)."""
+    session.run(sys.executable if no_venv(session) else "python", "-m", "lab", *args, external=no_venv(session))
 
 
 def host_lab_command(session: nox.Session, *args: str) -> None:
@@ -73,51 +101,64 @@ def host_lab_command(session: nox.Session, *args: str) -> None:
     session.run(HOST_PYTHON, "-m", "lab", *args, external=True)
 
 
-@nox.session
+def with_torch(**kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+    """A session that runs in the shared environment: no virtualenv of its own, `labenv` first."""
+    return nox.session(venv_backend="none", requires=[SHARED], **kwargs)
+
+
+@nox.session(name=SHARED, default=False)
+def labenv(session: nox.Session) -> None:
+    """The environment with torch the other sessions share: made once, reinstalled only when LAB_TORCH or pyproject.toml changed."""
+    if _uses_current_environment(session):
+        return
+    _made[SHARED] = str(_interpreter(Path(session.virtualenv.location)))
+    stamp = Path(session.virtualenv.location) / STAMP
+    if stamp.is_file() and stamp.read_text() == wanted():
+        session.log(f"{SHARED}: {TORCH} and the lab already installed (pyproject.toml unchanged): nothing to do")
+        return
+    stamp.unlink(missing_ok=True)  # (a failed install below leaves no stamp: the next session tries again)
+    session.install(TORCH)  # torch first (pinned, so nothing pulls another build), then the lab, editable
+    session.install("-e", f".[{','.join(SHARED_EXTRAS)}]")
+    stamp.write_text(wanted())
+
+
+@with_torch()
 def lint(session: nox.Session) -> None:
     """ruff, mypy and import-linter (their settings, and why, are in pyproject.toml)."""
-    if not _uses_current_environment(session):
-        session.install(TORCH)
-        session.install("-e", ".[dev]")
-    external = no_venv(session)
-    session.run(python(session), "-m", "ruff", "check", "lab", "report", "tests", "noxfile.py", external=external)
-    session.run(python(session), "-m", "mypy", external=external)
-    session.run(python(session), "-c", "import sys; from importlinter.cli import lint_imports_command as cli; "
-                "sys.exit(cli())", external=external)
+    python = shared_python(session)
+    session.run(python, "-m", "ruff", "check", "lab", "report", "tests", "noxfile.py", external=True)
+    session.run(python, "-m", "mypy", external=True)
+    session.run(python, "-c", "import sys; from importlinter.cli import lint_imports_command as cli; "
+                "sys.exit(cli())", external=True)
 
 
-@nox.session
+@with_torch()
 def tests(session: nox.Session) -> None:
     """The test suite: quiet, skipped tests with their reason; pytest arguments after -- are added (-- -m "not slow")."""
-    install(session, "dev")
-    session.run(python(session), "-m", "pytest", *TEST_DEFAULTS, *session.posargs, external=no_venv(session))
+    session.run(shared_python(session), "-m", "pytest", *TEST_DEFAULTS, *session.posargs, external=True)
 
 
-@nox.session
+@with_torch()
 def lab(session: nox.Session) -> None:
     """The main job: the whole lab on this host's default profile (gpu with CUDA, else cpu)."""
-    install(session)
     lab_command(session, "run", *session.posargs)
 
 
-@nox.session
+@with_torch()
 def smoke(session: nox.Session) -> None:
     """The smoke profile: a tiny model, every code path, a couple of minutes on 2 cores."""
-    install(session)
     lab_command(session, "run", "--profile", "smoke", *session.posargs)
 
 
-@nox.session(default=False)
+@with_torch(default=False)
 def cpu_lab(session: nox.Session) -> None:
     """The cpu profile in graph-lab:cpu, else on the host saying why (-- --variant V, --host, --require-container)."""
-    install(session)
     lab_command(session, "image-run", "--profile", "cpu", *session.posargs)
 
 
-@nox.session(default=False)
+@with_torch(default=False)
 def gpu_lab(session: nox.Session) -> None:
     """The gpu profile in graph-lab:cuda with --gpus all, else on the host saying why (same options as cpu_lab)."""
-    install(session)
     lab_command(session, "image-run", "--profile", "gpu", *session.posargs)
 
 
@@ -133,17 +174,15 @@ def base_image(session: nox.Session) -> None:
     host_lab_command(session, "base-image", *session.posargs)
 
 
-@nox.session(default=False)
+@with_torch(default=False)
 def fleet(session: nox.Session) -> None:
     """Targets as a Slurm job array, one report comparing the hosts: -- --results DIR --profile P --variant V (docs/fleet.md)."""
-    install(session)
     lab_command(session, "fleet", *session.posargs)
 
 
-@nox.session(default=False)
+@with_torch(default=False)
 def env(session: nox.Session) -> None:
     """Print this host's environment manifest (-- --out FILE to write it)."""
-    install(session)
     lab_command(session, "env", *session.posargs)
 
 
@@ -151,17 +190,17 @@ def env(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """Render the static report (site/index.html) from manifests/ and runs/, or from -- RUN_DIR ... [--out DIR]."""
     install_report(session)
-    lab_command(session, "report", *session.posargs)
+    own_lab_command(session, "report", *session.posargs)
 
 
 @nox.session(default=False)
 def compare(session: nox.Session) -> None:
     """Compare two runs or manifests: -- A B (run directories, results.json or manifest.json)."""
     install_report(session)
-    lab_command(session, "compare", *session.posargs)
+    own_lab_command(session, "compare", *session.posargs)
 
 
 @nox.session(venv_backend="none", default=False)
 def wheelhouse(session: nox.Session) -> None:
     """On a connected host: the lab's dependencies but torch as hashed wheels for an offline GPU host: -- DIR --python 3.12 --platform manylinux_2_28_x86_64."""
-    lab_command(session, "wheelhouse", *session.posargs)
+    session.run(sys.executable, "-m", "lab", "wheelhouse", *session.posargs, external=True)

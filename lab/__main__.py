@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-EXIT_GRACE_S = 60.0  # how long the interpreter may take to shut down once the command has finished
+EXIT_GRACE_S = 30.0  # how long the interpreter may take to shut down once the command has finished
 
 
 def exit_within(code: int, grace_s: float = EXIT_GRACE_S) -> None:

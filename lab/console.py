@@ -10,13 +10,16 @@ Standard output carries only data (the final line of `lab run` naming the result
   left) and `activity` ("compiling X (first call)" with the time it takes);
 - the summary: counts, NOT_RUN codes with counts, FAILED experiments, and every failed check.
 
-On a terminal, progress is drawn live by rich (twice a second, so that drawing takes next to nothing
-from what is measured) and disappears when done; an activity of a second or more leaves one line with
-its time. Elsewhere (a log file, a pipe, the tests) it is plain lines: a counted stretch says where it
-is every LAB_PROGRESS_EVERY_S seconds (default 10) when an item has finished since it last did (at
-least every 30 s), an activity after 10 s and then at doubling intervals (20 s, 40 s...), and each
-closes with a line once it has said anything or lasted a second. LAB_PROGRESS_EVERY_S=0 prints every step
-and every activity's start (the tests use it).
+The console's promise: while an experiment or a stretch is under way, a line at least every
+LAB_PROGRESS_EVERY_S seconds (default 10). On a terminal, progress is drawn live by rich (twice a second,
+next to nothing taken from what is measured) and disappears when done; an activity of a second or more
+leaves one line with its time. Elsewhere (a log file, a pipe, the tests) it is plain lines: a counted
+stretch says where it is when an item has finished and the console was quiet for the interval; the
+heartbeat (`beat`, on a thread while anything is under way) fills any other silence of the interval with
+what is under way: the innermost stretch's status ("compiling X (first call), 20.0 s"), else
+"<experiment>: still running, 20.0 s (in module.function)". Each stretch closes with a line once it said
+anything or lasted a second. LAB_PROGRESS_EVERY_S=0 prints every step and every activity's start (the
+tests use it; the heartbeat then beats every second). Times are `use_clock`'s (time.monotonic by default).
 
 While experiments run, lab.run.librarylogs redirects file descriptor 2 to catch what libraries write below
 Python; the console then writes to a duplicate of the real standard error (`use_stream`).
@@ -26,11 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, TextIO, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TextIO, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -57,6 +61,26 @@ def use_stream(stream: TextIO | None) -> None:
     console.file = stream  # type: ignore[assignment]
 
 
+_clock: Callable[[], float] = time.monotonic
+
+
+def use_clock(clock: Callable[[], float] | None) -> None:
+    """Time progress and the heartbeat by `clock` (seconds, monotonic) from now on (None: time.monotonic)."""
+    global _clock
+    _clock = clock or time.monotonic
+
+
+def now() -> float:
+    return _clock()
+
+
+def _print(renderable: Any) -> None:
+    """Every line the console writes: printed, and the time it was said kept for the heartbeat."""
+    with BOARD.lock:
+        console.print(renderable)
+        STATE.last_said = now()
+
+
 def plural(n: int, word: str) -> str:
     """'1 compile', '2 compiles', '1 distinct message': a count and its noun, in the number it takes."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
@@ -64,7 +88,7 @@ def plural(n: int, word: str) -> str:
 
 def say(text: str, style: str = "") -> None:
     """One line of the lab's own, as it is (no markup)."""
-    console.print(Text(text, style=style))
+    _print(Text(text, style=style))
 
 
 def _duration(seconds: float) -> str:
@@ -81,6 +105,9 @@ class _RunState:
     experiment: str = ""  # the experiment under way: prefixes its progress lines
     verbose: bool = False  # -v: library output shown live
     reasons_seen: set[tuple[str, str]] = field(default_factory=set)
+    last_said: float = field(default_factory=lambda: now())  # when the console last wrote a line
+    started: float = 0.0  # when the experiment under way started
+    thread: int | None = None  # the thread running it (where the heartbeat looks for what it does)
 
 
 STATE = _RunState()
@@ -118,23 +145,13 @@ class _Task:
     description: str
     total: int | None
     completed: int = 0
-    started: float = field(default_factory=time.monotonic)
-    last_line: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=lambda: now())
     lines: int = 0  # plain lines printed while under way
     said: int = 0  # `completed` when the last plain line was printed
     rich_id: Any = None
 
-    def due(self, every: float) -> bool:
-        """Whether a plain line is due. Counted: `every` s after the last one if an item finished since, else
-        after 3 x `every` (a slow item still shows the run is alive). Not counted: at doubling intervals."""
-        now = time.monotonic()
-        if self.total:
-            quiet = now - self.last_line
-            return quiet >= every and (self.completed != self.said or quiet >= 3 * every)
-        return now - self.started >= every * (2 ** self.lines)
-
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return now() - self.started
 
     def remaining(self) -> float | None:
         if not self.total or self.completed <= 0 or self.completed >= self.total:
@@ -163,8 +180,24 @@ class _Left(ProgressColumn):
         return Text(f"about {_duration(left)} left" if left is not None else "", style="progress.remaining")
 
 
+def _quiet() -> float:
+    return now() - STATE.last_said
+
+
+def _where(thread: int | None) -> str:
+    """The innermost function of the lab's own (not the runner's) that `thread` is in, e.g.
+    'lab.step.ceilings.roofline'; '' if none."""
+    frame = sys._current_frames().get(thread) if thread is not None else None
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.startswith(("lab.", "report.")) and module != "lab.console" and not module.startswith("lab.run."):
+            return f"{module}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return ""
+
+
 class _Board:
-    """The stretches under way: drawn live on a terminal, written as plain lines elsewhere."""
+    """The stretches under way (drawn live on a terminal, plain lines elsewhere) and the heartbeat."""
 
     def __init__(self) -> None:
         self.tasks: list[_Task] = []
@@ -188,9 +221,7 @@ class _Board:
                                              redirect_stderr=False, refresh_per_second=2)
                     self.progress.start()
                 task.rich_id = self.progress.add_task(description, total=total, own=task)
-            elif self.heartbeat is None:
-                self.heartbeat = threading.Thread(target=self._beat, name="lab-progress", daemon=True)
-                self.heartbeat.start()
+        self.wake()
         return task
 
     def advance(self, task: _Task, n: int = 1) -> None:
@@ -198,7 +229,8 @@ class _Board:
             task.completed += n
             if self.progress is not None and task.rich_id is not None:
                 self.progress.update(task.rich_id, completed=task.completed)
-            elif (task.total is None or task.completed < task.total) and task.due(interval_s()):
+            elif (task.total is None or task.completed < task.total) and task.completed != task.said \
+                    and _quiet() >= interval_s():
                 self._plain(task)  # (the last step is said by the closing line)
 
     def remove(self, task: _Task) -> None:
@@ -212,40 +244,63 @@ class _Board:
                     self.progress = None
 
     def _plain(self, task: _Task) -> None:
-        task.last_line = time.monotonic()
         task.lines += 1
         task.said = task.completed
         say(f"{INDENT}{task.status()}", "dim")
 
+    def busy(self) -> bool:
+        """Whether anything is under way that the console promises to report on."""
+        return bool(self.tasks or STATE.experiment)
+
+    def beat(self) -> None:
+        """One heartbeat: after a silence of the interval (at least 1 s), say what is under way."""
+        with self.lock:
+            if not self.busy() or _quiet() < max(1.0, interval_s()):
+                return
+            if self.tasks:
+                if self.tasks[-1].rich_id is None:  # (drawn live on a terminal)
+                    self._plain(self.tasks[-1])
+                return
+            where = _where(STATE.thread)
+            say(f"{INDENT}{STATE.experiment}: still running, {_duration(now() - STATE.started)}"
+                f"{f' (in {where})' if where else ''}", "dim")
+
+    def wake(self) -> None:
+        """Start the heartbeat's thread if it is not running (it ends when nothing is under way)."""
+        with self.lock:
+            if self.heartbeat is None:
+                self.heartbeat = threading.Thread(target=self._beat, name="lab-progress", daemon=True)
+                self.heartbeat.start()
+
     def _beat(self) -> None:
+        # Asleep until the silence would reach the interval: in a measuring process the thread wakes about once an
+        # interval (a few microseconds of the interpreter's time each), not every second.
         while True:
-            time.sleep(min(1.0, max(0.1, interval_s())))
+            interval = max(1.0, interval_s())
+            time.sleep(min(interval, max(0.05, interval - _quiet())))
             with self.lock:
-                if not self.tasks:
+                if not self.busy():
                     self.heartbeat = None
                     return
-                every = max(1.0, interval_s())
-                for task in self.tasks:
-                    if task.rich_id is None and task.due(every):
-                        self._plain(task)
+            self.beat()
 
 
 BOARD = _Board()
+
+
+def beat() -> None:
+    """One heartbeat now (the thread calls it about ten times per interval; a test with its own clock, too)."""
+    BOARD.beat()
 
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
     """`items`, one at a time, with progress: item n of N (when countable), elapsed, an estimate of the rest."""
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]
-    task = BOARD.add(_label(description), total)
-    try:
+    with counter(description, total) as steps:
         for item in items:
             yield item
-            BOARD.advance(task)
-    finally:
-        BOARD.remove(task)
-        if task.lines:
-            say(f"{INDENT}{task.status()}: done", "dim")
+            steps.advance()
 
 
 class Steps:
@@ -259,7 +314,7 @@ class Steps:
 
 
 @contextlib.contextmanager
-def counter(description: str, total: int) -> Iterator[Steps]:
+def counter(description: str, total: int | None) -> Iterator[Steps]:
     """Progress over `total` units of work that are not one loop: `with counter(...) as c: ...; c.advance()`."""
     task = BOARD.add(_label(description), total)
     try:
@@ -292,13 +347,20 @@ def activity(description: str) -> Iterator[None]:
 # ---------------------------------------------------------------------------- the run, experiment by experiment
 
 def run_header(profile: str, device: str, experiments: int, results_path: Any) -> None:
-    console.print(f"[bold]lab run[/bold] profile={escape(profile)} device={escape(device)} "
-                  f"experiments={experiments} -> {escape(str(results_path))}")
+    _print(f"[bold]lab run[/bold] profile={escape(profile)} device={escape(device)} "
+           f"experiments={experiments} -> {escape(str(results_path))}")
 
 
 def experiment_started(index: int, total: int, experiment: str, title: str) -> None:
-    STATE.experiment = experiment
+    """Its line; from now on the heartbeat watches it (until `experiment_ended`)."""
     say(f"[{index}/{total}] {experiment}: {title}")
+    STATE.experiment, STATE.started, STATE.thread = experiment, now(), threading.get_ident()
+    BOARD.wake()
+
+
+def experiment_ended() -> None:
+    """No experiment under way (it finished, or the run stopped): the heartbeat has nothing more to say of it."""
+    STATE.experiment, STATE.thread = "", None
 
 
 def _failed_checks(record: Any) -> list[Any]:
@@ -319,7 +381,7 @@ def experiment_finished(record: Any) -> None:
         else:
             head.append(f" ({reason.code}: {reason.message})")
             STATE.reasons_seen.add(key)
-    console.print(head)
+    _print(head)
     failed = _failed_checks(record)
     if failed and not (record.reason is not None and str(record.reason.code) == "check_failed" and len(failed) == 1):
         for check in failed[:5]:
@@ -334,7 +396,7 @@ def experiment_finished(record: Any) -> None:
                                                                                                         "message")
         shown = "" if STATE.verbose else "; -v shows it live"
         say(f"{INDENT}library output recorded: {what}{shown}", "dim")
-    STATE.experiment = ""
+    experiment_ended()
 
 
 # ---------------------------------------------------------------------------- the end of the run

@@ -8,6 +8,7 @@ name is just a character; matplotlib escapes text in the SVG it writes.
 from __future__ import annotations
 
 import io
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -18,10 +19,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lab.contract import metrics as M  # noqa: E402
-from lab.contract.names import Method, method_rank  # noqa: E402
+from lab.contract.names import method_rank  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
 from report.costs import first_call_behind  # noqa: E402
+from report.steps import floor_ms  # noqa: E402
+from report.style import FLOOR_LINE, display, style  # noqa: E402
 from report.sections import record  # noqa: E402
 from report.tables import first, fmt, is_number, matching, sort_key  # noqa: E402
 
@@ -90,77 +93,81 @@ def _log_axis(ax: Any, axis: str, base: int = 10, ticks: list[Any] | None = None
     target.set_minor_formatter(NullFormatter())
 
 
-# Series that coincide stay distinguishable: each method its colour, marker, line style and marker size (larger
-# hollow markers drawn first, so a method hidden under another shows as a ring around it).
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)), "-", "--")
+PANEL_COLUMNS = 2
 
 
-def _styles(methods: list[Any]) -> dict[Any, dict[str, Any]]:
-    cmap = plt.get_cmap("tab10")
-    n = len(methods)
-    return {m: {"color": cmap(i % 10), "marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)],
-                "markersize": 4 + 2.2 * (n - i), "markerfacecolor": "none", "markeredgewidth": 1.4,
-                "linewidth": 1.2 + 0.5 * (n - i) / n, "zorder": 2 + i}
-            for i, m in enumerate(methods)}
+def _grid(n: int, rows_per_panel: list[int], width: float = 10.0) -> tuple[Any, list[Any]]:
+    """A figure of n panels, PANEL_COLUMNS to a row, each tall enough for its rows of bars."""
+    cols = min(PANEL_COLUMNS, n)
+    lines = math.ceil(n / cols)
+    heights = [max(rows_per_panel[i * cols:(i + 1) * cols]) * 0.27 + 0.9 for i in range(lines)]
+    fig, axes = plt.subplots(lines, cols, figsize=(width, sum(heights) + 0.6), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _legend_below(fig: Any, handles: list[Any]) -> None:
+    """The legend under the panels, outside every plotting area."""
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles), frameon=False,
+               fontsize=8)
 
 
 def step_time(results: Results) -> list[Chart]:
-    """Step time against batch per dtype: one line per method, each method's bound dashed thin in its colour, and
-    that dtype's weight-read floor (bytes / bandwidth) dotted, over that dtype's batches only."""
+    """Step time per dtype, each batch its own panel (methods never coincide into one blob): a horizontal bar per
+    method in its declared colour on a linear axis from 0, that method's largest bound as a black tick, and the
+    dtype's weight-read floor (bytes / bandwidth) as a dotted line."""
     cgd, ceil = record(results, DECODE), record(results, CEILINGS)
     steps = [m for m in matching(cgd.metrics if cgd else [], M.STEP_MS, readback=False)
              if "method" in m.params and "batch" in m.params and is_number(m.value)]
     charts = []
     for dtype in sorted({str(m.params.get("dtype")) for m in steps}, key=lambda d: (d != "float32", d)):
         here = [m for m in steps if str(m.params.get("dtype")) == dtype]
-        methods = sorted({m.params["method"] for m in here}, key=method_rank)
         batches = sorted({m.params["batch"] for m in here}, key=sort_key)
 
-        def draw(data: dict[str, Any], here: list[Any] = here, methods: list[Any] = methods, dtype: str = dtype,
-                 batches: list[Any] = batches) -> Any:
-            fig, ax = plt.subplots(figsize=(7.5, 4.2))
-            styles = _styles(methods)
-            series: dict[str, list[tuple[Any, float]]] = {}
-            for method in methods:
-                pts = sorted(((m.params["batch"], m.value) for m in here if m.params["method"] == method),
-                             key=lambda p: sort_key(p[0]))
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=method, **styles[method])
-                series[str(method)] = pts
-                bounds = sorted(((m.params["batch"], m.value) for m in matching(ceil.metrics if ceil else [], M.BOUND_MS,
-                                                                                 method=method)
-                                 if str(m.params.get("dtype")) == dtype and m.params["batch"] in batches
-                                 and is_number(m.value)), key=lambda p: sort_key(p[0]))
-                if bounds:
-                    ax.plot([p[0] for p in bounds], [p[1] for p in bounds], linestyle="--", linewidth=0.8,
-                            color=styles[method]["color"], alpha=0.6)
-                    series[f"bound: {method}"] = bounds
-            floor = sorted(((m.params["batch"], m.value) for m in matching(ceil.metrics if ceil else [],
-                                                                            M.BOUND_BANDWIDTH_MS, method=Method.EAGER)
-                            if str(m.params.get("dtype")) == dtype and m.params["batch"] in batches
-                            and is_number(m.value)), key=lambda p: sort_key(p[0]))
-            if floor:
-                ax.plot([p[0] for p in floor], [p[1] for p in floor], color="0.25", linestyle=":", linewidth=2,
-                        marker="|", markersize=10, label=f"weight-read floor ({dtype})")
-                series["floor"] = floor
-            if any(k.startswith("bound: ") for k in series):
-                ax.plot([], [], linestyle="--", linewidth=0.8, color="0.5", label="method's bound (thin dashed)")
-            data.update(series=series, dtype=dtype)
-            if len(batches) > 1:
-                _log_axis(ax, "x", 2, batches)
-            else:
-                ax.set_xticks(batches)
-            _log_axis(ax, "y")
-            ax.set_xlabel("batch (sequences decoded together)")
-            ax.set_ylabel("median time per decode step (ms, log)")
-            ax.set_title(f"Decode step time against batch ({dtype})")
-            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+        def draw(data: dict[str, Any], here: list[Any] = here, dtype: str = dtype, batches: list[Any] = batches) -> Any:
+            from matplotlib.lines import Line2D
+            from matplotlib.patheffects import withStroke
+
+            rows = {b: sorted((m for m in here if m.params["batch"] == b), key=lambda m: method_rank(m.params["method"]),
+                              reverse=True) for b in batches}
+            fig, axes = _grid(len(batches), [len(rows[b]) for b in batches])
+            data.update(series={}, floor={}, bounds={}, dtype=dtype)
+            for ax, b in zip(axes, batches):
+                ys = range(len(rows[b]))
+                for y, m in zip(ys, rows[b]):
+                    method = m.params["method"]
+                    ax.barh(y, m.value, color=style(method).color, height=0.7)
+                    ax.annotate(fmt(m.value, "ms"), (m.value, y), xytext=(3, 0), textcoords="offset points",
+                                va="center", fontsize=7)
+                    data["series"].setdefault(str(method), []).append((b, m.value))
+                    bound = first(ceil, M.BOUND_MS, method=method, batch=b, dtype=dtype)
+                    if bound is not None and is_number(bound.value):
+                        ax.plot([bound.value], [y], marker="|", markersize=12, markeredgewidth=2, color="black",
+                                linestyle="none", path_effects=[withStroke(linewidth=4, foreground="white")])
+                        data["bounds"].setdefault(str(method), []).append((b, bound.value))
+                floor, _ = floor_ms(results, b, dtype)
+                if floor is not None:
+                    ax.axvline(floor, color=FLOOR_LINE, linestyle=":", linewidth=1.6)
+                    data["floor"][b] = floor
+                ax.set_yticks(list(ys), [display(m.params["method"]) for m in rows[b]], fontsize=7.5)
+                ax.set_xlim(0, max(m.value for m in rows[b]) * 1.22)
+                ax.set_xlabel("median ms per decode step")
+                ax.set_title(f"batch {fmt(b)}, {dtype}", fontsize=9)
+                ax.grid(axis="y", visible=False)
+            _legend_below(fig, [Line2D([], [], color=FLOOR_LINE, linestyle=":", label=f"weight-read floor ({dtype})"),
+                                Line2D([], [], color="black", marker="|", markersize=10, linestyle="none",
+                                       label="the method's largest bound (ceilings)")])
+            fig.tight_layout()
             return fig
 
-        chart = _draw(f"chart-step-{dtype}", f"Step time against batch ({dtype})",
-                      "Each method has its own colour, marker and line style; methods whose times coincide show as "
-                      "nested rings. Thin dashed: that method's largest lower bound (launch, bandwidth or compute). "
-                      f"Dotted: the {dtype} weight-read floor at the measured bandwidth.", draw)
+        chart = _draw(f"chart-step-{dtype}", f"Step time per method and batch ({dtype})",
+                      "Each batch its own panel and each method its own colour (the same on every chart of the "
+                      "report). Black tick: the method's largest lower bound (launch, bandwidth or compute); dotted: "
+                      f"the {dtype} weight-read floor, the bytes a step must read at the measured copy bandwidth.",
+                      draw)
         if chart:
             charts.append(chart)
     return charts
@@ -216,7 +223,7 @@ def compile_cost(results: Results) -> list[Chart]:
             lines.set_xlabel("calls")
             lines.set_ylabel("time saved by compiling (s)")
             lines.set_title(f"{target}: time saved after N calls")
-            lines.legend(fontsize=7, frameon=False)
+            lines.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             fig.tight_layout()
             return fig
 
@@ -230,35 +237,37 @@ def compile_cost(results: Results) -> list[Chart]:
 
 
 def setup_cost(results: Results) -> list[Chart]:
-    """Setup (compile and/or capture) seconds per method, batch and dtype, as grouped bars."""
+    """Setup (compile and/or capture) seconds per method, one dot per batch and dtype, on a log axis (dots, not
+    bars: a bar's length on a log axis means nothing)."""
     rec = record(results, DECODE)
-    ms = [m for m in matching(rec.metrics if rec else [], M.SETUP_S) if is_number(m.value)]
+    ms = [m for m in matching(rec.metrics if rec else [], M.SETUP_S) if is_number(m.value) and m.value > 0]
     if not ms:
         return []
 
     def draw(data: dict[str, Any]) -> Any:
-        methods = sorted({m.params.get("method") for m in ms}, key=method_rank)
-        groups = sorted({(m.params.get("batch"), m.params.get("dtype")) for m in ms},
-                        key=lambda g: (str(g[1]) != "float32", str(g[1]), sort_key(g[0])))
-        fig, ax = plt.subplots(figsize=(7.5, 3.4))
-        width = 0.8 / max(1, len(groups))
-        for j, (b, dt) in enumerate(groups):
-            vals = [next((m.value for m in ms if m.params.get("method") == meth and m.params.get("batch") == b
-                          and m.params.get("dtype") == dt), 0) for meth in methods]
-            label = f"batch {b}" + (f", {dt}" if dt is not None else "")
-            ax.bar([i + j * width for i in range(len(methods))], vals, width, label=label)
-            data.setdefault("series", {})[label] = list(zip([str(m) for m in methods], vals))
-        ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(methods))], [str(m) for m in methods],
-                      rotation=20, ha="right")
-        ax.set_ylabel("setup (s, log)")
-        ax.set_xlabel("method")
-        _log_axis(ax, "y")
-        ax.legend(fontsize=7, frameon=False)
+        methods = sorted({m.params.get("method") for m in ms}, key=method_rank, reverse=True)
+        fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(methods) + 1.2))
+        for y, meth in enumerate(methods):
+            pts = sorted((m for m in ms if m.params.get("method") == meth),
+                         key=lambda m: (str(m.params.get("dtype")) != "float32", sort_key(m.params.get("batch"))))
+            st = style(meth)
+            ax.plot([m.value for m in pts], [y] * len(pts), color=st.color, marker=st.marker, linestyle="none",
+                    markersize=6, alpha=0.85)
+            for m in pts:
+                label = f"B={m.params.get('batch')}" + ("" if m.params.get("dtype") in (None, "float32") else " bf16")
+                ax.annotate(label, (m.value, y), xytext=(0, 5), textcoords="offset points", fontsize=6, ha="center")
+            data.setdefault("series", {})[str(meth)] = [(m.params.get("batch"), m.params.get("dtype"), m.value)
+                                                        for m in pts]
+        ax.set_yticks(range(len(methods)), [display(m) for m in methods], fontsize=7.5)
+        ax.set_ylim(-0.6, len(methods) - 0.3)
+        ax.set_xlabel("setup (s, log): compile and/or capture, first call included")
+        _log_axis(ax, "x")
         ax.set_title("Compile / capture cost per method")
+        fig.tight_layout()
         return fig
 
     chart = _draw("chart-setup", "Compile and capture cost per method", "First call of each method: compile "
-                  "and/or warm-up plus capture, seconds, log scale.", draw)
+                  "and/or warm-up plus capture, seconds on a log axis; one dot per batch (bf16 marked).", draw)
     return [chart] if chart else []
 
 
@@ -283,7 +292,7 @@ def fusion(results: Results) -> list[Chart]:
         _log_axis(ax, "x", 2, sorted({m.params["n_ops"] for m in sp}, key=sort_key))
         ax.set_xlabel("elementwise ops in the chain (count)")
         ax.set_ylabel("compiled speedup over eager (×)")
-        ax.legend(fontsize=7, frameon=False)
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set_title("Fusion: speedup against chain length")
         return fig
 
@@ -308,12 +317,13 @@ def recompiles(results: Results) -> list[Chart]:
             labels = [", ".join(f"{v}" for k, v in m.params.items() if k != "calls") for m in ms]
             ax.bar(range(len(ms)), [m.value for m in ms], color="#4f81bd")
             ax.set_xticks(range(len(ms)), labels, rotation=20, ha="right")
+            shown = title
             if limit is not None and is_number(limit.value):
-                ax.axhline(limit.value, color="#c0504d", linestyle="--", linewidth=1, label=f"limit {limit.value}")
-                ax.legend(fontsize=7, frameon=False)
+                ax.axhline(limit.value, color="#c0504d", linestyle="--", linewidth=1)
+                shown += f"\n(dashed: limit {limit.value})"  # named in the title: no legend over the bars
             ax.set_ylabel("frames compiled (count)")
             ax.set_xlabel("setting")
-            ax.set_title(title)
+            ax.set_title(shown)
             data.setdefault("series", {})[title] = list(zip(labels, [m.value for m in ms]))
         fig.tight_layout()
         return fig
@@ -348,7 +358,7 @@ def amdahl(results: Results) -> list[Chart]:
         ax.set_xlabel("workload")
         ax.set_ylabel("compile speedup over eager (×)")
         ax.set_title("Predicted against measured")
-        ax.legend(fontsize=7, frameon=False)
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         return fig
 
     chart = _draw("chart-amdahl", "Amdahl against the launch-aware prediction", "Bars at 0: not predicted or not "

@@ -12,9 +12,11 @@ comparable); the rules are in `lab.contract.marks`. Beyond metrics:
   counted per experiment (never silently dropped).
 
 Manifest fields are flattened (`gpu.nvidia_smi.gpus[0].driver_version`); `created_at` is ignored
-because it always differs. "Why it moved" (`explain`) lists the manifest fields that can explain
-a move (device, driver, torch/Triton/CUDA, CPU, threads, host load, GPU clocks and power, image,
-compile cache state), the ones that differ first. Text and JSON output: report.compare_output.
+because it always differs. "Why it moved" (report.why) lists the manifest fields that can explain
+a move (device, driver, torch/Triton/CUDA, CPU and its dispatch speed, threads, host load, GPU clocks
+and power, image, compile cache state), the ones that differ first, ranked for each class of the
+figures that moved: the host's dispatch first for eager and launch-bound figures, the GPU, driver,
+torch/CUDA and Triton first for kernel-bound ones. Text and JSON output: report.compare_output.
 """
 
 from __future__ import annotations
@@ -30,35 +32,15 @@ from lab.contract.reasons import Code
 from lab.contract.marks import FACTOR, MARKS, Mark, Value, judge
 from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Metric, Record, Results, ResultsError, from_dict
 from lab.contract.schema import read_json
+from report.why import ABSENT, CLASSES, ExplainRow, FigureClass, explain, figure_class, flatten
 
 __all__ = ["FACTOR", "MARKS", "Side", "load_side", "flatten", "manifest_diff", "explain", "compare", "Comparison",
-           "MetricRow", "StatusRow", "CheckRow", "FieldDiff", "ExplainRow"]
+           "MetricRow", "StatusRow", "CheckRow", "FieldDiff", "ExplainRow", "figure_class", "value_of"]
 
 IGNORED_FIELDS = ("created_at",)
-ABSENT = "(absent)"
 # Fields a reader looks for first: the ones that change what a timing means.
 KEY_PREFIXES = ("gpu.", "torch.", "libraries.", "toolchain.", "python.version", "container.", "compiler_settings.",
                 "cpu.", "host.", "compile_cache.", "weights.", "profile.", "lab.", "packages.")
-
-# What can explain a move, in the order a performance engineer checks it: (label, flattened key or prefix.).
-EXPLAIN: tuple[tuple[str, str], ...] = (
-    ("GPU", "gpu.nvidia_smi.gpus[0].name"), ("GPU seen by torch", "gpu.torch.device_name"),
-    ("driver", "gpu.nvidia_smi.gpus[0].driver_version"), ("torch", "torch.version"), ("CUDA", "torch.cuda_build"),
-    ("cuDNN", "torch.cudnn"), ("Triton", "libraries.triton"), ("Python", "python.version"),
-    ("transformers", "libraries.transformers"), ("numpy", "libraries.numpy"),
-    ("C++ compiler", "toolchain.cxx.version"), ("CPU", "cpu.model"), ("CPU flags", "cpu.isa"),
-    ("CPU flags digest", "cpu.flags_sha256"), ("CPU caches", "cpu.caches."), ("cores usable", "cpu.usable_cores"),
-    ("torch threads", "cpu.torch_threads"), ("host load at start", "host.load_start"),
-    ("host load at end", "host.load_end"), ("GPU SM clock", "gpu.nvidia_smi.gpus[0].clocks.sm"),
-    ("GPU max SM clock", "gpu.nvidia_smi.gpus[0].clocks.max.sm"), ("GPU memory clock", "gpu.nvidia_smi.gpus[0].clocks.mem"),
-    ("GPU power limit", "gpu.nvidia_smi.gpus[0].power.limit"),
-    ("GPU persistence mode", "gpu.nvidia_smi.gpus[0].persistence_mode"), ("in a container", "container.in_container"),
-    ("image", "container.image"), ("image variant", "container.variant"),
-    ("image id", "container.image_id"), ("packages digest", "packages.sha256"), ("compile cache at start", "compile_cache.state"),
-    ("Inductor settings", "compiler_settings.inductor."), ("Dynamo settings", "compiler_settings.dynamo."),
-    ("lab commit", "lab.commit"),
-)
-
 
 @dataclass
 class Side:
@@ -100,22 +82,6 @@ def load_side(path: Path | str) -> Side:
 
 # ---------------------------------------------------------------------------- manifests
 
-def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts and lists as dotted keys: {'gpu': {'gpus': [{'name': 'H200'}]}} -> {'gpu.gpus[0].name': 'H200'}."""
-    out: dict[str, Any] = {}
-    if isinstance(obj, dict):
-        if not obj and prefix:
-            out[prefix] = {}
-        for key, value in obj.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    elif isinstance(obj, list) and obj and any(isinstance(v, (dict, list)) for v in obj):
-        for i, value in enumerate(obj):
-            out.update(flatten(value, f"{prefix}[{i}]"))
-    else:
-        out[prefix] = obj
-    return out
-
-
 @dataclass(frozen=True)
 class FieldDiff:
     key: str
@@ -137,37 +103,6 @@ def manifest_diff(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] 
     return [FieldDiff(k, fa.get(k, ABSENT), fb.get(k, ABSENT)) for k in keys if fa.get(k, ABSENT) != fb.get(k, ABSENT)]
 
 
-@dataclass(frozen=True)
-class ExplainRow:
-    label: str
-    key: str
-    a: Any
-    b: Any
-
-    @property
-    def differs(self) -> bool:
-        return self.a != self.b
-
-
-def explain(a: dict[str, Any], b: dict[str, Any]) -> list[ExplainRow]:
-    """The manifest fields that can explain a move (EXPLAIN), those that differ first, then those that do not."""
-    fa, fb = flatten(a), flatten(b)
-    rows: list[ExplainRow] = []
-    for label, key in EXPLAIN:
-        if not key.endswith("."):
-            if key in fa or key in fb:
-                rows.append(ExplainRow(label, key, fa.get(key, ABSENT), fb.get(key, ABSENT)))
-            continue
-        group = [ExplainRow(f"{label}: {k[len(key):]}", k, fa.get(k, ABSENT), fb.get(k, ABSENT))
-                 for k in sorted(k for k in set(fa) | set(fb) if k.startswith(key))]
-        moved = [r for r in group if r.differs]
-        if moved:
-            rows += moved
-        elif group:  # a group of settings that all agree: one row
-            rows.append(ExplainRow(label, key + "*", f"{len(group)} fields", f"{len(group)} fields"))
-    return [r for r in rows if r.differs] + [r for r in rows if not r.differs]
-
-
 # ---------------------------------------------------------------------------- results
 
 def params_key(params: dict[str, Any]) -> str:
@@ -185,6 +120,7 @@ class MetricRow:
     ratio: float | None
     mark: Mark
     reason: str = ""
+    cls: FigureClass = "other"  # what can explain its move (report.why.figure_class)
 
 
 @dataclass
@@ -223,6 +159,8 @@ class Comparison:
     only_b: dict[str, int] = field(default_factory=dict)
     experiments_only_a: list[str] = field(default_factory=list)  # experiments only A has (a run made with --only)
     experiments_only_b: list[str] = field(default_factory=list)
+    # For each class of the figures that moved (report.why.CLASSES), the fields ranked for it.
+    why_by_class: dict[str, list[ExplainRow]] = field(default_factory=dict)
 
     def count(self, mark: str) -> int:
         return sum(r.mark == mark for rows in (self.metrics, self.statuses, self.checks) for r in rows)
@@ -235,6 +173,9 @@ class Comparison:
     def sorted_metrics(self) -> list[MetricRow]:
         """The metrics in the order a reader wants them: better, worse, ..., same (lab.contract.marks.MARKS)."""
         return sorted(self.metrics, key=lambda r: MARKS.index(r.mark))
+
+    def moved_of(self, cls: str) -> list[MetricRow]:
+        return [r for r in self.moved if r.cls == cls]
 
 
 # NOT_RUN for want of something on the host (a device, a compiler, an OS): the experiment could not run there,
@@ -281,7 +222,8 @@ def interval_of(m: Metric, rec: Record) -> tuple[float | None, float | None]:
     return (ends[0], ends[1]) if None not in ends else (None, None)
 
 
-def _value(m: Metric, rec: Record, manifest: dict[str, Any]) -> Value:
+def value_of(m: Metric, rec: Record, manifest: dict[str, Any]) -> Value:
+    """A stored metric as marks.judge sees it: value, unit, interquartile range, 95% interval, its record and run."""
     sp = m.spread
     low, high = interval_of(m, rec)
     return Value(m.value, m.unit, m.params, sp.q1 if sp else None, sp.q3 if sp else None, tuple(rec.metrics), manifest,
@@ -292,7 +234,23 @@ def _reason(rec: Record | None) -> str:
     return f"{rec.reason.code}: {rec.reason.message}" if rec is not None and rec.reason else ""
 
 
-def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record) -> None:
+def _step_key(params: dict[str, Any]) -> tuple[str, str, str]:
+    return str(params.get("method")), str(params.get("batch")), str(params.get("dtype"))
+
+
+def bindings(*results: Results | None) -> dict[tuple[str, str, str], str]:
+    """Which bound binds each step ceilings bounded ((method, batch, dtype) -> 'launch'...), the first side's first."""
+    out: dict[tuple[str, str, str], str] = {}
+    for res in results:
+        for rec in res.experiments if res is not None else ():
+            for m in rec.metrics:
+                if m.name == M.BINDING.name and isinstance(m.value, str):
+                    out.setdefault(_step_key(m.params), m.value)
+    return out
+
+
+def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record,
+                     binds: dict[tuple[str, str, str], str]) -> None:
     if ra.status != rb.status:
         mark, why = status_mark(ra.status, rb.status, _code(ra), _code(rb))
         out.statuses.append(StatusRow(rid, ra.status, rb.status, _reason(ra), _reason(rb), mark, why))
@@ -301,10 +259,11 @@ def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record) -> None:
     for key, metric in ma.items():
         if key in mb:
             other = mb[key]
-            v = judge(M.spec(metric.name), _value(metric, ra, out.a.manifest), _value(other, rb, out.b.manifest),
+            v = judge(M.spec(metric.name), value_of(metric, ra, out.a.manifest), value_of(other, rb, out.b.manifest),
                       out.factor)
             out.metrics.append(MetricRow(rid, metric.name, metric.params, metric.unit, metric.value, other.value,
-                                         v.ratio, v.mark, v.reason))
+                                         v.ratio, v.mark, v.reason, figure_class(metric.name, metric.params,
+                                                                                 binds.get(_step_key(metric.params)))))
     if n := sum(k not in mb for k in ma):
         out.only_a[rid] = n
     if n := sum(k not in ma for k in mb):
@@ -325,6 +284,7 @@ def compare(a: Side, b: Side, factor: float = FACTOR) -> Comparison:
         return out
     recs_a = {r.id: r for r in a.results.experiments}
     recs_b = {r.id: r for r in b.results.experiments}
+    binds = bindings(b.results, a.results)
     for rid in list(recs_a) + [i for i in recs_b if i not in recs_a]:
         ra, rb = recs_a.get(rid), recs_b.get(rid)
         if ra is None or rb is None:
@@ -334,5 +294,10 @@ def compare(a: Side, b: Side, factor: float = FACTOR) -> Comparison:
             if rb is not None and rb.metrics:
                 out.only_b[rid] = len(rb.metrics)
             continue
-        _compare_records(out, rid, ra, rb)
+        _compare_records(out, rid, ra, rb, binds)
+    for cls in CLASSES:
+        if out.moved_of(cls):
+            out.why_by_class[cls] = explain(a.manifest, b.manifest, cls)
+    if out.why_by_class:  # the headline ranking: for the class with the most figures that moved
+        out.why = out.why_by_class[max(out.why_by_class, key=lambda c: len(out.moved_of(c)))]
     return out

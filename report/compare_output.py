@@ -14,7 +14,11 @@ from typing import Any
 
 from lab.atomic import clean
 from report.compare import IGNORED_FIELDS, Comparison, Side
+from report.why import CLASSES
 from lab.contract.marks import MARKS
+
+
+RANKED = 5  # the fields of each class's ranking the text output names
 
 
 def safe(text: str) -> str:
@@ -74,6 +78,10 @@ def format_text(c: Comparison) -> str:
     same = [r.label for r in c.why if not r.differs]
     if same:
         lines.append(f"  unchanged: {', '.join(same)}")
+    for cls, rows in c.why_by_class.items():
+        first = [r for r in rows if r.differs][:RANKED]
+        lines.append(f"  for the {len(c.moved_of(cls))} {CLASSES[cls]}: "
+                     + ("; ".join(f"{r.label} {_short(r.a, 24)} -> {_short(r.b, 24)}" for r in first) or "none differs"))
     lines += ["", f"Manifest fields that differ: {len(c.fields)} (ignored: {', '.join(IGNORED_FIELDS)})"]
     width = max([len(f.key) for f in c.fields] + [10])
     for f in c.fields:
@@ -108,7 +116,8 @@ def format_text(c: Comparison) -> str:
 
 
 def records(c: Comparison) -> list[dict[str, Any]]:
-    """Every mark as one record: kind (metric, status, check), experiment, metric, params, a, b, ratio, mark, reason."""
+    """Every mark as one record: kind (metric, status, check), experiment, metric, params, a, b, ratio, mark, reason;
+    a metric's also its class (report.why: what can explain its move)."""
     out: list[dict[str, Any]] = []
     for s in c.statuses:
         out.append({"kind": "status", "experiment": s.experiment, "metric": None, "params": {}, "unit": "",
@@ -120,7 +129,8 @@ def records(c: Comparison) -> list[dict[str, Any]]:
                     "a": ch.a, "b": ch.b, "ratio": None, "mark": ch.mark, "reason": ch.detail})
     for r in c.metrics:
         out.append({"kind": "metric", "experiment": r.experiment, "metric": r.name, "params": r.params,
-                    "unit": r.unit, "a": r.a, "b": r.b, "ratio": r.ratio, "mark": r.mark, "reason": r.reason})
+                    "unit": r.unit, "a": r.a, "b": r.b, "ratio": r.ratio, "mark": r.mark, "reason": r.reason,
+                    "class": r.cls})
     return out
 
 
@@ -130,6 +140,9 @@ def to_json(c: Comparison) -> str:
         "a": describe(c.a), "b": describe(c.b), "factor": c.factor,
         "counts": {m: c.count(m) for m in MARKS},
         "why_it_moved": [{"label": r.label, "field": r.key, "a": r.a, "b": r.b, "differs": r.differs} for r in c.why],
+        "why_it_moved_by_class": {cls: {"moved": len(c.moved_of(cls)), "ranked": [
+            {"label": r.label, "field": r.key, "a": r.a, "b": r.b, "differs": r.differs, "first": r.first}
+            for r in rows]} for cls, rows in c.why_by_class.items()},
         "fields": [{"field": f.key, "a": f.a, "b": f.b} for f in c.fields],
         "records": records(c) if c.a.results is not None and c.b.results is not None else [],
         "experiments_only_in_a": c.experiments_only_a, "experiments_only_in_b": c.experiments_only_b,

@@ -15,7 +15,8 @@ from report.costs import first_call_behind
 from report.discover import Run
 from report.runstatus import Status, status
 from report.sections import failed_checks, record
-from report.steps import CEILINGS, Case, cases, ceiling, is_eager, step_rows
+from report.sentinels import flags as sentinel_flags
+from report.steps import CEILINGS, Case, cases, ceiling, is_eager, own_mbu, pct, step_rows
 from report.sweeps import headline as peer_headline
 from report.tables import Cell, Table, first, fmt, num, sort_key
 
@@ -67,20 +68,24 @@ class Line:
         return f"B={fmt(self.case.batch)} {self.case.dtype}"
 
     @property
+    def speedup_text(self) -> str:
+        """The stored speedup with its stored 95% interval: '11.4× [11.3, 11.5]'."""
+        return self.case.best.speedup_text
+
+    @property
+    def failed_source(self) -> bool:
+        """The figures come from a FAILED experiment (the cases that passed were measured; badged, not hidden)."""
+        return self.case.best.status == "FAILED" or self.case.eager.status == "FAILED"
+
+    @property
     def mbu_text(self) -> str:
-        """'MBU 0.23' for the fastest method, or 'eager MBU 0.05' where only eager's was stored (the CPU)."""
-        if self.mbu is None:
-            return ""
-        whose = "" if self.mbu.params.get("method") == self.case.best.method else "eager "
-        return f"{whose}MBU {fmt(self.mbu.value)}"
+        """'MBU 23.2%': the fastest method's own, from its own step time (never eager's beside another method)."""
+        return f"MBU {pct(self.mbu.value)}" if self.mbu is not None else ""
 
     @property
     def binding_text(self) -> str:
-        """'launch-bound', or 'eager: bandwidth-bound' where ceilings bounded only the eager step (the CPU)."""
-        if self.binding is None:
-            return ""
-        whose = "" if self.binding.params.get("method") == self.case.best.method else "eager: "
-        return f"{whose}{self.binding.value}-bound"
+        """'launch-bound': the bound ceilings stored for the fastest method itself."""
+        return f"{self.binding.value}-bound" if self.binding is not None else ""
 
 
 @dataclass
@@ -96,6 +101,7 @@ class FrontRow:
     counts: dict[str, int] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     peer: str | None = None  # the lab's best step beside transformers' best generate (peer_generate's conclusion)
+    sentinel: list[str] = field(default_factory=list)  # failed sentinel checks, with their numbers
     status: Status | None = None  # incomplete, with what was asked for and not recorded (report.runstatus)
 
     @property
@@ -113,8 +119,7 @@ def lines(results: Results) -> list[Line]:
         p = {"method": best.method, "batch": c.batch, "dtype": c.dtype}
         setup = first(cgd, M.SETUP_S, **p) if best.source == "cuda_graph_decode" and not is_eager(best.method) else None
         be = first(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
-        out.append(Line(c, best.speedup, ceiling(results, M.MBU, best) or ceiling(results, M.MBU, c.eager),
-                        ceiling(results, M.BINDING, best) or ceiling(results, M.BINDING, c.eager), setup, be))
+        out.append(Line(c, best.speedup, own_mbu(results, best), ceiling(results, M.BINDING, best), setup, be))
     return out
 
 
@@ -138,7 +143,7 @@ def front_row(run: Run, file: str) -> FrontRow:
                     device=device_name(r), torch=str((r.manifest.get("torch") or {}).get("version", "?")),
                     lines=lines(r), compile=compile_summary(r), counts=counts(r),
                     failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r),
-                    status=status(r))
+                    status=status(r), sentinel=sentinel_flags(r))
 
 
 def newest_first(runs: list[Run]) -> list[Run]:
@@ -167,6 +172,8 @@ def _host_figures() -> list[tuple[str, Getter]]:
         ("device", device_name), ("torch", lambda r: (r.manifest.get("torch") or {}).get("version")),
         ("profile", lambda r: r.run.profile), ("started", lambda r: r.run.started_at),
         ("cost of one eager launch", ceil(M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
+        ("one eager launch, fresh process (µs)", lambda r: (r.manifest.get("host_dispatch") or {}).get(
+            "launch_us_per_op")),
         ("cost of one replayed graph node", ceil(M.LAUNCH_US_PER_OP, mode="graph_node")),
         ("copy bandwidth", ceil(M.BANDWIDTH_GBPS)),
         ("matmul peak, float32", ceil(M.MATMUL_TFLOPS, dtype="float32")),
@@ -177,6 +184,7 @@ def _host_figures() -> list[tuple[str, Getter]]:
         ("break-even calls, warm", cc(M.BREAK_EVEN_CALLS, "warm")),
         ("OK / NOT_RUN / FAILED", lambda r: " / ".join(str(v) for v in counts(r).values())),
         ("failed checks", lambda r: len(failed_checks(r))),
+        ("sentinel checks failed", lambda r: len(sentinel_flags(r))),
     ]
 
 
@@ -202,8 +210,9 @@ def side_by_side(rows: list[FrontRow]) -> Table:
         tag = f"B={fmt(batch)} {dtype}"
         figures: list[tuple[str, Callable[[Line], Any]]] = [
             ("eager step", lambda ln: ln.case.eager.step), ("fastest correct method", lambda ln: ln.case.best.label),
-            ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.speedup),
-            ("MBU", lambda ln: ln.mbu_text or None), ("binding bound", lambda ln: ln.binding_text or None),
+            ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.speedup_text or None),
+            ("its MBU", lambda ln: pct(ln.mbu.value) if ln.mbu else None),
+            ("its binding bound", lambda ln: ln.binding.value if ln.binding else None),
         ]
         for label, get_line in figures:
             table.rows.append([Cell(f"{label}, {tag}")] + [_cell(get_line(ln) if ln else None) for ln in here])

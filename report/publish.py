@@ -105,7 +105,7 @@ def read_summary(file: Path) -> dict[str, Any]:
         m = c.get("metrics") if isinstance(c.get("metrics"), dict) else {}
         rows.append({"id": str(c.get("id", "")), "function": str(c.get("function") or ""),
                      "where": str(c.get("where") or ""), "status": str(c.get("status", "")),
-                     "ops": str(m.get("graph_op_count", "")), "guards": str(m.get("guard_count", "")),
+                     "graph_ops": str(m.get("graph_op_count", "")), "guards": str(m.get("guard_count", "")),
                      "compile_s": str(m.get("entire_frame_compile_time_s", "")),
                      "backend_s": str(m.get("backend_compile_time_s", "")),
                      "recompiles": "; ".join(map(str, c.get("recompile_reasons") or [])),
@@ -161,7 +161,7 @@ bytes raw (graphs and generated code are not kept; {{ s.payload_bytes }} bytes o
 <table><thead><tr><th>compile</th><th>function</th><th>where</th><th>status</th><th>graph ops</th><th>guards</th>
 <th>whole compile, s</th><th>backend, s</th><th>recompile reasons</th><th>graph breaks</th><th>failure</th></tr></thead><tbody>
 {% for c in s.per_compile %}<tr><td>{{ c.id }}</td><td>{{ c.function }}</td><td class="muted">{{ c.where }}</td>
-<td{% if c.status != "ok" %} class="bad"{% endif %}>{{ c.status }}</td><td>{{ c.ops }}</td><td>{{ c.guards }}</td>
+<td{% if c.status != "ok" %} class="bad"{% endif %}>{{ c.status }}</td><td>{{ c.graph_ops }}</td><td>{{ c.guards }}</td>
 <td>{{ c.compile_s }}</td><td>{{ c.backend_s }}</td><td>{{ c.recompiles }}</td><td>{{ c.breaks }}</td>
 <td>{{ c.failure }}</td></tr>
 {% endfor %}</tbody></table>

@@ -10,13 +10,14 @@ the repository root), so the block can be checked and remade from them. Several 
 in order: the first record of an experiment id wins (a reference made in two invocations).
 
 Tables, each from the metrics the lab recorded (a value the run did not record is "—"):
-1. step time per method and batch, fp32, with the speedup over eager (cuda_graph_decode step_ms,
-   readback false), then the methods timed with the token read back;
-2. the distance to the floor at the first batch, fp32 and bf16: step time, kernels per step,
-   GPU-busy time and the gaps between kernels (cuda_graph_decode), the bytes a step must read, the
-   byte floor (bytes / measured copy bandwidth) and MBU (ceilings), and correctness: fp32 tokens
-   equal to eager's, teacher-forced argmax agreement and largest logit error against fp32 eager;
-3. MBU per method and batch (ceilings);
+1. step time per method and batch, fp32, with the speedup over eager and its stored 95% interval
+   (speedup_ci_low / speedup_ci_high) where the run stores one, and the rounds each batch was timed over;
+2. the distance to the floor per method at batch 1, fp32 and bf16: step time, kernels per step,
+   GPU-busy time and the gaps between kernels (cuda_graph_decode), the bytes a step must read
+   (ceilings: the workload's, the same for every method), the byte floor (bytes / measured copy
+   bandwidth), MBU from the method's own step time (`mbu`), and correctness: fp32 tokens equal to
+   eager's, teacher-forced argmax agreement and largest logit error against fp32 eager;
+3. MBU per method and batch, each from the method's own step time;
 4. the ceilings the bounds use.
 
 Standard library only (plus lab.contract.results to read the files): the README can be remade without torch.
@@ -33,6 +34,8 @@ from lab.contract import notes as N
 from lab.contract.names import Method, method_rank
 from lab.contract.results import Record, load
 
+DECODE = "cuda_graph_decode"
+CEILINGS = "ceilings"
 BEGIN = re.compile(r"<!-- headline:begin(?P<runs>[^>]*)-->")
 END = "<!-- headline:end -->"
 DASH = "—"
@@ -87,6 +90,13 @@ def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
     return out
 
 
+def _interval(run: Run, method: str, batch: int, dtype: str = "float32") -> str:
+    """' [10.6, 11.7]': the stored 95% interval of the method's speedup over eager, or '' where none is stored."""
+    p = {"method": method, "batch": batch, "dtype": dtype, "readback": False}
+    low, high = (run.value(DECODE, M.SPEEDUP_CI_LOW.name, **p), run.value(DECODE, M.SPEEDUP_CI_HIGH.name, **p))
+    return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
+
+
 def step_table(run: Run) -> list[str]:
     steps = _steps(run, "float32")
     if not steps:
@@ -98,74 +108,115 @@ def step_table(run: Run) -> list[str]:
         cells = [f"`{m}`"]
         for b in batches:
             ms, eager = steps.get((m, b, False)), steps.get((Method.EAGER, b, False))
-            cells.append(DASH if ms is None else f"{ms:.3f} ({eager / ms:.2f}×)" if eager else f"{ms:.3f}")
+            ci = _interval(run, m, b) if m != Method.EAGER else ""
+            cells.append(DASH if ms is None else f"{ms:.3f} ({eager / ms:.2f}×{ci})" if eager else f"{ms:.3f}")
         rows.append(cells)
     for m in sorted({m for m, _, rb in steps if rb}, key=method_rank):
         rows.append([f"`{m}`, token read back"] + [_f(steps.get((m, b, True)), ".3f") for b in batches])
-    lines = [f"GPT-2 124M, fp32, median ms per step (speedup over eager), {_config(run)}:", ""]
+    lines = [f"GPT-2 124M, fp32, median ms per step (speedup over eager{_ci_note(run)}), {_config(run, batches)}:", ""]
     return lines + _table(["method"] + [f"B={b}" for b in batches], rows)
 
 
-def _config(run: Run) -> str:
-    rec = run.records.get("cuda_graph_decode")
+def _ci_note(run: Run) -> str:
+    return " [its 95% interval]" if run.values(DECODE, M.SPEEDUP_CI_LOW.name) else ""
+
+
+def rounds(run: Run, dtype: str = "float32") -> dict[int, int]:
+    """The rounds each batch was timed over (the length of its round medians), batch -> rounds."""
+    out: dict[int, int] = {}
+    for p, v in run.values(DECODE, M.ROUND_MEDIANS_MS.name):
+        if p.get("dtype") == dtype and isinstance(v, list):
+            out[int(p["batch"])] = max(out.get(int(p["batch"]), 0), len(v))
+    return out
+
+
+def _config(run: Run, batches: list[int]) -> str:
+    rec = run.records.get(DECODE)
     cfg = rec.notes.get(N.DECODE_CONFIG.key) if rec is not None else None
+    per = rounds(run)
+    if per and len(set(per.values())) > 1:
+        text = ", ".join(f"{per[b]} at B={b}" for b in batches if b in per)
+        timed = f"rounds: {text}"
+    elif per:
+        timed = f"{next(iter(per.values()))} rounds"
+    else:
+        timed = f"{cfg.get('rounds')} rounds" if isinstance(cfg, dict) else ""
     if not isinstance(cfg, dict):
-        return "cuda_graph_decode"
-    return f"{cfg.get('steps')} steps after a {cfg.get('prompt_len')}-token prompt, {cfg.get('rounds')} rounds"
+        return f"{DECODE}" + (f", {timed}" if timed else "")
+    return f"{cfg.get('steps')} steps after a {cfg.get('prompt_len')}-token prompt, {timed}"
+
+
+def floor(run: Run, batch: int, dtype: str) -> tuple[float | None, float | None]:
+    """(bytes a step must read, the floor they take at the measured copy bandwidth in ms) at this batch and dtype.
+
+    The bytes are the workload's (every weight once and the attended cache), the same for every method: ceilings
+    stores them beside each step it bounds."""
+    nbytes = next((float(v) for p, v in run.values(CEILINGS, M.BYTES_PER_STEP.name)
+                   if p.get("batch") == batch and p.get("dtype") == dtype and v is not None), None)
+    bw = run.value(CEILINGS, M.BANDWIDTH_GBPS.name, kind="copy")
+    return nbytes, (None if nbytes is None or not bw else nbytes / (bw * 1e9) * 1e3)
+
+
+def mbu(run: Run, method: str, batch: int, dtype: str) -> float | None:
+    """The method's own MBU: stored by cuda_graph_decode from its step time, else the floor over its stored step
+    time (a run made before the experiment stored MBU per method); never ceilings' eager."""
+    stored = run.value(DECODE, M.MBU.name, method=method, batch=batch, dtype=dtype)
+    if stored is not None:
+        return float(stored)
+    ms = run.value(DECODE, M.STEP_MS.name, method=method, batch=batch, dtype=dtype, readback=False)
+    floor_ms = floor(run, batch, dtype)[1]
+    return None if ms is None or floor_ms is None or ms <= 0 else round(floor_ms / ms, 4)
 
 
 def floor_table(run: Run) -> list[str]:
-    """Distance to the floor, per method at the first fp32 batch and every bf16 batch."""
-    cases = sorted({(str(p["dtype"]), int(p["batch"])) for p, _ in run.values("cuda_graph_decode", M.STEP_MS.name)},
+    """Distance to the floor, per method at the first batch (B=1) of each dtype, fp32 first."""
+    cases = sorted({(str(p["dtype"]), int(p["batch"])) for p, _ in run.values(DECODE, M.STEP_MS.name)},
                    key=lambda c: (c[0] != "float32", c[1]))
-    first32 = min((b for d, b in cases if d == "float32"), default=None)
-    cases = [c for c in cases if c[0] != "float32" or c[1] == first32]
+    first = {d: min(b for dd, b in cases if dd == d) for d, _ in cases}
     rows = []
-    for dtype, batch in cases:
-        methods = sorted({str(p["method"]) for p, _ in run.values("cuda_graph_decode", M.STEP_MS.name)
+    for dtype, batch in [c for c in cases if c[1] == first[c[0]]]:
+        methods = sorted({str(p["method"]) for p, _ in run.values(DECODE, M.STEP_MS.name)
                           if p.get("dtype") == dtype and p.get("batch") == batch}, key=method_rank)
+        nbytes, floor_ms = floor(run, batch, dtype)
         for m in methods:
             p = {"method": m, "batch": batch, "dtype": dtype}
-            ms = run.value("cuda_graph_decode", M.STEP_MS.name, readback=False, **p)
-            nbytes = run.value("ceilings", M.BYTES_PER_STEP.name, **p)
             rows.append([
-                f"`{m}`", f"{'fp32' if dtype == 'float32' else 'bf16'} B={batch}", _f(ms, ".3f"),
-                _f(run.value("cuda_graph_decode", M.KERNELS_PER_STEP.name, **p), ".0f"),
-                _f(run.value("ceilings", M.BOUND_LAUNCH_MS.name, **p), ".3f"),
-                _f(run.value("cuda_graph_decode", M.GPU_BUSY_US.name, **p), ".0f"),
-                _f(run.value("cuda_graph_decode", M.GAP_US.name, **p), ".0f"),
-                _f(None if nbytes is None else nbytes / 1e6, ".0f"),
-                _f(run.value("ceilings", M.BOUND_BANDWIDTH_MS.name, **p), ".3f"),
-                _pct(run.value("ceilings", M.MBU.name, **p)),
-                _pct(run.value("cuda_graph_decode", M.TOKEN_AGREEMENT.name, **p)),
-                _pct(run.value("cuda_graph_decode", M.TEACHER_FORCED_AGREEMENT.name, **p)),
-                _f(run.value("cuda_graph_decode", M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"),
+                f"`{m}`", f"{'fp32' if dtype == 'float32' else 'bf16'} B={batch}",
+                _f(run.value(DECODE, M.STEP_MS.name, readback=False, **p), ".3f"),
+                _f(run.value(DECODE, M.KERNELS_PER_STEP.name, **p), ".0f"),
+                _f(run.value(CEILINGS, M.BOUND_LAUNCH_MS.name, **p), ".3f"),
+                _f(run.value(DECODE, M.GPU_BUSY_US.name, **p), ".0f"),
+                _f(run.value(DECODE, M.GAP_US.name, **p), ".0f"),
+                _f(None if nbytes is None else nbytes / 1e6, ".0f"), _f(floor_ms, ".3f"), _pct(mbu(run, m, batch, dtype)),
+                _pct(run.value(DECODE, M.TOKEN_AGREEMENT.name, **p)),
+                _pct(run.value(DECODE, M.TEACHER_FORCED_AGREEMENT.name, **p)),
+                _f(run.value(DECODE, M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"),
             ])
     if not rows:
         return ["No step times to set against the floor."]
     header = ["method", "case", "ms/step", "kernels", "launch bound ms", "GPU busy µs", "gaps µs", "MB read",
               "floor ms", "MBU", "free-running agreement¹", "teacher-forced agreement²", "max logit error²"]
-    return (["Distance to the floor, per step: kernels and the launch bound (kernels × the measured cost of one "
-             "launch or graph node), GPU-busy time (union of the kernels' intervals, profiler) and the gaps (step "
-             "time − busy), the bytes a step must read (every weight once + the attended cache), the floor those "
-             "bytes take at the measured copy bandwidth, and MBU = bytes / step time / bandwidth:", ""]
+    return (["Distance to the floor, per step at batch 1: kernels and the launch bound (kernels × the measured cost "
+             "of one launch or graph node), GPU-busy time (union of the kernels' intervals, profiler) and the gaps "
+             "(step time − busy), the bytes a step must read (every weight once + the attended cache, the same for "
+             "every method), the floor those bytes take at the measured copy bandwidth, and MBU = floor / the "
+             "method's own step time:", ""]
             + _table(header, rows)
             + ["", f"¹ Tokens equal to eager's of the same dtype over the whole decode; {M.FREE_RUNNING_NOTE}. "
                    "² Fed fp32 eager's token at every step, argmax and logits against fp32 eager's."])
 
 
 def mbu_table(run: Run) -> list[str]:
-    cells: dict[tuple[str, int], float] = {}
-    for p, v in run.values("ceilings", M.MBU.name):
-        if p.get("dtype") == "float32" and v is not None:
-            cells[(str(p["method"]), int(p["batch"]))] = float(v)
-    if not cells:
+    """MBU per method and batch, fp32, each from the method's own step time (`mbu`)."""
+    steps = _steps(run, "float32")
+    batches = sorted({b for _, b, rb in steps if not rb})
+    methods = sorted({m for m, _, rb in steps if not rb}, key=method_rank)
+    cells = {(m, b): mbu(run, m, b, "float32") for m in methods for b in batches}
+    if not any(v is not None for v in cells.values()):
         return []
-    batches = sorted({b for _, b in cells})
-    methods = sorted({m for m, _ in cells}, key=method_rank)
-    rows = [[f"`{m}`"] + [_pct(cells.get((m, b))) for b in batches] for m in methods]
-    return ["", "MBU per batch, fp32 (bytes a step must read / step time / copy bandwidth):", ""] + \
-        _table(["method"] + [f"B={b}" for b in batches], rows)
+    rows = [[f"`{m}`"] + [_pct(cells[(m, b)]) for b in batches] for m in methods]
+    return ["", "MBU per batch, fp32, each method from its own step time (bytes a step must read / step time / copy "
+                "bandwidth):", ""] + _table(["method"] + [f"B={b}" for b in batches], rows)
 
 
 def ceilings_line(run: Run) -> list[str]:

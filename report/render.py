@@ -6,8 +6,15 @@
                              figures side by side, then what was skipped and why
     site/run-<name>.html     one page per run: a header with the failed checks, a table of contents, and the
                              sections of SECTIONS, each answering its question on its first screen
-    site/compare.html        each run against its baseline: `--baseline RUN`, else the newest run of the same
-                             profile; why it moved first, then every mark with its reason
+    site/compare.html        each run against its baseline (`--baseline RUN`, else the previous run of the same
+                             host and profile, else the newest other run of the profile) or the sentence why it
+                             has none; why it moved first, ranked for each class of figure that moved, then
+                             every mark with its reason (written where at least one run has a baseline)
+
+    site/history.html        each headline figure over the runs of one host and profile, in commit-date order,
+                             each point an improvement, regression or the same against the previous run by
+                             compare's rule (report.history), written where a host and profile has several
+                             runs; each run page has its own group's table
 
     site/traces/<run>/...    the compile-trace pages of each run that kept them (report.publish)
 
@@ -28,20 +35,24 @@ from typing import Any, Callable
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from report.compare import Comparison, Side, compare
+from report.why import CLASSES
 from lab.contract.marks import MARKS
 from lab.contract.results import Results
 
-from report import charts, costs, front as front_page, publish, sections, steps, sweeps, workloads
+from report import charts, costs, front as front_page, history, publish, sections, sentinels, steps, sweeps, \
+    timecharts, workloads
 from report.discover import Run, SkippedFile, load_runs
 from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
 
 STATUSES = front_page.STATUSES
+WHY_SHOWN = 10  # the differing fields a why-it-moved table shows before "N more"
 
 # The run page's sections, in order: each a function from a run's results to a Section (None: nothing to show).
 # A module with sections of its own registers them with one line here.
 SECTIONS: list[Callable[[Results], sections.Section | None]] = [
-    steps.steps,
+    timecharts.step_section,  # report.steps' section, opening with where the time goes
+    sentinels.instrument,
     steps.ceilings,
     costs.costs,
     workloads.amdahl,
@@ -61,7 +72,6 @@ class RunPage:
     front: front_page.FrontRow
     device: str
     overview: Table
-    starts: Table  # each start of a resumed run (empty otherwise)
     sections: list[sections.Section]
     experiments: list[sections.ExperimentView]
     failed: list[tuple[Any, Any]]  # (record, check) of every failed check
@@ -75,6 +85,7 @@ class Site:
     runs: list[Run] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
     compare: Path | None = None
+    history: Path | None = None
     comparisons: list[Comparison] = field(default_factory=list)
     run_pages: list[RunPage] = field(default_factory=list)  # what each run's page was built from
     traces: list[Path] = field(default_factory=list)  # the compile-trace pages written
@@ -90,7 +101,8 @@ def environment() -> Environment:
 
 
 def run_page(run: Run) -> RunPage:
-    """Everything on one run's page, grouped and formatted: the template only lays it out."""
+    """Everything on one run's page, grouped and formatted: the template only lays it out (its history section,
+    made from the other runs too, is added by `_render`)."""
     res = run.results
     drawn = charts.all_charts(res)
     secs = []
@@ -102,11 +114,13 @@ def run_page(run: Run) -> RunPage:
         if sec.charts and sec.empty:
             sec.empty = ""
         secs.append(sec)
-    secs += sweeps.sections(run)  # the sweeps (issue 14): their own charts, tables and conclusions
+    # the sweeps (their own charts, tables and conclusions) before the sections with nothing of their own here
+    first = [s for s in secs if not (s.minor or s.blank)]
+    secs = first + sweeps.sections(run) + [s for s in secs if s.minor and not s.blank] + [s for s in secs if s.blank]
     file = f"run-{run.slug}.html"
     return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=front_page.front_row(run, file),
                    device=front_page.device_text(res), overview=sections.overview(res),
-                   starts=sections.starts(res), sections=secs,
+                   sections=secs,
                    experiments=sections.experiments(res), failed=sections.failed_checks(res))
 
 
@@ -121,28 +135,58 @@ def find_run(runs: list[Run], name: str) -> Run:
     raise ValueError(f"--baseline {name}: no such run among {', '.join(r.name for r in runs) or 'none'}")
 
 
-def pairs(pages: list[RunPage], baseline: str | None = None) -> list[tuple[RunPage, RunPage]]:
-    """(baseline, run) pairs: every run against `baseline` where given, else each run against the newest run of
-    its own profile (the newest itself against the next newest)."""
+@dataclass
+class Baseline:
+    """One run on the comparison page: its baseline and how it was chosen, or why it has none."""
+
+    run: Run
+    base: Run | None
+    why: str
+    comparison: Comparison | None = None
+
+
+def _started(run: Run) -> str:
+    return run.results.run.started_at or ""
+
+
+def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
+    """Every run's baseline, newest run first: `baseline` where given; else the previous run of the same host and
+    profile, else the newest other run of the same profile; else none, with the sentence why."""
+    ordered = sorted(runs, key=_started, reverse=True)
     if baseline is not None:
-        base = find_run([p.run for p in pages], baseline)
-        return [(next(p for p in pages if p.run is base), p) for p in pages if p.run is not base]
+        base = find_run(runs, baseline)
+        return [Baseline(r, None, f"the baseline every other run is set against (--baseline {baseline})")
+                if r is base else Baseline(r, base, f"chosen with --baseline {baseline}") for r in ordered]
     out = []
-    ordered = sorted(pages, key=lambda p: p.run.results.run.started_at or "", reverse=True)
-    for profile in dict.fromkeys(p.run.results.run.profile for p in ordered):
-        group = [p for p in ordered if p.run.results.run.profile == profile]
-        if len(group) < 2:
-            continue
-        out += [(group[0], p) for p in group[1:]]
+    for run in ordered:
+        profile, host = run.results.run.profile, front_page.host_name(run.results)
+        same_profile = [r for r in ordered if r is not run and r.results.run.profile == profile]
+        same_host = [r for r in same_profile if front_page.host_name(r.results) == host]
+        earlier = [r for r in same_host if _started(r) < _started(run)]
+        if earlier:
+            out.append(Baseline(run, earlier[0], f"the previous run of host {host} with profile {profile}"))
+        elif same_profile:
+            none = f"no earlier run of host {host}" if same_host else f"no other run of host {host}"
+            out.append(Baseline(run, same_profile[0], f"{none} with profile {profile}: the newest other run of "
+                                                      f"profile {profile}"))
+        else:
+            out.append(Baseline(run, None, f"no other run of profile {profile} among the runs rendered: nothing to "
+                                           f"set it against (a run of the same profile, from this host or another, "
+                                           f"would be)"))
     return out
 
 
-def side(page: RunPage) -> Side:
-    return Side(page.run.path, page.run.results.manifest, page.run.results, name=page.run.name)
+def side(run: Run) -> Side:
+    return Side(run.path, run.results.manifest, run.results, name=run.name)
 
 
-def comparisons(pages: list[RunPage], baseline: str | None = None) -> list[Comparison]:
-    return [compare(side(a), side(b)) for a, b in pairs(pages, baseline)]
+def comparisons(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
+    """`baselines`, each run that has one compared with it."""
+    out = baselines(runs, baseline)
+    for b in out:
+        if b.base is not None:
+            b.comparison = compare(side(b.base), side(b.run))
+    return out
 
 
 MARK_CLASS: dict[str, Any] = {"better": "good", "fixed": "good", "worse": "bad", "newly failing": "bad",
@@ -179,6 +223,7 @@ def _moved(site: Site, stage: Path, out: Path, written: bool = True) -> Site:
     site.out, site.index = out, at(site.index)
     site.pages = [at(p) for p in site.pages] if written else []
     site.compare = at(site.compare) if site.compare and written else None
+    site.history = at(site.history) if site.history and written else None
     site.traces = [at(p) for p in site.traces] if written else []
     return site
 
@@ -187,10 +232,11 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
     env = environment()
     site = Site(out=out, index=out / "index.html", skipped=skipped)
     pages: list[RunPage] = []
+    env.globals["has_history"] = False
     for run in front_page.newest_first(runs):
         try:  # one odd run must not sink the others: a run is published whole or not at all
             page = run_page(run)
-            html = env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)
+            env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)  # renders, or skips
             traces = publish.publish(run, out)
         except WriteError:
             raise
@@ -203,23 +249,37 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
             skipped.append(SkippedFile(str(run.path), f"{run.path}: could not be rendered "
                                                       f"({type(exc).__name__}: {exc})"))
             continue
-        write_page(out / page.file, html)
-        site.pages.append(out / page.file)
         site.traces += traces
         site.runs.append(run)
         pages.append(page)
     site.run_pages = pages
     if not pages:
         return site
-    comps = comparisons(pages, baseline)
-    site.comparisons = comps
+    # the history of the runs that rendered: a section on each run page, and history.html where a host and profile
+    # has several runs (the pages' nav links it then)
     files = {p.run.name: p.file for p in pages}
+    all_series = history.series(site.runs)
+    env.globals["has_history"] = any(len(s.runs) > 1 for s in all_series)
+    for page in pages:
+        page.sections.append(history.section(all_series, page.run, files))
+        write_page(out / page.file, env.get_template("run.html").render(page=page, skipped=skipped, title=page.title))
+        site.pages.append(out / page.file)
+    bases = comparisons([p.run for p in pages], baseline)
+    comps = [b.comparison for b in bases if b.comparison is not None]
+    site.comparisons = comps
     if comps:
-        html = env.get_template("compare.html").render(comparisons=comps, skipped=skipped, title="Comparison",
-                                                       mark_cls=MARK_CLASS, marks=MARKS, files=files,
-                                                       baseline=baseline)
+        html = env.get_template("compare.html").render(comparisons=comps, bases=bases, skipped=skipped,
+                                                       title="Comparison", mark_cls=MARK_CLASS, marks=MARKS,
+                                                       files=files, baseline=baseline, classes=CLASSES,
+                                                       shown=WHY_SHOWN)
         site.compare = out / "compare.html"
         write_page(site.compare, html)
+    if env.globals["has_history"]:  # written where some host and profile has several runs, as compare.html
+        html = env.get_template("history.html").render(series=all_series, skipped=skipped,
+                                                       title="History", history_table=lambda s: history.table(s, files),
+                                                       has_compare=bool(comps))
+        site.history = out / history.HISTORY_FILE
+        write_page(site.history, html)
     fronts = [p.front for p in pages]
     html = env.get_template("index.html").render(fronts=fronts, side_by_side=front_page.side_by_side(fronts),
                                                  skipped=skipped, has_compare=bool(comps),

@@ -67,13 +67,15 @@ def starts_table(results: Results) -> Table | None:
     starts = results.run.starts
     if len(starts) < 2:
         return None
-    table = Table(columns=["start", "started", "host", "command", "kept from earlier starts",
-                           "manifest fields changed since the first start"], id="starts",
+    table = Table(columns=["start", "started", "host", "command", "load (1, 5, 15 min)", "usable cores",
+                           "kept from earlier starts", "manifest fields changed since the first start"], id="starts",
                   caption=f"This run was started {len(starts)} times (lab run --resume): each start made the "
-                          "records it did not keep")
+                          "records it did not keep, under the load shown")
     for n, s in enumerate(starts, 1):
         changed = ", ".join(s.manifest_changes) if n > 1 else "(the first start)"
+        load = ", ".join(f"{x:.2f}" for x in s.load_average) if s.load_average else "—"
         table.rows.append([Cell(str(n), cls="num"), Cell(s.started_at), Cell(s.host), Cell(" ".join(s.argv)),
+                           Cell(load), Cell(str(s.usable_cores) if s.usable_cores else "—"),
                            Cell(", ".join(s.kept) or "—"),
                            Cell(changed or "none", cls="changed" if n > 1 and s.manifest_changes else "")])
     return table

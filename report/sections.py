@@ -29,6 +29,28 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     charts: list[Any] = field(default_factory=list)  # report.charts.Chart
     empty: str = ""  # why there is nothing to show
+    panel: Panel | None = None  # shown first, right under the answer (where the step's time goes)
+    minor: bool = False  # shown after the sweeps: reference material (checks, environment, what did not run), or a
+    # copy of a sweep's row
+
+    @property
+    def blank(self) -> bool:
+        """Nothing to show but why (the run page puts these after the sections with content)."""
+        return not self.tables and not self.charts and self.panel is None
+
+
+@dataclass
+class Panel:
+    """A block a section opens with: charts (report.charts.Chart) and tables under one heading, in order."""
+
+    id: str
+    title: str
+    intro: str = ""
+    blocks: list[Any] = field(default_factory=list)  # each a Chart or a Table
+
+    @property
+    def tables(self) -> list[Table]:
+        return [b for b in self.blocks if isinstance(b, Table)]
 
 
 def record(results: Results, rid: str) -> Record | None:
@@ -91,7 +113,7 @@ def environment(results: Results) -> Section:
     intro = (f"Profile {run.profile}, run {run.state}, started {run.started_at or '—'}, "
              f"wall {fmt(run.wall_s, 's')}, lab {results.lab_version or '—'}.")
     return Section("environment", "Host and environment", intro, [summary, full],
-                   empty="" if summary else "The manifest has none of the usual fields.")
+                   empty="" if summary else "The manifest has none of the usual fields.", minor=True)
 
 
 def overview(results: Results) -> Table:
@@ -101,22 +123,6 @@ def overview(results: Results) -> Table:
             Cell(rec.id, href=f"#exp-{rec.id}"), Cell(rec.title), Cell(rec.status, cls=f"status {rec.status}"),
             Cell(f"{rec.reason.code}: {rec.reason.message}" if rec.reason else ""), num(rec.duration_s, units.S),
         ])
-    return table
-
-
-def starts(results: Results) -> Table:
-    """Each start of the run (the first, then each --resume): when, where, under what load, what it kept and what
-    changed; empty for a run started once (nothing to tell apart)."""
-    table = Table(columns=["start", "started", "host", "load (1, 5, 15 min)", "usable cores", "kept", "changed"],
-                  caption="Starts of this run: records of different starts were measured under these conditions",
-                  cls="starts", id="starts")
-    if len(results.run.starts) < 2:
-        return table
-    for i, st in enumerate(results.run.starts, 1):
-        load = ", ".join(f"{x:.2f}" for x in st.load_average) if st.load_average else "—"
-        table.rows.append([Cell(str(i)), Cell(st.started_at), Cell(st.host or "—"), Cell(load),
-                           Cell(str(st.usable_cores) if st.usable_cores else "—"),
-                           Cell(", ".join(st.kept) or "—"), Cell(", ".join(st.manifest_changes) or "—")])
     return table
 
 
@@ -188,7 +194,7 @@ def correctness(results: Results) -> Section:
              if failed else ".")) if every else ""
     tables = [t for t in (failing, agree, checks) if t]
     return Section("correctness", "Correctness", intro, tables,
-                   empty="" if tables else "No experiment in this run recorded a correctness check.")
+                   empty="" if tables else "No experiment in this run recorded a correctness check.", minor=True)
 
 
 # ---------------------------------------------------------------------------- not run / failed
@@ -221,7 +227,7 @@ def not_run(results: Results) -> Section:
     intro = (f"{len(records.rows)} experiments NOT_RUN, {len(parts.rows)} parts skipped inside experiments, "
              f"{len(failed.rows)} FAILED. Nothing is left out: every record of the run is listed on this page.")
     return Section("not-run", "What did not run, and why", intro, [t for t in (records, parts, failed) if t],
-                   empty="" if (records or parts or failed) else "Everything ran.")
+                   empty="" if (records or parts or failed) else "Everything ran.", minor=True)
 
 
 # ---------------------------------------------------------------------------- every experiment

@@ -3,7 +3,13 @@ close to this host's ceilings. Only stored figures are shown: speedups, bounds, 
 computed by the experiments (cuda_graph_decode, inductor, ceilings) and printed here as recorded.
 
 The rows come from cuda_graph_decode where it ran (a GPU: every method, batch and dtype), else from inductor
-(the CPU: eager against Inductor for the indexed and the split step).
+(the CPU: eager against Inductor for the indexed and the split step), else from model_scaling (a sweep run: its
+GPT-2 124M row at batch 1 in fp32, the decode step the other runs time).
+
+"Fastest correct" selects by the `correct` metric the experiment stored (lab.step.correctness: exact tokens for
+eager's kernels in fp32, teacher forcing otherwise); a run of an earlier lab version that stored none is judged
+by its old rule, tokens equal to eager's. A method's MBU and binding bound are its own: cuda_graph_decode's `mbu`
+from that method's step time, else ceilings' row for that method; eager's figure is never shown for another.
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from lab.contract.names import Method, method_rank
 from lab.contract.results import Metric, Record, Results
 
 from report.sections import Section, record, why_absent
+from report.style import display
 from report.tables import Cell, Table, first, fmt, is_number, matching, num, params_text, sort_key, timing_cell
 
 DECODE = "cuda_graph_decode"
 INDUCTOR = "inductor"
 CEILINGS = "ceilings"
+SCALING = "model_scaling"
+SCALING_SIZE = "gpt2-124M"  # the sweep's row that is the decode step of the other runs
 
 
 def is_eager(method: Any) -> bool:
@@ -40,11 +49,45 @@ class StepRow:
     method: str
     step: Metric
     speedup: Metric | None  # speedup_vs_eager as stored (None for eager where none is stored)
-    correct: bool | None  # tokens equal eager's (None: not checked for this method)
+    correct: bool | None  # the stored `correct` (older runs: tokens equal eager's; None: not checked)
+    ci: tuple[Any, Any] | None = None  # the stored 95% interval of the speedup (speedup_ci_low, speedup_ci_high)
+    status: str = "OK"  # the status of the record the figures come from (FAILED figures are badged)
+    params: dict[str, Any] | None = None  # the params its own figures are stored under in `source`
 
     @property
     def label(self) -> str:
-        return f"{self.method} ({self.kind} step)" if self.kind and not self.method.endswith(self.kind) else self.method
+        return display(self.method, self.kind)
+
+    @property
+    def speedup_text(self) -> str:
+        """'11.4×', with its stored interval where there is one: '11.4× [11.3, 11.5]'."""
+        if self.speedup is None or not is_number(self.speedup.value):
+            return ""
+        text = f"{fmt(self.speedup.value)}×"
+        if self.ci is not None and all(is_number(v) for v in self.ci):
+            text += f" [{fmt(self.ci[0])}, {fmt(self.ci[1])}]"
+        return text
+
+
+def pct(value: Any) -> str:
+    """A fraction as percent, three significant digits ('23.2%'); '—' where none."""
+    return f"{fmt(value * 100)}%" if is_number(value) else "—"
+
+
+def _correct(rec: Record, method: Any, **p: Any) -> bool | None:
+    """The stored `correct` verdict; a run that stored none: eager is the reference, the others by tokens_equal."""
+    found = first(rec, M.CORRECT, method=method, **p)
+    if found is not None:
+        return bool(found.value)
+    if is_eager(method):
+        return True
+    te = first(rec, M.TOKENS_EQUAL, method=method, **p)
+    return te.value if te else None
+
+
+def _interval(rec: Record, **p: Any) -> tuple[Any, Any] | None:
+    low, high = first(rec, M.SPEEDUP_CI_LOW, **p), first(rec, M.SPEEDUP_CI_HIGH, **p)
+    return (low.value, high.value) if low is not None and high is not None else None
 
 
 @dataclass
@@ -63,10 +106,26 @@ def _decode_rows(rec: Record) -> list[StepRow]:
         p = m.params
         if "method" not in p or "batch" not in p or not is_number(m.value):
             continue
-        eager = is_eager(p["method"])
-        te = first(rec, M.TOKENS_EQUAL, method=p["method"], batch=p["batch"], dtype=p.get("dtype"))
+        own = {"method": p["method"], "batch": p["batch"], "dtype": p.get("dtype")}
         rows.append(StepRow(DECODE, "", p["batch"], str(p.get("dtype")), str(p["method"]), m,
-                            first(rec, M.SPEEDUP_VS_EAGER, **p), True if eager else (te.value if te else None)))
+                            first(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, p["method"], batch=p["batch"],
+                                                                          dtype=p.get("dtype")),
+                            _interval(rec, **p), rec.status, own))
+    return rows
+
+
+def _scaling_rows(rec: Record) -> list[StepRow]:
+    """model_scaling's GPT-2 124M step at batch 1 in fp32 (the smallest size where 124M was not run)."""
+    sizes = [m.params.get("size") for m in matching(rec.metrics, M.STEP_MS)]
+    size = SCALING_SIZE if SCALING_SIZE in sizes else (sizes[0] if sizes else None)
+    rows = []
+    for m in matching(rec.metrics, M.STEP_MS, size=size, batch=1, dtype="float32"):
+        p = m.params
+        if "method" not in p or not is_number(m.value):
+            continue
+        rows.append(StepRow(SCALING, "", 1, "float32", str(p["method"]), m, first(rec, M.SPEEDUP_VS_EAGER, **p),
+                            _correct(rec, p["method"], size=size, batch=1, dtype="float32"), _interval(rec, **p),
+                            rec.status, dict(p)))
     return rows
 
 
@@ -80,8 +139,9 @@ def _inductor_rows(rec: Record, dtype: str) -> list[StepRow]:
         speedups = [s for s in matching(rec.metrics, M.SPEEDUP_VS_EAGER, step=p["step"], batch=p.get("batch"))
                     if s.params.get("method", method) == method] if not is_eager(method) else []
         # inductor's tokens-equal checks are fatal: an OK record means the compiled steps matched eager
-        rows.append(StepRow(INDUCTOR, str(p["step"]), p.get("batch", 1), dtype, method, m,
-                            speedups[0] if speedups else None, rec.status == "OK"))
+        sp = speedups[0] if speedups else None
+        rows.append(StepRow(INDUCTOR, str(p["step"]), p.get("batch", 1), dtype, method, m, sp, rec.status == "OK",
+                            _interval(rec, **sp.params) if sp else None, rec.status))
     return rows
 
 
@@ -98,6 +158,9 @@ def step_rows(results: Results) -> list[StepRow]:
     if ind is not None:
         dtype = str((results.manifest.get("profile") or {}).get("dtype") or "float32")
         return _inductor_rows(ind, dtype)
+    scaling = record(results, SCALING)
+    if scaling is not None and scaling.status in ("OK", "FAILED"):
+        return _scaling_rows(scaling)
     return []
 
 
@@ -120,10 +183,36 @@ def cases(rows: list[StepRow]) -> list[Case]:
 
 def ceiling(results: Results, spec: M.MetricSpec, row: StepRow) -> Metric | None:
     """A ceilings figure stored for this row's method, batch and dtype (None: not stored)."""
-    if row.source != DECODE and not is_eager(row.method):
+    if row.source == SCALING or (row.source != DECODE and not is_eager(row.method)):
         return None  # ceilings bounds the eager step and cuda_graph_decode's methods only
     method = Method.EAGER if is_eager(row.method) else row.method
     return first(record(results, CEILINGS), spec, method=method, batch=row.batch, dtype=row.dtype)
+
+
+def own_mbu(results: Results, row: StepRow) -> Metric | None:
+    """The row's method's own MBU: stored by its experiment from its own step time, else ceilings' row for it."""
+    if row.source in (DECODE, SCALING) and row.params is not None:
+        found = first(record(results, row.source), M.MBU, **row.params)
+        if found is not None and is_number(found.value):
+            return found
+    return ceiling(results, M.MBU, row)
+
+
+def floor_ms(results: Results, batch: Any, dtype: str, method: str | None = None) -> tuple[float | None, str]:
+    """The weight-read floor of a step at this batch and dtype (ms) and where it was read."""
+    ceil = record(results, CEILINGS)
+    found = [m for m in matching(ceil.metrics if ceil else [], M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype)
+             if is_number(m.value)]
+    own = [m for m in found if m.params.get("method") == method] or found
+    if own:
+        return float(own[0].value), "ceilings: bytes_per_step ÷ bandwidth"
+    nbytes = [m for m in matching(ceil.metrics if ceil else [], M.BYTES_PER_STEP, batch=batch, dtype=dtype)
+              if is_number(m.value)]
+    cgd = record(results, DECODE)
+    bw = [m for m in matching(cgd.metrics if cgd else [], M.BANDWIDTH_GBPS) if is_number(m.value) and m.value]
+    if nbytes and bw:
+        return float(nbytes[0].value) / (float(bw[0].value) * 1e9) * 1e3, "bytes_per_step ÷ cuda_graph_decode's bandwidth"
+    return None, ""
 
 
 def answer(results: Results, case: Case) -> str:
@@ -133,27 +222,25 @@ def answer(results: Results, case: Case) -> str:
     if is_eager(best.method):
         return text + f"eager is the fastest correct method ({fmt(eager.step.value, units.MS)})"
     text += f"{best.label} {fmt(best.step.value, units.MS)} against eager {fmt(eager.step.value, units.MS)}"
-    if best.speedup is not None:
-        text += f": {fmt(best.speedup.value)}×"
-    binding, mbu = ceiling(results, M.BINDING, best), ceiling(results, M.MBU, best)
-    extra = [f"{binding.value}-bound" if binding else "", f"MBU {fmt(mbu.value)}" if mbu else ""]
+    if best.speedup_text:
+        text += f": {best.speedup_text}"
+    binding, mbu = ceiling(results, M.BINDING, best), own_mbu(results, best)
+    extra = [f"{binding.value}-bound" if binding else "", f"MBU {pct(mbu.value)}" if mbu else ""]
     return text + (f" ({', '.join(e for e in extra if e)})" if any(extra) else "")
 
 
 def _best_table(results: Results, found: list[Case]) -> Table:
-    table = Table(columns=["batch", "dtype", "eager step", "fastest correct method", "its step", "speedup (stored)",
-                           "MBU", "binding bound"], caption="Eager against the fastest method whose tokens equal "
-                                                           "eager's, per batch and dtype", id="best-table")
+    table = Table(columns=["batch", "dtype", "eager step", "fastest correct method", "its step",
+                           "its speedup [95% interval]", "its MBU", "its binding bound"],
+                  caption="Eager against the fastest correct method, per batch and dtype (MBU and bound: that "
+                          "method's own)", id="best-table")
     for c in found:
-        binding, whose = ceiling(results, M.BINDING, c.best), ""
-        if binding is None and c.best is not c.eager:
-            binding, whose = ceiling(results, M.BINDING, c.eager), " (eager)"
-        mbu = ceiling(results, M.MBU, c.best)
+        binding, mbu = ceiling(results, M.BINDING, c.best), own_mbu(results, c.best)
         table.rows.append([Cell(fmt(c.batch), cls="num"), Cell(c.dtype), timing_cell(c.eager.step),
                            Cell(c.best.label), timing_cell(c.best.step),
-                           num(c.best.speedup.value if c.best.speedup else None, units.X if c.best.speedup else ""),
-                           num(mbu.value if mbu else None),
-                           Cell(f"{binding.value}{whose}" if binding else "—")])
+                           Cell(c.best.speedup_text or "—", cls="num"),
+                           Cell(pct(mbu.value) if mbu else "—", cls="num"),
+                           Cell(f"{binding.value}" if binding else "—")])
     return table
 
 
@@ -179,9 +266,12 @@ def _decode_tables(rec: Record) -> list[Table]:
                     row.append(Cell("—"))
                     continue
                 sp = first(rec, M.SPEEDUP_VS_EAGER, **here[0].params)
-                cell = timing_cell(here[0], extra=f"{fmt(sp.value)}× vs eager" if sp else "")
-                if sp is not None and is_number(sp.value):
-                    cell.cls += " good" if sp.value > 1.05 else (" bad" if sp.value < 0.95 else "")
+                ci = _interval(rec, **here[0].params)
+                shown = f"{fmt(sp.value)}×" + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci and all(map(is_number, ci))
+                                               else "") if sp else ""
+                cell = timing_cell(here[0], extra=f"{shown} vs eager" if sp else "")
+                if ci is not None and all(map(is_number, ci)):  # the interval rule: faster only when shown
+                    cell.cls += " good" if ci[0] > 1 else (" bad" if ci[1] < 1 else "")
                 row.append(cell)
             table.rows.append(row)
         tables.append(table)
@@ -219,6 +309,9 @@ def steps(results: Results) -> Section:
         tables += _decode_tables(record(results, DECODE))
         source = ("cuda_graph_decode: each cell the median step time, its stored speedup over eager at the same batch, "
                   "and the spread (IQR as a share of the median; ⚠ over 10%).")
+    elif rows and rows[0].source == SCALING:
+        source = (f"No cuda_graph_decode in this run: the decode step as model_scaling timed it ({SCALING_SIZE}, "
+                  "batch 1, float32); the sweep's own section has every size.")
     elif rows:
         tables.append(_inductor_table(results, rows))
         source = "No GPU in this run: the decode step as the CPU experiments timed it, eager against Inductor."
@@ -229,8 +322,10 @@ def steps(results: Results) -> Section:
         tables.append(own)
     lines = [answer(results, c) for c in found]
     intro = "\n".join(lines + ([source] if source else []))
+    # a sweep run's page opens with its sweeps: a copy of one of their rows, or a section with nothing, comes after
     return Section("steps", "Step time: the fastest correct method", intro, tables,
-                   empty="" if tables else why_absent(results, DECODE, INDUCTOR))
+                   empty="" if tables else why_absent(results, DECODE, INDUCTOR),
+                   minor=not tables or rows[0].source == SCALING)
 
 
 # ---------------------------------------------------------------------------- ceilings

@@ -13,7 +13,7 @@ from lab.contract.catalogue import BY_ID
 from lab.experiments import amdahl
 from lab.contract.names import Method
 from lab.contract.results import Metric, Record, load
-from lab.run.runner import Context
+from lab.run.context import Context
 from report_helpers import h200_reference
 
 DECODE = "gpt2_decode_step"

@@ -90,7 +90,7 @@ def one_run(profile, tc):
     later experiments of the run see the earlier ones' records)."""
     from lab.contract import catalogue
     from lab.contract.results import Record, Results, RunInfo
-    from lab.run.runner import Context, ModelCache
+    from lab.run.context import Context, ModelCache
 
     results = Results(run=RunInfo(profile=profile.name, started_at=""), manifest={})
     models = ModelCache(profile, {"source": "random"})

@@ -18,7 +18,7 @@ from lab.contract import metrics as M
 from lab.__main__ import main as lab_main
 from lab.contract.catalogue import BY_ID
 from report.compare import Side, compare, explain, flatten, load_side, manifest_diff
-from report.compare_output import records, safe, to_json
+from report.compare_output import format_text, records, safe, to_json
 from lab.run.manifest import REPO_ROOT
 from lab.contract.marks import DEFAULT, Value, judge, option_value
 from lab.contract.results import Metric, Record, Results, ResultsError, RunInfo, write_json_atomic
@@ -333,8 +333,9 @@ def test_cli_json_records(tmp_path: Path, capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["a"]["path"].endswith("cpu-2026-11-29-inductor/results.json") and data["factor"] == 1.1
     recs = data["records"]
-    assert recs and all(set(r) == {"kind", "experiment", "metric", "params", "unit", "a", "b", "ratio", "mark",
-                                   "reason"} for r in recs)
+    assert recs and all(set(r) - {"class"} == {"kind", "experiment", "metric", "params", "unit", "a", "b", "ratio",
+                                               "mark", "reason"} for r in recs)
+    assert all(r["class"] in ("dispatch", "kernel", "other") for r in recs if r["kind"] == "metric")
     setup = next(r for r in recs if r["metric"] == "setup_s" and r["params"] == {"step": "indexed"})
     assert setup["mark"] == "not comparable" and setup["ratio"] is None and "compile_cache.state" in setup["reason"]
     be = next(r for r in recs if r["metric"] == "break_even_calls" and r["params"] == {"phase": "cold",
@@ -429,3 +430,124 @@ def test_status_changes_are_judged_with_their_reason_codes() -> None:
     assert status_mark("NOT_RUN", "FAILED", "disabled_in_profile")[0] == "newly failing"
     assert status_mark("OK", "FAILED") == ("newly failing", "OK in A, FAILED in B")
     assert status_mark("FAILED", "OK")[0] == "fixed" and status_mark("OK", "OK")[0] == "same"
+
+
+# ---------------------------------------------------------------------------- why it moved, ranked by class
+
+def test_figure_classes() -> None:
+    from report.why import figure_class
+
+    assert figure_class("step_ms", {"method": "eager", "batch": 1}) == "dispatch"
+    assert figure_class("step_ms", {"method": "graph", "batch": 1}) == "kernel"
+    assert figure_class("step_ms", {"method": "graph", "batch": 1}, binding="launch") == "dispatch"
+    assert figure_class("mbu", {"method": "fused"}, binding="bandwidth") == "kernel"
+    for name in ("launch_us_per_op", "speedup_vs_eager", "saving_ms_per_step", "us_per_op"):
+        assert figure_class(name, {"method": "graph"}) == "dispatch", name
+    for name in ("bandwidth_GBps", "matmul_TFLOPs", "achieved_TFLOPs", "gpu_busy_us"):
+        assert figure_class(name, {}) == "kernel", name
+    assert figure_class("setup_s", {"method": "graph"}) == "other"
+
+
+def _hosts() -> tuple[dict, dict]:
+    a = {"torch": {"version": "2.11.0", "cuda_build": "13.0"}, "libraries": {"triton": "3.5.0"},
+         "cpu": {"model": "EPYC 9654", "torch_threads": 16},
+         "host": {"load_start": [0.1, 0.1, 0.1], "load_end": [0.2, 0.1, 0.1]},
+         "host_dispatch": {"cpu_model": "EPYC 9654", "cpu_mhz": 3700.0, "load_start": [0.1, 0.1, 0.1],
+                           "load_end": [0.2, 0.1, 0.1], "launch_us_per_op": 9.5},
+         "gpu": {"nvidia_smi": {"gpus": [{"name": "H200", "driver_version": "580"}]}}, "compile_cache": {"state": "warm"}}
+    b = copy.deepcopy(a)
+    b["torch"]["version"] = "2.12.0"
+    b["libraries"]["triton"] = "3.6.0"
+    b["gpu"]["nvidia_smi"]["gpus"][0]["driver_version"] = "590"
+    b["cpu"]["model"] = b["host_dispatch"]["cpu_model"] = "Xeon 8480"
+    b["host_dispatch"].update(cpu_mhz=2000.0, load_start=[9.0, 5.0, 2.0], launch_us_per_op=17.0)
+    b["host"]["load_start"] = [9.0, 5.0, 2.0]
+    b["compile_cache"]["state"] = "cold"
+    return a, b
+
+
+def test_eager_figures_rank_the_host_dispatch_first_and_kernel_figures_the_gpu_stack() -> None:
+    a, b = _hosts()
+    dispatch = [r.label for r in explain(a, b, "dispatch") if r.differs]
+    assert dispatch[:4] == ["CPU", "CPU clock (MHz)", "host load at start", "eager launch, measured clean (µs)"]
+    kernel = [r.label for r in explain(a, b, "kernel") if r.differs]
+    assert kernel[:3] == ["driver", "torch", "Triton"]
+    assert set(kernel[3:]) == {"CPU", "CPU clock (MHz)", "host load at start", "eager launch, measured clean (µs)",
+                               "compile cache at start"}
+    assert [r.first for r in explain(a, b, "kernel") if r.differs][:4] == [True, True, True, False]
+
+
+def test_an_older_run_without_host_dispatch_is_read_from_its_cpu_and_host_fields() -> None:
+    a, b = _hosts()
+    del a["host_dispatch"]
+    b = copy.deepcopy(a) | {"host_dispatch": {"cpu_model": "EPYC 9654", "cpu_mhz": 3700.0, "load_start": [0.1, 0.1, 0.1],
+                                              "load_end": None, "launch_us_per_op": 9.5}}
+    rows = {r.label: r for r in explain(a, b, "dispatch")}
+    assert not rows["CPU"].differs and rows["CPU"].a == "EPYC 9654"  # cpu.model against host_dispatch.cpu_model
+    assert not rows["host load at start"].differs and not rows["host load at end"].differs  # null: host.load_end
+    assert rows["eager launch, measured clean (µs)"].differs and rows["eager launch, measured clean (µs)"].a == "(absent)"
+
+
+def test_a_comparison_ranks_why_for_each_class_that_moved(tmp_path: Path) -> None:
+    def slower(data: dict) -> None:
+        for m in data["experiments"][0]["metrics"]:
+            if m["name"] == "step_ms" and m["params"]["batch"] == 1 and m["params"]["method"] in ("eager", "graph",
+                                                                                               "compile+graph"):
+                m["value"] *= 3
+                m["spread"] = None
+        for m in next(r for r in data["experiments"] if r["id"] == "ceilings")["metrics"]:
+            if m["name"] == "binding" and m["params"] == {"method": "graph", "batch": 1, "dtype": "float32"}:
+                m["value"] = "bandwidth"  # graph replay at B=1 kernel-bound; compile+graph stays launch-bound
+        data["manifest"]["cpu"]["model"] = "another CPU"
+        data["manifest"]["gpu"]["nvidia_smi"]["gpus"][0]["driver_version"] = "999.1"
+
+    c = compare(load_side(_gpu_side(tmp_path / "a")), load_side(_gpu_side(tmp_path / "b", slower)))
+    step = {r.params["method"]: r for r in c.moved if r.name == "step_ms" and r.experiment == "cuda_graph_decode"
+            and r.params["dtype"] == "float32"}
+    assert (step["eager"].cls, step["graph"].cls, step["compile+graph"].cls) == ("dispatch", "kernel", "dispatch")
+    assert c.why_by_class["dispatch"][0].label == "CPU" and c.why_by_class["kernel"][0].label == "driver"
+    assert c.why is c.why_by_class["dispatch"]  # the class with the most figures that moved leads
+    text = format_text(c)
+    assert "for the 2 kernel-bound figures: the GPU, driver, torch, CUDA and Triton first: driver 580.159.04 -> 999.1; CPU" in text
+    assert "eager and launch-bound figures: the host's dispatch first: CPU fixture CPU -> another CPU; driver" in text
+    data = json.loads(to_json(c))
+    assert data["why_it_moved_by_class"]["dispatch"]["ranked"][0]["label"] == "CPU"
+    assert {r["class"] for r in data["records"] if r["kind"] == "metric"} >= {"dispatch"}
+
+
+# ---------------------------------------------------------------------------- every run's baseline (the report)
+
+def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None:
+    from report.discover import load_runs
+    from report.render import baselines
+
+    runs, _ = load_runs([REFERENCE])
+    got = {b.run.name: (b.base.name if b.base else None, b.why) for b in baselines(runs)}
+    assert set(got) == {r.name for r in runs}
+    assert got["cpu-2026-11-29-full"] == ("cpu-2026-11-29-inductor", "the previous run of host vm with profile cpu")
+    assert got["cpu-2026-11-29-inductor"][0] == "cpu-2026-11-29-full"
+    assert got["h200-2026-11-29-gpu"] == (None, "no other run of profile gpu among the runs rendered: nothing to set "
+                                                "it against (a run of the same profile, from this host or another, "
+                                                "would be)")
+
+
+def test_a_baseline_is_the_previous_run_of_the_host_else_the_newest_of_the_profile(tmp_path: Path) -> None:
+    from report.discover import load_runs
+    from report.render import baselines
+
+    def run(name: str, host: str, day: int, profile: str = "gpu") -> None:
+        data = gpu_fixture.build()
+        data["run"]["started_at"] = f"2026-12-{day:02d}T09:00:00+00:00"
+        data["run"]["profile"] = profile
+        data["manifest"]["host"]["real_hostname"] = host
+        write_json_atomic(tmp_path / name / "results.json", data)
+
+    run("a1", "alpha", 1), run("b1", "beta", 2), run("a2", "alpha", 3), run("a3", "alpha", 4), run("x", "beta", 5, "cpu")
+    runs, _ = load_runs([tmp_path])
+    got = {b.run.name: (b.base.name if b.base else None) for b in baselines(runs)}
+    assert got == {"a3": "a2", "a2": "a1", "a1": "a3", "b1": "a3", "x": None}
+    why = {b.run.name: b.why for b in baselines(runs)}
+    assert why["b1"] == "no other run of host beta with profile gpu: the newest other run of profile gpu"
+    assert why["a1"].startswith("no earlier run of host alpha")
+    fixed = {b.run.name: (b.base.name if b.base else None) for b in baselines(runs, "a1")}
+    assert fixed == {"a3": "a1", "a2": "a1", "b1": "a1", "x": "a1", "a1": None}

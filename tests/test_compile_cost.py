@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from lab.host import compile_cache
+from lab.host import cache_dir, compile_cache
 from lab.experiments import compile_cost
 from lab.run.manifest import collect
 from lab.contract.results import Record
-from lab.run.runner import Context
+from lab.run.context import Context
 from lab.host.toolchain import probe
 from lab.contract import profiles
 from lab.contract.catalogue import BY_ID
@@ -64,7 +64,7 @@ def test_provenance_in_manifest_and_record() -> None:
     assert "input shapes, strides, dtypes and devices" in field["key_contains"]
     prov = compile_cache.provenance("decode_core", {"x": [1, 1, 64]}, "float32", "cpu", tc, cache_dir="/c")
     assert prov["shapes"] == {"x": [1, 1, 64]} and prov["dtype"] == "float32" and prov["cache_dir"] == "/c"
-    env = compile_cache.isolated_env("/tmp/abc")
+    env = cache_dir.isolated_env("/tmp/abc")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/abc" and env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1"
 
 

@@ -15,7 +15,7 @@ from lab.contract import profiles
 from lab.contract.catalogue import BY_ID
 from lab.contract.reasons import Code
 from lab.contract.results import Record
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 def _breaks_and_recompiles(x: torch.Tensor) -> torch.Tensor:

@@ -232,7 +232,7 @@ def _check_table(profile: str | None, capsys) -> dict[str, str]:
     out = capsys.readouterr().out.splitlines()
     rows = {}
     for ln in out:
-        m = re.match(r"^(\w+)\s+needs=(\S+)\s+.*\[(runs here|NOT_RUN \w+)\]$", ln)
+        m = re.match(r"^(\w+)\s+needs=(\S+)\s+.*\[(runs here|NOT_RUN \w+|not in profile [\w-]+)\]$", ln)
         if m:
             rows[m.group(1)] = (m.group(2), m.group(3))
     assert set(rows) == {s.id for s in catalogue.CATALOGUE}, out
@@ -246,9 +246,13 @@ def test_list_check_on_this_host_follows_the_prerequisites(capsys) -> None:
     default = "gpu" if torch.cuda.is_available() else "cpu"
     rows, out = _check_table(None, capsys)  # no profile: the one `run` picks here
     assert out[0].startswith(f"profile {default} ")
+    chosen = profiles.get(default)
+    selected = {s.id for s in catalogue.resolve(list(chosen.experiments or []) or None, sweeps=chosen.sweeps)}
     for spec in catalogue.CATALOGUE:
         needs, verdict = rows[spec.id]
-        if default == "cpu":
+        if spec.id not in selected:
+            assert verdict == f"not in profile {default}", spec.id
+        elif default == "cpu":
             expect = None
             for need in spec.needs:
                 expect = expect or tc.reason_for(need, "cpu")
@@ -256,7 +260,7 @@ def test_list_check_on_this_host_follows_the_prerequisites(capsys) -> None:
             assert needs == (",".join(spec.needs) or "-")
             if not spec.needs:
                 assert verdict == "runs here", spec.id  # needs=- never NOT_RUN with the host's own profile
-    blocked = [v for _, v in rows.values() if v != "runs here"]
+    blocked = [v for _, v in rows.values() if v.startswith("NOT_RUN ")]
     for verdict in set(blocked):  # what would make them run: one line per reason
         assert any(re.match(rf"^{blocked.count(verdict)} {verdict}: .+", ln) for ln in out), out
 
@@ -265,15 +269,43 @@ def test_list_check_gpu_without_cuda_shows_the_need_it_judges(capsys) -> None:
     if torch.cuda.is_available():
         pytest.skip("this host has CUDA")
     rows, out = _check_table("gpu", capsys)
+    gpu = profiles.get("gpu")
+    selected = {s.id for s in catalogue.resolve(list(gpu.experiments or []) or None, sweeps=gpu.sweeps)}
     for spec in catalogue.CATALOGUE:
         needs, verdict = rows[spec.id]
-        if "host" in spec.needs:
+        if spec.id not in selected:
+            assert verdict == "not in profile gpu", spec.id
+        elif "host" in spec.needs:
             assert (needs, verdict) == ("host", "runs here")
         else:
-            assert verdict == "NOT_RUN no_cuda" and needs.split(",")[0] in ("cuda", "cuda*"), spec.id
-            assert needs != "-"
-    assert out[-1].startswith(f"{len(catalogue.CATALOGUE) - 2} NOT_RUN no_cuda: no CUDA device")
+            assert verdict == "NOT_RUN no_cuda", spec.id
+        if "host" not in spec.needs:
+            assert needs.split(",")[0] in ("cuda", "cuda*") and needs != "-", spec.id
+    host = sum("host" in catalogue.BY_ID[e].needs for e in selected)
+    assert out[-1].startswith(f"{len(selected) - host} NOT_RUN no_cuda: no CUDA device")
     assert "* the gpu profile runs on CUDA" in "\n".join(out)
+
+
+def test_list_check_counts_only_what_the_profile_runs(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`list --check cpu` says 'N of the profile's M would run here' with M what `run --profile cpu` selects and N
+    what it then runs; the experiments it leaves out are shown as not in the profile, never as runnable."""
+    profile = profiles.get("cpu")
+    selected = catalogue.resolve(list(profile.experiments or []) or None, sweeps=profile.sweeps)
+    assert len(selected) < len(catalogue.CATALOGUE)  # (the cpu profile leaves some out)
+    rows, out = _check_table("cpu", capsys)
+    outside = [eid for eid, (_, verdict) in rows.items() if verdict == "not in profile cpu"]
+    assert sorted(outside) == sorted({s.id for s in catalogue.CATALOGUE} - {s.id for s in selected})
+    runs = [eid for eid, (_, verdict) in rows.items() if verdict == "runs here"]
+    assert set(runs) <= {s.id for s in selected}
+    assert f"{len(runs)} of the profile's {len(selected)} would run here ({len(outside)} more not in profile cpu)" \
+        in out
+    ran = []  # what the runner, judging the same prerequisites, then runs
+    monkeypatch.setattr(runner, "run_experiment", lambda spec, *args, **kwargs: ran.append(spec.id) or
+                        Record(id=spec.id, title=spec.title, status="OK"))
+    monkeypatch.setattr(runner, "prerequisite_reason", lambda spec, *args: (
+        None if spec.id in runs else Reason(Code.NO_CUDA, "judged as list --check judged it")))
+    runner.run(profile, tmp_path / "run")
+    assert sorted(ran) == sorted(s.id for s in selected)
 
 
 def test_list_check_unknown_profile_is_one_line(capsys) -> None:
@@ -337,3 +369,117 @@ def test_counts_take_the_number_of_their_noun() -> None:
     from lab.console import plural
 
     assert [plural(1, "compile"), plural(2, "graph"), plural(0, "graph")] == ["1 compile", "2 graphs", "0 graphs"]
+
+
+# ---------------------------------------------------------------------------- the heartbeat
+
+class FakeClock:
+    """Seconds that pass only when a stand-in works, half a second at a time, the heartbeat beating at each
+    (its thread beats too, by the same clock)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        for _ in range(int(seconds * 2)):
+            self.t += 0.5
+            console.beat()
+
+
+class Stamped(io.StringIO):
+    """The console's stream, each line kept with the clock's time when it was written."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock, self.lines = clock, []
+
+    def write(self, text: str) -> int:
+        self.lines += [(self.clock(), ln) for ln in text.splitlines()]
+        return super().write(text)
+
+
+def _slow_and_quiet(clock: FakeClock):
+    """A stand-in with the silences the lab had: work that says nothing (ceilings: 135 s), a long activity
+    (inductor's eager reference: 32 s), counted items slower than the interval (fixed_step_equivalence)."""
+    from lab.measure.bench import time_methods
+    from lab.measure.timing import HostClock
+
+    def run(ctx) -> None:
+        time_methods({"eager": lambda: clock.advance(35)}, HostClock(), rounds=1, iters=1, warmup=0)
+        with ctx.activity("computing the eager reference"):
+            clock.advance(32)
+        for _ in ctx.track(range(3), "greedy decodes"):
+            clock.advance(25)
+    return run
+
+
+@pytest.mark.slow  # (the run's toolchain probe: about 10 s here)
+def test_every_experiment_of_the_smoke_profile_says_something_every_interval(tmp_path: Path,
+                                                                           monkeypatch) -> None:
+    """Each smoke experiment (a stand-in with the real ones' silences, its prerequisites taken as met) run by the
+    runner with a clock that advances: no gap between two console lines longer than LAB_PROGRESS_EVERY_S."""
+    import importlib
+
+    monkeypatch.setenv("LAB_PROGRESS_EVERY_S", "10")
+    clock = FakeClock()
+    profile = profiles.get("smoke")
+    specs = catalogue.resolve(list(profile.experiments or []) or None, sweeps=profile.sweeps)
+    real = {spec.module: importlib.import_module(spec.module) for spec in specs}
+    for name, module in real.items():  # the module as it is (its Options and what they name), `run` a stand-in
+        stand_in = types.ModuleType(name)
+        stand_in.__dict__.update(vars(module))
+        stand_in.run = _slow_and_quiet(clock)
+        monkeypatch.setitem(sys.modules, name, stand_in)
+    monkeypatch.setattr(runner, "prerequisite_reason", lambda *args: None)
+    stream = Stamped(clock)
+    monkeypatch.setattr(librarylogs.Capture, "open", lambda self: self)  # the console's stream stays `stream`
+    monkeypatch.setattr(librarylogs.Capture, "close", lambda self: None)
+    monkeypatch.setattr(librarylogs.Capture, "begin", lambda self: None)
+    console.use_stream(stream)
+    console.use_clock(clock)
+    try:
+        res = runner.run(profile, tmp_path / "run")
+    finally:
+        console.use_clock(None)
+        console.use_stream(None)
+    assert [r.status for r in res.experiments] == ["OK"] * len(specs)
+    starts = [i for i, (_, ln) in enumerate(stream.lines) if re.match(r"^\[\d+/\d+\] ", ln)]
+    assert len(starts) == len(specs)
+    for first, end in zip(starts, starts[1:] + [len(stream.lines)]):
+        lines = stream.lines[first:end]
+        gaps = [b[0] - a[0] for a, b in zip(lines, lines[1:])]
+        experiment = lines[0][1].split()[1].rstrip(":")
+        assert max(gaps) <= 10, (experiment, max(gaps), lines)
+        said = [ln for _, ln in lines]
+        # what is under way: where the quiet work is, the activity, the counted items
+        assert f"    {experiment}: still running, 10.0 s (in lab.measure.timing.time_calls)" in said, said
+        assert any(re.fullmatch(rf"    {experiment}: computing the eager reference, [\d.]+ s", ln) for ln in said)
+        assert f"    {experiment}: computing the eager reference: done in 32.0 s" in said, said
+        assert any(ln.startswith(f"    {experiment}: greedy decodes 1/3, ") for ln in said), said
+
+
+def test_the_heartbeat_thread_speaks_for_a_quiet_experiment(monkeypatch) -> None:
+    """Real time: an experiment that says nothing gets a 'still running' line from the thread (at 1 s, the
+    heartbeat's shortest interval), and none once it has ended."""
+    import time
+
+    monkeypatch.setenv("LAB_PROGRESS_EVERY_S", "0")
+    buf = io.StringIO()
+    console.use_stream(buf)
+    try:
+        console.begin_run()
+        console.experiment_started(1, 1, "quiet", "says nothing")
+        for _ in range(300):
+            if "still running" in buf.getvalue():
+                break
+            time.sleep(0.1)
+        console.experiment_ended()
+        said = buf.getvalue().splitlines()
+    finally:
+        console.use_stream(None)
+    assert said[0] == "[1/1] quiet: says nothing"
+    assert re.fullmatch(r"    quiet: still running, [\d.]+ s( \(in [\w.]+\))?", said[1]), said
+    assert not console.BOARD.busy()

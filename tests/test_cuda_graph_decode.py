@@ -21,14 +21,15 @@ from lab.contract import profiles
 from lab.contract.catalogue import BY_ID
 from lab.experiments import cuda_graph_decode
 from lab.contract.results import Metric, Record
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
     from lab.contract import catalogue, profiles
     from lab.experiments import cuda_graph_decode
     from lab.contract.results import Record, Results, RunInfo
-    from lab.run.runner import Context, ModelCache, _finish_status
+    from lab.run.context import Context, ModelCache
+    from lab.run.runner import _finish_status
     from lab.host.toolchain import probe
 
     # compile-default through Dynamo with its eager backend: a compiled method without a C++ compiler
@@ -79,7 +80,8 @@ def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch)
     from lab.contract import catalogue, profiles
     from lab.experiments import cuda_graph_decode
     from lab.contract.results import Record, Results, RunInfo
-    from lab.run.runner import Context, ModelCache, _finish_status
+    from lab.run.context import Context, ModelCache
+    from lab.run.runner import _finish_status
 
     broken = dataclasses.replace(METHODS["compile-default"], step=breaking_step, backend="eager")
     monkeypatch.setitem(METHODS, "compile-default", broken)
@@ -91,7 +93,7 @@ def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch)
     results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
     cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
     failed = [c for c in rec.checks if not c.passed]
-    assert [c.name for c in failed] == ["compile-default compiles the step as one graph (batch 1, float32)"]
+    assert [c.name for c in failed] == ["compile-default compiles the step as one graph (batch=1 dtype=float32)"]
     assert failed[0].fatal and "torch._dynamo.graph_break()" in failed[0].detail
     assert rec.metric("step_ms", method="eager", batch=1, dtype="float32", readback=False).value > 0
     _finish_status(rec)
@@ -105,7 +107,7 @@ def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkey
     from lab.measure.breakeven import break_even_calls
     from lab.experiments import cuda_graph_decode
     from lab.contract.results import Record, Results, RunInfo
-    from lab.run.runner import Context, ModelCache
+    from lab.run.context import Context, ModelCache
 
     plain = dataclasses.replace(METHODS["compile-default"], backend="eager")
     monkeypatch.setitem(METHODS, "compile-default", plain)

@@ -77,3 +77,94 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     for args in (["headline"], ["headline", str(tmp_path / "missing")], ["headline", "--check", str(tmp_path / "x.md")]):
         proc = subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+# ---------------------------------------------------------------------------- distance to the floor, MBU, intervals
+
+H200 = ROOT / "manifests" / "reference" / "h200-2026-11-29-gpu"
+
+
+def _stored(path: Path, exp: str, name: str, **params) -> object:
+    data = json.loads((path / "results.json").read_text())
+    rec = next(r for r in data["experiments"] if r["id"] == exp)
+    hits = [m["value"] for m in rec["metrics"] if m["name"] == name
+            and all(m["params"].get(k) == v for k, v in params.items())]
+    assert len(hits) >= 1, (exp, name, params)
+    return hits[0]
+
+
+def _cells(text: str, first: str, second: str | None = None) -> list[str]:
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells and cells[0] == first and (second is None or cells[1] == second):
+            return cells
+    raise AssertionError(f"no row {first} {second or ''}")
+
+
+def test_the_floor_and_mbu_of_every_method_come_from_its_own_step_on_the_h200_reference() -> None:
+    text = readme_tables.render([H200])
+    nbytes = _stored(H200, "ceilings", "bytes_per_step", batch=1, dtype="float32")
+    bw = _stored(H200, "ceilings", "bandwidth_GBps", kind="copy")
+    floor_ms = nbytes / (bw * 1e9) * 1e3
+    for method in ("fused-pdl-prefetch", "compile+graph", "eager"):
+        step = _stored(H200, "cuda_graph_decode", "step_ms", method=method, batch=1, dtype="float32", readback=False)
+        busy = _stored(H200, "cuda_graph_decode", "gpu_busy_us", method=method, batch=1, dtype="float32")
+        gap = _stored(H200, "cuda_graph_decode", "gap_us", method=method, batch=1, dtype="float32")
+        row = _cells(text, f"`{method}`", "fp32 B=1")
+        assert row[2] == f"{step:.3f}" and row[5] == f"{busy:.0f}" and row[6] == f"{gap:.0f}"
+        assert row[7] == f"{nbytes / 1e6:.0f}" and row[8] == f"{floor_ms:.3f}"
+        assert row[9] == f"{100 * round(floor_ms / step, 4):.1f}%", method
+    assert _cells(text, "`fused-pdl-prefetch`", "fp32 B=1")[9] == "46.2%"  # not "—": its bytes and bandwidth are stored
+    # MBU per batch from each method's own step time, not ceilings' separate eager timing (0.0417 at B=64)
+    mbu_rows = text.split("MBU per batch", 1)[1]
+    eager64 = _stored(H200, "cuda_graph_decode", "step_ms", method="eager", batch=64, dtype="float32", readback=False)
+    nbytes64 = _stored(H200, "ceilings", "bytes_per_step", batch=64, dtype="float32")
+    row = _cells(mbu_rows, "`eager`")
+    assert row[4] == f"{100 * round(nbytes64 / (bw * 1e9) * 1e3 / eager64, 4):.1f}%" == "2.5%"
+    assert _cells(mbu_rows, "`fused`")[1] == "36.3%"
+    assert "rounds: 5 at B=1, 3 at B=8, 3 at B=16, 3 at B=64" in text  # not "5 rounds" for every batch
+
+
+def test_a_stored_mbu_and_a_stored_interval_are_used(tmp_path: Path) -> None:
+    p = {"method": "compile+graph", "batch": 1, "dtype": "float32"}
+    extra = [{"name": "mbu", "value": 0.3456, "unit": "fraction", "params": p},
+             {"name": "speedup_ci_low", "value": 5.5, "unit": "x", "params": p | {"readback": False}},
+             {"name": "speedup_ci_high", "value": 6.25, "unit": "x", "params": p | {"readback": False}}]
+    text = readme_tables.render([_fixture_run(tmp_path, extra)])
+    assert "[5.50, 6.25])" in _cells(text, "`compile+graph`")[1]  # the step table's B=1 cell
+    assert "speedup over eager [its 95% interval]" in text
+    assert _cells(text, "`compile+graph`", "fp32 B=1")[9] == "34.6%"
+    assert _cells(text.split("MBU per batch", 1)[1], "`compile+graph`")[1] == "34.6%"
+
+
+def test_check_passes_after_write_on_the_readme(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text((ROOT / "README.md").read_text())
+    readme_tables.write(readme, ["manifests/reference/h200-2026-11-29-gpu"], root=ROOT)
+    assert readme_tables.check(readme, root=ROOT) == (True, "manifests/reference/h200-2026-11-29-gpu")
+    assert "46.2%" in readme.read_text()
+
+
+def test_the_readme_prose_quotes_the_stored_reference() -> None:
+    """Figures the README quotes outside the generated tables, checked against the committed H200 reference."""
+    import json
+
+    readme = (ROOT / "README.md").read_text()
+    ref = json.loads((ROOT / "manifests" / "reference" / "h200-2026-11-29-gpu" / "results.json").read_text())
+    cost = next(r for r in ref["experiments"] if r["id"] == "compile_cost")
+    first = {m["params"]["phase"]: m["value"] for m in cost["metrics"]
+             if m["name"] == "first_call_s" and m["params"].get("target") == "decode_core"}
+    assert f"{first['cold']:.2f} s cold, {first['warm']:.2f} s warm" in readme.replace("\n", " ")
+    dec = next(r for r in ref["experiments"] if r["id"] == "cuda_graph_decode")
+    diffs = {}
+    for m in dec["metrics"]:
+        if m["name"] == "max_logit_diff" and m["params"].get("dtype") == "float32" and m["value"]:
+            diffs.setdefault(m["params"]["method"], []).append(m["value"])
+    compiled, fused = diffs["compile-default"], diffs["fused"]
+    text = readme.replace("\n", " ")
+
+    def short(x: float) -> str:
+        return f"{x:.1e}".replace("e-05", "e-5").replace("e-04", "e-4")
+
+    assert f"{short(min(compiled))} to {short(max(compiled))} compiled" in text
+    assert f"{short(min(fused))} to {short(max(fused))} fused" in text

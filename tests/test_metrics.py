@@ -16,7 +16,7 @@ from lab.contract.metrics import REGISTRY, Direction, Kind, MetricSpec
 from lab.contract.names import BASELINES, METHOD_ORDER, Family, Method, Variant, family, method_rank
 from lab.contract.reasons import Code
 from lab.contract.results import Record, load
-from lab.run.runner import Context
+from lab.run.context import Context
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_runs" / "cpu-smoke"
 UNITS = {v for k, v in vars(units).items() if k.isupper()}

@@ -15,16 +15,16 @@ from lab.contract.catalogue import BY_ID
 from lab.contract.reasons import Code
 from lab.contract.results import Record
 from lab.run import runner
+from lab.run.context import Context
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted((ROOT / "manifests" / "reference").glob("*/results.json")) + \
     [ROOT / "tests" / "fixtures" / "report_runs" / "cpu-smoke" / "results.json"]
 
 
-def _ctx(experiment: str) -> runner.Context:
+def _ctx(experiment: str) -> Context:
     record = Record(experiment, experiment, "OK")
-    return runner.Context(BY_ID[experiment], profiles.get("smoke"), None, record, SimpleNamespace(experiments=[]),
-                          None)
+    return Context(BY_ID[experiment], profiles.get("smoke"), None, record, SimpleNamespace(experiments=[]), None)
 
 
 def test_keys_are_made_and_read_by_the_declaration() -> None:

@@ -39,7 +39,7 @@ def test_a_crashed_transformers_child_keeps_its_finished_batches(tiny, monkeypat
 
     from lab.run.childproc import ChildResult
     from lab.contract.results import Record
-    from lab.run.runner import Context
+    from lab.run.context import Context
 
     model, _ = tiny
     done = {"1": {"warm_calls_s": [2.0], "steady_calls_s": [0.1], "ms_per_token": [1.0, 1.1], "error": None,

@@ -12,20 +12,20 @@ SWEEPS = ("peer_generate", "model_scaling", "context_scaling", "graph_buckets", 
 
 def test_gpu_profiles_plan_every_method() -> None:
     from lab.contract import catalogue, profiles
-    from lab.run import runner
+    from lab.run.context import options_for
     from lab.experiments.cuda_graph_decode import COSTLY
 
     spec = catalogue.BY_ID["cuda_graph_decode"]
-    gpu = runner.options_for(spec, profiles.get("gpu"))
-    full = runner.options_for(spec, profiles.get("gpu-full"))
+    gpu = options_for(spec, profiles.get("gpu"))
+    full = options_for(spec, profiles.get("gpu-full"))
     assert gpu.dynamic is False and full.dynamic is None  # the two runs side by side: what dynamic=False changes
     assert not set(COSTLY) & set(gpu.methods) and not gpu.max_autotune
     assert {Method.FUSED, Method.FUSED_PDL, Method.FUSED_PDL_PREFETCH, Method.COMPILE_GRAPH_COMBO,
             Method.COMPILE_GRAPH_PDL} <= set(gpu.methods)
     assert set(full.methods) | {Method.MAX_AUTOTUNE, Method.MAX_AUTOTUNE_GRAPH} == set(METHODS) and full.max_autotune
     assert set(gpu.sweep_methods) <= set(gpu.methods) and Method.EAGER in gpu.sweep_methods
-    cost = runner.options_for(catalogue.BY_ID["compile_cost"], profiles.get("gpu"))
-    cost_full = runner.options_for(catalogue.BY_ID["compile_cost"], profiles.get("gpu-full"))
+    cost = options_for(catalogue.BY_ID["compile_cost"], profiles.get("gpu"))
+    cost_full = options_for(catalogue.BY_ID["compile_cost"], profiles.get("gpu-full"))
     assert cost.depths == (12,) and cost_full.depths == (2, 12) and cost_full.mlp_trials >= 1
 
 

@@ -262,7 +262,8 @@ def test_report_into_an_old_folder_leaves_no_stale_pages(tmp_path: Path, capsys)
     (out).mkdir()
     (out / "notes.txt").write_text("mine")
     assert cli(capsys, "report", str(a), str(b), "--out", str(out))[0] == 0
-    assert {p.name for p in out.iterdir()} == {"index.html", "compare.html", "run-a.html", "run-b.html", "notes.txt"}
+    assert {p.name for p in out.iterdir()} == {"index.html", "compare.html", "history.html", "run-a.html", "run-b.html",
+                                                "notes.txt"}
     assert cli(capsys, "report", str(a), "--out", str(out))[0] == 0
     assert {p.name for p in out.iterdir()} == {"index.html", "run-a.html", "notes.txt"}
     assert "run-b.html" not in (out / "index.html").read_text()

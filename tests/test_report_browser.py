@@ -107,7 +107,8 @@ def test_front_page_in_chromium(browser, site) -> None:
                   fmt(stored(data, "cuda_graph_decode", "step_ms", method="compile+graph", readback=False, **p), "ms"),
                   fmt(stored(data, "cuda_graph_decode", "speedup_vs_eager", method="compile+graph", readback=False,
                              **p)) + "×",
-                  "MBU " + fmt(stored(data, "ceilings", "mbu", method="compile+graph", **p)), "launch-bound"):
+                  "MBU " + fmt(stored(data, "ceilings", "mbu", method="compile+graph", **p) * 100) + "%",
+                  "launch-bound"):
         assert value in case, (value, case)
     be = stored(data, "cuda_graph_decode", "break_even_steps", method="compile+graph", **p)
     assert page.inner_text(f"{row} .setup[data-key='B=1 float32'] .break-even") == fmt(be)
@@ -179,11 +180,107 @@ def test_comparison_in_chromium(browser, site) -> None:
     assert page.inner_text("#cmp-1 h2").startswith(f"{c.b.label}")
     why = page.eval_on_selector_all("#cmp-1 table.why-table tbody tr",
                                     "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
-    assert ["compile cache at start", "warm", "cold"] in why
+    state = [side.manifest["compile_cache"]["state"] for side in (c.a, c.b)]  # A against B, as the page sets them
+    assert ["compile cache at start", *state] in why and state[0] != state[1]
     moved = page.eval_on_selector_all("#cmp-1 table.moved-table tbody tr",
                                       "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
     expected = [[r.mark, r.experiment, r.name, fmt(r.a, r.unit), fmt(r.b, r.unit), fmt(r.ratio)] for r in c.moved]
     assert [[m[0], m[1], m[2], m[4], m[5], m[6]] for m in moved] == expected and expected
     assert no_overflow(page) == []
+    page.close()
+    assert problems == []
+
+
+def test_history_in_chromium(browser, site) -> None:
+    """The two runs of the GPU fixture's host and profile: eager's step at batch 1 as each stored it, and the mark."""
+    from report import history
+
+    assert site.history is not None
+    page, problems = open_page(browser, site.history)
+    series = [s for s in history.series(site.runs) if len(s.runs) > 1]
+    assert series, "the fixture site has a host with two runs of one profile"
+    s = series[0]
+    table_rows = page.eval_on_selector_all(f"table[id='history-{s.host}-{s.profile}'] tbody tr",
+                                           "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
+    assert [r[0] for r in table_rows] == [run.name for run in s.runs]
+    label = next(iter(s.points))  # the first figure: eager's step at batch 1
+    for row, point in zip(table_rows, s.points[label]):
+        assert row[3].startswith(point.text), (row, point.text)
+        if point.found is not None and point.mark not in ("", "first"):
+            assert point.mark in row[3]
+    assert no_overflow(page) == []
+    page.close()
+    assert problems == []
+
+
+# ---------------------------------------------------------------------------- an H200-like run of today's lab
+
+H200 = FIXTURES / "report_runs" / "h200-fixture"  # derived from a real cuda_graph_decode record (h200_fixture.py)
+SWEEP = FIXTURES.parent.parent / "manifests" / "reference" / "h200-2026-11-29-sweep"
+
+
+@pytest.fixture(scope="module")
+def h200_site(tmp_path_factory: pytest.TempPathFactory):
+    return render_site([H200, SWEEP], tmp_path_factory.mktemp("h200-site"))
+
+
+def test_h200_front_row_in_chromium(browser, h200_site) -> None:
+    data = json.loads((H200 / "results.json").read_text())
+    page, problems = open_page(browser, h200_site.index)
+    row = "#front tr[data-run='h200-fixture']"
+    case = page.inner_text(f"{row} .case[data-key='B=1 float32']")
+    best = page.inner_text(f"{row} .case[data-key='B=1 float32'] .best")
+    p = {"method": best, "batch": 1, "dtype": "float32"}
+    sp = [fmt(stored(data, "cuda_graph_decode", n, readback=False, **p))
+          for n in ("speedup_vs_eager", "speedup_ci_low", "speedup_ci_high")]
+    assert page.inner_text(f"{row} .case[data-key='B=1 float32'] .speedup") == f"{sp[0]}× [{sp[1]}, {sp[2]}]"
+    assert f"MBU {fmt(stored(data, 'cuda_graph_decode', 'mbu', **p) * 100)}%" in case
+    assert fmt(stored(data, "cuda_graph_decode", "step_ms", readback=False, **p), "ms") in case
+    ratio = stored(data, "sentinel_end", "in_run_over_sentinel", method="eager")
+    assert f"({ratio:.3f}x)" in page.inner_text(f"{row} .sentinel-flag")
+    sweep = json.loads((SWEEP / "results.json").read_text())
+    q = {"size": "gpt2-124M", "batch": 1, "dtype": "float32"}
+    case = page.inner_text("#front tr[data-run='h200-2026-11-29-sweep'] .case")
+    assert fmt(stored(sweep, "model_scaling", "step_ms", method="eager", **q), "ms") in case
+    assert f"MBU {fmt(stored(sweep, 'model_scaling', 'mbu', method='compile+graph', **q) * 100)}%" in case
+    assert no_overflow(page) == []
+    page.close()
+    assert problems == []
+
+
+def test_h200_run_page_opens_with_where_the_time_goes(browser, h200_site) -> None:
+    data = json.loads((H200 / "results.json").read_text())
+    page, problems = open_page(browser, h200_site.out / "run-h200-fixture.html")
+    top = page.evaluate("document.querySelector('#where-time-goes').getBoundingClientRect().top")
+    assert 0 < top < page.evaluate("window.innerHeight"), top
+    assert page.evaluate("document.querySelector('#chart-time-float32').getBoundingClientRect().top") < 900
+    for r in rows(page, "floor-table"):
+        batch, dtype, method = int(r[0]), r[1], r[2]
+        p = {"method": method, "batch": batch, "dtype": dtype}
+        assert r[4] == fmt(stored(data, "cuda_graph_decode", "gpu_busy_us", **p), "us")
+        assert r[5] == fmt(stored(data, "cuda_graph_decode", "gap_us", **p), "us")
+        assert r[6] == fmt(stored(data, "cuda_graph_decode", "step_ms", readback=False, **p), "ms")
+        assert r[8] == f"{fmt(stored(data, 'cuda_graph_decode', 'mbu', **p) * 100)}%"
+    kernels = rows(page, "top-kernels-b1-float32")
+    top_eager = data["experiments"][1]["notes"]["top_kernels.eager.b1.float32"][0]
+    assert kernels[0][:4] == ["eager", "1", top_eager["name"], fmt(top_eager["count"])]
+    sentinel = rows(page, "sentinel-table")[0]
+    assert sentinel[0] == "eager" and sentinel[1].startswith(fmt(stored(data, "sentinel", "sentinel_step_ms",
+                                                                        method="eager", batch=1, dtype="float32",
+                                                                        when="start"), "ms"))
+    assert sentinel[4].startswith(fmt(stored(data, "sentinel_end", "in_run_over_sentinel", method="eager"), "x"))
+    charts = page.eval_on_selector_all("#where-time-goes figure.chart svg", "els => els.map(e => "
+                                       "e.getBoundingClientRect().height)")
+    assert len(charts) == 4 and all(h > 100 for h in charts)
+    assert no_overflow(page) == []
+    page.close()
+    assert problems == []
+
+
+def test_the_sweep_page_opens_with_its_sweeps(browser, h200_site) -> None:
+    page, problems = open_page(browser, h200_site.out / "run-h200-2026-11-29-sweep.html")
+    first = page.evaluate("document.querySelector('section.page-section').id")
+    assert first.startswith("sweep-"), first
+    assert "is not in this run" not in page.inner_text("section.page-section")
     page.close()
     assert problems == []

@@ -10,7 +10,7 @@ from lab.contract import profiles
 from lab.contract.catalogue import BY_ID
 from lab.experiments import selection
 from lab.contract.results import Metric, Reason, Record, Skipped, Spread
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 def _timing(method: str, median: float, iqr: float = 0.01, **params) -> Metric:

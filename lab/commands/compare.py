@@ -1,5 +1,5 @@
-"""`python -m lab compare A B [--json]`: manifest fields that differ, why it moved, and every shared result
-with ratio, mark and reason."""
+"""`python -m lab compare A B [--json]`: manifest fields that differ, why it moved (ranked for each class of
+figure that moved: report/why.py), and every shared result with ratio, mark and reason."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("a", type=Path, help="A (before, the baseline): a run directory, results.json or manifest.json")
     p.add_argument("b", type=Path, help="B (after): a run directory, results.json or manifest.json")
     p.add_argument("--factor", type=float, default=None,
-                   help="ratio beyond which a change counts as better/worse (default 1.10)")
+                   help="where either value has no stored 95%% interval, the ratio beyond which a change counts as "
+                        "better/worse (default 1.10); values with intervals on both sides are judged by them")
     p.add_argument("--only-changed", action="store_true", help="leave out metrics marked same")
     p.add_argument("--json", action="store_true",
                    help="print machine-readable records (experiment, metric, params, a, b, ratio, mark, reason)")

@@ -1,7 +1,9 @@
-"""`python -m lab headline RUN [RUN ...] [--write README.md] | --check README.md`: the README's headline tables.
+"""`python -m lab headline RUN [RUN ...] [--write README.md | --check README.md]`: the README's headline tables.
 
 Made from a run's results.json (see report/readme_tables.py for the tables and the markers): printed, written
-between the README's `headline` markers, or checked against the runs the markers name.
+between the README's `headline` markers, or checked against the runs the markers name. `--check` takes the
+runs from the marker; RUN with it, as the README writes it, asks whether the tables are those of RUN: the
+runs the marker names must then be RUN (the same folders or results.json files), else the check fails.
 """
 
 from __future__ import annotations
@@ -17,8 +19,31 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     what = p.add_mutually_exclusive_group()
     what.add_argument("--write", type=Path, metavar="README", help="replace the block between the headline markers")
     what.add_argument("--check", type=Path, metavar="README",
-                      help="exit 1 when the block differs from the tables of the runs its marker names")
+                      help="exit 1 when the block differs from the tables of the runs its marker names (and, "
+                           "with RUN, when those are not RUN)")
     return p
+
+
+def _run_dir(path: Path) -> Path:
+    """A run named by its folder or its results.json, as one path to compare."""
+    path = path.resolve()
+    return path.parent if path.name == "results.json" else path
+
+
+def _check(readme: Path, runs: list[str]) -> int:
+    from report import readme_tables
+
+    same, named = readme_tables.check(readme)
+    if runs:
+        marker = [_run_dir(readme.parent / r) for r in named.split()]
+        if marker != [_run_dir(Path(r)) for r in runs]:
+            print(f"{readme}: headline tables are of {named} (its marker), not of {' '.join(runs)}: remake them "
+                  f"with `python -m lab headline {' '.join(runs)} --write {readme}`", file=sys.stderr)
+            return 1
+    print(f"{readme}: headline tables {'match' if same else 'differ from'} {named}"
+          + ("" if same else f": remake them with `python -m lab headline {named} --write {readme}`"),
+          file=sys.stdout if same else sys.stderr)
+    return 0 if same else 1
 
 
 def main(args: argparse.Namespace) -> int:
@@ -27,13 +52,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         if args.check:
-            if args.runs:
-                raise ValueError("--check reads the runs from the README's marker: give no RUN")
-            same, runs = readme_tables.check(args.check)
-            print(f"{args.check}: headline tables {'match' if same else 'differ from'} {runs}"
-                  + ("" if same else f": remake them with `python -m lab headline {runs} --write {args.check}`"),
-                  file=sys.stdout if same else sys.stderr)
-            return 0 if same else 1
+            return _check(args.check, list(args.runs))
         if not args.runs:
             raise ValueError("name at least one run directory or results.json (or --check README)")
         if args.write:

@@ -1,9 +1,10 @@
 """`python -m lab list`: every experiment id, one line each, with its prerequisites; `--options` its knobs.
 
-`--check [PROFILE]` (default: the profile `run` picks on this host) says of each experiment whether it would
-run here under that profile, judging exactly the prerequisites the runner judges (`runner.needs_for`:
-the catalogue's needs, plus `cuda` for everything but host experiments in a CUDA profile, which the
-needs column then shows), and ends with one line per reason saying what would make the NOT_RUN ones run.
+`--check [PROFILE]` (default: the profile `run` picks on this host) says of each experiment the profile runs
+whether it would run here, judging exactly the prerequisites the runner judges (`runner.needs_for`: the
+catalogue's needs, plus `cuda` for everything but host experiments in a CUDA profile, which the needs
+column then shows); one the profile does not run is shown as not in it. It ends with how many of the
+profile's experiments would run here, and one line per reason saying what would make the NOT_RUN ones run.
 """
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ def print_options(experiment: str | None, profile_name: str | None) -> None:
 def check(profile_name: str) -> list[str]:
     """The catalogue under `profile_name` on this host: one line per experiment, then what makes NOT_RUN ones run."""
     from lab.contract import profiles
-    from lab.contract.catalogue import CATALOGUE
+    from lab.contract.catalogue import CATALOGUE, resolve
     from lab.commands.run import default_profile
     from lab.run.runner import needs_for, prerequisite_reason
     from lab.host.toolchain import probe
 
     profile, tc = profiles.get(profile_name or default_profile()), probe()
+    selected = {s.id for s in resolve(list(profile.experiments) if profile.experiments else None,
+                                      sweeps=profile.sweeps)}  # what `lab run --profile` runs (lab.run.runner)
     rows, blocked = [], {}
     added = False
     for spec in CATALOGUE:
@@ -75,7 +78,9 @@ def check(profile_name: str) -> list[str]:
         shown = ",".join(n + ("*" if n not in spec.needs else "") for n in needs) or "-"
         added |= any(n not in spec.needs for n in needs)
         reason = prerequisite_reason(spec, profile, tc)
-        if reason is None:
+        if spec.id not in selected:
+            verdict = f"not in profile {profile.name}"
+        elif reason is None:
             verdict = "runs here"
         else:
             verdict = f"NOT_RUN {reason.code}"
@@ -88,7 +93,9 @@ def check(profile_name: str) -> list[str]:
     if added:
         out.append(f"* the {profile.name} profile runs on CUDA: every experiment but the host ones needs a CUDA device")
     runs = sum(r[3] == "runs here" for r in rows)
-    out.append(f"{runs} of {len(rows)} would run here")
+    outside = len(rows) - len(selected)
+    out.append(f"{runs} of the profile's {len(selected)} would run here"
+               + (f" ({outside} more not in profile {profile.name})" if outside else ""))
     for (code, message), ids in blocked.items():
         out.append(f"{len(ids)} NOT_RUN {code}: {message}")
     return out

@@ -3,12 +3,14 @@
 For one metric that two runs both recorded (same experiment, name and params), `judge` returns
 the ratio B/A, a mark and the reason behind it, applying the rules below in order:
 
-1. a `comparable` condition of the declaration fails  -> not comparable, naming it:
+1. a condition of the declaration fails (its own `comparable` and, inherited, those of the metrics
+   it is `derived_from`: lab.contract.metrics.conditions)  -> not comparable, naming it:
    `metric:NAME`: the values of NAME in the same record whose params include this value's params
    (fusion's bytes_moved beside its step_ms, both methods' beside its speedup) differ, or only one
    record has them (neither: the condition does not apply);
    `manifest:PATH` / `profile:PATH`: the field differs, or a run does not record it;
-   `option:EXPERIMENT.KEY`: for a value of that experiment only, the option it ran with differs (the
+   `option:EXPERIMENT.KEY`: for a value of that experiment, or about it (selection's figures, whose
+   `workload` param names it), the option it ran with differs (the
    manifest's resolved `options`; for a run made before those were recorded, the profile's
    override, else "its default");
 2. the units differ: two units of a scale (ms against s)  -> not comparable;
@@ -49,6 +51,7 @@ from typing import Any, Literal
 
 from lab.contract import units as U
 from lab.contract.intervals import Interval, Relation, of, relation
+from lab.contract import metrics as M
 from lab.contract.metrics import Direction, MetricSpec
 
 Mark = Literal["better", "worse", "same", "changed", "not comparable", "newly failing", "fixed"]
@@ -149,8 +152,8 @@ def condition_failure(rule: str, a: Value, b: Value) -> str:
     kind, _, what = rule.partition(":")
     if kind == "option":
         experiment, _, key = what.partition(".")
-        if a.experiment != experiment:
-            return ""  # another experiment's option: not a condition on this value
+        if experiment not in (a.experiment, a.params.get("workload")):
+            return ""  # another experiment's option: not a condition on this value (nor on a figure about it)
         va, vb = option_value(a.manifest, experiment, key), option_value(b.manifest, experiment, key)
         return "" if va == vb else f"option {what} differs: {short(va)} vs {short(vb)}"
     if kind == "metric":
@@ -186,7 +189,7 @@ SCALED = frozenset({U.MS, U.S, U.US, U.BYTES, U.MIB, U.GBPS, U.TFLOPS, U.FLOP, U
 
 def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -> Verdict:
     """The ratio B/A, the mark and its reason for one metric both runs have (the rules of the module docstring)."""
-    for rule in spec.comparable if spec else ():
+    for rule in M.conditions(spec):
         why = condition_failure(rule, a, b)
         if why:
             return Verdict(None, "not comparable", why)

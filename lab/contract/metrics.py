@@ -15,6 +15,13 @@ to be paired at all), must be equal for the two values to be compared:
   gemm_bound's speedup only where `gemm_bound.dtype` is equal).
 `lab.contract.marks` evaluates them (and says which one failed).
 
+`derived_from` names the metrics a figure is computed from (mbu and speedup_vs_eager from step_ms,
+measured_over_bound from step_ms and bound_ms): the figure is comparable only where its sources
+would be, so `conditions(spec)` is its own `comparable` followed by every source's conditions
+(transitively), declared once on the source. An `option:` condition applies to the values of its
+experiment and to the values *about* that experiment (selection's figures name it in their
+`workload` param).
+
 This module imports nothing but the standard library: the report and compare run without torch.
 """
 
@@ -54,6 +61,8 @@ class MetricSpec:
     # the history and every "same / faster / slower" the lab says judge the value by its interval
     # (lab.contract.intervals). A timing's interval is in its spread (ci_low, ci_high) instead.
     interval: tuple[str, str] | None = None
+    # The metrics this one is computed from: it inherits their comparability conditions (`conditions`).
+    derived_from: tuple[str, ...] = ()
 
     def __str__(self) -> str:  # so a spec can be used where its name is expected
         return self.name
@@ -77,13 +86,30 @@ REGISTRY: dict[str, MetricSpec] = {}
 
 
 def declare(name: str, unit: str, direction: Direction, help: str, kind: Kind = Kind.NUMBER,
-            comparable: tuple[str, ...] = (), interval: tuple[str, str] | None = None) -> MetricSpec:
+            comparable: tuple[str, ...] = (), interval: tuple[str, str] | None = None,
+            derived_from: tuple[str, ...] = ()) -> MetricSpec:
     """Declare a metric name once; a second declaration of the same name is a programming error."""
     if name in REGISTRY:
         raise ValueError(f"metric {name!r} is declared twice")
-    spec = MetricSpec(name, unit, direction, help, kind, comparable, interval)
+    spec = MetricSpec(name, unit, direction, help, kind, comparable, interval, derived_from)
     REGISTRY[name] = spec
     return spec
+
+
+def conditions(spec: MetricSpec | None) -> tuple[str, ...]:
+    """Every comparability condition of `spec`: its own, then those of what it derives from (transitively, each
+    once, in declaration order). A source this lab version does not declare adds nothing."""
+    out: list[str] = []
+    seen: set[str] = set()
+    todo = [spec] if spec is not None else []
+    while todo:
+        current = todo.pop(0)
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        out += [rule for rule in current.comparable if rule not in out]
+        todo += [s for s in (REGISTRY.get(n) for n in current.derived_from) if s is not None]
+    return tuple(out)
 
 
 def spec(name: str) -> MetricSpec | None:
@@ -114,8 +140,10 @@ _AMDAHL = ("option:amdahl.decode_layers", "option:amdahl.block_batch", "option:a
 _STRUCTURE = " (a count describing the program, judged through the times: no direction)"
 
 # ---------------------------------------------------------------------------- step times and speedups
+# The workloads' shapes that are options (gemm_bound's, launch_overhead's, amdahl's) are conditions on their step
+# times, so every figure derived from a step time inherits them (`derived_from`).
 STEP_MS = declare("step_ms", units.MS, L, "median time of one step (or call) of the method",
-                  comparable=_BYTES + _MODEL + _AMDAHL)
+                  comparable=_BYTES + _MODEL + _AMDAHL + _GEMM + _LAUNCH)
 ROUND_MEDIANS_MS = declare("round_medians_ms", units.MS, N, "the median step time of each round, in round order "
                            "(the spread behind step_ms, judged through it)", kind=NUMBERS)
 STEADY_MS = declare("steady_ms", units.MS, L, "median steady-state call time in the warm child process",
@@ -124,28 +152,30 @@ EMPTY_MS = declare("empty_ms", units.MS, L, "median time of K torch.empty calls 
 SETUP_S = declare("setup_s", units.S, L, "time to make the method ready: compile and/or capture, first call included",
                   comparable=_CACHE + _MODEL)
 SPEEDUP_VS_EAGER = declare("speedup_vs_eager", units.X, H, "eager's median step time over this method's",
-                           comparable=_MODEL, interval=("speedup_ci_low", "speedup_ci_high"))
+                           comparable=_MODEL, interval=("speedup_ci_low", "speedup_ci_high"), derived_from=("step_ms",))
 SPEEDUP_CI_LOW = declare("speedup_ci_low", units.X, N, "low end of the 95% interval of speedup_vs_eager (a paired "
                          "bootstrap over rounds, each round's steps one block: lab.measure.intervals; judged through "
-                         "speedup_vs_eager)", comparable=_MODEL)
+                         "speedup_vs_eager)", comparable=_MODEL, derived_from=("step_ms",))
 SPEEDUP_CI_HIGH = declare("speedup_ci_high", units.X, N, "high end of the 95% interval of speedup_vs_eager (judged "
-                          "through speedup_vs_eager)", comparable=_MODEL)
+                          "through speedup_vs_eager)", comparable=_MODEL, derived_from=("step_ms",))
 SENTINEL_STEP_MS = declare("sentinel_step_ms", units.MS, L, "median step time measured in a fresh child process with "
                            "nothing else loaded, at the start or the end of the run (param when): the baseline the "
                            "run's own timings are checked against", comparable=_MODEL)
 IN_RUN_OVER_SENTINEL = declare("in_run_over_sentinel", units.X, N, "the run's own eager (or graph) step time over the "
                                "fresh-process sentinel's at the start: 1 is an uncontaminated baseline (a check on the "
-                               "instrument, no direction)")
+                               "instrument, no direction)", derived_from=("step_ms",))
 SENTINEL_DRIFT = declare("sentinel_drift", units.X, N, "the sentinel's step time at the end of the run over its time "
                          "at the start: 1 is a host that did not change under the run (no direction)")
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
-                  "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"))
+                  "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"),
+                  derived_from=("step_ms",))
 SPEEDUP_VS_BROKEN_EAGER = declare("speedup_vs_broken_eager", units.X, H,
                                   "the broken step's eager median over this version and method's",
                                   comparable=("option:graph_break_repair.rows", "option:graph_break_repair.dim"),
                                   interval=("speedup_ci_low", "speedup_ci_high"))
 MARGIN_VS_RUNNER_UP = declare("margin_vs_runner_up", units.X, N,
-                              "the runner-up's median over the winner's (how clear the choice was)")
+                              "the runner-up's median over the winner's (how clear the choice was)",
+                              derived_from=("step_ms",))
 
 # ---------------------------------------------------------------------------- correctness (outside timing)
 TOKENS_EQUAL = declare("tokens_equal", units.BOOL, N, "the greedy tokens equal the reference's", kind=BOOL)
@@ -226,7 +256,7 @@ GPU_BUSY_US = declare("gpu_busy_us", units.US, L, "GPU-busy time of one step: th
                       "count once)", comparable=_MODEL)
 GAP_US = declare("gap_us", units.US, L, "the median step time minus the GPU-busy time: the part of a step in which "
                  "no kernel runs (host launch work in eager, launch latency and bubbles between kernels in a graph)",
-                 comparable=_MODEL)
+                 comparable=_MODEL, derived_from=("step_ms", "gpu_busy_us"))
 MATMUL_SHARE = declare("matmul_share", units.FRACTION, N, "share of kernel time in matrix products (a property of "
                        "the workload: no direction)")
 GEMM_SHARE = declare("gemm_share", units.FRACTION, N, "share of kernel time in GEMMs (a property of the workload: "
@@ -262,14 +292,16 @@ BOUND_COMPUTE_MS = declare("bound_compute_ms", units.MS, L, "lower bound on a st
 BOUND_MS = declare("bound_ms", units.MS, L, "the largest of the three bounds: no step can be faster", comparable=_MODEL)
 BINDING = declare("binding", units.NONE, N, "which bound binds: launch, bandwidth or compute", kind=TEXT)
 MEASURED_MS = declare("measured_ms", units.MS, L, "the measured step time the bounds are set against",
-                      comparable=_MODEL)
+                      comparable=_MODEL, derived_from=("step_ms",))
 MEASURED_OVER_BOUND = declare("measured_over_bound", units.X, L, "measured step time over its bound: how far from "
-                              "the ceiling (1 is at it)", comparable=_MODEL)
+                              "the ceiling (1 is at it)", comparable=_MODEL, derived_from=("step_ms", "bound_ms"))
 ACHIEVED_GBPS = declare("achieved_GBps", units.GBPS, H, "bytes moved per second at the measured time",
-                        comparable=_BYTES + _MODEL)
+                        comparable=_BYTES + _MODEL, derived_from=("step_ms",))
 MBU = declare("mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes the step must read (weights + attended "
-              "cache) / measured step time / the measured copy bandwidth (1 is the byte floor)", comparable=_MODEL)
-ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time", comparable=_GEMM)
+              "cache) / measured step time / the measured copy bandwidth (1 is the byte floor)", comparable=_MODEL,
+              derived_from=("step_ms", "bytes_per_step", "bandwidth_GBps"))
+ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time", comparable=_GEMM,
+                          derived_from=("step_ms",))
 
 # ---------------------------------------------------------------------------- graph capture and memory
 CAPTURE_S = declare("capture_s", units.S, L, "warm-up + capture of a CUDA graph", comparable=_MODEL)
@@ -281,19 +313,19 @@ GRAPH_POOL_MIB = declare("graph_pool_MiB", units.MIB, L, "what the graph's priva
                          comparable=_MODEL)
 WEIGHTS_MIB = declare("weights_MiB", units.MIB, N, "the model's weights (a property of the model)")
 SAVING_MS_PER_STEP = declare("saving_ms_per_step", units.MS, H, "eager's step time minus the method's (graph replay's "
-                              "in graph_cost)", comparable=_MODEL)
+                              "in graph_cost)", comparable=_MODEL, derived_from=("step_ms",))
 BREAK_EVEN_STEPS = declare("break_even_steps", units.STEPS, L, "steps after which the method's setup (capture and/or "
                            "compile) has paid for itself: setup / saving per step (null: never, it saves nothing)",
-                           comparable=_CACHE + _MODEL)
+                           comparable=_CACHE + _MODEL, derived_from=("setup_s", "saving_ms_per_step"))
 
 # ---------------------------------------------------------------------------- compile cost (fresh processes)
 FIRST_CALL_S = declare("first_call_s", units.S, L, "the first call of the compiled function in a fresh process: "
                        "tracing, lowering, code generation, compilation (the phase param says which cache state)",
                        comparable=_MODEL)
 SAVING_MS_PER_CALL = declare("saving_ms_per_call", units.MS, H, "eager's call time minus compiled's, in that phase's "
-                             "process", comparable=_MODEL)
+                             "process", comparable=_MODEL, derived_from=("steady_ms",))
 BREAK_EVEN_CALLS = declare("break_even_calls", units.CALLS, L, "calls after which the compile has paid for itself "
-                           "(null: never)", comparable=_MODEL)
+                           "(null: never)", comparable=_MODEL, derived_from=("first_call_s", "saving_ms_per_call"))
 CACHE_REUSED = declare("cache_reused", units.BOOL, N, "the populated FX graph cache was hit under this setting",
                        kind=BOOL)
 
@@ -319,9 +351,9 @@ BYTES_MOVED = declare("bytes_moved", units.BYTES, N, "bytes read and written per
                       "read and one write (fused)")
 CEILING_X = declare("ceiling_x", units.X, N, "the fusion ceiling: N ops fused move N times fewer bytes (a property of "
                     "the chain)")
-US_PER_OP = declare("us_per_op", units.US, L, "step time per op", comparable=_LAUNCH)
+US_PER_OP = declare("us_per_op", units.US, L, "step time per op", comparable=_LAUNCH, derived_from=("step_ms",))
 US_PER_OP_REMOVED = declare("us_per_op_removed", units.US, H, "(eager - method) per op: the overhead removed",
-                            comparable=_LAUNCH)
+                            comparable=_LAUNCH, derived_from=("step_ms",))
 ALLOCATIONS_PER_STEP = declare("allocations_per_step", units.COUNT, L, "caching-allocator allocations per call (CUDA)")
 US_PER_INTERMEDIATE = declare("us_per_intermediate", units.US, L,
                               "(allocating - method) per intermediate: what one intermediate tensor costs",
@@ -334,7 +366,7 @@ K = declare("k", units.X, N, "how much faster fusion makes the fusible part (mea
 PREDICTED_SPEEDUP = declare("predicted_speedup", units.X, N, "Amdahl's prediction 1 / ((1 - f) + f / k): a "
                             "prediction, not a performance")
 MEASURED_SPEEDUP = declare("measured_speedup", units.X, H, "the compile speedup measured for the workload",
-                           comparable=_MODEL + _AMDAHL)
+                           comparable=_MODEL + _AMDAHL, derived_from=("step_ms",))
 MEASURED_OVER_PREDICTED = declare("measured_over_predicted", units.X, N,
                                   "measured over predicted speedup: 1 is a perfect prediction (no direction)")
 PREDICTED_SPEEDUP_LAUNCH = declare(
@@ -348,10 +380,11 @@ MEASURED_OVER_PREDICTED_LAUNCH = declare("measured_over_predicted_launch", units
 VERDICT = declare("verdict", units.NONE, N, "diagnose's verdict: graph-broken, recompiling, gemm-bound, launch-bound, "
                   "dispatch-bound, fusion or no-overhead", kind=TEXT)
 WINNER = declare("winner", units.NONE, N, "the method with the lowest step time (eager on a tie inside the spread)",
-                 kind=TEXT)
+                 kind=TEXT, derived_from=("step_ms",))
 WINNER_FAMILY = declare("winner_family", units.NONE, N, "the winner's family: eager, compile, graph or compile+graph",
-                        kind=TEXT)
-TIE_WITH_EAGER = declare("tie_with_eager", units.BOOL, N, "the fastest method was inside eager's spread", kind=BOOL)
+                        kind=TEXT, derived_from=("step_ms",))
+TIE_WITH_EAGER = declare("tie_with_eager", units.BOOL, N, "the fastest method was inside eager's spread", kind=BOOL,
+                         derived_from=("step_ms",))
 CASES = declare("cases", units.COUNT, N, "cases the selection rule was applied to")
 
 # ---------------------------------------------------------------------------- sweeps (issue 14: model size, context length,
@@ -361,18 +394,18 @@ CONCLUSION = declare("conclusion", units.NONE, N, "one sentence drawn from the e
 OUTCOME = declare("outcome", units.NONE, N, "how a variant ended: OK, FAILED (the error in the notes and the skipped "
                   "list) or NOT_RUN (the reason in the skipped list)", kind=TEXT)
 SPEEDUP_VS_PEER = declare("speedup_vs_peer", units.X, H, "the best transformers generate variant's ms per token over "
-                          "this lab method's, same batch, same weights")
+                          "this lab method's, same batch, same weights", derived_from=("step_ms",))
 FLOPS_PER_KERNEL = declare("flops_per_kernel", units.FLOP, N, "FLOPs per step / kernels per step: the arithmetic behind "
                            "one launch (a property of the shape and the method)")
 GAIN_RATIO = declare("gain_ratio", units.X, N, "a method's speedup over eager at the largest model over its speedup at "
-                     "the smallest (below 1: the gain shrank as the model grew)")
+                     "the smallest (below 1: the gain shrank as the model grew)", derived_from=("step_ms",))
 CROSSOVER_MAX_LEN = declare("crossover_max_len", units.COUNT, N, "the cache length in slots at which the fixed-shape "
                             "step with graph replay stops beating the best growing-cache step (null: not within the "
                             "lengths measured; the notes say which side won)")
 WASTE_FRACTION = declare("waste_fraction", units.FRACTION, L, "padded rows over rows computed, for a uniform mix of "
                          "batch sizes each run on the smallest bucket that holds it")
 EXPECTED_STEP_MS = declare("expected_step_ms", units.MS, L, "mean step time over a uniform mix of batch sizes, each run "
-                           "on the smallest bucket that holds it")
+                           "on the smallest bucket that holds it", derived_from=("step_ms",))
 TIME_MEMORY_SCORE = declare("time_memory_score", units.X, L, "expected step time x graph memory of a ladder, relative "
                             "to one graph per batch size (1): lower is better")
 BUCKET_GRAPHS = declare("bucket_graphs", units.COUNT, N, "CUDA graphs a bucket ladder captures")

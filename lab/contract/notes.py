@@ -2,7 +2,7 @@
 
 A record's `notes` hold non-numeric evidence. Most notes are for a human reading results.json (graph-break
 reasons, the kernels that took the time) and nothing parses them. The ones below are read back, by the
-report or the README tables, so they are a contract as the metrics are: `Context.note` (lab.run.runner)
+report or the README tables, so they are a contract as the metrics are: `Context.note` (lab.run.context)
 refuses a value of the wrong shape for a declared key, and the report looks them up through these
 declarations (`CROSSOVERS.entry_for(batch=1, fill=0.5)`), never by a key it spells itself.
 

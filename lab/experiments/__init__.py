@@ -1,1 +1,1 @@
-"""One module per experiment id of lab.contract.catalogue, each with `run(ctx: lab.run.runner.Context) -> None`."""
+"""One module per experiment id of lab.contract.catalogue, each with `run(ctx: lab.run.context.Context) -> None`."""

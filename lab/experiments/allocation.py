@@ -20,7 +20,7 @@ from lab.measure.bench import compile_first_call, inductor_skip, time_methods
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method, Variant
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 ALLOCATING, PLANNED, IN_PLACE = Variant.ALLOCATING, Variant.PLANNED, Variant.IN_PLACE
 

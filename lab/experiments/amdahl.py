@@ -43,7 +43,7 @@ from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.contract.results import ok_record
-from lab.run.runner import Context
+from lab.run.context import Context
 
 DEFAULT_K = 3.0
 

@@ -27,7 +27,7 @@ from lab.contract.reasons import Code
 from lab.contract.results import measured_record
 from lab.measure.stepprofile import count_kernels
 from lab.measure.timing import rotating_rounds
-from lab.run.runner import Context
+from lab.run.context import Context
 
 CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}  # graphs unless Inductor skipped them
 

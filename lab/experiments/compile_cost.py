@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.contract import metrics as M
-from lab.host.compile_cache import DROP_ENV, cache_counters, isolated_env, provenance
+from lab.host.cache_dir import isolated_env
+from lab.host.compile_cache import DROP_ENV, cache_counters, provenance
 from lab.measure.breakeven import break_even_calls
 from lab.locks import owned_tempdir
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.run.runner import Context
+from lab.run.context import Context
 
 MLP_DIMS = (256, 1024)  # in/out features, hidden features
 MLP_BATCH = 16

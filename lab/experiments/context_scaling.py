@@ -34,7 +34,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
 from lab.measure.timing import first_call, rotating_rounds
-from lab.run.runner import Context
+from lab.run.context import Context
 
 Growing = Literal["eager", "compile"]
 RULE = ("Per batch, at the headline fill: the crossover is the cache length where fixed-step time / best growing-step "

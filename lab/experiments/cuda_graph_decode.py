@@ -41,7 +41,7 @@ from lab.experiments.common.sweep import copy_bandwidth
 from lab.measure import profiler_guard
 from lab.measure.breakeven import break_even_calls
 from lab.step import methods as stepmethods
-from lab.run.runner import Context
+from lab.run.context import Context
 
 DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT, Method.REDUCE_OVERHEAD,
                    Method.REDUCE_OVERHEAD_STATIC, Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO,
@@ -109,7 +109,7 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
     ms = methods.build(ctx, w, names, prompt, shape, warmup=prof.warmup, dynamic=ctx.options.dynamic)
     phase["build_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    methods.check(ctx, ms, w32=w32, forced=forced)
+    methods.check(ctx, ms, w32=w32, forced=forced, record_reference=True)
     phase["correctness_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
     methods.time(ctx, ms, rounds, readbacks, readback_methods=tuple(ctx.options.readback_methods),

@@ -43,7 +43,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, prompt_for, provenance
 from lab.measure.timing import first_call, rotating_rounds
-from lab.run.runner import Context
+from lab.run.context import Context
 
 HOST, WHERE = "host check", "torch.where"
 RULE = ("The sentence states what the stored metrics say: graphs and breaks of each version (explain), whether "

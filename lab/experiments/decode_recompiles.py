@@ -17,7 +17,7 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.measure.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from lab.contract import metrics as M
 from lab.measure.diagnose import diagnose, load_target
 from lab.contract.names import Method
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 TARGETS: dict[str, tuple[str, ...]] = {
     "lab.examples.targets:elementwise_chain": ("dispatch-bound", "launch-bound", "fusion"),

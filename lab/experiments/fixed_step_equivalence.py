@@ -15,7 +15,7 @@ import torch
 from lab.step import decode
 from lab.contract import metrics as M
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 MIN_DISTINCT_FRACTION = 0.3  # of the generated tokens, per sequence
 

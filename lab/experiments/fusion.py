@@ -22,7 +22,7 @@ from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 
@@ -78,7 +78,7 @@ def run(ctx: Context) -> None:
             # static shapes, one compile per size: a dynamic kernel cannot decide at compile time that a
             # cache-sized tensor is too small to split across threads, and pays for it on every call
             for res, x in inputs.items():
-                compiled[res] = compile_first_call(chain, (x,), dev, dynamic=False)
+                compiled[res] = compile_first_call(chain, (x,), dev, label=f"{res}-resident input", dynamic=False)
                 ctx.metric(M.SETUP_S, round(compiled[res].setup_s, 3), n_ops=n, residency=res)
         c = compiled["cache"]
         with torch.no_grad():

@@ -21,7 +21,7 @@ from lab.step.model import torch_dtype
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 

@@ -22,7 +22,7 @@ from lab.measure.bench import compile_first_call, inductor_skip, time_method_rou
 from lab.measure.dynamo_tools import explain, quiet_dynamo
 from lab.contract.names import Method
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 THRESHOLD = 3.0
 EPS = 1e-6

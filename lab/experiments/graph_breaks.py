@@ -16,7 +16,7 @@ import torch
 from lab.contract import metrics as M
 from lab.measure.dynamo_tools import explain
 from lab.contract.options import NoOptions
-from lab.run.runner import Context
+from lab.run.context import Context
 
 Options = NoOptions  # no knobs
 

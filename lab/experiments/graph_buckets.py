@@ -40,7 +40,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, prompt_for
 from lab.measure.timing import rotating_rounds
-from lab.run.runner import Context
+from lab.run.context import Context
 
 Ladder = Literal["per-size", "pow2", "vllm"]
 VLLM_DEFAULT = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 512 + 1, 16))

@@ -18,7 +18,7 @@ from lab.contract.names import Method
 from lab.contract.options import NoOptions
 from lab.contract.results import ok_record
 from lab.measure.timing import rotating_rounds
-from lab.run.runner import Context
+from lab.run.context import Context
 
 Options = NoOptions  # no knobs: the profile's batches, warm-up and steps
 

@@ -25,7 +25,7 @@ from lab.step.model import build_model, extract_weights, resolve_weights
 from lab.contract.names import Method
 from lab.contract.options import NoOptions
 from lab.contract.profiles import TINY
-from lab.run.runner import Context
+from lab.run.context import Context
 
 Options = NoOptions  # no knobs: the chapter's tiny model and small cache, whatever the profile
 

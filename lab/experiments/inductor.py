@@ -30,7 +30,7 @@ from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.measure.timing import first_call, rotating_rounds, time_calls
-from lab.run.runner import Context
+from lab.run.context import Context
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
 COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|: fusion reorders float32 sums

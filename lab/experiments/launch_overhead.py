@@ -19,7 +19,7 @@ from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 

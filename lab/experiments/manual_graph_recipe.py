@@ -21,7 +21,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.step.replay import StaticGraph
 from lab.run.runner import NotRun
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from lab.contract.names import Method
 from lab.contract.options import option
 from lab.experiments.common.sweep import SHAPES, Budget, conclude, copy_bandwidth, free_device_memory, measure_methods, parameters, \
     random_weights
-from lab.run.runner import Context
+from lab.run.context import Context
 
 Size = Literal["gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B", "tiny-2L", "tiny-4L"]
 DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_GRAPH)

@@ -48,7 +48,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, measure_methods, prompt_for, provenance
 from lab.measure.timing import clock_for, first_call
-from lab.run.runner import Context
+from lab.run.context import Context
 
 Variant = Literal["dynamic", "static", "static+compile", "static+compile-default"]
 COMPILED = ("static+compile", "static+compile-default")

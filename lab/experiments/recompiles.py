@@ -15,7 +15,7 @@ from lab.contract import metrics as M
 from lab.console import plural
 from lab.measure.dynamo_tools import count_compiles, recompile_limit
 from lab.contract.options import option
-from lab.run.runner import Context
+from lab.run.context import Context
 
 MODES = {"False": False, "automatic": None, "True": True}
 

@@ -24,7 +24,7 @@ from lab.contract.catalogue import CATALOGUE
 from lab.contract.names import BASELINES, Family, family
 from lab.contract.options import NoOptions
 from lab.contract.reasons import Code
-from lab.run.runner import Context
+from lab.run.context import Context
 
 Options = NoOptions  # no knobs: it reads the run's records
 

@@ -26,7 +26,7 @@ from lab.contract.names import Method
 from lab.contract.options import option
 from lab.experiments.common.sweep import provenance
 from lab.run.childproc import run_child
-from lab.run.runner import Context
+from lab.run.context import Context
 
 METHODS = (Method.EAGER, Method.GRAPH)
 

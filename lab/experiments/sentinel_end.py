@@ -21,7 +21,7 @@ from lab.contract.names import Method
 from lab.contract.results import measured_record
 from lab.experiments.sentinel import METHODS, measure, sentinel_ms
 from lab.experiments.sentinel import Options as Options  # the same knobs as the start's
-from lab.run.runner import Context
+from lab.run.context import Context
 
 TOLERANCE = 0.10
 

@@ -14,7 +14,7 @@ from lab.contract import metrics as M
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.host.cxxcheck import try_compile_python_extension
-from lab.run.runner import Context
+from lab.run.context import Context
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,17 @@ and dtypes, these settings, and in practice this compiler. `provenance()` writes
 `isolated_env(cache_dir)` is the environment a child process gets so that its compile reads and
 writes only `cache_dir` (cold: empty, warm: populated by an earlier child).
 
-`cache_dir_problem(path)` is the toolchain probe's question: can a compile write its cache there? Every
+`lab.host.cache_dir.cache_dir_problem(path)` is the toolchain probe's question: can a compile write its cache there? Every
 Inductor compile writes into the cache directory, so one it cannot write (a read-only mount given as
 TORCHINDUCTOR_CACHE_DIR) fails every compile; the probe finds it before anything compiles.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from lab.host.cache_dir import inductor_cache_dir
 from lab.host.hostinfo import cpu_info
 from lab.host.toolchain import probe
 
@@ -36,47 +35,6 @@ KEY_CONTAINS = (
 # Environment variables that would make a child's compile ignore or redirect the cache.
 DROP_ENV = ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
             "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE")
-
-
-def isolated_env(cache_dir: str | Path) -> dict[str, str]:
-    """Environment for a child whose compile caches live only in `cache_dir` (FX graph cache forced on)."""
-    cache_dir = str(cache_dir)
-    return {
-        "TORCHINDUCTOR_CACHE_DIR": cache_dir,
-        "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-    }
-
-
-def inductor_cache_dir() -> str:
-    """The directory Inductor's caches live in, as the installed torch computes it."""
-    try:
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-        return cache_dir()
-    except Exception:  # older layouts
-        return os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
-
-
-def configured_cache_dir(environ: Mapping[str, str], real: bool) -> str | None:
-    """The cache directory a compile would write: TORCHINDUCTOR_CACHE_DIR, else (for this process) torch's default."""
-    if environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        return environ["TORCHINDUCTOR_CACHE_DIR"]
-    return (inductor_cache_dir() or None) if real else None
-
-
-def cache_dir_problem(path: str) -> str | None:
-    """Why a compile cannot write its cache in `path` (None: it can). Nothing is written: the nearest existing folder
-    must be a directory this process may write (the kernel answers EROFS for a read-only mount)."""
-    folder = Path(path).absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{folder} is a file, not a directory"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"{folder} is read-only for this process" if folder == Path(path).absolute() else \
-            f"it does not exist and {folder} is read-only for this process"
-    return None
 
 
 def cache_counters() -> dict[str, int]:

@@ -422,7 +422,7 @@ def probe(view: HostView | None = None) -> Toolchain:
         where = resolve_compiler(triton.cc_env, view)
         triton.cc_broken = "names no compiler (no such file, or not on PATH)" if where is None else \
             view.try_program(where, "c")
-    from lab.host.compile_cache import cache_dir_problem, configured_cache_dir
+    from lab.host.cache_dir import cache_dir_problem, configured_cache_dir
 
     cache = configured_cache_dir(view.environ, view.real)
     return Toolchain(platform=platform.platform(), cuda=_probe_cuda(), triton=triton, cxx=probe_cxx(view),

@@ -26,10 +26,11 @@ class Compiled:
 
 
 def compile_first_call(fn: Callable[..., Any], args: tuple[Any, ...], device: torch.device | str,
-                       **compile_kwargs: Any) -> Compiled:
-    """torch.compile `fn` and make the first call (timed, synchronised); generated C++ kernels are profilable."""
+                       label: str = "", **compile_kwargs: Any) -> Compiled:
+    """torch.compile `fn` and make the first call (timed, synchronised); generated C++ kernels are profilable.
+    The console says "compiling <fn's name>, <label> (first call)": `label` tells apart compiles of one function."""
     compiled = torch.compile(fn, **compile_kwargs)
-    name = getattr(fn, "__name__", type(fn).__name__)
+    name = getattr(fn, "__name__", type(fn).__name__) + (f", {label}" if label else "")
     with enable_cpp_kernel_profile(), torch.no_grad(), console.activity(f"compiling {name} (first call)"):
         _, seconds = first_call(compiled, *args, device=device)
     return Compiled(compiled, seconds)

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from lab import __version__
-from lab.host.compile_cache import inductor_cache_dir, manifest_field
+from lab.host.cache_dir import inductor_cache_dir
+from lab.host.compile_cache import manifest_field
 from lab.host.hostinfo import (cache_state, cpu_mhz, container_info, cpu_info, host_info, load_average, nvidia_smi, packages_digest,
                           python_info, run_text, version_of)
 from lab.contract.manifest_schema import MANIFEST_VERSION, check_manifest

@@ -157,12 +157,13 @@ def agreement(tokens: torch.Tensor, reference: torch.Tensor, start: int, end: in
 
 
 def check(ctx: Any, ms: MethodSet, *, w32: Weights | None = None, forced: bool = False,
-          reference_method: str = Method.EAGER) -> None:
+          reference_method: str = Method.EAGER, record_reference: bool = False) -> None:
     """Free-running agreement as data, then the correctness rule per method (lab.step.correctness).
 
     `w32`: fp32 weights for the teacher-forced reference (fp32 eager); without them the methods that the
     exact rule does not cover are judged on free-running equality alone (a non-fatal check says so).
-    `forced`: record every method's teacher-forced figures, not only where the rule needs them."""
+    `forced`: record every method's teacher-forced figures, not only where the rule needs them.
+    `record_reference`: also record the reference's agreement with itself (cuda_graph_decode's tables list it)."""
     shape, built = ms.shape, ms.built
     if not built:
         return
@@ -178,9 +179,10 @@ def check(ctx: Any, ms: MethodSet, *, w32: Weights | None = None, forced: bool =
         free[name] = agree
         diff = (m.logits.float() - ref.logits.float()).abs().max().item() if m.logits is not None and \
             ref.logits is not None else None
-        record(ctx, M.TOKEN_AGREEMENT, round(agree, 6), shape, method=name)
-        record(ctx, M.MAX_LOGIT_DIFF, diff, shape, method=name)
-        record(ctx, M.TOKENS_EQUAL, agree == 1.0, shape, method=name)
+        if name != ref_name or record_reference:
+            record(ctx, M.TOKEN_AGREEMENT, round(agree, 6), shape, method=name)
+            record(ctx, M.MAX_LOGIT_DIFF, diff, shape, method=name)
+            record(ctx, M.TOKENS_EQUAL, agree == 1.0, shape, method=name)
     forced_figures = _teacher_forced(ctx, ms, w32, free, forced) if w32 is not None else {}
     baseline = _baseline(shape, forced_figures)
     for name in built:

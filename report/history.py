@@ -1,0 +1,228 @@
+"""History, in the manner of asv and PyTorch's HUD: each headline figure over the runs of one host and profile.
+
+The runs a folder holds are grouped by host (the manifest's real hostname, else its hostname) and
+profile, and each group is ordered by the lab's commit date (the manifest's `lab.commit_date`) where
+every run of the group records one, else by the run's start time; the page says which. The headline
+figures are the front page's (report.steps picks them, so "fastest correct" means the same here):
+at batch 1 for each dtype, eager's step, the fastest correct method's step and its speedup over
+eager with its 95% interval, and that method's MBU; the eager launch cost (ceilings); and the
+fresh-process sentinel's eager step at the start of the run where the run has one.
+
+Each point is judged against the previous run of its group that has the figure, by the same rule
+`compare` uses (lab.contract.marks.judge, the 95% intervals where both sides store one): better is an
+*improvement*, worse a *regression*, else the mark as compare words it (same, not comparable,
+changed), always with the reason. Pages: `history.html` (every group) and a section on each run page
+(its own group, its row marked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from lab.contract import metrics as M
+from lab.contract.marks import judge
+from lab.contract.names import Method
+from lab.contract.results import Metric, Record, Results
+
+from report.compare import interval_of, value_of
+from report.discover import Run
+from report.front import host_name
+from report.sections import Section, record
+from report.steps import CEILINGS, Case, cases, step_rows
+from report.tables import Cell, Table, fmt
+
+SENTINEL = "sentinel"
+HISTORY_FILE = "history.html"
+WORDS = {"better": "improvement", "worse": "regression"}
+CLASS = {"improvement": "good", "regression": "bad", "same": "", "first": "muted", "not comparable": "muted",
+         "changed": "changed"}
+
+Found = tuple[Metric, Record] | None
+Getter = Callable[[Results], Found]
+
+
+@dataclass
+class Point:
+    """One run's value of one figure, and its mark against the previous run of the group that has the figure."""
+
+    run: Run
+    found: Found
+    mark: str = ""  # improvement, regression, same, not comparable, changed; "first" for the first value
+    reason: str = ""
+    against: str = ""  # the run it was judged against
+
+    @property
+    def text(self) -> str:
+        if self.found is None:
+            return "—"
+        metric, rec = self.found
+        low, high = interval_of(metric, rec)
+        text = fmt(metric.value, metric.unit)
+        if low is not None and high is not None:
+            text += f" [{fmt(low)}, {fmt(high)}]"
+        method = metric.params.get("method")
+        return f"{text} ({method})" if method and metric.name != M.LAUNCH_US_PER_OP.name else text
+
+
+@dataclass
+class Series:
+    """The runs of one host and profile in order, and every headline figure's points over them."""
+
+    host: str
+    profile: str
+    order: str  # what the runs are ordered by, in words
+    runs: list[Run]
+    points: dict[str, list[Point]] = field(default_factory=dict)  # figure label -> one point per run
+
+    def count(self, mark: str) -> int:
+        return sum(p.mark == mark for pts in self.points.values() for p in pts)
+
+
+def _case(results: Results, dtype: str) -> Case | None:
+    return next((c for c in cases(step_rows(results)) if c.batch == 1 and c.dtype == dtype), None)
+
+
+def _found(results: Results, rid: str, metric: Metric | None) -> Found:
+    rec = record(results, rid)
+    return None if metric is None or rec is None else (metric, rec)
+
+
+def _first(results: Results, rid: str, spec: M.MetricSpec, **params: Any) -> Found:
+    rec = record(results, rid)
+    hits = [m for m in (rec.metrics if rec else ()) if m.name == spec.name
+            and all(m.params.get(k) == v for k, v in params.items())]
+    return (hits[0], rec) if hits and rec is not None else None
+
+
+def _mbu(results: Results, dtype: str) -> Found:
+    """The fastest correct method's own MBU at B=1 (stored by cuda_graph_decode), else ceilings' for that method."""
+    c = _case(results, dtype)
+    if c is None:
+        return None
+    p = {"method": c.best.method, "batch": 1, "dtype": dtype}
+    return _first(results, c.best.source, M.MBU, **p) or _first(results, CEILINGS, M.MBU, **p)
+
+
+def _step(results: Results, dtype: str, which: str) -> Found:
+    """At B=1 in `dtype`: eager's step, the fastest correct method's step, or its speedup over eager."""
+    c = _case(results, dtype)
+    if c is None:
+        return None
+    if which == "eager":
+        return _found(results, c.eager.source, c.eager.step)
+    if which == "best":
+        return _found(results, c.best.source, c.best.step)
+    return _found(results, c.best.source, c.best.speedup) if c.best.method != c.eager.method else None
+
+
+def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
+    """The headline figures, each a label and where a run stores it."""
+    out: list[tuple[str, Getter]] = []
+    for d in dtypes:
+        out += [(f"eager step, B=1 {d}", lambda r, d=d: _step(r, d, "eager")),
+                (f"fastest correct method's step, B=1 {d}", lambda r, d=d: _step(r, d, "best")),
+                (f"its speedup over eager, B=1 {d}", lambda r, d=d: _step(r, d, "speedup")),
+                (f"its MBU, B=1 {d}", lambda r, d=d: _mbu(r, d))]
+    out += [("eager launch cost", lambda r: _first(r, CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
+            ("sentinel eager step at start, B=1 float32",
+             lambda r: _first(r, SENTINEL, M.SENTINEL_STEP_MS, method=Method.EAGER, batch=1, dtype="float32",
+                              when="start"))]
+    return out
+
+
+def _safely(get: Getter, results: Results) -> Found:
+    """The figure, or None where the run's records cannot give it (an odd record never sinks the history)."""
+    try:
+        return get(results)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def commit_date(results: Results) -> str | None:
+    lab = results.manifest.get("lab") or {}
+    date = lab.get("commit_date") if isinstance(lab, dict) else None
+    return str(date) if date else None
+
+
+def _mark(before: Point, now: Point) -> tuple[str, str]:
+    assert before.found is not None and now.found is not None
+    (ma, ra), (mb, rb) = before.found, now.found
+    verdict = judge(M.spec(mb.name), value_of(ma, ra, before.run.results.manifest),
+                    value_of(mb, rb, now.run.results.manifest))
+    return WORDS.get(verdict.mark, verdict.mark), verdict.reason
+
+
+def series(runs: list[Run]) -> list[Series]:
+    """Every host and profile's runs in order, with each figure's points judged against the previous run."""
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for run in runs:
+        groups.setdefault((host_name(run.results), run.results.run.profile), []).append(run)
+    out = []
+    for (host, profile), group in sorted(groups.items()):
+        dated = all(commit_date(r.results) for r in group)
+        group.sort(key=lambda r: ((commit_date(r.results) if dated else None) or "", r.results.run.started_at or ""))
+        order = ("the lab's commit date (lab.commit_date), then the start time" if dated else
+                 "the run's start time (not every run records lab.commit_date)")
+        s = Series(host, profile, order, group)
+        dtypes = sorted({c.dtype for r in group for c in cases(step_rows(r.results)) if c.batch == 1},
+                        key=lambda d: (d != "float32", d))
+        for label, get in figures(dtypes):
+            points = [Point(r, _safely(get, r.results)) for r in group]
+            if not any(p.found for p in points):
+                continue
+            last: Point | None = None
+            for p in points:
+                if p.found is None:
+                    continue
+                if last is None:
+                    p.mark, p.reason = "first", "the first run of this host and profile with this figure"
+                else:
+                    p.mark, p.reason = _mark(last, p)
+                    p.against = last.run.name
+                last = p
+            s.points[label] = points
+        out.append(s)
+    return out
+
+
+def when(run: Run, s: Series) -> str:
+    date = commit_date(run.results)
+    return date if date and s.order.startswith("the lab's commit") else (run.results.run.started_at or "—")
+
+
+def table(s: Series, files: dict[str, str], current: Run | None = None) -> Table:
+    """The group's runs as rows (in order), its figures as columns, each value with its mark."""
+    t = Table(columns=["run", "commit date" if s.order.startswith("the lab's") else "started", "lab commit"]
+              + list(s.points), cls="history", id=f"history-{s.host}-{s.profile}",
+              caption=f"{s.host} · profile {s.profile}: {len(s.runs)} run(s), ordered by {s.order}")
+    for i, run in enumerate(s.runs):
+        lab = run.results.manifest.get("lab") or {}
+        commit = str(lab.get("commit") or "—")[:10] if isinstance(lab, dict) else "—"
+        name = Cell(run.name, href=files.get(run.name, ""), cls="current" if run is current else "")
+        row = [name, Cell(when(run, s)), Cell(commit)]
+        for points in s.points.values():
+            p = points[i]
+            title = f"{p.mark} against {p.against}: {p.reason}" if p.against else p.reason
+            row.append(Cell(p.text, cls=" ".join(c for c in ("num", CLASS.get(p.mark, "")) if c), title=title,
+                            sub=p.mark if p.found is not None and p.mark != "first" else ""))
+        t.rows.append(row)
+    return t
+
+
+def section(all_series: list[Series], run: Run, files: dict[str, str]) -> Section:
+    """The run page's history section: its host and profile's runs, this run's row marked."""
+    s = next(s for s in all_series if run in s.runs)
+    sec = Section("history", "History of this host and profile")
+    if len(s.runs) < 2:
+        sec.empty = (f"The only run of host {s.host} with profile {s.profile} among the runs rendered: no history "
+                     "yet.")
+        return sec
+    sec.intro = (f"{len(s.runs)} runs of host {s.host} with profile {s.profile}, ordered by {s.order}; each figure "
+                 f"against the previous run that has it, by compare's rule (95% intervals where both store one): "
+                 f"{s.count('regression')} regression(s), {s.count('improvement')} improvement(s).")
+    sec.tables = [table(s, files, current=run)]
+    return sec
+
+
+__all__ = ["HISTORY_FILE", "Point", "Series", "figures", "section", "series", "table"]

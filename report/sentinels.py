@@ -1,0 +1,106 @@
+"""The instrument checked: the run's own eager (and graph) step beside the fresh-process sentinel's at the start
+and the end of the run, and the host's dispatch facts the manifest holds (CPU model and clock, load at the start
+and end, the clean cost of one eager launch). Stored figures and the stored checks' verdicts only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.contract import metrics as M
+from lab.contract import units
+from lab.contract.names import Method
+from lab.contract.results import Check, Metric, Record, Results
+
+from report.sections import Section, record
+from report.tables import Cell, Table, first, fmt, num, timing_cell
+
+SENTINEL, SENTINEL_END, DECODE = "sentinel", "sentinel_end", "cuda_graph_decode"
+METHODS = (Method.EAGER, Method.GRAPH)
+DISPATCH_FIELDS = (("CPU", "cpu_model", ""), ("CPU clock", "cpu_mhz", "MHz"),
+                   ("host load at the start (1, 5, 15 min)", "load_start", ""),
+                   ("host load at the end", "load_end", ""),
+                   ("one eager launch, fresh process (µs per op)", "launch_us_per_op", units.US))
+
+
+def _sentinel(results: Results, method: str, when: str) -> Metric | None:
+    for rid in (SENTINEL, SENTINEL_END):
+        found = first(record(results, rid), M.SENTINEL_STEP_MS, method=method, when=when)
+        if found is not None:
+            return found
+    return None
+
+
+def in_run(results: Results, method: str) -> Metric | None:
+    """The run's own step the sentinel judges: cuda_graph_decode at batch 1, fp32, no readback."""
+    return first(record(results, DECODE), M.STEP_MS, method=method, batch=1, dtype="float32", readback=False)
+
+
+def sentinel_checks(results: Results) -> list[tuple[Record, Check]]:
+    return [(rec, c) for rid in (SENTINEL, SENTINEL_END) if (rec := record(results, rid)) is not None
+            for c in rec.checks]
+
+
+def flags(results: Results) -> list[str]:
+    """The failed sentinel checks, each with its numbers (the front page's flag)."""
+    return [f"{c.name}: failed ({c.detail})" if c.detail else f"{c.name}: failed"
+            for _, c in sentinel_checks(results) if not c.passed]
+
+
+def _interval_cell(m: Metric | None) -> Cell:
+    if m is None:
+        return Cell("—")
+    cell = timing_cell(m)
+    sp = m.spread
+    if sp is not None and sp.ci_low is not None and sp.ci_high is not None:
+        cell.sub = f"95% [{fmt(sp.ci_low)}, {fmt(sp.ci_high)}]" + (f" · {cell.sub}" if cell.sub else "")
+    return cell
+
+
+def sentinel_table(results: Results) -> Table:
+    end = record(results, SENTINEL_END)
+    table = Table(columns=["method", "sentinel at the start", "in this run (cuda_graph_decode)", "sentinel at the end",
+                           "in-run ÷ sentinel", "end ÷ start (drift)"], id="sentinel-table",
+                  caption="The run's own step at batch 1, fp32, beside the same step timed in a fresh process with "
+                          "nothing else loaded, at the start and at the end of the run")
+    for method in METHODS:
+        start, stop, mine = _sentinel(results, method, "start"), _sentinel(results, method, "end"), in_run(results,
+                                                                                                              method)
+        if start is None and stop is None:
+            continue
+        ratio, drift = first(end, M.IN_RUN_OVER_SENTINEL, method=method), first(end, M.SENTINEL_DRIFT, method=method)
+        row = [Cell(str(method)), _interval_cell(start), _interval_cell(mine), _interval_cell(stop)]
+        for m, is_it in ((ratio, lambda c: c.name.startswith("in-run")), (drift, lambda c: "moved" in c.name)):
+            verdict = [c for _, c in sentinel_checks(results) if c.params.get("method") == method and is_it(c)]
+            bad = any(not c.passed for c in verdict)
+            row.append(num(m.value if m else None, units.X if m else "", cls="num bad" if bad else "num",
+                           sub="; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)))
+        table.rows.append(row)
+    return table
+
+
+def dispatch_table(results: Results) -> Table:
+    facts: dict[str, Any] = results.manifest.get("host_dispatch") or {}
+    table = Table(columns=["host dispatch", "value"], id="dispatch-table", cls="kv",
+                  caption="The host's dispatch speed (the manifest's host_dispatch): what an eager step's launches "
+                          "cost on this host, whatever the GPU")
+    if not isinstance(facts, dict):
+        return table
+    for label, key, unit in DISPATCH_FIELDS:
+        value = facts.get(key)
+        if value not in (None, "", []):
+            table.rows.append([Cell(label, title=f"host_dispatch.{key}"), Cell(fmt(value, unit))])
+    return table
+
+
+def instrument(results: Results) -> Section | None:
+    """None for a run with neither a sentinel nor the host's dispatch facts (an earlier lab version's)."""
+    sentinel, dispatch = sentinel_table(results), dispatch_table(results)
+    if not sentinel and not dispatch:
+        return None
+    failed = flags(results)
+    lines = failed[:] if failed else (["The run's own eager step is within the sentinel's tolerance: the instrument "
+                                       "did not move what it measured."] if sentinel else [])
+    lines.append("The sentinel is a child process that imports torch, builds the run's GPT-2 and times eager and "
+                 "graph replay at batch 1 in fp32, before and after every other experiment (sentinel, sentinel_end).")
+    return Section("instrument", "The instrument: in-run eager against the fresh-process sentinel", "\n".join(lines),
+                   [t for t in (sentinel, dispatch) if t])

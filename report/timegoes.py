@@ -1,0 +1,152 @@
+"""Where a decode step's time goes, per method and batch: the weight-read floor, the rest of the GPU-busy time,
+and the gaps in which no kernel runs; the kernels that take it; and how the steps' times spread.
+
+All stored figures: cuda_graph_decode's `step_ms` (no readback), `gpu_busy_us`, `gap_us` (the step minus the
+GPU-busy time), `mbu` (from the method's own step), the `top_kernels.<method>.b<batch>.<dtype>` notes and the raw
+step samples; the floor is ceilings' `bound_bandwidth_ms` (the bytes a step must read, `bytes_per_step`, at the
+measured copy bandwidth), else `bytes_per_step` over the bandwidth cuda_graph_decode recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lab.contract import metrics as M
+from lab.contract import units
+from lab.contract.names import method_rank
+from lab.contract.results import Metric, Record, Results
+
+from report.sections import record
+from report.steps import DECODE, cases, floor_ms, pct, step_rows
+from report.style import display
+from report.tables import Cell, Table, first, fmt, is_number, matching, num, sort_key
+
+TOP_KERNELS = "top_kernels."
+TOP_SHOWN = 5  # kernels per method in the table (the note keeps 8)
+
+
+@dataclass
+class Split:
+    """One method, batch and dtype: its step and what it is made of (ms), as stored."""
+
+    method: str
+    batch: Any
+    dtype: str
+    step_ms: float
+    busy_us: float | None
+    gap_us: float | None
+    floor_ms: float | None
+    floor_source: str
+    mbu: Metric | None
+
+    @property
+    def parts(self) -> dict[str, float] | None:
+        """The stacked bar's three parts in ms: the floor (within the GPU-busy time), the rest of the busy time,
+        the gap. None where the step was not profiled."""
+        if self.busy_us is None or self.gap_us is None:
+            return None
+        busy = self.busy_us / 1e3
+        floor = min(self.floor_ms, busy) if self.floor_ms is not None else 0.0
+        return {"floor": floor, "above": busy - floor, "gap": max(self.gap_us / 1e3, 0.0)}
+
+
+def splits(results: Results) -> list[Split]:
+    """Every method, batch and dtype cuda_graph_decode timed without readback, in table order."""
+    rec = record(results, DECODE)
+    out = []
+    for m in matching(rec.metrics if rec else [], M.STEP_MS, readback=False):
+        p = {k: m.params.get(k) for k in ("method", "batch", "dtype")}
+        if p["method"] is None or not is_number(m.value):
+            continue
+        busy, gap = first(rec, M.GPU_BUSY_US, **p), first(rec, M.GAP_US, **p)
+        floor, source = floor_ms(results, p["batch"], str(p["dtype"]), str(p["method"]))
+        mbu = first(rec, M.MBU, **p)
+        out.append(Split(str(p["method"]), p["batch"], str(p["dtype"]), float(m.value),
+                         busy.value if busy and is_number(busy.value) else None,
+                         gap.value if gap and is_number(gap.value) else None, floor, source,
+                         mbu if mbu and is_number(mbu.value) else None))
+    return sorted(out, key=lambda s: (s.dtype != "float32", s.dtype, sort_key(s.batch), method_rank(s.method)))
+
+
+def groups(found: list[Split]) -> list[tuple[str, Any, list[Split]]]:
+    """(dtype, batch, its splits), fp32 first, batches ascending."""
+    keys = list(dict.fromkeys((s.dtype, s.batch) for s in found))
+    return [(d, b, [s for s in found if (s.dtype, s.batch) == (d, b)]) for d, b in keys]
+
+
+def floor_table(found: list[Split]) -> Table:
+    table = Table(columns=["batch", "dtype", "method", "floor", "GPU-busy", "gap", "step", "step ÷ floor", "MBU"],
+                  id="floor-table", caption="Distance to the floor: the weight-read floor (bytes_per_step at the "
+                  "measured copy bandwidth), the GPU-busy time, the gaps and the step (cuda_graph_decode, ceilings)")
+    for s in found:
+        over = s.step_ms / s.floor_ms if s.floor_ms else None
+        table.rows.append([Cell(fmt(s.batch), cls="num"), Cell(s.dtype), Cell(display(s.method)),
+                           num(s.floor_ms, units.MS, title=s.floor_source), num(s.busy_us, units.US),
+                           num(s.gap_us, units.US), num(s.step_ms, units.MS),
+                           num(over, units.X if over is not None else ""),
+                           Cell(pct(s.mbu.value) if s.mbu else "—", cls="num")])
+    return table
+
+
+def top_kernels(rec: Record | None) -> dict[tuple[Any, str], dict[str, list[dict[str, Any]]]]:
+    """(batch, dtype) -> method -> the kernels that took the most GPU time, from the notes."""
+    out: dict[tuple[Any, str], dict[str, list[dict[str, Any]]]] = {}
+    for key, value in (rec.notes if rec else {}).items():
+        if not key.startswith(TOP_KERNELS) or not isinstance(value, list):
+            continue
+        parts = key[len(TOP_KERNELS):].rsplit(".", 2)
+        if len(parts) != 3 or not parts[1].startswith("b"):
+            continue
+        method, b, dtype = parts
+        batch: Any = int(b[1:]) if b[1:].isdigit() else b[1:]
+        out.setdefault((batch, dtype), {})[method] = [k for k in value if isinstance(k, dict)]
+    return out
+
+
+def kernel_tables(results: Results) -> list[Table]:
+    """One table per batch and dtype: each method's top kernels with count, GPU time and share of its busy time."""
+    rec = record(results, DECODE)
+    tables = []
+    for i, ((batch, dtype), per_method) in enumerate(sorted(top_kernels(rec).items(), key=lambda kv: (
+            kv[0][1] != "float32", kv[0][1], sort_key(kv[0][0])))):
+        table = Table(columns=["method", "#", "kernel", "calls", "GPU time", "share of GPU-busy"],
+                      caption=f"Top kernels of each method, batch {fmt(batch)}, {dtype} (profiler, one step)",
+                      id=f"top-kernels-b{batch}-{dtype}", cls="kernels", collapsed=i > 0)
+        for method in sorted(per_method, key=method_rank):
+            busy = first(rec, M.GPU_BUSY_US, method=method, batch=batch, dtype=dtype)
+            for rank, k in enumerate(per_method[method][:TOP_SHOWN], 1):
+                us = k.get("us")
+                share = us / busy.value if busy and is_number(busy.value) and busy.value and is_number(us) else None
+                table.rows.append([Cell(display(method) if rank == 1 else ""), Cell(str(rank), cls="num"),
+                                   Cell(str(k.get("name", "?")), cls="kernel"), num(k.get("count")),
+                                   num(us, units.US), Cell(pct(share), cls="num")])
+        tables.append(table)
+    return tables
+
+
+def samples(results: Results) -> dict[tuple[Any, str], dict[str, list[float]]]:
+    """(batch, dtype) -> method -> the stored per-step samples of its step (no readback)."""
+    rec = record(results, DECODE)
+    out: dict[tuple[Any, str], dict[str, list[float]]] = {}
+    for s in rec.samples if rec else []:
+        p = s.params
+        if s.name == M.STEP_MS.name and p.get("readback") is False and "method" in p and s.values:
+            out.setdefault((p.get("batch"), str(p.get("dtype"))), {})[str(p["method"])] = list(s.values)
+    return out
+
+
+def answer(results: Results, found: list[Split]) -> str:
+    """One line per batch and dtype for the fastest correct method: what its step is made of."""
+    lines = []
+    by_key = {(s.method, s.batch, s.dtype): s for s in found}
+    for c in cases(step_rows(results)):
+        s = by_key.get((c.best.method, c.batch, c.dtype))
+        if s is None or s.parts is None:
+            continue
+        parts = s.parts
+        floor = f"the floor {fmt(s.floor_ms, units.MS)}" if s.floor_ms is not None else "no floor stored"
+        lines.append(f"B={fmt(c.batch)}, {c.dtype}, {display(s.method)}: {fmt(s.step_ms, units.MS)} = {floor} + "
+                     f"{fmt(parts['above'], units.MS)} more GPU-busy + {fmt(parts['gap'], units.MS)} of gaps"
+                     + (f" (MBU {pct(s.mbu.value)})" if s.mbu else ""))
+    return "\n".join(lines)

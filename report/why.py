@@ -1,0 +1,160 @@
+"""Why it moved: the manifest fields that can explain a move, ranked by what can explain the moved figure's class.
+
+A figure's class says where its time is spent, so which fields to check first (`figure_class`):
+- `dispatch`: eager and launch-bound figures (eager's step, the cost of one launch, speedups and savings
+  over eager, and any figure whose `binding` in ceilings is `launch`): the host's dispatch speed
+  first, the manifest's `host_dispatch` {cpu_model, cpu_mhz, load_start, load_end, launch_us_per_op}
+  (older runs record cpu.model and host.load_start / load_end only: those are read instead);
+- `kernel`: kernel-bound figures (graph / compiled / fused steps, bandwidth, TFLOP/s, MBU, GPU-busy
+  time): the GPU, driver, torch, CUDA and Triton first;
+- `other`: neither (compile times, counts...): the fields in the order of EXPLAIN.
+Within a ranking, the fields that differ come first: the class's own fields, then the others; the
+fields that agree follow (`explain`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lab.contract import metrics as M
+from lab.contract.names import Method
+
+__all__ = ["ABSENT", "CLASSES", "EXPLAIN", "FIRST", "ExplainRow", "FigureClass", "explain", "figure_class", "flatten"]
+
+ABSENT = "(absent)"
+FigureClass = Literal["dispatch", "kernel", "other"]
+CLASSES: dict[str, str] = {"dispatch": "eager and launch-bound figures: the host's dispatch first",
+                           "kernel": "kernel-bound figures: the GPU, driver, torch, CUDA and Triton first",
+                           "other": "other figures"}
+
+# What can explain a move, in the order a performance engineer checks it: (label, keys); each side's value is that
+# of the first key it records (the dispatch fields of host_dispatch, else where older runs kept them); a key
+# ending in "." is a group of fields.
+EXPLAIN: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("GPU", ("gpu.nvidia_smi.gpus[0].name",)), ("GPU seen by torch", ("gpu.torch.device_name",)),
+    ("driver", ("gpu.nvidia_smi.gpus[0].driver_version",)), ("torch", ("torch.version",)),
+    ("CUDA", ("torch.cuda_build",)), ("cuDNN", ("torch.cudnn",)), ("Triton", ("libraries.triton",)),
+    ("Python", ("python.version",)), ("transformers", ("libraries.transformers",)), ("numpy", ("libraries.numpy",)),
+    ("C++ compiler", ("toolchain.cxx.version",)), ("CPU", ("host_dispatch.cpu_model", "cpu.model")),
+    ("CPU clock (MHz)", ("host_dispatch.cpu_mhz",)),
+    ("eager launch, measured clean (µs)", ("host_dispatch.launch_us_per_op",)),
+    ("CPU flags", ("cpu.isa",)), ("CPU flags digest", ("cpu.flags_sha256",)), ("CPU caches", ("cpu.caches.",)),
+    ("cores usable", ("cpu.usable_cores",)), ("torch threads", ("cpu.torch_threads",)),
+    ("host load at start", ("host_dispatch.load_start", "host.load_start")),
+    ("host load at end", ("host_dispatch.load_end", "host.load_end")),
+    ("GPU SM clock", ("gpu.nvidia_smi.gpus[0].clocks.sm",)), ("GPU max SM clock", ("gpu.nvidia_smi.gpus[0].clocks.max.sm",)),
+    ("GPU memory clock", ("gpu.nvidia_smi.gpus[0].clocks.mem",)),
+    ("GPU power limit", ("gpu.nvidia_smi.gpus[0].power.limit",)),
+    ("GPU persistence mode", ("gpu.nvidia_smi.gpus[0].persistence_mode",)),
+    ("in a container", ("container.in_container",)), ("image", ("container.image",)),
+    ("image variant", ("container.variant",)), ("image id", ("container.image_id",)),
+    ("packages digest", ("packages.sha256",)), ("compile cache at start", ("compile_cache.state",)),
+    ("Inductor settings", ("compiler_settings.inductor.",)), ("Dynamo settings", ("compiler_settings.dynamo.",)),
+    ("lab commit", ("lab.commit",)),
+)
+
+# The fields each class checks first, in this order (labels of EXPLAIN).
+FIRST: dict[str, tuple[str, ...]] = {
+    "dispatch": ("CPU", "CPU clock (MHz)", "host load at start", "host load at end", "eager launch, measured clean (µs)",
+                 "torch threads", "cores usable"),
+    "kernel": ("GPU", "GPU seen by torch", "driver", "torch", "CUDA", "Triton", "GPU SM clock", "GPU max SM clock",
+               "GPU memory clock", "GPU power limit"),
+    "other": (),
+}
+
+# Figures whose class follows from their name alone; the others follow from their method and binding.
+_DISPATCH = frozenset(s.name for s in (
+    M.LAUNCH_US_PER_OP, M.LAUNCH_US_PER_OP_SAMPLES, M.US_PER_OP, M.US_PER_OP_REMOVED, M.SPEEDUP_VS_EAGER, M.SPEEDUP,
+    M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH, M.SAVING_MS_PER_STEP, M.SAVING_MS_PER_CALL, M.BREAK_EVEN_STEPS,
+    M.MEASURED_SPEEDUP, M.IN_RUN_OVER_SENTINEL, M.BOUND_LAUNCH_MS, M.SPEEDUP_VS_BROKEN_EAGER, M.EMPTY_MS,
+    M.US_PER_EMPTY, M.US_PER_INTERMEDIATE))
+_KERNEL = frozenset(s.name for s in (
+    M.BANDWIDTH_GBPS, M.BANDWIDTH_GBPS_SAMPLES, M.MATMUL_TFLOPS, M.MATMUL_TFLOPS_SAMPLES, M.ACHIEVED_GBPS,
+    M.ACHIEVED_TFLOPS, M.MBU, M.GPU_BUSY_US, M.KERNEL_TIME_PER_STEP_US, M.BOUND_BANDWIDTH_MS, M.BOUND_COMPUTE_MS))
+_STEP = frozenset(s.name for s in (M.STEP_MS, M.SENTINEL_STEP_MS, M.STEADY_MS, M.MEASURED_MS, M.MEASURED_OVER_BOUND,
+                                   M.GAP_US, M.BOUND_MS))
+
+
+def _eager(method: Any) -> bool:
+    return str(method) == Method.EAGER or str(method).startswith(f"{Method.EAGER}-")
+
+
+def figure_class(name: str, params: dict[str, Any], binding: str | None = None) -> FigureClass:
+    """The class of a figure (the module docstring): `binding` is ceilings' binding for its method, batch and dtype
+    (None where ceilings bounded no such step)."""
+    if binding == "launch" or name in _DISPATCH:
+        return "dispatch"
+    if name in _STEP and "method" in params:
+        return "dispatch" if _eager(params["method"]) else "kernel"
+    if name in _KERNEL:
+        return "kernel"
+    return "other"
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts and lists as dotted keys: {'gpu': {'gpus': [{'name': 'H200'}]}} -> {'gpu.gpus[0].name': 'H200'}."""
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        if not obj and prefix:
+            out[prefix] = {}
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(obj, list) and obj and any(isinstance(v, (dict, list)) for v in obj):
+        for i, value in enumerate(obj):
+            out.update(flatten(value, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = obj
+    return out
+
+
+@dataclass(frozen=True)
+class ExplainRow:
+    label: str
+    key: str
+    a: Any
+    b: Any
+    first: bool = False  # one of the fields the moved figure's class checks first
+
+    @property
+    def differs(self) -> bool:
+        return self.a != self.b
+
+
+def _pick(flat: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:
+    for key in keys:
+        if key in flat and flat[key] is not None:
+            return key, flat[key]
+    for key in keys:  # recorded, as null
+        if key in flat:
+            return key, None
+    return None, ABSENT
+
+
+def explain(a: dict[str, Any], b: dict[str, Any], cls: str = "other") -> list[ExplainRow]:
+    """The manifest fields that can explain a move (EXPLAIN), ranked for a figure of class `cls`: those that differ
+    first (the class's own fields, FIRST, in their order, then the others), then those that do not."""
+    fa, fb = flatten(a), flatten(b)
+    first = FIRST.get(cls, ())
+    rows: list[ExplainRow] = []
+    for label, keys in EXPLAIN:
+        if not keys[0].endswith("."):
+            ka, va = _pick(fa, keys)
+            kb, vb = _pick(fb, keys)
+            if ka is not None or kb is not None:
+                rows.append(ExplainRow(label, kb or ka or keys[0], va, vb, label in first))
+            continue
+        prefix = keys[0]
+        group = [ExplainRow(f"{label}: {k[len(prefix):]}", k, fa.get(k, ABSENT), fb.get(k, ABSENT), label in first)
+                 for k in sorted(k for k in set(fa) | set(fb) if k.startswith(prefix))]
+        moved = [r for r in group if r.differs]
+        if moved:
+            rows += moved
+        elif group:  # a group of settings that all agree: one row
+            rows.append(ExplainRow(label, prefix + "*", f"{len(group)} fields", f"{len(group)} fields", label in first))
+
+    def rank(r: ExplainRow) -> tuple[int, int]:
+        base = r.label.split(": ", 1)[0]
+        return (0 if r.differs else 1), (first.index(base) if base in first else len(first))
+
+    return sorted(rows, key=rank)  # stable: EXPLAIN's order within each rank

@@ -1,0 +1,51 @@
+"""report.sentinels: the run's own step beside the fresh-process sentinel, and the host's dispatch facts."""
+
+from __future__ import annotations
+
+from report import sentinels
+from report.tables import fmt
+from synthetic_runs import check, decode, metric, rec, results
+
+SP = {"n": 5, "median": 3.3, "q1": 3.2, "q3": 3.4, "min": 3.1, "max": 3.6, "rel_iqr": 0.06, "noisy": False,
+      "ci_low": 3.25, "ci_high": 3.36}
+DISPATCH = {"cpu_model": "Xeon 8480", "cpu_mhz": 2100.0, "load_start": [0.4, 0.3, 0.2], "load_end": [1.1, 0.7, 0.4],
+            "launch_us_per_op": 4.12}
+
+
+def _run(passed: bool):
+    p = {"method": "eager", "batch": 1, "dtype": "float32"}
+    start = rec("sentinel", [metric("sentinel_step_ms", 3.3, "ms", SP, when="start", **p)])
+    end = rec("sentinel_end", [metric("sentinel_step_ms", 3.36, "ms", when="end", **p),
+                               metric("in_run_over_sentinel", 1.182, "x", method="eager"),
+                               metric("sentinel_drift", 1.018, "x", method="eager")],
+              checks=[check("in-run eager within 10% of the fresh-process sentinel", passed,
+                            "cuda_graph_decode 3.9 ms against the sentinel's 3.3 ms (1.182x)", method="eager"),
+                      check("the fresh-process eager step moved less than 10% over the run", True, method="eager")])
+    return results(start, decode({"eager": 3.9, "graph": 0.7}), end, manifest={"host_dispatch": DISPATCH})
+
+
+def test_in_run_eager_beside_the_sentinel() -> None:
+    section = sentinels.instrument(_run(False))
+    table = next(t for t in section.tables if t.id == "sentinel-table")
+    row = [c.text for c in table.rows[0]]
+    assert row == ["eager", fmt(3.3, "ms"), fmt(3.9, "ms"), fmt(3.36, "ms"), fmt(1.182, "x"), fmt(1.018, "x")]
+    assert "95% [3.25, 3.36]" in table.rows[0][1].sub
+    assert "bad" in table.rows[0][4].cls and "bad" not in table.rows[0][5].cls
+    assert "1.182x" in section.intro
+
+
+def test_the_flag_lists_only_failed_sentinel_checks() -> None:
+    assert sentinels.flags(_run(True)) == []
+    assert sentinels.flags(_run(False)) == ["in-run eager within 10% of the fresh-process sentinel: failed "
+                                            "(cuda_graph_decode 3.9 ms against the sentinel's 3.3 ms (1.182x))"]
+
+
+def test_the_hosts_dispatch_facts() -> None:
+    table = sentinels.dispatch_table(_run(True))
+    kv = {r[0].text: r[1].text for r in table.rows}
+    assert kv["CPU"] == "Xeon 8480" and kv["CPU clock"] == "2,100 MHz" and kv["host load at the end"] == "[1.1, 0.7, 0.4]"
+    assert kv["one eager launch, fresh process (µs per op)"] == fmt(4.12, "us")
+
+
+def test_a_run_without_sentinel_or_dispatch_has_no_section() -> None:
+    assert sentinels.instrument(results(decode({"eager": 3.9, "graph": 0.7}))) is None
