@@ -5,7 +5,7 @@
 # results folder mounted (in `cpu` its toolchain and Inductor-on-CPU experiments), compile one function with Inductor in each, check each image (packages
 # against the lock, apt caches and sources, bare run, unwritable /out: `python -m lab image-check`),
 # resolve the cuda image's lock (no GPU here), and build against a base that cannot be pulled.
-# tests/test_docker_results.py then asserts on what lands in $LAB_DOCKER_RESULTS.
+# tests/e2e/test_docker_results.py then asserts on what lands in $LAB_DOCKER_RESULTS.
 #
 #   LAB_DOCKER_RESULTS=DIR .ci/docker.sh     (default DIR: build/docker-ci)
 set -euo pipefail
@@ -45,7 +45,7 @@ step "build cpu and cpu-nocc (windows-msvc is listed NOT_RUN on Linux)"
 
 # graph-lab:cpu runs the smoke profile's toolchain and Inductor-on-CPU experiments (the catalogue's ids
 # that need `inductor` or `cxx`: what the image is for; the rest of the smoke profile runs in the image
-# in tests/test_fleet_slurm.py); graph-lab:cpu-nocc runs all of it (most of it NOT_RUN at once, and
+# in tests/e2e/test_fleet_slurm.py); graph-lab:cpu-nocc runs all of it (most of it NOT_RUN at once, and
 # nothing may FAILED for want of a compiler).
 INDUCTOR_IDS="$("$PY" -c "from lab.contract.catalogue import CATALOGUE; print(','.join(s.id for s in CATALOGUE if {'inductor', 'cxx'} & set(s.needs)))")"
 for variant in cpu cpu-nocc; do

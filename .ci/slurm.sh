@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI's Slurm step (called by .ci/run before the tests): a single-node Slurm cluster on this machine
 # from Debian's packages (slurm-wlm, munge): munged, slurmctld and slurmd, one partition `lab` with
-# this host as its only node. tests/test_fleet_slurm.py then submits a real job array to it.
+# this host as its only node. tests/e2e/test_fleet_slurm.py then submits a real job array to it.
 #
 #   .ci/slurm.sh          install (if missing), configure (if not configured by someone else), start
 # Writes /etc/slurm/slurm.conf only when there is none or it is the one this script wrote.

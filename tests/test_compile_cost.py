@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+import json
 
 import pytest
 import torch
@@ -14,6 +15,9 @@ from lab.run.manifest import collect
 from lab.contract.results import Record
 from lab.run.context import Context
 from lab.host.toolchain import probe
+from lab.contract import profiles
+from lab.contract.catalogue import BY_ID
+
 
 needs_cxx = pytest.mark.skipif(probe().cxx_reason() is not None, reason="no working C++ compiler for Inductor")
 
@@ -96,3 +100,26 @@ def test_break_even_from_child_results() -> None:
     compile_cost._record_steady(ctx, "mlp", never, never)
     assert any(m.name == "break_even_calls" and m.value is None for m in record.metrics)
     assert "never_pays.mlp.cold" in record.notes
+
+
+def _ctx(experiment: str, record: Record, results: object = None) -> Context:
+    return Context(BY_ID[experiment], profiles.get("smoke"), None, record, results or SimpleNamespace(experiments=[]),
+                   None)
+
+
+def test_compile_cost_records_each_first_call_once(monkeypatch) -> None:
+    def child(first: float) -> dict:
+        return {"first_call_s": first, "counters": {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 1},
+                "shapes": {"x": [1]}, "steady": {"eager": [2.0], "compile-default": [1.0]}, "threads": 1,
+                "fx_graph_cache": True}
+
+    monkeypatch.setattr(compile_cost, "_cold_warm", lambda ctx, root, target, n, tag: (child(10.0 + n), child(1.0 + n),
+                                                                                        root))
+    monkeypatch.setattr(compile_cost, "_child", lambda *a, **kw: child(5.0))
+    monkeypatch.setattr(compile_cost, "provenance", lambda *a, **kw: {})
+    record = Record("compile_cost", "c", "OK")
+    ctx = _ctx("compile_cost", record)
+    ctx.options = compile_cost.Options(depths=(1, 2), mlp_trials=0)
+    compile_cost.run(ctx)
+    keys = [json.dumps(m.params, sort_keys=True) for m in record.metrics if m.name == "first_call_s"]
+    assert len(keys) == len(set(keys)) == 4  # cold and warm at depths 1 and 2 (2, the model's, recorded once)

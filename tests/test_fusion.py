@@ -1,4 +1,5 @@
-"""fusion as its user watches it: each compile line says which residency it is for."""
+"""lab/experiments/fusion.py: the fusion arithmetic; fusion as its user watches it: each compile line says which
+residency it is for."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from lab import console
 from lab.contract import profiles
@@ -38,3 +40,10 @@ def test_each_compile_line_names_its_residency(monkeypatch: pytest.MonkeyPatch) 
                         for n in (1, 2) for res in ("cache", "memory")], buf.getvalue()
     assert all(re.search(r"(cache|memory)-resident", ln) for ln in buf.getvalue().splitlines()
                if "compiling" in ln)
+
+
+def test_fusion_arithmetic() -> None:
+    assert fusion.bytes_moved(3, 100, fused=False) == 600 and fusion.bytes_moved(3, 100, fused=True) == 200
+    x = torch.rand(10)
+    y = fusion.make_chain(4)(x)
+    torch.testing.assert_close(y, ((x * 1.0001 + 0.001) * 0.9999) - 0.0005)

@@ -1,6 +1,6 @@
-"""lab/__main__.py: a dependency the interpreter lacks is one line naming it and how to get it, exit 2, never a lab bug.
+"""lab/__main__.py: bad input is one line (exit 2), a missing dependency names itself, a bug shows its traceback.
 
-Each case runs `python -m lab ...` in a fresh interpreter whose import system refuses one package (a meta-path
+The missing-dependency cases run `python -m lab ...` in a fresh interpreter whose import system refuses one package (a meta-path
 finder put first by a `-c` wrapper), as an interpreter without it would.
 """
 
@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from lab.__main__ import BUG_REPORT, missing_dependency
+from lab.__main__ import BUG_REPORT, main, missing_dependency
+from lab.run.manifest import REPO_ROOT
+
+from cli_helpers import cli, one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_RUN = REPO_ROOT / "tests" / "fixtures" / "report_runs" / "cpu-smoke"
 
 # A `-c` program: refuse the packages in argv[1] (comma-separated), then run `python -m lab` with the rest.
 BLOCKER = """
@@ -122,3 +126,53 @@ def test_an_interpreter_that_will_not_shut_down_is_left_with_the_commands_exit_c
             "threading.Thread(target=time.sleep, args=(3600,)).start(); exit_within(3, grace_s=1)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 3 and "leaving now" in proc.stderr
+
+
+def test_cli_bad_input_is_one_line(capsys) -> None:
+    assert main(["run", "--profile", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown profile 'nope'") and "\n" not in err
+    assert main(["run", "--profile", "smoke", "--only", "warp_drive"]) == 2
+    assert "warp_drive" in capsys.readouterr().err
+    assert main(["decode", "--profile", "smoke", "--prompt", "1,2", "--prompt", "3", "--steps", "3"]) == 2
+    assert "equal lengths" in capsys.readouterr().err
+
+
+def test_user_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    """Problem 7: these printed tracebacks (or, for --only "", ran the whole profile)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    bad_weights = tmp_path / "weights"
+    bad_weights.mkdir()
+    (bad_weights / "config.json").write_text("{not json")
+    binary_weights = tmp_path / "weights-bin"
+    binary_weights.mkdir()
+    (binary_weights / "config.json").write_bytes(b"\xff\x00\x01")
+    cases = [
+        (["run", "--profile", "smoke", "--only", "toolchain", "--out", str(a_file)], "is a file"),
+        (["run", "--profile", "smoke", "--only", ""], "--only ''"),
+        (["run", "--profile", "smoke", "--only", " , ", "--out", str(tmp_path / "r")], "names no experiment"),
+        (["run", "--profile", "smoke", "--only", "toolchain", "--weights", str(bad_weights), "--out",
+          str(tmp_path / "r")], "config.json is not valid JSON"),
+        (["env", "--weights", str(binary_weights)], "config.json is not UTF-8"),
+        (["env", "--out", str(tmp_path)], "is a directory"),
+        (["report", str(FIXTURE_RUN), "--out", str(a_file)], "is a file"),
+    ]
+    for args, expected in cases:
+        err = one_line_error(capsys, *args)
+        assert expected in err, (args, err)
+    assert not (tmp_path / "r").exists()  # refused before anything was written
+
+
+def test_a_bug_shows_its_traceback_and_where_to_report_it(capsys, monkeypatch) -> None:
+    import lab.commands.list as list_command
+
+    def bug(args) -> int:
+        raise KeyError("an internal table is missing a row")
+
+    monkeypatch.setattr(list_command, "main", bug)
+    rc, err = cli(capsys, "list")
+    assert rc == 1 and "Traceback" in err and "KeyError" in err
+    assert "bug in the lab" in err and "Reporting a bug" in err
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "## Reporting a bug" in readme

@@ -17,6 +17,8 @@ from report.sanitise import sanitise
 
 from cli_helpers import cli, one_line_error
 
+FIXTURE_RUN = REPO_ROOT / "tests" / "fixtures" / "report_runs" / "cpu-smoke"
+
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "report_runs" / "cpu-smoke"
 TRACE = "traces/model_scaling/tiny-2L"
 SUMMARY = {"per_compile": [{"id": "0/0", "function": "step", "where": "model.py:10", "status": "ok",
@@ -59,6 +61,7 @@ def tree(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_kept_trace_is_published_and_linked(tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs")
     site = render_site([run], tmp_path / "site")
@@ -77,6 +80,7 @@ def test_a_trace_not_kept_gets_no_link(tmp_path: Path) -> None:
     assert "tiny-2L" in html and 'href="traces/' not in html and not (tmp_path / "site" / "traces").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path, why", [("/etc", "is absolute"), ("../../outside", "leaves the run folder"),
                                        ("traces/../../outside", "leaves the run folder")])
 def test_a_trace_path_outside_the_run_folder_skips_the_run(tmp_path: Path, capsys, path: str, why: str) -> None:
@@ -98,6 +102,7 @@ def test_a_trace_path_outside_the_run_folder_skips_the_run(tmp_path: Path, capsy
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt", "summary.json"]  # nothing written there
 
 
+@pytest.mark.slow
 def test_a_trace_path_through_a_symlink_skips_the_run(tmp_path: Path, capsys) -> None:
     outside = tmp_path / "outside" / "tiny-2L"
     outside.mkdir(parents=True)
@@ -113,6 +118,7 @@ def test_a_trace_path_through_a_symlink_skips_the_run(tmp_path: Path, capsys) ->
     assert not (tmp_path / "site" / "traces").exists()
 
 
+@pytest.mark.slow
 def test_symlinks_inside_tlparse_are_never_followed(tmp_path: Path) -> None:
     secret = tmp_path / "shadow"
     secret.write_text("root:secret-hash")
@@ -158,6 +164,7 @@ def test_a_style_cannot_close_itself_to_open_a_script() -> None:
     assert "<script" not in out and "<p>after</p>" in out
 
 
+@pytest.mark.slow
 def test_a_published_tlparse_page_carries_no_script(tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs", tlparse=HOSTILE)
     render_site([run], tmp_path / "site")
@@ -165,6 +172,7 @@ def test_a_published_tlparse_page_carries_no_script(tmp_path: Path) -> None:
     assert "<script" not in page.read_text().lower() and "alert" not in page.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("summary, why", [("{not json", "not a readable JSON summary"),
                                           ([1, 2], "a trace summary is a JSON object, this is a list"),
                                           ({"per_compile": "x"}, "field per_compile is not a list of objects")])
@@ -195,6 +203,7 @@ def test_an_empty_render_leaves_the_previous_site(tmp_path: Path, capsys) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "runs", "site"]  # no staging folder left
 
 
+@pytest.mark.slow
 def test_a_full_disk_leaves_the_previous_site_whole(tmp_path: Path, capsys, monkeypatch) -> None:
     runs = tmp_path / "runs"
     out = tmp_path / "site"
@@ -231,6 +240,7 @@ def test_write_page_never_leaves_half_a_page(tmp_path: Path, monkeypatch) -> Non
     assert page.read_text() == "<html>old</html>" and [p.name for p in tmp_path.iterdir()] == ["index.html"]
 
 
+@pytest.mark.slow
 def test_an_earlier_reports_pages_are_replaced_and_other_files_kept(tmp_path: Path, capsys) -> None:
     runs = tmp_path / "runs"
     out = tmp_path / "site"
@@ -240,3 +250,20 @@ def test_an_earlier_reports_pages_are_replaced_and_other_files_kept(tmp_path: Pa
     assert (out / "traces" / "traced").is_dir()
     assert cli(capsys, "report", str(good), "--out", str(out))[0] == 0
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "notes.txt", "run-good.html"]
+
+
+@pytest.mark.slow
+def test_report_into_an_old_folder_leaves_no_stale_pages(tmp_path: Path, capsys) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for run in (a, b):
+        run.mkdir()
+        (run / "results.json").write_bytes((FIXTURE_RUN / "results.json").read_bytes())
+    out = tmp_path / "site"
+    (out).mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert cli(capsys, "report", str(a), str(b), "--out", str(out))[0] == 0
+    assert {p.name for p in out.iterdir()} == {"index.html", "compare.html", "history.html", "run-a.html", "run-b.html",
+                                                "notes.txt"}
+    assert cli(capsys, "report", str(a), "--out", str(out))[0] == 0
+    assert {p.name for p in out.iterdir()} == {"index.html", "run-a.html", "notes.txt"}
+    assert "run-b.html" not in (out / "index.html").read_text()

@@ -24,6 +24,7 @@ from lab.run.runstate import NotSaved
 
 from cli_helpers import cli, one_compile, one_graph, one_line_error
 
+
 SMOKE = profiles.get("smoke")
 
 
@@ -242,3 +243,39 @@ def test_temporary_files_of_a_killed_save_are_removed_at_the_next_start(tmp_path
     rc, err = cli(capsys, "run", "--profile", "smoke", "--out", str(tmp_path), "--resume")
     assert rc == 0 and not any(p.exists() for p in strays) and unrelated.exists()
     assert "removed 2 temporary file(s)" in err and ".results.json.k1ll3d.tmp" in err
+
+
+def test_a_run_directory_denied_in_an_image_names_the_mounts_fix(tmp_path: Path, capsys, monkeypatch) -> None:
+    """In a container, /out owned by another uid: the one line says permission denied, for which uid, and the fix
+    (chown or --user), as every other permission error of the lab does (the images' own check demands it)."""
+    from lab import locks
+
+    def refuse(self, **_):
+        raise PermissionError(13, "Permission denied", str(self.path))
+
+    monkeypatch.setattr(locks.OwnerLock, "acquire", refuse)
+    monkeypatch.setenv("LAB_IMAGE", "graph-lab:cpu")
+    err = one_line_error(capsys, "run", "--profile", "smoke", "--only", "toolchain", "--out", str(tmp_path / "out"))
+    assert err.startswith(f"error: {tmp_path / 'out'}: permission denied for uid"), err
+    assert "chown" in err and "--user" in err and "cannot write there" in err
+
+
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir(),
+                    reason="needs Linux's /sys (a directory nobody can write, root included)")
+def test_a_directory_nobody_can_write_is_one_line(capsys) -> None:
+    err = one_line_error(capsys, "run", "--profile", "smoke", "--only", "toolchain", "--out", "/sys/kernel")
+    assert "/sys/kernel" in err and "cannot write there" in err
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_directory_is_one_line(tmp_path: Path, capsys) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        err = one_line_error(capsys, "run", "--profile", "smoke", "--only", "toolchain", "--out", str(ro))
+        assert "cannot write there" in err
+        err = one_line_error(capsys, "run", "--profile", "smoke", "--only", "toolchain", "--out", str(ro / "sub"))
+        assert "cannot create the directory" in err
+    finally:
+        ro.chmod(0o755)

@@ -67,6 +67,7 @@ def test_an_interrupted_run_without_only_uses_its_profiles_experiments(tmp_path:
     assert st.incomplete and st.missing == ["amdahl"] and "Ctrl-C" in st.text
 
 
+@pytest.mark.slow
 def test_a_complete_run_is_not_marked(tmp_path: Path) -> None:
     st = status(load(FIXTURE / "results.json"))
     assert not st.incomplete and st.text == "" and st.starts is None
@@ -83,6 +84,7 @@ def test_an_unknown_profile_says_what_it_cannot_know(tmp_path: Path) -> None:
     assert st.incomplete and st.missing == [] and "not known here" in st.text
 
 
+@pytest.mark.slow
 def test_every_start_is_shown_with_what_changed(tmp_path: Path) -> None:
     run = write_run(tmp_path / "runs" / "resumed", resumed)
     site = render_site([run], tmp_path / "site")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from report import render_site
 from report_helpers import FIXTURES, row, table
 
@@ -24,6 +26,7 @@ def _resumed_run(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_the_run_page_shows_each_start_with_its_load(tmp_path: Path) -> None:
     run = _resumed_run(tmp_path)
     site = render_site([run], tmp_path / "site")
@@ -35,6 +38,7 @@ def test_the_run_page_shows_each_start_with_its_load(tmp_path: Path) -> None:
     assert second[6] == "graph_breaks" and second[7] == "lab.source_sha256"
 
 
+@pytest.mark.slow
 def test_a_run_started_once_has_no_starts_table(tmp_path: Path) -> None:
     run = _resumed_run(tmp_path)
     data = json.loads((run / "results.json").read_text())

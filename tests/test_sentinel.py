@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import pytest
+
 from lab.contract import metrics as M
 from lab.contract.names import Method
 from lab.contract.profiles import TINY
@@ -13,6 +15,7 @@ from lab.experiments import sentinel, sentinel_end
 from lab.step.model import resolve_weights
 
 
+@pytest.mark.slow
 def test_the_child_warms_up_until_rounds_agree_and_returns_rounds_and_the_launch_cost():
     out = sentinel.child(dataclasses.asdict(TINY), resolve_weights(TINY, "random"), "cpu", prompt_len=4, max_len=32,
                          steps=6, rounds=3, max_rounds=4, agree=0.5, methods=(Method.EAGER,))

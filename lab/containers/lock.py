@@ -10,7 +10,6 @@ image's `pip freeze --all` with its lock: any difference is drift.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from lab.containers import engine
 from lab.containers.context import stage_context
 from lab.containers.pipconf import PipSettings
 from lab.containers.variants import BASE_TAG, CONTEXT_DIR, REPO_ROOT, STAGE_REPO
+from lab.host.wheelhouse import sha256
 
 # Installed in an image but not from the lock: the lab itself (from the build context, --no-deps).
 NOT_LOCKED = frozenset({"graph-lab"})
@@ -110,14 +110,6 @@ def freeze_drift(freeze_text: str, lock_text: str, removed: frozenset[str] = fro
     return drift
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def lock_from_report(report: dict[str, Any], local_file: Callable[[str], Path | None], header: str) -> str:
     """pip's `--report` JSON -> the lock's text. A file from the build's wheelhouse (file:// URL without
     a hash in the report) is hashed from the host's copy that `local_file` finds by file name."""
@@ -135,7 +127,7 @@ def lock_from_report(report: dict[str, Any], local_file: Callable[[str], Path | 
             if host_copy is None:
                 raise ValueError(f"{name}=={version}: pip reported no sha256 for {url or 'its file'} "
                                  "and no host copy was found to hash")
-            hashes["sha256"] = sha256_file(host_copy)
+            hashes["sha256"] = sha256(host_copy)
         lines.append(f"{name}=={version} \\\n    --hash=sha256:{hashes['sha256']}")
     return "\n".join(lines) + "\n"
 

@@ -187,6 +187,7 @@ def resolve(requirements: Sequence[str], target: Target, out: Path, pip: Sequenc
 
 
 def sha256(path: Path) -> str:
+    """A file's sha256 in hex, read 1 MiB at a time (the wheels here, and the wheelhouse files a lock hashes)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

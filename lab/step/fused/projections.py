@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk
-from lab.step.fused.rows import _gelu, _ln_apply, _ln_stats, _load_vec, _load_x
+from lab.step.fused.rows import _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _row_blocks
 
 
 # -------------------------------------------------------------------------------------- helpers
@@ -85,6 +85,17 @@ def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, beta, w_raw):
     a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
     return tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
 
+
+@triton.jit
+def _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr):
+    """x_out[b, n] = x_in[b, n] + acc + bias[n]: the residual add that ends the attention's output projection
+    and the second MLP matrix (the step passes x_in = x_out: in place, each program its own rows)."""
+    mask = b_mask[:, None] & n_mask[None, :]
+    rows = b[:, None] * E + n[None, :]
+    out = tl.load(x_in + rows, mask=mask, other=0.0) + acc
+    out += bias[None, :]
+    tl.store(x_out + rows, out, mask=mask)
+
 # ------------------------------------------------------------------------------- kernel 1 of 4
 
 @triton.jit
@@ -106,11 +117,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     of K/V. Launches per step: one per layer (12); layer 0's variant also embeds.
     Grid: cdiv(3E, BN) * cdiv(B, BB) programs.
     """
-    pid_n = tl.program_id(0) // NBB  # batch fastest: programs sharing a weight tile run together
-    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)
-    n = pid_n * BN + tl.arange(0, BN)
-    b_mask = b < B
-    n_mask = n < 3 * E
+    pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, 3 * E, BB, BN)  # batch fastest
     ke = tl.arange(0, BE)
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
@@ -163,10 +170,7 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     program re-reads the 12 * NS * 66 * 4 B of partials from L2; reads and writes 3 KB of residual.
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
-    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)  # batch fastest
-    n = (tl.program_id(0) // NBB) * BN + tl.arange(0, BN)
-    b_mask = b < B
-    n_mask = n < E
+    _, b, n, b_mask, n_mask = _row_blocks(NBB, B, E, BB, BN)  # batch fastest
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
@@ -185,14 +189,8 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
             a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB, BK)
             acc += tl.sum(a[:, None, :] * w, axis=2)
             w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)
-    mask = b_mask[:, None] & n_mask[None, :]
-    rows = b[:, None] * E + n[None, :]
-    out = tl.load(x_in + rows, mask=mask, other=0.0) + acc
-    if PREFETCH:
-        out += bias[None, :]
-    else:
-        out += tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    tl.store(x_out + rows, out, mask=mask)
+        bias = _load_vec(bias_ptr, n, E)
+    _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E)
 
 
 # ------------------------------------------------------------------------------- kernel 3 of 4
@@ -208,10 +206,7 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
     """
-    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)  # batch fastest
-    n = (tl.program_id(0) // NBB) * BN + tl.arange(0, BN)
-    b_mask = b < B
-    n_mask = n < F
+    _, b, n, b_mask, n_mask = _row_blocks(NBB, B, F, BB, BN)  # batch fastest
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
     ke = tl.arange(0, BE)
@@ -248,10 +243,7 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     row per program, from L2); reads and writes 3 KB of residual.
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
-    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)  # batch fastest
-    n = (tl.program_id(0) // NBB) * BN + tl.arange(0, BN)
-    b_mask = b < B
-    n_mask = n < E
+    _, b, n, b_mask, n_mask = _row_blocks(NBB, B, E, BB, BN)  # batch fastest
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
@@ -272,14 +264,8 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
             a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
             acc += tl.sum(a[:, None, :] * w, axis=2)
             w = _load_w(w_ptr, n, n_mask, k0 + BK, F, BK)
-    mask = b_mask[:, None] & n_mask[None, :]
-    rows = b[:, None] * E + n[None, :]
-    out = tl.load(x_in + rows, mask=mask, other=0.0) + acc
-    if PREFETCH:
-        out += bias[None, :]
-    else:
-        out += tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    tl.store(x_out + rows, out, mask=mask)
+        bias = _load_vec(bias_ptr, n, E)
+    _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E)
 
 
 # ------------------------------------------------------------------------------- the head
@@ -298,11 +284,7 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     read of the step: 31% of its weight bytes) + 6 KB norm weights; writes 201 KB of logits and
     8 B per program of partial argmax. Launches per step: 1. Grid: cdiv(V, BN) * cdiv(B, BB).
     """
-    pid_n = tl.program_id(0) // NBB  # batch fastest: programs sharing a weight tile run together
-    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)
-    n = pid_n * BN + tl.arange(0, BN)
-    b_mask = b < B
-    n_mask = n < V
+    pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, V, BB, BN)  # batch fastest
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
     w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK)

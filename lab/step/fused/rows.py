@@ -22,6 +22,17 @@ import triton.language as tl
 # -------------------------------------------------------------------------------------- helpers
 
 @triton.jit
+def _row_blocks(NBB, B, N, BB: tl.constexpr, BN: tl.constexpr):
+    """This program's place in a 1-D grid of cdiv(N, BN) * NBB programs, batch fastest (the programs that share
+    one block of BN output rows, one weight tile, run side by side): (pid_n, its BB batch rows b, its BN output
+    rows n, b < B, n < N)."""
+    pid_n = tl.program_id(0) // NBB
+    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)
+    n = pid_n * BN + tl.arange(0, BN)
+    return pid_n, b, n, b < B, n < N
+
+
+@triton.jit
 def _load_vec(ptr, idx, N):
     """A parameter vector (bias, layer-norm weight or shift) at idx, widened to fp32 (zeros past N)."""
     return tl.load(ptr + idx, mask=idx < N, other=0.0).to(tl.float32)
@@ -160,11 +171,7 @@ def block_argmax_kernel(logits_ptr, part_val, part_idx, B, NBB, V: tl.constexpr,
     so the token is the argmax of the returned logits. Bytes: reads B * V logits, writes 8 B per
     block and row. Grid: cdiv(V, BN) * cdiv(B, BB) programs, batch fastest.
     """
-    pid_n = tl.program_id(0) // NBB
-    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)
-    n = pid_n * BN + tl.arange(0, BN)
-    b_mask = b < B
-    n_mask = n < V
+    pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, V, BB, BN)
     if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
         tl.extra.cuda.gdc_launch_dependents()
     if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible

@@ -18,7 +18,7 @@ from lab.contract.catalogue import CATALOGUE
 from lab.containers.lock import freeze_drift
 from lab.contract.results import load
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 TOOLCHAIN_CODES = {"no_cxx_compiler", "compiler_not_on_path", "no_python_headers"}
 INDUCTOR_CPU_IDS = [s.id for s in CATALOGUE if {"inductor", "cxx"} & set(s.needs)]

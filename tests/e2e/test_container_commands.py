@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BLOCKED = ("torch", "pydantic", "numpy", "jinja2", "rich", "transformers", "matplotlib")
 CONTAINER_COMMANDS = ("images", "base-image", "image-run", "image-check", "image-lock", "inductor-probe", "fleet",
                       "fleet-task", "fleet-report")
@@ -54,7 +54,6 @@ def test_container_command_help_needs_no_torch(bare_env, command):
     assert out.stdout.startswith(f"usage: python -m lab {command}")
 
 
-@pytest.mark.slow
 def test_images_records_an_unbuildable_variant_without_torch(bare_env, tmp_path):
     report = tmp_path / "images.json"
     out = lab(bare_env, "images", "windows-msvc", "--no-host-pip", "--report", str(report))
@@ -124,6 +123,7 @@ def test_fleet_refuses_bad_targets_in_one_line(bare_env, tmp_path):
     assert out.returncode == 2 and out.stderr.startswith("error: --results DIR")
 
 
+@pytest.mark.slow
 def test_a_folder_the_lab_may_not_write_is_one_line_naming_it_and_the_fix(tmp_path):
     """The root of `docker run IMAGE` into a root-owned /out: a PermissionError is one line, exit 2.
     (As root nothing is unwritable, so the lab's writer is made to refuse, as the kernel does for uid 1000.)"""

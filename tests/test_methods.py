@@ -1,4 +1,4 @@
-"""The step-method table: rows, the generic build, one graph or a FullGraphError, fresh code objects.
+"""lab/step/methods.py, the step-method table: rows, the generic build, one graph or a FullGraphError, fresh code objects.
 
 CPU tests build eager, compile-default (Inductor's C++ backend; skipped without a compiler) and
 rows made here; the CUDA test builds every row of the table on the tiny model and checks tokens.
@@ -17,17 +17,9 @@ from lab.step.methods import METHODS, FullGraphError, MethodSpec
 from lab.measure.stepprofile import count_kernels
 from lab.measure.timing import HostClock, clock_for
 from lab.host.toolchain import probe
+from lab.contract.reasons import Code
 
-
-def _prompt(batch: int = 2, length: int = 8) -> torch.Tensor:
-    return torch.randint(0, 512, (batch, length), generator=torch.Generator().manual_seed(0))
-
-
-def breaking_step(state: decode.DecodeState, w) -> torch.Tensor:
-    """The decode step with a deliberate graph break after it."""
-    logits = decode.decode_step(state, w)
-    torch._dynamo.graph_break()
-    return logits
+from step_helpers import seeded_prompt, breaking_step
 
 
 def test_the_table_names_every_method_once() -> None:
@@ -51,12 +43,13 @@ def test_a_row_that_makes_no_sense_is_refused() -> None:
 def test_unknown_method_is_a_one_line_error(tiny) -> None:
     _, w = tiny
     with pytest.raises(ValueError, match="unknown step method 'warp' \\(choose from eager, graph"):
-        stepmethods.build("warp", w, _prompt(), 40)
+        stepmethods.build("warp", w, seeded_prompt(), 40)
 
 
+@pytest.mark.slow
 def test_eager_builds_and_decodes_on_cpu(tiny) -> None:
     _, w = tiny
-    prompt = _prompt()
+    prompt = seeded_prompt()
     m = stepmethods.build(Method.EAGER, w, prompt, 40)
     assert m.spec is METHODS["eager"] and m.setup_s >= 0 and m.counters["frames"] == 0
     samples = m.decode(10, HostClock(), readback=True)
@@ -87,18 +80,17 @@ def test_a_graph_break_under_a_fullgraph_method_raises_with_dynamos_reason(tiny)
     _, w = tiny
     row = dataclasses.replace(METHODS["compile-default"], step=breaking_step)
     with pytest.raises(FullGraphError) as caught:
-        stepmethods.build(row, w, _prompt(), 40)  # Dynamo stops tracing before Inductor compiles anything
+        stepmethods.build(row, w, seeded_prompt(), 40)  # Dynamo stops tracing before Inductor compiles anything
     err = caught.value
     assert err.method == "compile-default"
     assert "torch._dynamo.graph_break()" in err.reason and "breaking_step" in err.reason
-    assert "test_stepmethods.py" in err.reason and "from user code" in err.message
+    assert "step_helpers.py" in err.reason and "from user code" in err.message
     assert isinstance(err.__cause__, torch._dynamo.exc.Unsupported)
 
 
-@pytest.mark.slow
 def test_without_fullgraph_the_same_break_is_counted_not_raised(tiny) -> None:
     _, w = tiny
-    prompt = _prompt()
+    prompt = seeded_prompt()
     row = dataclasses.replace(METHODS["compile-default"], step=breaking_step, fullgraph=False, backend="eager")
     m = stepmethods.build(row, w, prompt, 40)
     assert m.counters["graph_breaks"] >= 1 and m.counters["frames"] >= 2
@@ -132,7 +124,7 @@ def inductor_here() -> None:
 @pytest.mark.slow
 def test_compile_default_builds_decodes_and_shares_its_compilation(tiny, inductor_here) -> None:
     _, w = tiny
-    prompt = _prompt()
+    prompt = seeded_prompt()
     torch._dynamo.reset()  # counts below start from no compiled code
     m = stepmethods.build(Method.COMPILE_DEFAULT, w, prompt, 40)
     assert m.counters == {"frames": 1, "graphs": 1, "graph_breaks": 0, "cudagraph_skips": 0}
@@ -151,7 +143,7 @@ def test_profiling_a_compiled_step_does_not_recompile_it(tiny, monkeypatch) -> N
     _, w = tiny
     row = dataclasses.replace(METHODS["compile-default"], name="compile-eager-backend", backend="eager")
     monkeypatch.setitem(METHODS, row.name, row)
-    m = stepmethods.build(row.name, w, _prompt(), 40, dynamic=False)
+    m = stepmethods.build(row.name, w, seeded_prompt(), 40, dynamic=False)
     m.start()
     before = dynamo_counters()
     k = count_kernels(m.call, torch.device("cpu"))
@@ -161,7 +153,7 @@ def test_profiling_a_compiled_step_does_not_recompile_it(tiny, monkeypatch) -> N
 def test_adding_a_row_is_enough_to_add_a_method(tiny, inductor_here, monkeypatch) -> None:
     """A config-patched compile-default, with a weight preparation that sees the patch: one row."""
     _, w = tiny
-    prompt = _prompt()
+    prompt = seeded_prompt()
     import torch._inductor.config as inductor_config
 
     seen: list[bool] = []
@@ -181,60 +173,6 @@ def test_adding_a_row_is_enough_to_add_a_method(tiny, inductor_here, monkeypatch
     assert torch.equal(m.tokens()[:, 8:19], decode.generate_fixed(w, prompt, 11, max_len=40))
 
 
-def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch) -> None:
-    """The experiment goes on with the other methods and ends FAILED with Dynamo's reason."""
-    from lab.contract import catalogue, profiles
-    from lab.experiments import cuda_graph_decode
-    from lab.contract.results import Record, Results, RunInfo
-    from lab.run.context import Context, ModelCache
-    from lab.run.runner import _finish_status
-
-    broken = dataclasses.replace(METHODS["compile-default"], step=breaking_step, backend="eager")
-    monkeypatch.setitem(METHODS, "compile-default", broken)
-    profile = profiles.get("smoke").with_options(
-        "cuda_graph_decode", methods=["eager", "compile-default"], bf16_batches=[], rounds=2, steps=4,
-        readback=[False], batches=[1])
-    spec = catalogue.BY_ID["cuda_graph_decode"]
-    rec = Record(id=spec.id, title=spec.title, status="OK")
-    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
-    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
-    failed = [c for c in rec.checks if not c.passed]
-    assert [c.name for c in failed] == ["compile-default compiles the step as one graph (batch=1 dtype=float32)"]
-    assert failed[0].fatal and "torch._dynamo.graph_break()" in failed[0].detail
-    assert rec.metric("step_ms", method="eager", batch=1, dtype="float32", readback=False).value > 0
-    _finish_status(rec)
-    assert rec.status == "FAILED" and "one graph" in rec.reason.message
-
-
-def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkeypatch) -> None:
-    """compile+graph reuses compile-default's compiled code (its setup_s is the capture alone); its break-even must
-    include that compile, or the page says it pays after 7 steps when it needs thousands (the H200 reference)."""
-    from lab.contract import catalogue, profiles
-    from lab.measure.breakeven import break_even_calls
-    from lab.experiments import cuda_graph_decode
-    from lab.contract.results import Record, Results, RunInfo
-    from lab.run.context import Context, ModelCache
-
-    plain = dataclasses.replace(METHODS["compile-default"], backend="eager")
-    monkeypatch.setitem(METHODS, "compile-default", plain)
-    monkeypatch.setitem(METHODS, "reduce-overhead", dataclasses.replace(plain, name="reduce-overhead"))  # same key
-    profile = profiles.get("smoke").with_options(
-        "cuda_graph_decode", methods=["eager", "compile-default", "reduce-overhead"], bf16_batches=[], rounds=2,
-        steps=4, readback=[False], batches=[3], dynamic=False)
-    spec = catalogue.BY_ID["cuda_graph_decode"]
-    rec = Record(id=spec.id, title=spec.title, status="OK")
-    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
-    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
-    p = {"batch": 3, "dtype": "float32"}
-    value = lambda name, **q: rec.metric(name, **p, **q).value  # noqa: E731
-    assert value("compiled_frames", method="reduce-overhead") == 0  # it reused compile-default's code
-    own, first = value("setup_s", method="reduce-overhead"), value("setup_s", method="compile-default")
-    eager, ms = (value("step_ms", method=m, readback=False) for m in ("eager", "reduce-overhead"))
-    assert value("break_even_steps", method="reduce-overhead") == break_even_calls(own + first, eager, ms)
-    assert rec.notes["break_even_includes.b3.float32"] == {
-        "reduce-overhead": "compile-default's compile (its setup_s reused that compilation)"}
-
-
 @pytest.mark.cuda
 def test_every_row_builds_on_cuda_and_decodes_like_eager(tiny) -> None:
     """Every method of the table on the tiny model, fp32: the minutes-long compiles aside (max-autotune,
@@ -244,7 +182,7 @@ def test_every_row_builds_on_cuda_and_decodes_like_eager(tiny) -> None:
     from lab.step.model import extract_weights
 
     w = extract_weights(model, device="cuda")
-    prompt = _prompt().cuda()
+    prompt = seeded_prompt().cuda()
     ref = decode.generate_fixed(w, prompt, 11, max_len=40)
     for name, row in METHODS.items():
         if name in COSTLY or stepmethods.unavailable(row, prompt.device) is not None:
@@ -257,3 +195,50 @@ def test_every_row_builds_on_cuda_and_decodes_like_eager(tiny) -> None:
             assert m.counters["graph_breaks"] == 0, name
         if name == Method.REDUCE_OVERHEAD_STATIC:
             assert m.counters["cudagraph_skips"] == 0, m.skip_reasons
+
+
+def test_lever_rows_name_switches_this_torch_has() -> None:
+    levers = {n: METHODS[n] for n in (Method.COMPILE_GRAPH_COMBO, Method.COMPILE_GRAPH_PDL,
+                                     Method.COMPILE_GRAPH_COORDESC)}
+    for name, row in levers.items():
+        assert row.compiled and row.graphed and len(row.config) == 1, name  # one switch on compile+graph
+    for name, row in METHODS.items():
+        assert stepmethods.inductor_config_names(list(row.config)) == [], name
+    made_up = dataclasses.replace(METHODS[Method.COMPILE_GRAPH_COMBO], config={"triton.no_such_switch": True})
+    code, message = stepmethods.unavailable(made_up, torch.device("cpu"))
+    assert code == Code.NOT_IN_THIS_TORCH and "torch._inductor.config.triton.no_such_switch" in message
+    assert METHODS[Method.MAX_AUTOTUNE_GRAPH].graphed and METHODS[Method.MAX_AUTOTUNE_GRAPH].mode == \
+        METHODS[Method.MAX_AUTOTUNE].mode  # one compile, shared by the plain and the captured row
+    assert stepmethods.compile_entry(METHODS[Method.MAX_AUTOTUNE_GRAPH], False) is \
+        stepmethods.compile_entry(METHODS[Method.MAX_AUTOTUNE], False)
+
+
+def test_rows_say_why_they_cannot_run_here(monkeypatch) -> None:
+    cpu = torch.device("cpu")
+    for name in (Method.FUSED_PDL, Method.FUSED_PDL_PREFETCH, Method.COMPILE_GRAPH_PDL):
+        code, message = stepmethods.unavailable(METHODS[name], cpu)
+        assert code == Code.NOT_ON_THIS_DEVICE and "compute capability 9.0" in message, name
+    import lab.step.fused
+
+    monkeypatch.setattr(lab.step.fused, "triton_import_error", lambda: "ImportError: no module named triton")
+    code, message = stepmethods.unavailable(METHODS[Method.FUSED], cpu)
+    assert code == Code.NO_TRITON and "no module named triton" in message
+    with pytest.raises(ValueError, match="bind replaces the step"):
+        MethodSpec(Method.FUSED, compiled=True, bind=lambda s, w: decode.decode_step)
+    with pytest.raises(ValueError, match="unknown need"):
+        MethodSpec(Method.FUSED, needs=("tpu",))
+
+
+def test_a_bound_row_is_made_for_its_state_before_the_first_call(tiny) -> None:
+    _, w = tiny
+    prompt = seeded_prompt()
+    seen: list[tuple[int, int]] = []
+
+    def bind(state, weights):
+        seen.append((id(state), int(state.pos.item())))  # prepared after the prefill, before any step
+        return lambda s, _w: decode.decode_step(s, weights)
+
+    m = stepmethods.build(MethodSpec("bound", bind=bind), w, prompt, 40)
+    assert seen == [(id(m.state), 8)]
+    m.decode(10, HostClock(), readback=False)
+    assert torch.equal(m.tokens()[:, 8:19], decode.generate_fixed(w, prompt, 11, max_len=40))

@@ -3,7 +3,7 @@
 Skipped with a reason where torch sees no CUDA device. On a CUDA host (the H200):
 
     python -m pytest -q -p no:cacheprovider -m cuda            # every CUDA test of the suite
-    python -m pytest -q -p no:cacheprovider tests/test_gpu_experiments.py
+    python -m pytest -q -p no:cacheprovider tests/e2e/test_gpu_experiments.py
 
 The profile is `smoke` moved to CUDA with fewer steps and rounds: the point is that every method and
 every experiment runs there and its record is OK with its checks passed, not the numbers.

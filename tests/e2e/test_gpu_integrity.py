@@ -5,7 +5,7 @@ of the same step timed in a fresh child process with nothing else loaded (lab.ex
 child). This is the measurement the profiler's residue spoiled on an H200 (+27-35% per eager step
 after one profiler session) before lab.measure.profiler_guard.
 
-    python -m pytest -q -p no:cacheprovider tests/test_gpu_integrity.py
+    python -m pytest -q -p no:cacheprovider tests/e2e/test_gpu_integrity.py
 """
 
 from __future__ import annotations

@@ -1,0 +1,86 @@
+"""lab/experiments/amdahl.py: the launch-aware prediction, computed once and stored (checked on the committed H200
+reference run); the prediction and where its k comes from."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from lab.contract import profiles
+from lab.contract import metrics as M
+from lab.contract.catalogue import BY_ID
+from lab.experiments import amdahl
+from lab.contract.names import Method
+from lab.contract.results import Metric, Record, load
+from lab.run.context import Context
+from report_helpers import h200_reference
+
+DECODE = "gpt2_decode_step"
+
+
+def _ctx(experiment: str, record: Record, results: object = None) -> Context:
+    return Context(BY_ID[experiment], profiles.get("smoke"), None, record, results or SimpleNamespace(experiments=[]),
+                   None)
+
+
+# ---------------------------------------------------------------------------- amdahl's launch term
+
+def test_launch_aware_prediction_on_the_h200_reference_run() -> None:
+    """The batch-1 decode step on the H200: Amdahl alone predicts 1.00x against 1.53x measured; priced launches
+    (the same run's ceilings: 11.9 us per eager launch, 203 -> 147 kernels) bring the prediction within 25%."""
+    run = load(h200_reference())
+    rec, cgd = run.record("amdahl"), run.record("cuda_graph_decode")
+    f = rec.metric(M.FUSIBLE_FRACTION.name, workload=DECODE).value
+    k = rec.metric(M.K.name, workload=DECODE).value
+    n_eager = rec.metric(M.KERNELS.name, workload=DECODE, method=Method.EAGER).value
+    p = {"batch": 1, "dtype": "float32"}
+    n_compiled = cgd.metric(M.KERNELS_PER_STEP.name, method=Method.COMPILE_DEFAULT, **p).value
+    kernel_us = cgd.metric(M.KERNEL_TIME_PER_STEP_US.name, method=Method.EAGER, **p).value
+    launch_us = amdahl.launch_cost_us(run.experiments)
+    measured = rec.metric(M.MEASURED_SPEEDUP.name, workload=DECODE).value
+    fusion_only = amdahl.predicted_speedup(f, k)
+    launch_aware = amdahl.launch_aware_speedup(n_eager, n_compiled, launch_us, kernel_us, f, k)
+    assert abs(fusion_only - measured) > 0.25 * measured  # the miss the issue reports
+    assert abs(launch_aware - measured) <= 0.25 * measured, (launch_aware, measured)
+    assert fusion_only < launch_aware
+    stored = [m for m in rec.metrics if m.name == M.PREDICTED_SPEEDUP_LAUNCH.name and m.params.get("workload") == DECODE]
+    if stored:  # a run made by this lab version stores its own prediction (its kernel time from amdahl's profile)
+        assert abs(stored[0].value - measured) <= 0.25 * measured, (stored[0].value, measured)
+
+
+def test_launch_aware_prediction_is_amdahls_with_free_launches() -> None:
+    for f, k in ((0.0, 3.0), (0.43, 1.0), (0.6, 4.0), (1.0, 2.0)):
+        assert amdahl.launch_aware_speedup(203, 147, 0.0, 624.0, f, k) == pytest.approx(amdahl.predicted_speedup(f, k))
+    # fewer launches predict more, more launches less
+    assert amdahl.launch_aware_speedup(200, 100, 10.0, 500.0, 0.5, 2.0) > amdahl.predicted_speedup(0.5, 2.0)
+    assert amdahl.launch_aware_speedup(100, 200, 10.0, 500.0, 0.5, 2.0) < amdahl.predicted_speedup(0.5, 2.0)
+    with pytest.raises(ValueError):
+        amdahl.launch_aware_speedup(1, 1, -1.0, 1.0, 0.5, 2.0)
+
+
+def test_amdahl_stores_both_predictions_from_the_runs_ceilings() -> None:
+    ceilings = Record("ceilings", "c", "OK", metrics=[Metric("launch_us_per_op", 10.0, "us", {"mode": "eager"})])
+    record = Record("amdahl", "a", "OK")
+    ctx = _ctx("amdahl", record, SimpleNamespace(experiments=[ceilings]))
+    amdahl._launch_aware(ctx, DECODE, 200, 100, 1000.0, 0.5, 2.0, 1.8)
+    got = {m.name: m.value for m in record.metrics}
+    expected = (200 * 10 + 1000) / (100 * 10 + 1000 * 0.75)
+    assert got[M.PREDICTED_SPEEDUP_LAUNCH.name] == pytest.approx(expected)
+    assert got[M.MEASURED_OVER_PREDICTED_LAUNCH.name] == pytest.approx(1.8 / expected)
+    assert got[M.LAUNCH_US_PER_OP.name] == 10.0
+    bare = Record("amdahl", "a", "OK")
+    amdahl._launch_aware(_ctx("amdahl", bare), DECODE, 200, 100, 1000.0, 0.5, 2.0, 1.8)
+    assert not bare.metrics and bare.skipped[0].code == "not_measured" and "ceilings" in bare.skipped[0].message
+
+
+def test_amdahl_prediction_and_k_source() -> None:
+    assert amdahl.predicted_speedup(0.4, 3.0) == pytest.approx(1 / (0.6 + 0.4 / 3))
+    assert amdahl.predicted_speedup(0.0, 5.0) == 1.0
+    with pytest.raises(ValueError):
+        amdahl.predicted_speedup(1.5, 2.0)
+    rec = Record(id="fusion", title="", status="OK",
+                 metrics=[Metric("speedup", 2.5, "x", {"n_ops": 4, "residency": "memory"})])
+    assert amdahl.k_from_fusion([rec], 4, "memory")[0] == 2.5
+    k, source = amdahl.k_from_fusion([], 4, "memory")
+    assert k == 3.0 and source.startswith("assumed")

@@ -1,0 +1,153 @@
+"""lab/experiments/cuda_graph_decode.py: its flow on the CPU, a broken graph as a failed check, the break-even of a
+method that reuses a compilation.
+
+The experiment needs CUDA to run for real; here it is driven through its Context on the smoke profile
+with methods that run on the CPU (eager, compile-default with Dynamo's eager backend) and one that
+cannot (graph: GraphedStep needs CUDA), which must be recorded as a skipped part, not lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+from lab.contract.names import Method
+from lab.contract.reasons import Code
+from lab.step.methods import METHODS
+from lab.host.toolchain import probe
+
+from step_helpers import breaking_step
+from lab.contract import profiles
+from lab.contract.catalogue import BY_ID
+from lab.experiments import cuda_graph_decode
+from lab.contract.results import Metric, Record
+from lab.run.context import Context
+
+
+def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
+    from lab.contract import catalogue, profiles
+    from lab.experiments import cuda_graph_decode
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.run.context import Context, ModelCache
+    from lab.run.runner import _finish_status
+    from lab.host.toolchain import probe
+
+    # compile-default through Dynamo with its eager backend: a compiled method without a C++ compiler
+    monkeypatch.setitem(METHODS, "compile-default", dataclasses.replace(METHODS["compile-default"], backend="eager"))
+    profile = profiles.get("smoke").with_options(
+        "cuda_graph_decode", methods=["eager", "compile-default", "graph", "fused-pdl"],
+        sweep_methods=["eager"], bf16_methods=["eager", "compile-default"], bf16_batches=[1], rounds=2,
+        sweep_rounds=2, steps=4, readback=[False, True], readback_batches=[1], batches=[1, 2])
+    spec = catalogue.BY_ID["cuda_graph_decode"]
+    rec = Record(id=spec.id, title=spec.title, status="OK")
+    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
+    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    _finish_status(rec)
+    assert rec.status == "OK", (rec.reason, [c for c in rec.checks if not c.passed])
+    from lab.contract.results import quarantine
+
+    assert quarantine(rec) == []  # everything recorded can be stored (the runner would FAIL it otherwise)
+    skipped = {s.item: s.code for s in rec.skipped}
+    assert skipped["graph (batch=1 dtype=float32)"] == Code.NO_CUDA  # needs CUDA: skipped before building, saying so
+    assert "CUDA" in next(s.message for s in rec.skipped if s.item.startswith("graph ("))
+    assert skipped["fused-pdl"] == Code.NOT_ON_THIS_DEVICE
+    assert skipped["compile-default at batch 2"] == Code.PROFILE_BUDGET  # the sweep keeps eager only
+    assert skipped[Method.MAX_AUTOTUNE] == Code.PROFILE_BUDGET and skipped[Method.COMPILE_GRAPH_COORDESC] == \
+        Code.PROFILE_BUDGET and skipped[Method.FUSED] == Code.DISABLED_IN_PROFILE
+    got = {(m.name, m.params.get("method"), m.params.get("batch"), m.params.get("dtype"), m.params.get("readback"))
+           for m in rec.metrics}
+    assert ("step_ms", "compile-default", 1, "float32", False) in got
+    assert ("step_ms", "eager", 1, "float32", True) in got and ("step_ms", "eager", 2, "float32", True) not in got
+    assert ("step_ms", "compile-default", 2, "float32", False) not in got
+    tf = {(m.params["method"], m.params["dtype"]): m.value for m in rec.metrics if m.name == "teacher_forced_agreement"}
+    assert tf[("compile-default", "float32")] == 1.0 and ("eager", "float32") not in tf  # eager is the reference
+    assert set(tf) == {("compile-default", "float32"), ("eager", "bfloat16"), ("compile-default", "bfloat16")}
+    err = rec.metric("teacher_forced_max_logit_error", method="eager", batch=1, dtype="bfloat16").value
+    assert err > 0.0  # bf16 against fp32
+    assert not any(m.name in ("gpu_busy_us", "gap_us") for m in rec.metrics)  # the profiler has no device here
+    phases = rec.notes["phase_s"]
+    assert set(phases) == {"b1.float32", "b2.float32", "b1.bfloat16", "total_s"}
+    assert set(phases["b1.float32"]) == {"build_s", "correctness_s", "kernels_s", "timing_s"}
+    correct = {(m.params["method"], m.params["batch"], m.params["dtype"]): m.value for m in rec.metrics
+               if m.name == "correct"}
+    assert correct[("compile-default", 1, "float32")] is True and correct[("eager", 1, "bfloat16")] is True
+    assert all(correct.values()), correct  # no method of this run is wrong: no failed check either
+    assert "near-ties" in rec.notes["token_agreement"]
+
+
+def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch) -> None:
+    """The experiment goes on with the other methods and ends FAILED with Dynamo's reason."""
+    from lab.contract import catalogue, profiles
+    from lab.experiments import cuda_graph_decode
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.run.context import Context, ModelCache
+    from lab.run.runner import _finish_status
+
+    broken = dataclasses.replace(METHODS["compile-default"], step=breaking_step, backend="eager")
+    monkeypatch.setitem(METHODS, "compile-default", broken)
+    profile = profiles.get("smoke").with_options(
+        "cuda_graph_decode", methods=["eager", "compile-default"], bf16_batches=[], rounds=2, steps=4,
+        readback=[False], batches=[1])
+    spec = catalogue.BY_ID["cuda_graph_decode"]
+    rec = Record(id=spec.id, title=spec.title, status="OK")
+    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
+    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    failed = [c for c in rec.checks if not c.passed]
+    assert [c.name for c in failed] == ["compile-default compiles the step as one graph (batch=1 dtype=float32)"]
+    assert failed[0].fatal and "torch._dynamo.graph_break()" in failed[0].detail
+    assert rec.metric("step_ms", method="eager", batch=1, dtype="float32", readback=False).value > 0
+    _finish_status(rec)
+    assert rec.status == "FAILED" and "one graph" in rec.reason.message
+
+
+def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkeypatch) -> None:
+    """compile+graph reuses compile-default's compiled code (its setup_s is the capture alone); its break-even must
+    include that compile, or the page says it pays after 7 steps when it needs thousands (the H200 reference)."""
+    from lab.contract import catalogue, profiles
+    from lab.measure.breakeven import break_even_calls
+    from lab.experiments import cuda_graph_decode
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.run.context import Context, ModelCache
+
+    plain = dataclasses.replace(METHODS["compile-default"], backend="eager")
+    monkeypatch.setitem(METHODS, "compile-default", plain)
+    monkeypatch.setitem(METHODS, "reduce-overhead", dataclasses.replace(plain, name="reduce-overhead"))  # same key
+    profile = profiles.get("smoke").with_options(
+        "cuda_graph_decode", methods=["eager", "compile-default", "reduce-overhead"], bf16_batches=[], rounds=2,
+        steps=4, readback=[False], batches=[3], dynamic=False)
+    spec = catalogue.BY_ID["cuda_graph_decode"]
+    rec = Record(id=spec.id, title=spec.title, status="OK")
+    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
+    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    p = {"batch": 3, "dtype": "float32"}
+    value = lambda name, **q: rec.metric(name, **p, **q).value  # noqa: E731
+    assert value("compiled_frames", method="reduce-overhead") == 0  # it reused compile-default's code
+    own, first = value("setup_s", method="reduce-overhead"), value("setup_s", method="compile-default")
+    eager, ms = (value("step_ms", method=m, readback=False) for m in ("eager", "reduce-overhead"))
+    assert value("break_even_steps", method="reduce-overhead") == break_even_calls(own + first, eager, ms)
+    assert rec.notes["break_even_includes.b3.float32"] == {
+        "reduce-overhead": "compile-default's compile (its setup_s reused that compilation)"}
+
+
+def _ctx(experiment: str, record: Record, results: object = None) -> Context:
+    return Context(BY_ID[experiment], profiles.get("smoke"), None, record, results or SimpleNamespace(experiments=[]),
+                   None)
+
+
+def test_cuda_graph_decode_stores_saving_and_break_even_per_method() -> None:
+    record = Record("cuda_graph_decode", "c", "OK")
+    p = {"batch": 1, "dtype": "bfloat16"}
+    for method, ms, setup in ((Method.EAGER, 4.0, None), (Method.GRAPH, 0.5, 0.35), (Method.COMPILE_DEFAULT, 4.5, 20.0)):
+        record.metrics.append(Metric("step_ms", ms, "ms", {"method": method, **p, "readback": False}))
+        record.metrics.append(Metric("step_ms", ms + 1, "ms", {"method": method, **p, "readback": True}))
+        if setup is not None:
+            record.metrics.append(Metric("setup_s", setup, "s", {"method": method, **p}))
+    from types import SimpleNamespace
+
+    built = {m: SimpleNamespace(compiled_by=None) for m in (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT)}
+    cuda_graph_decode._record_break_even(_ctx("cuda_graph_decode", record), built, 1, "bfloat16")
+    got = {(m.name, m.params["method"]): m.value for m in record.metrics if m.name in ("saving_ms_per_step",
+                                                                                       "break_even_steps")}
+    assert got == {("saving_ms_per_step", Method.GRAPH): 3.5, ("break_even_steps", Method.GRAPH): 100,
+                   ("saving_ms_per_step", Method.COMPILE_DEFAULT): -0.5,
+                   ("break_even_steps", Method.COMPILE_DEFAULT): None}  # slower than eager: it never pays
