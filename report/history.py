@@ -106,7 +106,7 @@ def _mbu(results: Results, dtype: str) -> Found:
 
 def _step(results: Results, dtype: str, which: str) -> Found:
     """At B=1 in `dtype`: eager's step ("baseline"), the fastest correct method's step ("best"), or its speedup over
-    eager ("speedup")."""
+    eager ("ratio")."""
     c = _case(results, dtype)
     if c is None:
         return None
@@ -123,7 +123,7 @@ def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
     for d in dtypes:
         out += [(f"eager step, B=1 {d}", lambda r, d=d: _step(r, d, "baseline")),
                 (f"fastest correct method's step, B=1 {d}", lambda r, d=d: _step(r, d, "best")),
-                (f"its speedup over eager, B=1 {d}", lambda r, d=d: _step(r, d, "speedup")),
+                (f"its speedup over eager, B=1 {d}", lambda r, d=d: _step(r, d, "ratio")),
                 (f"its MBU, B=1 {d}", lambda r, d=d: _mbu(r, d))]
     out += [("eager launch cost", lambda r: _first(r, CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
             ("sentinel eager step at start, B=1 float32",

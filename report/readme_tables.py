@@ -194,7 +194,7 @@ def floor_table(run: Run) -> list[str]:
             ])
     if not rows:
         return ["No step times to set against the floor."]
-    header = ["method", "case", "ms/step", "kernels", "launch bound ms", "GPU busy µs", "gaps µs", "MB read",
+    header = ["method", "case", "ms/step", "kernels/step", "launch bound ms", "GPU busy µs", "gaps µs", "MB read",
               "floor ms", "MBU", "free-running agreement¹", "teacher-forced agreement²", "max logit error²"]
     return (["Distance to the floor, per step at batch 1: kernels and the launch bound (kernels × the measured cost "
              "of one launch or graph node), GPU-busy time (union of the kernels' intervals, profiler) and the gaps "

@@ -19,7 +19,8 @@ METHODS = (Method.EAGER, Method.GRAPH)
 DISPATCH_FIELDS = (("CPU", "cpu_model", ""), ("CPU clock", "cpu_mhz", "MHz"),
                    ("host load at the start (1, 5, 15 min)", "load_start", ""),
                    ("host load at the end", "load_end", ""),
-                   ("one eager launch, fresh process (µs per op)", "launch_us_per_op", units.US))
+                   # host_dispatch names its field after the metric the sentinel measured it as
+                   ("one eager launch, fresh process (µs per op)", M.LAUNCH_US_PER_OP.name, units.US))
 
 
 def _sentinel(results: Results, method: str, when: str) -> Metric | None:
