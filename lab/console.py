@@ -273,8 +273,7 @@ class _Board:
                 self.heartbeat.start()
 
     def _beat(self) -> None:
-        # Asleep until the silence would reach the interval: in a measuring process the thread wakes about once an
-        # interval (a few microseconds of the interpreter's time each), not every second.
+        # asleep until the silence would reach the interval: in a measuring process, about one wake an interval
         while True:
             interval = max(1.0, interval_s())
             time.sleep(min(interval, max(0.05, interval - _quiet())))
