@@ -113,7 +113,7 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
     phase["correctness_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
     methods.time(ctx, ms, rounds, readbacks, readback_methods=tuple(ctx.options.readback_methods),
-                 bandwidth_gbps=bandwidth)
+                 bandwidth_gbps=bandwidth, eager_speedup=True)
     phase["timing_s"] = round(time.perf_counter() - t0, 2)
     if False in readbacks:
         _record_break_even(ctx, ms.built, shape.batch, shape.dtype)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.contract import metrics as M
+from lab.measure import profiler_guard
 from lab.measure.diagnose import diagnose, load_target
 from lab.contract.names import Method
 from lab.contract.options import option
@@ -43,6 +44,7 @@ def run(ctx: Context) -> None:
         ctx.skip("compiled side of checks 2 and 5", reason.code, reason.message)
     for target, expected in TARGETS.items():
         name = target.split(":")[1]
+        profiler_guard.unit_started(name)  # each target is timed, then profiled
         fn, args = load_target(target, dev)
         d = diagnose(fn, args, dev, target=target, inductor_reason=f"{reason.code}: {reason.message}" if reason else None,
                      rounds=ctx.options.rounds, iters=ctx.options.iters,

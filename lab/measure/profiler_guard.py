@@ -97,6 +97,13 @@ def experiment_started(experiment_id: str) -> None:
         GUARD.residue = None
 
 
+def unit_started(label: str) -> None:
+    """A measurement of its own starts inside an experiment (a sweep's next shape, diagnose's next target: built
+    afresh, timed, then profiled). Under `strict()` the ordering is checked per unit, as per experiment; a real
+    residue (CUPTI left attached) still refuses every later timing of the process."""
+    experiment_started(label)
+
+
 def check_clean(what: str) -> None:
     """Refuse a timing after a residue: raises ProfilerResidue naming the timing and the session that left it."""
     if GUARD.residue is not None:

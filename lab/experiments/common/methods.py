@@ -241,8 +241,10 @@ def _baseline(shape: Shape, figures: dict[str, tuple[float, float]]) -> correctn
 
 
 def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (False,),
-         readback_methods: tuple[str, ...] | None = None, bandwidth_gbps: float | None = None) -> None:
-    """Rotating rounds over (method, readback): step time with its interval, speedup with its interval, MBU."""
+         readback_methods: tuple[str, ...] | None = None, bandwidth_gbps: float | None = None,
+         eager_speedup: bool = False) -> None:
+    """Rotating rounds over (method, readback): step time with its interval, speedup with its interval, MBU.
+    `eager_speedup`: also record eager's own speedup (1, interval [1, 1]), as cuda_graph_decode's tables list it."""
     shape, built = ms.shape, ms.built
     if not built:
         return
@@ -271,12 +273,12 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
             record(ctx, M.MBU, round(nbytes / (sp.median / 1e3) / 1e9 / bandwidth_gbps, 4), shape, method=name)
     for (name, rb), per_round in ms.rounds.items():
         eager = ms.rounds.get((Method.EAGER, rb))
-        if eager is None or name == Method.EAGER:
+        if eager is None or (name == Method.EAGER and not eager_speedup):
             continue
         extra = {"readback": rb} if shape.readback_param else {}
         if M.SPEEDUP_VS_EAGER in ctx.spec.metrics:
             ctx.speedup(M.SPEEDUP_VS_EAGER, eager, per_round, **shape.params, method=name, **extra)
-        if not rb:
+        if not rb and name != Method.EAGER:
             record(ctx, M.SAVING_MS_PER_STEP, round(ms.ms[(Method.EAGER, rb)] - ms.ms[(name, rb)], 5), shape,
                    method=name)
 

@@ -20,6 +20,7 @@ import torch
 
 from lab.contract import metrics as M
 from lab.experiments.common import methods
+from lab.measure import profiler_guard
 from lab.step import ceilings
 from lab.step.model import LayerWeights, Weights, torch_dtype
 from lab.contract.profiles import GPT2, TINY, ModelSpec
@@ -172,6 +173,7 @@ def measure_methods(ctx: Any, w: Weights, names: tuple[str, ...], params: dict[s
     `w32`: the fp32 weights of the same shape, for the teacher-forced correctness rule (default: `w` in fp32)."""
     dtype = "float32" if w.wte.dtype == torch.float32 else str(w.wte.dtype).removeprefix("torch.")
     shape = methods.Shape(batch, dtype, prompt_len, steps, max_len, dict(params))
+    profiler_guard.unit_started(shape.label())  # each shape is timed, then profiled
     prompt = prompt_for(int(w.wte.shape[0]), batch, prompt_len, ctx.device, 7000 + batch)
     ms = methods.build(ctx, w, names, prompt, shape, warmup=warmup, dynamic=dynamic, budget=budget, trace=trace)
     out = Measured()
