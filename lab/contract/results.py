@@ -217,10 +217,18 @@ class Record:
 
     def metric(self, name: str, **params: Any) -> Metric:
         """The metric with this name whose params include the given ones (exactly one must match)."""
+        found = self.find(name, **params)
+        if found is None:
+            raise KeyError(f"{self.id}: 0 metrics named {name!r} with {params}")
+        return found
+
+    def find(self, name: str, **params: Any) -> Metric | None:
+        """The metric with this name whose params include the given ones; None where there is none (several: an
+        error, as for `metric`)."""
         found = [m for m in self.metrics if m.name == name and all(m.params.get(k) == v for k, v in params.items())]
-        if len(found) != 1:
+        if len(found) > 1:
             raise KeyError(f"{self.id}: {len(found)} metrics named {name!r} with {params}")
-        return found[0]
+        return found[0] if found else None
 
 
 @dataclass

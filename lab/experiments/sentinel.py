@@ -113,10 +113,9 @@ def sentinel_ms(records: list[Any], method: str, when: str) -> float | None:
     """The sentinel's step time of `method` at `when` in this run's records (None: not measured)."""
     for rec in records:
         if rec.id in ("sentinel", "sentinel_end") and rec.status == "OK":
-            for m in rec.metrics:
-                if m.name == M.SENTINEL_STEP_MS.name and m.params.get("method") == method \
-                        and m.params.get("when") == when:
-                    return float(m.value)
+            m = rec.find(M.SENTINEL_STEP_MS.name, method=method, when=when)
+            if m is not None:
+                return float(m.value)
     return None
 
 

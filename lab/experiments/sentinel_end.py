@@ -30,12 +30,8 @@ def _in_run_ms(records: list[Any], method: str) -> float | None:
     rec, failed = measured_record(records, "cuda_graph_decode")
     if rec is None or (method, 1, "float32") in failed:
         return None
-    for m in rec.metrics:
-        p = m.params
-        if m.name == M.STEP_MS.name and p.get("method") == method and p.get("batch") == 1 \
-                and p.get("dtype") == "float32" and p.get("readback") is False:
-            return float(m.value)
-    return None
+    m = rec.find(M.STEP_MS.name, method=method, batch=1, dtype="float32", readback=False)
+    return None if m is None else float(m.value)
 
 
 def run(ctx: Context) -> None:

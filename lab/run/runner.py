@@ -41,7 +41,7 @@ from lab.contract.options import OptionsError, as_dict
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
 from lab.contract.results import (MANIFEST_NAME, RESULTS_NAME, Check, Reason, Record, Results, RunInfo,
-                         quarantine, save, write_json_atomic)
+                         ok_record, quarantine, save, write_json_atomic)
 from lab.measure import profiler_guard
 from lab.host.toolchain import Toolchain, probe
 
@@ -70,12 +70,9 @@ def resolve_all(specs: list[ExperimentSpec], profile: Profile,
 
 def _clean_launch_us(results: Results) -> float | None:
     """The cost of one tiny eager op the sentinel measured in its fresh process at the start (None: no sentinel)."""
-    for rec in results.experiments:
-        if rec.id == "sentinel" and rec.status == "OK":
-            for m in rec.metrics:
-                if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("when") == "start":
-                    return float(m.value)
-    return None
+    rec = ok_record(results.experiments, "sentinel")
+    m = rec.find(M.LAUNCH_US_PER_OP.name, when="start") if rec is not None else None
+    return None if m is None else float(m.value)
 
 
 def needs_for(spec: ExperimentSpec, profile: Profile) -> tuple[str, ...]:
