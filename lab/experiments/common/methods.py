@@ -67,7 +67,6 @@ class MethodSet:
     ms: dict[tuple[str, bool], float] = field(default_factory=dict)
     tokens: torch.Tensor | None = None  # the reference method's greedy tokens
     kernels: dict[str, int] = field(default_factory=dict)
-    correct: dict[str, bool] = field(default_factory=dict)
 
     def step_ms(self, readback: bool = False) -> dict[str, float]:
         return {n: ms for (n, rb), ms in self.ms.items() if rb == readback}
@@ -183,11 +182,9 @@ def check(ctx: Any, ms: MethodSet, *, w32: Weights | None = None, forced: bool =
             record(ctx, M.TOKEN_AGREEMENT, round(agree, 6), shape, method=name)
             record(ctx, M.MAX_LOGIT_DIFF, diff, shape, method=name)
             record(ctx, M.TOKENS_EQUAL, agree == 1.0, shape, method=name)
-    forced_figures = _teacher_forced(ctx, ms, w32, free, forced) if w32 is not None else {}
-    baseline = _baseline(shape, forced_figures)
+    forced_figures, baseline = _teacher_forced(ctx, ms, w32, free, forced) if w32 is not None else ({}, None)
     for name in built:
-        if name == ref_name and shape.dtype == "float32":
-            ms.correct[name] = True  # the reference itself
+        if name == ref_name and shape.dtype == "float32":  # the reference itself
             record(ctx, M.CORRECT, True, shape, method=name)
             continue
         if correctness.exact_rule(name, shape.dtype) or (shape.dtype == "float32" and free[name] == 1.0):
@@ -197,7 +194,6 @@ def check(ctx: Any, ms: MethodSet, *, w32: Weights | None = None, forced: bool =
         else:
             verdict = correctness.Verdict(free[name] == 1.0, "exact tokens (no teacher-forced reference)",
                                           f"free-running token agreement {free[name]:.4f}")
-        ms.correct[name] = verdict.correct
         record(ctx, M.CORRECT, verdict.correct, shape, method=name)
         fatal = shape.dtype == "float32"
         ctx.check(f"{name} is correct by the {verdict.rule} rule ({shape.label()})", verdict.correct,
@@ -205,8 +201,9 @@ def check(ctx: Any, ms: MethodSet, *, w32: Weights | None = None, forced: bool =
 
 
 def _teacher_forced(ctx: Any, ms: MethodSet, w32: Weights, free: dict[str, float],
-                    forced: bool) -> dict[str, tuple[float, float]]:
-    """(agreement, largest logit error) against fp32 eager for the methods the rule or `forced` needs."""
+                    forced: bool) -> tuple[dict[str, tuple[float, float]], correctness.Baseline | None]:
+    """(agreement, largest logit error) against fp32 eager for the methods the rule or `forced` needs, and the
+    baseline they are judged against: the fp32 allowance, or bf16 eager's own figures (None: nothing to judge)."""
     shape = ms.shape
     need = [n for n in ms.built if forced or shape.dtype != "float32"
             or (not correctness.exact_rule(n, shape.dtype) and free[n] != 1.0)]
@@ -215,10 +212,10 @@ def _teacher_forced(ctx: Any, ms: MethodSet, w32: Weights, free: dict[str, float
     if shape.dtype == "float32":
         need = [n for n in need if n != Method.EAGER]  # fp32 eager is the reference itself
     if not need:
-        return {}
+        return {}, None
     first = ms.built[need[0]]
     ref = teacher.reference(w32, first.prompt, shape.max_len, shape.steps)
-    figures: dict[str, tuple[float, float]] = {"__reference_max_abs_logit__": (float(ref.logits.abs().max()), 0.0)}
+    figures: dict[str, tuple[float, float]] = {}
     for name in need:
         r = teacher.teacher_forced(ms.built[name], ref)
         figures[name] = (r.agreement, r.max_logit_error)
@@ -227,17 +224,11 @@ def _teacher_forced(ctx: Any, ms: MethodSet, w32: Weights, free: dict[str, float
         if r.first_disagreement is not None:
             ctx.note(f"teacher_forced_first_disagreement.{name}.{'.'.join(str(v) for v in shape.params.values())}",
                      r.first_disagreement)
-    return figures
-
-
-def _baseline(shape: Shape, figures: dict[str, tuple[float, float]]) -> correctness.Baseline | None:
     if shape.dtype == "float32":
-        top = figures.get("__reference_max_abs_logit__")
-        return correctness.fp32_baseline(top[0]) if top else None
+        return figures, correctness.fp32_baseline(float(ref.logits.abs().max()))
     if Method.EAGER in figures:
-        agree, err = figures[Method.EAGER]
-        return correctness.Baseline(agree, err, "bf16 eager")
-    return None
+        return figures, correctness.Baseline(*figures[Method.EAGER], "bf16 eager")
+    return figures, None
 
 
 def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (False,),

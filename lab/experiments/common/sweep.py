@@ -156,12 +156,11 @@ needs_cuda = methods.needs_cuda
 @dataclass
 class Measured:
     """What measure_methods found for one shape: median ms per method (no readback unless asked), kernels per
-    step, eager's tokens, and whether each method passed the correctness rule."""
+    step, and eager's tokens."""
 
     ms: dict[str, float] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
     tokens: torch.Tensor | None = None
-    correct: dict[str, bool] = field(default_factory=dict)
 
 
 def measure_methods(ctx: Any, w: Weights, names: tuple[str, ...], params: dict[str, Any], *, batch: int,
@@ -184,7 +183,7 @@ def measure_methods(ctx: Any, w: Weights, names: tuple[str, ...], params: dict[s
     if profile_kernels:
         methods.profile(ctx, ms)
     out.ms = ms.step_ms(readback)
-    out.kernels, out.tokens, out.correct = ms.kernels, ms.tokens, ms.correct
+    out.kernels, out.tokens = ms.kernels, ms.tokens
     ms.built.clear()
     free_device_memory(ctx.device)
     return out
