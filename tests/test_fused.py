@@ -30,23 +30,13 @@ import os
 import pytest
 import torch
 
+from fused_helpers import assert_equal_run
 from lab.step.fused import configs as C, triton_import_error
 from lab.contract.profiles import GPT2
 
 TRITON_MISSING = triton_import_error()
 needs_triton = pytest.mark.skipif(TRITON_MISSING is not None, reason=f"Triton does not import: {TRITON_MISSING}")
 FP32_REL_GPU, BF16_VS_EAGER = 1e-4, 1.5  # CPU tolerances: tests/test_fused_interpreter.py
-
-
-def _assert_equal_run(run: dict, rel: float, n_layer: int = 2) -> None:
-    launches = 9 * n_layer + 4 if run.get("path") == "gemm" else 5 * n_layer + 2
-    assert run["kernels_per_step"] == launches
-    for i, step in enumerate(run["per_step"]):
-        where = f"batch {run['batch']}, step {i}: {step}"
-        assert step["tokens_equal"] and step["out_equal"] and step["pos_equal"], where
-        assert step["argmax_of_own_logits"], where
-        assert step["logit_diff"] <= rel * step["logit_scale"], where
-        assert step["cache_diff"] <= rel * step["cache_scale"], where
 
 
 # ------------------------------------------------------------------ plans without running a kernel (no interpreter)
@@ -280,7 +270,7 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int, path: str | No
 
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, path=path)
     assert run["path"] == (path or ("gemv" if batch < 8 else "gemm")), run["path"]
-    _assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
+    assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
 
 
@@ -297,7 +287,7 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool)
         pytest.skip(why)
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch)
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
-    _assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
+    assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
 
 

@@ -35,6 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fused_helpers import assert_equal_run  # noqa: E402
 from lab.step.fused import configs as C, triton_import_error  # noqa: E402
 
 TRITON_MISSING = triton_import_error()
@@ -248,17 +249,6 @@ def worker():
     w.close()
 
 
-def _assert_equal_run(run: dict, n_layer: int = 2) -> None:
-    launches = 9 * n_layer + 4 if run["path"] == "gemm" else 5 * n_layer + 2
-    assert run["kernels_per_step"] == launches, run
-    for i, step in enumerate(run["per_step"]):
-        where = f"{run['path']} batch {run['batch']}, step {i}: {step}"
-        assert step["tokens_equal"] and step["out_equal"] and step["pos_equal"], where
-        assert step["argmax_of_own_logits"], where
-        assert step["logit_diff"] <= FP32_REL * step["logit_scale"], where
-        assert step["cache_diff"] <= FP32_REL * step["cache_scale"], where
-
-
 FP32_CASES = {  # case -> (path, batch)
     "gemv-fp32-b1": ("gemv", 1), "gemv-fp32-b3": ("gemv", 3), "gemv-fp32-b8": ("gemv", 8),
     "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
@@ -292,7 +282,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
         assert run["configs"]["attention"]["BS"] == 8 and run["configs"]["ln_qkv"]["BB"] == 2
     if name == "gemm-odd-b9":
         assert run["configs"]["add_ln"]["BB"] == 2 and run["configs"]["block_argmax"]["BN"] == 64
-    _assert_equal_run(run)
+    assert_equal_run(run, FP32_REL)
 
 
 @pytest.mark.parametrize("name", _params(BF16_CASES))

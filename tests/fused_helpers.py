@@ -1,0 +1,17 @@
+"""What the fused step's tests assert of a free-running run (lab.step.fused.check.free_running), on the CPU in
+Triton's interpreter (tests/test_fused_interpreter.py) and on a GPU (tests/test_fused.py)."""
+
+from __future__ import annotations
+
+
+def assert_equal_run(run: dict, rel: float, n_layer: int = 2) -> None:
+    """Every step's tokens, cache row, position and own argmax as eager's; logits and cache within `rel`; the launches
+    per step the run's projection path makes (9 a layer + 4 on the library-GEMM path, 5 a layer + 2 on GEMV)."""
+    launches = 9 * n_layer + 4 if run.get("path") == "gemm" else 5 * n_layer + 2
+    assert run["kernels_per_step"] == launches, run
+    for i, step in enumerate(run["per_step"]):
+        where = f"{run.get('path')} batch {run['batch']}, step {i}: {step}"
+        assert step["tokens_equal"] and step["out_equal"] and step["pos_equal"], where
+        assert step["argmax_of_own_logits"], where
+        assert step["logit_diff"] <= rel * step["logit_scale"], where
+        assert step["cache_diff"] <= rel * step["cache_scale"], where
