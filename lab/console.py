@@ -108,7 +108,6 @@ class _RunState:
     last_said: float = field(default_factory=lambda: now())  # when the console last wrote a line
     started: float = 0.0  # when the experiment under way started
     thread: int | None = None  # the thread running it (where the heartbeat looks for what it does)
-    timing: int = 0  # timed sections under way (lab.measure.timing.timed): the heartbeat holds its line until they end
 
 
 STATE = _RunState()
@@ -256,7 +255,7 @@ class _Board:
     def beat(self) -> None:
         """One heartbeat: after a silence of the interval (at least 1 s), say what is under way."""
         with self.lock:
-            if not self.busy() or STATE.timing or _quiet() < max(1.0, interval_s()):
+            if not self.busy() or _quiet() < max(1.0, interval_s()):
                 return
             if self.tasks:
                 if self.tasks[-1].rich_id is None:  # (drawn live on a terminal)
@@ -274,9 +273,10 @@ class _Board:
                 self.heartbeat.start()
 
     def _beat(self) -> None:
+        # asleep until the silence would reach the interval: in a measuring process, about one wake an interval
         while True:
             interval = max(1.0, interval_s())
-            time.sleep(min(interval, max(0.05, interval - _quiet())))  # wakes when the silence reaches the interval
+            time.sleep(min(interval, max(0.05, interval - _quiet())))
             with self.lock:
                 if not self.busy():
                     self.heartbeat = None

@@ -483,38 +483,3 @@ def test_the_heartbeat_thread_speaks_for_a_quiet_experiment(monkeypatch) -> None
     assert said[0] == "[1/1] quiet: says nothing"
     assert re.fullmatch(r"    quiet: still running, [\d.]+ s( \(in [\w.]+\))?", said[1]), said
     assert not console.BOARD.busy()
-
-
-def test_the_heartbeat_holds_its_line_while_a_timing_runs(monkeypatch) -> None:
-    """Nothing the heartbeat writes runs beside a measurement: inside a timed section (lab.measure.timing) a beat
-    after a long silence says nothing; the line comes at the first beat after the section ends."""
-    from lab.measure.timing import HostClock, time_calls, timed
-
-    t = [0.0]
-    buf = io.StringIO()
-    console.use_stream(buf)
-    console.use_clock(lambda: t[0])
-    monkeypatch.setenv("LAB_PROGRESS_EVERY_S", "10")
-    try:
-        console.begin_run()
-        console.experiment_started(1, 1, "timed", "times something")
-        with timed():
-            t[0] = 60.0
-            console.beat()
-            assert len(buf.getvalue().splitlines()) == 1  # its start line only
-        t[0] = 61.0
-        console.beat()
-        said = buf.getvalue().splitlines()
-        assert len(said) == 2 and "timed: still running" in said[1], said
-
-        def beats_during_the_call() -> None:
-            t[0] += 30.0
-            console.beat()
-
-        time_calls(beats_during_the_call, 2, HostClock())  # time_calls is a timed section
-        assert len(buf.getvalue().splitlines()) == 2
-        console.experiment_ended()
-    finally:
-        console.use_stream(None)
-        console.use_clock(None)
-    assert console.STATE.timing == 0

@@ -25,14 +25,12 @@ with the same code on the CPU and the GPU.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import torch
 
-from lab import console
 from lab.contract import intervals
 from lab.contract.results import Spread
 from lab.measure import profiler_guard
@@ -107,31 +105,19 @@ def first_call(fn: Callable[..., T], *args: Any, device: str | torch.device | No
     return result, host.elapsed_ms(start, host.mark()) / 1e3
 
 
-@contextlib.contextmanager
-def timed() -> Iterator[None]:
-    """A timed section: the console's heartbeat thread writes nothing until it ends (its line waits for the gap
-    between rounds), so no console I/O runs beside a measurement; the thread's own wake, once an interval, remains."""
-    console.STATE.timing += 1
-    try:
-        yield
-    finally:
-        console.STATE.timing -= 1
-
-
 def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int = 0) -> list[float]:
     """Per-call milliseconds of `fn`, after `warmup` untimed calls; marks are read after the loop.
 
     Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached."""
     profiler_guard.check_clean(f"timing {getattr(fn, '__name__', 'a call')}")
-    with timed():
-        for _ in range(warmup):
-            fn()
-        clock.sync()
-        marks = [clock.mark()]
-        for _ in range(iters):
-            fn()
-            marks.append(clock.mark())
-        clock.sync()
+    for _ in range(warmup):
+        fn()
+    clock.sync()
+    marks = [clock.mark()]
+    for _ in range(iters):
+        fn()
+        marks.append(clock.mark())
+    clock.sync()
     return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
 
 
@@ -149,8 +135,7 @@ def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
         for name in order:
             if on_round:
                 on_round(r, name)
-            with timed():
-                out[name].append(methods[name]())
+            out[name].append(methods[name]())
     return out
 
 
