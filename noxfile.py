@@ -72,6 +72,18 @@ def shared_python(session: nox.Session) -> str:
     return _made.get(SHARED) or str(_interpreter(Path(session.env_dir).parent / SHARED))
 
 
+def shared_run(session: nox.Session, *args: str) -> None:
+    """Run ARGS[0] (the shared interpreter) with the shared environment's scripts first on PATH, as in an activated
+    virtualenv: what the lab and its tests look up by name (hadolint, tlparse, python3) is the environment's.
+    (--no-venv: the current environment as it is.)"""
+    if no_venv(session):
+        session.run(*args, external=True)
+        return
+    scripts = Path(shared_python(session)).parent
+    env = {"PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(scripts.parent)}
+    session.run(*args, external=True, env=env)
+
+
 def wanted() -> str:
     """What the shared environment must hold: the torch pin, the extras, and pyproject.toml's digest."""
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
@@ -88,7 +100,7 @@ def install_report(session: nox.Session) -> None:
 
 def lab_command(session: nox.Session, *args: str) -> None:
     """`python -m lab ARGS` with the shared environment's interpreter (--no-venv: with nox's own)."""
-    session.run(shared_python(session), "-m", "lab", *args, external=True)
+    shared_run(session, shared_python(session), "-m", "lab", *args)
 
 
 def own_lab_command(session: nox.Session, *args: str) -> None:
@@ -126,16 +138,16 @@ def labenv(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, mypy and import-linter (their settings, and why, are in pyproject.toml)."""
     python = shared_python(session)
-    session.run(python, "-m", "ruff", "check", "lab", "report", "tests", "noxfile.py", external=True)
-    session.run(python, "-m", "mypy", external=True)
-    session.run(python, "-c", "import sys; from importlinter.cli import lint_imports_command as cli; "
-                "sys.exit(cli())", external=True)
+    shared_run(session, python, "-m", "ruff", "check", "lab", "report", "tests", "noxfile.py")
+    shared_run(session, python, "-m", "mypy")
+    shared_run(session, python, "-c", "import sys; from importlinter.cli import lint_imports_command as cli; "
+               "sys.exit(cli())")
 
 
 @with_torch()
 def tests(session: nox.Session) -> None:
     """The test suite: quiet, skipped tests with their reason; pytest arguments after -- are added (-- -m "not slow")."""
-    session.run(shared_python(session), "-m", "pytest", *TEST_DEFAULTS, *session.posargs, external=True)
+    shared_run(session, shared_python(session), "-m", "pytest", *TEST_DEFAULTS, *session.posargs)
 
 
 @with_torch()

@@ -325,7 +325,7 @@ def steps(results: Results) -> Section:
     # a sweep run's page opens with its sweeps: a copy of one of their rows, or a section with nothing, comes after
     return Section("steps", "Step time: the fastest correct method", intro, tables,
                    empty="" if tables else why_absent(results, DECODE, INDUCTOR),
-                   minor=not tables or rows[0].source == SCALING)
+                   minor=not rows or rows[0].source == SCALING)
 
 
 # ---------------------------------------------------------------------------- ceilings

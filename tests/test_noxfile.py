@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ class Session:
     def __init__(self, posargs: list[str], no_venv: bool = True, env_dir: Path | None = None) -> None:
         self.posargs = posargs
         self.ran: list[tuple[str, ...]] = []
+        self.envs: list[dict[str, str] | None] = []
         self.installed: list[tuple[str, ...]] = []
         self._runner = SimpleNamespace(global_config=SimpleNamespace(force_venv_backend="none" if no_venv else None))
         self.env_dir = env_dir
@@ -30,6 +32,7 @@ class Session:
 
     def run(self, *args: str, **kwargs) -> None:
         self.ran.append(args)
+        self.envs.append(kwargs.get("env"))
 
     def install(self, *args: str) -> None:
         self.installed.append(args)
@@ -73,6 +76,10 @@ def test_the_sessions_with_torch_share_one_environment(noxfile, tmp_path: Path) 
         _call(noxfile, name, session)
         assert session.installed == [], name
         assert {cmd[0] for cmd in session.ran} == {str(envdir / "labenv" / "bin" / "python")}, (name, session.ran)
+        # and with labenv's scripts first on PATH, as if activated: hadolint, tlparse, python3 are the env's own
+        for env in session.envs:
+            assert env is not None and env["PATH"].split(os.pathsep)[0] == str(envdir / "labenv" / "bin"), name
+            assert env["VIRTUAL_ENV"] == str(envdir / "labenv"), name
     for name in ("report", "compare"):
         func = getattr(noxfile, name)
         assert func.venv_backend is None and not func.requires, name

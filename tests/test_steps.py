@@ -90,3 +90,13 @@ def test_older_labels_get_one_name() -> None:
         "compiled", "compile-default"))) for m in ind["metrics"]]
     new = cases(step_rows(results(ind, profile="cpu")))[0]
     assert old.best.label == new.best.label == "compile-default (indexed step)"
+
+
+def test_a_run_with_ceilings_but_no_decode_experiment_shows_ceilings_own_steps() -> None:
+    # a fleet's quick subset (ceilings without cuda_graph_decode or inductor): the section is the ceilings table,
+    # placed after the others, and rendering it must not fail for want of a decode row
+    ceilings = rec("ceilings", [metric("step_ms", 3.1, "ms", method="eager", **STEP)])
+    section = steps.steps(results(ceilings))
+    assert [t.caption.split(" (")[0] for t in section.tables] == [
+        "The eager decode step timed by ceilings at every batch of the profile"]
+    assert section.minor and section.tables[0].rows[0][0].text == "eager"
