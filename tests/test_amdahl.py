@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lab.contract import profiles
+from lab.contract import intervals, profiles
 from lab.contract import metrics as M
 from lab.contract.catalogue import BY_ID
 from lab.experiments import amdahl
@@ -84,3 +84,50 @@ def test_amdahl_prediction_and_k_source() -> None:
     assert amdahl.k_from_fusion([rec], 4, "memory")[0] == 2.5
     k, source = amdahl.k_from_fusion([], 4, "memory")
     assert k == 3.0 and source.startswith("assumed")
+
+
+# ---------------------------------------------------------------------------- the measured speedup's interval
+
+def _workload() -> tuple:
+    import torch
+
+    x = torch.randn(8, 16)
+    return (lambda t: torch.relu(t @ t.T) + 1.0), (x,)
+
+
+def test_the_measured_speedup_is_stored_with_its_paired_interval(monkeypatch) -> None:
+    """Compiled here: eager's rounds over the compiled step's, rotating rounds paired (lab.contract.intervals)."""
+    eager = [[2.0 * d, 2.1 * d] for d in (1.0, 1.4, 0.9)]
+    compiled = [[1.0 * d, 1.05 * d] for d in (1.0, 1.4, 0.9)]
+    monkeypatch.setattr(amdahl, "compile_first_call", lambda fn, args, dev: SimpleNamespace(fn=fn, setup_s=0.5))
+    monkeypatch.setattr(amdahl, "time_method_rounds", lambda methods, clock, rounds, iters, warmup:
+                        {Method.EAGER: eager, Method.COMPILE_DEFAULT: compiled})
+    record = Record("amdahl", "a", "OK")
+    fn, args = _workload()
+    amdahl._measure(_ctx("amdahl", record), "transformer_block", fn, args, lambda: None, "memory")
+    p = {"workload": "transformer_block"}
+    ci = intervals.ratio_interval(eager, compiled)
+    assert record.metric(M.MEASURED_SPEEDUP.name, **p).value == pytest.approx(2.0, rel=0.03)
+    assert record.metric(M.SPEEDUP_CI_LOW.name, **p).value == round(ci.low, 4)
+    assert record.metric(M.SPEEDUP_CI_HIGH.name, **p).value == round(ci.high, 4)
+    assert ci.high - ci.low < 0.2  # paired: the rounds' shared drift cancels
+    assert {m.params["method"] for m in record.metrics if m.name == M.STEP_MS.name} == {Method.EAGER,
+                                                                                      Method.COMPILE_DEFAULT}
+
+
+def test_the_measured_speedup_read_from_cuda_graph_decode_keeps_its_interval() -> None:
+    p = {"batch": 1, "dtype": "float32", "readback": False, "method": Method.COMPILE_DEFAULT}
+    cgd = Record("cuda_graph_decode", "c", "OK", metrics=[
+        Metric(M.SPEEDUP_VS_EAGER.name, 1.5, "x", p), Metric(M.SPEEDUP_CI_LOW.name, 1.42, "x", p),
+        Metric(M.SPEEDUP_CI_HIGH.name, 1.61, "x", p),
+        Metric(M.SPEEDUP_CI_LOW.name, 9.0, "x", p | {"readback": True})])  # another speedup's interval
+    lead = amdahl._lead_decode_speedup([cgd])
+    assert lead == (1.5, intervals.Interval(1.42, 1.61))
+    record = Record("amdahl", "a", "OK")
+    fn, args = _workload()
+    amdahl._measure(_ctx("amdahl", record, SimpleNamespace(experiments=[cgd])), DECODE, fn, args, lambda: None,
+                    "cache", lead)
+    got = {m.name: m.value for m in record.metrics if m.params == {"workload": DECODE}}
+    assert (got[M.MEASURED_SPEEDUP.name], got[M.SPEEDUP_CI_LOW.name], got[M.SPEEDUP_CI_HIGH.name]) == (1.5, 1.42, 1.61)
+    bare = Record("cuda_graph_decode", "c", "OK", metrics=[Metric(M.SPEEDUP_VS_EAGER.name, 1.5, "x", p)])
+    assert amdahl._lead_decode_speedup([bare]) == (1.5, None)  # a run made before intervals were stored

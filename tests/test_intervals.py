@@ -36,6 +36,8 @@ def test_paired_rounds_cancel_shared_drift():
     assert ci.contains(2.0)
     assert ci.high - ci.low < 0.5
     assert I.versus(ci, 1.0) is I.Relation.HIGHER
+    apart = I.ratio_interval(eager, method, paired=False)  # the same rounds drawn on their own: drift not cancelled
+    assert apart.contains(2.0) and apart.high - apart.low > ci.high - ci.low
 
 
 def test_relation_overlap_is_same_disjoint_is_higher_or_lower():

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.profiles import TINY
 from lab.contract.results import Metric, Record
@@ -16,12 +17,99 @@ from lab.step.model import resolve_weights
 
 
 @pytest.mark.slow
-def test_the_child_warms_up_until_rounds_agree_and_returns_rounds_and_the_launch_cost():
+def test_the_child_warms_up_until_steady_and_returns_rounds_the_warm_up_and_the_launch_cost():
     out = sentinel.child(dataclasses.asdict(TINY), resolve_weights(TINY, "random"), "cpu", prompt_len=4, max_len=32,
-                         steps=6, rounds=3, max_rounds=4, agree=0.5, methods=(Method.EAGER,))
+                         steps=6, rounds=3, min_s=0.2, window=2, agree=0.5, max_rounds=6, retakes=1,
+                         methods=(Method.EAGER,))
     assert list(out["rounds"]) == [Method.EAGER] and len(out["rounds"][Method.EAGER]) == 3
     assert all(len(r) == 6 for r in out["rounds"][Method.EAGER])
-    assert 1 <= out["warmup_rounds"] <= 4 and min(out["launch_us_eager"]) > 0
+    warm = out["warmup"]
+    assert 2 <= warm["rounds"] <= 12 and warm["retakes"] in (0, 1) and min(out["launch_us_eager"]) > 0
+    assert not N.WARMUP.problem(warm) and len(warm["round_medians_ms"][Method.EAGER]) == 3
+
+
+class _Process:
+    """A fake child on a fake clock: each eager round takes half a second at the step time `eager_ms(n)` of its
+    n-th call (graph replay is steady and takes no time)."""
+
+    def __init__(self, eager_ms) -> None:
+        self.eager_ms, self.t, self.n = eager_ms, 0.0, 0
+
+    def now(self) -> float:
+        return self.t
+
+    def calls(self) -> dict:
+        def eager() -> list[float]:
+            self.n += 1
+            self.t += 0.5
+            return [self.eager_ms(self.n)] * 4
+
+        return {Method.EAGER: eager, Method.GRAPH: lambda: [0.7] * 4}
+
+
+RULE = {"rounds": 5, "min_s": 10.0, "window": 3, "agree": 0.05, "max_rounds": 100, "retakes": 2}
+
+
+def test_a_steady_process_is_taken_once_after_min_s_of_warm_up():
+    p = _Process(lambda n: 2.7 + 0.01 * (n % 3))
+    take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
+    assert take.retakes == 0 and not take.drifting and len(take.warmups) == 1
+    assert take.warmups[0].rounds == 20 and take.warmups[0].seconds >= 10.0 and p.n == 20 + 5
+    assert {m: len(r) for m, r in take.rounds.items()} == {Method.EAGER: 5, Method.GRAPH: 5}
+    note = take.summary()
+    assert not N.WARMUP.problem(note) and note["rounds"] == 20 and note["retakes"] == 0 and note["warmup_steady"]
+
+
+def test_kept_rounds_that_drop_off_a_slow_plateau_are_discarded_and_taken_again():
+    """A slow plateau that outlasts the warm-up's 10 s and ends inside the kept rounds (5.9 ms, then 3.4 ms): the
+    take drifted, so it is discarded; the second warm-up and take are on the settled level."""
+    p = _Process(lambda n: 5.9 if n <= 23 else 3.4)
+    take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
+    assert take.retakes == 1 and not take.drifting
+    assert take.warmups[0].medians[-1] == 5.9 and take.warmups[1].medians[-1] == 3.4
+    assert take.medians()[Method.EAGER] == [3.4] * 5
+    assert take.summary()["rounds"] == 20 + 20 and take.summary()["retakes"] == 1
+
+
+def test_a_process_still_improving_after_every_retake_keeps_its_last_take_and_says_so():
+    p = _Process(lambda n: 6.0 * 0.98 ** n)  # 2% faster every round: consecutive rounds agree, the take drifts
+    take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
+    assert take.retakes == 2 and take.drifting == (Method.EAGER,) and len(take.warmups) == 3
+    checks: list[tuple] = []
+    ctx = SimpleNamespace(check=lambda name, ok, **kw: checks.append((name, ok, kw)) or ok)
+    assert not sentinel.steadiness(ctx, take.summary(), "start", 0.05)
+    name, ok, kw = checks[0]
+    assert name == "the sentinel's rounds were steady (start)" and not kw["fatal"] and kw["when"] == "start"
+    first, last = take.medians()[Method.EAGER][0], take.medians()[Method.EAGER][-1]
+    assert f"{first:.4g}" in kw["detail"] and f"{last:.4g}" in kw["detail"] and "2 retake(s)" in kw["detail"]
+
+
+def test_measure_records_the_warm_up_and_the_steadiness_check(monkeypatch):
+    from lab.contract import profiles
+    from lab.contract.catalogue import BY_ID
+    from lab.run.childproc import ChildResult
+    from lab.run.context import Context
+
+    p = _Process(lambda n: 2.7)
+    take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
+    sent: dict = {}
+
+    def child(target, kwargs, timeout_s):
+        sent.update(kwargs)
+        return ChildResult(target, 0, None, False, 12.0, {"rounds": take.rounds, "warmup": take.summary(),
+                                                          "launch_us_eager": [4.0, 4.5]}, "", "")
+
+    monkeypatch.setattr(sentinel, "run_child", child)
+    ctx = Context(BY_ID["sentinel"], profiles.get("smoke"), None, Record("sentinel", "", "OK"),
+                  SimpleNamespace(experiments=[], manifest=None), None)
+    sentinel.measure(ctx, "start")
+    o = sentinel.Options()
+    assert {k: sent[k] for k in ("min_s", "window", "agree", "max_rounds", "retakes")} == \
+        {"min_s": o.warmup_s, "window": o.window, "agree": o.agree, "max_rounds": o.max_rounds, "retakes": o.retakes}
+    assert ctx.record.notes[N.WARMUP.key_for(when="start")] == take.summary()
+    assert [(c.name, c.passed, c.fatal) for c in ctx.record.checks] == [
+        ("the sentinel's rounds were steady (start)", True, False)]
+    assert "20 warm-up rounds in 10.0 s, 0 retake(s)" in ctx.record.checks[0].detail
 
 
 def _rec(id_: str, metrics: list[Metric]) -> Record:

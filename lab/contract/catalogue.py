@@ -124,7 +124,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    ("inductor",), (M.FUSIBLE_FRACTION, M.MATMUL_SHARE, M.KERNELS, M.K, M.PREDICTED_SPEEDUP,
                                    M.SETUP_S, M.STEP_MS, M.MEASURED_SPEEDUP, M.MEASURED_OVER_PREDICTED,
                                    M.LAUNCH_US_PER_OP, M.KERNEL_TIME_PER_STEP_US, M.PREDICTED_SPEEDUP_LAUNCH,
-                                   M.MEASURED_OVER_PREDICTED_LAUNCH),
+                                   M.MEASURED_OVER_PREDICTED_LAUNCH, *_INTERVAL),
                    workload="decode step and transformer block (Amdahl)"),
     ExperimentSpec("diagnose", "The five checks on example targets: launch, kernels, breaks, recompiles, steady", "003",
                    (), (M.VERDICT, M.STEP_MS, M.SPEEDUP, *_INTERVAL, M.KERNELS, M.MATMUL_SHARE, M.GRAPH_BREAKS, M.RECOMPILES,

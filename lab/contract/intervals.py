@@ -121,16 +121,18 @@ def median_interval(rounds: Sequence[Sequence[float]], resamples: int = RESAMPLE
 
 
 def ratio_interval(numerator: Sequence[Sequence[float]], denominator: Sequence[Sequence[float]],
-                   resamples: int = RESAMPLES, seed: int = SEED) -> Interval | None:
+                   resamples: int = RESAMPLES, seed: int = SEED, paired: bool | None = None) -> Interval | None:
     """The 95% interval of median(numerator) / median(denominator): a speedup is eager's rounds over a method's.
 
     Paired: where both sides have the same number of rounds (rounds run side by side in rotating order),
-    each resample draws the same round indices for both; otherwise each side is drawn on its own."""
+    each resample draws the same round indices for both; otherwise each side is drawn on its own.
+    `paired=False` draws each side on its own whatever the counts: for two sides timed one after the
+    other (round r of one did not run beside round r of the other, so they share no drift)."""
     num, den = _usable(numerator), _usable(denominator)
     if len(num) < 2 or len(den) < 2:
         return None
     rng = random.Random(seed)
-    paired = len(num) == len(den)
+    paired = len(num) == len(den) and paired is not False
     stats = []
     for _ in range(resamples):
         pick_n = rng.choices(range(len(num)), k=len(num))

@@ -366,7 +366,8 @@ K = declare("k", units.X, N, "how much faster fusion makes the fusible part (mea
 PREDICTED_SPEEDUP = declare("predicted_speedup", units.X, N, "Amdahl's prediction 1 / ((1 - f) + f / k): a "
                             "prediction, not a performance")
 MEASURED_SPEEDUP = declare("measured_speedup", units.X, H, "the compile speedup measured for the workload",
-                           comparable=_MODEL + _AMDAHL, derived_from=("step_ms",))
+                           comparable=_MODEL + _AMDAHL, interval=("speedup_ci_low", "speedup_ci_high"),
+                           derived_from=("step_ms",))
 MEASURED_OVER_PREDICTED = declare("measured_over_predicted", units.X, N,
                                   "measured over predicted speedup: 1 is a perfect prediction (no direction)")
 PREDICTED_SPEEDUP_LAUNCH = declare(
@@ -394,7 +395,8 @@ CONCLUSION = declare("conclusion", units.NONE, N, "one sentence drawn from the e
 OUTCOME = declare("outcome", units.NONE, N, "how a variant ended: OK, FAILED (the error in the notes and the skipped "
                   "list) or NOT_RUN (the reason in the skipped list)", kind=TEXT)
 SPEEDUP_VS_PEER = declare("speedup_vs_peer", units.X, H, "the best transformers generate variant's ms per token over "
-                          "this lab method's, same batch, same weights", derived_from=("step_ms",))
+                          "this lab method's, same batch, same weights", interval=("speedup_ci_low", "speedup_ci_high"),
+                          derived_from=("step_ms",))
 FLOPS_PER_KERNEL = declare("flops_per_kernel", units.FLOP, N, "FLOPs per step / kernels per step: the arithmetic behind "
                            "one launch (a property of the shape and the method)")
 GAIN_RATIO = declare("gain_ratio", units.X, N, "a method's speedup over eager at the largest model over its speedup at "

@@ -106,9 +106,16 @@ CUDAGRAPH_SKIP_REASONS = NoteSpec("cudagraph_skip_reasons.{method}", list, "why 
                                                                            "for a method", ("cuda_graph_decode",))
 FUNCTION_REASONS = NoteSpec("reasons.{function}", list, "Dynamo's graph-break reasons for each function",
                             ("graph_breaks", "graph_break_repair"))
+WARMUP = NoteSpec("warmup.{when}", dict, "how the sentinel's child warmed up before its kept rounds "
+                                         "(lab.measure.timing.warm_until_steady): warm-up rounds and seconds over "
+                                         "every take, retakes, whether the last warm-up settled, its round medians, "
+                                         "the kept round medians per method and the methods still improving",
+                  ("sentinel", "sentinel_end"), fields=("rounds", "seconds", "retakes", "warmup_steady",
+                                                        "warmup_medians_ms", "round_medians_ms", "drifting"))
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
-                               BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS)
+                               BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
+                               WARMUP)
 
 
 def declared(experiment: str, key: str) -> NoteSpec | None:

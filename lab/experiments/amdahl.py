@@ -11,7 +11,11 @@ layer-norm arithmetic) at the residency matching the workload (cache for the dec
 activations, memory for the large block). Without one, k = 3 as in the module text, marked assumed.
 The measured speedup comes from compiling the same function; on the GPU the decode step's is read
 from `cuda_graph_decode` (compile-default, batch 1) when that record is in the run, to not compile
-GPT-2 twice.
+GPT-2 twice. Either way it is stored with its 95% interval (`speedup_ci_low`, `speedup_ci_high`, same
+params): the paired bootstrap over the rotating rounds that every speedup of the lab has
+(lab.contract.intervals), computed here from the rounds of eager and compiled, or copied with the
+figure from cuda_graph_decode's `speedup_vs_eager`. The 25% bar on the launch-aware prediction is a
+bar on a prediction's accuracy, judged at the measured figure; its detail quotes the interval.
 
 Amdahl counts only kernel time, so a step bound by launches (GPT-2 at batch 1 on a GPU: 203 kernels
 of a few µs each) is predicted about 1.0× although compiling removes a quarter of its kernels. Beside
@@ -35,6 +39,7 @@ from typing import Any, Callable
 import torch
 
 from lab.step import decode
+from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
@@ -114,17 +119,23 @@ def _block(x: torch.Tensor, lw: Any, n_head: int, eps: float, causal: torch.Tens
     return x + decode._mlp(x, lw, eps)
 
 
-def _lead_decode_speedup(records: list[Any]) -> float | None:
+Speedup = tuple[float, intervals.Interval | None]
+
+
+def _lead_decode_speedup(records: list[Any]) -> Speedup | None:
+    """cuda_graph_decode's compile-default speedup at batch 1 (no readback) and its stored interval, or None."""
     rec = ok_record(records, "cuda_graph_decode")
     for m in rec.metrics if rec else []:
         if (m.name == M.SPEEDUP_VS_EAGER.name and m.params.get("method") == Method.COMPILE_DEFAULT
                 and m.params.get("batch") == 1 and not m.params.get("readback", False)):
-            return float(m.value)
+            ends = [next((o.value for o in rec.metrics if o.name == n.name and o.params == m.params), None)
+                    for n in (M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH)]
+            return float(m.value), intervals.of(*ends)
     return None
 
 
 def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], reset: Callable[[], None],
-             residency: str, measured_override: float | None = None, compile_it: bool = True) -> None:
+             residency: str, measured_override: Speedup | None = None, compile_it: bool = True) -> None:
     dev = ctx.device
     o = ctx.options
     compiled, samples = None, None
@@ -160,7 +171,10 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     ctx.metric(M.KERNEL_TIME_PER_STEP_US, round(prof.kernel_ms * 1e3, 3), workload=workload, method=Method.EAGER)
     n_compiled: float | None = None
     if measured_override is not None:
-        measured = measured_override
+        measured, ci = measured_override
+        ctx.metric(M.MEASURED_SPEEDUP, measured, workload=workload)
+        ctx.metric(M.SPEEDUP_CI_LOW, None if ci is None else ci.low, workload=workload)
+        ctx.metric(M.SPEEDUP_CI_HIGH, None if ci is None else ci.high, workload=workload)
         ctx.note(f"measured_source.{workload}", "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
         n_compiled = _lead_compiled_kernels(ctx.results.experiments, ctx.profile.dtype)
         if n_compiled is not None:
@@ -178,18 +192,22 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     else:
         n_compiled = cprof.kernels
         ctx.metric(M.KERNELS, cprof.kernels, workload=workload, method=Method.COMPILE_DEFAULT)
-        ms = {m: ctx.timing(M.STEP_MS, xs, workload=workload, method=m).median for m, xs in samples.items()}
-        measured = ms[Method.EAGER] / ms[Method.COMPILE_DEFAULT]
+        for m, xs in samples.items():
+            ctx.timing(M.STEP_MS, xs, workload=workload, method=m)
+        measured = ctx.speedup(M.MEASURED_SPEEDUP, samples[Method.EAGER], samples[Method.COMPILE_DEFAULT],
+                               workload=workload)
+        ci = intervals.of(ctx.record.metric(M.SPEEDUP_CI_LOW.name, workload=workload).value,
+                          ctx.record.metric(M.SPEEDUP_CI_HIGH.name, workload=workload).value)
         ctx.note(f"measured_source.{workload}", "compiled here (Inductor default mode), rotating rounds")
         torch._dynamo.reset()
-    ctx.metric(M.MEASURED_SPEEDUP, measured, workload=workload)
     ctx.metric(M.MEASURED_OVER_PREDICTED, measured / pred, workload=workload)
-    ctx.progress(f"{workload}: f={f:.2f} k={k:.2f} predicted {pred:.2f}x measured {measured:.2f}x")
-    _launch_aware(ctx, workload, prof.kernels, n_compiled, prof.kernel_ms * 1e3, f, k, measured)
+    ctx.progress(f"{workload}: f={f:.2f} k={k:.2f} predicted {pred:.2f}x measured {measured:.2f}x"
+                 f"{' ' + ci.text() if ci else ''}")
+    _launch_aware(ctx, workload, prof.kernels, n_compiled, prof.kernel_ms * 1e3, f, k, measured, ci)
 
 
 def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, kernel_us: float, f: float, k: float,
-                  measured: float) -> None:
+                  measured: float, measured_ci: intervals.Interval | None = None) -> None:
     """The launch-aware prediction beside Amdahl's, from this run's ceilings (module docstring)."""
     launch_us = launch_cost_us(ctx.results.experiments)
     if launch_us is None:
@@ -209,7 +227,9 @@ def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, 
     if ctx.device.type == "cuda" and workload == "gpt2_decode_step":
         ctx.check("launch-aware prediction within 25% of the measured speedup (decode step, batch 1)",
                   abs(pred - measured) <= 0.25 * measured, fatal=False,
-                  detail=f"predicted {pred:.2f}x, measured {measured:.2f}x (Amdahl alone: see predicted_speedup)")
+                  detail=f"predicted {pred:.2f}x, measured {measured:.2f}x"
+                         f"{' (95% ' + measured_ci.text() + ')' if measured_ci else ''} (Amdahl alone: see "
+                         f"predicted_speedup)")
     ctx.progress(f"{workload}: launch-aware prediction {pred:.2f}x (c={launch_us:.2f} us, kernels {n_eager:.0f} -> "
                  f"{n_compiled:.0f})")
 

@@ -22,8 +22,12 @@ Variants that compile run in a child process (`isolated`): a crash there (the H2
 "CUDAGraphs output overwritten" with reduce-overhead) is recorded as that variant's FAILED outcome
 with the error, and the others carry on. The lab's methods (eager, graph, compile+graph, the hand-fused step) are timed
 on the same prompts, reading the token back every step as a serving loop (and `generate`) does.
-Stored: `speedup_vs_peer` of each lab method over the best transformers variant at its batch, and
-the conclusion drawn by `RULE`.
+Stored: `speedup_vs_peer` of each lab method over the best transformers variant at its batch, with
+its 95% interval (`speedup_ci_low`, `speedup_ci_high`, same params: lab.contract.intervals' bootstrap
+over rounds, each generate call and each round of the lab's step one block; the two sides are drawn on
+their own, not paired, since they were timed one after the other and share no round's drift), and the
+conclusion drawn by `RULE`, which calls the lab's step faster or slower only where that interval
+excludes 1.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any, Callable, Literal
 import torch
 
 from lab.measure import compiletrace
+from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.run.childproc import run_child
 from lab.contract.names import Method
@@ -53,8 +58,10 @@ from lab.run.context import Context
 Variant = Literal["dynamic", "static", "static+compile", "static+compile-default"]
 COMPILED = ("static+compile", "static+compile-default")
 RULE = ("Per batch: the lab's fastest method (lowest ms per step, token read back each step) against transformers' "
-        "fastest variant that ran (lowest ms per token); the ratio is theirs over ours. Variants that did not end OK "
-        "are named with their outcome.")
+        "fastest variant that ran (lowest ms per token); the ratio is theirs over ours, with its 95% interval (rounds "
+        "as blocks, the two sides drawn on their own); the lab's step is faster where the interval lies above 1, "
+        "slower where below, else neither (lab.contract.intervals.versus). Variants that did not end OK are named "
+        "with their outcome.")
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,8 @@ def generation_config(variant: str, new_tokens: int, device: str) -> Any:
 
 def run_variant(model: Any, variant: str, prompts: dict[int, list[list[int]]], new_tokens: int, warmup_calls: int,
                 rounds: int, on_batch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Every batch of one variant: per-token ms samples, call walls, tokens, or the error (per batch).
+    """Every batch of one variant: per-token ms samples (one list per timed call: a round), call walls, tokens, or
+    the error (per batch).
     `on_batch` sees the results so far after each batch (a child saves them, in case the next batch kills it)."""
     from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -144,7 +152,7 @@ def run_variant(model: Any, variant: str, prompts: dict[int, list[list[int]]], n
                 for _ in range(rounds):
                     (gen, samples), wall = first_call(call, device=device)
                     entry["steady_calls_s"].append(round(wall, 4))
-                    entry["ms_per_token"] += [round(x, 5) for x in samples]
+                    entry["ms_per_token"].append([round(x, 5) for x in samples])
                 entry["tokens"] = gen[:, ids.shape[1]:].cpu().tolist()
             except Exception as exc:  # one batch's failure is recorded; the next batch still runs
                 entry["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500] if str(exc) else ''}"
@@ -216,8 +224,12 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
     return value["batches"]
 
 
-def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[int, torch.Tensor]) -> dict[int, float]:
-    ms: dict[int, float] = {}
+Rounds = list[list[float]]
+
+
+def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[int, torch.Tensor]) -> dict[int, Rounds]:
+    """Record one variant's batches; its per-call samples (one list per call) of each batch that ended OK."""
+    ms: dict[int, Rounds] = {}
     for batch_text, entry in result.items():
         batch = int(batch_text)
         params = {"impl": "transformers", "variant": variant, "batch": batch}
@@ -232,7 +244,8 @@ def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[
         steady = statistics.median(entry["steady_calls_s"])
         ctx.metric(M.SETUP_S, round(max(0.0, sum(entry["warm_calls_s"]) - len(entry["warm_calls_s"]) * steady), 4),
                    **params)
-        ms[batch] = ctx.timing(M.STEP_MS, entry["ms_per_token"], **params).median
+        ctx.timing(M.STEP_MS, entry["ms_per_token"], **params)
+        ms[batch] = entry["ms_per_token"]
         ctx.note(f"calls.{variant}.b{batch}", {"warm_s": entry["warm_calls_s"], "steady_s": entry["steady_calls_s"]})
         ref = lab_tokens.get(batch)
         if ref is not None:
@@ -256,17 +269,17 @@ def run(ctx: Context) -> None:
                         "lab_methods": list(o.lab_methods), "lab_steps": steps, "lab_max_len": prof.max_len,
                         "transformers": _transformers_version()})
     # the lab's methods first: their eager tokens are the reference for transformers' tokens
-    lab_ms: dict[int, dict[str, float]] = {}
+    lab_ms: dict[int, dict[str, Rounds]] = {}
     lab_tokens: dict[int, torch.Tensor] = {}
     for batch in o.batches:
         found = measure_methods(ctx, w, tuple(o.lab_methods), {"impl": "lab", "batch": batch}, batch=batch,
                                 max_len=prof.max_len, prompt_len=prof.prompt_len, steps=steps, rounds=o.rounds,
                                 warmup=prof.warmup, readback=True, profile_kernels=False, trace=o.traces)
-        lab_ms[batch] = found.ms
+        lab_ms[batch] = found.rounds
         if found.tokens is not None:
             lab_tokens[batch] = found.tokens[:, prof.prompt_len:prof.prompt_len + steps + 1]
     prompts = {b: prompt_for(vocab, b, prof.prompt_len, ctx.device, 7000 + b).cpu().tolist() for b in o.batches}
-    peer_ms: dict[str, dict[int, float]] = {}
+    peer_ms: dict[str, dict[int, Rounds]] = {}
     for variant in o.variants:
         if variant in COMPILED and not _has_compile_config():
             for b in o.batches:
@@ -281,19 +294,36 @@ def run(ctx: Context) -> None:
     _compare(ctx, lab_ms, peer_ms)
 
 
-def _compare(ctx, lab_ms: dict[int, dict[str, float]], peer_ms: dict[str, dict[int, float]]) -> None:
+def _median(rounds: Rounds) -> float:
+    return statistics.median([x for r in rounds for x in r])
+
+
+def faster(ci: intervals.Interval | None) -> str:
+    """What a speedup's interval says of the lab's step against transformers' (the rule's last clause)."""
+    return {intervals.Relation.HIGHER: "the lab's faster", intervals.Relation.LOWER: "transformers' faster",
+            intervals.Relation.SAME: "neither faster: the interval holds 1",
+            intervals.Relation.UNKNOWN: "no interval: fewer than two rounds"}[intervals.versus(ci, 1.0)]
+
+
+def _compare(ctx, lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[int, Rounds]]) -> None:
+    """`speedup_vs_peer` (with its interval) of each lab method at each batch, and the conclusion."""
     parts = []
     for batch, methods in lab_ms.items():
-        theirs = {v: by_b[batch] for v, by_b in peer_ms.items() if batch in by_b}
+        theirs = {v: by_b[batch] for v, by_b in peer_ms.items() if batch in by_b and any(by_b[batch])}
+        methods = {m: rs for m, rs in methods.items() if any(rs)}
         if not methods or not theirs:
             continue
-        best_peer = min(theirs, key=theirs.get)
-        for method, ms in methods.items():
-            ctx.metric(M.SPEEDUP_VS_PEER, round(theirs[best_peer] / ms, 4), impl="lab", method=method, batch=batch,
-                       peer=best_peer)
-        ours = min(methods, key=methods.get)
-        parts.append(f"at batch {batch} the lab's {ours} step takes {methods[ours]:.3g} ms against {theirs[best_peer]:.3g} "
-                     f"ms per token for transformers' {best_peer} ({theirs[best_peer] / methods[ours]:.1f}x)")
+        best_peer = min(theirs, key=lambda v: _median(theirs[v]))
+        for method, rounds in methods.items():
+            ctx.speedup(M.SPEEDUP_VS_PEER, theirs[best_peer], rounds, paired=False, impl="lab", method=method,
+                        batch=batch, peer=best_peer)
+        ours = min(methods, key=lambda m: _median(methods[m]))
+        mine, peer = _median(methods[ours]), _median(theirs[best_peer])
+        stored = {"impl": "lab", "method": ours, "batch": batch, "peer": best_peer}
+        ci = intervals.of(ctx.record.metric(M.SPEEDUP_CI_LOW.name, **stored).value,
+                          ctx.record.metric(M.SPEEDUP_CI_HIGH.name, **stored).value)
+        parts.append(f"at batch {batch} the lab's {ours} step takes {mine:.3g} ms against {peer:.3g} ms per token for "
+                     f"transformers' {best_peer} ({peer / mine:.1f}x{' ' + ci.text() if ci else ''}: {faster(ci)})")
     failed = sorted({m.params["variant"] for m in ctx.record.metrics
                      if m.name == M.OUTCOME.name and m.value != "OK"})
     if parts:

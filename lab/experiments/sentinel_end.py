@@ -1,7 +1,8 @@
 """sentinel_end: the fresh-process step measured again at the end of the run, and the run's baseline judged by it.
 
 The same child as `sentinel` (lab.experiments.sentinel) measures eager and graph replay at batch 1
-in fp32 after every other experiment, `sentinel_step_ms` with `when=end`. Then:
+in fp32 after every other experiment, `sentinel_step_ms` with `when=end`, by the same warm-up rule and drift test
+(its `warmup.end` note, its check "the sentinel's rounds were steady (end)"). Then:
 - `in_run_over_sentinel` (method eager, and graph): the run's own step (cuda_graph_decode, batch 1,
   fp32, no readback) over the sentinel's at the start. Above 1 + `TOLERANCE`, the run's baseline was
   slowed by the run itself (or the host changed): a failed check the console and the front page show.

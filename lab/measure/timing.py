@@ -9,6 +9,8 @@
 - `rotating_rounds`: several rounds with the methods in rotating order, so drift and thermal state
   hit every method alike.
 - `spread`: median, quartiles and a noise flag derived from the samples (as torch.utils.benchmark).
+- `warm_until_steady` and `still_improving`: the warm-up rule of a fresh process (time, agreement, no more
+  improvement) and the drift test on the rounds kept after it (the sentinel's: lab.experiments.sentinel).
 
 Why not `torch.utils.benchmark.Timer` or `triton.testing.do_bench`? Both time one statement
 called over and over, in isolation: Timer reads the host clock around blocks of calls with a device
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import torch
@@ -154,3 +157,53 @@ def spread(samples: Sequence[float], rounds: Sequence[Sequence[float]] | None = 
     ci = intervals.median_interval(rounds) if rounds is not None else None
     return Spread(n=len(xs), median=med, q1=q1, q3=q3, min=xs[0], max=xs[-1], rel_iqr=rel, noisy=rel > NOISY_REL_IQR,
                   ci_low=None if ci is None else ci.low, ci_high=None if ci is None else ci.high)
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """How a warm-up went: its rounds, the seconds they took, each round's median (ms), and whether it ended steady
+    (False: `max_rounds` ran out first)."""
+
+    rounds: int
+    seconds: float
+    medians: tuple[float, ...]
+    steady: bool
+
+
+def warm_until_steady(round_fn: Callable[[], float], *, min_s: float, agree: float, window: int, max_rounds: int,
+                      now: Callable[[], float] = time.monotonic) -> WarmUp:
+    """Run warm-up rounds (`round_fn` runs one and returns its median) until the process has settled, at most
+    `max_rounds`.
+
+    Settled is all three of: at least `min_s` seconds have passed; the last `window` round medians agree within
+    `agree` (the largest at most `agree` above the smallest); the last is at most `agree` above the best seen (the
+    rounds stopped improving, and did not settle on a level above one they already reached). Why the time as well
+    as the agreement: a fresh process can start on a slow plateau whose rounds agree with each other (an H200 host
+    ran eager at 5.9 ms a step for its first rounds, then at 3.4 ms), so agreement alone stops on the plateau; the
+    time floor waits out a slow start shorter than `min_s`, and `still_improving` catches one that lasts into the
+    kept rounds."""
+    if window < 1 or max_rounds < 1:
+        raise ValueError(f"need window >= 1 and max_rounds >= 1 (got window={window}, max_rounds={max_rounds})")
+    start = now()
+    medians: list[float] = []
+    while len(medians) < max_rounds:
+        medians.append(float(round_fn()))
+        elapsed = now() - start
+        last = medians[-window:]
+        if (elapsed >= min_s and len(last) == window and max(last) <= min(last) * (1 + agree)
+                and medians[-1] <= min(medians) * (1 + agree)):
+            return WarmUp(len(medians), elapsed, tuple(medians), True)
+    return WarmUp(len(medians), now() - start, tuple(medians), False)
+
+
+def still_improving(medians: Sequence[float], agree: float) -> bool:
+    """The drift test on kept rounds: the last round's median is below the first's by more than `agree` (a fraction
+    of the first), so the process was still getting faster while it was measured and its median is not its steady
+    state.
+
+    Why the two ends and not a rank trend test: the kept rounds are few (5), and the shape to catch is a slow
+    plateau that ends inside them (5.90, 5.94, 5.91, 5.68, 3.40 ms): a Mann-Kendall test over those five gives
+    S = -6, p = 0.12, so it would accept them; the last-against-first drop is 42%. A drop of more than `agree`
+    between the first and the last round is also a change the checks built on the median (10%) would see. A false
+    alarm costs one retake. A process that got slower is not still warming up: it is not this test's case."""
+    return len(medians) >= 2 and medians[0] - medians[-1] > agree * medians[0]

@@ -151,15 +151,16 @@ class Context:
         return sp
 
     def speedup(self, spec: MetricSpec, baseline: Sequence[Sequence[float]], method: Sequence[Sequence[float]], /,
-                **params: Any) -> float:
+                paired: bool | None = None, **params: Any) -> float:
         """Record a speedup (the baseline's median over the method's, from their per-round samples) and, where the
-        declaration names them, its 95% interval (lab.contract.intervals.ratio_interval: rounds paired)."""
+        declaration names them, its 95% interval (lab.contract.intervals.ratio_interval: rounds paired, unless
+        `paired=False`: two sides timed one after the other)."""
         base = [float(x) for r in baseline for x in r]
         mine = [float(x) for r in method for x in r]
         value = statistics.median(base) / statistics.median(mine)
         self.metric(spec, round(value, 4), **params)
         if spec.interval is not None:
-            ci = intervals.ratio_interval(baseline, method)
+            ci = intervals.ratio_interval(baseline, method, paired=paired)
             low, high = (M.REGISTRY[n] for n in spec.interval)
             self.metric(low, None if ci is None else round(ci.low, 4), **params)
             self.metric(high, None if ci is None else round(ci.high, 4), **params)

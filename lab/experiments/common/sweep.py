@@ -155,10 +155,12 @@ needs_cuda = methods.needs_cuda
 
 @dataclass
 class Measured:
-    """What measure_methods found for one shape: median ms per method (no readback unless asked), kernels per
-    step, and eager's tokens."""
+    """What measure_methods found for one shape: median ms per method (no readback unless asked), the per-round
+    samples behind it (for a speedup's interval against figures timed elsewhere), kernels per step, and eager's
+    tokens."""
 
     ms: dict[str, float] = field(default_factory=dict)
+    rounds: dict[str, list[list[float]]] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
     tokens: torch.Tensor | None = None
 
@@ -183,6 +185,7 @@ def measure_methods(ctx: Any, w: Weights, names: tuple[str, ...], params: dict[s
     if profile_kernels:
         methods.profile(ctx, ms)
     out.ms = ms.step_ms(readback)
+    out.rounds = {n: r for (n, rb), r in ms.rounds.items() if rb == readback}
     out.kernels, out.tokens = ms.kernels, ms.tokens
     ms.built.clear()
     free_device_memory(ctx.device)
