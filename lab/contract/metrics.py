@@ -153,11 +153,14 @@ SETUP_S = declare("setup_s", units.S, L, "time to make the method ready: compile
                   comparable=_CACHE + _MODEL)
 SPEEDUP_VS_EAGER = declare("speedup_vs_eager", units.X, H, "eager's median step time over this method's",
                            comparable=_MODEL, interval=("speedup_ci_low", "speedup_ci_high"), derived_from=("step_ms",))
-SPEEDUP_CI_LOW = declare("speedup_ci_low", units.X, N, "low end of the 95% interval of speedup_vs_eager (a paired "
-                         "bootstrap over rounds, each round's steps one block: lab.measure.intervals; judged through "
-                         "speedup_vs_eager)", comparable=_MODEL, derived_from=("step_ms",))
-SPEEDUP_CI_HIGH = declare("speedup_ci_high", units.X, N, "high end of the 95% interval of speedup_vs_eager (judged "
-                          "through speedup_vs_eager)", comparable=_MODEL, derived_from=("step_ms",))
+SPEEDUP_CI_LOW = declare("speedup_ci_low", units.X, N, "low end of the 95% interval of the speedup stored beside it "
+                         "with the same params (speedup_vs_eager, speedup_vs_peer, measured_speedup, ...): a bootstrap "
+                         "over rounds, each round's steps one block, paired where the two sides ran in the same "
+                         "rotating rounds (lab.contract.intervals); judged through that speedup",
+                         comparable=_MODEL, derived_from=("step_ms",))
+SPEEDUP_CI_HIGH = declare("speedup_ci_high", units.X, N, "high end of the 95% interval of the speedup stored beside it "
+                          "with the same params (judged through that speedup)", comparable=_MODEL,
+                          derived_from=("step_ms",))
 SENTINEL_STEP_MS = declare("sentinel_step_ms", units.MS, L, "median step time measured in a fresh child process with "
                            "nothing else loaded, at the start or the end of the run (param when): the baseline the "
                            "run's own timings are checked against", comparable=_MODEL)

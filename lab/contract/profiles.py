@@ -161,7 +161,8 @@ PROFILES: dict[str, Profile] = {
     # batch and the two sentinels added ~90 s to the 2026-11-29 budget of ~285 s. So since then batch 16 and
     # reduce-overhead with static inputs (the cudagraph-trees variant whose answer batch 1's reduce-overhead
     # already gives) moved to gpu-full: from the figures above, -26 s (batch 16's build, check and timing) and
-    # -9 s (its compile and rounds), about 6 minutes in all; an estimate until the next run on the H200 measures it.
+    # -9 s (its compile and rounds), about 6 minutes in all; the sentinels' warm-up rule (at least 10 s of rounds, until they stop improving) adds
+    # about 20 s back; an estimate until the next run on the H200 measures it.
     "gpu": Profile(
         name="gpu",
         description="the GPU lab: GPT-2 124M on CUDA, batches 1, 8 and 64, the step methods at batch 1 "
