@@ -26,6 +26,10 @@ def test_the_child_warms_up_until_steady_and_returns_rounds_the_warm_up_and_the_
     warm = out["warmup"]
     assert 2 <= warm["rounds"] <= 12 and warm["retakes"] in (0, 1) and min(out["launch_us_eager"]) > 0
     assert not N.WARMUP.problem(warm) and len(warm["round_medians_ms"][Method.EAGER]) == 3
+    where = out["placement"]  # where the child ran, and the CPU each eager round (warm-up and kept) ended on
+    assert not N.PLACEMENT.problem(where) and len(where["round_cpus"]) == warm["rounds"] + 3 * (1 + warm["retakes"])
+    if where["allowed"] is not None:
+        assert set(c for c in where["round_cpus"] if c is not None) <= set(where["allowed"])
 
 
 class _Process:
@@ -92,12 +96,14 @@ def test_measure_records_the_warm_up_and_the_steadiness_check(monkeypatch):
 
     p = _Process(lambda n: 2.7)
     take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
+    where = {"bind": "none", "allowed": [0, 1], "numa_nodes": {"0": [0, 1]}, "gpu_node": 0, "ran_on": 1,
+             "round_cpus": [1, 1, 0]}
     sent: dict = {}
 
     def child(target, kwargs, timeout_s):
         sent.update(kwargs)
         return ChildResult(target, 0, None, False, 12.0, {"rounds": take.rounds, "warmup": take.summary(),
-                                                          "launch_us_eager": [4.0, 4.5]}, "", "")
+                                                          "launch_us_eager": [4.0, 4.5], "placement": where}, "", "")
 
     monkeypatch.setattr(sentinel, "run_child", child)
     ctx = Context(BY_ID["sentinel"], profiles.get("smoke"), None, Record("sentinel", "", "OK"),
@@ -107,6 +113,7 @@ def test_measure_records_the_warm_up_and_the_steadiness_check(monkeypatch):
     assert {k: sent[k] for k in ("min_s", "window", "agree", "max_rounds", "retakes")} == \
         {"min_s": o.warmup_s, "window": o.window, "agree": o.agree, "max_rounds": o.max_rounds, "retakes": o.retakes}
     assert ctx.record.notes[N.WARMUP.key_for(when="start")] == take.summary()
+    assert ctx.record.notes[N.PLACEMENT.key_for(when="start")] == where
     assert [(c.name, c.passed, c.fatal) for c in ctx.record.checks] == [
         ("the sentinel's rounds were steady (start)", True, False)]
     assert "20 warm-up rounds in 10.0 s, 0 retake(s)" in ctx.record.checks[0].detail

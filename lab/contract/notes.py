@@ -112,10 +112,16 @@ WARMUP = NoteSpec("warmup.{when}", dict, "how the sentinel's child warmed up bef
                                          "the kept round medians per method and the methods still improving",
                   ("sentinel", "sentinel_end"), fields=("rounds", "seconds", "retakes", "warmup_steady",
                                                         "warmup_medians_ms", "round_medians_ms", "drifting"))
+PLACEMENT = NoteSpec("placement.{when}", dict, "where the sentinel's child ran (lab.host.cpuplace): LAB_CPU_BIND as "
+                                               "applied, the CPUs it was allowed, the host's NUMA nodes, the GPU's "
+                                               "node, and the CPU each of its eager rounds ended on (two fresh "
+                                               "processes on one host can differ by a third in eager step time)",
+                     ("sentinel", "sentinel_end"), fields=("bind", "allowed", "numa_nodes", "gpu_node", "ran_on",
+                                                           "round_cpus"))
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
                                BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
-                               WARMUP)
+                               WARMUP, PLACEMENT)
 
 
 def declared(experiment: str, key: str) -> NoteSpec | None:

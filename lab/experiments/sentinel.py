@@ -42,6 +42,7 @@ from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.experiments.common.sweep import provenance
+from lab.host import cpuplace
 from lab.measure.timing import WarmUp, rotating_rounds, still_improving, warm_until_steady
 from lab.run.childproc import run_child
 from lab.run.context import Context
@@ -132,10 +133,21 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
     built = {m: stepmethods.build(m, w, prompt, max_len, warmup=3) for m in methods}
     clock = clock_for(device)
     calls = {m: (lambda b=b: b.decode(steps, clock, readback=False)) for m, b in built.items()}
+    lead = Method.EAGER if Method.EAGER in calls else next(iter(calls))
+    round_cpus: list[int | None] = []
+    timed_lead = calls[lead]
+
+    def lead_round() -> list[float]:  # the CPU is read after the round's marks are read (outside the timing)
+        samples = timed_lead()
+        round_cpus.append(cpuplace.thread_cpu())
+        return samples
+
+    calls[lead] = lead_round
     take = steady_take(calls, rounds=rounds, min_s=min_s, window=window, agree=agree, max_rounds=max_rounds,
-                       retakes=retakes, lead=Method.EAGER if Method.EAGER in calls else next(iter(calls)))
+                       retakes=retakes, lead=lead)
     launch = ceilings.launch_us_eager(torch.device(device))
-    out = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": launch}
+    where = cpuplace.placement().as_dict() | {"round_cpus": round_cpus}
+    out = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": launch, "placement": where}
     if profile_then_time:  # the residue test: profile each method once, then time them again in this process
         from lab.measure.stepprofile import count_kernels
 
@@ -179,6 +191,8 @@ def measure(ctx: Any, when: str) -> dict[str, Any] | None:
     ctx.timing(M.LAUNCH_US_PER_OP_SAMPLES, launch, mode="eager", when=when)
     ctx.metric(M.LAUNCH_US_PER_OP, round(min(launch), 4), mode="eager", when=when)
     ctx.note(N.WARMUP.key_for(when=when), value["warmup"])
+    if "placement" in value:
+        ctx.note(N.PLACEMENT.key_for(when=when), value["placement"])
     steadiness(ctx, value["warmup"], when, o.agree)
     return value
 
