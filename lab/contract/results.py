@@ -233,14 +233,12 @@ class Record:
 
 @dataclass
 class Stop:
-    """Why a start ended before the experiments it was asked for (`lab run --stop-after`): the ones not started have
-    no record (they were not attempted); `lab run --resume` runs them."""
+    """Why a start ended at its `--stop-after` budget; the experiments not started have no record (`--resume` runs them)."""
 
     __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
     code: CodeName
     """stop_after: the start's time budget would have been crossed"""
     message: Text
-    """the sentence for a human"""
     budget_s: Number
     """the --stop-after budget, in seconds from the command's start"""
     elapsed_s: Number
