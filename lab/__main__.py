@@ -3,7 +3,8 @@
 Each command is a module in lab/commands/ with `add_parser(subparsers)` and `main(args) -> int`;
 this file only dispatches. Bad input (a ValueError, a file that cannot be read or written) ends with
 one line on stderr naming the argument or file, and exit status 2. Ctrl-C ends with 130, SIGTERM
-and SIGHUP with 128 + the signal (results measured so far are saved). Anything else is a bug of the
+and SIGHUP with 128 + the signal (results measured so far are saved); `run --stop-after` stopped at its
+budget ends with 75 (lab.run.budget.EXIT_STOPPED: resume to continue). Anything else is a bug of the
 lab: its traceback, then where to report it (exit status 1); LAB_DEBUG=1 shows the traceback of a
 one-line error too. A dependency this interpreter lacks (torch, pydantic, jinja2, ...) is not a bug either:
 one line names it and how to get it, exit status 2.

@@ -1,7 +1,7 @@
 """Whether a run finished, what it was asked to run and never recorded, and each of its starts.
 
 A run whose state is not `complete` (a run still under way or killed: `running`; stopped by Ctrl-C or
-SIGTERM: `interrupted`) is *incomplete*: the front page and its own page say so, with the experiments asked
+SIGTERM: `interrupted`; at its `--stop-after` budget: `stopped`) is *incomplete*: the front page and its own page say so, with the experiments asked
 for (`--only`, else the profile's as this lab's catalogue lists them) that have no record. A complete run
 recorded everything it was asked for (the runner sees to it). A run started more than
 once (`lab run --resume`) lists every start with what it kept and which manifest fields changed since the
@@ -20,7 +20,9 @@ from report.tables import Cell, Table
 
 COMPLETE = "complete"
 WHY = {"running": "still under way, or killed before it could record the rest",
-       "interrupted": "stopped by Ctrl-C or SIGTERM; the experiments it had not finished are NOT_RUN interrupted"}
+       "interrupted": "stopped by Ctrl-C or SIGTERM; the experiments it had not finished are NOT_RUN interrupted",
+       "stopped": "stopped at its --stop-after time budget between experiments; `lab run --resume` runs the ones not "
+                  "started"}
 
 
 @dataclass

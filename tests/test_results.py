@@ -114,7 +114,7 @@ REFUSED = [
                                                                  "text, got number 7"),
     (_set("manifest.torch.version", 2.11), "field manifest.torch.version: expected text"),
     (_set("manifest.cpu.usable_cores", "16"), "field manifest.cpu.usable_cores: expected an integer"),
-    (_set("run.state", "paused"), "field run.state: Input should be 'running', 'complete' or 'interrupted'"),
+    (_set("run.state", "paused"), "field run.state: Input should be 'running', 'complete', 'interrupted' or 'stopped'"),
     (_set("run.profile", None), "field run.profile: expected text, got null"),
     (_drop("experiments.0.status"), "missing field experiments[0].status (experiment 'x')"),
     (_set("experiments[0].status", "MAYBE"), "field experiments[0].status (experiment 'x'): Input should be 'OK'"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import time
@@ -204,3 +205,133 @@ def test_gpu_sweep_without_cuda_is_not_run_no_cuda(tmp_path: Path) -> None:
         pytest.skip("this host has CUDA")
     res = runner.run(profiles.get("gpu-sweep"), tmp_path)
     assert [(r.id, r.status, r.reason.code) for r in res.experiments] == [(i, "NOT_RUN", "no_cuda") for i in ("sentinel", *SWEEPS, "sentinel_end")]
+
+
+# ---------------------------------------------------------------------------- a run in chunks (--stop-after)
+
+class FakeClock:
+    """lab.run.budget's clock, moved only by the fake experiments (the setup of a start takes no time on it)."""
+
+    def __init__(self) -> None:
+        self.t = 5000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def takes(self, seconds: float):
+        """An experiment that takes `seconds` on this clock and records what its catalogue entry declares."""
+
+        def run(ctx) -> None:
+            self.t += seconds
+            (one_graph if ctx.spec.id == "graph_breaks" else one_compile)(ctx)
+        return run
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    from lab.run import budget
+
+    fake_clock = FakeClock()
+    monkeypatch.setattr(budget, "now", fake_clock)
+    return fake_clock
+
+
+def _stdout_lines(capsys, *args: str) -> tuple[int, list[str]]:
+    from lab.__main__ import main
+
+    capsys.readouterr()
+    rc = main(list(args))
+    return rc, capsys.readouterr().out.strip().splitlines()
+
+
+def test_a_run_with_a_budget_stops_between_experiments_and_says_how_to_continue(tmp_path: Path, capsys, fake,
+                                                                                clock) -> None:
+    from lab.run.budget import EXIT_STOPPED
+
+    for eid in THREE:
+        fake(eid, clock.takes(100))
+    out = tmp_path / "run"
+    args = ("run", "--profile", "smoke", "--only", ",".join(THREE), "--out", str(out), "--stop-after", "150",
+            "--set", "recompiles.batch_sizes=1,2")
+    rc, lines = _stdout_lines(capsys, *args)
+    assert rc == EXIT_STOPPED == 75
+    saved = load(out)
+    # graph_breaks ends at 100 s (within 150), recompiles may start (its length unknown), decode_recompiles not
+    assert saved.run.state == "stopped" and [(r.id, r.status) for r in saved.experiments] == [
+        ("graph_breaks", "OK"), ("recompiles", "OK")]  # the one not started has no record: it was not attempted
+    stop = saved.run.starts[-1].stop
+    assert stop.code == "stop_after" and stop.next == "decode_recompiles" and stop.not_started == ["decode_recompiles"]
+    assert stop.budget_s == 150 and stop.elapsed_s == 200 and stop.expected_s is None
+    assert saved.run.starts[-1].stop_after_s == 150
+    assert lines[-2].startswith(f"{out / 'results.json'}: 2 OK, 0 NOT_RUN, 0 FAILED")
+    assert lines[-1].startswith("stopped at --stop-after 150 with 1 experiment(s) not started; continue with: ")
+    again = shlex.split(lines[-1].split("continue with: ", 1)[1])
+    assert again[:4] == [sys.executable, "-m", "lab", "run"]
+    assert again[4:] == ["--profile", "smoke", "--out", str(out), "--resume", "--only", ",".join(THREE),
+                         "--stop-after", "150", "--set", "recompiles.batch_sizes=1,2"]
+
+    rc, lines = _stdout_lines(capsys, *again[3:])  # the command it printed, as it printed it
+    assert rc == 0 and lines[-1].startswith(f"{out / 'results.json'}: 3 OK, 0 NOT_RUN, 0 FAILED")
+    done = load(out)
+    assert done.run.state == "complete" and [r.status for r in done.experiments] == ["OK"] * 3
+    assert [s.kept for s in done.run.starts] == [[], ["graph_breaks", "recompiles"]]
+    assert done.run.starts[0].stop.next == "decode_recompiles" and done.run.starts[1].stop is None
+
+
+def test_a_resume_expects_what_an_experiment_took_before_and_keeps_its_record_until_it_runs(tmp_path: Path, capsys,
+                                                                                           fake, clock) -> None:
+    from lab.contract.results import save
+
+    def fails(ctx) -> None:
+        raise RuntimeError("first attempt")
+
+    fake("graph_breaks", fails)
+    fake("recompiles", fails)
+    fake("decode_recompiles", one_compile)
+    out = tmp_path / "run"
+    runner.run(SMOKE, out, only=THREE)
+    first = load(out)
+    first.record("graph_breaks").duration_s = 5.0
+    first.record("recompiles").duration_s = 300.0  # what that attempt took, as an H200 would have recorded it
+    save(first, out)
+
+    fake("graph_breaks", clock.takes(50))
+    fake("recompiles", clock.takes(10))
+    rc, lines = _stdout_lines(capsys, "run", "--profile", "smoke", "--out", str(out), "--resume",
+                              "--stop-after", "200")
+    assert rc == 75
+    saved = load(out)
+    stop = saved.run.starts[-1].stop
+    # 50 s spent of 200: time is left, but recompiles took 300 s before, so it is not started
+    assert stop.next == "recompiles" and stop.expected_s == 300.0 and stop.elapsed_s == 50.0
+    assert "recompiles took 300 s in an earlier start" in stop.message
+    assert [(r.id, r.status) for r in saved.experiments] == [("graph_breaks", "OK"), ("recompiles", "FAILED"),
+                                                            ("decode_recompiles", "OK")]
+    assert "first attempt" in saved.record("recompiles").reason.message  # the earlier start's record, kept
+    assert "--resume" in lines[-1] and "--stop-after 200" in lines[-1]
+
+
+def test_a_start_runs_its_first_experiment_whatever_the_budget_and_strict_does_not_hide_the_stop(
+        tmp_path: Path, capsys, fake, clock) -> None:
+    def fails(ctx) -> None:
+        clock.t += 10
+        raise RuntimeError("boom")
+
+    fake("graph_breaks", fails)
+    fake("recompiles", clock.takes(10))
+    out = tmp_path / "run"
+    rc, lines = _stdout_lines(capsys, "run", "--profile", "smoke", "--only", "graph_breaks,recompiles", "--out",
+                              str(out), "--stop-after", "1", "--strict")
+    assert rc == 75  # stopped, not finished: --strict's 1 comes when the run is complete
+    assert [(r.id, r.status) for r in load(out).experiments] == [("graph_breaks", "FAILED")]
+    assert lines[-1].endswith("--stop-after 1 --strict")
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "ten", "inf"])
+def test_a_bad_stop_after_is_one_line_and_exit_2(tmp_path: Path, capsys, value: str) -> None:
+    from cli_helpers import one_line_error
+
+    err = one_line_error(capsys, "run", "--profile", "smoke", "--only", "toolchain", "--out", str(tmp_path / "r"),
+                         f"--stop-after={value}")
+    assert f"--stop-after {value!r}" in err
+    assert not (tmp_path / "r").exists()

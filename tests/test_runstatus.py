@@ -67,6 +67,16 @@ def test_an_interrupted_run_without_only_uses_its_profiles_experiments(tmp_path:
     assert st.incomplete and st.missing == ["amdahl"] and "Ctrl-C" in st.text
 
 
+def test_a_run_stopped_at_its_budget_is_incomplete_and_says_resume(tmp_path: Path) -> None:
+    def stopped(data: dict) -> None:
+        killed(data)
+        data["run"]["state"] = "stopped"
+
+    st = status(load(write_run(tmp_path / "r", stopped) / "results.json"))
+    assert st.incomplete and st.missing == ["ceilings", "inductor"]
+    assert "the run is stopped (stopped at its --stop-after time budget" in st.text and "--resume" in st.text
+
+
 @pytest.mark.slow
 def test_a_complete_run_is_not_marked(tmp_path: Path) -> None:
     st = status(load(FIXTURE / "results.json"))

@@ -206,3 +206,101 @@ def test_the_offline_route_on_this_host_installs_and_runs_the_lab(tmp_path: Path
     assert manifest["python"]["executable"] == vpy
     _venv_run([vpy, "-m", "lab", "report", str(run), "--out", str(tmp_path / "site")], offline, 600)
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+# ---------------------------------------------------------------------------- --have: what the GPU host has
+
+FREEZE = """# pip freeze of the GPU host
+torch==2.9.0+cu128
+Epsilon==1.0
+typing_extensions===4.12.2
+mylib @ file:///opt/src/mylib
+-e git+https://example.invalid/x.git@abc#egg=checkout
+"""
+
+
+def test_have_reads_pip_freeze_output(tmp_path: Path) -> None:
+    path = tmp_path / "host.txt"
+    path.write_text(FREEZE)
+    assert W.read_have(path) == {"torch": "2.9.0+cu128", "epsilon": "1.0", "typing-extensions": "4.12.2",
+                                 "mylib": None, "checkout": None}
+
+
+@pytest.mark.parametrize("text, said", [
+    ("epsilon==1.0\nnot a requirement line\n", "line 2 is not `name==version`"),
+    ("# nothing\n\n", "lists no package"),
+    (None, "cannot read it"),
+])
+def test_a_bad_have_file_is_one_line_and_exit_2_before_pip_runs(tmp_path: Path, capsys, monkeypatch, text,
+                                                                 said: str) -> None:
+    from cli_helpers import one_line_error
+
+    path = tmp_path / "host.txt"
+    if text is not None:
+        path.write_text(text)
+    monkeypatch.setattr(W, "build", lambda *a, **k: pytest.fail("pip ran"))
+    err = one_line_error(capsys, "wheelhouse", str(tmp_path / "wh"), "--python", "3.12", "--platform",
+                         "manylinux_2_28_x86_64", "--have", str(path))
+    assert f"--have {path}: {said}" in err
+
+
+@pytest.fixture
+def pure(index: Path) -> Path:
+    """Pure wheels beside the index's: delta needs epsilon>=1 (1.0 and 2.0 exist); lam needs iota>=1 and kappa>=1,
+    iota 2.0 needs kappa>=2 but iota 1.0 kappa<2."""
+    make_wheel(index, "delta", "1.0", requires=("epsilon>=1",))
+    for version in ("1.0", "2.0"):
+        make_wheel(index, "epsilon", version)
+        make_wheel(index, "kappa", version)
+    make_wheel(index, "lam", "1.0", requires=("iota>=1", "kappa>=1"))
+    make_wheel(index, "iota", "1.0", requires=("kappa<2",))
+    make_wheel(index, "iota", "2.0", requires=("kappa>=2",))
+    return index
+
+
+def _requirements(out: Path) -> tuple[list[str], list[str]]:
+    lines = (out / "requirements.txt").read_text().splitlines()
+    return [x for x in lines if x.startswith("#")], [x.split(" --hash")[0] for x in lines if not x.startswith("#")]
+
+
+def test_what_the_host_has_at_an_accepted_version_is_left_out_and_the_documented_install_works(
+        pure: Path, tmp_path: Path) -> None:
+    have = tmp_path / "host.txt"
+    have.write_text("epsilon==1.0\n")
+    out = tmp_path / "wheelhouse"
+    wheels = W.build(out, ["delta"], TARGET, have=W.read_have(have), have_file=have)
+    assert [w.file for w in wheels] == ["delta-1.0-py3-none-any.whl"] and not (out / "epsilon-2.0-py3-none-any.whl").exists()
+    comments, pins = _requirements(out)
+    assert pins == ["delta==1.0"]
+    assert "#   left out: epsilon==1.0 is on the host, a version the lab's dependencies accept" in comments
+
+    # the GPU host: epsilon 1.0 installed; the README's install command, offline, adds delta and keeps epsilon 1.0
+    venv = tmp_path / "host"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
+    subprocess.run([*pip, "install", "-q", "epsilon==1.0"], check=True, timeout=300, capture_output=True)
+    env = {**os.environ, "PIP_FIND_LINKS": ""}
+    proc = subprocess.run([*pip, *W.install_command(out).split()[3:]], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = subprocess.run([*pip, "list", "--format=freeze"], capture_output=True, text=True, check=True).stdout
+    assert "delta==1.0" in listed and "epsilon==1.0" in listed
+
+
+def test_a_host_version_the_lab_does_not_accept_is_carried_saying_why(pure: Path, tmp_path: Path) -> None:
+    out = tmp_path / "wheelhouse"
+    wheels = W.build(out, ["delta"], TARGET, have={"epsilon": "0.5", "mylib": None}, have_file=Path("host.txt"))
+    assert [(w.name, w.version) for w in wheels] == [("delta", "1.0"), ("epsilon", "2.0")]
+    comments, _ = _requirements(out)
+    assert "#   carried: epsilon: the host has 0.5; delta 1.0 asks for epsilon>=1" in comments
+    assert not any("left out" in c for c in comments)
+
+
+def test_host_versions_that_do_not_resolve_together_leave_nothing_out_and_say_so(pure: Path, tmp_path: Path) -> None:
+    out = tmp_path / "wheelhouse"
+    # iota 1.0 and kappa 2.0 each meet what the newest resolution asks, but iota 1.0 needs kappa<2
+    wheels = W.build(out, ["lam"], TARGET, have={"iota": "1.0", "kappa": "2.0"}, have_file=Path("host.txt"))
+    assert [(w.name, w.version) for w in wheels] == [("iota", "2.0"), ("kappa", "2.0"), ("lam", "1.0")]
+    comments, _ = _requirements(out)
+    assert any(c.startswith("#   nothing left out: pip could not resolve the lab's dependencies with the host's")
+               for c in comments)

@@ -1,5 +1,5 @@
 """`python -m lab run --profile NAME [--only ID,...] [--out DIR] [--set EXP.KEY=VALUE] [--resume
-[--allow-source-change] | --force] [-v] [--strict]`: run experiments, write DIR/results.json.
+[--allow-source-change] | --force] [--stop-after SECONDS] [-v] [--strict]`: run experiments, write DIR/results.json.
 
 DIR is owned by one run at a time; a DIR that already holds a run is refused unless --resume (keep its
 OK records, run the rest) or --force (move it aside to DIR.old-<time>) says what to do with it. A resume
@@ -7,11 +7,17 @@ measures what the first start measured: another resolved profile, other weights 
 --allow-source-change) another lab source is refused.
 The run talks on stderr (lab.console); its last line, on stdout, names the results file with the counts,
 the NOT_RUN codes and the failed checks. The exit status is 0 whatever the results, unless `--strict`:
-then 1 when an experiment FAILED or any check failed."""
+then 1 when an experiment FAILED or any check failed.
+
+`--stop-after SECONDS` makes a run in chunks for a host that caps one command's time (lab.run.budget):
+between experiments, the run stops before one it expects to end past SECONDS from the command's start,
+leaving DIR resumable (state `stopped`); its last line is the exact command that continues it (`--resume`
+with the same options), and the exit status is 75 (EXIT_STOPPED), so a script loops while it is 75."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -47,10 +53,50 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "it is recorded in each experiment's results either way")
     p.add_argument("--strict", action="store_true",
                    help="exit with status 1 when an experiment FAILED or any check failed (default: 0)")
+    p.add_argument("--stop-after", metavar="SECONDS",
+                   help="a run in chunks: between experiments, stop before one expected to end more than SECONDS "
+                        "after the command started, and exit with status 75; the last line is the command that "
+                        "continues (--resume, same options). Expected: what it took in an earlier start of this "
+                        "run, else unknown (the lab declares no durations: they depend on the host, options and "
+                        "caches), so no experiment starts once SECONDS have passed: choose SECONDS as the host's "
+                        "limit minus the longest experiment (docs/results.md, 'A run in chunks')")
     return p
 
 
+def stop_after_seconds(text: str | None) -> float | None:
+    """--stop-after's value in seconds (None: not given); ValueError (one line) for anything but a positive number."""
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"--stop-after {text!r}: give the budget in seconds, a number more than 0 (e.g. "
+                         "--stop-after 480 on a host that stops a command after 10 minutes)")
+    return seconds
+
+
+def continue_command(args: argparse.Namespace, profile: str, out: Path) -> str:
+    """The command that continues a run stopped at its budget: this one as --resume (never --force)."""
+    words = [sys.executable, "-m", "lab", "run", "--profile", profile, "--out", str(out), "--resume"]
+    for flag, value in (("--only", args.only), ("--weights", args.weights), ("--label", args.label),
+                        ("--stop-after", args.stop_after)):
+        if value is not None:
+            words += [flag, value]
+    for item in args.set:
+        words += ["--set", item]
+    for flag, on in (("--allow-source-change", args.allow_source_change), ("-v", args.verbose),
+                     ("--strict", args.strict)):
+        if on:
+            words.append(flag)
+    return shlex.join(words)
+
+
 def main(args: argparse.Namespace) -> int:
+    from lab.run import budget as run_budget
+
+    started = run_budget.now()  # the budget counts from here, before torch is imported
     from lab import console
     from lab.contract import profiles
     from lab.run import runner
@@ -76,9 +122,16 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("--resume: give the run directory to resume with --out DIR")
     if args.allow_source_change and not args.resume:
         raise ValueError("--allow-source-change: only a --resume can mix versions of the lab's source; add --resume")
+    seconds = stop_after_seconds(args.stop_after)
+    budget = run_budget.Budget(seconds, started) if seconds is not None else None
     out = args.out or Path("runs") / f"{profile.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     results = runner.run(profile, out, only=only, weights=args.weights, argv=sys.argv, set_text=set_text,
                          resume=args.resume, force=args.force, verbose=args.verbose,
-                         allow_source_change=args.allow_source_change)
+                         allow_source_change=args.allow_source_change, stop_after=budget)
     print(console.final_line(results, out / "results.json"))
+    stop = results.run.starts[-1].stop if results.run.starts else None
+    if results.run.state == "stopped" and stop is not None:
+        print(f"stopped at --stop-after {stop.budget_s:g} with {len(stop.not_started)} experiment(s) not started; "
+              f"continue with: {continue_command(args, profile.name, out)}")
+        return run_budget.EXIT_STOPPED
     return 1 if args.strict and console.strict_failure(results) else 0

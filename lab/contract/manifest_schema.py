@@ -155,17 +155,34 @@ class CompilerSettings(_Open):
     """Inductor settings that change what a compile does"""
 
 
+class LabStamp(_Open):
+    path: str | None = None
+    """the stamp file read (LAB_STAMP, else build/lab-stamp.json)"""
+    matched: bool | None = None
+    """its source_sha256 is these sources': its commit is the one recorded (unless git said the tree is clean)"""
+    commit: str | None = None
+    """the commit `python -m lab stamp` recorded in a clean checkout"""
+    source_sha256: str | None = None
+    """the sources' sha256 when the stamp was made"""
+    made_at: str | None = None
+    """when the stamp was made (ISO 8601, UTC)"""
+    why: str | None = None
+    """why it was not used: another digest, or a file that cannot be read"""
+
+
 class LabInfo(_Open):
     version: str | None = None
     """the lab's version"""
     commit: str | None = None
     """the lab's git commit"""
     dirty: bool | None = None
-    """the working tree had uncommitted changes (null: unknown)"""
+    """the working tree had uncommitted changes (null: unknown; false from a stamp: the lab's sources are the stamped commit's)"""
     source: str | None = None
-    """where the commit came from: git, LAB_COMMIT, or a note"""
+    """where the commit came from: git, stamp (a source stamp whose digest matched), LAB_COMMIT, or a note"""
     source_sha256: str | None = None
     """sha256 of the lab's own sources (lab/ and report/)"""
+    stamp: LabStamp | None = None
+    """the source stamp found (`python -m lab stamp`), whether it matched and why not (absent: none found)"""
 
 
 class Container(_Open):

@@ -64,6 +64,7 @@ class Code(StrEnum):
     IMPORT_FAILED = "import_failed"
     # the run's own fate (lab.run.runner) and the compiler probe (lab.host.toolchain)
     INTERRUPTED = "interrupted"  # the run was stopped (Ctrl-C, SIGTERM, a runner error) before this finished
+    STOP_AFTER = "stop_after"  # a start ended at its --stop-after budget, between experiments (run.starts[].stop)
     COMPILER_BROKEN = "compiler_broken"  # a compiler was found but cannot compile and run a tiny program
     CXX_NOT_FOUND = "cxx_not_found"  # $CXX (or $CC) names a compiler that does not exist
     INDUCTOR_CACHE_UNWRITABLE = "inductor_cache_unwritable"  # the cache directory every compile writes is read-only

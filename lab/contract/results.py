@@ -38,12 +38,12 @@ from lab.contract.schema import (CodeName, Count, Flag, JsonObject, MetricValue,
                         describe_error, known_code, metric_value, one_line, read_json)
 
 __all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError", "Reason", "Spread", "Metric",
-           "Samples", "Check", "Skipped", "LibraryLog", "Record", "Start", "RunInfo", "Results", "ok_record", "to_dict",
+           "Samples", "Check", "Skipped", "LibraryLog", "Record", "Stop", "Start", "RunInfo", "Results", "ok_record", "to_dict",
            "save", "from_dict", "load", "quarantine", "measured_record", "unstorable", "write_json_atomic"]
 
 SCHEMA: Literal[1] = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
-RunState = Literal["running", "complete", "interrupted"]
+RunState = Literal["running", "complete", "interrupted", "stopped"]
 STATUSES: tuple[str, ...] = ("OK", "NOT_RUN", "FAILED")
 RESULTS_NAME = "results.json"
 MANIFEST_NAME = "manifest.json"
@@ -232,6 +232,26 @@ class Record:
 
 
 @dataclass
+class Stop:
+    """Why a start ended at its `--stop-after` budget; the experiments not started have no record (`--resume` runs them)."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _CLOSED
+    code: CodeName
+    """stop_after: the start's time budget would have been crossed"""
+    message: Text
+    budget_s: Number
+    """the --stop-after budget, in seconds from the command's start"""
+    elapsed_s: Number
+    """seconds from the command's start when it stopped"""
+    next: Text
+    """the experiment it did not start"""
+    expected_s: Number | None = None
+    """how long `next` took in an earlier start of this run (at least that long, if it was cut off); null: not known"""
+    not_started: list[Text] = field(default_factory=list)
+    """every experiment asked for and not started, in order (`next` first)"""
+
+
+@dataclass
 class Start:
     """One start of the run: the first, then one per `lab run --resume` into the same directory."""
 
@@ -252,6 +272,10 @@ class Start:
     """the host's 1, 5 and 15 minute load averages at this start (null where the OS has none): what may differ between starts"""
     usable_cores: Count | None = None
     """the CPU cores this process could use at this start; a load above them makes this start's timings suspect"""
+    stop_after_s: Number | None = None
+    """this start's --stop-after budget in seconds (null: none)"""
+    stop: Stop | None = None
+    """why this start stopped at its budget (null: it did not)"""
 
 
 @dataclass
@@ -268,7 +292,7 @@ class RunInfo:
     wall_s: Number | None = None
     """the lab's own wall time (over all its starts)"""
     state: RunState = "running"
-    """running (under way, or killed), interrupted (Ctrl-C, SIGTERM: the experiments not finished are NOT_RUN interrupted), complete"""
+    """running (under way, or killed), interrupted (Ctrl-C, SIGTERM: the experiments not finished are NOT_RUN interrupted), stopped (at the last start's --stop-after budget, between experiments: `run.starts[-1].stop` says why; the experiments not started have no record, `--resume` runs them), complete"""
     argv: list[Text] = field(default_factory=list)
     """the command line"""
     only: list[Text] | None = None
@@ -337,7 +361,7 @@ def to_dict(results: Results) -> dict[str, Any]:
     if not data["run"].get("starts"):
         data["run"].pop("starts", None)  # a run written before starts were recorded stays byte for byte the same
     for start in data["run"].get("starts", []):
-        for key in ("load_average", "usable_cores"):  # unknown (written before these fields): left out, as then
+        for key in ("load_average", "usable_cores", "stop_after_s", "stop"):  # unknown or none: left out, as before
             if start.get(key) is None:
                 start.pop(key, None)
     for record in data["experiments"]:

@@ -9,6 +9,14 @@ meets, then a check of the resolved set), then `pip download --no-deps` fetches 
 wheels and `requirements.txt` pins each with its `--hash=sha256:`. On the GPU host, pip installs them
 with `--no-index --find-links DIR --require-hashes -r DIR/requirements.txt` (README.md, "A GPU host
 without network"). Standard library only: it runs with any python3 that has pip.
+
+`have` (the GPU host's `pip freeze`, `--have FILE`) carries only what the host lacks: the dependencies
+it has at a version the lab accepts are pinned to that version for a second resolution (so the wheels
+carried fit the host's versions), and left out; requirements.txt lists what was left out and why,
+and what the host has at a version the lab does not accept (that wheel is carried). Whether a host's
+version is accepted is first checked against the requirements on it in the resolution without the
+host (packaging's specifiers, pip's own copy where packaging is not installed); pip's resolution with
+the pins is the final word, and where it fails the wheelhouse holds everything and says why.
 """
 
 from __future__ import annotations
@@ -21,8 +29,9 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 # What the GPU host brings and the wheelhouse never holds (PEP 503 normalised names; nvidia-* by prefix).
@@ -167,11 +176,14 @@ def _pip(pip: Sequence[str], args: list[str], target: Target) -> None:
         raise ValueError(pip_failure(output, target))
 
 
-def resolve(requirements: Sequence[str], target: Target, out: Path, pip: Sequence[str]) -> list[dict]:
+def resolve(requirements: Sequence[str], target: Target, out: Path, pip: Sequence[str],
+            pins: dict[str, str] | None = None) -> list[dict]:
     """The wheels pip would install for the target (its --report's `install` list), nothing downloaded but metadata;
-    torch and triton cannot be chosen (a constraint no release meets), anything else left to the host is refused."""
+    torch and triton cannot be chosen (a constraint no release meets), anything else left to the host is refused.
+    `pins`: {name: version} the resolution must use (the host's, `--have`)."""
     report, constraints = (out / name for name in _SCRATCH)
-    constraints.write_text("".join(f"{name}<0\n" for name in LEFT_TO_HOST))
+    constraints.write_text("".join(f"{name}<0\n" for name in LEFT_TO_HOST)
+                           + "".join(f"{name}=={version}\n" for name, version in sorted((pins or {}).items())))
     try:
         _pip(pip, ["install", "--dry-run", "--ignore-installed", "--report", str(report),
                    "--constraint", str(constraints), *target.pip_args(), *requirements], target)
@@ -215,27 +227,161 @@ def download(chosen: Sequence[dict], target: Target, out: Path, pip: Sequence[st
     return sorted(wheels, key=lambda w: normalize(w.name))
 
 
+# ---------------------------------------------------------------------------- --have: what the GPU host has
+
+def read_have(path: Path) -> dict[str, str | None]:
+    """The GPU host's packages from `pip freeze` / `pip list --format=freeze` output: {normalised name: version}
+    (None: installed from a URL or editable, version unknown). ValueError (one line naming the file) otherwise."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ValueError(f"--have {path}: cannot read it ({why})") from None
+    have: dict[str, str | None] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        pinned = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*===?\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)", line)
+        other = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*@\s*\S+", line)
+        editable = re.fullmatch(r"-e\s+\S*?#egg=([A-Za-z0-9][A-Za-z0-9._-]*)\S*", line)
+        if pinned:
+            have[normalize(pinned.group(1))] = pinned.group(2)
+        elif other or editable:
+            have[normalize((other or editable).group(1))] = None  # type: ignore[union-attr]
+        elif line.startswith("-e "):
+            continue  # an editable checkout without a name: nothing the wheelhouse could leave out
+        else:
+            raise ValueError(f"--have {path}: line {n} is not `name==version` as `pip freeze` writes it: {raw.strip()!r}"
+                             " (give the output of `python3 -m pip freeze` on the GPU host)")
+    if not have:
+        raise ValueError(f"--have {path}: lists no package (give the output of `python3 -m pip freeze` on the GPU host)")
+    return have
+
+
+def _packaging() -> Any:
+    """packaging's requirements module (Requirement, and through it specifiers and markers), else pip's own copy."""
+    try:
+        from packaging import requirements
+    except ImportError:
+        from pip._vendor.packaging import requirements  # type: ignore[no-redef]
+    return requirements
+
+
+def marker_environment(target: Target) -> dict[str, str]:
+    """The target's PEP 508 marker values (what decides whether a Requires-Dist line applies there)."""
+    linux = target.platform.startswith(("manylinux", "musllinux", "linux"))
+    arch = re.sub(r"^(manylinux\d*|manylinux_\d+_\d+|musllinux_\d+_\d+|linux)_", "", target.platform)
+    env = {"python_version": target.python, "python_full_version": f"{target.python}.0",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    if linux:
+        env |= {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": arch, "os_name": "posix"}
+    return env
+
+
+def demands(requirements: Sequence[str], chosen: Sequence[dict], target: Target) -> dict[str, list[tuple[str, Any]]]:
+    """Every requirement on each distribution of a resolution: {name: [(who asks, its SpecifierSet)]} (the lab's own
+    requirements, and each chosen wheel's Requires-Dist lines that apply on the target)."""
+    Requirement = _packaging().Requirement
+    env = marker_environment(target)
+    asks = [("the lab", spec) for spec in requirements]
+    for item in chosen:
+        meta = item["metadata"]
+        asks += [(f"{meta['name']} {meta['version']}", spec) for spec in meta.get("requires_dist") or []]
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for who, spec in asks:
+        req = Requirement(spec)
+        try:
+            applies = req.marker is None or req.marker.evaluate(env)
+        except Exception:  # a marker this target cannot decide: counted, so a host's version is never taken blindly
+            applies = True
+        if applies:
+            out.setdefault(normalize(req.name), []).append((who, req.specifier))
+    return out
+
+
+@dataclass
+class HostFit:
+    """What the GPU host has (--have): the distributions left out (name -> version), those it has that are carried
+    all the same (name -> why), and why nothing was left out after all, for requirements.txt."""
+
+    left_out: dict[str, str] = field(default_factory=dict)
+    carried: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+def host_fit(have: dict[str, str | None], requirements: Sequence[str], chosen: Sequence[dict],
+             target: Target) -> tuple[dict[str, str], HostFit]:
+    """The host versions every requirement on them in `chosen` accepts (the pins of the second resolution), and a
+    HostFit naming the others."""
+    asked = demands(requirements, chosen, target)
+    fit, pins = HostFit(), {}
+    for item in chosen:
+        name = normalize(item["metadata"]["name"])
+        version = have.get(name, "")
+        if version == "":
+            continue
+        if version is None:
+            fit.carried[name] = "the host's is installed from a URL or editable: its version is not known"
+            continue
+        try:
+            bad = [(who, str(spec)) for who, spec in asked.get(name, [])
+                   if not spec.contains(version, prereleases=True)]
+        except ValueError:  # packaging's InvalidVersion: not a version it can compare
+            fit.carried[name] = f"the host's version {version!r} is not one pip can compare"
+            continue
+        if bad:
+            fit.carried[name] = f"the host has {version}; {bad[0][0]} asks for {name}{bad[0][1]}"
+        else:
+            pins[name] = version
+    return pins, fit
+
+
 def install_command(out: Path) -> str:
     return f"python -m pip install --no-index --find-links {out} --require-hashes -r {out / REQUIREMENTS_FILE}"
 
 
-def write_requirements(out: Path, wheels: Sequence[Wheel], target: Target) -> Path:
-    """OUT/requirements.txt: one `name==version --hash=sha256:...` line per wheel."""
+def write_requirements(out: Path, wheels: Sequence[Wheel], target: Target, fit: HostFit | None = None,
+                       have: Path | None = None) -> Path:
+    """OUT/requirements.txt: one `name==version --hash=sha256:...` line per wheel; with `fit` (--have), comments
+    saying what the host has and was left out, and what it has at a version the lab does not take."""
     path = out / REQUIREMENTS_FILE
     header = (f"# graph-lab's dependencies for {target.describe()}, wheels in this folder; torch, triton and nvidia-*\n"
               "# are the GPU host's own. Install (README.md, 'A GPU host without network'):\n"
               f"#   {install_command(Path('DIR'))}\n")
+    if fit is not None:
+        header += f"# --have {have}: what the GPU host has\n"
+        if fit.note:
+            header += f"#   nothing left out: {fit.note}\n"
+        header += "".join(f"#   left out: {name}=={version} is on the host, a version the lab's dependencies accept\n"
+                          for name, version in sorted(fit.left_out.items()))
+        header += "".join(f"#   carried: {name}: {why}\n" for name, why in sorted(fit.carried.items()))
     path.write_text(header + "".join(w.requirement() + "\n" for w in wheels))
     return path
 
 
 def build(out: Path, requirements: Sequence[str], target: Target,
-          pip: Sequence[str] = (sys.executable, "-m", "pip")) -> list[Wheel]:
-    """Resolve, download and pin the wheels of REQUIREMENTS for TARGET into OUT."""
+          pip: Sequence[str] = (sys.executable, "-m", "pip"), have: dict[str, str | None] | None = None,
+          have_file: Path | None = None) -> list[Wheel]:
+    """Resolve, download and pin the wheels of REQUIREMENTS for TARGET into OUT; with `have` (read_have), only
+    those the host lacks or has at a version the lab does not take."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"{out}: cannot make the wheelhouse folder ({exc.strerror or exc})") from None
-    wheels = download(resolve(requirements, target, out, pip), target, out, pip)
-    write_requirements(out, wheels, target)
+    chosen = resolve(requirements, target, out, pip)
+    fit = None
+    if have is not None:
+        pins, fit = host_fit(have, requirements, chosen, target)
+        if pins:
+            try:
+                chosen = resolve(requirements, target, out, pip, pins)
+            except ValueError as exc:  # the host's versions together do not resolve: carry everything, say why
+                fit.note = f"pip could not resolve the lab's dependencies with the host's versions ({exc})"
+            else:
+                fit.left_out = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in chosen
+                                if pins.get(normalize(i["metadata"]["name"])) == i["metadata"]["version"]}
+                chosen = [i for i in chosen if normalize(i["metadata"]["name"]) not in fit.left_out]
+    wheels = download(chosen, target, out, pip) if chosen else []
+    write_requirements(out, wheels, target, fit, have_file)
     return wheels

@@ -3,8 +3,8 @@
 It is a superset of `torch.utils.collect_env` (kept verbatim under `collect_env`) plus: Triton,
 the C++ toolchain Inductor would use, nvidia-smi's GPU fields, CPU model and cores, Dynamo and
 Inductor settings in effect (the recompile limit under the installed version's own name), the
-Inductor cache directory, the lab's git commit, container or host, a digest of the installed
-packages, and the weights' provenance. The host's own facts come from `lab.host.hostinfo`; the shape
+Inductor cache directory, the lab's git commit (or its source stamp, lab.run.stamp), container or host,
+a digest of the installed packages, and the weights' provenance. The host's own facts come from `lab.host.hostinfo`; the shape
 of the whole is the `Manifest` model of `lab.contract.schema`, checked here before the manifest is used.
 """
 
@@ -22,6 +22,7 @@ from lab.host.compile_cache import manifest_field
 from lab.host.hostinfo import (cache_state, cpu_mhz, container_info, cpu_info, host_info, load_average, nvidia_smi, packages_digest,
                           python_info, run_text, version_of)
 from lab.contract.manifest_schema import MANIFEST_VERSION, check_manifest
+from lab.run import stamp
 from lab.host.scheduler import scheduler_info
 from lab.host.toolchain import Toolchain, probe
 
@@ -48,14 +49,23 @@ def source_digest() -> str:
 
 
 def git_info() -> dict[str, Any]:
-    """The lab's commit (git, or LAB_COMMIT baked into an image or exported by whoever copied the tree)."""
+    """The lab's commit: git's where it says the tree is clean; else a source stamp whose digest is these sources'
+    (lab.run.stamp: a copy with a stale .git, or none); else what git says, or LAB_COMMIT baked into an image or
+    exported by whoever copied the tree. `stamp`: the stamp found, and whether it matched (absent: none)."""
     commit = run_text(["git", "rev-parse", "HEAD"], REPO_ROOT)
     digest = source_digest()
     if commit is None:
         env = os.environ.get("LAB_COMMIT")
-        return {"commit": env, "dirty": None, "source": "LAB_COMMIT" if env else None, "source_sha256": digest}
-    status = run_text(["git", "status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
-    return {"commit": commit, "dirty": bool(status), "source": "git", "source_sha256": digest}
+        info = {"commit": env, "dirty": None, "source": "LAB_COMMIT" if env else None, "source_sha256": digest}
+    else:
+        status = run_text(["git", "status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
+        info = {"commit": commit, "dirty": bool(status), "source": "git", "source_sha256": digest}
+    found = stamp.field(REPO_ROOT, digest)
+    if found is None:
+        return info
+    if found["matched"] and info["dirty"] is not False:  # git's clean answer stands; a stale or absent .git yields
+        info.update(commit=found["commit"], dirty=False, source="stamp")
+    return {**info, "stamp": found}
 
 
 def compiler_settings() -> dict[str, Any]:

@@ -12,6 +12,9 @@ with the error and a traceback excerpt; a value the results file cannot hold -> 
 it was recorded; a fatal correctness check that fails -> FAILED (`check_failed`); the run stopped
 (Ctrl-C, SIGTERM, SIGHUP, an error of the runner) -> NOT_RUN `interrupted` for the experiment under
 way and every one not reached (lab.run.runstate). results.json is rewritten atomically after each record.
+With a time budget (lab.run.budget, `--stop-after`), the run stops between experiments before one expected to
+cross it: state `stopped`, the experiments not started have no record (they were not attempted), and a
+`--resume` runs them.
 
 Everything printed goes through lab.console (stderr); what libraries print or log while an experiment
 runs is caught by lab.run.librarylogs and stored in its record (`library_logs`), shown live with `verbose`.
@@ -28,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from lab import __version__
-from lab.run import rundir, runsay, runstate
+from lab.run import budget as run_budget, rundir, runsay, runstate
 from lab import console as out
 from lab.contract import notes
 from lab.contract.catalogue import BY_ID, ExperimentSpec, resolve
@@ -180,7 +183,8 @@ def _refuse_misshapen_notes(record: Record) -> None:
 def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights: str | None = None,
         argv: list[str] | None = None, on_record: Callable[[Record], None] | None = None,
         set_text: dict[str, dict[str, str]] | None = None, resume: bool = False, force: bool = False,
-        verbose: bool = False, allow_source_change: bool = False) -> Results:
+        verbose: bool = False, allow_source_change: bool = False,
+        stop_after: run_budget.Budget | None = None) -> Results:
     """Run the profile's experiments (or `only` these) and write out_dir/results.json after each.
 
     `set_text` is `--set` as {experiment: {option: text}}. Every selected experiment's options are
@@ -188,8 +192,9 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     directory is claimed first (lab.run.rundir): one run at a time, an existing run refused unless
     `resume` (keep its OK records, run the rest; refused when what is measured changed, the lab's source
     included unless `allow_source_change`) or `force` (move it aside). Every experiment asked
-    for ends with a record, whatever stops the run (lab.run.runstate). `verbose` shows library output
-    live (it is recorded either way)."""
+    for ends with a record, whatever stops the run (lab.run.runstate), except at `stop_after`'s budget:
+    the run is then `stopped` and those not started have none (lab.run.budget). `verbose` shows library
+    output live (it is recorded either way)."""
     from lab.step.model import resolve_weights
 
     default = list(profile.experiments) if profile.experiments else None
@@ -202,7 +207,12 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
             previous = claim.previous
             if previous is not None:
                 specs = runstate.resume_selection(previous, profile.name, default, only, sweeps=profile.sweeps)
+                earlier = {r.id: r for r in previous.experiments if r.started_at}  # attempted in an earlier start
+                if stop_after is not None:  # what the experiments run again took there
+                    stop_after.expected = run_budget.earlier_durations(list(earlier.values()))
                 options = resolve_all(specs, profile, set_text)
+            else:
+                earlier = {}
             runsay.cleaned(clean_abandoned_tempdirs())
             if profile.threads:
                 torch.set_num_threads(profile.threads)
@@ -218,6 +228,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
                                   manifest=manifest, lab_version=__version__)
             else:
                 results, kept = runstate.resumed(previous, specs, manifest, argv or [], allow_source_change)
+            results.run.starts[-1].stop_after_s = stop_after.seconds if stop_after is not None else None
             if claim.manifest_only:  # resuming a run that saved no record: it must be the same run all the same
                 runstate.check_same_measurement(rundir.saved_manifest(out_dir), manifest,
                                                 allow_source_change)
@@ -225,7 +236,7 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
                                                                                   results.manifest)),
                                           (RESULTS_NAME, lambda: save(results, out_dir))))
             _run_loop(specs, kept, profile, toolchain, results, ModelCache(profile, provenance), options, out_dir,
-                      on_record, claim, verbose)
+                      on_record, claim, verbose, stop_after, earlier)
         return results
     finally:
         claim.release()
@@ -233,7 +244,8 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
 
 def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Profile, toolchain: Toolchain,
               results: Results, models: ModelCache, options: dict[str, Any], out_dir: Path,
-              on_record: Callable[[Record], None] | None, claim: rundir.Claim, verbose: bool = False) -> None:
+              on_record: Callable[[Record], None] | None, claim: rundir.Claim, verbose: bool = False,
+              stop_after: run_budget.Budget | None = None, earlier: dict[str, Record] | None = None) -> None:
     records = dict(kept)
     todo = [s for s in specs if s.id not in kept]
     wall_start = time.perf_counter() - (results.run.wall_s or 0.0)
@@ -250,9 +262,18 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
         save(results, out_dir)
 
     current: Record | None = None
+    stop = None
     capture = Capture(out_dir, echo=verbose).open()
     try:
         for i, spec in enumerate(todo, 1):
+            if stop_after is not None:
+                stop = stop_after.stop_before(spec.id, [s.id for s in todo[i - 1:]], i - 1)
+                if stop is not None:  # those not started keep what an earlier start recorded of them, if anything
+                    results.run.starts[-1].stop = stop
+                    records.update({k: r for k, r in (earlier or {}).items() if k in stop.not_started})
+                    save_now("stopped")
+                    break
+                runsay.too_long(stop_after.too_long_alone(spec.id) if i == 1 else None)
             out.experiment_started(i, len(todo), spec.id, spec.title)
             current = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
             run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current,
@@ -282,6 +303,9 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
     finally:
         out.experiment_ended()  # (the heartbeat says nothing more of an experiment the run stopped in)
         capture.close()
+    if stop is not None:  # resumable: nothing of the run's end (the host's final load, the summary) yet
+        runsay.stopped(stop)
+        return
     finish(results.manifest, _clean_launch_us(results))  # the host's load at the end, the sentinel's launch cost
     write_json_atomic(out_dir / MANIFEST_NAME, results.manifest)
     save_now("complete")

@@ -1,5 +1,6 @@
 """What a run says besides its experiments' lines: its start (header, load warning, --force, --resume of a
-manifest-only run, temporary files removed), the folders of killed runs cleaned, what a resume keeps.
+manifest-only run, temporary files removed), the folders of killed runs cleaned, what a resume keeps, a start
+stopped at its --stop-after budget.
 
 lab.console words every line; these are the runner's own occasions.
 """
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from lab import console as out
 from lab.contract.profiles import Profile
+from lab.contract.results import Stop
 from lab.run import rundir
 
 
@@ -35,3 +37,12 @@ def cleaned(removed: list[Path]) -> None:
 
 def resume(kept: list[str], todo: int) -> None:
     out.say(f"{out.INDENT}--resume: keeping {len(kept)} OK record(s) ({', '.join(kept) or 'none'}), running {todo}")
+
+
+def too_long(warning: str | None) -> None:
+    if warning:
+        out.say(f"{out.INDENT}warning: {warning}", "yellow")
+
+
+def stopped(stop: Stop) -> None:
+    out.say(stop.message, "bold")
