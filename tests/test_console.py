@@ -446,6 +446,10 @@ def test_every_experiment_of_the_smoke_profile_says_something_every_interval(tmp
         heartbeat.use_clock(None)
         console.use_stream(None)
     assert [r.status for r in res.experiments] == ["OK"] * len(specs)
+    for rec in res.experiments:  # the 35 s timed call kept its promise with three lines, each counted against it
+        assert rec.notes["console_writes_in_timing"] == {"eager in round 1": 3}, rec.id
+        assert [c.detail for c in rec.checks if not c.passed and not c.fatal] == [
+            "3 writes inside: eager in round 1 (3)"], rec.id
     starts = [i for i, (_, ln) in enumerate(stream.lines) if re.match(r"^\[\d+/\d+\] ", ln)]
     assert len(starts) == len(specs)
     for first, end in zip(starts, starts[1:] + [len(stream.lines)]):
@@ -535,6 +539,32 @@ def test_the_heartbeat_writes_inside_a_timing_once_the_promise_would_break_and_c
     assert [t - start for t, _ in stream.lines] == [0, 10, 20, 25], stream.lines
     assert "(in lab.measure.timing.time_calls)" in stream.lines[1][1]
     assert heartbeat.take_disturbed() == {"eager in round 1": 2}
+
+
+def test_writes_inside_a_timing_reach_the_experiments_record(watched, monkeypatch) -> None:
+    """The runner puts the count in the record: a note by section and a failed check that is not fatal."""
+    from lab.contract.catalogue import BY_ID
+    from lab.measure.timing import HostClock, time_calls
+    import lab.experiments.recompiles as stand_in
+
+    clock, _ = watched
+
+    def quiet_step() -> None:
+        clock.advance(12)
+
+    monkeypatch.setattr(stand_in, "run", lambda ctx: time_calls(quiet_step, 1, HostClock()))
+    monkeypatch.setattr(runner, "prerequisite_reason", lambda *args: None)
+    spec = BY_ID["recompiles"]
+    record = runner.run_experiment(spec, profiles.get("smoke"), None, types.SimpleNamespace(experiments=[]), None)
+    assert record.status == "OK"
+    assert record.notes["console_writes_in_timing"] == {"timing quiet_step": 1}
+    (check,) = record.checks
+    assert (check.name, check.passed, check.fatal) == ("no console write inside a timing", False, False)
+    assert check.detail == "1 write inside: timing quiet_step (1)"
+
+    monkeypatch.setattr(stand_in, "run", lambda ctx: time_calls(lambda: clock.advance(4), 1, HostClock()))
+    record = runner.run_experiment(spec, profiles.get("smoke"), None, types.SimpleNamespace(experiments=[]), None)
+    assert "console_writes_in_timing" not in record.notes and record.checks == []
 
 
 def test_the_live_display_has_no_refresh_thread_and_redraws_only_in_gaps(monkeypatch, watched) -> None:

@@ -106,9 +106,13 @@ CUDAGRAPH_SKIP_REASONS = NoteSpec("cudagraph_skip_reasons.{method}", list, "why 
                                                                            "for a method", ("cuda_graph_decode",))
 FUNCTION_REASONS = NoteSpec("reasons.{function}", list, "Dynamo's graph-break reasons for each function",
                             ("graph_breaks", "graph_break_repair"))
+CONSOLE_IN_TIMING = NoteSpec("console_writes_in_timing", dict, "writes of the console (a line, a redraw) that fell "
+                                                             "inside a timed section, by section (lab.heartbeat): the "
+                                                             "runner writes it, for any experiment", entries="{section}")
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
-                               BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS)
+                               BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
+                               CONSOLE_IN_TIMING)
 
 
 def declared(experiment: str, key: str) -> NoteSpec | None:
