@@ -11,15 +11,18 @@ Standard output carries only data (the final line of `lab run` naming the result
 - the summary: counts, NOT_RUN codes with counts, FAILED experiments, and every failed check.
 
 The console's promise: while an experiment or a stretch is under way, a line at least every
-LAB_PROGRESS_EVERY_S seconds (default 10). On a terminal, progress is drawn live by rich (twice a second,
-next to nothing taken from what is measured) and disappears when done; an activity of a second or more
-leaves one line with its time. Elsewhere (a log file, a pipe, the tests) it is plain lines: a counted
-stretch says where it is when an item has finished and the console was quiet for the interval; the
-heartbeat (`beat`, on a thread while anything is under way) fills any other silence of the interval with
-what is under way: the innermost stretch's status ("compiling X (first call), 20.0 s"), else
-"<experiment>: still running, 20.0 s (in module.function)". Each stretch closes with a line once it said
-anything or lasted a second. LAB_PROGRESS_EVERY_S=0 prints every step and every activity's start (the
-tests use it; the heartbeat then beats every second). Times are `use_clock`'s (time.monotonic by default).
+LAB_PROGRESS_EVERY_S seconds (default 10). On a terminal, progress is drawn live by rich and disappears when
+done; an activity of a second or more leaves one line with its time. Elsewhere (a log file, a pipe, the
+tests) it is plain lines: a counted stretch says where it is when an item has finished and the console was
+quiet for the interval; the heartbeat (`beat`) fills any other silence of the interval with what is under
+way: the innermost stretch's status ("compiling X (first call), 20.0 s"), else "<experiment>: still
+running, 20.0 s (in module.function)". Each stretch closes with a line once it said anything or lasted a
+second. LAB_PROGRESS_EVERY_S=0 prints every step and every activity's start (the tests use it; the
+heartbeat then beats every second). Times are lab.heartbeat's clock (`use_clock`; time.monotonic by default).
+
+The heartbeat runs in the measuring process: lab.heartbeat holds its rule, its one thread (which also redraws
+the live display: rich's own refresh thread is off) and the timed sections (`timed`) it keeps out of, and
+counts every write that lands inside one for the experiment's record.
 
 While experiments run, lab.run.librarylogs redirects file descriptor 2 to catch what libraries write below
 Python; the console then writes to a duplicate of the real standard error (`use_stream`).
@@ -28,18 +31,19 @@ Python; the console then writes to a duplicate of the real standard error (`use_
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, TextIO, TypeVar
+from typing import Any, Iterable, Iterator, TextIO, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+from lab import heartbeat
+from lab.heartbeat import interval_s, now
 
 T = TypeVar("T")
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -48,37 +52,16 @@ ACTIVITY_LINE_S = 1.0  # an activity at least this long leaves a line with its t
 STATUS_STYLE = {"OK": "green", "NOT_RUN": "yellow", "FAILED": "red"}
 
 
-def interval_s() -> float:
-    """How often a stretch under way says where it is when the console is not a terminal."""
-    try:
-        return max(0.0, float(os.environ.get("LAB_PROGRESS_EVERY_S", "10")))
-    except ValueError:
-        return 10.0
-
-
 def use_stream(stream: TextIO | None) -> None:
     """Write to `stream` from now on (None: back to whatever sys.stderr is)."""
     console.file = stream  # type: ignore[assignment]
 
 
-_clock: Callable[[], float] = time.monotonic
-
-
-def use_clock(clock: Callable[[], float] | None) -> None:
-    """Time progress and the heartbeat by `clock` (seconds, monotonic) from now on (None: time.monotonic)."""
-    global _clock
-    _clock = clock or time.monotonic
-
-
-def now() -> float:
-    return _clock()
-
-
 def _print(renderable: Any) -> None:
-    """Every line the console writes: printed, and the time it was said kept for the heartbeat."""
+    """Every line the console writes: printed, and the time it was said kept for the heartbeat (lab.heartbeat)."""
     with BOARD.lock:
         console.print(renderable)
-        STATE.last_said = now()
+        heartbeat.shown()
 
 
 def plural(n: int, word: str) -> str:
@@ -105,7 +88,6 @@ class _RunState:
     experiment: str = ""  # the experiment under way: prefixes its progress lines
     verbose: bool = False  # -v: library output shown live
     reasons_seen: set[tuple[str, str]] = field(default_factory=set)
-    last_said: float = field(default_factory=lambda: now())  # when the console last wrote a line
     started: float = 0.0  # when the experiment under way started
     thread: int | None = None  # the thread running it (where the heartbeat looks for what it does)
 
@@ -117,6 +99,7 @@ def begin_run(verbose: bool = False) -> None:
     """A new run: nothing said yet."""
     global STATE
     STATE = _RunState(verbose=verbose)
+    heartbeat.reset()
 
 
 def verbose() -> bool:
@@ -180,8 +163,13 @@ class _Left(ProgressColumn):
         return Text(f"about {_duration(left)} left" if left is not None else "", style="progress.remaining")
 
 
-def _quiet() -> float:
-    return now() - STATE.last_said
+class _Display(Progress):
+    """rich's live display without its refresh thread: redrawn by the heartbeat's rule (lab.heartbeat) and when a
+    task is added; each redraw counts as the console showing something."""
+
+    def refresh(self) -> None:
+        super().refresh()
+        heartbeat.shown()
 
 
 def _where(thread: int | None) -> str:
@@ -190,35 +178,35 @@ def _where(thread: int | None) -> str:
     frame = sys._current_frames().get(thread) if thread is not None else None
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
-        if module.startswith(("lab.", "report.")) and module != "lab.console" and not module.startswith("lab.run."):
+        if module.startswith(("lab.", "report.")) and module not in ("lab.console", "lab.heartbeat") \
+                and not module.startswith("lab.run."):
             return f"{module}.{frame.f_code.co_name}"
         frame = frame.f_back
     return ""
 
 
 class _Board:
-    """The stretches under way (drawn live on a terminal, plain lines elsewhere) and the heartbeat."""
+    """The stretches under way (drawn live on a terminal, plain lines elsewhere) and what the heartbeat says."""
 
     def __init__(self) -> None:
         self.tasks: list[_Task] = []
-        self.lock = threading.RLock()
-        self.progress: Progress | None = None
-        self.heartbeat: threading.Thread | None = None
+        self.lock = heartbeat.LOCK
+        self.progress: _Display | None = None
 
     @staticmethod
-    def live() -> bool:
+    def terminal() -> bool:
         return console.is_terminal and not console.is_dumb_terminal
 
     def add(self, description: str, total: int | None) -> _Task:
         task = _Task(description, total)
         with self.lock:
             self.tasks.append(task)
-            if self.live():
+            if self.terminal():
                 if self.progress is None:
-                    self.progress = Progress(SpinnerColumn(), TextColumn(f"{INDENT}{{task.description}}"),
+                    self.progress = _Display(SpinnerColumn(), TextColumn(f"{INDENT}{{task.description}}"),
                                              BarColumn(bar_width=24), _Count(), TimeElapsedColumn(), _Left(),
                                              console=console, transient=True, redirect_stdout=False,
-                                             redirect_stderr=False, refresh_per_second=2)
+                                             redirect_stderr=False, auto_refresh=False)
                     self.progress.start()
                 task.rich_id = self.progress.add_task(description, total=total, own=task)
         self.wake()
@@ -230,7 +218,7 @@ class _Board:
             if self.progress is not None and task.rich_id is not None:
                 self.progress.update(task.rich_id, completed=task.completed)
             elif (task.total is None or task.completed < task.total) and task.completed != task.said \
-                    and _quiet() >= interval_s():
+                    and heartbeat.quiet() >= interval_s():
                 self._plain(task)  # (the last step is said by the closing line)
 
     def remove(self, task: _Task) -> None:
@@ -242,6 +230,7 @@ class _Board:
                 if not self.tasks:
                     self.progress.stop()
                     self.progress = None
+                    heartbeat.shown()
 
     def _plain(self, task: _Task) -> None:
         task.lines += 1
@@ -252,44 +241,55 @@ class _Board:
         """Whether anything is under way that the console promises to report on."""
         return bool(self.tasks or STATE.experiment)
 
-    def beat(self) -> None:
-        """One heartbeat: after a silence of the interval (at least 1 s), say what is under way."""
+    def live(self) -> bool:
+        """Whether the innermost stretch is drawn live (the heartbeat then redraws rather than writes)."""
+        return self.progress is not None and bool(self.tasks) and self.tasks[-1].rich_id is not None
+
+    def beat(self, edge: bool = False) -> None:
+        """One heartbeat: what is under way, when lab.heartbeat's rule lets it speak now (`edge`: at a timed
+        section's edge)."""
         with self.lock:
-            if not self.busy() or _quiet() < max(1.0, interval_s()):
+            if not self.busy() or not heartbeat.due(self.live(), edge):
                 return
-            if self.tasks:
-                if self.tasks[-1].rich_id is None:  # (drawn live on a terminal)
-                    self._plain(self.tasks[-1])
-                return
-            where = _where(STATE.thread)
-            say(f"{INDENT}{STATE.experiment}: still running, {_duration(now() - STATE.started)}"
-                f"{f' (in {where})' if where else ''}", "dim")
+            if self.progress is not None and self.live():
+                self.progress.refresh()
+            elif self.tasks:
+                self._plain(self.tasks[-1])
+            else:
+                where = _where(STATE.thread)
+                say(f"{INDENT}{STATE.experiment}: still running, {_duration(now() - STATE.started)}"
+                    f"{f' (in {where})' if where else ''}", "dim")
 
     def wake(self) -> None:
         """Start the heartbeat's thread if it is not running (it ends when nothing is under way)."""
-        with self.lock:
-            if self.heartbeat is None:
-                self.heartbeat = threading.Thread(target=self._beat, name="lab-progress", daemon=True)
-                self.heartbeat.start()
-
-    def _beat(self) -> None:
-        # asleep until the silence would reach the interval: in a measuring process, about one wake an interval
-        while True:
-            interval = max(1.0, interval_s())
-            time.sleep(min(interval, max(0.05, interval - _quiet())))
-            with self.lock:
-                if not self.busy():
-                    self.heartbeat = None
-                    return
-            self.beat()
+        heartbeat.start(self.beat, self.busy, self.live)
 
 
 BOARD = _Board()
 
 
 def beat() -> None:
-    """One heartbeat now (the thread calls it about ten times per interval; a test with its own clock, too)."""
+    """One heartbeat now (the thread calls it when the rule may let it speak; a test with its own clock, too)."""
     BOARD.beat()
+
+
+@contextlib.contextmanager
+def timed(label: str) -> Iterator[None]:
+    """A timed section named `label` (lab.measure.timing: `time_calls`, a method's turn in `rotating_rounds`): at
+    the outermost one's edges the heartbeat speaks early, inside it only when the promise would break, and every
+    write inside it is counted against it (lab.heartbeat). The edges take the console's lock: a write under way
+    ends before the timing starts."""
+    with BOARD.lock:
+        outermost = not heartbeat.timing()
+        if outermost:
+            BOARD.beat(edge=True)
+        heartbeat.enter(label)
+    try:
+        yield
+    finally:
+        heartbeat.leave()
+    if outermost:
+        BOARD.beat(edge=True)
 
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from lab.contract import catalogue, profiles
-from lab import console
+from lab import console, heartbeat
 from lab.run import librarylogs, runner
 from lab.__main__ import build_parser, main
 from lab.run.manifest import REPO_ROOT
@@ -439,13 +439,17 @@ def test_every_experiment_of_the_smoke_profile_says_something_every_interval(tmp
     monkeypatch.setattr(librarylogs.Capture, "close", lambda self: None)
     monkeypatch.setattr(librarylogs.Capture, "begin", lambda self: None)
     console.use_stream(stream)
-    console.use_clock(clock)
+    heartbeat.use_clock(clock)
     try:
         res = runner.run(profile, tmp_path / "run")
     finally:
-        console.use_clock(None)
+        heartbeat.use_clock(None)
         console.use_stream(None)
     assert [r.status for r in res.experiments] == ["OK"] * len(specs)
+    for rec in res.experiments:  # the 35 s timed call kept its promise with three lines, each counted against it
+        assert rec.notes["console_writes_in_timing"] == {"eager in round 1": 3}, rec.id
+        assert [c.detail for c in rec.checks if not c.passed and not c.fatal] == [
+            "3 writes inside: eager in round 1 (3)"], rec.id
     starts = [i for i, (_, ln) in enumerate(stream.lines) if re.match(r"^\[\d+/\d+\] ", ln)]
     assert len(starts) == len(specs)
     for first, end in zip(starts, starts[1:] + [len(stream.lines)]):
@@ -483,3 +487,113 @@ def test_the_heartbeat_thread_speaks_for_a_quiet_experiment(monkeypatch) -> None
     assert said[0] == "[1/1] quiet: says nothing"
     assert re.fullmatch(r"    quiet: still running, [\d.]+ s( \(in [\w.]+\))?", said[1]), said
     assert not console.BOARD.busy()
+
+
+@pytest.fixture
+def watched(monkeypatch):
+    """An experiment under way with a stamped stream and a fake clock (interval 10 s); yields (clock, stream)."""
+    monkeypatch.setenv("LAB_PROGRESS_EVERY_S", "10")
+    clock = FakeClock()
+    stream = Stamped(clock)
+    console.use_stream(stream)
+    heartbeat.use_clock(clock)
+    try:
+        console.begin_run()
+        console.experiment_started(1, 1, "timed", "times something")
+        yield clock, stream
+    finally:
+        console.experiment_ended()
+        heartbeat.use_clock(None)
+        console.use_stream(None)
+        heartbeat.take_disturbed()
+
+
+def test_the_heartbeat_waits_for_the_gap_after_a_timing_shorter_than_the_promise(watched) -> None:
+    """Quiet work (6 s), then a timing of 8 s: without the timing the heartbeat would speak at 10 s, inside it; it
+    speaks at the timing's edges instead (after half the interval), and nothing is counted."""
+    from lab.measure.timing import HostClock, time_calls
+
+    clock, stream = watched
+    start = clock()
+    clock.advance(6)
+    time_calls(lambda: clock.advance(8), 1, HostClock())
+    said = [(t - start, ln) for t, ln in stream.lines]
+    assert [t for t, _ in said] == [0, 6, 14], said
+    assert said[1][1].startswith("    timed: still running, 6.0 s"), said
+    assert said[2][1].startswith("    timed: still running, 14.0 s"), said
+    assert heartbeat.take_disturbed() == {}
+
+
+def test_the_heartbeat_writes_inside_a_timing_once_the_promise_would_break_and_counts_it(watched) -> None:
+    """A method's turn of 25 s in rotating rounds (a timed call inside it): lines at 10 and 20 s inside, counted
+    against the turn; at its end (5 s quiet) the gap's line, not counted."""
+    from lab.measure.timing import HostClock, rotating_rounds, time_calls
+
+    clock, stream = watched
+    start = clock()
+
+    def step() -> None:
+        clock.advance(25)
+
+    rotating_rounds({"eager": lambda: time_calls(step, 1, HostClock())}, rounds=1)
+    assert [t - start for t, _ in stream.lines] == [0, 10, 20, 25], stream.lines
+    assert "(in lab.measure.timing.time_calls)" in stream.lines[1][1]
+    assert heartbeat.take_disturbed() == {"eager in round 1": 2}
+
+
+def test_writes_inside_a_timing_reach_the_experiments_record(watched, monkeypatch) -> None:
+    """The runner puts the count in the record: a note by section and a failed check that is not fatal."""
+    from lab.contract.catalogue import BY_ID
+    from lab.measure.timing import HostClock, time_calls
+    import lab.experiments.recompiles as stand_in
+
+    clock, _ = watched
+
+    def quiet_step() -> None:
+        clock.advance(12)
+
+    monkeypatch.setattr(stand_in, "run", lambda ctx: time_calls(quiet_step, 1, HostClock()))
+    monkeypatch.setattr(runner, "prerequisite_reason", lambda *args: None)
+    spec = BY_ID["recompiles"]
+    record = runner.run_experiment(spec, profiles.get("smoke"), None, types.SimpleNamespace(experiments=[]), None)
+    assert record.status == "OK"
+    assert record.notes["console_writes_in_timing"] == {"timing quiet_step": 1}
+    (check,) = record.checks
+    assert (check.name, check.passed, check.fatal) == ("no console write inside a timing", False, False)
+    assert check.detail == "1 write inside: timing quiet_step (1)"
+
+    monkeypatch.setattr(stand_in, "run", lambda ctx: time_calls(lambda: clock.advance(4), 1, HostClock()))
+    record = runner.run_experiment(spec, profiles.get("smoke"), None, types.SimpleNamespace(experiments=[]), None)
+    assert "console_writes_in_timing" not in record.notes and record.checks == []
+
+
+def test_the_live_display_has_no_refresh_thread_and_redraws_only_in_gaps(monkeypatch, watched) -> None:
+    """On a terminal rich's display is redrawn by the heartbeat, not by a thread of its own: inside a timing it is
+    not redrawn until the promise would break (that redraw counted), at the timing's edge it is."""
+    from rich.live import _RefreshThread
+
+    from lab.measure.timing import HostClock, time_calls
+
+    clock, stream = watched
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setattr(console.console, "_force_terminal", True)
+    drawn: list[float] = []
+    monkeypatch.setattr(console._Display, "refresh", lambda self: (drawn.append(clock()), heartbeat.shown()))
+    with console.counter("items", 3) as steps:
+        assert console.BOARD.live()
+        assert not any(isinstance(t, _RefreshThread) for t in __import__("threading").enumerate())
+        clock.advance(1)  # outside a timing: redrawn every half second
+        assert drawn and drawn[-1] - drawn[0] >= 0.5
+        entered = clock()
+
+        def quiet_step() -> None:
+            clock.advance(8)
+            assert [t for t in drawn if t > entered] == []  # nothing inside the first 8 s
+            clock.advance(4)
+
+        time_calls(quiet_step, 1, HostClock())
+        inside = [t - entered for t in drawn if entered < t < clock()]
+        assert len(inside) == 1 and inside[0] >= 10 - 0.5, inside  # the promise's redraw (the edge's at 0.5 s)
+        assert drawn[-1] == clock()  # the gap after the timing
+        steps.advance()
+    assert heartbeat.take_disturbed() == {"timing quiet_step": 1}

@@ -118,10 +118,13 @@ PLACEMENT = NoteSpec("placement.{when}", dict, "where the sentinel's child ran (
                                                "processes on one host can differ by a third in eager step time)",
                      ("sentinel", "sentinel_end"), fields=("bind", "allowed", "numa_nodes", "gpu_node", "ran_on",
                                                            "round_cpus"))
+CONSOLE_IN_TIMING = NoteSpec("console_writes_in_timing", dict, "writes of the console (a line, a redraw) that fell "
+                                                             "inside a timed section, by section (lab.heartbeat): the "
+                                                             "runner writes it, for any experiment", entries="{section}")
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
                                BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
-                               WARMUP, PLACEMENT)
+                               WARMUP, PLACEMENT, CONSOLE_IN_TIMING)
 
 
 def declared(experiment: str, key: str) -> NoteSpec | None:

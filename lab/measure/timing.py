@@ -34,6 +34,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import torch
 
+from lab import console
 from lab.contract import intervals
 from lab.contract.results import Spread
 from lab.measure import profiler_guard
@@ -109,24 +110,28 @@ def first_call(fn: Callable[..., T], *args: Any, device: str | torch.device | No
 
 
 def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int = 0) -> list[float]:
-    """Per-call milliseconds of `fn`, after `warmup` untimed calls; marks are read after the loop.
+    """Per-call milliseconds of `fn`, after `warmup` untimed calls; marks are read after the loop. A timed section
+    (lab.console.timed: the console's heartbeat keeps out of it while its promise allows, and counts what it writes).
 
     Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached."""
-    profiler_guard.check_clean(f"timing {getattr(fn, '__name__', 'a call')}")
-    for _ in range(warmup):
-        fn()
-    clock.sync()
-    marks = [clock.mark()]
-    for _ in range(iters):
-        fn()
-        marks.append(clock.mark())
-    clock.sync()
+    what = f"timing {getattr(fn, '__name__', 'a call')}"
+    profiler_guard.check_clean(what)
+    with console.timed(what):
+        for _ in range(warmup):
+            fn()
+        clock.sync()
+        marks = [clock.mark()]
+        for _ in range(iters):
+            fn()
+            marks.append(clock.mark())
+        clock.sync()
     return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
 
 
 def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
                     on_round: Callable[[int, str], None] | None = None) -> dict[str, list[list[float]]]:
-    """Run each method once per round, the order rotated by one each round. Returns samples per round.
+    """Run each method once per round, the order rotated by one each round. Returns samples per round. Each
+    method's turn is a timed section named "<method> in round <n>" (lab.console.timed).
 
     Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached, and
     checked again before every round."""
@@ -138,7 +143,8 @@ def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
         for name in order:
             if on_round:
                 on_round(r, name)
-            out[name].append(methods[name]())
+            with console.timed(f"{name} in round {r + 1}"):
+                out[name].append(methods[name]())
     return out
 
 

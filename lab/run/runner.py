@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from lab import __version__
+from lab import __version__, heartbeat
 from lab.run import budget as run_budget, rundir, runsay, runstate
 from lab import console as out
 from lab.contract import notes
@@ -115,6 +115,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
     record = record or Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
     start = time.perf_counter()
     collected = capture.begin() if capture is not None else None
+    heartbeat.take_disturbed()  # (what an earlier caller's timings left uncounted is not this experiment's)
     try:
         try:
             reason = prerequisite_reason(spec, profile, toolchain)
@@ -142,6 +143,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
         if capture is not None and collected is not None:
             record.library_logs = capture.end(collected)  # what libraries said meanwhile (lab.run.librarylogs)
         record.duration_s = round(time.perf_counter() - start, 3)
+        _record_disturbed(record, heartbeat.take_disturbed())
         _finish_status(record)
         _refuse_unrecordable(record)
         _refuse_misshapen_notes(record)
@@ -156,6 +158,16 @@ def _failed(record: Record, exc: BaseException) -> None:
     record.reason = Reason(Code.EXCEPTION, f"{type(exc).__name__}: {first}")
     record.error = {"type": type(exc).__name__, "message": str(exc)[:2000],
                     "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
+
+
+def _record_disturbed(record: Record, disturbed: dict[str, int]) -> None:
+    """The console's writes that fell inside timed sections (lab.heartbeat), by section, as a note and a failed
+    non-fatal check naming the timings whose samples may hold a write's cost."""
+    if disturbed:
+        record.notes[notes.CONSOLE_IN_TIMING.key] = disturbed
+        which = ", ".join(f"{section} ({n})" for section, n in disturbed.items())
+        record.checks.append(Check(name="no console write inside a timing", passed=False, fatal=False, params={},
+                                   detail=f"{out.plural(sum(disturbed.values()), 'write')} inside: {which}"[:400]))
 
 
 def _refuse_unrecordable(record: Record) -> None:
