@@ -118,10 +118,16 @@ PLACEMENT = NoteSpec("placement.{when}", dict, "where the sentinel's child ran (
                                                "processes on one host can differ by a third in eager step time)",
                      ("sentinel", "sentinel_end"), fields=("bind", "allowed", "numa_nodes", "gpu_node", "ran_on",
                                                            "round_cpus"))
+FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused step kernel by kernel, from one "
+                                                                   "profiled step (lab.step.fused.breakdown): calls, "
+                                                                   "us and bytes per call, achieved GB/s, share of "
+                                                                   "the step, the latency + bytes/bandwidth fit",
+                         ("cuda_graph_decode", "model_scaling", "peer_generate"),
+                         fields=("method", "params", "path", "position", "additive", "step_us", "kernels", "fit", "why"))
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
                                BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
-                               WARMUP, PLACEMENT)
+                               WARMUP, PLACEMENT, FUSED_KERNELS)
 
 
 def declared(experiment: str, key: str) -> NoteSpec | None:
