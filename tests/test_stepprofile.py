@@ -7,7 +7,7 @@ import torch
 
 from lab.step import methods as stepmethods
 from lab.contract.names import Method
-from lab.measure.stepprofile import busy_us, count_kernels
+from lab.measure.stepprofile import busy_us, count_kernels, sequence
 
 from step_helpers import seeded_prompt
 
@@ -16,6 +16,12 @@ def test_gpu_busy_time_is_the_union_of_kernel_intervals() -> None:
     assert busy_us([]) == 0.0
     assert busy_us([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.7)]) == 4.0  # overlap counted once
     assert busy_us([(4.0, 5.0), (0.0, 1.0)]) == 2.0  # any order
+
+
+def test_the_sequence_is_every_kernel_in_start_order() -> None:
+    """What lab.step.fused.breakdown matches to the step's launches: start order, overlapping kernels included."""
+    named = [("b", 5.0, 2.0), ("a", 1.0, 3.5), ("a", 1.0, 1.25), ("c", 2.0, 9.0)]
+    assert sequence(named) == [("a", 3.5), ("a", 1.25), ("c", 9.0), ("b", 2.0)]  # ties keep their event order
 
 
 @pytest.mark.cuda

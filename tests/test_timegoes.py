@@ -87,3 +87,17 @@ def test_boxes_draw_every_stored_sample() -> None:
     charts = timecharts.boxes(timegoes.samples(_run()))
     assert [c.id for c in charts] == ["chart-samples-float32"]
     assert {m: v["n"] for m, v in charts[0].data["boxes"]["b1"].items()} == {"eager": 10, "graph": 10}
+
+
+def test_the_fused_step_kernel_by_kernel_follows_the_top_kernels_in_the_panel() -> None:
+    """A stored fused_kernels note (report.kernelbytes) is a table of the panel, after the top-kernels tables."""
+    from lab.step.fused import breakdown, traffic
+
+    shape, layout = traffic.Shape(12, 768, 12, 50257, 1, 4, 256), traffic.Layout("gemv", 4, 786)
+    seq = [(str(c.function), 4.0) for c in traffic.calls(shape, layout, 64)]
+    run = _run()
+    run.experiments[0].notes["fused_kernels.fused.b1.float32"] = breakdown.table(
+        "fused", STEP, shape, layout, 64, seq, 300.0, None, pdl=False)
+    assert [t.id for t in timegoes.kernel_tables(run)] == ["top-kernels-b1-float32", "fused-kernels-fused-b1-float32"]
+    panel = timecharts.step_section(run).panel
+    assert panel is not None and "fused-kernels-fused-b1-float32" in [getattr(b, "id", "") for b in panel.blocks]

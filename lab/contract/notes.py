@@ -121,10 +121,16 @@ PLACEMENT = NoteSpec("placement.{when}", dict, "where the sentinel's child ran (
 CONSOLE_IN_TIMING = NoteSpec("console_writes_in_timing", dict, "writes of the console (a line, a redraw) that fell "
                                                              "inside a timed section, by section (lab.heartbeat): the "
                                                              "runner writes it, for any experiment", entries="{section}")
+FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused step kernel by kernel, from one "
+                                                                   "profiled step (lab.step.fused.breakdown): calls, "
+                                                                   "us and bytes per call, achieved GB/s, share of "
+                                                                   "the step, the latency + bytes/bandwidth fit",
+                         ("cuda_graph_decode", "model_scaling", "peer_generate"),
+                         fields=("method", "params", "path", "position", "additive", "step_us", "kernels", "fit", "why"))
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
                                BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
-                               WARMUP, PLACEMENT, CONSOLE_IN_TIMING)
+                               WARMUP, PLACEMENT, CONSOLE_IN_TIMING, FUSED_KERNELS)
 
 
 def declared(experiment: str, key: str) -> NoteSpec | None:

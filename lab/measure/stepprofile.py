@@ -30,7 +30,8 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]
 
     On CUDA also `busy_us`, the union of the kernels' intervals on the device (what the GPU was busy
     with during the call: kernels that overlap, as programmatic dependent launch lets them, count once)
-    and `span_us`, first kernel start to last kernel end; None on the CPU.
+    and `span_us`, first kernel start to last kernel end, and `sequence`, every kernel's (name, GPU µs) in
+    start order (lab.step.fused.breakdown matches it to the fused step's launches); None on the CPU.
 
     The call runs under `torch.no_grad()`, as the steps are built and timed: Dynamo guards grad mode,
     so a compiled step called with grad enabled would recompile here (one more cache entry towards the
@@ -51,13 +52,14 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]
         return {"kernels": len(kernels), "device_us": sum(times),
                 "busy_us": busy_us(spans) if spans else None,
                 "span_us": (max(b for _, b in spans) - min(a for a, _ in spans)) if spans else None,
-                "top": top_kernels([(e.name, t) for e, t in zip(kernels, times)])}
+                "top": top_kernels([(e.name, t) for e, t in zip(kernels, times)]),
+                "sequence": sequence([(e.name, s[0], t) for e, s, t in zip(kernels, spans, times)])}
     # On the CPU the host is the device: outermost operators plus the kernels Inductor generated
     # (lab.measure.opprofile's definition, shared with the overhead experiments).
     from lab.measure.opprofile import summarise
 
     prof_cpu = summarise(list(events), 1, "cpu")
-    return {"kernels": int(prof_cpu.kernels), "device_us": None, "busy_us": None, "span_us": None,
+    return {"kernels": int(prof_cpu.kernels), "device_us": None, "busy_us": None, "span_us": None, "sequence": None,
             "top": [{"name": r["name"], "count": int(r["per_step"]), "us": round(r["ms_per_step"] * 1e3, 2)}
                     for r in prof_cpu.top()]}
 
@@ -71,3 +73,8 @@ def top_kernels(named_us: list[tuple[str, float]], n: int = 8) -> list[dict[str,
         entry[1] += us
     ranked = sorted(agg.items(), key=lambda kv: -kv[1][1])[:n]
     return [{"name": k, "count": int(v[0]), "us": round(v[1], 2)} for k, v in ranked]
+
+
+def sequence(named: list[tuple[str, float, float]]) -> list[tuple[str, float]]:
+    """(name, µs) of each kernel in start order, from (name, start, µs): launch order, also where kernels overlap."""
+    return [(name, round(us, 3)) for name, _, us in sorted(named, key=lambda k: k[1])]

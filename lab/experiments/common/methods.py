@@ -15,9 +15,10 @@ only the metrics its experiment's catalogue entry declares:
    95% interval (a bootstrap over rounds), the per-round medians, the speedup over eager with its
    interval (rounds paired), the saving per step, and MBU from the method's own step time.
 4. `profile`, last: kernels per step, their GPU time, the GPU-busy time and the gap (the median step
-   minus the busy time), top kernels. After a profile no timing may follow in the process
-   (lab.measure.profiler_guard), so a caller that measures several shapes profiles each shape after
-   all of its timing (cuda_graph_decode: after every batch's).
+   minus the busy time), top kernels; for the hand-fused step also the kernel-by-kernel table of time, bytes
+   and achieved bandwidth (the `fused_kernels` note, lab.step.fused.breakdown). After a profile no timing may
+   follow in the process (lab.measure.profiler_guard), so a caller that measures several shapes profiles
+   each shape after all of its timing (cuda_graph_decode: after every batch's).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import torch
 
-from lab.contract import metrics as M
+from lab.contract import metrics as M, notes
 from lab.contract.names import Method
 from lab.contract.reasons import Code
 from lab.measure import compiletrace, stepprofile
@@ -298,6 +299,26 @@ def profile(ctx: Any, ms: MethodSet) -> None:
                 record(ctx, M.GAP_US, round(step * 1e3 - k["busy_us"], 2), shape, method=name)
         if M.KERNELS_PER_STEP in ctx.spec.metrics:
             ctx.note(f"top_kernels.{name}.{'.'.join(_short(k_, v) for k_, v in shape.params.items())}", k["top"])
+            if m.path is not None and k.get("sequence") is not None:  # the hand-fused step, profiled on a GPU
+                _fused_kernels(ctx, ms, name, m, k)
+
+
+def _fused_kernels(ctx: Any, ms: MethodSet, name: str, m: stepmethods.StepMethod, k: dict[str, Any]) -> None:
+    """The fused step kernel by kernel (lab.step.fused.breakdown): this profile's kernels matched to its plan's
+    launches, with their bytes at the profiled step's position (the prompt's length: `start` prefilled it)."""
+    from lab.step.fused import breakdown, traffic
+
+    shape = ms.shape
+    key = notes.FUSED_KERNELS.key_for(method=name, shape=".".join(_short(k_, v) for k_, v in shape.params.items()))
+    plan = breakdown.plan_of(m.state)
+    if plan is None:
+        ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no per-kernel table")
+        return
+    step = ms.ms.get((name, False))
+    table = breakdown.table(name, shape.params, traffic.Shape.of(m.weights, shape.batch, m.state.max_len),
+                            traffic.Layout.of_plan(plan), int(m.prompt.shape[-1]), k["sequence"],
+                            None if step is None else step * 1e3, k["busy_us"], bool(plan.pdl))
+    ctx.note(key, table)
 
 
 def _short(key: str, value: Any) -> str:

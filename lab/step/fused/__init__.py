@@ -9,6 +9,8 @@
 - `lab.step.fused.rule`: which projection path a plan takes at a (batch, size, dtype): the GEMV kernels, or
   the library's GEMMs with the Triton row kernels around them (`lab.step.fused.library`); declared, with reasons.
 - `lab.step.fused.configs`: block sizes (heuristics + the tuned table) and the byte budget; no Triton.
+- `lab.step.fused.traffic`: each launch's bytes per call (weights, KV cache, activations), on both paths; no Triton.
+- `lab.step.fused.breakdown`: a profiled step kernel by kernel (time, bytes, achieved bandwidth, the latency fit).
 - `lab.step.fused.tune`: `python -m lab.step.fused.tune` times candidate configs on a GPU (`--pdl --prefetch`: as
   `fused-pdl-prefetch` runs).
 - `lab.step.fused.check`: side-by-side runs against the eager step (free-running, and teacher-forced in bf16).

@@ -259,25 +259,17 @@ class KernelBytes:
 
 def byte_budget(n_layer: int, n_embd: int, n_head: int, vocab: int, batch: int, weight_bytes: int,
                 reached_slots: int, n_splits: int, lm_blocks: int) -> list[KernelBytes]:
-    """Bytes per step of each kernel kind; `reached_slots` = pos + 1, the cache slots attention reads.
+    """Bytes per step of each kernel kind of the GEMV path; `reached_slots` = pos + 1, the cache slots attention
+    reads. The per-call bytes are lab.step.fused.traffic's (declared there once), summed over the step's calls.
 
     Activations are counted once each (the fp32 workspace); programs that re-read a row from L2
     are not counted, since the floor is set by what must come from HBM.
     """
-    E, F, L, B, wb = n_embd, 4 * n_embd, n_layer, batch, weight_bytes
-    act = 4 * B  # fp32 activations per batch row
-    partials = B * n_head * n_splits * (E // n_head + 2) * 4
-    return [
-        # + embedding (layer 0): one wpe row and B wte rows
-        KernelBytes("ln_qkv", L, L * (3 * E * E + 3 * E + 2 * E) * wb + (1 + B) * E * wb,
-                    L * 2 * B * E * wb, L * act * E * 2 + L * act * E),
-        KernelBytes("attention", L, 0, L * 2 * B * E * reached_slots * wb, L * (act * E + partials)),
-        KernelBytes("proj", L, L * (E * E + E) * wb, 0, L * (partials + 2 * act * E)),
-        KernelBytes("ln_fc", L, L * (F * E + F + 2 * E) * wb, 0, L * (act * E + act * F)),
-        KernelBytes("fc2", L, L * (E * F + E) * wb, 0, L * (act * F + 2 * act * E)),
-        KernelBytes("lm_head", 1, (vocab * E + 2 * E) * wb, 0, act * E + B * vocab * wb + 8 * B * lm_blocks),
-        KernelBytes("argmax", 1, 0, 0, 8 * B * lm_blocks + 3 * 8 * B + 16),
-    ]
+    from lab.step.fused import traffic
+
+    shape = traffic.Shape(n_layer, n_embd, n_head, vocab, batch, weight_bytes, max_len=reached_slots)
+    step = traffic.calls(shape, traffic.Layout("gemv", n_splits, lm_blocks), position=reached_slots - 1)
+    return [KernelBytes(k.kernel, k.calls, k.weights, k.kv, k.activations) for k in traffic.per_kernel(step)]
 
 
 def budget_summary(rows: list[KernelBytes], bandwidth_gbs: float) -> dict[str, Any]:

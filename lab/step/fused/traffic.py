@@ -1,0 +1,189 @@
+"""What each launch of the fused step moves, in bytes per call: weights, KV cache read and written, activations.
+
+Declared once, here, for both projection paths (lab.step.fused.rule) and in launch order (`calls` lists one
+step's launches as `lab.step.fused.step.prepare` binds them), as a function of the model shape, the batch,
+the weights' element size and the step's position; no Triton, no torch, no device.
+
+Per call, four separate terms:
+- `weights`: the weight bytes the call reads (matrix, bias, layer-norm parameters; the first launch also
+  gathers the embedding: B rows of wte and the one row of wpe at the position, shared by every sequence);
+- `kv_read`, `kv_write`: the K and V cache bytes. Attention at position p reads the p + 1 reached slots (the
+  slots past p are masked in the load and cost no traffic), except the prefetch variant's EARLY attention,
+  which reads every slot of the cache (max_len); on the gemm path the slot p comes from the QKV GEMM's
+  output (an activation), so attention reads p slots of the cache and writes slot p;
+- `act_in`, `act_out`: every other read and write, each tensor once: the fp32 residual stream, q and h of the
+  gemv path, the attention partials, the gemm path's GEMM inputs and outputs (in the weights' dtype), the
+  logits, the per-block argmax candidates (8 B each), tokens (int64). The 8-byte position each kernel reads
+  is not counted, nor a row that several programs of one launch re-read from L2.
+
+So over a step: sum(weights) is every weight tensor once, less wpe but its one row, plus the B wte rows the
+embedding gathers (the lm_head reads wte whole again); sum(kv_read) at position p is ceilings.step_bytes's
+cache term at p + 1 slots (tests/test_traffic.py checks both against lab.step.ceilings.step_bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FP32 = 4  # the residual stream, q, h and the attention partials are fp32 on both paths
+INDEX = 8  # tokens are int64; an argmax candidate is an fp32 value + an int32 index
+
+# The Triton function each launch runs (its name in a profile); the gemm path's library calls have none.
+FUNCTIONS = {"ln_qkv": "ln_qkv_kernel", "attention": "attention_kernel", "proj": "proj_residual_kernel",
+             "ln_fc": "ln_fc_gelu_kernel", "fc2": "fc2_residual_kernel", "lm_head": "lm_head_kernel",
+             "argmax": "argmax_advance_kernel", "add_ln": "add_ln_kernel", "combine": "combine_kernel",
+             "gelu": "gelu_kernel", "block_argmax": "block_argmax_kernel"}
+LIBRARY = ("qkv_gemm", "proj_gemm", "fc_gemm", "fc2_gemm", "lm_head_gemm")  # torch.addmm / torch.mm calls
+# The launches of every layer, per path: what the latency fit is over (lab.step.fused.breakdown)
+LAYER_KERNELS = {"gemv": ("ln_qkv", "attention", "proj", "ln_fc", "fc2"),
+                 "gemm": ("add_ln", "qkv_gemm", "attention", "combine", "proj_gemm", "fc_gemm", "gelu", "fc2_gemm")}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model and state a step runs on: what its bytes depend on."""
+
+    n_layer: int
+    n_embd: int
+    n_head: int
+    vocab: int
+    batch: int
+    elem: int  # bytes per weight (and cache) element: 4 fp32, 2 bf16/fp16
+    max_len: int
+
+    @classmethod
+    def of(cls, w: Any, batch: int, max_len: int) -> Shape:
+        """From a lab.step.model.Weights (duck-typed: no torch needed here)."""
+        return cls(w.n_layer, w.n_embd, w.n_head, int(w.wte.shape[0]), batch, w.wte.element_size(), max_len)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the plan chose that changes the bytes: the path, the attention splits, the lm_head's blocks."""
+
+    path: str  # gemv, gemv-prefetch or gemm (lab.step.fused.rule.Path)
+    n_splits: int  # attention splits (partials per batch row and head)
+    lm_blocks: int  # argmax candidates per batch row
+    early_attention: bool = False  # the prefetch variant's attention reads every slot of its split
+
+    @classmethod
+    def of_plan(cls, plan: Any) -> Layout:
+        """From a lab.step.fused.step.FusedPlan: its workspace's shapes and its attention launch's switches."""
+        ws = plan.workspace
+        early = any(getattr(x, "name", "") == "attention" and bool(getattr(x, "meta", {}).get("EARLY"))
+                    for x in plan.launches)
+        return cls(str(plan.path), int(ws.part_m.shape[2]), int(ws.lm_val.shape[1]), early)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One launch of the step and its bytes."""
+
+    kernel: str  # the launch's name (lab.step.fused.launch: Launch.name / LibraryCall.name)
+    weights: int
+    kv_read: int = 0
+    kv_write: int = 0
+    act_in: int = 0
+    act_out: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_read + self.kv_write + self.act_in + self.act_out
+
+    @property
+    def function(self) -> str | None:
+        """The Triton function it runs (None for a library call)."""
+        return FUNCTIONS.get(self.kernel)
+
+
+def calls(s: Shape, layout: Layout, position: int) -> list[Call]:
+    """Every launch of one step at `position` (the slot it writes), in launch order, with its bytes."""
+    if not 0 <= position < s.max_len:
+        raise ValueError(f"fused traffic: position {position} outside a {s.max_len}-slot cache")
+    if layout.path == "gemm":
+        return _gemm(s, layout, position)
+    if layout.path not in ("gemv", "gemv-prefetch"):
+        raise ValueError(f"fused traffic: unknown path {layout.path!r} (gemv, gemv-prefetch, gemm)")
+    return _gemv(s, layout, position)
+
+
+def _terms(s: Shape, layout: Layout) -> tuple[int, int, int, int, int]:
+    E, B, w = s.n_embd, s.batch, s.elem
+    row, kv_row = B * E * FP32, 2 * B * E * w  # one fp32 activation row per sequence; K and V of one slot
+    partials = B * s.n_head * layout.n_splits * (E // s.n_head + 2) * FP32
+    embed = (B + 1) * E * w  # B rows of wte, the one wpe row at the position
+    return row, kv_row, partials, embed, B * layout.lm_blocks * INDEX
+
+
+def _gemv(s: Shape, layout: Layout, position: int) -> list[Call]:
+    E, F, B, V, w = s.n_embd, 4 * s.n_embd, s.batch, s.vocab, s.elem
+    row, kv_row, partials, embed, cands = _terms(s, layout)
+    slots = s.max_len if layout.early_attention else position + 1
+    out = []
+    for i in range(s.n_layer):
+        first = i == 0  # layer 0 embeds: wte/wpe rows and the tokens in, the residual out
+        out += [Call("ln_qkv", (3 * E * E + 3 * E + 2 * E) * w + (embed if first else 0), kv_write=kv_row,
+                     act_in=B * INDEX if first else row, act_out=row + (row if first else 0)),
+                Call("attention", 0, kv_read=slots * kv_row, act_in=row, act_out=partials),
+                Call("proj", (E * E + E) * w, act_in=partials + row, act_out=row),
+                Call("ln_fc", (F * E + F + 2 * E) * w, act_in=row, act_out=B * F * FP32),
+                Call("fc2", (E * F + E) * w, act_in=B * F * FP32 + row, act_out=row)]
+    return out + [Call("lm_head", (V * E + 2 * E) * w, act_in=row, act_out=B * V * w + cands),
+                  Call("argmax", 0, act_in=cands, act_out=2 * B * INDEX)]
+
+
+def _gemm(s: Shape, layout: Layout, position: int) -> list[Call]:
+    E, F, B, V, w = s.n_embd, 4 * s.n_embd, s.batch, s.vocab, s.elem
+    row, kv_row, partials, embed, cands = _terms(s, layout)
+    low = B * E * w  # a GEMM input or output row per sequence, in the weights' dtype
+
+    def add_ln(embed_here: bool) -> Call:  # x (+ y) -> x, layer_norm(x) -> xn
+        return Call("add_ln", 2 * E * w + (embed if embed_here else 0),
+                    act_in=B * INDEX if embed_here else row + low, act_out=row + low)
+
+    out = []
+    for i in range(s.n_layer):
+        out += [add_ln(i == 0),
+                Call("qkv_gemm", (3 * E * E + 3 * E) * w, act_in=low, act_out=3 * low),
+                Call("attention", 0, kv_read=position * kv_row, kv_write=kv_row, act_in=3 * low, act_out=partials),
+                Call("combine", 0, act_in=partials, act_out=low),
+                Call("proj_gemm", (E * E + E) * w, act_in=low, act_out=low),
+                add_ln(False),
+                Call("fc_gemm", (F * E + F) * w, act_in=low, act_out=B * F * w),
+                Call("gelu", 0, act_in=B * F * w, act_out=B * F * w),
+                Call("fc2_gemm", (E * F + E) * w, act_in=B * F * w, act_out=low)]
+    return out + [add_ln(False),
+                  Call("lm_head_gemm", V * E * w, act_in=low, act_out=B * V * w),
+                  Call("block_argmax", 0, act_in=B * V * w, act_out=cands),
+                  Call("argmax", 0, act_in=cands, act_out=2 * B * INDEX)]
+
+
+@dataclass(frozen=True)
+class KernelTraffic:
+    """One kernel's launches in a step: how many, and their bytes summed over the step."""
+
+    kernel: str
+    calls: int
+    weights: int
+    kv: int  # read + written
+    activations: int  # in + out
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.activations
+
+    @property
+    def per_call(self) -> float:
+        return self.total / self.calls
+
+
+def per_kernel(step: list[Call]) -> list[KernelTraffic]:
+    """The step's calls grouped by kernel, in order of first launch."""
+    order = list(dict.fromkeys(c.kernel for c in step))
+    out = []
+    for name in order:
+        mine = [c for c in step if c.kernel == name]
+        out.append(KernelTraffic(name, len(mine), sum(c.weights for c in mine),
+                                 sum(c.kv_read + c.kv_write for c in mine), sum(c.act_in + c.act_out for c in mine)))
+    return out

@@ -1,0 +1,97 @@
+"""lab.step.fused.traffic: each fused launch's bytes per call, summed over a step, are the step's declared bytes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.step import ceilings, decode as D
+from lab.step.fused import configs as C, traffic as T
+from lab.step.fused import triton_import_error
+from lab.step.model import extract_weights
+
+GPT2 = T.Shape(n_layer=12, n_embd=768, n_head=12, vocab=50257, batch=1, elem=4, max_len=256)
+
+
+@pytest.mark.parametrize("path", ["gemv", "gemm"])
+@pytest.mark.parametrize("batch, position", [(1, 0), (3, 9)])
+def test_a_step_reads_every_weight_once_and_the_cache_the_ceilings_count(tiny, path, batch, position) -> None:
+    """Summed over a step: the weights are ceilings.step_bytes's weight term less its B wpe rows, plus the one wpe
+    row and the B wte rows the embedding gathers; the cache read is its cache term at position + 1 slots (on the
+    gemm path, slot `position` comes from the QKV GEMM's output), the cache written one slot a layer."""
+    _, w = tiny
+    E, elem, L = w.n_embd, w.wte.element_size(), w.n_layer
+    step = T.calls(T.Shape.of(w, batch, 24), T.Layout(path, 2, 8), position)
+    weight_term = ceilings.step_bytes(w, batch, 0)
+    cache_term = ceilings.step_bytes(w, batch, position + 1) - weight_term
+    assert sum(c.weights for c in step) == weight_term - batch * E * elem + E * elem + batch * E * elem
+    fresh = 2 * L * batch * E * elem if path == "gemm" else 0
+    assert sum(c.kv_read for c in step) == cache_term - fresh
+    assert sum(c.kv_write for c in step) == 2 * L * batch * E * elem
+    assert all(c.act_in > 0 and c.act_out > 0 for c in step)  # every launch reads and writes an activation
+
+
+def test_bf16_halves_the_weights_and_the_cache_not_the_fp32_activations() -> None:
+    fp32 = T.calls(GPT2, T.Layout("gemv", 4, 786), 64)
+    bf16 = T.calls(T.Shape(**{**GPT2.__dict__, "elem": 2}), T.Layout("gemv", 4, 786), 64)
+    for a, b in zip(fp32, bf16):
+        assert (b.weights * 2, b.kv_read * 2, b.kv_write * 2) == (a.weights, a.kv_read, a.kv_write), a.kernel
+    ln_fc = next(i for i, c in enumerate(fp32) if c.kernel == "ln_fc")
+    assert bf16[ln_fc].act_out == fp32[ln_fc].act_out  # h stays fp32 on the gemv path
+    lm = -2
+    assert bf16[lm].act_out < fp32[lm].act_out  # the logits are in the weights' dtype
+
+
+def test_gpt2_per_call_weights_are_the_kernels_documented_reads() -> None:
+    """The projections' docstrings (GPT-2 124M, fp32): the QKV matrix 7.08 MB, proj 2.36, FC and FC2 9.44 each,
+    the embedding matrix 154.4 MB; the matrix is most of each call's weights (bias and norm parameters: KBs)."""
+    per = {k.kernel: k for k in T.per_kernel(T.calls(GPT2, T.Layout("gemv", 4, 786), 64))}
+    for name, mb in (("ln_qkv", 7.08), ("proj", 2.36), ("ln_fc", 9.44), ("fc2", 9.44), ("lm_head", 154.4)):
+        per_call = per[name].weights / per[name].calls / 1e6
+        assert abs(per_call - mb) < 0.03, (name, per_call)  # the docstrings round to 3-4 digits
+    assert per["attention"].weights == 0 and per["attention"].kv == 12 * 2 * 768 * 65 * 4
+    assert [(k.kernel, k.calls) for k in per.values()] == [("ln_qkv", 12), ("attention", 12), ("proj", 12),
+                                                          ("ln_fc", 12), ("fc2", 12), ("lm_head", 1), ("argmax", 1)]
+
+
+def test_early_attention_reads_the_whole_cache() -> None:
+    early = T.calls(GPT2, T.Layout("gemv-prefetch", 4, 786, early_attention=True), 10)
+    late = T.calls(GPT2, T.Layout("gemv-prefetch", 4, 786), 10)
+    att = [i for i, c in enumerate(early) if c.kernel == "attention"]
+    assert all(early[i].kv_read == 256 * 2 * 768 * 4 and late[i].kv_read == 11 * 2 * 768 * 4 for i in att)
+
+
+def test_a_position_outside_the_cache_or_an_unknown_path_is_refused() -> None:
+    with pytest.raises(ValueError, match="position 256 outside a 256-slot cache"):
+        T.calls(GPT2, T.Layout("gemv", 4, 786), 256)
+    with pytest.raises(ValueError, match="unknown path 'gemx'"):
+        T.calls(GPT2, T.Layout("gemx", 4, 786), 0)
+
+
+def test_byte_budget_is_the_traffic_summed_per_kernel() -> None:
+    rows = C.byte_budget(12, 768, 12, 50257, 1, 4, reached_slots=65, n_splits=4, lm_blocks=786)
+    per = T.per_kernel(T.calls(GPT2, T.Layout("gemv", 4, 786), 64))
+    assert [(r.kernel, r.launches, r.weights, r.cache, r.activations) for r in rows] == \
+        [(k.kernel, k.calls, k.weights, k.kv, k.activations) for k in per]
+
+
+@pytest.mark.skipif(triton_import_error() is not None, reason=f"Triton does not import: {triton_import_error()}")
+@pytest.mark.parametrize("path, prefetch, dtype", [("gemv", False, torch.float32), ("gemm", False, torch.float32),
+                                                   (None, True, torch.bfloat16)])
+def test_the_calls_are_the_plans_launches_in_order(tiny, path, prefetch, dtype) -> None:
+    """What `prepare` binds (on the CPU: nothing is launched) is what the traffic lists, launch for launch, with the
+    plan's splits, argmax blocks and the prefetch variant's EARLY attention."""
+    from lab.step.fused.step import prepare
+
+    w = extract_weights(tiny[0], dtype=dtype)
+    state = D.new_state(w, 3 if path == "gemm" else 1, 24)
+    plan = prepare(state, w, path=path, prefetch=prefetch)
+    layout = T.Layout.of_plan(plan)
+    assert layout.path == str(plan.path) and layout.n_splits == plan.workspace.part_m.shape[2]
+    assert layout.early_attention == any(x.meta.get("EARLY") for x in plan.launches if x.name == "attention")
+    step = T.calls(T.Shape.of(w, state.batch, state.max_len), layout, 8)
+    assert [c.kernel for c in step] == [x.name for x in plan.launches]
+    from lab.step.fused.launch import LibraryCall
+
+    for c, x in zip(step, plan.launches):  # the Triton function the profiler will name, or a library call
+        assert c.function == (None if isinstance(x, LibraryCall) else x.kernel.__name__), c.kernel
