@@ -90,7 +90,35 @@ def dispatch_table(results: Results) -> Table:
         value = facts.get(key)
         if value not in (None, "", []):
             table.rows.append([Cell(label, title=f"host_dispatch.{key}"), Cell(fmt(value, unit))])
+    where = facts.get("placement")
+    if isinstance(where, dict):
+        table.rows.append([Cell("where the run ran (LAB_CPU_BIND)", title="host_dispatch.placement"),
+                           Cell(placement_text(where))])
     return table
+
+
+def _cpus(cpus: Any) -> str:
+    """[0, 1, 2, 3, 8] as "0-3, 8"."""
+    if not isinstance(cpus, list) or not all(isinstance(c, int) for c in cpus):
+        return "?"
+    spans: list[list[int]] = []
+    for c in sorted(cpus):
+        if spans and c == spans[-1][1] + 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def placement_text(where: dict[str, Any]) -> str:
+    """The manifest's host_dispatch.placement in one line: the binding, the CPUs allowed, the NUMA nodes and the
+    GPU's."""
+    nodes = where.get("numa_nodes") or {}
+    parts = [f"bind {where.get('bind') or 'none'}", f"CPUs {_cpus(where.get('allowed'))}"]
+    if isinstance(nodes, dict) and nodes:
+        parts.append(f"{len(nodes)} NUMA node(s)" + (f", the GPU on node {where['gpu_node']}"
+                                                    if where.get("gpu_node") is not None else ""))
+    return "; ".join(parts)
 
 
 def instrument(results: Results) -> Section | None:

@@ -39,6 +39,8 @@ EXPLAIN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("C++ compiler", ("toolchain.cxx.version",)), ("CPU", ("host_dispatch.cpu_model", "cpu.model")),
     ("CPU clock (MHz)", ("host_dispatch.cpu_mhz",)),
     ("eager launch, measured clean (µs)", ("host_dispatch.launch_us_per_op",)),
+    ("CPU binding (LAB_CPU_BIND)", ("host_dispatch.placement.bind",)),
+    ("the GPU's NUMA node", ("host_dispatch.placement.gpu_node",)),
     ("CPU flags", ("cpu.isa",)), ("CPU flags digest", ("cpu.flags_sha256",)), ("CPU caches", ("cpu.caches.",)),
     ("cores usable", ("cpu.usable_cores",)), ("torch threads", ("cpu.torch_threads",)),
     ("host load at start", ("host_dispatch.load_start", "host.load_start")),

@@ -91,3 +91,19 @@ def test_binding_from_the_environment_applies_to_this_thread(monkeypatch: pytest
         os.sched_setaffinity(0, before)
     monkeypatch.setenv(cpuplace.BIND_ENV, "none")
     assert cpuplace.bind_from_env() is None and os.sched_getaffinity(0) == before
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no sched_getaffinity on this platform")
+def test_lab_run_refuses_an_unusable_binding_in_one_line_before_anything_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-m", "lab", "run", "--profile", "smoke", "--only", "toolchain",
+                          "--out", str(out)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, cpuplace.BIND_ENV: "9999"}, cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"error: LAB_CPU_BIND='9999': none of CPUs [9999] is allowed to this process "
+        f"(allowed: {sorted(os.sched_getaffinity(0))})"]
+    assert not out.exists()

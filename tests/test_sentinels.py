@@ -9,7 +9,10 @@ from synthetic_runs import check, decode, metric, rec, results
 SP = {"n": 5, "median": 3.3, "q1": 3.2, "q3": 3.4, "min": 3.1, "max": 3.6, "rel_iqr": 0.06, "noisy": False,
       "ci_low": 3.25, "ci_high": 3.36}
 DISPATCH = {"cpu_model": "Xeon 8480", "cpu_mhz": 2100.0, "load_start": [0.4, 0.3, 0.2], "load_end": [1.1, 0.7, 0.4],
-            "launch_us_per_op": 4.12}
+            "launch_us_per_op": 4.12, "placement": {"bind": "node", "allowed": [8, 9, 10, 11, 14],
+                                                    "numa_nodes": {"0": [0, 1, 2, 3, 4, 5, 6, 7],
+                                                                   "1": [8, 9, 10, 11, 12, 13, 14, 15]},
+                                                    "gpu_node": 1, "ran_on": 9}}
 
 
 def _run(passed: bool):
@@ -45,6 +48,7 @@ def test_the_hosts_dispatch_facts() -> None:
     kv = {r[0].text: r[1].text for r in table.rows}
     assert kv["CPU"] == "Xeon 8480" and kv["CPU clock"] == "2,100 MHz" and kv["host load at the end"] == "[1.1, 0.7, 0.4]"
     assert kv["one eager launch, fresh process (µs per op)"] == fmt(4.12, "us")
+    assert kv["where the run ran (LAB_CPU_BIND)"] == "bind node; CPUs 8-11, 14; 2 NUMA node(s), the GPU on node 1"
 
 
 def test_a_run_without_sentinel_or_dispatch_has_no_section() -> None:

@@ -97,6 +97,9 @@ def main(args: argparse.Namespace) -> int:
     from lab.run import budget as run_budget
 
     started = run_budget.now()  # the budget counts from here, before torch is imported
+    from lab.host import cpuplace
+
+    cpuplace.bind_from_env()  # LAB_CPU_BIND, before torch starts a thread (threads and children inherit it)
     from lab import console
     from lab.contract import profiles
     from lab.run import runner

@@ -242,6 +242,9 @@ class HostDispatch(_Open):
     """the same when the run ended (null: the run did not complete)"""
     launch_us_per_op: float | None = None
     """the cost of one tiny eager op, measured clean in the sentinel's fresh process (null: no sentinel ran)"""
+    placement: dict[str, Any] | None = None
+    """where the run's process may run (lab.host.cpuplace): LAB_CPU_BIND as applied, the allowed CPUs, the NUMA
+    nodes, the GPU's node, the CPU the main thread was on at the start"""
 
 
 class Manifest(_Open):

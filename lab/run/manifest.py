@@ -23,6 +23,7 @@ from lab.host.hostinfo import (cache_state, cpu_mhz, container_info, cpu_info, h
                           python_info, run_text, version_of)
 from lab.contract.manifest_schema import MANIFEST_VERSION, check_manifest
 from lab.run import stamp
+from lab.host import cpuplace
 from lab.host.scheduler import scheduler_info
 from lab.host.toolchain import Toolchain, probe
 
@@ -154,7 +155,7 @@ def collect(weights: dict[str, Any] | None = None, toolchain: Toolchain | None =
 def host_dispatch() -> dict[str, Any]:
     """The host's dispatch speed at the start of a run: CPU model, clock, load (the rest is filled in by `finish`)."""
     return {"cpu_model": cpu_info().get("model"), "cpu_mhz": cpu_mhz(), "load_start": load_average(),
-            "load_end": None, "launch_us_per_op": None}
+            "load_end": None, "launch_us_per_op": None, "placement": cpuplace.placement().as_dict()}
 
 
 def finish(manifest: dict[str, Any], launch_us_per_op: float | None = None) -> None:
