@@ -13,6 +13,7 @@ from lab.contract.results import Metric, Results
 
 from report.costs import first_call_behind
 from report.discover import Run
+from report.provenance import tree_state
 from report.runstatus import Status, status
 from report.sections import failed_checks, record
 from report.sentinels import flags as sentinel_flags
@@ -103,6 +104,7 @@ class FrontRow:
     peer: str | None = None  # the lab's best step beside transformers' best generate (peer_generate's conclusion)
     sentinel: list[str] = field(default_factory=list)  # failed sentinel checks, with their numbers
     status: Status | None = None  # incomplete, with what was asked for and not recorded (report.runstatus)
+    tree: str = ""  # the lab's commit and whether its tree was clean (tree_state)
 
     @property
     def started(self) -> str:
@@ -143,7 +145,8 @@ def front_row(run: Run, file: str) -> FrontRow:
                     device=device_name(r), torch=str((r.manifest.get("torch") or {}).get("version", "?")),
                     lines=lines(r), compile=compile_summary(r), counts=counts(r),
                     failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r),
-                    status=status(r), sentinel=sentinel_flags(r))
+                    status=status(r), sentinel=sentinel_flags(r), tree=tree_state(r))
+
 
 
 def newest_first(runs: list[Run]) -> list[Run]:
@@ -170,7 +173,7 @@ def _host_figures() -> list[tuple[str, Getter]]:
     return [
         ("host", lambda r: host_name(r) + (f" · {r.manifest['label']}" if r.manifest.get("label") else "")),
         ("device", device_name), ("torch", lambda r: (r.manifest.get("torch") or {}).get("version")),
-        ("profile", lambda r: r.run.profile), ("started", lambda r: r.run.started_at),
+        ("profile", lambda r: r.run.profile), ("started", lambda r: r.run.started_at), ("lab", tree_state),
         ("cost of one eager launch", ceil(M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
         # host_dispatch names its field after the metric the sentinel measured it as
         ("one eager launch, fresh process (µs)", lambda r: (r.manifest.get("host_dispatch") or {}).get(

@@ -34,6 +34,8 @@ from lab.contract import notes as N
 from lab.contract.names import Method, method_rank
 from lab.contract.results import Record, load
 
+from report.provenance import tree_state
+
 DECODE = "cuda_graph_decode"
 CEILINGS = "ceilings"
 BEGIN = re.compile(r"<!-- headline:begin(?P<runs>[^>]*)-->")
@@ -50,9 +52,11 @@ class Run:
             raise ValueError("headline: name at least one run directory or results.json")
         self.records: dict[str, Record] = {}
         self.profiles: list[str] = []
+        self.trees: list[str] = []  # per path: the lab's commit and its tree's state (report.front.tree_state)
         for path in self.paths:
             results = load(path)
             self.profiles.append(results.run.profile)
+            self.trees.append(tree_state(results))
             for rec in results.experiments:
                 self.records.setdefault(rec.id, rec)
 
@@ -236,6 +240,7 @@ def render(paths: Iterable[str | Path], shown: list[str] | None = None) -> str:
     run = Run(paths)
     names = " ".join(shown or run.paths)
     parts = [f"<!-- made by `python -m lab headline {names} --write README.md`: do not edit by hand -->", ""]
+    parts += [f"Measured by {'; '.join(f'`{n}`: {t}' for n, t in zip(shown or run.paths, run.trees))}.", ""]
     parts += step_table(run) + [""] + floor_table(run) + mbu_table(run) + ceilings_line(run)
     return "\n".join(parts).rstrip() + "\n"
 
