@@ -43,7 +43,7 @@ def fit_line(note: dict[str, Any]) -> str:
     f = note.get("fit")
     if not isinstance(f, dict) or not is_number(f.get("fixed_us")):
         return ""
-    kernels = ", ".join(str(k) for k in f.get("kernels", []))
+    kernels = ", ".join(str(k) for k in f.get(N.KERNEL_ROWS, []))
     bw = f.get("bandwidth_gbps")
     rate = (f"bytes ÷ {fmt(bw / 1e3)} TB/s" if is_number(bw) else "a time that does not grow with the bytes")
     return (f"Fit over the layer kernels' {fmt(f.get('points'))} calls ({kernels}, least squares): time per call ≈ "
@@ -71,7 +71,7 @@ def table(note: dict[str, Any], collapsed: bool = False) -> Table:
     t = Table(columns=["kernel", "calls", "µs per call", "bytes per call", "achieved TB/s", "share of the step"],
               caption=caption(note), id=f"fused-kernels-{note['method']}-b{p.get('batch')}-{p.get('dtype')}",
               cls="kernels", collapsed=collapsed)
-    for r in note["kernels"]:
+    for r in note[N.KERNEL_ROWS]:
         split = (f"weights {_mb(r.get('weight_bytes_per_call'))}, KV cache {_mb(r.get('kv_bytes_per_call'))}, "
                  f"activations {_mb(r.get('activation_bytes_per_call'))}")
         t.rows.append([Cell(str(r.get("kernel")), cls="kernel", title=str(r.get("function") or "library call")),
@@ -81,7 +81,7 @@ def table(note: dict[str, Any], collapsed: bool = False) -> Table:
     step = note.get("step_us")
     kernel_us = note.get("kernel_us")
     share = kernel_us / step if is_number(kernel_us) and is_number(step) and step else None
-    t.rows.append([Cell("all kernels"), num(sum(int(r.get("calls") or 0) for r in note["kernels"])), Cell(""),
+    t.rows.append([Cell("all kernels"), num(sum(int(r.get("calls") or 0) for r in note[N.KERNEL_ROWS])), Cell(""),
                    Cell(_mb(note.get("bytes")), cls="num"), Cell(""), Cell(pct(share), cls="num")])
     return t
 

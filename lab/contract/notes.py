@@ -121,12 +121,13 @@ PLACEMENT = NoteSpec("placement.{when}", dict, "where the sentinel's child ran (
 CONSOLE_IN_TIMING = NoteSpec("console_writes_in_timing", dict, "writes of the console (a line, a redraw) that fell "
                                                              "inside a timed section, by section (lab.heartbeat): the "
                                                              "runner writes it, for any experiment", entries="{section}")
+KERNEL_ROWS = "kernels"  # the fused_kernels note's per-kernel rows, and its fit's list of the kernels fitted
 FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused step kernel by kernel, from one "
                                                                    "profiled step (lab.step.fused.breakdown): calls, "
                                                                    "us and bytes per call, achieved GB/s, share of "
                                                                    "the step, the latency + bytes/bandwidth fit",
                          ("cuda_graph_decode", "model_scaling", "peer_generate"),
-                         fields=("method", "params", "path", "position", "additive", "step_us", "kernels", "fit", "why"))
+                         fields=("method", "params", "path", "position", "additive", "step_us", KERNEL_ROWS, "fit", "why"))
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
                                BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
