@@ -84,6 +84,24 @@ def test_the_gemm_paths_library_calls_take_their_kernels() -> None:
     assert note["fit"]["fixed_us"] == pytest.approx(FIXED_US, abs=1e-3)
 
 
+def test_a_plain_gemm_forms_bias_copy_and_gemm_are_the_calls_and_its_row_says_the_form() -> None:
+    """Bias rows copied into the output, then the GEMM (lab.step.fused.layout's plain-GEMM form): two profiled kernels,
+    one library call, with the form's bytes; the default forms' rows say theirs."""
+    layout = T.Layout("gemm", 4, 99, forms=(("proj_gemm", "blas-t"),))
+    shape = T.Shape(**{**GPT2.__dict__, "batch": 16})
+    step = T.calls(shape, layout, 64)
+    seq = _profile(step, {"proj_gemm": ["vectorized_elementwise_kernel", "sm80_xmma_gemm_f32f32_tn"]})
+    us = K.attribute(seq, step)
+    assert isinstance(us, list) and us == pytest.approx([_us(c) for c in step])
+    note = K.table("fused", {"batch": 16, "dtype": "float32"}, shape, layout, 64, seq, 900.0, None, pdl=False)
+    rows = {r["kernel"]: r for r in note["kernels"]}
+    assert (rows["proj_gemm"]["form"], rows["qkv_gemm"]["form"], rows["lm_head_gemm"]["form"]) == \
+        ("blas-t", "lt-t", "blas-t")
+    assert rows["add_ln"]["form"] is None and note["why"] == ""
+    proj = next(c for c in step if c.kernel == "proj_gemm")
+    assert rows["proj_gemm"]["activation_bytes_per_call"] == proj.act_in + proj.act_out == 4 * 16 * 768 * 4
+
+
 @pytest.mark.parametrize("change, why", [
     (lambda seq: seq[:-1], "is not among them"),
     (lambda seq: seq + [("memcpy_kernel", 1.0)], "1 kernel(s) after the step's 62 launches"),

@@ -9,7 +9,7 @@ variable. Skipped, with the import error, without Triton.
 
 Cases: both projection paths (lab.step.fused.rule) at batch 1 and at a batch above the rule's
 threshold, in fp32 (equal to eager) and bf16 (teacher-forced), the PREFETCH kernels, odd shapes that
-mask every lane. Configs at batch 1 are the heuristics (`tuned={}`): the tuned table's GPT-2 block
+mask every lane, the gemm path bound in every library-call form (lab.step.fused.layout). Configs at batch 1 are the heuristics (`tuned={}`): the tuned table's GPT-2 block
 sizes on the tiny model would make programs of 4096-wide masked tiles, a minute in the interpreter
 (the AOT checks in tests/test_fused.py compile the tuned configs for GPT-2's shapes).
 
@@ -145,6 +145,37 @@ def case_gemm_odd_b9() -> dict[str, Any]:
     return _free("odd", 9, steps=2, prompt_len=4, sms=4, overrides=odd)
 
 
+FORMS = {"qkv": "lt-n", "proj": "blas-t", "fc": "blas-n", "fc2": "lt-t", "lm_head": "lt-n"}  # all four forms
+
+
+@case
+def case_gemm_forms_fp32_b8() -> dict[str, Any]:
+    # the gemm path with library-call forms other than the default (lab.step.fused.layout), as a measured choice
+    # would bind them on CUDA: here a fake timer makes FORMS the fastest
+    from lab.step.fused import layout as LY, library
+
+    real_choose, real_measure, chosen = library.choose_forms, LY.measure, []
+
+    def measure(projection: str, default: str, forms: Any, per_burst: int, timer: Any, agree: Any = None,
+                shape: Any = (0, 0, 0)) -> Any:
+        def fake(bursts: Any) -> dict[str, list[float]]:
+            return {f: [1.0 if FORMS[projection] == f else 2.0] for f in bursts}
+
+        return real_measure(projection, default, forms, per_burst, fake, agree, shape)
+
+    def choose(w: Any, bufs: Any, timer: Any = None) -> Any:
+        bound = real_choose(w, bufs, lambda bursts: {})
+        chosen.append({k: str(v) for k, v in bound.choice.forms.items()})
+        return bound
+
+    library.choose_forms, LY.measure = choose, measure
+    try:
+        run = _free("tiny", 8, steps=2)
+    finally:
+        library.choose_forms, LY.measure = real_choose, real_measure
+    return {**run, "forms": chosen}
+
+
 @case
 def case_gemm_bf16_b8() -> dict[str, Any]:
     return _forced(8)
@@ -253,6 +284,7 @@ FP32_CASES = {  # case -> (path, batch)
     "gemv-fp32-b1": ("gemv", 1), "gemv-fp32-b3": ("gemv", 3), "gemv-fp32-b8": ("gemv", 8),
     "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
+    "gemm-forms-fp32-b8": ("gemm", 8),
 }
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
               "gemm-bf16-b1": ("gemm", 1)}
@@ -282,6 +314,8 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
         assert run["configs"]["attention"]["BS"] == 8 and run["configs"]["ln_qkv"]["BB"] == 2
     if name == "gemm-odd-b9":
         assert run["configs"]["add_ln"]["BB"] == 2 and run["configs"]["block_argmax"]["BN"] == 64
+    if name == "gemm-forms-fp32-b8":  # bound in the forms the fake measurement chose
+        assert run["forms"] == [FORMS], run["forms"]
     assert_equal_run(run, FP32_REL)
 
 

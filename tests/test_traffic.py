@@ -95,3 +95,44 @@ def test_the_calls_are_the_plans_launches_in_order(tiny, path, prefetch, dtype) 
 
     for c, x in zip(step, plan.launches):  # the Triton function the profiler will name, or a library call
         assert c.function == (None if isinstance(x, LibraryCall) else x.kernel.__name__), c.kernel
+
+
+def test_a_library_calls_form_moves_the_bytes_it_declares() -> None:
+    """A plain-GEMM form with a bias writes the bias rows into the output and reads them back (B x N each way); lm_head
+    through cuBLASLt's epilogue reads a zero bias (N); the weight's layout (W or Wt) moves the same bytes."""
+    s = T.Shape(**{**GPT2.__dict__, "batch": 16})
+    forms = (("fc_gemm", "blas-n"), ("lm_head_gemm", "lt-t"), ("qkv_gemm", "lt-n"))
+    base, other = T.calls(s, T.Layout("gemm", 4, 99), 9), T.calls(s, T.Layout("gemm", 4, 99, forms=forms), 9)
+    assert T.Layout("gemm", 4, 99, forms=forms).form("fc_gemm") == "blas-n"
+    assert T.Layout("gemm", 4, 99).form("proj_gemm") == "lt-t" and T.Layout("gemm", 4, 99).form("lm_head_gemm") == "blas-t"
+    F, V, w = 4 * s.n_embd, s.vocab, s.elem
+    for a, b in zip(base, other):
+        assert a.weights == b.weights and (a.kv_read, a.kv_write) == (b.kv_read, b.kv_write), a.kernel
+        extra = {"fc_gemm": (16 * F * w, 16 * F * w), "lm_head_gemm": (V * w, 0)}.get(a.kernel, (0, 0))
+        assert (b.act_in - a.act_in, b.act_out - a.act_out) == extra, a.kernel
+
+
+@pytest.mark.skipif(triton_import_error() is not None, reason=f"Triton does not import: {triton_import_error()}")
+def test_the_layouts_forms_are_the_plans_library_calls(tiny, monkeypatch) -> None:
+    """A plan bound in measured forms (a fake timer on the CPU): Layout.of_plan names the forms that are not the
+    default, and the traffic's calls are still the plan's launches in order."""
+    from lab.step.fused import layout as LY, library
+    from lab.step.fused.step import prepare
+
+    _, w = tiny
+    wins = {"proj": "blas-n", "lm_head": "lt-n"}
+    real = LY.measure
+
+    def measure(projection, default, forms, per_burst, timer, agree=None, shape=(0, 0, 0)):
+        fake = lambda b: {f: [1.0 if wins.get(projection) == f else 2.0] for f in b}  # noqa: E731
+        return real(projection, default, forms, per_burst, fake, agree, shape)
+
+    choose = library.choose_forms
+    monkeypatch.setattr(LY, "measure", measure)
+    monkeypatch.setattr(library, "choose_forms", lambda w_, bufs, timer=None: choose(w_, bufs, lambda b: {}))
+    plan = prepare(D.new_state(w, 8, 24), w)  # batch 8: the gemm path
+    layout = T.Layout.of_plan(plan)
+    assert layout.forms == (("lm_head_gemm", "lt-n"), ("proj_gemm", "blas-n"))
+    step = T.calls(T.Shape.of(w, 8, 24), layout, 8)
+    assert [c.kernel for c in step] == [x.name for x in plan.launches]
+    assert [x.form for x in plan.launches if x.name == "proj_gemm"] == ["blas-n"] * w.n_layer

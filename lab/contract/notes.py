@@ -128,10 +128,17 @@ FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused
                                                                    "the step, the latency + bytes/bandwidth fit",
                          ("cuda_graph_decode", "model_scaling", "peer_generate"),
                          fields=("method", "params", "path", "position", "additive", "step_us", KERNEL_ROWS, "fit", "why"))
+FUSED_LAYOUTS = NoteSpec("fused_layouts.{method}.{shape}", dict, "how the hand-fused step's gemm path calls the "
+                                                                 "library for each projection (lab.step.fused.layout):"
+                                                                 " the form chosen when the method was built, the "
+                                                                 "default, why, and every candidate form's median us "
+                                                                 "a call or why it was not timed",
+                         ("cuda_graph_decode", "model_scaling", "peer_generate"),
+                         fields=("method", "params", "timed", "why", "allow_tf32", "extra_bytes", "projections"))
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
                                BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
-                               WARMUP, PLACEMENT, CONSOLE_IN_TIMING, FUSED_KERNELS)
+                               WARMUP, PLACEMENT, CONSOLE_IN_TIMING, FUSED_KERNELS, FUSED_LAYOUTS)
 
 
 def declared(experiment: str, key: str) -> NoteSpec | None:

@@ -6,7 +6,8 @@ only the metrics its experiment's catalogue entry declares:
 
 1. `build`: each method (a row of lab.step.methods) made ready once, its setup (compile, capture)
    timed as `setup_s`; a method this host, torch or the budget cannot run is a skipped part with its
-   reason; a method that needs one graph and gets several is a failed check with Dynamo's reason.
+   reason; a method that needs one graph and gets several is a failed check with Dynamo's reason. The
+   hand-fused step on its gemm path also notes how each projection calls the library (`fused_layouts`).
 2. `check`: one free-running decode per method outside the timed path (agreement with eager and the
    largest logit difference, recorded as data), then the correctness rule of lab.step.correctness
    (exact tokens for eager's own kernels in fp32, the teacher-forced rule otherwise), recorded as
@@ -137,6 +138,8 @@ def build(ctx: Any, w: Weights, names: tuple[str, ...], prompt: torch.Tensor, sh
                 budget.spend()
         out.built[name] = m
         _record_setup(ctx, name, m, shape)
+        if m.path == "gemm":  # the hand-fused step on its library-GEMM path: how it calls the library, and why
+            _fused_layouts(ctx, name, m, shape)
     return out
 
 
@@ -149,6 +152,20 @@ def _record_setup(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape) 
         record(ctx, M.CUDAGRAPH_SKIPS, m.counters["cudagraph_skips"], shape, method=name)
         if m.skip_reasons:
             ctx.note(f"cudagraph_skip_reasons.{name}", sorted(set(m.skip_reasons)))
+
+
+def _fused_layouts(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape) -> None:
+    """The `fused_layouts` note: each projection's library-call form as the plan was built with it (on CUDA measured
+    then, lab.step.fused.library.choose_forms), with every candidate's median."""
+    from lab.step.fused import breakdown, library
+
+    plan = breakdown.plan_of(m.state)
+    choice = None if plan is None else library.choice_of(plan)
+    if choice is None:
+        ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no layout note")
+        return
+    key = notes.FUSED_LAYOUTS.key_for(method=name, shape=".".join(_short(k_, v) for k_, v in shape.params.items()))
+    ctx.note(key, {"method": name, "params": dict(shape.params), **choice.as_note()})
 
 
 def agreement(tokens: torch.Tensor, reference: torch.Tensor, start: int, end: int) -> float:

@@ -8,6 +8,10 @@
   docstring each (what it fuses, bytes, launches).
 - `lab.step.fused.rule`: which projection path a plan takes at a (batch, size, dtype): the GEMV kernels, or
   the library's GEMMs with the Triton row kernels around them (`lab.step.fused.library`); declared, with reasons.
+- `lab.step.fused.layout`: on the gemm path, how each projection calls the library (cuBLASLt's bias epilogue or
+  the plain GEMM, on W or a transposed copy): the forms, the declared default (the CPU's), and the selection
+  that `library.choose_forms` times on CUDA when a plan is built (the `fused_layouts` note records it). Its
+  benefit is unmeasured until an H200 run.
 - `lab.step.fused.configs`: block sizes (heuristics + the tuned table) and the byte budget; no Triton.
 - `lab.step.fused.traffic`: each launch's bytes per call (weights, KV cache, activations), on both paths; no Triton.
 - `lab.step.fused.breakdown`: a profiled step kernel by kernel (time, bytes, achieved bandwidth, the latency fit).

@@ -7,8 +7,10 @@ profile; the profile phase (lab.experiments.common.methods) calls `table` and st
 `fused_kernels.{method}.{shape}` note (lab.contract.notes.FUSED_KERNELS).
 
 Matching: a Triton launch is the next kernel whose name starts with its function's name; a library call (the
-gemm path's torch.addmm / torch.mm) takes every kernel up to the next Triton launch's. A profile that does not
-follow the plan's launches is not forced into it: the table keeps its bytes and says why it has no times.
+gemm path's torch.addmm / torch.mm) takes every kernel up to the next Triton launch's, whatever its form
+(lab.step.fused.layout: a plain-GEMM form's bias copy and its GEMM, a split-K GEMM's reduction, all count
+as the call's); each library call's row says its form. A profile that does not follow the plan's launches
+is not forced into it: the table keeps its bytes and says why it has no times.
 
 The fit: least squares over every call of the layer kernels (the launches of each layer,
 traffic.LAYER_KERNELS), µs against bytes: its intercept is the fixed cost of a launch that moves nothing, its
@@ -92,14 +94,16 @@ def fit(points: Sequence[tuple[float, float]]) -> Fit | None:
     return Fit(fixed, slope, n, n * fixed / total if total > 0 else 0.0)
 
 
-def _rows(step: Sequence[T.Call], us: list[float] | None, step_us: float | None) -> list[dict[str, Any]]:
+def _rows(step: Sequence[T.Call], us: list[float] | None, step_us: float | None,
+          layout: T.Layout) -> list[dict[str, Any]]:
     rows = []
     for k in T.per_kernel(list(step)):
         idx = [i for i, c in enumerate(step) if c.kernel == k.kernel]
         total_us = sum(us[i] for i in idx) if us is not None else None
         per_us = total_us / k.calls if total_us is not None else None
         per_b = k.per_call
-        rows.append({"kernel": k.kernel, "function": T.FUNCTIONS.get(k.kernel), "calls": k.calls,
+        rows.append({"kernel": k.kernel, "function": T.FUNCTIONS.get(k.kernel),
+                     "form": layout.form(k.kernel) if k.kernel in T.LIBRARY else None, "calls": k.calls,
                      "us_per_call": None if per_us is None else round(per_us, 3),
                      "us": None if total_us is None else round(total_us, 3),
                      "bytes_per_call": round(per_b), "weight_bytes_per_call": round(k.weights / k.calls),
@@ -138,7 +142,7 @@ def table(method: str, params: dict[str, Any], shape: T.Shape, layout: T.Layout,
             "step_us": None if step_us is None else round(step_us, 3),
             "kernel_us": None if us is None else round(sum(us), 3),
             "busy_us": None if busy_us is None else round(busy_us, 3),
-            "bytes": sum(c.total for c in step), "kernels": _rows(step, us, step_us), "fit": fitted, "why": why}
+            "bytes": sum(c.total for c in step), "kernels": _rows(step, us, step_us, layout), "fit": fitted, "why": why}
 
 
 def plan_of(state: Any) -> Any:

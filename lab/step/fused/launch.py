@@ -31,6 +31,7 @@ class LibraryCall:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    form: str = ""  # how it calls the library (lab.step.fused.layout.Form); "" where no form applies
 
     def __call__(self) -> None:
         self.fn(*self.args, **self.kwargs)

@@ -13,6 +13,17 @@ Two paths compute the same step (lab.step.fused.step):
   bf16 (in fp32 cuBLAS keeps IEEE fp32 unless TF32 is allowed, which the lab leaves off: an fp32
   method using TF32 would be another method).
 
+On the gemm path, how each projection calls the library is chosen when the plan is built
+(lab.step.fused.layout, lab.step.fused.library.choose_forms): cuBLASLt with the bias in its epilogue or
+the plain cuBLAS GEMM, on the weight as stored or on a contiguous transposed copy, timed per projection
+with CUDA events on the device (the declared default, today's `F.linear`-like calls, elsewhere), the
+choice and every candidate's median kept in the `fused_layouts` note. Why: on the H200 (2026-12-01,
+GPT-2 124M fp32, B=16) the default calls landed on `cutlass_80_simt_sgemm_64x64_8x5_tn` (24 calls,
+1080 us) and gemmSN_TN (24 calls, 318 us), and the fused step took 1.756 ms against compile+graph's
+1.105, whose calls of the same products landed on other cuBLAS kernels; at B=64 2.04 against 1.73.
+What the measured choice gains is unmeasured until an H200 run; the thresholds below were measured
+with the default calls.
+
 `gemv-prefetch` is the gemv path with the PREFETCH kernels (`fused-pdl-prefetch`), taken only where it
 pays: where every PREFETCH kernel's one-chunk config (configs.prefetch_config) still serves the whole
 batch in one row tile, so no weight slice is read twice; elsewhere the variant runs the path the rule

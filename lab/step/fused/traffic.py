@@ -16,6 +16,11 @@ Per call, four separate terms:
   logits, the per-block argmax candidates (8 B each), tokens (int64). The 8-byte position each kernel reads
   is not counted, nor a row that several programs of one launch re-read from L2.
 
+On the gemm path the bytes of a library call depend on its form (lab.step.fused.layout, `Layout.forms`): a
+plain-GEMM form with a bias copies the bias rows into the output first (B x N written) and the GEMM reads
+them back (beta 1: B x N read); lm_head through cuBLASLt's epilogue reads a zero bias (N, as an activation:
+it is no model weight). W or its transposed copy: the same bytes.
+
 So over a step: sum(weights) is every weight tensor once, less wpe but its one row, plus the B wte rows the
 embedding gathers (the lm_head reads wte whole again); sum(kv_read) at position p is ceilings.step_bytes's
 cache term at p + 1 slots (tests/test_traffic.py checks both against lab.step.ceilings.step_bytes).
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from lab.step.fused import layout as LY
 
 FP32 = 4  # the residual stream, q, h and the attention partials are fp32 on both paths
 INDEX = 8  # tokens are int64; an argmax candidate is an fp32 value + an int32 index
@@ -66,14 +73,23 @@ class Layout:
     n_splits: int  # attention splits (partials per batch row and head)
     lm_blocks: int  # argmax candidates per batch row
     early_attention: bool = False  # the prefetch variant's attention reads every slot of its split
+    # the gemm path's library calls: (launch name, form) where not the default (lab.step.fused.layout.DEFAULT)
+    forms: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of_plan(cls, plan: Any) -> Layout:
-        """From a lab.step.fused.step.FusedPlan: its workspace's shapes and its attention launch's switches."""
+        """From a lab.step.fused.step.FusedPlan: its workspace's shapes, its attention launch's switches and the
+        forms its library calls were bound in."""
         ws = plan.workspace
         early = any(getattr(x, "name", "") == "attention" and bool(getattr(x, "meta", {}).get("EARLY"))
                     for x in plan.launches)
-        return cls(str(plan.path), int(ws.part_m.shape[2]), int(ws.lm_val.shape[1]), early)
+        forms = {x.name: x.form for x in plan.launches if getattr(x, "form", "")}
+        return cls(str(plan.path), int(ws.part_m.shape[2]), int(ws.lm_val.shape[1]), early,
+                   tuple(sorted((k, v) for k, v in forms.items() if v != LY.DEFAULT[LY.BY_LAUNCH[k].name])))
+
+    def form(self, launch: str) -> str:
+        """The form of library call `launch` (its default where `forms` does not name it)."""
+        return dict(self.forms).get(launch, str(LY.DEFAULT[LY.BY_LAUNCH[launch].name]))
 
 
 @dataclass(frozen=True)
@@ -142,19 +158,27 @@ def _gemm(s: Shape, layout: Layout, position: int) -> list[Call]:
         return Call("add_ln", 2 * E * w + (embed if embed_here else 0),
                     act_in=B * INDEX if embed_here else row + low, act_out=row + low)
 
+    def gemm(launch: str, k: int, n: int) -> Call:  # out [B, n] = a [B, k] @ W.T (+ bias [n]), in its form
+        has_bias = LY.BY_LAUNCH[launch].bias is not None
+        form = layout.form(launch)
+        copied = B * n * w if LY.copies_bias(form, has_bias) else 0  # written by the copy, read back by the GEMM
+        zero = n * w if LY.zero_bias(form, has_bias) else 0
+        return Call(launch, (n * k + (n if has_bias else 0)) * w, act_in=B * k * w + copied + zero,
+                    act_out=B * n * w + copied)
+
     out = []
     for i in range(s.n_layer):
         out += [add_ln(i == 0),
-                Call("qkv_gemm", (3 * E * E + 3 * E) * w, act_in=low, act_out=3 * low),
+                gemm("qkv_gemm", E, 3 * E),
                 Call("attention", 0, kv_read=position * kv_row, kv_write=kv_row, act_in=3 * low, act_out=partials),
                 Call("combine", 0, act_in=partials, act_out=low),
-                Call("proj_gemm", (E * E + E) * w, act_in=low, act_out=low),
+                gemm("proj_gemm", E, E),
                 add_ln(False),
-                Call("fc_gemm", (F * E + F) * w, act_in=low, act_out=B * F * w),
+                gemm("fc_gemm", E, F),
                 Call("gelu", 0, act_in=B * F * w, act_out=B * F * w),
-                Call("fc2_gemm", (E * F + E) * w, act_in=B * F * w, act_out=low)]
+                gemm("fc2_gemm", F, E)]
     return out + [add_ln(False),
-                  Call("lm_head_gemm", V * E * w, act_in=low, act_out=B * V * w),
+                  gemm("lm_head_gemm", E, V),
                   Call("block_argmax", 0, act_in=B * V * w, act_out=cands),
                   Call("argmax", 0, act_in=cands, act_out=2 * B * INDEX)]
 
