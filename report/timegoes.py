@@ -17,7 +17,7 @@ from lab.contract import units
 from lab.contract.names import method_rank
 from lab.contract.results import Metric, Record, Results
 
-from report import kernelbytes
+from report import kernelbytes, layouts
 from report.sections import record
 from report.steps import DECODE, cases, floor_ms, pct, step_rows
 from report.style import display
@@ -107,7 +107,8 @@ def top_kernels(rec: Record | None) -> dict[tuple[Any, str], dict[str, list[dict
 
 def kernel_tables(results: Results) -> list[Table]:
     """One table per batch and dtype: each method's top kernels with count, GPU time and share of its busy time;
-    then the hand-fused step kernel by kernel (report.kernelbytes: time, bytes, achieved bandwidth, the fit)."""
+    then the hand-fused step kernel by kernel (report.kernelbytes: time, bytes, achieved bandwidth, the fit) and how
+    its gemm path called the library (report.layouts)."""
     rec = record(results, DECODE)
     tables = []
     for i, ((batch, dtype), per_method) in enumerate(sorted(top_kernels(rec).items(), key=lambda kv: (
@@ -124,7 +125,7 @@ def kernel_tables(results: Results) -> list[Table]:
                                    Cell(str(k.get("name", "?")), cls="kernel"), num(k.get("count")),
                                    num(us, units.US), Cell(pct(share), cls="num")])
         tables.append(table)
-    return tables + kernelbytes.tables(results)
+    return tables + kernelbytes.tables(results) + layouts.tables(results)
 
 
 def samples(results: Results) -> dict[tuple[Any, str], dict[str, list[float]]]:

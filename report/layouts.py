@@ -1,0 +1,65 @@
+"""How the hand-fused step's gemm path called the library, per projection: the forms timed when the method was
+built, each one's median, and the one chosen (the `fused_layouts` notes, lab.step.fused.layout)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.contract import notes as N
+from lab.contract import units
+from lab.contract.names import method_rank
+from lab.contract.results import Results
+
+from report.sections import record
+from report.steps import DECODE
+from report.style import display
+from report.tables import Cell, Table, fmt, num, sort_key
+
+
+def found(results: Results) -> list[dict[str, Any]]:
+    """Every well-formed fused-layouts note of cuda_graph_decode: fp32 first, batches ascending, by method."""
+    rec = record(results, DECODE)
+    notes = [v for k, v in (rec.notes if rec else {}).items()
+             if N.FUSED_LAYOUTS.parse(k) is not None and isinstance(v, dict) and N.FUSED_LAYOUTS.problem(v) is None]
+    return sorted(notes, key=lambda n: (str(n["params"].get("dtype")) != "float32", str(n["params"].get("dtype")),
+                                        sort_key(n["params"].get("batch")), method_rank(str(n["method"]))))
+
+
+def _forms(projections: dict[str, Any]) -> list[str]:
+    forms: list[str] = []
+    for pick in projections.values():
+        for form in (pick.get("candidates") or {}) if isinstance(pick, dict) else ():
+            if form not in forms:
+                forms.append(form)
+    return forms
+
+
+def table(note: dict[str, Any]) -> Table:
+    p, projections = note["params"], note["projections"] if isinstance(note["projections"], dict) else {}
+    forms = _forms(projections)
+    how = ("each form timed with CUDA events when the method was built (median µs a call); the fastest kept"
+           if note.get("timed") else f"not timed: {note.get('why') or 'no reason recorded'}; the declared default used")
+    t = Table(columns=["projection", "product (B × in → out)", "default", "chosen", *forms],
+              caption=f"How {display(str(note['method']))}'s gemm path called the library, batch {fmt(p.get('batch'))}, "
+                      f"{p.get('dtype')}: {how}" + ("; TF32 allowed" if note.get("allow_tf32") else ""),
+              id=f"fused-layouts-{note['method']}-b{p.get('batch')}-{p.get('dtype')}", cls="kernels", collapsed=True)
+    for name, pick in projections.items():
+        if not isinstance(pick, dict):
+            continue
+        shape = pick.get("shape") or []
+        product = f"{shape[0]} × {shape[1]} → {shape[2]}" if len(shape) == 3 else "?"
+        cands = pick.get("candidates") or {}
+        cells = []
+        for form in forms:
+            c = cands.get(form) or {}
+            cells.append(Cell(f"failed: {c['error']}"[:80], title=str(c["error"])) if c.get("error")
+                         else num(c.get("median_us"), units.US))
+        chosen = str(pick.get("chosen"))
+        t.rows.append([Cell(name), Cell(product), Cell(str(pick.get("default"))),
+                       Cell(chosen, cls="good" if chosen != pick.get("default") else "", title=str(pick.get("reason") or "")),
+                       *cells])
+    return t
+
+
+def tables(results: Results) -> list[Table]:
+    return [table(n) for n in found(results)]
