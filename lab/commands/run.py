@@ -63,20 +63,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def stop_after_seconds(text: str | None) -> float | None:
-    """--stop-after's value in seconds (None: not given); ValueError (one line) for anything but a positive number."""
-    if text is None:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"--stop-after {text!r}: give the budget in seconds, a number more than 0 (e.g. "
-                         "--stop-after 480 on a host that stops a command after 10 minutes)")
-    return seconds
-
-
 def continue_command(args: argparse.Namespace, profile: str, out: Path) -> str:
     """The command that continues a run stopped at its budget: this one as --resume (never --force)."""
     words = [sys.executable, "-m", "lab", "run", "--profile", profile, "--out", str(out), "--resume"]
@@ -125,8 +111,8 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("--resume: give the run directory to resume with --out DIR")
     if args.allow_source_change and not args.resume:
         raise ValueError("--allow-source-change: only a --resume can mix versions of the lab's source; add --resume")
-    seconds = stop_after_seconds(args.stop_after)
-    budget = run_budget.Budget(seconds, started) if seconds is not None else None
+    budget = run_budget.Budget(run_budget.parse_seconds(args.stop_after), started) \
+        if args.stop_after is not None else None
     out = args.out or Path("runs") / f"{profile.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     results = runner.run(profile, out, only=only, weights=args.weights, argv=sys.argv, set_text=set_text,
                          resume=args.resume, force=args.force, verbose=args.verbose,

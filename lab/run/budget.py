@@ -29,6 +29,23 @@ from lab.contract.results import Record, Stop
 EXIT_STOPPED = 75  # sysexits' EX_TEMPFAIL: not done, try again (`lab run --resume` with the same options)
 
 
+def refused(shown: str) -> ValueError:
+    """The one refusal of a budget that is not a positive, finite number of seconds (`shown`: as the user gave it)."""
+    return ValueError(f"--stop-after {shown}: give the budget in seconds, a number more than 0 (e.g. --stop-after 480 "
+                      "on a host that stops a command after 10 minutes)")
+
+
+def parse_seconds(text: str) -> float:
+    """--stop-after's text in seconds; `refused` (one line) for anything but a positive, finite number."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise refused(repr(text)) from None
+    if not 0 < seconds < float("inf"):
+        raise refused(repr(text))
+    return seconds
+
+
 def now() -> float:
     """The budget's clock: monotonic seconds."""
     return time.monotonic()
@@ -50,9 +67,8 @@ class Budget:
     expected: dict[str, float] = field(default_factory=dict)  # from earlier starts (earlier_durations)
 
     def __post_init__(self) -> None:
-        if not self.seconds > 0:
-            raise ValueError(f"--stop-after {self.seconds:g}: give the budget in seconds, more than 0 (e.g. "
-                             "--stop-after 480 on a host that stops a command after 10 minutes)")
+        if not 0 < self.seconds < float("inf"):
+            raise refused(f"{self.seconds:g}")
 
     def elapsed(self) -> float:
         return self.clock() - self.started
