@@ -21,13 +21,19 @@ from report.style import display
 from report.tables import Cell, Table, fmt, is_number, num, sort_key
 
 
-def found(results: Results) -> list[dict[str, Any]]:
-    """Every stored fused-kernels note of cuda_graph_decode, fp32 first, batches ascending, plain `fused` first."""
+def fused_notes(results: Results, spec: N.NoteSpec) -> list[dict[str, Any]]:
+    """Every well-formed note of `spec` (per fused method and shape) cuda_graph_decode stored: fp32 first, batches
+    ascending, plain `fused` first."""
     rec = record(results, DECODE)
     notes = [v for k, v in (rec.notes if rec else {}).items()
-             if N.FUSED_KERNELS.parse(k) is not None and isinstance(v, dict) and N.FUSED_KERNELS.problem(v) is None]
+             if spec.parse(k) is not None and isinstance(v, dict) and spec.problem(v) is None]
     return sorted(notes, key=lambda n: (str(n["params"].get("dtype")) != "float32", str(n["params"].get("dtype")),
                                         sort_key(n["params"].get("batch")), method_rank(str(n["method"]))))
+
+
+def found(results: Results) -> list[dict[str, Any]]:
+    """Every stored fused-kernels note (fused_notes' order)."""
+    return fused_notes(results, N.FUSED_KERNELS)
 
 
 def _mb(nbytes: Any) -> str:

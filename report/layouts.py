@@ -7,22 +7,16 @@ from typing import Any
 
 from lab.contract import notes as N
 from lab.contract import units
-from lab.contract.names import method_rank
 from lab.contract.results import Results
 
-from report.sections import record
-from report.steps import DECODE
+from report.kernelbytes import fused_notes
 from report.style import display
-from report.tables import Cell, Table, fmt, num, sort_key
+from report.tables import Cell, Table, fmt, num
 
 
 def found(results: Results) -> list[dict[str, Any]]:
-    """Every well-formed fused-layouts note of cuda_graph_decode: fp32 first, batches ascending, by method."""
-    rec = record(results, DECODE)
-    notes = [v for k, v in (rec.notes if rec else {}).items()
-             if N.FUSED_LAYOUTS.parse(k) is not None and isinstance(v, dict) and N.FUSED_LAYOUTS.problem(v) is None]
-    return sorted(notes, key=lambda n: (str(n["params"].get("dtype")) != "float32", str(n["params"].get("dtype")),
-                                        sort_key(n["params"].get("batch")), method_rank(str(n["method"]))))
+    """Every stored fused-layouts note (report.kernelbytes.fused_notes' order)."""
+    return fused_notes(results, N.FUSED_LAYOUTS)
 
 
 def _forms(projections: dict[str, Any]) -> list[str]:
