@@ -53,3 +53,22 @@ def test_relation_overlap_is_same_disjoint_is_higher_or_lower():
 def test_an_inverted_interval_is_refused():
     with pytest.raises(ValueError, match="above its high end"):
         I.Interval(2.0, 1.0)
+
+
+def test_a_stored_speedups_interval_is_read_back_by_its_declaration() -> None:
+    from lab.contract import metrics as M
+    from lab.contract.results import Metric, Record
+    from lab.run.context import stored_interval
+
+    p = {"method": "graph", "batch": 1}
+    rec = Record(id="x", title="x", status="OK", metrics=[
+        Metric("speedup_vs_eager", 4.0, "x", p), Metric("speedup_ci_low", 3.8, "x", p),
+        Metric("speedup_ci_high", 4.3, "x", p), Metric("speedup_ci_low", None, "x", {**p, "batch": 8}),
+        Metric("speedup_ci_high", None, "x", {**p, "batch": 8})])
+    ci = stored_interval(rec, M.SPEEDUP_VS_EAGER, **p)
+    assert ci is not None and (ci.low, ci.high) == (3.8, 4.3)
+    assert stored_interval(rec, M.SPEEDUP_VS_EAGER, method="graph", batch=8) is None  # stored empty: too few rounds
+    with pytest.raises(KeyError):
+        stored_interval(rec, M.SPEEDUP_VS_EAGER, method="graph", batch=64)  # nothing stored
+    with pytest.raises(KeyError, match="declares no interval"):
+        stored_interval(rec, M.STEP_MS, **p)

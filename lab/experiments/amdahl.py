@@ -48,7 +48,7 @@ from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.contract.results import ok_record
-from lab.run.context import Context
+from lab.run.context import Context, stored_interval
 
 DEFAULT_K = 3.0
 
@@ -128,9 +128,10 @@ def _lead_decode_speedup(records: list[Any]) -> Speedup | None:
     for m in rec.metrics if rec else []:
         if (m.name == M.SPEEDUP_VS_EAGER.name and m.params.get("method") == Method.COMPILE_DEFAULT
                 and m.params.get("batch") == 1 and not m.params.get("readback", False)):
-            ends = [next((o.value for o in rec.metrics if o.name == n.name and o.params == m.params), None)
-                    for n in (M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH)]
-            return float(m.value), intervals.of(*ends)
+            try:
+                return float(m.value), stored_interval(rec, M.SPEEDUP_VS_EAGER, **m.params)
+            except KeyError:  # a run from before speedups had intervals
+                return float(m.value), None
     return None
 
 
@@ -196,8 +197,7 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
             ctx.timing(M.STEP_MS, xs, workload=workload, method=m)
         measured = ctx.speedup(M.MEASURED_SPEEDUP, samples[Method.EAGER], samples[Method.COMPILE_DEFAULT],
                                workload=workload)
-        ci = intervals.of(ctx.record.metric(M.SPEEDUP_CI_LOW.name, workload=workload).value,
-                          ctx.record.metric(M.SPEEDUP_CI_HIGH.name, workload=workload).value)
+        ci = stored_interval(ctx.record, M.MEASURED_SPEEDUP, workload=workload)
         ctx.note(f"measured_source.{workload}", "compiled here (Inductor default mode), rotating rounds")
         torch._dynamo.reset()
     ctx.metric(M.MEASURED_OVER_PREDICTED, measured / pred, workload=workload)

@@ -21,7 +21,7 @@ from lab.step.model import torch_dtype
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
-from lab.run.context import Context
+from lab.run.context import Context, stored_interval
 
 
 
@@ -96,6 +96,6 @@ def run(ctx: Context) -> None:
     ctx.metric(M.ACHIEVED_TFLOPS, flops / (ms[Method.EAGER] * 1e-3) / 1e12, method=Method.EAGER)
     share = ctx.record.metric(M.GEMM_SHARE.name, method=Method.EAGER).value
     ctx.check("GEMMs dominate eager time (>= 60%)", share >= 0.6, fatal=False, detail=f"{share:.0%}")
-    ci = intervals.of(ctx.record.metric(M.SPEEDUP_CI_LOW.name).value, ctx.record.metric(M.SPEEDUP_CI_HIGH.name).value)
+    ci = stored_interval(ctx.record, M.SPEEDUP)
     ctx.check(*about_one(sp, ci), fatal=False)
     torch._dynamo.reset()

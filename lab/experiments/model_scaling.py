@@ -35,7 +35,7 @@ from lab.contract.names import Method
 from lab.contract.options import option
 from lab.experiments.common.sweep import SHAPES, Budget, conclude, copy_bandwidth, free_device_memory, measure_methods, parameters, \
     random_weights
-from lab.run.context import Context
+from lab.run.context import Context, stored_interval
 
 Size = Literal["gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B", "tiny-2L", "tiny-4L"]
 DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_GRAPH)
@@ -63,9 +63,7 @@ class Options:
 def _speedup(ctx, **params) -> tuple[float, intervals.Interval | None]:
     """A method's stored speedup over eager and its 95% interval (None where fewer than two rounds ran)."""
     value = ctx.record.metric(M.SPEEDUP_VS_EAGER.name, **params).value
-    low = ctx.record.metric(M.SPEEDUP_CI_LOW.name, **params).value
-    high = ctx.record.metric(M.SPEEDUP_CI_HIGH.name, **params).value
-    return float(value), intervals.of(low, high)
+    return float(value), stored_interval(ctx.record, M.SPEEDUP_VS_EAGER, **params)
 
 
 def priority(sizes: tuple[str, ...], dtypes: tuple[str, ...], batches: tuple[int, ...]) -> list[tuple[int, str, str]]:

@@ -53,7 +53,7 @@ from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, measure_methods, prompt_for, provenance
 from lab.measure.timing import clock_for, first_call
-from lab.run.context import Context
+from lab.run.context import Context, stored_interval
 
 Variant = Literal["dynamic", "static", "static+compile", "static+compile-default"]
 COMPILED = ("static+compile", "static+compile-default")
@@ -320,8 +320,7 @@ def _compare(ctx, lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[
         ours = min(methods, key=lambda m: _median(methods[m]))
         mine, peer = _median(methods[ours]), _median(theirs[best_peer])
         stored = {"impl": "lab", "method": ours, "batch": batch, "peer": best_peer}
-        ci = intervals.of(ctx.record.metric(M.SPEEDUP_CI_LOW.name, **stored).value,
-                          ctx.record.metric(M.SPEEDUP_CI_HIGH.name, **stored).value)
+        ci = stored_interval(ctx.record, M.SPEEDUP_VS_PEER, **stored)
         parts.append(f"at batch {batch} the lab's {ours} step takes {mine:.3g} ms against {peer:.3g} ms per token for "
                      f"transformers' {best_peer} ({peer / mine:.1f}x{' ' + ci.text() if ci else ''}: {faster(ci)})")
     failed = sorted({m.params["variant"] for m in ctx.record.metrics

@@ -83,6 +83,16 @@ def _rounds(samples: Any) -> list[list[float]] | None:
     return None
 
 
+def stored_interval(record: Record, spec: MetricSpec, **params: Any) -> intervals.Interval | None:
+    """The 95% interval `record` stored beside its `spec` figure with these params (the metrics the declaration
+    names in `spec.interval`, as `Context.speedup` writes them); None where it stored an empty one. KeyError where
+    the record holds no such metrics."""
+    if spec.interval is None:
+        raise KeyError(f"{spec.name} declares no interval")
+    low, high = (record.metric(name, **params).value for name in spec.interval)
+    return intervals.of(low, high)
+
+
 class Context:
     """What an experiment receives: the profile, its resolved options, the device, a clock, and a recorder."""
 
