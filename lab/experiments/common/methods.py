@@ -164,7 +164,7 @@ def _fused_layouts(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape)
     if choice is None:
         ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no layout note")
         return
-    key = notes.FUSED_LAYOUTS.key_for(method=name, shape=".".join(_short(k_, v) for k_, v in shape.params.items()))
+    key = notes.FUSED_LAYOUTS.key_for(method=name, shape=_note_shape(shape))
     ctx.note(key, {"method": name, "params": dict(shape.params), **choice.as_note()})
 
 
@@ -315,7 +315,7 @@ def profile(ctx: Any, ms: MethodSet) -> None:
             if step is not None:
                 record(ctx, M.GAP_US, round(step * 1e3 - k["busy_us"], 2), shape, method=name)
         if M.KERNELS_PER_STEP in ctx.spec.metrics:
-            ctx.note(f"top_kernels.{name}.{'.'.join(_short(k_, v) for k_, v in shape.params.items())}", k["top"])
+            ctx.note(f"top_kernels.{name}.{_note_shape(shape)}", k["top"])
             if m.path is not None and k.get("sequence") is not None:  # the hand-fused step, profiled on a GPU
                 _fused_kernels(ctx, ms, name, m, k)
 
@@ -326,7 +326,7 @@ def _fused_kernels(ctx: Any, ms: MethodSet, name: str, m: stepmethods.StepMethod
     from lab.step.fused import breakdown, traffic
 
     shape = ms.shape
-    key = notes.FUSED_KERNELS.key_for(method=name, shape=".".join(_short(k_, v) for k_, v in shape.params.items()))
+    key = notes.FUSED_KERNELS.key_for(method=name, shape=_note_shape(shape))
     plan = breakdown.plan_of(m.state)
     if plan is None:
         ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no per-kernel table")
@@ -340,3 +340,8 @@ def _fused_kernels(ctx: Any, ms: MethodSet, name: str, m: stepmethods.StepMethod
 
 def _short(key: str, value: Any) -> str:
     return f"b{value}" if key == "batch" else str(value)
+
+
+def _note_shape(shape: Shape) -> str:
+    """The shape as the per-method notes name it ("b1.float32"): top_kernels, fused_kernels, fused_layouts."""
+    return ".".join(_short(k, v) for k, v in shape.params.items())
