@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,18 +180,9 @@ def _measured(w: Weights, bufs: dict[str, torch.Tensor], timer: LY.Timer, shapes
     return out
 
 
-# The choice behind each workspace's library calls (what `choice_of` reads back), dropped with the workspace.
-_CHOICES: dict[int, LY.Choice] = {}
-
-
-def register(ws: Any, choice: LY.Choice) -> None:
-    _CHOICES[id(ws)] = choice
-    weakref.finalize(ws, _CHOICES.pop, id(ws), None)
-
-
 def choice_of(plan: Any) -> LY.Choice | None:
     """The forms a gemm-path plan's library calls were bound in, with every candidate's median (None: no gemm path)."""
-    return _CHOICES.get(id(plan.workspace))
+    return plan.workspace.layouts
 
 
 def launches(state: DecodeState, w: Weights, ws: Any, cfg: dict[str, C.Config], common: dict[str, Any],
@@ -216,7 +206,7 @@ def launches(state: DecodeState, w: Weights, ws: Any, cfg: dict[str, C.Config], 
 
     bufs = {**lib, "logits": ws.logits}
     bound = choose_forms(w, bufs)
-    register(ws, bound.choice)
+    ws.layouts = bound.choice
 
     def gemm(name: str, i: int) -> LibraryCall:
         p = LY.BY_LAUNCH[name]

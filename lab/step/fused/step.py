@@ -100,6 +100,9 @@ class Workspace:
     # the gemm path's GEMM inputs and outputs (lab.step.fused.library.buffers; empty on the gemv path,
     # where q and h are used instead: empty on the gemm path)
     library: dict[str, torch.Tensor] = field(default_factory=dict)
+    # the gemm path's library-call forms, with every candidate's median (lab.step.fused.layout.Choice; None on the
+    # gemv path): what `library.choice_of` reads back for the `fused_layouts` note
+    layouts: Any = None
 
     def nbytes(self) -> int:
         tensors = [t for t in self.__dict__.values() if isinstance(t, torch.Tensor)] + list(self.library.values())
