@@ -149,4 +149,4 @@ def plan_of(state: Any) -> Any:
     """The fused plan bound to `state` (lab.step.fused.step's plans, made when the method was built), or None."""
     from lab.step.fused import step
 
-    return next((p for p in list(step._PLANS.values()) if p.state_ref() is state), None)
+    return step.plan_bound_to(state)

@@ -278,6 +278,11 @@ def plan_for(state: DecodeState, w: Weights, pdl: bool = False, prefetch: bool =
     return plan
 
 
+def plan_bound_to(state: Any) -> FusedPlan | None:
+    """The cached plan made for `state` (by `plan_for`, when its method was built), or None."""
+    return next((p for (sid, _, _), p in list(_PLANS.items()) if sid == id(state) and p.state_ref() is state), None)
+
+
 def fused_step(state: DecodeState, w: Weights | FusedPlan) -> torch.Tensor:
     """One greedy step, hand-fused (the `fused` method). Returns the workspace's logits [B, V]."""
     plan = w if isinstance(w, FusedPlan) else plan_for(state, w)
