@@ -20,7 +20,7 @@ from lab.step.model import resolve_weights
 def test_the_child_warms_up_until_steady_and_returns_rounds_the_warm_up_and_the_launch_cost():
     out = sentinel.child(dataclasses.asdict(TINY), resolve_weights(TINY, "random"), "cpu", prompt_len=4, max_len=32,
                          steps=6, rounds=3, min_s=0.2, window=2, agree=0.5, max_rounds=6, retakes=1,
-                         methods=(Method.EAGER,))
+                         budget_s=30.0, methods=(Method.EAGER,))
     assert list(out["rounds"]) == [Method.EAGER] and len(out["rounds"][Method.EAGER]) == 3
     assert all(len(r) == 6 for r in out["rounds"][Method.EAGER])
     warm = out["warmup"]
@@ -86,6 +86,30 @@ def test_a_process_still_improving_after_every_retake_keeps_its_last_take_and_sa
     assert name == "the sentinel's rounds were steady (start)" and not kw["fatal"] and kw["when"] == "start"
     first, last = take.medians()[Method.EAGER][0], take.medians()[Method.EAGER][-1]
     assert f"{first:.4g}" in kw["detail"] and f"{last:.4g}" in kw["detail"] and "2 retake(s)" in kw["detail"]
+
+
+def test_a_host_that_keeps_moving_is_reported_when_the_budget_runs_out_not_waited_out():
+    """An H200 host's eager rounds moved between 2.9 and 6.4 ms for 65 s of warm-up: the warm-ups and retakes stop at
+    the budget, the take is kept, the note says the budget ran out, and the check says the host moved."""
+    p = _Process(lambda n: 3.0 if n % 2 else 6.0)  # no two consecutive rounds agree
+    take = sentinel.steady_take(p.calls(), now=p.now, **(RULE | {"budget_s": 25.0}))
+    assert take.out_of_budget and not take.warmups[-1].steady and len(take.warmups) == 1
+    assert 25.0 <= p.t <= 25.0 + 0.5 + 5 * 0.5  # the round under way, then the kept rounds: nothing more
+    note = take.summary()
+    assert not N.WARMUP.problem(note) and note["out_of_budget"] and note["budget_s"] == 25.0
+    checks: list[tuple] = []
+    ctx = SimpleNamespace(check=lambda name, ok, **kw: checks.append((name, ok, kw)) or ok)
+    sentinel.steadiness(ctx, note, "start", 0.05)
+    assert "budget of 25 s ran out" in checks[0][2]["detail"] and "the host moved" in checks[0][2]["detail"]
+
+
+def test_no_retake_starts_once_the_budget_is_spent():
+    p = _Process(lambda n: 6.0 * 0.98 ** n)  # still improving: would retake twice without a budget
+    take = sentinel.steady_take(p.calls(), now=p.now, **(RULE | {"budget_s": 12.0}))
+    assert take.retakes == 0 and take.drifting == (Method.EAGER,) and take.out_of_budget
+    roomy = _Process(lambda n: 2.7 + 0.01 * (n % 3))  # a steady host inside the budget is unaffected by it
+    calm = sentinel.steady_take(roomy.calls(), now=roomy.now, **(RULE | {"budget_s": 25.0}))
+    assert not calm.out_of_budget and calm.warmups[0].steady and calm.warmups[0].rounds == 20
 
 
 def test_measure_records_the_warm_up_and_the_steadiness_check(monkeypatch):

@@ -92,6 +92,14 @@ def test_warm_up_does_not_settle_above_the_best_round_and_max_rounds_caps_it() -
         warm_until_steady(fake, now=fake.now, **(RULE | {"window": 0}))
 
 
+def test_the_budget_ends_an_unsteady_warm_up_after_the_round_under_way() -> None:
+    noisy = _Rounds([3.0, 6.0] * 100)  # a host whose speed keeps moving: never steady
+    warm = warm_until_steady(noisy, now=noisy.now, **(RULE | {"budget_s": 20.0}))
+    assert not warm.steady and warm.rounds == 40 and warm.seconds == 20.0
+    calm = _Rounds([2.7] * 100)  # a steady host settles at min_s, well inside the budget
+    assert warm_until_steady(calm, now=calm.now, **(RULE | {"budget_s": 20.0})).rounds == 20
+
+
 def test_still_improving_is_a_drop_from_the_first_kept_round_to_the_last() -> None:
     assert still_improving([5.90, 5.94, 5.91, 5.68, 3.40], 0.05)  # the kept rounds of the H200 case
     assert not still_improving([2.70, 2.74, 2.66, 2.71, 2.68], 0.05)  # steady within 5%

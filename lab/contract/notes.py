@@ -109,9 +109,11 @@ FUNCTION_REASONS = NoteSpec("reasons.{function}", list, "Dynamo's graph-break re
 WARMUP = NoteSpec("warmup.{when}", dict, "how the sentinel's child warmed up before its kept rounds "
                                          "(lab.measure.timing.warm_until_steady): warm-up rounds and seconds over "
                                          "every take, retakes, whether the last warm-up settled, its round medians, "
-                                         "the kept round medians per method and the methods still improving",
+                                         "the kept round medians per method, the methods still improving, the "
+                                         "warm-up budget and whether it ran out",
                   ("sentinel", "sentinel_end"), fields=("rounds", "seconds", "retakes", "warmup_steady",
-                                                        "warmup_medians_ms", "round_medians_ms", "drifting"))
+                                                        "warmup_medians_ms", "round_medians_ms", "drifting",
+                                                        "budget_s", "out_of_budget"))
 PLACEMENT = NoteSpec("placement.{when}", dict, "where the sentinel's child ran (lab.host.cpuplace): LAB_CPU_BIND as "
                                                "applied, the CPUs it was allowed, the host's NUMA nodes, the GPU's "
                                                "node, and the CPU each of its eager rounds ended on (two fresh "

@@ -32,6 +32,7 @@ manifest's `host_dispatch.launch_us_per_op` (lab.run.manifest).
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -60,13 +61,15 @@ class Options:
                                 "may improve from first to last before the take is discarded and taken again")
     max_rounds: int = option(100, "at most this many rounds in each warm-up")
     retakes: int = option(2, "at most this many retakes when the kept rounds were still improving")
+    budget_s: float = option(25.0, "the warm-ups and retakes together stop after this many seconds: a host whose speed "
+                                   "keeps moving is reported unsteady, not waited out")
     timeout_s: float = option(240.0, "the child's time limit")
 
 
 def rule(o: Any) -> dict[str, Any]:
     """The warm-up rule's arguments from the Options (the child's keyword arguments, also the CUDA tests')."""
     return {"rounds": o.rounds, "min_s": o.warmup_s, "window": o.window, "agree": o.agree,
-            "max_rounds": o.max_rounds, "retakes": o.retakes}
+            "max_rounds": o.max_rounds, "retakes": o.retakes, "budget_s": o.budget_s}
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class Take:
     rounds: dict[str, list[list[float]]]
     warmups: tuple[WarmUp, ...]
     drifting: tuple[str, ...]
+    budget_s: float = math.inf
+    out_of_budget: bool = False  # the warm-up budget ran out (before the warm-up settled, or before a retake)
 
     @property
     def retakes(self) -> int:
@@ -89,14 +94,21 @@ class Take:
         return {"rounds": sum(w.rounds for w in self.warmups), "seconds": round(sum(w.seconds for w in self.warmups), 3),
                 "retakes": self.retakes, "warmup_steady": self.warmups[-1].steady,
                 "warmup_medians_ms": [round(x, 5) for x in self.warmups[-1].medians],
-                "round_medians_ms": self.medians(), "drifting": list(self.drifting)}
+                "round_medians_ms": self.medians(), "drifting": list(self.drifting),
+                "budget_s": self.budget_s if math.isfinite(self.budget_s) else None, "out_of_budget": self.out_of_budget}
 
 
 def steady_take(calls: dict[str, Callable[[], list[float]]], *, rounds: int, min_s: float, window: int, agree: float,
-                max_rounds: int, retakes: int, lead: str = Method.EAGER,
+                max_rounds: int, retakes: int, budget_s: float = math.inf, lead: str = Method.EAGER,
                 now: Callable[[], float] = time.monotonic) -> Take:
     """Warm up (every method each round, `lead`'s median judged), take `rounds` kept rounds in rotating order, and
-    take again after a new warm-up while a method's kept rounds were still improving, at most `retakes` times."""
+    take again after a new warm-up while a method's kept rounds were still improving, at most `retakes` times.
+
+    The warm-ups and retakes share `budget_s` seconds: a warm-up stops when the budget is spent (unsteady), and no
+    retake starts once it is. On a host whose CPU speed moves the whole time (an H200 host's eager rounds moved
+    between 2.9 and 6.4 ms for 65 s of warm-up), waiting does not make the process steady: the take is kept, the
+    note says the budget ran out, and the steadiness check reports it."""
+    start = now()
     def warm_round() -> float:
         med = statistics.median(calls[lead]())
         for other in (m for m in calls if m != lead):
@@ -105,16 +117,19 @@ def steady_take(calls: dict[str, Callable[[], list[float]]], *, rounds: int, min
 
     warmups: list[WarmUp] = []
     while True:
-        warmups.append(warm_until_steady(warm_round, min_s=min_s, agree=agree, window=window, max_rounds=max_rounds,
-                                         now=now))
+        left = budget_s - (now() - start)
+        warmups.append(warm_until_steady(warm_round, min_s=min(min_s, left), agree=agree, window=window,
+                                         max_rounds=max_rounds, budget_s=left, now=now))
         samples = rotating_rounds(calls, rounds)
         drifting = tuple(m for m, rs in samples.items() if still_improving([statistics.median(r) for r in rs], agree))
-        if not drifting or len(warmups) > retakes:
-            return Take(samples, tuple(warmups), drifting)
+        spent = now() - start >= budget_s
+        if not drifting or len(warmups) > retakes or spent:
+            out = spent and (bool(drifting) and len(warmups) <= retakes or not warmups[-1].steady)
+            return Take(samples, tuple(warmups), drifting, budget_s, out)
 
 
 def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt_len: int, max_len: int, steps: int,
-          rounds: int, min_s: float, window: int, agree: float, max_rounds: int, retakes: int,
+          rounds: int, min_s: float, window: int, agree: float, max_rounds: int, retakes: int, budget_s: float,
           methods: tuple[str, ...] = METHODS, profile_then_time: bool = False) -> dict[str, Any]:
     """In a fresh process: the run's GPT-2 at batch 1 in fp32, eager and graph replay, warmed until steady
     (`steady_take`)."""
@@ -144,7 +159,7 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
 
     calls[lead] = lead_round
     take = steady_take(calls, rounds=rounds, min_s=min_s, window=window, agree=agree, max_rounds=max_rounds,
-                       retakes=retakes, lead=lead)
+                       retakes=retakes, budget_s=budget_s, lead=lead)
     launch = ceilings.launch_us_eager(torch.device(device))
     where = cpuplace.placement().as_dict() | {"round_cpus": round_cpus}
     out = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": launch, "placement": where}
@@ -167,7 +182,10 @@ def steadiness(ctx: Any, warmup: dict[str, Any], when: str, agree: float) -> boo
            f"first to the last: {medians}" if drifting else
            f"{warmup['rounds']} warm-up rounds in {warmup['seconds']:.1f} s, {warmup['retakes']} retake(s); kept round "
            f"medians {medians}")
-    if not warmup["warmup_steady"]:
+    if warmup.get("out_of_budget"):
+        how += (f" (the warm-up budget of {warmup['budget_s']:.0f} s ran out before the host's speed settled: the "
+                f"host moved, not the lab)")
+    elif not warmup["warmup_steady"]:
         how += " (the last warm-up ran out of rounds before it settled)"
     return ctx.check(f"the sentinel's rounds were steady ({when})", not drifting, detail=how, fatal=False, when=when)
 

@@ -27,6 +27,7 @@ with the same code on the CPU and the GPU.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -177,9 +178,10 @@ class WarmUp:
 
 
 def warm_until_steady(round_fn: Callable[[], float], *, min_s: float, agree: float, window: int, max_rounds: int,
-                      now: Callable[[], float] = time.monotonic) -> WarmUp:
+                      budget_s: float = math.inf, now: Callable[[], float] = time.monotonic) -> WarmUp:
     """Run warm-up rounds (`round_fn` runs one and returns its median) until the process has settled, at most
-    `max_rounds`.
+    `max_rounds` rounds and at most `budget_s` seconds (the round under way when the budget runs out is finished).
+    Ending on either limit is an unsteady warm-up (`steady` False): the caller reports it, it does not wait it out.
 
     Settled is all three of: at least `min_s` seconds have passed; the last `window` round medians agree within
     `agree` (the largest at most `agree` above the smallest); the last is at most `agree` above the best seen (the
@@ -199,6 +201,8 @@ def warm_until_steady(round_fn: Callable[[], float], *, min_s: float, agree: flo
         if (elapsed >= min_s and len(last) == window and max(last) <= min(last) * (1 + agree)
                 and medians[-1] <= min(medians) * (1 + agree)):
             return WarmUp(len(medians), elapsed, tuple(medians), True)
+        if elapsed >= budget_s:
+            break
     return WarmUp(len(medians), now() - start, tuple(medians), False)
 
 
