@@ -133,27 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-EXIT_GRACE_S = 30.0  # how long the interpreter may take to shut down once the command has finished
-
-
-def exit_within(code: int, grace_s: float = EXIT_GRACE_S) -> None:
-    """Exit with `code`; if shutting the interpreter down takes longer than `grace_s` (a library's exit handler or
-    thread that never returns: on an H200 a run that had finished and saved everything once sat for minutes at
-    exit), leave at once with the same code. Everything the command wrote is already on disk and flushed."""
-    import os
-    import threading
-
-    def leave() -> None:
-        print(f"note: the interpreter had not exited {grace_s:.0f} s after the command finished; leaving now",
-              file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(code)
-
-    timer = threading.Timer(grace_s, leave)
-    timer.daemon = True
-    timer.start()
-    raise SystemExit(code)
-
-
 if __name__ == "__main__":
-    exit_within(main())
+    from lab.shutdown import leave
+
+    leave(main())  # within 30 s of the last line, always (lab/shutdown.py says why)

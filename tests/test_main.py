@@ -6,8 +6,10 @@ finder put first by a `-c` wrapper), as an interpreter without it would.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,15 +119,55 @@ def test_a_missing_module_of_the_lab_itself_stays_a_bug(capsys, monkeypatch) -> 
     assert "Traceback" in err and BUG_REPORT in err
 
 
-def test_an_interpreter_that_will_not_shut_down_is_left_with_the_commands_exit_code(tmp_path):
-    """A library thread that never ends keeps Python from exiting; the lab leaves anyway, with the command's code."""
-    import subprocess
-    import sys
+def _leave(body: str, grace_s: float = 2.0) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run `body` then `lab.shutdown.leave(3, grace_s)` in a fresh interpreter; its result and how long it took."""
+    code = f"import subprocess, threading, time, atexit\nfrom lab.shutdown import leave\n{body}\nleave(3, grace_s={grace_s})"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return proc, time.monotonic() - start
 
-    code = ("import threading, time; from lab.__main__ import exit_within; "
-            "threading.Thread(target=time.sleep, args=(3600,)).start(); exit_within(3, grace_s=1)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 3 and "leaving now" in proc.stderr
+
+def test_a_thread_that_never_ends_is_named_and_the_process_leaves_at_the_grace_with_the_commands_code():
+    proc, took = _leave("threading.Thread(target=time.sleep, args=(3600,), name='stuck-worker').start()")
+    assert proc.returncode == 3 and "leaving now" in proc.stderr and "thread 'stuck-worker' (left running)" in proc.stderr
+    assert took < 60  # the grace is 2 s; an interpreter that waited for the thread would hit the 120 s timeout
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("note:")]) == 1
+
+
+def test_a_child_left_running_is_ended_and_named_in_one_line():
+    proc, _ = _leave("child = subprocess.Popen(['sleep', '300'])\nprint(child.pid, flush=True)", grace_s=30.0)
+    pid = int(proc.stdout.split()[0])
+    assert proc.returncode == 3 and f"child process {pid} (sleep 300), ended" in proc.stderr and "leaving now" not in proc.stderr
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+
+
+def test_exit_handlers_and_finished_threads_run_and_a_clean_exit_says_nothing():
+    """atexit handlers and threading's exit hooks (concurrent.futures' pools) still run; nothing held, no note."""
+    body = ("from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(4)\n"
+            "pool.submit(time.sleep, 0.2)\natexit.register(lambda: print('handler ran', flush=True))\n"
+            "threading.Thread(target=time.sleep, args=(0.3,)).start()\nprint('last line', flush=True)")
+    proc, _ = _leave(body, grace_s=30.0)
+    assert proc.returncode == 3 and proc.stdout.splitlines() == ["last line", "handler ran"]
+    assert proc.stderr == ""
+
+
+def test_an_exit_handler_that_never_returns_cannot_hold_the_process():
+    proc, took = _leave("atexit.register(time.sleep, 3600)")
+    assert proc.returncode == 3 and "an exit handler of a library did not return" in proc.stderr and took < 60
+
+
+def test_children_are_read_from_proc_with_commands_that_hold_spaces_and_parentheses(tmp_path: Path) -> None:
+    from lab.shutdown import children
+
+    me = str(os.getpid())
+    for pid, ppid, state, cmd in (("11", me, "S", b"python3\0-m\0lab"), ("12", me, "Z", b""), ("13", "1", "S", b"x"),
+                                  ("14", me, "R", b"")):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "stat").write_text(f"{pid} (odd (name) x) {state} {ppid} 0 0")
+        (tmp_path / pid / "cmdline").write_bytes(cmd)
+    (tmp_path / "self").mkdir()
+    found = children(proc=tmp_path)
+    assert [(c.pid, c.command) for c in found] == [(11, "python3 -m lab"), (14, "odd (name) x")]
 
 
 def test_cli_bad_input_is_one_line(capsys) -> None:
