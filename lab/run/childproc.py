@@ -167,4 +167,6 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_main(sys.argv[1:]))
+    from lab.shutdown import leave
+
+    leave(_main(sys.argv[1:]))  # the result is written: end without native teardown (lab/shutdown.py)
