@@ -38,8 +38,9 @@ def main(args: argparse.Namespace) -> int:
     out: Path = args.dir
     print(f"resolving {len(requirements)} requirements for {target.describe()} (wheels only; torch, triton and "
           "nvidia-* left to the host)", file=sys.stderr)
-    wheels = W.build(out, requirements, target, have=have, have_file=args.have)
+    wheels = W.build(out, requirements, target, have=have, have_file=args.have,
+                     say=lambda line: print(line, file=sys.stderr))
     size = sum((out / w.file).stat().st_size for w in wheels)
     print(f"{out}: {len(wheels)} wheels ({size / 2**20:.1f} MiB) and {out / W.REQUIREMENTS_FILE}; on the GPU host: "
-          f"{W.install_command(out)}")
+          f"{W.venv_command(out)}")
     return 0

@@ -25,6 +25,7 @@ import hashlib
 import json
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -40,7 +41,7 @@ LEFT_TO_HOST_PREFIXES = ("nvidia-",)
 # Besides [project] dependencies: what `python3 -m nox -s gpu_lab --no-venv` needs (taken from the dev extra's pin).
 RUNNERS = ("nox",)
 REQUIREMENTS_FILE = "requirements.txt"
-_SCRATCH = (".wheelhouse-report.json", ".wheelhouse-constraints.txt")
+_SCRATCH = (".wheelhouse-report.json", ".wheelhouse-constraints.txt", ".wheelhouse-dry-run")
 
 
 def normalize(name: str) -> str:
@@ -176,21 +177,70 @@ def _pip(pip: Sequence[str], args: list[str], target: Target) -> None:
         raise ValueError(pip_failure(output, target))
 
 
+# The oldest pip whose resolution for another platform the lab relies on. Older ones (23.x, what Debian 12 and
+# many fresh machines have) refuse --platform without --target, and, given the host's versions as constraints,
+# check Requires-Python against the interpreter that runs them instead of the target's (seen with pip 23.2.1:
+# "contourpy requires a different Python: 3.11.7 not in '>=3.12'"), so --have left nothing out.
+MIN_PIP = (25, 0)
+PIP_VENV = ".wheelhouse-pip"
+
+
+def pip_version(pip: Sequence[str]) -> tuple[int, ...]:
+    """The version of the pip that `pip` runs, as numbers ((0,) when it cannot say)."""
+    try:
+        proc = subprocess.run([*pip, "--version"], capture_output=True, text=True, check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return (0,)
+    found = re.match(r"pip (\d+(?:\.\d+)*)", proc.stdout.strip())
+    return tuple(int(x) for x in found.group(1).split(".")) if found else (0,)
+
+
+def current_pip(out: Path, python: str = sys.executable, say: Any = print) -> tuple[list[str], Path | None]:
+    """The pip to build with: this interpreter's when it is MIN_PIP or newer; else a current pip in a throw-away
+    virtualenv made in OUT (returned second, for the caller to remove). One line (ValueError) when neither works."""
+    pip = [python, "-m", "pip"]
+    have = pip_version(pip)
+    if have >= MIN_PIP:
+        return pip, None
+    need = ".".join(map(str, MIN_PIP))
+    shown = ".".join(map(str, have)) if have != (0,) else "none"
+    venv = out / PIP_VENV
+    say(f"this interpreter's pip ({shown}) is older than {need}, which resolving for another platform needs: "
+        f"installing a current pip into a throw-away virtualenv ({venv}, removed afterwards)")
+    fix = (f"run the command with an interpreter whose pip is {need} or newer (`python3 -m pip install --user "
+           f"--upgrade pip`, or from any virtualenv)")
+    try:
+        subprocess.run([python, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True, check=True,
+                       timeout=300)
+        vpy = str(venv / "bin" / "python")
+        subprocess.run([vpy, "-m", "pip", "install", "-q", "--upgrade", f"pip>={need}"], capture_output=True,
+                       text=True, check=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(venv, ignore_errors=True)
+        detail = getattr(exc, "stderr", None) or str(exc)
+        last = (detail.strip().splitlines() or ["failed"])[-1]
+        raise ValueError(f"this interpreter's pip ({shown}) is older than {need}, and a throw-away virtualenv with "
+                         f"a current one could not be made ({' '.join(last.split())}): {fix}") from None
+    return [vpy, "-m", "pip"], venv
+
+
 def resolve(requirements: Sequence[str], target: Target, out: Path, pip: Sequence[str],
             pins: dict[str, str] | None = None) -> list[dict]:
     """The wheels pip would install for the target (its --report's `install` list), nothing downloaded but metadata;
     torch and triton cannot be chosen (a constraint no release meets), anything else left to the host is refused.
     `pins`: {name: version} the resolution must use (the host's, `--have`)."""
-    report, constraints = (out / name for name in _SCRATCH)
+    report, constraints, scratch = (out / name for name in _SCRATCH)
     constraints.write_text("".join(f"{name}<0\n" for name in LEFT_TO_HOST)
                            + "".join(f"{name}=={version}\n" for name, version in sorted((pins or {}).items())))
     try:
-        _pip(pip, ["install", "--dry-run", "--ignore-installed", "--report", str(report),
+        # --target: pips before 23.3 refuse --platform & co without it; with --dry-run nothing is written there
+        _pip(pip, ["install", "--dry-run", "--ignore-installed", "--target", str(scratch), "--report", str(report),
                    "--constraint", str(constraints), *target.pip_args(), *requirements], target)
         chosen = json.loads(report.read_text())["install"]
     finally:
         report.unlink(missing_ok=True)
         constraints.unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     refused = sorted({item["metadata"]["name"] for item in chosen if left_to_host(item["metadata"]["name"])})
     if refused:
         raise ValueError(f"the lab's dependencies pull {', '.join(refused)}, which the wheelhouse leaves to the GPU "
@@ -338,7 +388,13 @@ def host_fit(have: dict[str, str | None], requirements: Sequence[str], chosen: S
 
 
 def install_command(out: Path) -> str:
+    """pip's install of the wheelhouse into an interpreter that sees the host's packages (what `lab venv` runs)."""
     return f"python -m pip install --no-index --find-links {out} --require-hashes -r {out / REQUIREMENTS_FILE}"
+
+
+def venv_command(out: Path) -> str:
+    """The lab's interpreter on the GPU host from the wheelhouse (lab.host.overlay)."""
+    return f"python3 -m lab venv .venv --wheels {out}"
 
 
 def write_requirements(out: Path, wheels: Sequence[Wheel], target: Target, fit: HostFit | None = None,
@@ -347,8 +403,8 @@ def write_requirements(out: Path, wheels: Sequence[Wheel], target: Target, fit: 
     saying what the host has and was left out, and what it has at a version the lab does not take."""
     path = out / REQUIREMENTS_FILE
     header = (f"# graph-lab's dependencies for {target.describe()}, wheels in this folder; torch, triton and nvidia-*\n"
-              "# are the GPU host's own. Install (README.md, 'A GPU host without network'):\n"
-              f"#   {install_command(Path('DIR'))}\n")
+              "# are the GPU host's own. On the GPU host, from a checkout, with the python3 that holds torch\n"
+              f"# (README.md, 'A GPU host without network'):\n#   {venv_command(Path('DIR'))}\n")
     if fit is not None:
         header += f"# --have {have}: what the GPU host has\n"
         if fit.note:
@@ -361,14 +417,27 @@ def write_requirements(out: Path, wheels: Sequence[Wheel], target: Target, fit: 
 
 
 def build(out: Path, requirements: Sequence[str], target: Target,
-          pip: Sequence[str] = (sys.executable, "-m", "pip"), have: dict[str, str | None] | None = None,
-          have_file: Path | None = None) -> list[Wheel]:
+          pip: Sequence[str] | None = None, have: dict[str, str | None] | None = None,
+          have_file: Path | None = None, say: Any = print) -> list[Wheel]:
     """Resolve, download and pin the wheels of REQUIREMENTS for TARGET into OUT; with `have` (read_have), only
-    those the host lacks or has at a version the lab does not take."""
+    those the host lacks or has at a version the lab does not take. `pip`: the pip to run (default: this
+    interpreter's, or a current one in a throw-away virtualenv when it is older than MIN_PIP)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"{out}: cannot make the wheelhouse folder ({exc.strerror or exc})") from None
+    venv = None
+    if pip is None:
+        pip, venv = current_pip(out, say=say)
+    try:
+        return _build(out, requirements, target, pip, have, have_file)
+    finally:
+        if venv is not None:
+            shutil.rmtree(venv, ignore_errors=True)
+
+
+def _build(out: Path, requirements: Sequence[str], target: Target, pip: Sequence[str],
+           have: dict[str, str | None] | None, have_file: Path | None) -> list[Wheel]:
     chosen = resolve(requirements, target, out, pip)
     fit = None
     if have is not None:
