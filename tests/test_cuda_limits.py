@@ -36,3 +36,16 @@ def test_without_a_device_cuda_tests_are_skipped_with_the_reason(monkeypatch) ->
     conftest.pytest_collection_modifyitems(SimpleNamespace(), [item, cpu])
     assert item.get_closest_marker("skip").kwargs["reason"] == "no CUDA device"
     assert cpu.get_closest_marker("skip") is None
+
+
+def test_with_a_device_the_whole_experiment_tests_run_on_request(monkeypatch) -> None:
+    monkeypatch.setattr(conftest.torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv(conftest.CUDA_E2E_ENV, raising=False)
+    e2e, unit = _Item(pytest.mark.cuda, pytest.mark.cuda_e2e), _Item(pytest.mark.cuda)
+    conftest.pytest_collection_modifyitems(SimpleNamespace(), [e2e, unit])
+    assert e2e.get_closest_marker("skip").kwargs["reason"] == conftest.CUDA_E2E_REASON
+    assert unit.get_closest_marker("skip") is None
+    monkeypatch.setenv(conftest.CUDA_E2E_ENV, "1")
+    asked = _Item(pytest.mark.cuda, pytest.mark.cuda_e2e)
+    conftest.pytest_collection_modifyitems(SimpleNamespace(), [asked])
+    assert asked.get_closest_marker("skip") is None and asked.get_closest_marker("timeout") is not None

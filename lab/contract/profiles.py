@@ -89,8 +89,10 @@ def _frozen(options: dict[str, dict[str, Any]]) -> Mapping[str, Mapping[str, Any
 # sweep keeps the four families and the fused step's three variants (each takes the projection path
 # lab.step.fused.rule gives at that batch); bf16 runs at batch 1.
 M = Method  # short, for the tables below
-GPU_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.REDUCE_OVERHEAD, M.COMPILE_GRAPH, M.COMPILE_GRAPH_COMBO,
-               M.COMPILE_GRAPH_PDL, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
+GPU_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.REDUCE_OVERHEAD, M.COMPILE_GRAPH, M.FUSED, M.FUSED_PDL,
+               M.FUSED_PDL_PREFETCH)
+# (Inductor's two levers on compile+graph, combo kernels and PDL, cost the gpu profile 15-18 s of compiles on an
+# H200, 2026-12-02: gpu-full runs them, with every other method of cuda_graph_decode's default list)
 GPU_SWEEP_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.COMPILE_GRAPH, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
 GPU_BF16_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.COMPILE_GRAPH, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
 # gpu-full: every method at batch 1 (its default list, plus max-autotune), all but the minutes-long
@@ -170,7 +172,8 @@ PROFILES: dict[str, Profile] = {
         device="cuda", model=GPT2, prompt_len=16, decode_steps=128, max_len=256, batches=(1, 8, 64), rounds=5,
         options=_frozen({
             "recompiles": {"batch_sizes": list(range(1, 13))},
-            "decode_recompiles": {"calls": 20},
+            # 10 calls show the growing step's recompiles as 20 do (Dynamo's limit stops them sooner): 25 s -> ~12
+            "decode_recompiles": {"calls": 10},
             "fixed_step_equivalence": {"steps": 40},
             # overheads: ~90 s together, compiles included. L2 is 50 MB: 4 MiB inside, 1 GiB far outside
             "graph_break_repair": {"rows": 64, "dim": 4096, "iters": 100},
@@ -203,6 +206,7 @@ PROFILES["gpu-full"] = replace(
     options=_frozen({**{k: dict(v) for k, v in PROFILES["gpu"].options.items()},
                      "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
                                       "reuse_probe": False, "child_timeout_s": 600},
+                     "decode_recompiles": {"calls": 20},
                      "cuda_graph_decode": {"max_autotune": True, "sweep_methods": list(FULL_SWEEP_METHODS),
                                            "bf16_methods": list(FULL_BF16_METHODS)}}))
 

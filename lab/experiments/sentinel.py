@@ -61,7 +61,7 @@ class Options:
                                 "may improve from first to last before the take is discarded and taken again")
     max_rounds: int = option(100, "at most this many rounds in each warm-up")
     retakes: int = option(2, "at most this many retakes when the kept rounds were still improving")
-    budget_s: float = option(15.0, "the warm-ups and retakes together stop after this many seconds: a host whose speed "
+    budget_s: float = option(12.0, "the warm-ups and retakes together stop after this many seconds: a host whose speed "
                                    "keeps moving is reported unsteady, not waited out")
     timeout_s: float = option(240.0, "the child's time limit")
 

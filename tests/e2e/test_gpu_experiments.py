@@ -23,7 +23,7 @@ from lab.experiments.cuda_graph_decode import BF16_METHODS, DEFAULT_METHODS, REA
 from lab.contract.names import Method, Variant
 from lab.contract.results import Record, Results, load
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.cuda_e2e]
 
 STEPS, ROUNDS, BATCHES = 8, 2, (1, 2)
 

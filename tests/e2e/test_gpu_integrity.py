@@ -26,7 +26,7 @@ from lab.run import runner
 from lab.run.childproc import run_child
 from lab.step.model import resolve_weights
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.cuda_e2e]
 STEPS, ROUNDS, TOLERANCE = 64, 5, 0.05
 
 
