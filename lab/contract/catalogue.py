@@ -162,9 +162,11 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                                                        M.CAPTURES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
                                                        *_INTERVAL, M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
     # last: the fresh-process step again, and the run's own baseline judged against it
-    ExperimentSpec("sentinel_end", "The fresh-process step at the end: drift, and the in-run eager against it", "020",
+    ExperimentSpec("sentinel_end", "The fresh-process step at the end, paired with the run's own eager: the instrument's "
+                   "verdict, and the host's drift", "020",
                    ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP,
-                               M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT)),
+                               M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT, M.IN_RUN_OVER_FRESH,
+                               M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH)),
 )
 
 BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}

@@ -59,15 +59,20 @@ class HostIndex:
         self.index_s += t1 - t0
         return (t1 - t0) * 1e3
 
-    def turn(self, name: str, run: Callable[[], T]) -> T:
-        """`run()` (one method's turn) between two samples, kept under `name`."""
-        before = self._last if self._last is not None else self.take()
+    def turn(self, name: str, run: Callable[[], T], share: bool = True) -> T:
+        """`run()` (one method's turn) between two samples, kept under `name`. `share`: the sample after the last
+        turn serves as this one's before (False: something else ran since, take a fresh one)."""
+        before = self._last if self._last is not None and share else self.take()
         t0 = self.now()
         out = run()
         self.timed_s += self.now() - t0
         after = self._last = self.take()
         self.turns.setdefault(name, []).append((before, after))
         return out
+
+    def add(self, name: str, before: float, after: float) -> None:
+        """A turn whose samples were taken elsewhere (a paired child's, lab.experiments.sentinel_end)."""
+        self.turns.setdefault(name, []).append((before, after))
 
     def per_round(self, name: str) -> list[float]:
         """The index of each of `name`'s rounds: the mean of the samples before and after its turn (ms)."""
