@@ -1,0 +1,112 @@
+"""What the host did during a run, in one sentence, and the flags a run raised about itself: beside its headline on
+the front page and in `lab headline`.
+
+- `sentence`: how far the host's CPU speed moved (the host-speed index's p95 over its p5 over every round the run
+  timed, lab.contract.hostspeed.spread_ratio) and which methods followed it at batch 1 in fp32, by their stored
+  `host_sensitivity` interval (lab.contract.hostspeed.follows). A run without the index says so.
+- `flags`: the host overloaded at the start (the manifest's `host.overloaded`), a fresh process's warm-up that did not
+  settle (the `warmup.{when}` notes), an instrument that was not clean (a failed check of sentinel or sentinel_end:
+  the paired in-run/fresh verdict, or an older run's in-run/sentinel check), and the host warnings the run noted.
+
+Stored figures only; lab.contract and the standard library (the README's tables are made without torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from lab.contract import hostspeed
+from lab.contract import metrics as M
+from lab.contract import notes as N
+from lab.contract.intervals import Interval, of
+from lab.contract.results import Record
+
+INSTRUMENT = ("sentinel", "sentinel_end")
+SOURCES = ("cuda_graph_decode", "model_scaling", "peer_generate")  # where the B=1 fp32 sensitivities are read
+NO_INDEX = "this run has no host-speed index (its lab version did not measure the host's speed)"
+
+
+def index_samples(records: Iterable[Record]) -> list[float]:
+    """Every round's host index the run stored (host_index_ms, all experiments, methods and shapes)."""
+    return [float(x) for rec in records for m in rec.metrics if m.name == M.HOST_INDEX_MS.name
+            and isinstance(m.value, list) for x in m.value]
+
+
+def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
+    """(method, elasticity, interval) at batch 1 in fp32 without readback, from the first source that has them."""
+    for source in SOURCES:
+        for rec in (r for r in records if r.id == source):
+            found = []
+            for m in rec.metrics:
+                p = m.params
+                if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get("batch") != 1
+                        or p.get("dtype") != "float32" or p.get("readback", False)):
+                    continue
+                ends = {x.name: x.value for x in rec.metrics if x.params == p
+                        and x.name in (M.HOST_SENSITIVITY_CI_LOW.name, M.HOST_SENSITIVITY_CI_HIGH.name)}
+                ci = of(ends.get(M.HOST_SENSITIVITY_CI_LOW.name), ends.get(M.HOST_SENSITIVITY_CI_HIGH.name))
+                found.append((str(p.get("method")), float(m.value), ci))
+            if found:
+                return found
+    return []
+
+
+def _figure(value: float, ci: Interval | None) -> str:
+    return f"{value:.2f}" + ("" if ci is None else f" [{ci.low:.2f}, {ci.high:.2f}]")
+
+
+def sentence(records: Iterable[Record]) -> str:
+    """'the host's CPU speed varied 1.9× (p5–p95) during this run; eager followed it (0.90 [0.85, 0.96]), graph did
+    not (0.00 [0.00, 0.00])': the index's range, then each B=1 fp32 method by its elasticity's interval."""
+    recs = list(records)
+    samples = index_samples(recs)
+    if not samples:
+        return NO_INDEX
+    ratio = hostspeed.spread_ratio(samples)
+    text = ("the host's CPU speed could not be told from one index sample" if ratio is None else
+            f"the host's CPU speed varied {ratio:.2g}× (p5–p95) during this run")
+    groups: dict[bool | None, list[str]] = {True: [], False: [], None: []}
+    for method, value, ci in _sensitivities(recs):
+        groups[hostspeed.follows(ci)].append(f"{method} ({_figure(value, ci)})")
+    parts = []
+    if groups[True]:
+        parts.append(f"{', '.join(groups[True])} followed it")
+    if groups[False]:
+        parts.append(f"{', '.join(groups[False])} did not")
+    if groups[None]:
+        parts.append(f"for {', '.join(groups[None])} the rounds cannot tell")
+    return text + ("; " + ", ".join(parts) if parts else "") + " (host_sensitivity at batch 1, fp32)" * bool(parts)
+
+
+def _warmup_flags(rec: Record) -> list[str]:
+    out = []
+    for key, value in rec.notes.items():
+        parts = N.WARMUP.parse(key)
+        if parts is None or not isinstance(value, dict):
+            continue
+        moved = value.get("host_moved")
+        why = f"; the host index moved {moved:.2f}×" if isinstance(moved, (int, float)) else ""
+        if value.get("out_of_budget"):
+            out.append(f"unsteady warm-up ({parts['when']}): the {value.get('budget_s')} s budget ran out{why}")
+        elif value.get("warmup_steady") is False or value.get("drifting"):
+            out.append(f"unsteady warm-up ({parts['when']}){why}")
+    return out
+
+
+def flags(records: Iterable[Record], manifest: dict[str, Any]) -> list[str]:
+    """The flags the run raised about itself, each in a few words with its numbers."""
+    recs = list(records)
+    out = []
+    host = manifest.get("host") or {}
+    if isinstance(host, dict) and host.get("overloaded") is True:
+        load = host.get("load_start")
+        out.append("host overloaded at the start" + (f" (load {load[0]:.1f})" if isinstance(load, list) and load
+                                                       and isinstance(load[0], (int, float)) else ""))
+    for rec in (r for r in recs if r.id in INSTRUMENT):
+        out += _warmup_flags(rec)
+        out += [f"instrument not clean: {c.name} ({c.detail})" if c.detail else f"instrument not clean: {c.name}"
+                for c in rec.checks if not c.passed and "steady" not in c.name]
+        warnings = rec.notes.get(N.HOST_WARNINGS.key)
+        if isinstance(warnings, list):
+            out += [f"host: {w}" for w in warnings if isinstance(w, str)]
+    return out
