@@ -1,7 +1,8 @@
 """History, in the manner of asv and PyTorch's HUD: each headline figure over the runs of one host and profile.
 
 The runs a folder holds are grouped by host and profile, a host being a machine (report.hosts: its
-hostname with its CPU model and cores, GPU and driver; two machines that share a hostname are two hosts), and each group is ordered by the lab's commit date (the manifest's `lab.commit_date`) where
+hostname with its CPU model and cores, GPU and driver; two machines that share a hostname are two
+hosts), and each group is ordered by the lab's commit date (the manifest's `lab.commit_date`) where
 every run of the group records one, else by the run's start time; the page says which. The headline
 figures are the front page's (report.steps picks them, so "fastest correct" means the same here):
 at batch 1 for each dtype, eager's step, the fastest correct method's step and its speedup over
