@@ -157,3 +157,18 @@ def test_timing_step_methods_records_the_index_beside_each_methods_rounds(tiny) 
     note = rec.notes[N.HOST_INDEX.key_for(shape="tiny.float32.b1")]
     assert N.check("model_scaling", N.HOST_INDEX.key_for(shape="tiny.float32.b1"), note) is None
     assert [len(pair) for pair in note["turns"]["eager|False"]] == [2, 2, 2, 2]
+
+
+def test_the_step_at_the_reference_never_extrapolates_beyond_proportional() -> None:
+    """Three rounds whose slope is noise (9: the step tripled while the index moved 13%) are put at the reference
+    as if the step were all host work (elasticity 1), never further; a negative slope as if it did not care (0)."""
+    index, steep = [0.8, 0.85, 0.9], [0.1, 0.2, 0.3]
+    noise = stats.fit(index, steep)
+    assert noise is not None and noise.slope > 8
+    at = stats.at_reference(index, steep, 0.8)
+    centre = math.exp(statistics.fmean(math.log(y) for y in steep))
+    scale = 0.8 / math.exp(statistics.fmean(math.log(x) for x in index))
+    assert at is not None and at.value == pytest.approx(centre * scale)
+    assert at.interval is not None and at.interval.low >= 0.1 * 0.8 / 0.9 - 1e-9
+    falling = stats.at_reference(index, list(reversed(steep)), 0.8)
+    assert falling is not None and falling.value == pytest.approx(centre)

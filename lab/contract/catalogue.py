@@ -103,7 +103,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     ExperimentSpec("inductor", "Inductor on the indexed and the split decode step: speed, logits, tokens", "000",
                    ("inductor",), (*_CORRECTNESS, M.MAX_LOGIT_REL_DIFF, M.DYNAMO_GRAPHS, M.GRAPH_BREAKS,
                                    M.STEP_COMPILES, M.OP_COMPILES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
-                                   *_INTERVAL)),
+                                   *_INTERVAL, *_HOST)),
     ExperimentSpec("compile_cost", "First-call compile cold vs warm cache, fresh processes; break-even calls", "000",
                    ("inductor",), (M.FIRST_CALL_S, M.STEADY_MS, M.SAVING_MS_PER_CALL, M.BREAK_EVEN_CALLS,
                                    M.CACHE_REUSED)),

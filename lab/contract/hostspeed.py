@@ -17,8 +17,9 @@ slower host). From a method's round medians and their indices:
   timing (every method's rounds): the host near its fastest, at a speed it actually ran at for a
   tenth of the timing rather than its single quickest instant. Every method of the timing is put at
   the same reference, so their ratio is a speedup at one host speed.
-- `at_reference`: the method's step at the reference speed from the same fit, with its interval
-  from the same resamples; `speedup_at_reference` the baseline's over the method's, rounds paired
+- `at_reference`: the method's step at the reference speed from the same fit, its slope held to [0, 1]
+  (a step is host work, elasticity 1, plus work that does not care, 0: a slope outside is the noise of
+  few rounds, `Fit.bounded`), with its interval from the same resamples; `speedup_at_reference` the baseline's over the method's, rounds paired
   (round r of both ran side by side, as `lab.contract.intervals.ratio_interval` pairs them).
 - `follows`: whether a method followed the host (its elasticity's interval wholly above `FOLLOWS`),
   did not (wholly below), or cannot be told (None).
@@ -56,13 +57,24 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Fit:
-    """log(step) = intercept + slope * log(index), by least squares."""
+    """log(step) = intercept + slope * log(index), by least squares through the rounds' centroid (mean log index,
+    mean log step)."""
 
     slope: float
     intercept: float
+    centroid: tuple[float, float] = (0.0, 0.0)
 
     def at(self, index: float) -> float:
         return math.exp(self.intercept + self.slope * math.log(index))
+
+    def bounded(self) -> Fit:
+        """The same fit with its slope held to [0, 1], through the same centroid: what `at_reference` predicts with.
+        A step is host work (which takes as much longer as the index does: elasticity 1) plus work that does not
+        care (0), so a slope outside [0, 1] is the noise of few rounds, and extrapolating with it would put the
+        step anywhere (3 rounds of a compiled CPU step gave a slope of 9)."""
+        slope = min(1.0, max(0.0, self.slope))
+        mx, my = self.centroid
+        return Fit(slope, my - slope * mx, self.centroid)
 
 
 def _pairs(index: Sequence[float], times: Sequence[float]) -> list[tuple[float, float]]:
@@ -78,7 +90,7 @@ def _fit(points: Sequence[tuple[float, float]]) -> Fit | None:
     if sxx <= 0:
         return None
     slope = sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
-    return Fit(slope, my - slope * mx)
+    return Fit(slope, my - slope * mx, (mx, my))
 
 
 def fit(index: Sequence[float], times: Sequence[float]) -> Fit | None:
@@ -123,14 +135,15 @@ def reference_index(samples: Sequence[float]) -> float | None:
 
 def at_reference(index: Sequence[float], times: Sequence[float], reference: float,
                  resamples: int = intervals.RESAMPLES, seed: int = intervals.SEED) -> Estimate | None:
-    """The step time the fit puts at the reference index, with its pairs-bootstrap 95% interval."""
+    """The step time the fit (its slope held to [0, 1]: `Fit.bounded`) puts at the reference index, with its
+    pairs-bootstrap 95% interval."""
     points = _pairs(index, times)
     whole = fit(index, times)
     if whole is None:
         return None
-    values = [f.at(reference) for f in (_fit([points[i] for i in pick])
-                                        for pick in _picks(len(points), resamples, seed)) if f is not None]
-    return Estimate(whole.at(reference), _percentiles(values))
+    values = [f.bounded().at(reference) for f in (_fit([points[i] for i in pick])
+                                                  for pick in _picks(len(points), resamples, seed)) if f is not None]
+    return Estimate(whole.bounded().at(reference), _percentiles(values))
 
 
 def speedup_at_reference(base: tuple[Sequence[float], Sequence[float]], method: tuple[Sequence[float], Sequence[float]],
@@ -146,8 +159,8 @@ def speedup_at_reference(base: tuple[Sequence[float], Sequence[float]], method: 
     for pick in _picks(len(bp), resamples, seed):
         b, m = _fit([bp[i] for i in pick]), _fit([mp[i] for i in pick])
         if b is not None and m is not None:
-            values.append(b.at(reference) / m.at(reference))
-    return Estimate(fb.at(reference) / fm.at(reference), _percentiles(values))
+            values.append(b.bounded().at(reference) / m.bounded().at(reference))
+    return Estimate(fb.bounded().at(reference) / fm.bounded().at(reference), _percentiles(values))
 
 
 def follows(interval: Interval | None) -> bool | None:

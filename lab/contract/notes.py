@@ -130,7 +130,7 @@ HOST_WARNINGS = NoteSpec("host_warnings", list, "what the host did that the run 
 HOST_INDEX = NoteSpec("host_index.{shape}", dict, "the host-speed index of one timing (lab.measure.hostspeed): the "
                                                    "workload, its cost over the turns' time, and every raw sample "
                                                    "(ms) before and after each method's turn, per round",
-                      ("cuda_graph_decode", "model_scaling", "peer_generate", "sentinel_end"),
+                      ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor", "sentinel_end"),
                       fields=("workload", "loop", "cost", "turns"))
 KERNEL_ROWS = "kernels"  # the fused_kernels note's per-kernel rows, and its fit's list of the kernels fitted
 FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused step kernel by kernel, from one "

@@ -16,7 +16,6 @@ from lab.contract import hostspeed as stats
 from lab.contract import metrics as M
 from lab.contract import notes
 from lab.contract.hostspeed import Estimate
-from lab.contract.names import Method
 from lab.measure.hostspeed import HostIndex
 
 
@@ -30,9 +29,12 @@ def _put(ctx: Any, spec: M.MetricSpec, est: Estimate | None, digits: int, **para
     ctx.metric(high, None if ci is None else round(ci.high, digits), **params)
 
 
-def record(ctx: Any, params: dict[str, Any], note_shape: str, samples: dict[str, list[list[float]]],
-           index: HostIndex, readback_param: bool) -> None:
-    """Record the index and its statistics for `samples` ("method|readback" -> per-round step times)."""
+def record(ctx: Any, params: dict[str, Any], note_shape: str, turns: dict[str, tuple[dict[str, Any], list[list[float]]]],
+           index: HostIndex, speedups: list[tuple[str, str]]) -> None:
+    """Record the index and its statistics of one timing. `params`: the timing's (the cost and the reference carry
+    them); `turns`: per name the index kept its turns under, the params of that method's metrics and its per-round
+    step times; `speedups`: (baseline's name, method's name) pairs whose speedup at the reference is recorded under
+    the method's params."""
     if M.HOST_INDEX_MS not in ctx.spec.metrics:
         return
     reference = stats.reference_index(index.all_rounds())
@@ -40,22 +42,16 @@ def record(ctx: Any, params: dict[str, Any], note_shape: str, samples: dict[str,
     ctx.metric(M.HOST_INDEX_COST, None if cost is None else round(cost, 5), **params)
     ctx.metric(M.HOST_INDEX_REFERENCE_MS, None if reference is None else round(reference, 5), **params)
     ctx.note(notes.HOST_INDEX.key_for(shape=note_shape), index.note())
-    fitted: dict[tuple[str, bool], tuple[list[float], list[float]]] = {}
-    for key, per_round in samples.items():
-        name, rb_text = key.split("|")
-        rb = rb_text == "True"
-        extra = {"readback": rb} if readback_param else {}
-        idx = index.per_round(key)
+    fitted: dict[str, tuple[list[float], list[float]]] = {}
+    for name, (p, per_round) in turns.items():
+        idx = index.per_round(name)
         medians = [statistics.median(r) for r in per_round]
-        fitted[(name, rb)] = (idx, medians)
-        ctx.metric(M.HOST_INDEX_MS, idx, **params, method=name, **extra)
-        _put(ctx, M.HOST_SENSITIVITY, stats.sensitivity(idx, medians), 4, **params, method=name, **extra)
+        fitted[name] = (idx, medians)
+        ctx.metric(M.HOST_INDEX_MS, idx, **p)
+        _put(ctx, M.HOST_SENSITIVITY, stats.sensitivity(idx, medians), 4, **p)
         at_ref = None if reference is None else stats.at_reference(idx, medians, reference)
-        _put(ctx, M.STEP_MS_AT_REFERENCE, at_ref, 5, **params, method=name, **extra)
-    for (name, rb), pair in fitted.items():
-        eager = fitted.get((Method.EAGER, rb))
-        if eager is None or name == Method.EAGER:
-            continue
-        extra = {"readback": rb} if readback_param else {}
-        speedup = None if reference is None else stats.speedup_at_reference(eager, pair, reference)
-        _put(ctx, M.SPEEDUP_AT_REFERENCE, speedup, 4, **params, method=name, **extra)
+        _put(ctx, M.STEP_MS_AT_REFERENCE, at_ref, 5, **p)
+    for base, name in speedups:
+        if base in fitted and name in fitted:
+            speedup = None if reference is None else stats.speedup_at_reference(fitted[base], fitted[name], reference)
+            _put(ctx, M.SPEEDUP_AT_REFERENCE, speedup, 4, **turns[name][0])

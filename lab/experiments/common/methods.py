@@ -295,7 +295,13 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         if not rb and name != Method.EAGER:
             record(ctx, M.SAVING_MS_PER_STEP, round(ms.ms[(Method.EAGER, rb)] - ms.ms[(name, rb)], 5), shape,
                    method=name)
-    hostspeed.record(ctx, shape.params, _note_shape(shape), samples, index, shape.readback_param)
+    turns = {}
+    for key, per_round in samples.items():
+        name, rb_text = key.split("|")
+        extra = {"readback": rb_text == "True"} if shape.readback_param else {}
+        turns[key] = ({**shape.params, "method": name, **extra}, per_round)
+    speedups = [(f"{Method.EAGER}|{rb}", f"{n}|{rb}") for (n, rb) in pairs if n != Method.EAGER]
+    hostspeed.record(ctx, shape.params, _note_shape(shape), turns, index, speedups)
 
 
 def profile(ctx: Any, ms: MethodSet) -> None:
