@@ -8,7 +8,10 @@ the front page and in `lab headline`.
   settle (the `warmup.{when}` notes), an instrument that was not clean (a failed check of sentinel or sentinel_end:
   the paired in-run/fresh verdict, or an older run's in-run/sentinel check), and the host warnings the run noted.
 
-Stored figures only; lab.contract and the standard library (the README's tables are made without torch).
+- `section`: the run page's section: per timing of step methods, each method's host index, its sensitivity, its step
+  and speedup observed and at the reference host speed, each with its stored interval; the index's cost.
+
+Stored figures only; lab.contract and the report's own tables (the README's tables are made without torch).
 """
 
 from __future__ import annotations
@@ -18,11 +21,16 @@ from typing import Any, Iterable
 from lab.contract import hostspeed
 from lab.contract import metrics as M
 from lab.contract import notes as N
+from lab.contract import units
 from lab.contract.intervals import Interval, of
-from lab.contract.results import Record
+from lab.contract.results import Metric, Record, Results
+
+from report.sections import Section
+from report.tables import Cell, Table, first, fmt, params_text, timing_cell
 
 INSTRUMENT = ("sentinel", "sentinel_end")
-SOURCES = ("cuda_graph_decode", "model_scaling", "peer_generate")  # where the B=1 fp32 sensitivities are read
+# where the B=1 fp32 sensitivities are read, in this order (inductor: the CPU profile's decode step, fp32)
+SOURCES = ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor")
 NO_INDEX = "this run has no host-speed index (its lab version did not measure the host's speed)"
 
 
@@ -40,12 +48,13 @@ def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | N
             for m in rec.metrics:
                 p = m.params
                 if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get("batch") != 1
-                        or p.get("dtype") != "float32" or p.get("readback", False)):
+                        or p.get("dtype", "float32") != "float32" or p.get("readback", False)):
                     continue
                 ends = {x.name: x.value for x in rec.metrics if x.params == p
                         and x.name in (M.HOST_SENSITIVITY_CI_LOW.name, M.HOST_SENSITIVITY_CI_HIGH.name)}
                 ci = of(ends.get(M.HOST_SENSITIVITY_CI_LOW.name), ends.get(M.HOST_SENSITIVITY_CI_HIGH.name))
-                found.append((str(p.get("method")), float(m.value), ci))
+                step = f", {p['step']} step" if "step" in p else ""
+                found.append((f"{p.get('method')}{step}", float(m.value), ci))
             if found:
                 return found
     return []
@@ -110,3 +119,60 @@ def flags(records: Iterable[Record], manifest: dict[str, Any]) -> list[str]:
         if isinstance(warnings, list):
             out += [f"host: {w}" for w in warnings if isinstance(w, str)]
     return out
+
+
+def _with_interval(rec: Record, spec: M.MetricSpec, params: dict[str, Any]) -> Cell:
+    m = first(rec, spec, **params)
+    if m is None or m.value is None:
+        return Cell("—")
+    text = f"{fmt(m.value)}×" if m.unit == units.X else fmt(m.value, m.unit)
+    if spec.interval is not None:
+        low, high = (first(rec, name, **params) for name in spec.interval)
+        if low is not None and high is not None and low.value is not None and high.value is not None:
+            text += f" [{fmt(low.value)}, {fmt(high.value)}]"
+    return Cell(text, cls="num")
+
+
+def _index_cell(m: Metric) -> Cell:
+    xs = [float(x) for x in m.value if isinstance(x, (int, float))] if isinstance(m.value, list) else []
+    if not xs:
+        return Cell("—")
+    return Cell(f"{fmt(sorted(xs)[len(xs) // 2], 'ms')}", cls="num", sub=f"{fmt(min(xs))}-{fmt(max(xs))} over "
+                                                                            f"{len(xs)} rounds")
+
+
+def host_table(rec: Record) -> Table:
+    """One timing record's methods: index, sensitivity, step and speedup observed and at the reference."""
+    table = Table(columns=["shape", "method", "host index (median of rounds)", "host_sensitivity [95%]",
+                           "median step", "step at the reference", "speedup vs eager [95%]",
+                           "speedup at the reference [95%]"], id=f"host-{rec.id}",
+                  caption=f"{rec.id}: each method's rounds against the host-speed index taken around them")
+    for m in (x for x in rec.metrics if x.name == M.HOST_INDEX_MS.name):
+        p = m.params
+        shape = {k: v for k, v in p.items() if k != "method"}
+        speedup = M.SPEEDUP_VS_EAGER if first(rec, M.SPEEDUP_VS_EAGER, **p) is not None else M.SPEEDUP
+        step = first(rec, M.STEP_MS, **p)
+        table.rows.append([Cell(params_text(shape)), Cell(str(p.get("method", "—"))), _index_cell(m),
+                           _with_interval(rec, M.HOST_SENSITIVITY, p),
+                           timing_cell(step) if step is not None else Cell("—"),
+                           _with_interval(rec, M.STEP_MS_AT_REFERENCE, p), _with_interval(rec, speedup, p),
+                           _with_interval(rec, M.SPEEDUP_AT_REFERENCE, p)])
+    return table
+
+
+def section(results: Results) -> Section | None:
+    """The run page's host section (None: the run stored no host index, an earlier lab version's)."""
+    recs = [r for r in results.experiments if any(m.name == M.HOST_INDEX_MS.name for m in r.metrics)]
+    if not recs:
+        return None
+    costs = [f"{r.id} {params_text(m.params)}: {m.value:.1%}" for r in recs for m in r.metrics
+             if m.name == M.HOST_INDEX_COST.name and isinstance(m.value, (int, float))]
+    said = sentence(results.experiments)
+    intro = [said[:1].upper() + said[1:] + ".",
+             "The host-speed index is a fixed pure-Python loop timed just before and after each method's turn in "
+             "every round (lab.measure.hostspeed); host_sensitivity is the elasticity of the method's step on it (1: "
+             "it follows the host's CPU wholly, 0: not at all); the reference host speed is the 10th percentile of a "
+             "timing's rounds' index, and the step and speedup there come from the same fit.",
+             "The index's own cost, its time over the timed turns': " + ("; ".join(costs) if costs else "—") + "."]
+    return Section("host", "The host's speed: what it did to each method", "\n".join(intro),
+                   [host_table(r) for r in recs])

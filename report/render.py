@@ -42,6 +42,7 @@ from lab.contract.results import Results
 from report import charts, costs, front as front_page, history, publish, sections, sentinels, steps, sweeps, \
     timecharts, workloads
 from report.discover import Run, SkippedFile, load_runs
+from report import hoststate
 from report.hosts import machine
 from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
@@ -54,6 +55,7 @@ WHY_SHOWN = 10  # the differing fields a why-it-moved table shows before "N more
 SECTIONS: list[Callable[[Results], sections.Section | None]] = [
     timecharts.step_section,  # report.steps' section, opening with where the time goes
     sentinels.instrument,
+    hoststate.section,
     steps.ceilings,
     costs.costs,
     workloads.amdahl,

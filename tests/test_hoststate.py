@@ -96,3 +96,19 @@ def test_lab_headline_carries_them_too(site: tuple[Path, str]) -> None:
     assert "\nHost: the host's CPU speed varied 1.9× (p5–p95) during this run; " in text
     assert "⚑ host overloaded at the start  \n" in text and f"⚑ instrument not clean: {PAIRED}" in text
     assert "\nHost: " + hoststate.NO_INDEX + ".\n" in readme_tables.render([root / "older"])
+
+
+def test_the_run_page_section_sets_each_method_against_the_index() -> None:
+    d = _h200_decode()
+    p = {"method": "graph", "readback": False, **STEP}
+    d["metrics"] += [metric("speedup_at_reference", 4.58, "x", **p), metric("speedup_at_reference_ci_low", 4.51, "x", **p),
+                     metric("speedup_at_reference_ci_high", 4.65, "x", **p),
+                     metric("host_index_cost", 0.021, "fraction", **STEP)]
+    sec = hoststate.section(from_dict(raw(d), "x/results.json"))
+    assert sec is not None and sec.intro.startswith("The host's CPU speed varied 1.9× (p5–p95) during this run; ")
+    assert "cuda_graph_decode batch=1, dtype=float32: 2.1%" in sec.intro
+    [table] = sec.tables
+    rows = {r[1].text: [c.text for c in r] for r in table.rows}
+    assert rows["eager"][3] == "0.902× [0.844, 0.956]" and rows["graph"][3] == "3.44e-04× [5.08e-05, 6.60e-04]"
+    assert rows["graph"][7] == "4.58× [4.51, 4.65]" and rows["eager"][7] == "—"
+    assert hoststate.section(from_dict(raw(decode({"eager": 3.0})), "x/results.json")) is None
