@@ -311,3 +311,15 @@ def test_the_real_child_takes_turns_with_the_parents_eager_on_the_cpu(tiny):
     assert res.ok and len(paired.fresh) == len(paired.in_run) == 3 and all(len(r) == 6 for r in paired.fresh)
     assert all(x > 0 for x in paired.index.per_round("fresh") + paired.index.per_round("in-run"))
     assert paired.ratio() > 0
+
+
+def test_without_posix_pipes_the_end_sentinel_runs_alone_and_says_why(monkeypatch):
+    from lab.run import turns
+
+    ctx = _ctx_end()
+    seen: list[str] = []
+    monkeypatch.setattr(turns, "supported", lambda: False)
+    monkeypatch.setattr(sentinel, "measure", lambda c, when: seen.append(when))
+    monkeypatch.setattr(sentinel_end, "measure_paired", lambda c: pytest.fail("no pipes to pair through"))
+    sentinel_end.run(ctx)
+    assert seen == ["end"] and [s.item for s in ctx.record.skipped] == ["in_run_over_fresh"]

@@ -30,12 +30,16 @@ def die():
 """
 
 
+posix = pytest.mark.skipif(not turns.supported(), reason="lab.run.turns passes file descriptors: POSIX only")
+
+
 @pytest.fixture
 def helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "lab_turns_helper.py").write_text(HELPER)
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{REPO_ROOT}")
 
 
+@posix
 def test_the_child_answers_each_request_then_returns_its_value(helper: None) -> None:
     with turns.Turns("lab_turns_helper:double", {"start": 5}, timeout_s=60) as child:
         assert child.wait() == {"ready": 5}
@@ -44,6 +48,7 @@ def test_the_child_answers_each_request_then_returns_its_value(helper: None) -> 
     assert res.ok and res.value == {"answered": 3} and "chatter" in res.stdout_tail
 
 
+@posix
 def test_a_child_that_ends_early_is_child_gone_and_its_exit_is_kept(helper: None) -> None:
     with turns.Turns("lab_turns_helper:die", {}, timeout_s=60) as child:
         assert child.wait() == {"ready": True}

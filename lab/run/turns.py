@@ -7,7 +7,8 @@ same `python -m lab.run.childproc MODULE:FUNCTION KWARGS RESULT` with a pipe eac
 extra file descriptors (named in LAB_CHILD_TURNS); its function calls `channel()` to read a request
 and answer it, one JSON line each. Its stdout and stderr go to files (a chatty child cannot fill a
 pipe and stall), its process group is killed when the parent is done, on a timeout or on an error, as
-run_child's is.
+run_child's is. The protocol is one line per request and one answer per request (and the child's
+first line, its "ready"). POSIX only (`supported`): Windows cannot pass the two descriptors.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from lab.run.childproc import PARENT_ENV, ChildResult, kill_group
 from lab.run.manifest import REPO_ROOT
 
 TURNS_ENV = "LAB_CHILD_TURNS"  # "READ_FD,WRITE_FD" of the child's ends of the two pipes
+
+
+def supported() -> bool:
+    """Whether this platform can pass the pipes to the child (POSIX: subprocess's pass_fds; not on Windows)."""
+    return os.name == "posix"
 
 
 class ChildGone(RuntimeError):
