@@ -121,13 +121,20 @@ def flags(records: Iterable[Record], manifest: dict[str, Any]) -> list[str]:
     return out
 
 
+def _within(rec: Record, name: str, params: dict[str, Any]) -> Metric | None:
+    """The metric `name` whose params are all among `params` with the same values (launch_overhead's speedup carries
+    the method alone, its step time the method and n_ops)."""
+    return next((m for m in rec.metrics if m.name == name and m.params
+                 and all(k in params and params[k] == v for k, v in m.params.items())), None)
+
+
 def _with_interval(rec: Record, spec: M.MetricSpec, params: dict[str, Any]) -> Cell:
-    m = first(rec, spec, **params)
+    m = _within(rec, spec.name, params)
     if m is None or m.value is None:
         return Cell("—")
     text = f"{fmt(m.value)}×" if m.unit == units.X else fmt(m.value, m.unit)
     if spec.interval is not None:
-        low, high = (first(rec, name, **params) for name in spec.interval)
+        low, high = (_within(rec, name, m.params) for name in spec.interval)
         if low is not None and high is not None and low.value is not None and high.value is not None:
             text += f" [{fmt(low.value)}, {fmt(high.value)}]"
     return Cell(text, cls="num")
@@ -150,7 +157,7 @@ def host_table(rec: Record) -> Table:
     for m in (x for x in rec.metrics if x.name == M.HOST_INDEX_MS.name):
         p = m.params
         shape = {k: v for k, v in p.items() if k != "method"}
-        speedup = M.SPEEDUP_VS_EAGER if first(rec, M.SPEEDUP_VS_EAGER, **p) is not None else M.SPEEDUP
+        speedup = M.SPEEDUP_VS_EAGER if _within(rec, M.SPEEDUP_VS_EAGER.name, p) is not None else M.SPEEDUP
         step = first(rec, M.STEP_MS, **p)
         table.rows.append([Cell(params_text(shape)), Cell(str(p.get("method", "—"))), _index_cell(m),
                            _with_interval(rec, M.HOST_SENSITIVITY, p),

@@ -12,7 +12,7 @@ slower host). From a method's round medians and their indices:
   of host speed: the lab's timings have 3-10 rounds a method, too few for quarters; a slope uses
   every round. Why least squares and not Theil-Sen: with so few rounds the two agree, and the
   bootstrap is O(rounds) a resample. On the H200 rounds of 2026-12-02 (371 rounds, the loop moving
-  about 2x) eager's elasticity is 0.90 [0.85, 0.96] and graph replay's 0.0003 [0.00003, 0.0007].
+  about 2x) eager's elasticity is 0.90 [0.84, 0.96] and graph replay's 0.0003 [0.00005, 0.0007].
 - `reference_index`: the reference host speed, the 10th percentile of the index samples of the
   timing (every method's rounds): the host near its fastest, at a speed it actually ran at for a
   tenth of the timing rather than its single quickest instant. Every method of the timing is put at

@@ -7,9 +7,11 @@ tenant on the core or its sibling, a lower clock, a busier cache) slows an inter
 way. It touches no tensor, allocates nothing that lasts, moves no memory to speak of and releases no
 lock, so it measures the core's speed for Python and nothing the methods do to each other. On an
 H200 host the same loop (30x longer) correlated 0.79 with eager's round medians and not at all with
-graph replay's. Why 10 000 iterations: about 0.5 ms on this lab's CPU hosts and 0.5-1 ms on the H200
-host, against 20-300 ms a turn of a decode method, so the index costs a few percent of the timing at
-most (`HostIndex.cost` measures it; the run records it as `host_index_cost`).
+graph replay's. Why 10 000 iterations: long enough that a single interrupt is a small part of a
+sample (about 0.5-1.5 ms on this lab's CPU hosts, 0.5-1 ms on the H200 host), short against a turn of
+a decode method on the GPU profile (30-400 ms), so there it costs a few percent of the timing at most.
+On the smoke profile's tiny model, whose turns last a few ms, it costs 5-15%. `HostIndex.cost` measures
+it and the run records it per timing as `host_index_cost`: the cost is stated, never assumed.
 
 `HostIndex` takes the samples: `turn(name, fn)` runs one method's turn between two index samples; the
 sample after a turn is the one before the next turn (nothing of the lab runs between them), so a
