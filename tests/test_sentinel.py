@@ -323,3 +323,30 @@ def test_without_posix_pipes_the_end_sentinel_runs_alone_and_says_why(monkeypatc
     monkeypatch.setattr(sentinel_end, "measure_paired", lambda c: pytest.fail("no pipes to pair through"))
     sentinel_end.run(ctx)
     assert seen == ["end"] and [s.item for s in ctx.record.skipped] == ["in_run_over_fresh"]
+
+
+@pytest.mark.slow
+def test_sentinel_end_pairs_the_runs_own_eager_with_the_fresh_child_on_the_cpu(monkeypatch):
+    """The experiment's own path on the smoke profile (eager only: graph replay needs CUDA): the child's take is
+    recorded at the end, the run's own eager alternates with it, and the paired verdict is stored with its
+    interval."""
+    from lab.contract import profiles
+    from lab.contract.catalogue import BY_ID
+    from lab.run.context import Context, ModelCache
+
+    profile = profiles.get("smoke")
+    kwargs = sentinel.child_kwargs
+    monkeypatch.setattr(sentinel, "child_kwargs", lambda ctx: kwargs(ctx) | {"methods": [Method.EAGER], "min_s": 0.2,
+                                                                             "budget_s": 10.0, "max_rounds": 6})
+    ctx = Context(BY_ID["sentinel_end"], profile, None, Record("sentinel_end", "", "OK"),
+                  SimpleNamespace(experiments=[], manifest=None), ModelCache(profile, {"source": "random"}),
+                  options=sentinel_end.Options(steps=8, rounds=2, pairs=4, timeout_s=120))
+    paired = sentinel_end.measure_paired(ctx)
+    assert paired is not None and len(paired.in_run) == len(paired.fresh) == 4
+    assert sentinel_end.record_paired(ctx, paired) in (True, False)
+    rec = ctx.record
+    p = {"method": Method.EAGER, "batch": 1, "dtype": "float32"}
+    assert rec.metric(M.IN_RUN_OVER_FRESH.name, **p).value > 0
+    assert rec.metric(M.IN_RUN_OVER_FRESH_CI_LOW.name, **p).value is not None
+    assert rec.metric(M.SENTINEL_STEP_MS.name, method=Method.EAGER, when="end").value > 0
+    assert N.WARMUP.key_for(when="end") in rec.notes and "host_index.paired" in rec.notes
