@@ -45,7 +45,11 @@ def _text(value: Any) -> str:
 
 def machine(results: Results) -> Machine:
     """The machine a run ran on, from its manifest."""
-    m = results.manifest
+    return machine_of(results.manifest)
+
+
+def machine_of(m: dict[str, Any]) -> Machine:
+    """The machine a manifest describes (a side of `lab compare` may be a manifest alone)."""
     host = m.get("host") if isinstance(m.get("host"), dict) else {}
     cpu = m.get("cpu") if isinstance(m.get("cpu"), dict) else {}
     gpu = m.get("gpu") if isinstance(m.get("gpu"), dict) else {}

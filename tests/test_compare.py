@@ -586,3 +586,12 @@ def test_a_baseline_is_the_previous_run_of_the_host_else_the_newest_of_the_profi
     runs = [r for r in runs if r.name != "a4-epyc"]
     fixed = {b.run.name: (b.base.name if b.base else None) for b in baselines(runs, "a1")}
     assert fixed == {"a3": "a1", "a2": "a1", "b1": "a1", "x": "a1", "a1": None}
+
+
+def test_two_machines_that_share_a_hostname_are_told_apart_in_the_comparison() -> None:
+    a, b = _hosts()
+    a["host"]["real_hostname"] = b["host"]["real_hostname"] = "vm"
+    c = compare(Side(Path("a"), a, None), Side(Path("b"), b, None))
+    lines = format_text(c).splitlines()
+    assert "host vm (EPYC 9654, ? cores; H200, driver 580)" in lines[0]
+    assert "host vm (Xeon 8480, ? cores; H200, driver 590)" in lines[1]
