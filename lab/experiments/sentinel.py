@@ -18,15 +18,20 @@ dispatch); graph replay is the device's time. Then the kept rounds are timed (ro
 to the drift test (`lab.measure.timing.still_improving`: a method whose last kept round is faster than
 its first by more than `agree` was still warming up while measured). A take that drifted is
 discarded, and the child warms up again and takes again, at most `retakes` times. The record notes
-the warm-ups (`warmup.{when}`: rounds, seconds, retakes, the round medians) and holds a non-fatal
+the warm-ups (`warmup.{when}`: rounds, seconds, retakes, the round medians, and the host-speed index
+around every round, lab.measure.hostspeed, with how far it moved, `host_moved`) and holds a non-fatal
 check "the sentinel's rounds were steady" that fails, with the round medians, when the last take
-still drifted. Why these defaults: 10 s is longer than the slow starts seen on H200 hosts (a few
+still drifted while the host's index held still: rounds that drifted, or a warm-up that ran out of its
+budget, while the index moved by more than `agree` are the host's doing, reported as a host warning
+(the `host_warnings` note) with the index as the reason, never as a failed check. Why these defaults: 10 s is longer than the slow starts seen on H200 hosts (a few
 seconds), 5% is tighter than the 10% the run is judged by, and 100 rounds of GPT-2 124M at 64 steps
 (0.3-0.45 s a round of eager and graph) is the time limit's share; with two retakes the child stays
 well inside `timeout_s`.
 
 The child also measures the cost of one tiny eager op, the host's dispatch speed, clean: the
-manifest's `host_dispatch.launch_us_per_op` (lab.run.manifest).
+manifest's `host_dispatch.launch_us_per_op` (lab.run.manifest). Started by lab.run.turns (as
+sentinel_end starts it), it then stays alive and answers each request with one round of eager between
+two samples of the index (`serve`): the paired rounds sentinel_end judges the run's own eager by.
 """
 
 from __future__ import annotations
