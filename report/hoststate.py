@@ -116,8 +116,8 @@ def flags(records: Iterable[Record], manifest: dict[str, Any]) -> list[str]:
         out += [f"instrument not clean: {c.name} ({c.detail})" if c.detail else f"instrument not clean: {c.name}"
                 for c in rec.checks if not c.passed and "steady" not in c.name]
         warnings = rec.notes.get(N.HOST_WARNINGS.key)
-        if isinstance(warnings, list):
-            out += [f"host: {w}" for w in warnings if isinstance(w, str)]
+        if isinstance(warnings, list):  # those about a warm-up are said by its flag above, from the same note
+            out += [f"host: {w}" for w in warnings if isinstance(w, str) and not w.startswith("the fresh process (")]
     return out
 
 
