@@ -23,6 +23,7 @@ from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
 from lab.contract.intervals import Interval, of
+from lab.contract.names import Method
 from lab.contract.results import Metric, Record, Results
 
 from report.sections import Section
@@ -65,8 +66,10 @@ def _figure(value: float, ci: Interval | None) -> str:
 
 
 def sentence(records: Iterable[Record]) -> str:
-    """'the host's CPU speed varied 1.9× (p5–p95) during this run; eager followed it (0.90 [0.85, 0.96]), graph did
-    not (0.00 [0.00, 0.00])': the index's range, then each B=1 fp32 method by its elasticity's interval."""
+    """'the host's CPU speed varied 1.9× (p5–p95) during this run; eager (0.90 [0.84, 0.96]) followed it, graph
+    (0.00 [0.00, 0.00]) did not': the index's range, then each B=1 fp32 method by its elasticity's interval (the
+    figures for eager and graph replay, the baseline and the control; the others by name, their figures in the run
+    page's host section)."""
     recs = list(records)
     samples = index_samples(recs)
     if not samples:
@@ -76,7 +79,8 @@ def sentence(records: Iterable[Record]) -> str:
             f"the host's CPU speed varied {ratio:.2g}× (p5–p95) during this run")
     groups: dict[bool | None, list[str]] = {True: [], False: [], None: []}
     for method, value, ci in _sensitivities(recs):
-        groups[hostspeed.follows(ci)].append(f"{method} ({_figure(value, ci)})")
+        shown = method.split(",")[0] in (Method.EAGER, Method.GRAPH)
+        groups[hostspeed.follows(ci)].append(f"{method} ({_figure(value, ci)})" if shown else method)
     parts = []
     if groups[True]:
         parts.append(f"{', '.join(groups[True])} followed it")

@@ -113,3 +113,12 @@ def test_the_run_page_section_sets_each_method_against_the_index() -> None:
     assert rows["eager"][3] == "0.902× [0.844, 0.956]" and rows["graph"][3] == "3.44e-04× [5.08e-05, 6.60e-04]"
     assert rows["graph"][7] == "4.58× [4.51, 4.65]" and rows["eager"][7] == "—"
     assert hoststate.section(from_dict(raw(decode({"eager": 3.0})), "x/results.json")) is None
+
+
+def test_the_sentence_names_the_other_methods_and_gives_figures_for_eager_and_graph_replay() -> None:
+    d = _h200_decode()
+    p = {"method": "fused", "readback": False, **STEP}
+    d["metrics"] += [metric("host_index_ms", [1.0, 1.5, 2.0], "ms", **p), metric("host_sensitivity", 0.01, "x", **p),
+                     metric("host_sensitivity_ci_low", 0.0, "x", **p), metric("host_sensitivity_ci_high", 0.02, "x", **p)]
+    text = hoststate.sentence(from_dict(raw(d), "x/results.json").experiments)
+    assert "graph (0.00 [0.00, 0.00]), fused did not" in text
