@@ -79,7 +79,8 @@ def alternate(own: Callable[[], list[float]], fresh: Callable[[], tuple[list[flo
     for i in range(pairs):
         for side in (("fresh", "in-run") if i % 2 == 0 else ("in-run", "fresh")):
             if side == "fresh":
-                samples, before, after = fresh()
+                with console.timed(f"fresh eager, pair {i + 1}"):  # the console keeps quiet while the child times
+                    samples, before, after = fresh()
                 out.index.add("fresh", before, after)
                 out.fresh.append(samples)
             else:
