@@ -76,7 +76,7 @@ def sentence(records: Iterable[Record]) -> str:
         return NO_INDEX
     ratio = hostspeed.spread_ratio(samples)
     text = ("the host's CPU speed could not be told from one index sample" if ratio is None else
-            f"the host's CPU speed varied {ratio:.2g}× (p5–p95) during this run")
+            f"the host's CPU speed varied {ratio:.1f}× (p5–p95) during this run")
     groups: dict[bool | None, list[str]] = {True: [], False: [], None: []}
     for method, value, ci in _sensitivities(recs):
         shown = method.split(",")[0] in (Method.EAGER, Method.GRAPH)
