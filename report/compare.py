@@ -297,7 +297,7 @@ def compare(a: Side, b: Side, factor: float = FACTOR) -> Comparison:
         _compare_records(out, rid, ra, rb, binds)
     for cls in CLASSES:
         if out.moved_of(cls):
-            out.why_by_class[cls] = explain(a.manifest, b.manifest, cls)
+            out.why_by_class[cls] = explain(a.manifest, b.manifest, cls, a.results, b.results)
     if out.why_by_class:  # the headline ranking: for the class with the most figures that moved
         out.why = out.why_by_class[max(out.why_by_class, key=lambda c: len(out.moved_of(c)))]
     return out

@@ -14,6 +14,7 @@ from typing import Any
 
 from lab.atomic import clean
 from report.compare import IGNORED_FIELDS, Comparison, Side
+from report.hosts import machine_of
 from report.why import CLASSES
 from lab.contract.marks import MARKS
 
@@ -56,7 +57,7 @@ def describe(side: Side) -> dict[str, Any]:
     host = m.get("host") or {}
     return {"path": str(side.path), "label": side.label, "run_label": m.get("label"),
             "profile": side.results.run.profile if side.results else None,
-            "host": host.get("real_hostname") or host.get("hostname"),
+            "host": host.get("real_hostname") or host.get("hostname"), "machine": machine_of(m).label,
             "device": gpu or (m.get("cpu") or {}).get("model"), "torch": (m.get("torch") or {}).get("version")}
 
 
@@ -64,7 +65,7 @@ def _describe_line(side: Side) -> str:
     d = describe(side)
     kind = f"profile {d['profile']}" if side.results else "manifest only"
     label = f" '{d['run_label']}'" if d["run_label"] else ""
-    return f"{d['path']} ({kind}; host {d['host'] or '?'}{label}; torch {d['torch'] or '?'}; {d['device'] or '?'})"
+    return f"{d['path']} ({kind}; host {d['machine']}{label}; torch {d['torch'] or '?'}; {d['device'] or '?'})"
 
 
 def format_text(c: Comparison) -> str:

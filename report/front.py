@@ -11,6 +11,7 @@ from lab.contract import units
 from lab.contract.names import Method
 from lab.contract.results import Metric, Results
 
+from report import hoststate
 from report.costs import first_call_behind
 from report.discover import Run
 from report.provenance import tree_state
@@ -105,6 +106,8 @@ class FrontRow:
     sentinel: list[str] = field(default_factory=list)  # failed sentinel checks, with their numbers
     status: Status | None = None  # incomplete, with what was asked for and not recorded (report.runstatus)
     tree: str = ""  # the lab's commit and whether its tree was clean (tree_state)
+    host_state: str = ""  # what the host's speed did, in one sentence (report.hoststate.sentence)
+    flags: list[str] = field(default_factory=list)  # what the run flagged about itself (report.hoststate.flags)
 
     @property
     def started(self) -> str:
@@ -145,7 +148,8 @@ def front_row(run: Run, file: str) -> FrontRow:
                     device=device_name(r), torch=str((r.manifest.get("torch") or {}).get("version", "?")),
                     lines=lines(r), compile=compile_summary(r), counts=counts(r),
                     failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r),
-                    status=status(r), sentinel=sentinel_flags(r), tree=tree_state(r))
+                    status=status(r), sentinel=sentinel_flags(r), tree=tree_state(r),
+                    host_state=hoststate.sentence(r.experiments), flags=hoststate.flags(r.experiments, r.manifest))
 
 
 

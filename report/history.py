@@ -1,7 +1,8 @@
 """History, in the manner of asv and PyTorch's HUD: each headline figure over the runs of one host and profile.
 
-The runs a folder holds are grouped by host (the manifest's real hostname, else its hostname) and
-profile, and each group is ordered by the lab's commit date (the manifest's `lab.commit_date`) where
+The runs a folder holds are grouped by host and profile, a host being a machine (report.hosts: its
+hostname with its CPU model and cores, GPU and driver; two machines that share a hostname are two
+hosts), and each group is ordered by the lab's commit date (the manifest's `lab.commit_date`) where
 every run of the group records one, else by the run's start time; the page says which. The headline
 figures are the front page's (report.steps picks them, so "fastest correct" means the same here):
 at batch 1 for each dtype, eager's step, the fastest correct method's step and its speedup over
@@ -27,7 +28,7 @@ from lab.contract.results import Metric, Record, Results
 
 from report.compare import interval_of, value_of
 from report.discover import Run
-from report.front import host_name
+from report.hosts import machine, slug
 from report.sections import Section, record
 from report.steps import CEILINGS, Case, cases, step_rows
 from report.tables import Cell, Table, fmt
@@ -158,7 +159,7 @@ def series(runs: list[Run]) -> list[Series]:
     """Every host and profile's runs in order, with each figure's points judged against the previous run."""
     groups: dict[tuple[str, str], list[Run]] = {}
     for run in runs:
-        groups.setdefault((host_name(run.results), run.results.run.profile), []).append(run)
+        groups.setdefault((machine(run.results).label, run.results.run.profile), []).append(run)
     out = []
     for (host, profile), group in sorted(groups.items()):
         dated = all(commit_date(r.results) for r in group)
@@ -195,7 +196,7 @@ def when(run: Run, s: Series) -> str:
 def table(s: Series, files: dict[str, str], current: Run | None = None) -> Table:
     """The group's runs as rows (in order), its figures as columns, each value with its mark."""
     t = Table(columns=["run", "commit date" if s.order.startswith("the lab's") else "started", "lab commit"]
-              + list(s.points), cls="history", id=f"history-{s.host}-{s.profile}",
+              + list(s.points), cls="history", id=f"history-{slug(s.host)}-{s.profile}",
               caption=f"{s.host} · profile {s.profile}: {len(s.runs)} run(s), ordered by {s.order}")
     for i, run in enumerate(s.runs):
         lab = run.results.manifest.get("lab") or {}

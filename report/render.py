@@ -42,6 +42,8 @@ from lab.contract.results import Results
 from report import charts, costs, front as front_page, history, publish, sections, sentinels, steps, sweeps, \
     timecharts, workloads
 from report.discover import Run, SkippedFile, load_runs
+from report import hoststate
+from report.hosts import machine
 from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
 
@@ -53,6 +55,7 @@ WHY_SHOWN = 10  # the differing fields a why-it-moved table shows before "N more
 SECTIONS: list[Callable[[Results], sections.Section | None]] = [
     timecharts.step_section,  # report.steps' section, opening with where the time goes
     sentinels.instrument,
+    hoststate.section,
     steps.ceilings,
     costs.costs,
     workloads.amdahl,
@@ -150,8 +153,9 @@ def _started(run: Run) -> str:
 
 
 def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
-    """Every run's baseline, newest run first: `baseline` where given; else the previous run of the same host and
-    profile, else the newest other run of the same profile; else none, with the sentence why."""
+    """Every run's baseline, newest run first: `baseline` where given; else the previous run of the same host (the
+    same machine: report.hosts) and profile, else the newest other run of the same profile; else none, with the
+    sentence why."""
     ordered = sorted(runs, key=_started, reverse=True)
     if baseline is not None:
         base = find_run(runs, baseline)
@@ -159,9 +163,10 @@ def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
                 if r is base else Baseline(r, base, f"chosen with --baseline {baseline}") for r in ordered]
     out = []
     for run in ordered:
-        profile, host = run.results.run.profile, front_page.host_name(run.results)
+        profile, here = run.results.run.profile, machine(run.results)
+        host = here.label
         same_profile = [r for r in ordered if r is not run and r.results.run.profile == profile]
-        same_host = [r for r in same_profile if front_page.host_name(r.results) == host]
+        same_host = [r for r in same_profile if machine(r.results).key == here.key]
         earlier = [r for r in same_host if _started(r) < _started(run)]
         if earlier:
             out.append(Baseline(run, earlier[0], f"the previous run of host {host} with profile {profile}"))

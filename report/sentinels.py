@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract import units
 from lab.contract.names import Method
 from lab.contract.results import Check, Metric, Record, Results
@@ -57,12 +58,25 @@ def _interval_cell(m: Metric | None) -> Cell:
     return cell
 
 
+def _stored_ci(rec: Record | None, spec: M.MetricSpec, **params: Any) -> str:
+    """'95% [0.98, 1.03]' from the interval metrics stored beside `spec` ("" where none)."""
+    if spec.interval is None:
+        return ""
+    low, high = (first(rec, name, **params) for name in spec.interval)
+    if low is None or high is None or low.value is None or high.value is None:
+        return ""
+    return f"95% [{fmt(low.value)}, {fmt(high.value)}]"
+
+
 def sentinel_table(results: Results) -> Table:
     end = record(results, SENTINEL_END)
     table = Table(columns=["method", "sentinel at the start", "in this run (cuda_graph_decode)", "sentinel at the end",
-                           "in-run ÷ sentinel", "end ÷ start (drift)"], id="sentinel-table",
+                           "in-run ÷ sentinel", "end ÷ start (drift)", "in-run ÷ fresh, paired"], id="sentinel-table",
                   caption="The run's own step at batch 1, fp32, beside the same step timed in a fresh process with "
-                          "nothing else loaded, at the start and at the end of the run")
+                          "nothing else loaded, at the start and at the end of the run; the last column is the "
+                          "verdict: the run's own eager and the end's fresh process alternating rounds (paired, with "
+                          "its 95% interval). The ratios across minutes measure the host as much as the lab: data, "
+                          "and a host warning where the host moved")
     for method in METHODS:
         start, stop, mine = _sentinel(results, method, "start"), _sentinel(results, method, "end"), in_run(results,
                                                                                                               method)
@@ -70,11 +84,15 @@ def sentinel_table(results: Results) -> Table:
             continue
         ratio, drift = first(end, M.IN_RUN_OVER_SENTINEL, method=method), first(end, M.SENTINEL_DRIFT, method=method)
         row = [Cell(str(method)), _interval_cell(start), _interval_cell(mine), _interval_cell(stop)]
-        for m, is_it in ((ratio, lambda c: c.name.startswith("in-run")), (drift, lambda c: "moved" in c.name)):
+        paired = first(end, M.IN_RUN_OVER_FRESH, method=method)
+        for m, is_it in ((ratio, lambda c: "fresh-process sentinel" in c.name), (drift, lambda c: "moved" in c.name),
+                         (paired, lambda c: "interleaved" in c.name)):
             verdict = [c for _, c in sentinel_checks(results) if c.params.get("method") == method and is_it(c)]
             bad = any(not c.passed for c in verdict)
+            sub = "; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)
+            ci = _stored_ci(end, M.IN_RUN_OVER_FRESH, method=method) if m is paired and m is not None else ""
             row.append(num(m.value if m else None, units.X if m else "", cls="num bad" if bad else "num",
-                           sub="; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)))
+                           sub=" · ".join(t for t in (ci, sub) if t)))
         table.rows.append(row)
     return table
 
@@ -129,6 +147,9 @@ def instrument(results: Results) -> Section | None:
     failed = flags(results)
     lines = failed[:] if failed else (["The run's own eager step is within the sentinel's tolerance: the instrument "
                                        "did not move what it measured."] if sentinel else [])
+    warnings = [w for rid in (SENTINEL, SENTINEL_END) if (rec := record(results, rid)) is not None
+                for w in rec.notes.get(N.HOST_WARNINGS.key) or [] if isinstance(w, str)]
+    lines += [f"Host warning: {w}." for w in warnings]
     lines.append("The sentinel is a child process that imports torch, builds the run's GPT-2 and times eager and "
                  "graph replay at batch 1 in fp32, before and after every other experiment (sentinel, sentinel_end).")
     return Section("instrument", "The instrument: in-run eager against the fresh-process sentinel", "\n".join(lines),

@@ -2,25 +2,33 @@
 
 A figure's class says where its time is spent, so which fields to check first (`figure_class`):
 - `dispatch`: eager and launch-bound figures (eager's step, the cost of one launch, speedups and savings
-  over eager, and any figure whose `binding` in ceilings is `launch`): the host's dispatch speed
-  first, the manifest's `host_dispatch` {cpu_model, cpu_mhz, load_start, load_end, launch_us_per_op}
-  (older runs record cpu.model and host.load_start / load_end only: those are read instead);
+  over eager, and any figure whose `binding` in ceilings is `launch`): the host's speed first, as the two
+  runs measured it (their host-speed index, lab.measure.hostspeed: the median of every round's and its
+  p5-p95), then where the run ran (the CPU binding, the GPU's NUMA node), then the cost of one eager
+  launch (the manifest's `host_dispatch.launch_us_per_op`, the ceilings' measurement), then the rest
+  of the manifest's `host_dispatch` {cpu_model, cpu_mhz, load_start, load_end} (older runs record
+  cpu.model and host.load_start / load_end only: those are read instead);
 - `kernel`: kernel-bound figures (graph / compiled / fused steps, bandwidth, TFLOP/s, MBU, GPU-busy
   time): the GPU, driver, torch, CUDA and Triton first;
 - `other`: neither (compile times, counts...): the fields in the order of EXPLAIN.
-Within a ranking, the fields that differ come first: the class's own fields, then the others; the
-fields that agree follow (`explain`).
+Within a ranking, the fields that differ and both runs record come first (the class's own fields, then
+the others), then those only one run records (a field the older run lacks explains nothing by itself),
+then those that agree (`explain`). The measured rows (`MEASURED`) come from the runs' results, the
+others from their manifests.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from lab.contract import metrics as M
 from lab.contract.names import Method
+from lab.contract.results import Results
 
-__all__ = ["ABSENT", "CLASSES", "EXPLAIN", "FIRST", "ExplainRow", "FigureClass", "explain", "figure_class", "flatten"]
+__all__ = ["ABSENT", "CLASSES", "EXPLAIN", "FIRST", "MEASURED", "ExplainRow", "FigureClass", "explain", "figure_class", "flatten"]
 
 ABSENT = "(absent)"
 FigureClass = Literal["dispatch", "kernel", "other"]
@@ -58,8 +66,9 @@ EXPLAIN: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # The fields each class checks first, in this order (labels of EXPLAIN).
 FIRST: dict[str, tuple[str, ...]] = {
-    "dispatch": ("CPU", "CPU clock (MHz)", "host load at start", "host load at end", "eager launch, measured clean (µs)",
-                 "torch threads", "cores usable"),
+    "dispatch": ("host-speed index (ms)", "CPU binding (LAB_CPU_BIND)", "the GPU's NUMA node",
+                 "eager launch, measured clean (µs)", "eager launch, ceilings (µs)", "CPU", "CPU clock (MHz)",
+                 "host load at start", "host load at end", "torch threads", "cores usable"),
     "kernel": ("GPU", "GPU seen by torch", "driver", "torch", "CUDA", "Triton", "GPU SM clock", "GPU max SM clock",
                "GPU memory clock", "GPU power limit"),
     "other": (),
@@ -70,12 +79,13 @@ _DISPATCH = frozenset(s.name for s in (
     M.LAUNCH_US_PER_OP, M.LAUNCH_US_PER_OP_SAMPLES, M.US_PER_OP, M.US_PER_OP_REMOVED, M.SPEEDUP_VS_EAGER, M.SPEEDUP,
     M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH, M.SAVING_MS_PER_STEP, M.SAVING_MS_PER_CALL, M.BREAK_EVEN_STEPS,
     M.MEASURED_SPEEDUP, M.IN_RUN_OVER_SENTINEL, M.BOUND_LAUNCH_MS, M.SPEEDUP_VS_BROKEN_EAGER, M.EMPTY_MS,
-    M.US_PER_EMPTY, M.US_PER_INTERMEDIATE))
+    M.US_PER_EMPTY, M.US_PER_INTERMEDIATE, M.SPEEDUP_AT_REFERENCE, M.IN_RUN_OVER_FRESH, M.HOST_SENSITIVITY,
+    M.HOST_INDEX_MS))
 _KERNEL = frozenset(s.name for s in (
     M.BANDWIDTH_GBPS, M.BANDWIDTH_GBPS_SAMPLES, M.MATMUL_TFLOPS, M.MATMUL_TFLOPS_SAMPLES, M.ACHIEVED_GBPS,
     M.ACHIEVED_TFLOPS, M.MBU, M.GPU_BUSY_US, M.KERNEL_TIME_PER_STEP_US, M.BOUND_BANDWIDTH_MS, M.BOUND_COMPUTE_MS))
 _STEP = frozenset(s.name for s in (M.STEP_MS, M.SENTINEL_STEP_MS, M.STEADY_MS, M.MEASURED_MS, M.MEASURED_OVER_BOUND,
-                                   M.GAP_US, M.BOUND_MS))
+                                   M.GAP_US, M.BOUND_MS, M.STEP_MS_AT_REFERENCE))
 
 
 def _eager(method: Any) -> bool:
@@ -133,12 +143,53 @@ def _pick(flat: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]
     return None, ABSENT
 
 
-def explain(a: dict[str, Any], b: dict[str, Any], cls: str = "other") -> list[ExplainRow]:
-    """The manifest fields that can explain a move (EXPLAIN), ranked for a figure of class `cls`: those that differ
-    first (the class's own fields, FIRST, in their order, then the others), then those that do not."""
+def _index_text(results: Results) -> Any:
+    """The run's host-speed index: the median of every round's, with its p5-p95 (ABSENT: the run has none)."""
+    xs = sorted(float(x) for rec in results.experiments for m in rec.metrics if m.name == M.HOST_INDEX_MS.name
+                and isinstance(m.value, list) for x in m.value if isinstance(x, (int, float)))
+    if not xs:
+        return ABSENT
+    def at(q: float) -> float:
+        return xs[max(0, math.ceil(q * len(xs)) - 1)]
+    return f"{statistics.median(xs):.3g} (p5-p95 {at(0.05):.3g}-{at(0.95):.3g})"
+
+
+def _launch(results: Results) -> Any:
+    """The cost of one eager launch as ceilings measured it in the run (ABSENT: not measured)."""
+    for rec in results.experiments:
+        if rec.id == "ceilings":
+            for m in rec.metrics:
+                if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("mode") == Method.EAGER:
+                    return m.value
+    return ABSENT
+
+
+# What the runs measured that can explain a move (from their results, not their manifests).
+MEASURED: tuple[tuple[str, str, Callable[[Results], Any]], ...] = (
+    ("host-speed index (ms)", "metric:host_index_ms", _index_text),
+    ("eager launch, ceilings (µs)", "metric:ceilings.launch_us_per_op", _launch),
+)
+
+
+def _measured_rows(a: Results | None, b: Results | None, first: tuple[str, ...]) -> list[ExplainRow]:
+    if a is None or b is None:
+        return []
+    rows = []
+    for label, key, get in MEASURED:
+        va, vb = get(a), get(b)
+        if va is not ABSENT or vb is not ABSENT:
+            rows.append(ExplainRow(label, key, va, vb, label in first))
+    return rows
+
+
+def explain(a: dict[str, Any], b: dict[str, Any], cls: str = "other", a_results: Results | None = None,
+            b_results: Results | None = None) -> list[ExplainRow]:
+    """The fields that can explain a move (MEASURED from the runs' results where given, EXPLAIN from their
+    manifests), ranked for a figure of class `cls`: those that differ first (the class's own fields, FIRST, in their
+    order, then the others; those both runs record before those only one does), then those that do not."""
     fa, fb = flatten(a), flatten(b)
     first = FIRST.get(cls, ())
-    rows: list[ExplainRow] = []
+    rows: list[ExplainRow] = _measured_rows(a_results, b_results, first)
     for label, keys in EXPLAIN:
         if not keys[0].endswith("."):
             ka, va = _pick(fa, keys)
@@ -157,6 +208,7 @@ def explain(a: dict[str, Any], b: dict[str, Any], cls: str = "other") -> list[Ex
 
     def rank(r: ExplainRow) -> tuple[int, int]:
         base = r.label.split(": ", 1)[0]
-        return (0 if r.differs else 1), (first.index(base) if base in first else len(first))
+        one_sided = ABSENT in (r.a, r.b)
+        return (2 if not r.differs else 1 if one_sided else 0), (first.index(base) if base in first else len(first))
 
     return sorted(rows, key=rank)  # stable: EXPLAIN's order within each rank

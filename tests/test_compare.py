@@ -447,6 +447,10 @@ def test_figure_classes() -> None:
     for name in ("bandwidth_GBps", "matmul_TFLOPs", "achieved_TFLOPs", "gpu_busy_us"):
         assert figure_class(name, {}) == "kernel", name
     assert figure_class("setup_s", {"method": "graph"}) == "other"
+    for name in ("host_index_ms", "host_sensitivity", "speedup_at_reference", "in_run_over_fresh"):
+        assert figure_class(name, {"method": "graph"}) == "dispatch", name
+    assert figure_class("step_ms_at_reference", {"method": "eager"}) == "dispatch"
+    assert figure_class("step_ms_at_reference", {"method": "graph"}) == "kernel"
 
 
 def _hosts() -> tuple[dict, dict]:
@@ -470,12 +474,35 @@ def _hosts() -> tuple[dict, dict]:
 def test_eager_figures_rank_the_host_dispatch_first_and_kernel_figures_the_gpu_stack() -> None:
     a, b = _hosts()
     dispatch = [r.label for r in explain(a, b, "dispatch") if r.differs]
-    assert dispatch[:4] == ["CPU", "CPU clock (MHz)", "host load at start", "eager launch, measured clean (µs)"]
+    assert dispatch[:4] == ["eager launch, measured clean (µs)", "CPU", "CPU clock (MHz)", "host load at start"]
     kernel = [r.label for r in explain(a, b, "kernel") if r.differs]
     assert kernel[:3] == ["driver", "torch", "Triton"]
     assert set(kernel[3:]) == {"CPU", "CPU clock (MHz)", "host load at start", "eager launch, measured clean (µs)",
                                "compile cache at start"}
     assert [r.first for r in explain(a, b, "kernel") if r.differs][:4] == [True, True, True, False]
+
+
+def test_host_bound_figures_rank_the_runs_host_index_first_then_placement_then_launch_cost() -> None:
+    """The host-speed index each run measured explains an eager move before anything in the manifests; a field only
+    one run records comes after every field both record and that differs."""
+    from synthetic_runs import STEP, metric, rec, results
+
+    a, b = _hosts()
+    b["host_dispatch"]["placement"] = {"bind": "node", "gpu_node": 1}
+    a["host_dispatch"]["placement"] = {"bind": "none", "gpu_node": 1}
+    ra = results(rec("cuda_graph_decode", [metric("host_index_ms", [15.5, 16.0, 15.8], "ms", method="eager", **STEP)]),
+                 rec("ceilings", [metric("launch_us_per_op", 14.3, "us", mode="eager")]))
+    rb = results(rec("cuda_graph_decode", [metric("host_index_ms", [28.0, 29.0, 27.5], "ms", method="eager", **STEP)]),
+                 rec("ceilings", [metric("launch_us_per_op", 6.3, "us", mode="eager")]))
+    a["cpu"]["isa"] = ["avx2"]  # recorded by the older run only
+    rows = [r for r in explain(a, b, "dispatch", ra, rb) if r.differs]
+    assert [r.label for r in rows[:5]] == ["host-speed index (ms)", "CPU binding (LAB_CPU_BIND)",
+                                           "eager launch, measured clean (µs)", "eager launch, ceilings (µs)", "CPU"]
+    assert rows[0].a == "15.8 (p5-p95 15.5-16)" and rows[0].b == "28 (p5-p95 27.5-29)"
+    assert rows[-1].label == "CPU flags" and rows[-1].b == "(absent)"
+    old = results(rec("cuda_graph_decode", []))  # a run without the index: the row says so, ranked after both-sided
+    index = next(r for r in explain(a, b, "dispatch", old, rb) if r.label == "host-speed index (ms)")
+    assert index.a == "(absent)"
 
 
 def test_an_older_run_without_host_dispatch_is_read_from_its_cpu_and_host_fields() -> None:
@@ -525,7 +552,8 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
     runs, _ = load_runs([REFERENCE])
     got = {b.run.name: (b.base.name if b.base else None, b.why) for b in baselines(runs)}
     assert set(got) == {r.name for r in runs}
-    assert got["cpu-2026-11-29-full"] == ("cpu-2026-11-29-inductor", "the previous run of host vm with profile cpu")
+    assert got["cpu-2026-11-29-full"] == ("cpu-2026-11-29-inductor", "the previous run of host vm (AMD EPYC, 2 cores) "
+                                                                      "with profile cpu")
     assert got["cpu-2026-11-29-inductor"][0] == "cpu-2026-11-29-full"
     assert got["h200-2026-11-29-gpu"] == (None, "no other run of profile gpu among the runs rendered: nothing to set "
                                                 "it against (a run of the same profile, from this host or another, "
@@ -548,7 +576,26 @@ def test_a_baseline_is_the_previous_run_of_the_host_else_the_newest_of_the_profi
     got = {b.run.name: (b.base.name if b.base else None) for b in baselines(runs)}
     assert got == {"a3": "a2", "a2": "a1", "a1": "a3", "b1": "a3", "x": None}
     why = {b.run.name: b.why for b in baselines(runs)}
-    assert why["b1"] == "no other run of host beta with profile gpu: the newest other run of profile gpu"
-    assert why["a1"].startswith("no earlier run of host alpha")
+    machine = "(fixture CPU, 16 cores; NVIDIA H200 (test fixture), driver 580.159.04)"
+    assert why["b1"] == f"no other run of host beta {machine} with profile gpu: the newest other run of profile gpu"
+    assert why["a1"].startswith(f"no earlier run of host alpha {machine}")
+    run("a4-epyc", "alpha", 6)  # the same hostname on another machine: not alpha's previous run
+    data = json.loads((tmp_path / "a4-epyc" / "results.json").read_text())
+    data["manifest"]["cpu"]["model"] = "AMD EPYC 9654"
+    write_json_atomic(tmp_path / "a4-epyc" / "results.json", data)
+    runs, _ = load_runs([tmp_path])
+    epyc = next(b for b in baselines(runs) if b.run.name == "a4-epyc")
+    assert epyc.why.startswith("no other run of host alpha (AMD EPYC 9654, 16 cores;") and epyc.base is not None
+    assert next(b for b in baselines(runs) if b.run.name == "a3").base.name == "a2"
+    runs = [r for r in runs if r.name != "a4-epyc"]
     fixed = {b.run.name: (b.base.name if b.base else None) for b in baselines(runs, "a1")}
     assert fixed == {"a3": "a1", "a2": "a1", "b1": "a1", "x": "a1", "a1": None}
+
+
+def test_two_machines_that_share_a_hostname_are_told_apart_in_the_comparison() -> None:
+    a, b = _hosts()
+    a["host"]["real_hostname"] = b["host"]["real_hostname"] = "vm"
+    c = compare(Side(Path("a"), a, None), Side(Path("b"), b, None))
+    lines = format_text(c).splitlines()
+    assert "host vm (EPYC 9654, ? cores; H200, driver 580)" in lines[0]
+    assert "host vm (Xeon 8480, ? cores; H200, driver 590)" in lines[1]

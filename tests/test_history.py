@@ -25,11 +25,13 @@ BASE = gpu_fixture.build()
 
 
 def _run(root: Path, name: str, day: int, eager: float, ci: tuple[float, float], host: str = "fixture-host",
-         commit_date: str | None = None) -> None:
+         commit_date: str | None = None, cpu: str | None = None) -> None:
     data = copy.deepcopy(BASE)
     data["experiments"] = [r for r in data["experiments"] if r["id"] in KEEP]
     data["run"]["started_at"] = data["manifest"]["created_at"] = f"2026-12-{day:02d}T09:00:00+00:00"
     data["manifest"]["host"]["real_hostname"] = host
+    if cpu is not None:
+        data["manifest"]["cpu"]["model"] = cpu
     data["manifest"]["lab"] = {"commit": f"{day:040x}"} | ({"commit_date": commit_date} if commit_date else {})
     cgd = data["experiments"][0]
     for m in cgd["metrics"]:
@@ -55,7 +57,7 @@ def _series(root: Path) -> list[history.Series]:
 
 
 def test_each_point_is_marked_against_the_previous_run_by_the_interval_rule(runs: Path) -> None:
-    group = next(s for s in _series(runs) if s.host == "fixture-host")
+    group = next(s for s in _series(runs) if s.host.startswith("fixture-host ("))
     assert [r.name for r in group.runs] == ["r1", "r2", "r3", "r4"]
     eager = group.points["eager step, B=1 float32"]
     assert [p.mark for p in eager] == ["first", "regression", "improvement", "same"]
@@ -68,7 +70,7 @@ def test_each_point_is_marked_against_the_previous_run_by_the_interval_rule(runs
 
 
 def test_another_host_is_its_own_history(runs: Path) -> None:
-    other = next(s for s in _series(runs) if s.host == "elsewhere")
+    other = next(s for s in _series(runs) if s.host.startswith("elsewhere ("))
     assert [r.name for r in other.runs] == ["other-host"]
     assert [p.mark for p in other.points["eager step, B=1 float32"]] == ["first"]
 
@@ -86,7 +88,7 @@ def test_runs_are_ordered_by_commit_date_where_every_run_records_one(tmp_path: P
 
 
 def test_the_speedup_carries_its_interval_and_the_table_its_marks(runs: Path) -> None:
-    group = next(s for s in _series(runs) if s.host == "fixture-host")
+    group = next(s for s in _series(runs) if s.host.startswith("fixture-host ("))
     best = group.points["fastest correct method's step, B=1 float32"][0]
     assert best.found is not None
     method = best.found[0].params["method"]
@@ -118,7 +120,7 @@ def test_the_only_run_of_its_host_says_it_has_no_history(runs: Path) -> None:
     all_series = history.series(loaded)
     lone = next(r for r in loaded if r.name == "other-host")
     sec = history.section(all_series, lone, {})
-    assert not sec.tables and sec.empty.startswith("The only run of host elsewhere with profile gpu")
+    assert not sec.tables and sec.empty.startswith("The only run of host elsewhere (fixture CPU, 16 cores; ") and "with profile gpu" in sec.empty
     r3 = next(r for r in loaded if r.name == "r3")
     sec = history.section(all_series, r3, {})
     assert sec.tables and "4 runs of host fixture-host" in sec.intro and "1 regression(s), 1 improvement(s)" in sec.intro
@@ -137,3 +139,14 @@ def test_the_site_has_a_history_page_and_a_section_on_each_run_page(runs: Path, 
     run_page = (tmp_path / "site" / "run-r3.html").read_text()
     assert 'id="history"' in run_page and 'class="current"' in run_page
     assert 'id="history"' in (tmp_path / "site" / "run-other-host.html").read_text()
+
+
+def test_two_machines_that_share_a_hostname_are_two_hosts(runs: Path) -> None:
+    """A run on another CPU under the same hostname ("vm" on a cloud) starts its own history: it is never marked
+    against the other machine's runs."""
+    _run(runs, "r5-epyc", 6, 6.0, (5.9, 6.1), cpu="AMD EPYC 9654")
+    groups = {s.host: [r.name for r in s.runs] for s in _series(runs) if s.host.startswith("fixture-host (")}
+    assert groups == {"fixture-host (fixture CPU, 16 cores; NVIDIA H200 (test fixture), driver 580.159.04)":
+                      ["r1", "r2", "r3", "r4"],
+                      "fixture-host (AMD EPYC 9654, 16 cores; NVIDIA H200 (test fixture), driver 580.159.04)":
+                      ["r5-epyc"]}

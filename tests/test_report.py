@@ -350,8 +350,10 @@ def test_compare_page_gives_every_run_a_baseline_or_the_reason_it_has_none(site)
                                           "rendered: nothing to set it against (a run of the same profile, from this "
                                           "host or another, would be)"]
     assert texts(page, "baseline-why") == [
-        "Baseline: the previous run of host fixture-host with profile gpu.",
-        "Baseline: no earlier run of host fixture-host with profile gpu: the newest other run of profile gpu."]
+        "Baseline: the previous run of host fixture-host (fixture CPU, 16 cores; NVIDIA H200 (test fixture), driver "
+        "580.159.04) with profile gpu.",
+        "Baseline: no earlier run of host fixture-host (fixture CPU, 16 cores; NVIDIA H200 (test fixture), driver "
+        "580.159.04) with profile gpu: the newest other run of profile gpu."]
     # wide tables scroll inside their container instead of being clipped by the page
     assert page.count("<table") == page.count('<div class="table-wrap"><table')
     assert re.search(r"\.table-wrap \{[^}]*overflow-x:auto", page)

@@ -31,10 +31,31 @@ def test_in_run_eager_beside_the_sentinel() -> None:
     section = sentinels.instrument(_run(False))
     table = next(t for t in section.tables if t.id == "sentinel-table")
     row = [c.text for c in table.rows[0]]
-    assert row == ["eager", fmt(3.3, "ms"), fmt(3.9, "ms"), fmt(3.36, "ms"), fmt(1.182, "x"), fmt(1.018, "x")]
+    assert row == ["eager", fmt(3.3, "ms"), fmt(3.9, "ms"), fmt(3.36, "ms"), fmt(1.182, "x"), fmt(1.018, "x"), "—"]
     assert "95% [3.25, 3.36]" in table.rows[0][1].sub
     assert "bad" in table.rows[0][4].cls and "bad" not in table.rows[0][5].cls
     assert "1.182x" in section.intro
+
+
+def test_the_paired_verdict_with_its_interval_and_the_hosts_warnings() -> None:
+    """A run of this lab version: the paired in-run/fresh ratio is the verdict; the drift is data and a host warning."""
+    p = {"method": "eager", "batch": 1, "dtype": "float32"}
+    paired = "in-run eager within 5% of an interleaved fresh process (or its interval holds 1)"
+    end = rec("sentinel_end", [metric("sentinel_step_ms", 4.9, "ms", when="end", **p),
+                               metric("sentinel_drift", 1.48, "x", method="eager"),
+                               metric("in_run_over_fresh", 1.012, "x", **p),
+                               metric("in_run_over_fresh_ci_low", 0.991, "x", **p),
+                               metric("in_run_over_fresh_ci_high", 1.031, "x", **p)],
+              checks=[check(paired, True, "8 paired rounds", **p)],
+              notes={"host_warnings": ["the fresh-process eager step moved 1.48x over the run"]})
+    start = rec("sentinel", [metric("sentinel_step_ms", 3.3, "ms", SP, when="start", **p)])
+    section = sentinels.instrument(results(start, decode({"eager": 3.9, "graph": 0.7}), end))
+    table = next(t for t in section.tables if t.id == "sentinel-table")
+    drift, verdict = table.rows[0][5], table.rows[0][6]
+    assert verdict.text == fmt(1.012, "x") and "bad" not in verdict.cls
+    assert verdict.sub == f"95% [0.991, 1.03] · pass: {paired}"
+    assert drift.text == fmt(1.48, "x") and "bad" not in drift.cls and not drift.sub  # data, not a check
+    assert "Host warning: the fresh-process eager step moved 1.48x over the run." in section.intro
 
 
 def test_the_flag_lists_only_failed_sentinel_checks() -> None:

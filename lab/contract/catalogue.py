@@ -57,6 +57,11 @@ class ExperimentSpec:
 _CORRECTNESS = (M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF)
 _INTERVAL = (M.SPEEDUP_CI_LOW, M.SPEEDUP_CI_HIGH)
 _TIMED = (M.SETUP_S, M.STEP_MS, M.SPEEDUP, *_INTERVAL)
+# The host-speed index beside a step method's timing and what it says (lab.contract.hostspeed)
+_HOST = (M.HOST_INDEX_MS, M.HOST_INDEX_COST, M.HOST_INDEX_REFERENCE_MS, M.HOST_SENSITIVITY, M.HOST_SENSITIVITY_CI_LOW,
+         M.HOST_SENSITIVITY_CI_HIGH, M.STEP_MS_AT_REFERENCE, M.STEP_MS_AT_REFERENCE_CI_LOW,
+         M.STEP_MS_AT_REFERENCE_CI_HIGH, M.SPEEDUP_AT_REFERENCE, M.SPEEDUP_AT_REFERENCE_CI_LOW,
+         M.SPEEDUP_AT_REFERENCE_CI_HIGH)
 
 CATALOGUE: tuple[ExperimentSpec, ...] = (
     # first: the decode step in a fresh process, before the run has measured (or profiled) anything
@@ -81,7 +86,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                                M.TEACHER_FORCED_MAX_LOGIT_ERROR, M.KERNELS_PER_STEP, M.KERNEL_TIME_PER_STEP_US,
                                M.GPU_BUSY_US, M.GAP_US, M.RECOMPILES_DURING_TIMING, M.STEP_MS, M.ROUND_MEDIANS_MS,
                                M.SPEEDUP_VS_EAGER, *_INTERVAL, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.MBU,
-                               M.BANDWIDTH_GBPS),
+                               M.BANDWIDTH_GBPS, *_HOST),
                    workload="GPT-2 fixed-shape decode step"),
     ExperimentSpec("graph_cost", "Warm-up + capture time, break-even steps, state and graph-pool memory", "000",
                    ("cuda",), (M.CAPTURE_S, M.WARMUP_S, M.CAPTURE_ONLY_S, M.STATE_MIB, M.STATE_ALLOCATED_MIB,
@@ -98,7 +103,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     ExperimentSpec("inductor", "Inductor on the indexed and the split decode step: speed, logits, tokens", "000",
                    ("inductor",), (*_CORRECTNESS, M.MAX_LOGIT_REL_DIFF, M.DYNAMO_GRAPHS, M.GRAPH_BREAKS,
                                    M.STEP_COMPILES, M.OP_COMPILES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
-                                   *_INTERVAL)),
+                                   *_INTERVAL, *_HOST)),
     ExperimentSpec("compile_cost", "First-call compile cold vs warm cache, fresh processes; break-even calls", "000",
                    ("inductor",), (M.FIRST_CALL_S, M.STEADY_MS, M.SAVING_MS_PER_CALL, M.BREAK_EVEN_CALLS,
                                    M.CACHE_REUSED)),
@@ -137,13 +142,14 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     ExperimentSpec("peer_generate", "transformers' generate (dynamic, static, static + compile) vs the lab's step, same "
                    "weights", "014", (), (M.OUTCOME, M.FIRST_CALL_S, M.SETUP_S, M.STEP_MS, M.TOKENS_EQUAL,
                                           M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF, M.CORRECT, M.SPEEDUP_VS_EAGER,
-                                          *_INTERVAL, M.SPEEDUP_VS_PEER, M.CONCLUSION), sweep=True),
+                                          *_INTERVAL, M.SPEEDUP_VS_PEER, M.CONCLUSION, *_HOST), sweep=True),
     ExperimentSpec("model_scaling", "GPT-2 124M to 1.5B shapes, fp32 and bf16: does the graph gain shrink as the model "
                    "grows?", "014", (), (M.WEIGHTS_MIB, M.BANDWIDTH_GBPS, M.SETUP_S, *_CORRECTNESS, M.CORRECT,
                                          M.TEACHER_FORCED_AGREEMENT, M.TEACHER_FORCED_MAX_LOGIT_ERROR, M.STEP_MS,
                                          M.SPEEDUP_VS_EAGER, *_INTERVAL, M.SAVING_MS_PER_STEP, M.KERNELS_PER_STEP,
                                          M.KERNEL_TIME_PER_STEP_US, M.FLOPS_PER_STEP, M.FLOPS_PER_KERNEL,
-                                         M.BYTES_PER_STEP, M.MBU, M.GAIN_RATIO, M.CONCLUSION), sweep=True),
+                                         M.BYTES_PER_STEP, M.MBU, M.GAIN_RATIO, M.CONCLUSION, *_HOST),
+                   sweep=True),
     ExperimentSpec("context_scaling", "Fixed-shape step + graph vs growing-cache step, max_len 256-2048, filled 10-90%: "
                    "the crossover", "014", (), (M.SETUP_S, M.STEP_MS, M.TOKENS_EQUAL, M.CROSSOVER_MAX_LEN,
                                                 M.CONCLUSION), sweep=True),
@@ -156,9 +162,11 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                                                        M.CAPTURES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
                                                        *_INTERVAL, M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
     # last: the fresh-process step again, and the run's own baseline judged against it
-    ExperimentSpec("sentinel_end", "The fresh-process step at the end: drift, and the in-run eager against it", "020",
+    ExperimentSpec("sentinel_end", "The fresh-process step at the end, paired with the run's own eager: the instrument's "
+                   "verdict, and the host's drift", "020",
                    ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP,
-                               M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT)),
+                               M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT, M.IN_RUN_OVER_FRESH,
+                               M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH)),
 )
 
 BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}

@@ -169,6 +169,46 @@ IN_RUN_OVER_SENTINEL = declare("in_run_over_sentinel", units.X, N, "the run's ow
                                "instrument, no direction)", derived_from=("step_ms",))
 SENTINEL_DRIFT = declare("sentinel_drift", units.X, N, "the sentinel's step time at the end of the run over its time "
                          "at the start: 1 is a host that did not change under the run (no direction)")
+# ---------------------------------------------------------------------------- the host's speed (lab.contract.hostspeed)
+HOST_INDEX_MS = declare("host_index_ms", units.MS, N, "the host-speed index around each round of the method, in round "
+                        "order: the mean time of a fixed pure-Python loop (lab.measure.hostspeed) just before and just "
+                        "after the method's turn (higher: a slower host; what the host did, no direction)", kind=NUMBERS)
+HOST_INDEX_COST = declare("host_index_cost", units.FRACTION, L, "the host-speed index's own time over the time of the "
+                          "turns it was taken around (the instrument's cost: at most 5%)")
+HOST_INDEX_REFERENCE_MS = declare("host_index_reference_ms", units.MS, N, "the reference host speed of a timing: the "
+                                  "10th percentile of its rounds' host index (the host near its fastest)")
+HOST_SENSITIVITY = declare("host_sensitivity", units.X, N, "the elasticity of the method's step time on the host-speed "
+                           "index: the slope of log(round median) on log(round index); 1 follows the host's CPU speed "
+                           "wholly, 0 not at all (a property of the method on this host, no direction)",
+                           interval=("host_sensitivity_ci_low", "host_sensitivity_ci_high"))
+HOST_SENSITIVITY_CI_LOW = declare("host_sensitivity_ci_low", units.X, N, "low end of the 95% interval of "
+                                  "host_sensitivity (a pairs bootstrap over rounds)")
+HOST_SENSITIVITY_CI_HIGH = declare("host_sensitivity_ci_high", units.X, N, "high end of the 95% interval of "
+                                   "host_sensitivity")
+STEP_MS_AT_REFERENCE = declare("step_ms_at_reference", units.MS, L, "the method's step time at the timing's reference "
+                               "host speed (host_index_reference_ms), from its log-log fit on the host index",
+                               comparable=_MODEL, interval=("step_ms_at_reference_ci_low", "step_ms_at_reference_ci_high"),
+                               derived_from=("step_ms",))
+STEP_MS_AT_REFERENCE_CI_LOW = declare("step_ms_at_reference_ci_low", units.MS, N, "low end of the 95% interval of "
+                                      "step_ms_at_reference", derived_from=("step_ms",))
+STEP_MS_AT_REFERENCE_CI_HIGH = declare("step_ms_at_reference_ci_high", units.MS, N, "high end of the 95% interval of "
+                                       "step_ms_at_reference", derived_from=("step_ms",))
+SPEEDUP_AT_REFERENCE = declare("speedup_at_reference", units.X, H, "eager's step time over the method's, both at the "
+                               "timing's reference host speed (beside the observed speedup_vs_eager)", comparable=_MODEL,
+                               interval=("speedup_at_reference_ci_low", "speedup_at_reference_ci_high"),
+                               derived_from=("step_ms",))
+SPEEDUP_AT_REFERENCE_CI_LOW = declare("speedup_at_reference_ci_low", units.X, N, "low end of the 95% interval of "
+                                      "speedup_at_reference (rounds paired)", derived_from=("step_ms",))
+SPEEDUP_AT_REFERENCE_CI_HIGH = declare("speedup_at_reference_ci_high", units.X, N, "high end of the 95% interval of "
+                                       "speedup_at_reference", derived_from=("step_ms",))
+IN_RUN_OVER_FRESH = declare("in_run_over_fresh", units.X, N, "the run's own eager step over a fresh process's, the two "
+                            "alternating rounds under the same host conditions (paired): 1 is an instrument that does "
+                            "not move what it measures (no direction)", interval=("in_run_over_fresh_ci_low",
+                                                                                  "in_run_over_fresh_ci_high"))
+IN_RUN_OVER_FRESH_CI_LOW = declare("in_run_over_fresh_ci_low", units.X, N, "low end of the 95% interval of "
+                                   "in_run_over_fresh (a bootstrap over the paired rounds)")
+IN_RUN_OVER_FRESH_CI_HIGH = declare("in_run_over_fresh_ci_high", units.X, N, "high end of the 95% interval of "
+                                    "in_run_over_fresh")
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
                   "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"),
                   derived_from=("step_ms",))

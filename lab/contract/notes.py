@@ -123,6 +123,15 @@ PLACEMENT = NoteSpec("placement.{when}", dict, "where the sentinel's child ran (
 CONSOLE_IN_TIMING = NoteSpec("console_writes_in_timing", dict, "writes of the console (a line, a redraw) that fell "
                                                              "inside a timed section, by section (lab.heartbeat): the "
                                                              "runner writes it, for any experiment", entries="{section}")
+HOST_WARNINGS = NoteSpec("host_warnings", list, "what the host did that the run measured and reports as the host's, "
+                                               "never as a failed check: its speed moved while a fresh process warmed "
+                                               "up, or between the start and the end of the run",
+                         ("sentinel", "sentinel_end"))
+HOST_INDEX = NoteSpec("host_index.{shape}", dict, "the host-speed index of one timing (lab.measure.hostspeed): the "
+                                                   "workload, its cost over the turns' time, and every raw sample "
+                                                   "(ms) before and after each method's turn, per round",
+                      ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor", "sentinel_end"),
+                      fields=("workload", "loop", "cost", "turns"))
 KERNEL_ROWS = "kernels"  # the fused_kernels note's per-kernel rows, and its fit's list of the kernels fitted
 FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused step kernel by kernel, from one "
                                                                    "profiled step (lab.step.fused.breakdown): calls, "
@@ -140,7 +149,8 @@ FUSED_LAYOUTS = NoteSpec("fused_layouts.{method}.{shape}", dict, "how the hand-f
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
                                BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,
-                               WARMUP, PLACEMENT, CONSOLE_IN_TIMING, FUSED_KERNELS, FUSED_LAYOUTS)
+                               WARMUP, PLACEMENT, CONSOLE_IN_TIMING, FUSED_KERNELS, FUSED_LAYOUTS, HOST_INDEX,
+                               HOST_WARNINGS)
 
 
 def declared(experiment: str, key: str) -> NoteSpec | None:

@@ -29,6 +29,8 @@ from lab.measure.dynamo_tools import explain, quiet_dynamo
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
+from lab.experiments.common import hostspeed
+from lab.measure.hostspeed import HostIndex
 from lab.measure.timing import first_call, rotating_rounds, time_calls
 from lab.run.context import Context
 
@@ -267,12 +269,19 @@ def run(ctx: Context) -> None:
 
     ctx.progress(f"timing {len(methods)} methods, {rounds} rounds of {per_round} steps")
     keys = {f"{m} {s}": (m, s) for m, s in methods}
-    rounds_out = rotating_rounds({label: timer(methods[key]) for label, key in keys.items()}, rounds)
+    index = HostIndex()
+    rounds_out = rotating_rounds({label: timer(methods[key]) for label, key in keys.items()}, rounds, index=index)
     medians: dict[tuple[Method, str], float] = {}
     for label, per in rounds_out.items():
         method, step_name = keys[label]
         medians[method, step_name] = ctx.timing(M.STEP_MS, per, method=method, step=step_name, batch=batch).median
     by_key = {keys[label]: per for label, per in rounds_out.items()}
+    turns = {label: ({"method": keys[label][0], "step": keys[label][1], "batch": batch}, per)
+             for label, per in rounds_out.items()}
+    labels = {key: label for label, key in keys.items()}
+    speedups = [(labels[Method.EAGER, step_name], label) for (method, step_name), label in labels.items()
+                if method != Method.EAGER and (Method.EAGER, step_name) in labels]
+    hostspeed.record(ctx, {"batch": batch}, f"b{batch}", turns, index, speedups)
     for step_name in ("indexed", "split"):
         if (Method.COMPILE_DEFAULT, step_name) in medians:
             ctx.speedup(M.SPEEDUP_VS_EAGER, by_key[Method.EAGER, step_name], by_key[Method.COMPILE_DEFAULT, step_name],

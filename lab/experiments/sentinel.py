@@ -18,15 +18,20 @@ dispatch); graph replay is the device's time. Then the kept rounds are timed (ro
 to the drift test (`lab.measure.timing.still_improving`: a method whose last kept round is faster than
 its first by more than `agree` was still warming up while measured). A take that drifted is
 discarded, and the child warms up again and takes again, at most `retakes` times. The record notes
-the warm-ups (`warmup.{when}`: rounds, seconds, retakes, the round medians) and holds a non-fatal
+the warm-ups (`warmup.{when}`: rounds, seconds, retakes, the round medians, and the host-speed index
+around every round, lab.measure.hostspeed, with how far it moved, `host_moved`) and holds a non-fatal
 check "the sentinel's rounds were steady" that fails, with the round medians, when the last take
-still drifted. Why these defaults: 10 s is longer than the slow starts seen on H200 hosts (a few
+still drifted while the host's index held still: rounds that drifted, or a warm-up that ran out of its
+budget, while the index moved by more than `agree` are the host's doing, reported as a host warning
+(the `host_warnings` note) with the index as the reason, never as a failed check. Why these defaults: 10 s is longer than the slow starts seen on H200 hosts (a few
 seconds), 5% is tighter than the 10% the run is judged by, and 100 rounds of GPT-2 124M at 64 steps
 (0.3-0.45 s a round of eager and graph) is the time limit's share; with two retakes the child stays
 well inside `timeout_s`.
 
 The child also measures the cost of one tiny eager op, the host's dispatch speed, clean: the
-manifest's `host_dispatch.launch_us_per_op` (lab.run.manifest).
+manifest's `host_dispatch.launch_us_per_op` (lab.run.manifest). Started by lab.run.turns (as
+sentinel_end starts it), it then stays alive and answers each request with one round of eager between
+two samples of the index (`serve`): the paired rounds sentinel_end judges the run's own eager by.
 """
 
 from __future__ import annotations
@@ -44,7 +49,10 @@ from lab.contract.names import Method
 from lab.contract.options import option
 from lab.experiments.common.sweep import provenance
 from lab.host import cpuplace
+from lab.contract import hostspeed
+from lab.measure.hostspeed import HostIndex
 from lab.measure.timing import WarmUp, rotating_rounds, still_improving, warm_until_steady
+from lab.run import turns
 from lab.run.childproc import run_child
 from lab.run.context import Context
 
@@ -81,6 +89,7 @@ class Take:
     drifting: tuple[str, ...]
     budget_s: float = math.inf
     out_of_budget: bool = False  # the warm-up budget ran out (before the warm-up settled, or before a retake)
+    index: HostIndex | None = None  # the host-speed index around every round, warm-up ("warmup") and kept (by method)
 
     @property
     def retakes(self) -> int:
@@ -95,22 +104,34 @@ class Take:
                 "retakes": self.retakes, "warmup_steady": self.warmups[-1].steady,
                 "warmup_medians_ms": [round(x, 5) for x in self.warmups[-1].medians],
                 "round_medians_ms": self.medians(), "drifting": list(self.drifting),
-                "budget_s": self.budget_s if math.isfinite(self.budget_s) else None, "out_of_budget": self.out_of_budget}
+                "budget_s": self.budget_s if math.isfinite(self.budget_s) else None, "out_of_budget": self.out_of_budget,
+                **self.host()}
+
+    def host(self) -> dict[str, Any]:
+        """What the host's speed did meanwhile: the index of each round (warm-up and kept, ms) and how far it moved
+        (p95 over p5, lab.contract.hostspeed.spread_ratio); {} without an index."""
+        if self.index is None:
+            return {}
+        rounds = {name: self.index.per_round(name) for name in self.index.turns}
+        moved = hostspeed.spread_ratio([x for xs in rounds.values() for x in xs])
+        return {"index_ms": rounds, "host_moved": None if moved is None else round(moved, 4)}
 
 
 def steady_take(calls: dict[str, Callable[[], list[float]]], *, rounds: int, min_s: float, window: int, agree: float,
                 max_rounds: int, retakes: int, budget_s: float = math.inf, lead: str = Method.EAGER,
-                now: Callable[[], float] = time.monotonic) -> Take:
+                now: Callable[[], float] = time.monotonic, index: HostIndex | None = None) -> Take:
     """Warm up (every method each round, `lead`'s median judged), take `rounds` kept rounds in rotating order, and
     take again after a new warm-up while a method's kept rounds were still improving, at most `retakes` times.
 
     The warm-ups and retakes share `budget_s` seconds: a warm-up stops when the budget is spent (unsteady), and no
     retake starts once it is. On a host whose CPU speed moves the whole time (an H200 host's eager rounds moved
     between 2.9 and 6.4 ms for 65 s of warm-up), waiting does not make the process steady: the take is kept, the
-    note says the budget ran out, and the steadiness check reports it."""
+    note says the budget ran out, with the host-speed index of every round (`index`, lab.measure.hostspeed) as the
+    reason: the steadiness check judges from it whether the host moved or the process did."""
     start = now()
+
     def warm_round() -> float:
-        med = statistics.median(calls[lead]())
+        med = statistics.median(calls[lead]() if index is None else index.turn("warmup", calls[lead]))
         for other in (m for m in calls if m != lead):
             calls[other]()
         return med
@@ -120,12 +141,12 @@ def steady_take(calls: dict[str, Callable[[], list[float]]], *, rounds: int, min
         left = budget_s - (now() - start)
         warmups.append(warm_until_steady(warm_round, min_s=min(min_s, left), agree=agree, window=window,
                                          max_rounds=max_rounds, budget_s=left, now=now))
-        samples = rotating_rounds(calls, rounds)
+        samples = rotating_rounds(calls, rounds, index=index)
         drifting = tuple(m for m, rs in samples.items() if still_improving([statistics.median(r) for r in rs], agree))
         spent = now() - start >= budget_s
         if not drifting or len(warmups) > retakes or spent:
             out = spent and (bool(drifting) and len(warmups) <= retakes or not warmups[-1].steady)
-            return Take(samples, tuple(warmups), drifting, budget_s, out)
+            return Take(samples, tuple(warmups), drifting, budget_s, out, index)
 
 
 def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt_len: int, max_len: int, steps: int,
@@ -159,7 +180,7 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
 
     calls[lead] = lead_round
     take = steady_take(calls, rounds=rounds, min_s=min_s, window=window, agree=agree, max_rounds=max_rounds,
-                       retakes=retakes, budget_s=budget_s, lead=lead)
+                       retakes=retakes, budget_s=budget_s, lead=lead, index=HostIndex())
     launch = ceilings.launch_us_eager(torch.device(device))
     where = cpuplace.placement().as_dict() | {"round_cpus": round_cpus}
     out = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": launch, "placement": where}
@@ -170,11 +191,40 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
             b.start()
             count_kernels(b.call, torch.device(device))
         out["after_profile"] = rotating_rounds(calls, rounds)
+    chan = turns.channel()
+    if chan is not None:  # started by lab.run.turns.Turns: alternate eager rounds with the parent (sentinel_end)
+        serve(chan, timed_lead, out)
     return out
 
 
+def serve(chan: turns.Channel, eager: Callable[[], list[float]], ready: dict[str, Any]) -> None:
+    """The paired fresh process: say it is ready (with its take), then answer each request with one round of eager
+    between two fresh samples of the host index, until the parent is done."""
+    chan.answer({"ready": ready})
+    index = HostIndex()
+    while chan.request() is not None:
+        samples = index.turn("fresh", eager, share=False)
+        before, after = index.turns["fresh"][-1]
+        chan.answer({"samples": samples, "index": [before, after]})
+
+
+def host_moved(warmup: dict[str, Any], agree: float) -> bool:
+    """Whether the host's speed moved by more than `agree` (p95 over p5 of its index) while the child warmed up and
+    took its rounds (False where the note holds no index: an older run's)."""
+    moved = warmup.get("host_moved")
+    return moved is not None and moved > 1 + agree
+
+
+def host_warning(ctx: Any, text: str) -> None:
+    """A warning about the host (what it did, measured), kept in the record's `host_warnings` note: never a check."""
+    ctx.note(N.HOST_WARNINGS.key, [*ctx.record.notes.get(N.HOST_WARNINGS.key, []), text])
+    ctx.progress(f"host warning: {text}")
+
+
 def steadiness(ctx: Any, warmup: dict[str, Any], when: str, agree: float) -> bool:
-    """The non-fatal check that the kept rounds were steady (the drift test passed on the last take)."""
+    """The non-fatal check that the kept rounds were steady (the drift test passed on the last take). Rounds that
+    drifted, or a warm-up that ran out of budget, while the host index moved by more than `agree` are the host's
+    doing: a host warning with the index's range, and the check is not failed for it."""
     drifting = warmup["drifting"]
     medians = "; ".join(f"{m} {', '.join(f'{x:.4g}' for x in xs)} ms"
                         for m, xs in warmup["round_medians_ms"].items() if not drifting or m in drifting)
@@ -182,27 +232,53 @@ def steadiness(ctx: Any, warmup: dict[str, Any], when: str, agree: float) -> boo
            f"first to the last: {medians}" if drifting else
            f"{warmup['rounds']} warm-up rounds in {warmup['seconds']:.1f} s, {warmup['retakes']} retake(s); kept round "
            f"medians {medians}")
+    moved = host_moved(warmup, agree)
+    index = (f"; the host-speed index moved {warmup['host_moved']:.2f}x (p95/p5) meanwhile"
+             if warmup.get("host_moved") is not None else "")
     if warmup.get("out_of_budget"):
-        how += (f" (the warm-up budget of {warmup['budget_s']:.0f} s ran out before the host's speed settled: the "
-                f"host moved, not the lab)")
+        how += (f" (the warm-up budget of {warmup['budget_s']:.0f} s ran out before the step settled{index}"
+                + (": the host moved, not the lab)" if moved else ")"))
     elif not warmup["warmup_steady"]:
-        how += " (the last warm-up ran out of rounds before it settled)"
-    return ctx.check(f"the sentinel's rounds were steady ({when})", not drifting, detail=how, fatal=False, when=when)
+        how += f" (the last warm-up ran out of rounds before it settled{index})"
+    elif index:
+        how += index
+    if moved and (drifting or warmup.get("out_of_budget")):
+        host_warning(ctx, f"the fresh process ({when}) did not settle: {how}")
+    return ctx.check(f"the sentinel's rounds were steady ({when})", not drifting or moved, detail=how, fatal=False,
+                     when=when)
+
+
+CHILD = "lab.experiments.sentinel:child"
+
+
+def steps_of(ctx: Any) -> int:
+    """Decode steps a round: the option, less where the cache would end first (a step past its end is a device
+    assert)."""
+    return int(min(ctx.options.steps, ctx.profile.max_len - ctx.profile.prompt_len - 2))
+
+
+def child_kwargs(ctx: Any) -> dict[str, Any]:
+    """The child's arguments: the run's model and weights, its device and shape, the warm-up rule."""
+    prof = ctx.profile
+    return {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), "device": ctx.device.type,
+            "prompt_len": prof.prompt_len, "max_len": prof.max_len, "steps": steps_of(ctx), **rule(ctx.options)}
 
 
 def measure(ctx: Any, when: str) -> dict[str, Any] | None:
     """Run the child and record `sentinel_step_ms` per method (params method, batch 1, fp32, when); None if it failed."""
-    o, prof = ctx.options, ctx.profile
-    steps = min(o.steps, prof.max_len - prof.prompt_len - 2)  # a step past the cache's end is a device assert
     ctx.progress(f"sentinel ({when}): eager and graph replay at batch 1 in a fresh process")
-    res = run_child("lab.experiments.sentinel:child",
-                    {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), "device": ctx.device.type,
-                     "prompt_len": prof.prompt_len, "max_len": prof.max_len, "steps": steps, **rule(o)},
-                    timeout_s=o.timeout_s)
+    res = run_child(CHILD, child_kwargs(ctx), timeout_s=ctx.options.timeout_s)
     if not res.ok:
         ctx.check(f"the sentinel child measured the step ({when})", False, detail=res.describe(), fatal=True)
         return None
-    value = res.value
+    record_take(ctx, res.value, when)
+    return res.value
+
+
+def record_take(ctx: Any, value: dict[str, Any], when: str) -> None:
+    """Record what the child returned: `sentinel_step_ms` per method, the launch cost, the warm-up and placement
+    notes, the steadiness check."""
+    o = ctx.options
     for method, per_round in value["rounds"].items():
         ctx.timing(M.SENTINEL_STEP_MS, per_round, method=method, batch=1, dtype="float32", when=when)
     launch = value["launch_us_eager"]
@@ -212,7 +288,6 @@ def measure(ctx: Any, when: str) -> dict[str, Any] | None:
     if "placement" in value:
         ctx.note(N.PLACEMENT.key_for(when=when), value["placement"])
     steadiness(ctx, value["warmup"], when, o.agree)
-    return value
 
 
 def run(ctx: Context) -> None:

@@ -39,6 +39,7 @@ from lab import console
 from lab.contract import intervals
 from lab.contract.results import Spread
 from lab.measure import profiler_guard
+from lab.measure.hostspeed import HostIndex
 
 NOISY_REL_IQR = 0.10  # an IQR above 10% of the median flags the measurement as noisy
 
@@ -130,9 +131,11 @@ def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int =
 
 
 def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
-                    on_round: Callable[[int, str], None] | None = None) -> dict[str, list[list[float]]]:
+                    on_round: Callable[[int, str], None] | None = None,
+                    index: HostIndex | None = None) -> dict[str, list[list[float]]]:
     """Run each method once per round, the order rotated by one each round. Returns samples per round. Each
-    method's turn is a timed section named "<method> in round <n>" (lab.console.timed).
+    method's turn is a timed section named "<method> in round <n>" (lab.console.timed). With `index`, each turn runs
+    between two samples of the host-speed index (lab.measure.hostspeed), kept there by the method's name.
 
     Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached, and
     checked again before every round."""
@@ -144,8 +147,12 @@ def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
         for name in order:
             if on_round:
                 on_round(r, name)
+            if index is None:
+                with console.timed(f"{name} in round {r + 1}"):
+                    out[name].append(methods[name]())
+                continue
             with console.timed(f"{name} in round {r + 1}"):
-                out[name].append(methods[name]())
+                out[name].append(index.turn(str(name), methods[name]))
     return out
 
 

@@ -65,7 +65,10 @@ def test_the_sentinel_experiments_run_and_judge(tmp_path: Path):
     start, end = res.record("sentinel"), res.record("sentinel_end")
     assert start.status == "OK" and end.status == "OK", (start.reason, end.reason)
     assert {m.params["method"] for m in start.metrics if m.name == "sentinel_step_ms"} == set(sentinel.METHODS)
-    assert {m.name for m in end.metrics} >= {"sentinel_drift", "in_run_over_sentinel", "sentinel_step_ms"}
+    assert {m.name for m in end.metrics} >= {"sentinel_drift", "in_run_over_sentinel", "sentinel_step_ms",
+                                            "in_run_over_fresh", "in_run_over_fresh_ci_low", "in_run_over_fresh_ci_high"}
+    assert "host_index.paired" in end.notes and end.notes[N.WARMUP.key_for(when="end")]["index_ms"]
+    assert not [c for c in start.checks + end.checks if not c.passed and "moved" in c.name]  # the host's, not a check
     assert N.WARMUP.key_for(when="start") in start.notes and N.WARMUP.key_for(when="end") in end.notes
     assert [c.name for c in start.checks if "steady" in c.name] == ["the sentinel's rounds were steady (start)"]
     assert res.manifest["host_dispatch"]["launch_us_per_op"] > 0

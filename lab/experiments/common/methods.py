@@ -12,9 +12,11 @@ only the metrics its experiment's catalogue entry declares:
    largest logit difference, recorded as data), then the correctness rule of lab.step.correctness
    (exact tokens for eager's own kernels in fp32, the teacher-forced rule otherwise), recorded as
    the `correct` metric and a check.
-3. `time`: rounds in rotating order over (method, readback); per method the median step with its
-   95% interval (a bootstrap over rounds), the per-round medians, the speedup over eager with its
-   interval (rounds paired), the saving per step, and MBU from the method's own step time.
+3. `time`: rounds in rotating order over (method, readback), each turn between two samples of the host-speed
+   index (lab.measure.hostspeed); per method the median step with its 95% interval (a bootstrap over rounds), the
+   per-round medians and the index of each round, the speedup over eager with its interval (rounds paired), the
+   saving per step, MBU from the method's own step time, and what the host's speed did to it
+   (lab.experiments.common.hostspeed: its sensitivity, its step and speedup at the reference host speed).
 4. `profile`, last: kernels per step, their GPU time, the GPU-busy time and the gap (the median step
    minus the busy time), top kernels; for the hand-fused step also the kernel-by-kernel table of time, bytes
    and achieved bandwidth (the `fused_kernels` note, lab.step.fused.breakdown). After a profile no timing may
@@ -34,8 +36,10 @@ import torch
 from lab.contract import metrics as M, notes
 from lab.contract.names import Method
 from lab.contract.reasons import Code
+from lab.experiments.common import hostspeed
 from lab.measure import compiletrace, stepprofile
 from lab.measure.dynamo_tools import dynamo_counters
+from lab.measure.hostspeed import HostIndex
 from lab.measure.timing import rotating_rounds
 from lab.step import ceilings, correctness, teacher
 from lab.step import methods as stepmethods
@@ -262,7 +266,8 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
              for n, m in built.items() for rb in readbacks
              if not rb or readback_methods is None or n in readback_methods}
     ctx.progress(f"{shape.label()}: timing {len(built)} methods, {rounds} rounds")
-    samples = rotating_rounds({f"{n}|{rb}": fn for (n, rb), fn in pairs.items()}, rounds)
+    index = HostIndex()
+    samples = rotating_rounds({f"{n}|{rb}": fn for (n, rb), fn in pairs.items()}, rounds, index=index)
     frames = stepmethods.compiled_frames(before, dynamo_counters())
     if M.RECOMPILES_DURING_TIMING in ctx.spec.metrics:
         record(ctx, M.RECOMPILES_DURING_TIMING, frames, shape)
@@ -290,6 +295,13 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         if not rb and name != Method.EAGER:
             record(ctx, M.SAVING_MS_PER_STEP, round(ms.ms[(Method.EAGER, rb)] - ms.ms[(name, rb)], 5), shape,
                    method=name)
+    turns = {}
+    for key, per_round in samples.items():
+        name, rb_text = key.split("|")
+        extra = {"readback": rb_text == "True"} if shape.readback_param else {}
+        turns[key] = ({**shape.params, "method": name, **extra}, per_round)
+    speedups = [(f"{Method.EAGER}|{rb}", f"{n}|{rb}") for (n, rb) in pairs if n != Method.EAGER]
+    hostspeed.record(ctx, shape.params, _note_shape(shape), turns, index, speedups)
 
 
 def profile(ctx: Any, ms: MethodSet) -> None:

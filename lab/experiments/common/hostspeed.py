@@ -1,0 +1,57 @@
+"""Recording what the host's CPU speed did to one shape's timing of step methods (lab.experiments.common.methods).
+
+Beside each method's `round_medians_ms`: `host_index_ms`, the index of each of its rounds (lab.measure.hostspeed);
+per method `host_sensitivity` with its interval and `step_ms_at_reference` with its interval; per method but eager
+`speedup_at_reference` beside the observed `speedup_vs_eager`; per shape the reference itself
+(`host_index_reference_ms`) and the index's cost (`host_index_cost`); and the raw samples in the `host_index.{shape}`
+note. The statistics are lab.contract.hostspeed's. An experiment records only what its catalogue entry declares.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from lab.contract import hostspeed as stats
+from lab.contract import metrics as M
+from lab.contract import notes
+from lab.contract.hostspeed import Estimate
+from lab.measure.hostspeed import HostIndex
+
+
+def _put(ctx: Any, spec: M.MetricSpec, est: Estimate | None, digits: int, **params: Any) -> None:
+    if spec not in ctx.spec.metrics or spec.interval is None:
+        return
+    low, high = (M.REGISTRY[n] for n in spec.interval)
+    ci = None if est is None else est.interval
+    ctx.metric(spec, None if est is None else round(est.value, digits), **params)
+    ctx.metric(low, None if ci is None else round(ci.low, digits), **params)
+    ctx.metric(high, None if ci is None else round(ci.high, digits), **params)
+
+
+def record(ctx: Any, params: dict[str, Any], note_shape: str, turns: dict[str, tuple[dict[str, Any], list[list[float]]]],
+           index: HostIndex, speedups: list[tuple[str, str]]) -> None:
+    """Record the index and its statistics of one timing. `params`: the timing's (the cost and the reference carry
+    them); `turns`: per name the index kept its turns under, the params of that method's metrics and its per-round
+    step times; `speedups`: (baseline's name, method's name) pairs whose speedup at the reference is recorded under
+    the method's params."""
+    if M.HOST_INDEX_MS not in ctx.spec.metrics:
+        return
+    reference = stats.reference_index(index.all_rounds())
+    cost = index.cost()
+    ctx.metric(M.HOST_INDEX_COST, None if cost is None else round(cost, 5), **params)
+    ctx.metric(M.HOST_INDEX_REFERENCE_MS, None if reference is None else round(reference, 5), **params)
+    ctx.note(notes.HOST_INDEX.key_for(shape=note_shape), index.note())
+    fitted: dict[str, tuple[list[float], list[float]]] = {}
+    for name, (p, per_round) in turns.items():
+        idx = index.per_round(name)
+        medians = [statistics.median(r) for r in per_round]
+        fitted[name] = (idx, medians)
+        ctx.metric(M.HOST_INDEX_MS, idx, **p)
+        _put(ctx, M.HOST_SENSITIVITY, stats.sensitivity(idx, medians), 4, **p)
+        at_ref = None if reference is None else stats.at_reference(idx, medians, reference)
+        _put(ctx, M.STEP_MS_AT_REFERENCE, at_ref, 5, **p)
+    for base, name in speedups:
+        if base in fitted and name in fitted:
+            speedup = None if reference is None else stats.speedup_at_reference(fitted[base], fitted[name], reference)
+            _put(ctx, M.SPEEDUP_AT_REFERENCE, speedup, 4, **turns[name][0])

@@ -1,0 +1,158 @@
+"""A fresh child process that stays alive and takes turns with its parent: one request, one answer, over a pipe.
+
+`run_child` (lab.run.childproc) calls a function once and returns its value; a paired measurement needs
+more: the child gets ready once (imports, builds, warms up), then the parent and the child alternate
+rounds under the same host conditions, each round started by the parent. The child is started by the
+same `python -m lab.run.childproc MODULE:FUNCTION KWARGS RESULT` with a pipe each way passed as two
+extra file descriptors (named in LAB_CHILD_TURNS); its function calls `channel()` to read a request
+and answer it, one JSON line each. Its stdout and stderr go to files (a chatty child cannot fill a
+pipe and stall), its process group is killed when the parent is done, on a timeout or on an error, as
+run_child's is. The protocol is one line per request and one answer per request (and the child's
+first line, its "ready"). POSIX only (`supported`): Windows cannot pass the two descriptors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.locks import owned_tempdir
+from lab.run.childproc import PARENT_ENV, ChildResult, kill_group
+from lab.run.manifest import REPO_ROOT
+
+TURNS_ENV = "LAB_CHILD_TURNS"  # "READ_FD,WRITE_FD" of the child's ends of the two pipes
+
+
+def supported() -> bool:
+    """Whether this platform can pass the pipes to the child (POSIX: subprocess's pass_fds; not on Windows)."""
+    return os.name == "posix"
+
+
+class ChildGone(RuntimeError):
+    """The child ended, or did not answer within the time left, before a turn was done."""
+
+
+@dataclass
+class Channel:
+    """The child's end: requests in, answers out."""
+
+    reader: Any
+    writer: Any
+
+    def request(self) -> dict[str, Any] | None:
+        """The parent's next request; None when the parent is done (it closed its end or said stop)."""
+        line = self.reader.readline()
+        if not line:
+            return None
+        message: dict[str, Any] = json.loads(line)
+        return None if message.get("stop") else message
+
+    def answer(self, value: dict[str, Any]) -> None:
+        self.writer.write(json.dumps(value) + "\n")
+        self.writer.flush()
+
+
+def channel() -> Channel | None:
+    """In a child started by `Turns`: its channel to the parent (None in a child started otherwise)."""
+    fds = os.environ.get(TURNS_ENV)
+    if not fds:
+        return None
+    r, w = (int(x) for x in fds.split(","))
+    return Channel(os.fdopen(r, "r"), os.fdopen(w, "w"))
+
+
+class Turns:
+    """The parent's end: start the child, `ask` it for a turn, `finish` for its return value and how it ended.
+
+    Use as a context manager: the child's group is killed on the way out whatever happened."""
+
+    def __init__(self, target: str, kwargs: dict[str, Any], timeout_s: float) -> None:
+        self.target, self.kwargs, self.timeout_s = target, kwargs, timeout_s
+
+    def __enter__(self) -> Turns:
+        self._tmp_cm = owned_tempdir("child")
+        tmp = self._tmp_cm.__enter__()
+        self._result = tmp / "result.json"
+        self._out, self._err = (tmp / "stdout").open("w+"), (tmp / "stderr").open("w+")
+        to_child_r, self._to_child_w = os.pipe()
+        self._from_child_r, from_child_w = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env[PARENT_ENV] = str(os.getpid())
+        env[TURNS_ENV] = f"{to_child_r},{from_child_w}"
+        cmd = [sys.executable, "-m", "lab.run.childproc", self.target, json.dumps(self.kwargs), str(self._result)]
+        self._start = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=self._err, text=True, env=env, cwd=str(REPO_ROOT),
+                                     pass_fds=(to_child_r, from_child_w), start_new_session=os.name == "posix")
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._writer = os.fdopen(self._to_child_w, "w")
+        self._reader = os.fdopen(self._from_child_r, "r")
+        return self
+
+    def _left(self) -> float:
+        return self.timeout_s - (time.perf_counter() - self._start)
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and wait for its answer (ChildGone: the child ended or the time limit passed)."""
+        try:
+            self._writer.write(json.dumps(request) + "\n")
+            self._writer.flush()
+        except BrokenPipeError as exc:
+            raise ChildGone(f"the child ended before the request {request}") from exc
+        return self.wait()
+
+    def wait(self) -> dict[str, Any]:
+        """The child's next message (its first: the one it sends when it is ready)."""
+        ready, _, _ = select.select([self._reader], [], [], max(0.0, self._left()))
+        if not ready:
+            raise ChildGone(f"no answer from the child within its {self.timeout_s:.0f} s")
+        line = self._reader.readline()
+        if not line:
+            raise ChildGone("the child ended without answering")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def finish(self) -> ChildResult:
+        """Tell the child to stop, wait for it (within the time left) and return how it ended, with its value."""
+        try:
+            self._writer.write(json.dumps({"stop": True}) + "\n")
+            self._writer.close()
+        except (BrokenPipeError, OSError):
+            pass
+        timed_out = False
+        try:
+            self.proc.wait(timeout=max(1.0, self._left()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(self.proc)
+            self.proc.wait()
+        value = json.loads(self._result.read_text()) if self.proc.returncode == 0 and self._result.exists() else None
+        return ChildResult(self.target, None if timed_out else self.proc.returncode, None, timed_out,
+                           time.perf_counter() - self._start, value, _tail(self._out), _tail(self._err))
+
+    def __exit__(self, *exc: object) -> None:
+        kill_group(self.proc)
+        if self.proc.poll() is None:
+            self.proc.wait()
+        for f in (self._reader, self._out, self._err):
+            f.close()
+        if not self._writer.closed:
+            try:
+                self._writer.close()
+            except OSError:
+                pass
+        self._tmp_cm.__exit__(None, None, None)
+
+
+def _tail(f: Any) -> str:
+    f.flush()
+    text = Path(f.name).read_text(errors="replace")
+    return text[-4000:]

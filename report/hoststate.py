@@ -1,0 +1,189 @@
+"""What the host did during a run, in one sentence, and the flags a run raised about itself: beside its headline on
+the front page and in `lab headline`.
+
+- `sentence`: how far the host's CPU speed moved (the host-speed index's p95 over its p5 over every round the run
+  timed, lab.contract.hostspeed.spread_ratio) and which methods followed it at batch 1 in fp32, by their stored
+  `host_sensitivity` interval (lab.contract.hostspeed.follows). A run without the index says so.
+- `flags`: the host overloaded at the start (the manifest's `host.overloaded`), a fresh process's warm-up that did not
+  settle (the `warmup.{when}` notes), an instrument that was not clean (a failed check of sentinel or sentinel_end:
+  the paired in-run/fresh verdict, or an older run's in-run/sentinel check), and the host warnings the run noted.
+
+- `section`: the run page's section: per timing of step methods, each method's host index, its sensitivity, its step
+  and speedup observed and at the reference host speed, each with its stored interval; the index's cost.
+
+Stored figures only; lab.contract and the report's own tables (the README's tables are made without torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from lab.contract import hostspeed
+from lab.contract import metrics as M
+from lab.contract import notes as N
+from lab.contract import units
+from lab.contract.intervals import Interval, of
+from lab.contract.names import Method
+from lab.contract.results import Metric, Record, Results
+
+from report.sections import Section
+from report.tables import Cell, Table, first, fmt, params_text, timing_cell
+
+INSTRUMENT = ("sentinel", "sentinel_end")
+# where the B=1 fp32 sensitivities are read, in this order (inductor: the CPU profile's decode step, fp32)
+SOURCES = ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor")
+NO_INDEX = "this run has no host-speed index (its lab version did not measure the host's speed)"
+
+
+def index_samples(records: Iterable[Record]) -> list[float]:
+    """Every round's host index the run stored (host_index_ms, all experiments, methods and shapes)."""
+    return [float(x) for rec in records for m in rec.metrics if m.name == M.HOST_INDEX_MS.name
+            and isinstance(m.value, list) for x in m.value]
+
+
+def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
+    """(method, elasticity, interval) at batch 1 in fp32 without readback, from the first source that has them."""
+    for source in SOURCES:
+        for rec in (r for r in records if r.id == source):
+            found = []
+            for m in rec.metrics:
+                p = m.params
+                if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get("batch") != 1
+                        or p.get("dtype", "float32") != "float32" or p.get("readback", False)):
+                    continue
+                ends = {x.name: x.value for x in rec.metrics if x.params == p
+                        and x.name in (M.HOST_SENSITIVITY_CI_LOW.name, M.HOST_SENSITIVITY_CI_HIGH.name)}
+                ci = of(ends.get(M.HOST_SENSITIVITY_CI_LOW.name), ends.get(M.HOST_SENSITIVITY_CI_HIGH.name))
+                step = f", {p['step']} step" if "step" in p else ""
+                found.append((f"{p.get('method')}{step}", float(m.value), ci))
+            if found:
+                return found
+    return []
+
+
+def _figure(value: float, ci: Interval | None) -> str:
+    return f"{value:.2f}" + ("" if ci is None else f" [{ci.low:.2f}, {ci.high:.2f}]")
+
+
+def sentence(records: Iterable[Record]) -> str:
+    """'the host's CPU speed varied 1.9× (p5–p95) during this run; eager (0.90 [0.84, 0.96]) followed it, graph
+    (0.00 [0.00, 0.00]) did not': the index's range, then each B=1 fp32 method by its elasticity's interval (the
+    figures for eager and graph replay, the baseline and the control; the others by name, their figures in the run
+    page's host section)."""
+    recs = list(records)
+    samples = index_samples(recs)
+    if not samples:
+        return NO_INDEX
+    ratio = hostspeed.spread_ratio(samples)
+    text = ("the host's CPU speed could not be told from one index sample" if ratio is None else
+            f"the host's CPU speed varied {ratio:.1f}× (p5–p95) during this run")
+    groups: dict[bool | None, list[str]] = {True: [], False: [], None: []}
+    for method, value, ci in _sensitivities(recs):
+        shown = method.split(",")[0] in (Method.EAGER, Method.GRAPH)
+        groups[hostspeed.follows(ci)].append(f"{method} ({_figure(value, ci)})" if shown else method)
+    parts = []
+    if groups[True]:
+        parts.append(f"{', '.join(groups[True])} followed it")
+    if groups[False]:
+        parts.append(f"{', '.join(groups[False])} did not")
+    if groups[None]:
+        parts.append(f"for {', '.join(groups[None])} the rounds cannot tell")
+    return text + ("; " + ", ".join(parts) if parts else "") + " (host_sensitivity at batch 1, fp32)" * bool(parts)
+
+
+def _warmup_flags(rec: Record) -> list[str]:
+    out = []
+    for key, value in rec.notes.items():
+        parts = N.WARMUP.parse(key)
+        if parts is None or not isinstance(value, dict):
+            continue
+        moved = value.get("host_moved")
+        why = f"; the host index moved {moved:.2f}×" if isinstance(moved, (int, float)) else ""
+        if value.get("out_of_budget"):
+            out.append(f"unsteady warm-up ({parts['when']}): the {value.get('budget_s')} s budget ran out{why}")
+        elif value.get("warmup_steady") is False or value.get("drifting"):
+            out.append(f"unsteady warm-up ({parts['when']}){why}")
+    return out
+
+
+def flags(records: Iterable[Record], manifest: dict[str, Any]) -> list[str]:
+    """The flags the run raised about itself, each in a few words with its numbers."""
+    recs = list(records)
+    out = []
+    host = manifest.get("host") or {}
+    if isinstance(host, dict) and host.get("overloaded") is True:
+        load = host.get("load_start")
+        out.append("host overloaded at the start" + (f" (load {load[0]:.1f})" if isinstance(load, list) and load
+                                                       and isinstance(load[0], (int, float)) else ""))
+    for rec in (r for r in recs if r.id in INSTRUMENT):
+        out += _warmup_flags(rec)
+        out += [f"instrument not clean: {c.name} ({c.detail})" if c.detail else f"instrument not clean: {c.name}"
+                for c in rec.checks if not c.passed and "steady" not in c.name]
+        warnings = rec.notes.get(N.HOST_WARNINGS.key)
+        if isinstance(warnings, list):  # those about a warm-up are said by its flag above, from the same note
+            out += [f"host: {w}" for w in warnings if isinstance(w, str) and not w.startswith("the fresh process (")]
+    return out
+
+
+def _within(rec: Record, name: str, params: dict[str, Any]) -> Metric | None:
+    """The metric `name` whose params are all among `params` with the same values (launch_overhead's speedup carries
+    the method alone, its step time the method and n_ops)."""
+    return next((m for m in rec.metrics if m.name == name and m.params
+                 and all(k in params and params[k] == v for k, v in m.params.items())), None)
+
+
+def _with_interval(rec: Record, spec: M.MetricSpec, params: dict[str, Any]) -> Cell:
+    m = _within(rec, spec.name, params)
+    if m is None or m.value is None:
+        return Cell("—")
+    text = f"{fmt(m.value)}×" if m.unit == units.X else fmt(m.value, m.unit)
+    if spec.interval is not None:
+        low, high = (_within(rec, name, m.params) for name in spec.interval)
+        if low is not None and high is not None and low.value is not None and high.value is not None:
+            text += f" [{fmt(low.value)}, {fmt(high.value)}]"
+    return Cell(text, cls="num")
+
+
+def _index_cell(m: Metric) -> Cell:
+    xs = [float(x) for x in m.value if isinstance(x, (int, float))] if isinstance(m.value, list) else []
+    if not xs:
+        return Cell("—")
+    return Cell(f"{fmt(sorted(xs)[len(xs) // 2], 'ms')}", cls="num", sub=f"{fmt(min(xs))}-{fmt(max(xs))} over "
+                                                                            f"{len(xs)} rounds")
+
+
+def host_table(rec: Record) -> Table:
+    """One timing record's methods: index, sensitivity, step and speedup observed and at the reference."""
+    table = Table(columns=["shape", "method", "host index (median of rounds)", "host_sensitivity [95%]",
+                           "median step", "step at the reference", "speedup vs eager [95%]",
+                           "speedup at the reference [95%]"], id=f"host-{rec.id}",
+                  caption=f"{rec.id}: each method's rounds against the host-speed index taken around them")
+    for m in (x for x in rec.metrics if x.name == M.HOST_INDEX_MS.name):
+        p = m.params
+        shape = {k: v for k, v in p.items() if k != "method"}
+        speedup = M.SPEEDUP_VS_EAGER if _within(rec, M.SPEEDUP_VS_EAGER.name, p) is not None else M.SPEEDUP
+        step = first(rec, M.STEP_MS, **p)
+        table.rows.append([Cell(params_text(shape)), Cell(str(p.get("method", "—"))), _index_cell(m),
+                           _with_interval(rec, M.HOST_SENSITIVITY, p),
+                           timing_cell(step) if step is not None else Cell("—"),
+                           _with_interval(rec, M.STEP_MS_AT_REFERENCE, p), _with_interval(rec, speedup, p),
+                           _with_interval(rec, M.SPEEDUP_AT_REFERENCE, p)])
+    return table
+
+
+def section(results: Results) -> Section | None:
+    """The run page's host section (None: the run stored no host index, an earlier lab version's)."""
+    recs = [r for r in results.experiments if any(m.name == M.HOST_INDEX_MS.name for m in r.metrics)]
+    if not recs:
+        return None
+    costs = [f"{r.id} {params_text(m.params)}: {m.value:.1%}" for r in recs for m in r.metrics
+             if m.name == M.HOST_INDEX_COST.name and isinstance(m.value, (int, float))]
+    said = sentence(results.experiments)
+    intro = [said[:1].upper() + said[1:] + ".",
+             "The host-speed index is a fixed pure-Python loop timed just before and after each method's turn in "
+             "every round (lab.measure.hostspeed); host_sensitivity is the elasticity of the method's step on it (1: "
+             "it follows the host's CPU wholly, 0: not at all); the reference host speed is the 10th percentile of a "
+             "timing's rounds' index, and the step and speedup there come from the same fit.",
+             "The index's own cost, its time over the timed turns': " + ("; ".join(costs) if costs else "—") + "."]
+    return Section("host", "The host's speed: what it did to each method", "\n".join(intro),
+                   [host_table(r) for r in recs])
