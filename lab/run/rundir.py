@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +24,7 @@ from typing import Any
 from lab.locks import OwnerLock, describe_holder
 from lab.permissions import permission_denied
 from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Results, ResultsError, load
+from lab.contract.schema import read_json
 
 LOCK_NAME = ".lab-run.lock"
 
@@ -73,8 +73,8 @@ def remove_stray_temporaries(out: Path) -> list[Path]:
 def saved_manifest(out: Path) -> dict[str, Any]:
     """The manifest saved in `out`, or {} when it cannot be read (cut short by a kill)."""
     try:
-        data = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(out / MANIFEST_NAME)
+    except ResultsError:
         return {}
     return data if isinstance(data, dict) else {}
 
