@@ -436,9 +436,15 @@ def from_dict(raw: Any, path: Path | str) -> Results:
         check_version(raw["manifest"], "manifest_version", MANIFEST_VERSION, "manifest.", path)
     try:
         results: Results = adapter(Results).validate_python(raw)
-        return results
     except ValidationError as exc:
         raise ResultsError(one_line(path, exc, raw)) from None
+    first: dict[str, int] = {}
+    for i, record in enumerate(results.experiments):  # a second record of one id would mix with the first
+        if record.id in first:
+            raise ResultsError(f"{path}: field experiments[{i}].id: experiment {record.id!r} again (first at "
+                               f"experiments[{first[record.id]}]); a run holds one record per experiment")
+        first[record.id] = i
+    return results
 
 
 def load(path: Path | str) -> Results:
