@@ -43,7 +43,7 @@ STAMPED = "5" * 40
 def _git(monkeypatch, tmp_path: Path, commit: str | None, dirty: bool = True) -> None:
     """git_info's view of the tree: `commit` from git (None: no git), `dirty` its status; the sources' digest DIGEST;
     the repository (and so the default stamp, build/lab-stamp.json) in tmp_path."""
-    from lab.run import manifest
+    from lab.run import manifest, stamp
 
     def run_text(cmd, cwd=None):
         if commit is None:
@@ -51,6 +51,8 @@ def _git(monkeypatch, tmp_path: Path, commit: str | None, dirty: bool = True) ->
         return commit if cmd[:2] == ["git", "rev-parse"] else (" M lab/run/runner.py" if dirty else "")
 
     monkeypatch.setattr(manifest, "run_text", run_text)
+    monkeypatch.setattr(stamp, "unclean", lambda root: None if commit is None else
+                        ("uncommitted changes (M lab/run/runner.py)" if dirty else ""))
     monkeypatch.setattr(manifest, "source_digest", lambda: DIGEST)
     monkeypatch.setattr(manifest, "REPO_ROOT", tmp_path)
     monkeypatch.delenv("LAB_STAMP", raising=False)
