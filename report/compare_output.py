@@ -1,6 +1,6 @@
 """`lab compare`'s output: plain text for a terminal, or JSON records for a program.
 
-Every string that reaches the terminal passes through `safe`: a control or format character from a
+Every string that reaches the terminal passes through `safe` (lab.console): a control or format character from a
 results file (an ESC that would recolour the terminal, a carriage return that would overwrite a
 line, a bidi override) is shown as an escape (`\\x1b`), never interpreted. JSON is written with
 `ensure_ascii`, so it holds no raw control character either.
@@ -9,28 +9,16 @@ line, a bidi override) is shown as an escape (`\\x1b`), never interpreted. JSON 
 from __future__ import annotations
 
 import json
-import unicodedata
 from typing import Any
 
 from lab.atomic import clean
+from lab.console import safe
 from report.compare import IGNORED_FIELDS, Comparison, Side
 from report.why import CLASSES
 from lab.contract.marks import MARKS
 
 
 RANKED = 5  # the fields of each class's ranking the text output names
-
-
-def safe(text: str) -> str:
-    """`text` with every control (Cc) and format (Cf) character written as a visible escape."""
-    out = []
-    for ch in text:
-        if unicodedata.category(ch) in ("Cc", "Cf"):
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def _short(value: Any, width: int = 48) -> str:
