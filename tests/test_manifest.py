@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,20 @@ def test_lab_stamp_names_the_stamp_and_a_tree_without_git_takes_it(tmp_path: Pat
     monkeypatch.setenv("LAB_STAMP", str(tmp_path / "missing.json"))
     info = git_info()
     assert info["commit"] is None and info["stamp"]["matched"] is False and "cannot read the stamp" in info["stamp"]["why"]
+
+
+@pytest.mark.parametrize("named, said", [("/dev/zero", "a character device"), ("fifo", "a FIFO")])
+def test_a_stamp_that_is_not_a_regular_file_is_refused_in_its_field(tmp_path: Path, monkeypatch, named: str,
+                                                                     said: str) -> None:
+    """Issue 30, B3: LAB_STAMP=/dev/zero ended the run in a MemoryError; a FIFO would hang it."""
+    from lab.run.manifest import git_info
+
+    _git(monkeypatch, tmp_path, None)
+    if named == "fifo":
+        os.mkfifo(tmp_path / named)
+    monkeypatch.setenv("LAB_STAMP", str(tmp_path / named))
+    why = git_info()["stamp"]["why"]
+    assert why == f"{tmp_path / named}: cannot read the stamp ({said}, not a regular file)"
 
 
 def test_git_saying_clean_stands_beside_a_matching_stamp(tmp_path: Path, monkeypatch) -> None:
