@@ -93,7 +93,7 @@ def format_text(c: Comparison) -> str:
     lines += ["", f"Metrics both runs have: {len(c.metrics)} ({counts or 'none'}; factor {c.factor:g})",
               f"  {'mark':<15} {'A':>12} {'B':>12} {'B/A':>7}  metric [unit] (reason)"]
     for r in sorted(c.metrics, key=lambda r: MARKS.index(r.mark)):
-        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        ratio = "-" if r.ratio is None else f"{r.ratio:.3f}" if abs(r.ratio) < 1000 else f"{r.ratio:.3g}"
         reason = f"  ({r.reason})" if r.reason else ""
         lines.append(f"  {r.mark:<15} {_short(r.a, 12):>12} {_short(r.b, 12):>12} {ratio:>7}  "
                      f"{r.experiment}.{r.name}{{{_params(r.params)}}} [{r.unit}]{reason}")
