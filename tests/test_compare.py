@@ -159,6 +159,13 @@ def test_a_value_outside_its_own_samples_is_not_compared_and_a_huge_ratio_stays_
     assert len(line) < 300 and line.split(" 1e+300 ", 1)[1].split()[0] == f"{1e300 / metric_a:.3g}", line
 
 
+def test_comparing_a_run_with_itself_says_so(capsys) -> None:
+    """Issue 30: comparing a folder with itself gave no warning."""
+    assert lab_main(["compare", str(CPU_RUN), str(CPU_RUN / "results.json")]) == 0
+    err = capsys.readouterr().err
+    assert err == f"note: A and B are the same file ({CPU_RUN / 'results.json'}): every figure compares with itself\n"
+
+
 def test_units_kinds_nulls_zero_and_non_finite() -> None:
     assert mark(M.STEP_MS, v(1.0), v(1.0, "s")) == ("not comparable", "units differ: ms vs s")
     assert mark(M.STEP_MS, v(None), v(None))[0] == "same"
