@@ -80,6 +80,10 @@ def _metric_text(value: str) -> str:
     return json.dumps(data).replace('"VALUE"', value, 1)
 
 
+def from_the_future(data: dict) -> None:
+    data["run"]["started_at"] = "2999-01-01T00:00:00+00:00"
+
+
 def duplicated(data: dict) -> None:
     data["experiments"].append(json.loads(json.dumps(data["experiments"][0])))
 
@@ -131,6 +135,8 @@ PROBES: dict[str, tuple[Callable[[Path], list[str]], int, str]] = {
                                       2, "too large for a float"),
     "B5 a second record of one id": (lambda t: ["compare", str(fixture_run(t / "A", duplicated)),
                                                 str(fixture_run(t / "B"))], 2, "again (first at experiments[0])"),
+    "a start time in the future, report": (lambda t: ["report", str(fixture_run(t / "RUN", from_the_future)), "--out",
+                                                      str(t / "S")], 2, "'2999-01-01T00:00:00+00:00' is in the future"),
     "B7 --out holds a traces/ of its own": (
         lambda t: ["report", str(traced_run(t)), "--out", str(own_traces(t))],
         2, "did not write"),
