@@ -84,10 +84,10 @@ def read_text(path: Path | str, limit: int = MAX_BYTES) -> str:
     return read_bytes(path, limit).decode("utf-8")
 
 
-def create_new(path: Path | str, mode: int = 0o644) -> int:
-    """A file descriptor (read and write) on a file this call created: FileExistsError where anything, a link
-    included, is already at `path`."""
-    return _open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+def create_new(path: Path | str, mode: int = 0o644, flags: int = 0) -> int:
+    """A file descriptor (read and write, and `flags`, e.g. O_APPEND) on a file this call created: FileExistsError
+    where anything, a link included, is already at `path`."""
+    return _open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, mode)
 
 
 def open_existing(path: Path | str) -> int:

@@ -27,6 +27,12 @@ SECRET = b"the victim's own text\n"
 RUN = ("run", "--profile", "smoke", "--only", "graph_breaks")
 
 
+def talks(ctx) -> None:
+    """The stand-in experiment: a library's line on file descriptor 2 (the run keeps it in stderr.log), a metric."""
+    os.write(2, b"a library's line below Python\n")
+    one_graph(ctx)
+
+
 def fixture_run(folder: Path, edit: Callable[[dict], None] | None = None, text: str | None = None) -> Path:
     """The CPU smoke fixture run copied into `folder` (its results edited by `edit`, or replaced by `text`)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -109,6 +115,8 @@ PROBES: dict[str, tuple[Callable[[Path], list[str]], int, str]] = {
     "S1 lock is a link, --force": (lambda t: [*RUN, "--force", "--out", str(lock_to_victim(t))], 2,
                                    "a symbolic link"),
     "S1 lock is a hard link": (lambda t: [*RUN, "--out", str(hard_lock_to_victim(t))], 2, "hard links"),
+    "a run folder's stderr.log is a link": (
+        lambda t: [*RUN, "--out", str(linked(t / "outside" / "victim.txt", t / "RUN" / "stderr.log").parent)], 0, ""),
     "S2 swept .lab-owner is a link": (lambda t: (swept_owner_link(t), [*RUN, "--out", str(t / "RUN")])[1], 0, ""),
     "S3 results.json is a link, report": (
         lambda t: ["report", str(linked(fixture_run(t / "outside" / "private") / "results.json",
@@ -158,7 +166,7 @@ def test_a_hostile_folder_gives_one_line_and_touches_nothing_outside(probe: str,
     import tempfile
 
     plant, status, said = PROBES[probe]
-    fake("graph_breaks", one_graph)
+    fake("graph_breaks", talks)
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     victim = tmp_path / "outside" / "victim.txt"
