@@ -21,6 +21,9 @@ the ratio B/A, a mark and the reason behind it, applying the rules below in orde
 4. one value is null (e.g. break-even "never")        -> not comparable
 5. booleans, text, lists                              -> same when equal, else changed
 6. numbers: not finite                                -> not comparable
+            outside its own samples' interquartile
+            range (an edited file: 1e308 with the
+            spread of 6.09)                           -> not comparable
             equal                                     -> same
             of different sign (5.06 vs -40.66)        -> not comparable (a ratio would be meaningless)
             the metric has no direction               -> changed (never better or worse)
