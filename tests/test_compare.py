@@ -562,7 +562,7 @@ def test_a_baseline_is_the_previous_run_of_the_host_else_the_newest_of_the_profi
 
     def run(name: str, host: str, day: int, profile: str = "gpu") -> None:
         data = gpu_fixture.build()
-        data["run"]["started_at"] = f"2026-12-{day:02d}T09:00:00+00:00"
+        data["run"]["started_at"] = f"2026-11-{day:02d}T09:00:00+00:00"
         data["run"]["profile"] = profile
         data["manifest"]["host"]["real_hostname"] = host
         write_json_atomic(tmp_path / name / "results.json", data)
