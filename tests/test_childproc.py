@@ -82,6 +82,36 @@ def test_a_function_that_leaves_children_behind_returns_at_once_and_takes_them_a
         assert _wait(lambda: not _alive(pid), 20), f"{pid} outlived the child that started it"
 
 
+SUBREAPER = """
+import ctypes, subprocess, sys, time
+from pathlib import Path
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as a lab child is (lab.run.childproc)
+middle = subprocess.Popen([sys.executable, "-c", "import subprocess, time; "
+                           "subprocess.Popen(['sleep', '300'], start_new_session=True); time.sleep(300)"])
+Path(sys.argv[1]).write_text(str(middle.pid))
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_CHILD_SUBREAPER is Linux's")
+def test_a_stopped_child_takes_every_descendant_along_whatever_its_session(tmp_path: Path) -> None:
+    """Issue 30, B8: on a timeout the child's group was killed, and a process in a session of its own lived on."""
+    from lab.run.childproc import descendants, kill_group
+
+    pid_file = tmp_path / "middle.pid"
+    child = subprocess.Popen([sys.executable, "-c", SUBREAPER, str(pid_file)], start_new_session=True)
+    try:
+        assert _wait(lambda: pid_file.exists() and len(descendants(child.pid)) == 2, 120), "the tree never grew"
+        tree = descendants(child.pid)
+        assert int(pid_file.read_text()) in tree
+        kill_group(child)
+    finally:
+        child.kill()
+        child.wait()
+    for pid in tree:
+        assert _wait(lambda: not _alive(pid), 20), f"{pid} outlived its killed ancestor"
+
+
 def test_output_that_is_not_utf8_is_shown_not_fatal(tmp_path: Path) -> None:
     """Issue 30, B9: bytes \\xff\\xfe on the target's stdout failed the diagnosis ('utf-8' codec can't decode)."""
     (tmp_path / "lab_test_helper.py").write_text(HELPER)

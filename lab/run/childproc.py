@@ -7,7 +7,8 @@ value, or the exit status, the signal and the tail of stderr when the child died
 
 A child never outlives the run that started it. It leads its own process group (with whatever it
 starts: Inductor's compile workers, the compiler), which the parent kills on a timeout, on Ctrl-C
-or SIGTERM, and when the child is done; and on Linux the kernel kills the child when its parent dies
+or SIGTERM, and when the child is done (on a timeout or an interruption, every descendant of the child too,
+found in /proc whatever session it moved to: `kill_group`); and on Linux the kernel kills the child when its parent dies
 (PR_SET_PDEATHSIG: even a SIGKILLed parent takes its child along; Inductor's workers watch their
 own parent). When the function has returned, the child kills what it started and left behind, even a
 process in a session of its own (Linux: the child is their subreaper, so such orphans become its children),
@@ -129,15 +130,58 @@ def run_child(target: str, kwargs: dict[str, Any] | None = None, timeout_s: floa
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (the child and what it started); nothing if it is gone."""
+    """SIGKILL the child and everything it started: first, while the stopped child still holds them (it is their
+    subreaper), every descendant found in /proc, whatever session or group it moved to; then the child's process
+    group. Nothing if they are gone."""
     if os.name != "posix":  # pragma: no cover - Windows: the child only
         if proc.poll() is None:
             proc.kill()
         return
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGSTOP)  # it forks no more while its descendants are found and killed
+        except OSError:
+            pass
+        for _ in range(10):
+            found = descendants(proc.pid)
+            if not found:
+                break
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process /proc shows (Linux; {} elsewhere)."""
+    out = {}
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def descendants(root: int) -> list[int]:
+    """The live descendants of process `root` (children, their children...), from /proc."""
+    parents = _parents()
+    found: list[int] = []
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier and pid not in found}
+        found += sorted(frontier)
+    return found
 
 
 def die_with_parent() -> None:
@@ -157,23 +201,6 @@ def die_with_parent() -> None:
         os._exit(70)  # the parent died before the request above took effect
 
 
-def _children() -> list[int]:
-    """This process's children, from /proc (Linux; [] elsewhere)."""
-    me, found = str(os.getpid()), []
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.name.isdigit():
-            try:
-                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == me:
-                    found.append(int(entry.name))
-            except (OSError, IndexError):
-                continue
-    return found
-
-
 def reap_descendants() -> None:
     """In the child, once its function has returned: SIGKILL and reap every process it left behind. Killing a
     child makes its own children orphans, which the kernel gives to this process (its subreaper), so the next
@@ -181,7 +208,8 @@ def reap_descendants() -> None:
     if not sys.platform.startswith("linux"):
         return
     for _ in range(100):
-        children = _children()
+        me = os.getpid()
+        children = [pid for pid, ppid in _parents().items() if ppid == me]
         if not children:
             return
         for pid in children:
