@@ -109,7 +109,8 @@ def traced_run(t: Path, name: str = "traced") -> Path:
 
 # probe id: (what to plant under tmp_path, returning the command's arguments; exit status; said on stderr)
 PROBES: dict[str, tuple[Callable[[Path], list[str]], int, str]] = {
-    "S1 lock is a link": (lambda t: [*RUN, "--out", str(lock_to_victim(t))], 2, "a symbolic link"),
+    "S1 lock is a link": (lambda t: [*RUN, "--out", str(lock_to_victim(t))], 2,
+                          "its lock file .lab-run.lock is a symbolic link; links are never followed: remove it"),
     "S1 lock is a link, --resume": (lambda t: [*RUN, "--resume", "--out", str(lock_to_victim(t))], 2,
                                     "a symbolic link"),
     "S1 lock is a link, --force": (lambda t: [*RUN, "--force", "--out", str(lock_to_victim(t))], 2,
@@ -135,7 +136,7 @@ PROBES: dict[str, tuple[Callable[[Path], list[str]], int, str]] = {
     "B3 /dev/zero, compare": (lambda t: ["compare", str(linked(Path("/dev/zero"), t / "RUN" / "results.json")),
                                          str(fixture_run(t / "B"))], 2, "a symbolic link"),
     "B4 1e400, compare": (lambda t: ["compare", str(fixture_run(t / "A", text=_metric_text("1e400"))),
-                                     str(fixture_run(t / "B"))], 2, "too large for a float"),
+                                     str(fixture_run(t / "B"))], 2, "results.json: the number 1e400 is too large for a float"),
     "B4 10**400, headline": (lambda t: ["headline", str(fixture_run(t / "A", text=_metric_text("1" + "0" * 400)))],
                              2, "too large for a float"),
     "B4 wall_s 1e400, run --resume": (lambda t: [*RUN, "--resume", "--out",

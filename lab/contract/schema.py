@@ -148,10 +148,14 @@ def _not_json(name: str) -> Any:
 MAX_FILE_BYTES = 64 << 20  # a results.json of the gpu-full profile is a few hundred KB
 
 
+class NumberError(ValueError):
+    """A number literal no float holds (the lab never writes one)."""
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"the number {text[:20]}{'...' if len(text) > 20 else ''} is too large for a float")
+        raise NumberError(f"the number {text[:20]}{'...' if len(text) > 20 else ''} is too large for a float")
     return value
 
 
@@ -160,7 +164,7 @@ def _finite_int(text: str) -> int:
     try:
         float(value)
     except OverflowError:
-        raise ValueError(f"the integer {text[:20]}... ({len(text)} digits) is too large for a float") from None
+        raise NumberError(f"the integer {text[:20]}... ({len(text)} digits) is too large for a float") from None
     return value
 
 
@@ -183,6 +187,8 @@ def read_json(path: Path) -> Any:
         return parse_json(text)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except NumberError as exc:
+        raise ResultsError(f"{path}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, nesting too deep
         raise ResultsError(f"{path}: not usable JSON ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") \
             from None

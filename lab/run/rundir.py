@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -94,6 +95,9 @@ def _lock(out: Path) -> OwnerLock:
     except PermissionError:  # the fix depends on where the lab runs (in an image: the mount's owner)
         raise RunDirError(f"{permission_denied(out)} (--out: cannot write there)") from None
     except OSError as exc:
+        if exc.filename == str(lock.path) and exc.errno in (errno.ELOOP, errno.EINVAL):  # not a file of its own
+            raise RunDirError(f"--out {out}: its lock file {LOCK_NAME} is {_why(exc)}: remove it, or choose another "
+                              "--out") from None
         raise RunDirError(f"--out {out}: cannot write there ({_why(exc)}): choose a directory you can write") \
             from None
     if holder is not None:
