@@ -66,14 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def one_line(exc: BaseException) -> str:
-    """An error as one line: an OSError names its file and the system's reason, others their message."""
+    """An error as one line: an OSError names its file and the system's reason, others their message; a control
+    character (from a hostile folder's name) shown as an escape, never interpreted (lab.console.safe)."""
+    from lab.console import safe
+
     if isinstance(exc, OSError) and exc.strerror:
         where = f"{exc.filename}: " if exc.filename else ""
         other = f" -> {exc.filename2}" if exc.filename2 else ""
         text = f"{where}{exc.strerror}{other}"
     else:
         text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+    return safe(" ".join(text.split()))
 
 
 def missing_dependency(exc: ImportError) -> str | None:

@@ -45,8 +45,9 @@ def _umask() -> int:
     return mask
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON next to its destination and rename it into place: readers never see half a file.
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write `data` next to its destination and rename it into place: readers never see half a file, and a link
+    already at `path` is replaced, never followed (the rule for a file the lab writes: lab.untrusted).
 
     The file gets the permissions any new file gets here (0644 under the usual umask 022), not the
     0600 of a temporary file: results are meant to be read by others."""
@@ -57,12 +58,17 @@ def write_json_atomic(path: Path, data: Any) -> None:
     try:
         if hasattr(os, "fchmod"):  # POSIX (Windows files have no such mode bits)
             os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(clean(data), handle, indent=1, sort_keys=False, allow_nan=False)
-            handle.write("\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """`data` as strict JSON (`clean`), written by `write_bytes_atomic`."""
+    text = json.dumps(clean(data), indent=1, sort_keys=False, allow_nan=False) + "\n"
+    write_bytes_atomic(path, text.encode("utf-8"))

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -23,6 +24,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
+
+from lab import untrusted
 
 try:
     import fcntl
@@ -45,9 +48,12 @@ def describe_holder(holder: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+MAX_LOCK_BYTES = 64 << 10  # what a holder writes is a few hundred bytes
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+        data = json.loads(untrusted.read_text(path, MAX_LOCK_BYTES) or "{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -79,13 +85,14 @@ class OwnerLock:
     def acquire(self, **extra: Any) -> dict[str, Any] | None:
         """Take the lock: None when taken, else what the holder wrote (possibly {} if it is still writing).
 
-        OSError (permission denied, read-only file system) propagates: the caller names the folder."""
+        OSError (permission denied, read-only file system; a lock file that is a link, not a regular file or has
+        other hard links: lab.untrusted, never written) propagates: the caller names the folder."""
         if self._fd is not None:
             return None
         if fcntl is None:  # pragma: no cover - Windows
             return self._acquire_exclusive(extra)
         for _ in range(20):  # the file can be replaced between open and lock by a holder releasing it
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = untrusted.open_or_create(self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -96,7 +103,7 @@ class OwnerLock:
                     holder = _read(self.path)
                 return holder
             try:
-                now = os.stat(self.path)
+                now = os.lstat(self.path)
             except FileNotFoundError:
                 now = None
             st = os.fstat(fd)
@@ -112,7 +119,7 @@ class OwnerLock:
     def _acquire_exclusive(self, extra: dict[str, Any]) -> dict[str, Any] | None:  # pragma: no cover - Windows
         for _ in range(2):
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = untrusted.create_new(self.path)
             except FileExistsError:
                 holder = _read(self.path)
                 if holder.get("host") == socket.gethostname() and not _pid_alive(holder.get("pid")):
@@ -187,20 +194,31 @@ def owned_tempdir(kind: str, root: str | None = None) -> Iterator[Path]:
         lock.release()
 
 
-def clean_abandoned_tempdirs(root: str | None = None) -> list[Path]:
-    """Remove the lab's temporary directories (under `root`, default the system's) whose owner died."""
+def _abandoned_dir(path: Path) -> bool:
+    """Whether `path` is a lab temporary directory whose owner died: a real directory (not a link) of this user
+    whose `.lab-owner` is a regular file (a link there is never followed) nobody holds, older than GRACE_S."""
+    st = path.lstat()
+    owner = path / OWNER_NAME
+    if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+        return False
+    ost = owner.lstat()
+    if not stat.S_ISREG(ost.st_mode) or time.time() - ost.st_mtime < GRACE_S:
+        return False
+    return is_abandoned(owner)
+
+
+def clean_abandoned_tempdirs(root: str | None = None, pattern: str = f"{TEMP_PREFIX}*") -> list[Path]:
+    """Remove the lab's temporary directories (under `root`, default the system's) whose owner died; only this
+    user's own, and never through a link (see `_abandoned_dir`)."""
     base = Path(root or tempfile.gettempdir())
     removed = []
     try:
-        candidates = sorted(base.glob(f"{TEMP_PREFIX}*"))
+        candidates = sorted(base.glob(pattern))
     except OSError:
         return removed
     for path in candidates:
-        owner = path / OWNER_NAME
         try:
-            if not path.is_dir() or not owner.is_file() or time.time() - owner.stat().st_mtime < GRACE_S:
-                continue
-            if is_abandoned(owner):
+            if _abandoned_dir(path):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
         except OSError:

@@ -1,6 +1,6 @@
 """`lab compare`'s output: plain text for a terminal, or JSON records for a program.
 
-Every string that reaches the terminal passes through `safe`: a control or format character from a
+Every string that reaches the terminal passes through `safe` (lab.console): a control or format character from a
 results file (an ESC that would recolour the terminal, a carriage return that would overwrite a
 line, a bidi override) is shown as an escape (`\\x1b`), never interpreted. JSON is written with
 `ensure_ascii`, so it holds no raw control character either.
@@ -9,10 +9,10 @@ line, a bidi override) is shown as an escape (`\\x1b`), never interpreted. JSON 
 from __future__ import annotations
 
 import json
-import unicodedata
 from typing import Any
 
 from lab.atomic import clean
+from lab.console import safe
 from report.compare import IGNORED_FIELDS, Comparison, Side
 from report.hosts import machine_of
 from report.why import CLASSES
@@ -20,18 +20,6 @@ from lab.contract.marks import MARKS
 
 
 RANKED = 5  # the fields of each class's ranking the text output names
-
-
-def safe(text: str) -> str:
-    """`text` with every control (Cc) and format (Cf) character written as a visible escape."""
-    out = []
-    for ch in text:
-        if unicodedata.category(ch) in ("Cc", "Cf"):
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def _short(value: Any, width: int = 48) -> str:
@@ -106,7 +94,7 @@ def format_text(c: Comparison) -> str:
     lines += ["", f"Metrics both runs have: {len(c.metrics)} ({counts or 'none'}; factor {c.factor:g})",
               f"  {'mark':<15} {'A':>12} {'B':>12} {'B/A':>7}  metric [unit] (reason)"]
     for r in sorted(c.metrics, key=lambda r: MARKS.index(r.mark)):
-        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        ratio = "-" if r.ratio is None else f"{r.ratio:.3f}" if abs(r.ratio) < 1000 else f"{r.ratio:.3g}"
         reason = f"  ({r.reason})" if r.reason else ""
         lines.append(f"  {r.mark:<15} {_short(r.a, 12):>12} {_short(r.b, 12):>12} {ratio:>7}  "
                      f"{r.experiment}.{r.name}{{{_params(r.params)}}} [{r.unit}]{reason}")

@@ -1,8 +1,9 @@
 """Finding and loading runs: every results.json under the paths given, each loaded strictly.
 
-Every file is treated as hostile: one that cannot be used (unreadable, not UTF-8, not JSON, a field
-of the wrong type, a number too large for a float, nesting too deep, a folder that cannot be
-listed) becomes a `SkippedFile` (the path and a one-line reason naming the file and the field)
+Every file is treated as hostile and read by lab.untrusted's rule: one that cannot be used (a symbolic
+link, never followed; a FIFO or a device; larger than the cap; unreadable, not UTF-8, not JSON, a field
+of the wrong type, a number too large for a float, a second record of one experiment, nesting too deep, a
+folder that cannot be listed) becomes a `SkippedFile` (the path and a one-line reason naming the file and the field)
 instead of stopping the report: the other runs still render, and the index lists what was skipped.
 """
 

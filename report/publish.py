@@ -13,7 +13,6 @@ each HTML page rebuilt by report.sanitise. Nothing is written outside `out`.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
@@ -21,7 +20,9 @@ from typing import Any
 
 from jinja2 import Environment, select_autoescape
 
+from lab import untrusted
 from lab.contract import notes as N
+from lab.contract.schema import parse_json
 
 from report.sanitise import sanitise
 from report.sitefiles import MARKER, TRACES, write_bytes, write_page
@@ -88,7 +89,7 @@ def _count(value: Any) -> str:
 def read_summary(file: Path) -> dict[str, Any]:
     """summary.json as the trace page needs it; TraceError naming the file when it is not that."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = parse_json(untrusted.read_text(file, MAX_FILE))
     except (OSError, UnicodeError, ValueError, RecursionError) as exc:
         raise TraceError(f"{file}: not a readable JSON summary ({type(exc).__name__}: "
                          f"{' '.join(str(exc).split())[:200]})") from None
@@ -140,7 +141,11 @@ def copy_tlparse(src: Path, dest: Path) -> tuple[int, list[str]]:
             elif st.st_size > MAX_FILE:
                 refused.append(f"{rel} ({st.st_size:,} B: too large)")
             else:
-                data = path.read_bytes()
+                try:
+                    data = untrusted.read_bytes(path, MAX_FILE)  # replaced since the lstat: still no link followed
+                except OSError as exc:
+                    refused.append(f"{rel} ({exc.strerror}: not copied)")
+                    continue
                 if kind == "html":
                     data = sanitise(data.decode("utf-8", errors="replace")).encode("utf-8")
                 write_bytes(dest / rel, data)

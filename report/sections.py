@@ -14,6 +14,7 @@ from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
 from report.compare import flatten
+from report.provenance import mixed_sources
 from lab.contract.results import Check, Record, Results
 
 from report.tables import Cell, Table, first, fmt, metric_tables, notes_text, num, params_text, pivot
@@ -104,8 +105,10 @@ def environment(results: Results) -> Section:
         if value is None and any(k.startswith(key + ".") for k in flat):  # an object: its fields on one line
             value = ", ".join(f"{k[len(key) + 1:]} {flat[k]}" for k in flat if k.startswith(key + "."))
         if value not in (None, "", []):
-            summary.rows.append([Cell(label, title=key), Cell(str(value) if isinstance(value, int) and not isinstance(
-                value, bool) else fmt(value))])
+            text = str(value) if isinstance(value, int) and not isinstance(value, bool) else fmt(value)
+            if key == "lab.dirty" and (mixed := mixed_sources(results)):  # the manifest is the first start's
+                text = f"{text} at the first start{mixed}"
+            summary.rows.append([Cell(label, title=key), Cell(text)])
     full = Table(columns=["manifest field", "value"], cls="kv full", caption="The whole manifest, flattened")
     for key, value in flat.items():
         full.rows.append([Cell(key), Cell(fmt(value), pre=isinstance(value, str) and "\n" in value)])

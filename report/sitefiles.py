@@ -6,15 +6,22 @@ disk) never leaves half a page. `Staging(out)` is the temporary folder a report 
 moves its pages into `out` one rename each (the previous site stays whole until then: a failed or empty
 render never touches it) and removes the pages an earlier report left that this one did not write. Only the
 site's own names are ever replaced or removed in `out` (index.html, compare.html, history.html, run-*.html and
-the traces/ folder this report writes), so other files a user keeps there survive.
+the traces/ folder this report writes), so other files a user keeps there survive: a traces/ there that an
+earlier report did not write (no MARKER in it: a run folder's raw traces, a user's folder) is never moved or
+removed, the new site is refused instead (WriteError naming it). The staging folder holds a lock (lab.locks) while
+its report runs; one left by a killed report is removed by the next report into the same `out`.
 """
 
 from __future__ import annotations
 
+import errno
+import glob
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from lab.locks import OWNER_NAME, OwnerLock, clean_abandoned_tempdirs
 
 PAGE_PATTERNS = ("index.html", "compare.html", "history.html", "run-*.html")
 TRACES = "traces"
@@ -69,14 +76,19 @@ class Staging:
     def __init__(self, out: Path) -> None:
         self.out = out
         parent = out.absolute().parent
+        prefix = f".{out.absolute().name}."
         try:
             parent.mkdir(parents=True, exist_ok=True)
-            self.root = Path(tempfile.mkdtemp(prefix=f".{out.absolute().name}.", suffix=".staging", dir=parent))
+            clean_abandoned_tempdirs(str(parent), f"{glob.escape(prefix)}*.staging")  # left by killed reports
+            self.root = Path(tempfile.mkdtemp(prefix=prefix, suffix=".staging", dir=parent))
+            self.lock = OwnerLock(self.root / OWNER_NAME)
+            self.lock.acquire(kind="report-staging")
         except OSError as exc:
             raise WriteError(exc.errno, exc.strerror or str(exc), str(parent)) from None
 
     def discard(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        self.lock.release()
 
     def swap_in(self) -> list[Path]:
         """Move every page of the staged site into `out`; remove the earlier report's pages not rewritten.
@@ -84,15 +96,18 @@ class Staging:
         out = self.out
         try:
             out.mkdir(parents=True, exist_ok=True)
-            written = {p.name for p in self.root.iterdir()}
+            written = {p.name for p in self.root.iterdir()} - {OWNER_NAME}
+            old = out / TRACES
+            ours = old.is_dir() and not old.is_symlink() and (old / MARKER).is_file()
+            if TRACES in written and (old.exists() or old.is_symlink()) and not ours:
+                raise OSError(errno.EEXIST, f"holds a {TRACES}/ that lab report did not write (no {MARKER} in it), "
+                                            "which the site's traces would replace: move it, or choose another --out",
+                              str(old))
             for name in sorted(written - {TRACES}):
                 os.replace(self.root / name, out / name)
-            old = out / TRACES
             if TRACES in written:
-                if old.is_dir() and not old.is_symlink():
+                if ours:
                     os.replace(old, self.root / ".old-traces")
-                elif old.is_symlink() or old.exists():
-                    old.unlink()
                 os.replace(self.root / TRACES, old)
             removed = remove_stale(out, written)
         except OSError as exc:

@@ -29,6 +29,18 @@ from pathlib import Path
 def sleep_and_tell(path):
     Path(path).write_text(str(os.getpid()))
     time.sleep(120)
+
+def leaves_children(path):
+    import subprocess
+    kept = subprocess.Popen(["sleep", "300"])
+    away = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    Path(path).write_text(f"{kept.pid} {away.pid}")
+    return 1
+
+def prints_bytes():
+    import sys
+    sys.stdout.buffer.write(b"before \\xff\\xfe after\\n")
+    return 2
 """
 
 PARENT = """
@@ -56,6 +68,55 @@ def _wait(cond, timeout: float) -> bool:
             return True
         time.sleep(0.1)
     return cond()
+
+
+def test_a_function_that_leaves_children_behind_returns_at_once_and_takes_them_along(tmp_path: Path) -> None:
+    """Issue 30, B8: diagnose waited out its whole --timeout while the target's `sleep 300` held the output pipe,
+    then discarded the finished diagnosis; a child in a session of its own outlived it."""
+    (tmp_path / "lab_test_helper.py").write_text(HELPER)
+    pids = tmp_path / "pids"
+    child = run_child("lab_test_helper:leaves_children", {"path": str(pids)}, timeout_s=60,
+                      env={"PYTHONPATH": str(tmp_path)})
+    assert child.ok and child.value == 1, child.describe()
+    for pid in map(int, pids.read_text().split()):
+        assert _wait(lambda: not _alive(pid), 20), f"{pid} outlived the child that started it"
+
+
+SUBREAPER = """
+import ctypes, subprocess, sys, time
+from pathlib import Path
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as a lab child is (lab.run.childproc)
+middle = subprocess.Popen([sys.executable, "-c", "import subprocess, time; "
+                           "subprocess.Popen(['sleep', '300'], start_new_session=True); time.sleep(300)"])
+Path(sys.argv[1]).write_text(str(middle.pid))
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_CHILD_SUBREAPER is Linux's")
+def test_a_stopped_child_takes_every_descendant_along_whatever_its_session(tmp_path: Path) -> None:
+    """Issue 30, B8: on a timeout the child's group was killed, and a process in a session of its own lived on."""
+    from lab.run.childproc import descendants, kill_group
+
+    pid_file = tmp_path / "middle.pid"
+    child = subprocess.Popen([sys.executable, "-c", SUBREAPER, str(pid_file)], start_new_session=True)
+    try:
+        assert _wait(lambda: pid_file.exists() and len(descendants(child.pid)) == 2, 120), "the tree never grew"
+        tree = descendants(child.pid)
+        assert int(pid_file.read_text()) in tree
+        kill_group(child)
+    finally:
+        child.kill()
+        child.wait()
+    for pid in tree:
+        assert _wait(lambda: not _alive(pid), 20), f"{pid} outlived its killed ancestor"
+
+
+def test_output_that_is_not_utf8_is_shown_not_fatal(tmp_path: Path) -> None:
+    """Issue 30, B9: bytes \\xff\\xfe on the target's stdout failed the diagnosis ('utf-8' codec can't decode)."""
+    (tmp_path / "lab_test_helper.py").write_text(HELPER)
+    child = run_child("lab_test_helper:prints_bytes", {}, timeout_s=240, env={"PYTHONPATH": str(tmp_path)})
+    assert child.ok and child.value == 2 and child.stdout_tail == "before \ufffd\ufffd after\n"
 
 
 def _age(folder: Path) -> None:

@@ -142,6 +142,30 @@ def test_noise_band_and_interquartile_ranges() -> None:
     assert judge(M.STEP_MS, v(1.0), v(1.3), factor=1.5).mark == "same"
 
 
+def test_a_value_outside_its_own_samples_is_not_compared_and_a_huge_ratio_stays_short(tmp_path: Path,
+                                                                                     capsys) -> None:
+    """Issue 30, B12: 1e308 with the spread of 6.091 was 'same' as 6.091 (the spreads overlap) and the ratio printed
+    with 300 digits."""
+    verdict = judge(M.STEP_MS, v(1e308, spread=(6.0, 6.2)), v(6.091, spread=(6.0, 6.2)))
+    assert verdict.mark == "not comparable" and verdict.reason.startswith(
+        "A's value 1e+308 lies outside the interquartile range of its own samples [6, 6.2]")
+    data = json.loads((CPU_RUN / "results.json").read_text())
+    metric = next(m for r in data["experiments"] for m in r["metrics"] if m["spread"] is None
+                  and isinstance(m["value"], float) and m["value"] > 0 and M.spec(m["name"]) is not None)
+    metric_a, metric["value"] = metric["value"], 1e300
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert lab_main(["compare", str(CPU_RUN), str(tmp_path)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if " 1e+300 " in line)
+    assert len(line) < 300 and line.split(" 1e+300 ", 1)[1].split()[0] == f"{1e300 / metric_a:.3g}", line
+
+
+def test_comparing_a_run_with_itself_says_so(capsys) -> None:
+    """Issue 30: comparing a folder with itself gave no warning."""
+    assert lab_main(["compare", str(CPU_RUN), str(CPU_RUN / "results.json")]) == 0
+    err = capsys.readouterr().err
+    assert err == f"note: A and B are the same file ({CPU_RUN / 'results.json'}): every figure compares with itself\n"
+
+
 def test_units_kinds_nulls_zero_and_non_finite() -> None:
     assert mark(M.STEP_MS, v(1.0), v(1.0, "s")) == ("not comparable", "units differ: ms vs s")
     assert mark(M.STEP_MS, v(None), v(None))[0] == "same"
@@ -566,7 +590,7 @@ def test_a_baseline_is_the_previous_run_of_the_host_else_the_newest_of_the_profi
 
     def run(name: str, host: str, day: int, profile: str = "gpu") -> None:
         data = gpu_fixture.build()
-        data["run"]["started_at"] = f"2026-12-{day:02d}T09:00:00+00:00"
+        data["run"]["started_at"] = f"2026-11-{day:02d}T09:00:00+00:00"
         data["run"]["profile"] = profile
         data["manifest"]["host"]["real_hostname"] = host
         write_json_atomic(tmp_path / name / "results.json", data)

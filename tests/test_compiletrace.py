@@ -63,6 +63,28 @@ def test_trace_is_summarised_kept_small_and_registered(tmp_path: Path, monkeypat
         getattr(h, "root_dir", None) is None for h in internal.trace_log.handlers)  # torch's own handler is back
 
 
+@pytest.mark.parametrize("planted", ["traces", "traces/model_scaling/probe-item/summary.json"])
+def test_a_trace_is_never_written_through_a_link_left_in_the_run_folder(tmp_path: Path, monkeypatch,
+                                                                        planted: str) -> None:
+    """Issue 30, the write rule: a resumed run folder holding `traces -> elsewhere` (or a link for one of the
+    trace's files) wrote the trace outside it."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    (run / planted).parent.mkdir(parents=True)
+    outside.mkdir()
+    (outside / "victim.json").write_text("mine")
+    (run / planted).symlink_to(outside if planted == "traces" else outside / "victim.json")
+    ctx = _ctx(run)
+    monkeypatch.setattr(T, "tlparse_path", lambda: None)
+    with T.traced(ctx, "probe item"):
+        _compile_twice()
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.json"] and (outside / "victim.json").read_text() == \
+        "mine"
+    if planted == "traces":  # not written: a note says why, the measurement stands
+        assert "a symbolic link in the run folder" in ctx.record.notes["compile_trace_errors"]["probe item"]
+    else:  # the link is replaced by the trace's own file
+        assert not (run / planted).is_symlink() and json.loads((run / planted).read_text())["per_compile"]
+
+
 def test_nothing_is_kept_outside_a_run(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     ctx.out_dir = None

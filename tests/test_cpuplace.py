@@ -15,9 +15,20 @@ from lab.host.cpuplace import BindError, bind_set, parse_cpulist
 def test_cpu_lists_parse_as_linux_writes_them() -> None:
     assert parse_cpulist("0-3,8,10-11\n") == (0, 1, 2, 3, 8, 10, 11)
     assert parse_cpulist("5") == (5,)
-    for bad in ("3-1", "a", "1-b"):
+    for bad in ("3-1", "a", "1-b", "1-70000", "70000"):  # issue 30, B1: 1-999999999999 built a list until OOM
         with pytest.raises(ValueError):
             parse_cpulist(bad)
+
+
+def test_an_unusable_cpu_set_is_named_in_a_short_line() -> None:
+    """Issue 30, B1: LAB_CPU_BIND=2-3000000 printed a 26 MB line listing every CPU."""
+    with pytest.raises(BindError) as caught:
+        bind_set("2-3000000", {}, None, (0, 1))
+    assert len(str(caught.value)) < 200 and "CPU numbers up to 65535" in str(caught.value)
+    with pytest.raises(BindError) as caught:
+        bind_set("2-60000,9", {}, None, (0, 1, 60001, 60002))
+    assert str(caught.value) == "LAB_CPU_BIND='2-60000,9': none of CPUs 2-60000 is allowed to this process " \
+                                "(allowed: 0-1,60001-60002)"
 
 
 def _fake_sys(tmp_path: Path) -> tuple[Path, Path]:
@@ -104,6 +115,6 @@ def test_lab_run_refuses_an_unusable_binding_in_one_line_before_anything_runs(tm
                          env={**os.environ, cpuplace.BIND_ENV: "9999"}, cwd=Path(__file__).resolve().parents[1])
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.strip().splitlines() == [
-        f"error: LAB_CPU_BIND='9999': none of CPUs [9999] is allowed to this process "
-        f"(allowed: {sorted(os.sched_getaffinity(0))})"]
+        f"error: LAB_CPU_BIND='9999': none of CPUs 9999 is allowed to this process "
+        f"(allowed: {cpuplace.cpulist_text(tuple(os.sched_getaffinity(0)))})"]
     assert not out.exists()

@@ -136,6 +136,12 @@ def sleeps():
         time.sleep(3600)
     return step, (torch.ones(2),)
 
+def leaves_a_child_and_odd_bytes():
+    import subprocess
+    subprocess.Popen(["sleep", "300"], start_new_session=True)
+    os.write(1, b"\\xff\\xfe not UTF-8\\n")
+    return (lambda x: x * 2 + 1), (torch.ones(8),)
+
 def prints_like_a_profiler():
     def step(x):
         os.write(2, b"USDT: fake profiler_start line\\n")
@@ -214,6 +220,17 @@ def test_library_lines_stay_off_the_console_and_json_keeps_them(user_targets, ca
     out, err = capfd.readouterr()
     assert rc == 0 and "USDT" not in err
     assert any("USDT: fake profiler_start line" in ln for ln in json.loads(out)["library_output"])
+
+
+def test_a_target_that_leaves_a_child_and_odd_bytes_gets_its_diagnosis(user_targets, capfd) -> None:
+    """Issue 30, B8, B9: a target leaving `sleep 300` behind made diagnose wait out --timeout and discard the
+    finished diagnosis; bytes that are not UTF-8 on its stdout failed it ('utf-8' codec can't decode)."""
+    from lab.__main__ import main
+
+    rc = main(["diagnose", f"{user_targets}:leaves_a_child_and_odd_bytes", "--no-compile", "--rounds", "1",
+               "--iters", "1", "--timeout", "300", "--json"])
+    out, err = capfd.readouterr()
+    assert rc == 0 and json.loads(out)["target"] == f"{user_targets}:leaves_a_child_and_odd_bytes", err
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ def _run(root: Path, name: str, day: int, eager: float, ci: tuple[float, float],
          commit_date: str | None = None, cpu: str | None = None) -> None:
     data = copy.deepcopy(BASE)
     data["experiments"] = [r for r in data["experiments"] if r["id"] in KEEP]
-    data["run"]["started_at"] = data["manifest"]["created_at"] = f"2026-12-{day:02d}T09:00:00+00:00"
+    data["run"]["started_at"] = data["manifest"]["created_at"] = f"2026-11-{day:02d}T09:00:00+00:00"
     data["manifest"]["host"]["real_hostname"] = host
     if cpu is not None:
         data["manifest"]["cpu"]["model"] = cpu

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ STAMPED = "5" * 40
 def _git(monkeypatch, tmp_path: Path, commit: str | None, dirty: bool = True) -> None:
     """git_info's view of the tree: `commit` from git (None: no git), `dirty` its status; the sources' digest DIGEST;
     the repository (and so the default stamp, build/lab-stamp.json) in tmp_path."""
-    from lab.run import manifest
+    from lab.run import manifest, stamp
 
     def run_text(cmd, cwd=None):
         if commit is None:
@@ -51,6 +52,8 @@ def _git(monkeypatch, tmp_path: Path, commit: str | None, dirty: bool = True) ->
         return commit if cmd[:2] == ["git", "rev-parse"] else (" M lab/run/runner.py" if dirty else "")
 
     monkeypatch.setattr(manifest, "run_text", run_text)
+    monkeypatch.setattr(stamp, "unclean", lambda root: None if commit is None else
+                        ("uncommitted changes (M lab/run/runner.py)" if dirty else ""))
     monkeypatch.setattr(manifest, "source_digest", lambda: DIGEST)
     monkeypatch.setattr(manifest, "REPO_ROOT", tmp_path)
     monkeypatch.delenv("LAB_STAMP", raising=False)
@@ -100,6 +103,20 @@ def test_lab_stamp_names_the_stamp_and_a_tree_without_git_takes_it(tmp_path: Pat
     monkeypatch.setenv("LAB_STAMP", str(tmp_path / "missing.json"))
     info = git_info()
     assert info["commit"] is None and info["stamp"]["matched"] is False and "cannot read the stamp" in info["stamp"]["why"]
+
+
+@pytest.mark.parametrize("named, said", [("/dev/zero", "a character device"), ("fifo", "a FIFO")])
+def test_a_stamp_that_is_not_a_regular_file_is_refused_in_its_field(tmp_path: Path, monkeypatch, named: str,
+                                                                     said: str) -> None:
+    """Issue 30, B3: LAB_STAMP=/dev/zero ended the run in a MemoryError; a FIFO would hang it."""
+    from lab.run.manifest import git_info
+
+    _git(monkeypatch, tmp_path, None)
+    if named == "fifo":
+        os.mkfifo(tmp_path / named)
+    monkeypatch.setenv("LAB_STAMP", str(tmp_path / named))
+    why = git_info()["stamp"]["why"]
+    assert why == f"{tmp_path / named}: cannot read the stamp ({said}, not a regular file)"
 
 
 def test_git_saying_clean_stands_beside_a_matching_stamp(tmp_path: Path, monkeypatch) -> None:

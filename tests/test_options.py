@@ -14,8 +14,8 @@ from lab.contract import profiles
 from lab.__main__ import main
 from lab.contract.catalogue import BY_ID, CATALOGUE
 from lab.contract.names import Method
-from lab.contract.options import (NoOptions, OptionsError, as_dict, coerce, describe, fill, option, parse_set,
-                                  resolve)
+from lab.contract.options import (NoOptions, OptionsError, as_dict, coerce, describe, fill, in_range, option,
+                                  parse_set, resolve)
 from lab.run.runner import resolve_all
 
 
@@ -103,6 +103,8 @@ def test_every_experiment_declares_options_with_help_and_typed_defaults() -> Non
         for f in dataclasses.fields(cls):
             assert f.metadata.get("help"), f"{spec.id}.{f.name} has no help"
             assert coerce(f.default, hints[f.name], f"{spec.id}.{f.name}") == f.default, f"{spec.id}.{f.name}"
+            for value in (f.default, *f.metadata.get("by_device", {}).values()):
+                in_range(f, value, f"{spec.id}.{f.name}")  # a declared default lies in the declared range
             if f.default is None:  # the help says where the value comes from, or what None means
                 assert "(default:" in f.metadata["help"] or "(none:" in f.metadata["help"], f"{spec.id}.{f.name}"
             # a default that comes from the run is declared (and resolved before run()), never worked out by hand
@@ -144,6 +146,12 @@ def test_resolve_all_refuses_unknown_experiment_listing_ids() -> None:
     ("toolchain.try_compile=perhaps", "error: --set toolchain.try_compile: expected a bool"),
     ("cuda_graph_decode.batches=1,x", "error: --set cuda_graph_decode.batches: expected list of int | None"),
     ("nokey", "error: --set 'nokey': expected EXPERIMENT.KEY=VALUE"),
+    # issue 30: out of range was recorded FAILED when the experiment ran, not refused up front
+    ("cuda_graph_decode.rounds=0", "error: --set cuda_graph_decode.rounds=0: 0 is out of range (it must be at least 1)"),
+    ("context_scaling.fills=0.5,1.5", "error: --set context_scaling.fills=0.5,1.5: 1.5 is out of range (it must be at "
+                                      "least 0 and at most 1)"),
+    ("model_scaling.budget_s=-1", "error: --set model_scaling.budget_s=-1: -1.0 is out of range (it must be at least 0)"),
+    ("model_scaling.budget_s=inf", "error: --set model_scaling.budget_s: expected float | None, got 'inf'"),
 ])
 def test_cli_bad_set_is_one_line_exit_2_before_anything_runs(arg: str, message: str, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"

@@ -61,6 +61,25 @@ def tree(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def test_a_killed_reports_staging_folder_is_removed_by_the_next(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Issue 30, B10: `.site-*.staging` folders of killed reports stayed beside --out forever."""
+    import time
+
+    from lab.locks import GRACE_S, OWNER_NAME
+
+    left = tmp_path / ".site.abc.staging"  # what a report killed mid-render leaves: its lock file, nobody holding it
+    left.mkdir()
+    (left / "index.html").write_text("half")
+    (left / OWNER_NAME).write_text('{"pid": 1}')
+    old = time.time() - GRACE_S - 60
+    os.utime(left / OWNER_NAME, (old, old))
+    other = tmp_path / ".elsewhere.abc.staging"  # another --out's, and not this report's to judge
+    other.mkdir()
+    assert cli(capsys, "report", str(good_run(tmp_path / "runs")), "--out", str(tmp_path / "site"))[0] == 0
+    assert not left.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".elsewhere.abc.staging", "runs", "site"]
+
+
 @pytest.mark.slow
 def test_a_kept_trace_is_published_and_linked(tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs")

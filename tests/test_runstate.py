@@ -67,6 +67,30 @@ def test_resume_refuses_a_changed_lab_source_unless_allowed(tmp_path, fake, monk
     assert len(starts) == 2 and "lab.source_sha256" in starts[1].manifest_changes
 
 
+def test_a_run_resumed_with_another_source_says_so_where_it_shows_its_tree(tmp_path, fake, monkeypatch,
+                                                                          capsys) -> None:
+    """Issue 30: a resumed run with --allow-source-change still said "dirty: no" on its run page."""
+    from report.provenance import tree_state
+    from report.sections import environment
+
+    _first_start(tmp_path, fake)
+    assert "source changed" not in tree_state(load(tmp_path))
+    monkeypatch.setattr(manifest, "source_digest", lambda: "f" * 64)
+    assert cli(capsys, "run", "--profile", "smoke", "--out", str(tmp_path), "--resume", "--allow-source-change")[0] == 0
+    run = load(tmp_path)
+    assert tree_state(run).endswith("; source changed at start 2 (--allow-source-change)")
+    row = next(r for r in environment(run).tables[0].rows if r[0].text == "Lab tree dirty")
+    assert row[1].text.endswith(" at the first start; source changed at start 2 (--allow-source-change)")
+
+
+def test_resume_refuses_a_new_label(tmp_path, fake, capsys) -> None:
+    """Issue 30: `--resume --label NEW` silently kept the first start's label."""
+    _first_start(tmp_path, fake)
+    err = one_line_error(capsys, "run", "--profile", "smoke", "--out", str(tmp_path), "--resume", "--label", "new")
+    assert "--label 'new', but the run started without one" in err
+    _nothing_written(tmp_path)
+
+
 def test_each_start_records_the_hosts_load_and_cores(tmp_path, fake, monkeypatch) -> None:
     loads = iter([[0.5, 0.4, 0.3], [7.0, 6.0, 5.0]])
     monkeypatch.setattr("lab.run.runstate.load_average", lambda: next(loads))

@@ -64,6 +64,14 @@ def test_a_dirty_tree_is_refused_in_one_line(repo: Path, capsys, change, said: s
     assert not (repo / "build").exists()
 
 
+def test_an_untracked_source_makes_a_run_dirty_as_it_makes_the_stamp_refuse(repo: Path, capsys) -> None:
+    """Issue 30, B6: `python -m lab` imports an untracked lab/commands/zzprobe.py, yet the manifest said clean."""
+    assert manifest.git_info()["dirty"] is False
+    (repo / "lab" / "zzprobe.py").write_text("B = 1\n")
+    assert manifest.git_info()["dirty"] is True
+    assert "untracked sources (lab/zzprobe.py)" in one_line_error(capsys, "stamp")
+
+
 def test_a_tree_without_git_is_refused(repo: Path, capsys) -> None:
     import shutil
 

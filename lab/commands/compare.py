@@ -4,6 +4,8 @@ figure that moved: report/why.py), and every shared result with ratio, mark and 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 
@@ -32,6 +34,13 @@ def main(args: argparse.Namespace) -> int:
         sides = load_side(args.a), load_side(args.b)
     except ResultsError as exc:  # one line, with nothing from the file that could drive the terminal
         raise ValueError(safe(" ".join(str(exc).split()))) from None
+    try:
+        same = os.path.samefile(sides[0].path, sides[1].path)
+    except OSError:
+        same = False
+    if same:
+        print(f"note: A and B are the same file ({safe(str(sides[0].path))}): every figure compares with itself",
+              file=sys.stderr)
     result = compare(*sides, factor)
     if args.only_changed:
         result.metrics = [r for r in result.metrics if r.mark != "same"]

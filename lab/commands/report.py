@@ -28,6 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
+    from lab.console import safe
     from report import render_site
     from report.discover import DEFAULT_ROOTS, default_paths
 
@@ -44,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {out}: cannot write the report there ({exc.strerror or exc}); the previous "
                          "site, if any, is unchanged") from None
     for skipped in site.skipped:
-        print(f"error: {skipped.reason} (skipped)", file=sys.stderr)
+        print(f"error: {safe(skipped.reason)} (skipped)", file=sys.stderr)
     if not site.runs:
         raise ValueError(f"no run could be rendered from {', '.join(str(p) for p in paths)}; "
                          f"--out {out} is unchanged")

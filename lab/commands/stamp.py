@@ -24,20 +24,17 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def clean_commit(repo_root: Path) -> str:
     """HEAD's commit where the tree is clean; ValueError (one line) otherwise."""
     from lab.host.hostinfo import run_text
+    from lab.run.stamp import unclean
 
     commit = run_text(["git", "rev-parse", "HEAD"], repo_root)
     if commit is None:
         raise ValueError(f"stamp: {repo_root} is not a git checkout git can read: make the stamp in the checkout "
                          "the tree was copied from")
-    changed = run_text(["git", "status", "--porcelain", "--untracked-files=no"], repo_root)
-    untracked = run_text(["git", "ls-files", "--others", "--exclude-standard", "--", "lab", "report"], repo_root)
-    if changed is None or untracked is None:
+    why = unclean(repo_root)
+    if why is None:
         raise ValueError(f"stamp: git cannot say whether {repo_root} is clean (`git status` failed)")
-    if changed or untracked:
-        first = (changed or untracked).splitlines()[0].strip()
-        raise ValueError(f"stamp: the tree has {'uncommitted changes' if changed else 'untracked sources'} ({first}"
-                         f"{' ...' if len((changed or untracked).splitlines()) > 1 else ''}): commit them (or "
-                         "stash them) first, a stamp records a commit")
+    if why:
+        raise ValueError(f"stamp: the tree has {why}: commit them (or stash them) first, a stamp records a commit")
     return commit
 
 

@@ -21,6 +21,9 @@ the ratio B/A, a mark and the reason behind it, applying the rules below in orde
 4. one value is null (e.g. break-even "never")        -> not comparable
 5. booleans, text, lists                              -> same when equal, else changed
 6. numbers: not finite                                -> not comparable
+            outside its own samples' interquartile
+            range (an edited file: 1e308 with the
+            spread of 6.09)                           -> not comparable
             equal                                     -> same
             of different sign (5.06 vs -40.66)        -> not comparable (a ratio would be meaningless)
             the metric has no direction               -> changed (never better or worse)
@@ -187,6 +190,15 @@ NO_INTERVAL = "no 95% interval stored"
 SCALED = frozenset({U.MS, U.S, U.US, U.BYTES, U.MIB, U.GBPS, U.TFLOPS, U.FLOP, U.PERCENT, U.FRACTION})
 
 
+def outside_own_spread(v: Value) -> str:
+    """The interquartile range of the value's own samples when the value lies outside it ('[1, 2]'), else '': a
+    median is inside its samples' interquartile range, so a value outside it was not measured with them (an edited
+    file). (A derived figure's interval, taken from other metrics, may legitimately miss its point estimate.)"""
+    if v.q1 is not None and v.q3 is not None and v.q1 <= v.q3 and not v.q1 <= v.value <= v.q3:
+        return f"[{short(v.q1)}, {short(v.q3)}]"
+    return ""
+
+
 def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -> Verdict:
     """The ratio B/A, the mark and its reason for one metric both runs have (the rules of the module docstring)."""
     for rule in M.conditions(spec):
@@ -213,6 +225,11 @@ def judge(spec: MetricSpec | None, a: Value, b: Value, factor: float = FACTOR) -
         return Verdict(None, "changed", "no direction for this kind")
     if not (math.isfinite(va) and math.isfinite(vb)):
         return Verdict(None, "not comparable", "not a finite number")
+    for side, v in (("A", a), ("B", b)):
+        if why := outside_own_spread(v):
+            return Verdict(None, "not comparable", f"{side}'s value {short(v.value)} lies outside the interquartile "
+                                                   f"range of its own samples {why}: the value and its spread do not "
+                                                   "belong together")
     direction = spec.direction if spec else Direction.NONE
     if va == vb:
         return Verdict(1.0 if va else None, "same", renamed.strip(" ()"))

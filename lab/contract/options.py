@@ -21,6 +21,10 @@ lists (`1,8,16`) for tuples and lists; `none`/`null` for an Optional field. Valu
 profile (Python objects) are checked against the same types, so `try_compile="False"` in a profile
 is an error, not a truthy string.
 
+A number must also lie in its option's declared range (`option(..., minimum=1, maximum=1)`; at least 0
+where none is declared, and finite): `--set cuda_graph_decode.rounds=0` is refused before anything runs,
+never left for the experiment to fail on.
+
 This module imports nothing but the standard library (the report and `list --options` use it).
 """
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from types import MappingProxyType
@@ -43,9 +48,10 @@ class OptionsError(ValueError):
 
 
 def option(default: Any, help: str, *, profile: str | None = None, same_as: str | None = None,
-           by_device: Mapping[str, Any] | None = None) -> Any:
+           by_device: Mapping[str, Any] | None = None, minimum: float = 0, maximum: float | None = None) -> Any:
     """A declared option: its default and one line of help (shown by `python -m lab list --options`); with
-    `profile`, `same_as` or `by_device` (default None), where the value comes from when nothing sets it."""
+    `profile`, `same_as` or `by_device` (default None), where the value comes from when nothing sets it. A number
+    (or each number of a list) a profile or `--set` gives must lie in [minimum, maximum] (`in_range`)."""
     if isinstance(default, list):
         raise TypeError("use a tuple for a list-valued option's default (options are frozen)")
     sources = {k: v for k, v in (("profile", profile), ("same_as", same_as), ("by_device", by_device))
@@ -55,7 +61,20 @@ def option(default: Any, help: str, *, profile: str | None = None, same_as: str 
                         "by_device")
     if by_device is not None:
         sources["by_device"] = MappingProxyType(dict(by_device))
-    return dataclasses.field(default=default, metadata={"help": help, **sources})
+    return dataclasses.field(default=default, metadata={"help": help, **sources, "minimum": minimum,
+                                                        "maximum": maximum})
+
+
+def in_range(f: dataclasses.Field[Any], value: Any, where: str) -> None:
+    """OptionsError (one line) when a number of `value` (a number, or a list of them) lies outside the option's
+    declared range: at least its `minimum` (0 unless declared: no option of the lab is negative), at most its
+    `maximum` where declared. Refused before anything runs, never left to fail the experiment."""
+    low, high = f.metadata.get("minimum", 0), f.metadata.get("maximum")
+    for item in value if isinstance(value, tuple) else (value,):
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and \
+                not (low <= item and (high is None or item <= high)):
+            bounds = f"at least {low:g}" + (f" and at most {high:g}" if high is not None else "")
+            raise OptionsError(f"{where}: {item!r} is out of range (it must be {bounds})")
 
 
 def default_source(f: dataclasses.Field[Any]) -> str:
@@ -135,9 +154,12 @@ def _parse_scalar(text: str, tp: Any, where: str) -> Any:
             raise OptionsError(f"{where}: expected an int, got {text!r}") from None
     if tp is float:
         try:
-            return float(text.strip())
+            value = float(text.strip())
         except ValueError:
             raise OptionsError(f"{where}: expected a float, got {text!r}") from None
+        if not math.isfinite(value):
+            raise OptionsError(f"{where}: expected a finite float, got {text!r}")
+        return value
     if tp is str:
         return text
     if get_origin(tp) is typing.Literal or _is_enum(tp):
@@ -239,13 +261,16 @@ def resolve(cls: type, experiment: str, profile_values: Mapping[str, Any] | None
     then `--set` text (parsed by the declared type), then, given the `profile` itself, the declared
     defaults that come from the run (`fill`). Unknown keys and wrong types are OptionsError."""
     hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     for key, value in (profile_values or {}).items():
         _known(cls, key, experiment, f"profile {profile_name}:")
         values[key] = coerce(value, hints[key], f"profile {profile_name}: {experiment}.{key}")
+        in_range(fields[key], values[key], f"profile {profile_name}: {experiment}.{key}")
     for key, text in (set_text or {}).items():
         _known(cls, key, experiment, "--set")
         values[key] = parse_text(text, hints[key], f"--set {experiment}.{key}")
+        in_range(fields[key], values[key], f"--set {experiment}.{key}={text}")
     options = cls(**values)
     return options if profile is None else fill(options, profile, experiment)
 

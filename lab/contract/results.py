@@ -23,6 +23,7 @@ against `lab.contract.manifest_schema.Manifest`. An unknown `schema` or `manifes
 from __future__ import annotations
 
 import functools
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterable, Literal
@@ -427,6 +428,23 @@ def unstorable(value: Any, where: str) -> str | None:
 
 # ---------------------------------------------------------------------------- reading
 
+CLOCK_SKEW = timedelta(days=1)  # hosts' clocks differ; a run that started later than this from now did not
+
+
+def _check_started_at(text: str, path: Path | str) -> None:
+    """ResultsError for a start time past now (and CLOCK_SKEW): it would sort as the newest run and become every
+    report's default baseline. Text that is not an ISO 8601 time is left alone, as before."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return
+    when = when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+    now = datetime.now(timezone.utc)
+    if when > now + CLOCK_SKEW:
+        raise ResultsError(f"{path}: field run.started_at: {text[:40]!r} is in the future (this host's clock says "
+                           f"{now.isoformat(timespec='seconds')}): a run cannot start after now")
+
+
 def from_dict(raw: Any, path: Path | str) -> Results:
     """Results from parsed JSON, or ResultsError: one line naming `path` and the first field off the schema."""
     if not isinstance(raw, dict):
@@ -436,9 +454,16 @@ def from_dict(raw: Any, path: Path | str) -> Results:
         check_version(raw["manifest"], "manifest_version", MANIFEST_VERSION, "manifest.", path)
     try:
         results: Results = adapter(Results).validate_python(raw)
-        return results
     except ValidationError as exc:
         raise ResultsError(one_line(path, exc, raw)) from None
+    _check_started_at(results.run.started_at, path)
+    first: dict[str, int] = {}
+    for i, record in enumerate(results.experiments):  # a second record of one id would mix with the first
+        if record.id in first:
+            raise ResultsError(f"{path}: field experiments[{i}].id: experiment {record.id!r} again (first at "
+                               f"experiments[{first[record.id]}]); a run holds one record per experiment")
+        first[record.id] = i
+    return results
 
 
 def load(path: Path | str) -> Results:

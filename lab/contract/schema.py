@@ -7,7 +7,9 @@ that names the file and the field. Nothing here imports torch: `report` and `com
 
 Numbers: JSON has no NaN or infinity, so the writer (lab.atomic) stores such floats as the
 strings "nan", "inf", "-inf". A numeric field accepts a JSON number or exactly one of those three
-strings; a number literal too large for a float (1e400) is refused, since the lab never writes one.
+strings; a number literal too large for a float (1e400, or an integer of 400 digits) is refused when the file
+is read, since the lab never writes one. A file is read by lab.untrusted's rule (no link followed, a regular
+file only, at most MAX_FILE_BYTES).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, JsonValue, PlainValidator, Strict, ValidationError, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from lab import untrusted
 from lab.contract import metrics
 from lab.contract.reasons import Code
 
@@ -142,10 +145,38 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value (the lab writes non-finite numbers as \"nan\", \"inf\", \"-inf\")")
 
 
+MAX_FILE_BYTES = 64 << 20  # a results.json of the gpu-full profile is a few hundred KB
+
+
+class NumberError(ValueError):
+    """A number literal no float holds (the lab never writes one)."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NumberError(f"the number {text[:20]}{'...' if len(text) > 20 else ''} is too large for a float")
+    return value
+
+
+def _finite_int(text: str) -> int:
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise NumberError(f"the integer {text[:20]}... ({len(text)} digits) is too large for a float") from None
+    return value
+
+
+def parse_json(text: str) -> Any:
+    """JSON as the lab writes it: NaN and Infinity refused, every number finite as a float (ValueError)."""
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite_float, parse_int=_finite_int)
+
+
 def read_json(path: Path) -> Any:
     """The parsed content of a JSON file, or ResultsError with one line naming it."""
     try:
-        data = path.read_bytes()
+        data = untrusted.read_bytes(path, MAX_FILE_BYTES)
     except OSError as exc:
         raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
@@ -153,9 +184,11 @@ def read_json(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise ResultsError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     try:
-        return json.loads(text, parse_constant=_not_json)  # NaN, Infinity: Python's extension, not JSON
+        return parse_json(text)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except NumberError as exc:
+        raise ResultsError(f"{path}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, nesting too deep
         raise ResultsError(f"{path}: not usable JSON ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") \
             from None

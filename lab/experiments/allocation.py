@@ -27,9 +27,9 @@ ALLOCATING, PLANNED, IN_PLACE = Variant.ALLOCATING, Variant.PLANNED, Variant.IN_
 
 @dataclass(frozen=True)
 class Options:
-    k: int = option(64, "elementwise ops per call (intermediate tensors of the allocating version)")
-    numel: int = option(256, "elements of each tensor")
-    iters: int = option(30, "timed calls per round")
+    k: int = option(64, "elementwise ops per call (intermediate tensors of the allocating version)", minimum=1)
+    numel: int = option(256, "elements of each tensor", minimum=1)
+    iters: int = option(30, "timed calls per round", minimum=1)
 
 
 def allocating(x: torch.Tensor, k: int) -> torch.Tensor:

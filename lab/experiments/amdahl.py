@@ -55,13 +55,14 @@ DEFAULT_K = 3.0
 
 @dataclass(frozen=True)
 class Options:
-    decode_layers: int | None = option(None, "layers of the decode step profiled (none: all the model's layers)")
-    block_batch: int = option(4, "batch of the transformer-block workload")
-    block_seq: int = option(64, "sequence length of the transformer-block workload")
-    k_n_ops: int = option(4, "chain length whose fusion speedup is k")
-    iters: int = option(5, "timed calls per round")
+    decode_layers: int | None = option(None, "layers of the decode step profiled (none: all the model's layers)",
+                                       minimum=1)
+    block_batch: int = option(4, "batch of the transformer-block workload", minimum=1)
+    block_seq: int = option(64, "sequence length of the transformer-block workload", minimum=1)
+    k_n_ops: int = option(4, "chain length whose fusion speedup is k", minimum=1)
+    iters: int = option(5, "timed calls per round", minimum=1)
     rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
-                                profile="rounds")
+                                profile="rounds", minimum=1)
     compile_decode: bool = option(True, "compile the decode step to measure its speedup")
     compile_block: bool = option(True, "compile the transformer block to measure its speedup")
 

@@ -35,13 +35,13 @@ CUDAGRAPH_TREE_METHODS = {Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC}
 @dataclass(frozen=True)
 class Options:
     copy_bytes: int | None = option(None, "bytes copied to measure bandwidth (default: 2 GiB on CUDA, 128 MiB on "
-                                           "the CPU)", by_device={"cuda": 2 << 30, "cpu": 128 << 20})
+                                           "the CPU)", by_device={"cuda": 2 << 30, "cpu": 128 << 20}, minimum=1)
     matmul_n_fp32: int | None = option(None, "n of the n x n fp32 matmul peak (default: 8192 on CUDA, 1024 on the CPU)",
-                                       by_device={"cuda": 8192, "cpu": 1024})
+                                       by_device={"cuda": 8192, "cpu": 1024}, minimum=1)
     matmul_n_bf16: int | None = option(None, "n of the n x n bf16 matmul peak, 0 to skip it (default: 8192 on CUDA, "
                                              "0 on the CPU)", by_device={"cuda": 8192, "cpu": 0})
     steps: int | None = option(None, "decode steps per round where ceilings times the step itself (default: the "
-                                     "profile's decode_steps)", profile="decode_steps")
+                                     "profile's decode_steps)", profile="decode_steps", minimum=1)
 
 
 def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:

@@ -44,13 +44,13 @@ class Options:
                                                   "warm (default: the profile's model's full depth)",
                                             profile="model.n_layer")
     mlp_trials: int = option(3, "cold trials of the small MLP (0: no MLP)")
-    batch: int = option(1, "batch of the decode core")
+    batch: int = option(1, "batch of the decode core", minimum=1)
     rounds: int | None = option(None, "steady-state rounds in each child (default: the profile's rounds)",
-                                profile="rounds")
-    steady_steps: int = option(10, "timed calls per steady-state round")
+                                profile="rounds", minimum=1)
+    steady_steps: int = option(10, "timed calls per steady-state round", minimum=1)
     warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)",
                                 profile="warmup")
-    child_timeout_s: float = option(900.0, "seconds each child process may take")
+    child_timeout_s: float = option(900.0, "seconds each child process may take", minimum=1)
     reuse_probe: bool = option(False, "offer the MLP's warm cache a different shape and dtype (both must miss)")
 
 

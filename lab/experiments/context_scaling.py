@@ -45,15 +45,17 @@ RULE = ("Per batch, at the headline fill: the crossover is the cache length wher
 @dataclass(frozen=True)
 class Options:
     max_lens: tuple[int, ...] = option((256, 512, 1024, 2048), "cache lengths (slots), shortest first; past the "
-                                                               "model's positions the position table is extended")
-    batches: tuple[int, ...] = option((1, 16), "batch sizes")
+                                                               "model's positions the position table is extended",
+                                                   minimum=1)
+    batches: tuple[int, ...] = option((1, 16), "batch sizes", minimum=1)
     fills: tuple[float, ...] = option((0.1, 0.5, 0.9), "how full the cache is when timing starts (prompt length / "
-                                                       "max_len)")
-    headline_fill: float = option(0.5, "the fill the conclusion speaks of (the average over a sequence's life)")
+                                                       "max_len)", maximum=1)
+    headline_fill: float = option(0.5, "the fill the conclusion speaks of (the average over a sequence's life)",
+                                  maximum=1)
     fixed_method: Method = option(Method.GRAPH, "how the fixed-shape step runs (graph: manual capture)")
     growing: tuple[Growing, ...] = option(("eager", "compile"), "how the growing-cache step runs")
-    steps: int = option(32, "decode steps per round (fewer where the cache has less room)")
-    rounds: int = option(3, "rounds, variants in rotating order")
+    steps: int = option(32, "decode steps per round (fewer where the cache has less room)", minimum=1)
+    rounds: int = option(3, "rounds, variants in rotating order", minimum=1)
     traces: bool = option(True, "keep the dynamic compile's trace in the run directory")
 
 

@@ -79,14 +79,14 @@ class Options:
     readback_methods: tuple[Method, ...] = option(READBACK_METHODS, "the methods also timed with the token read back")
     readback_batches: tuple[int, ...] | None = option(None, "the batches timed with the token read back (none: all)")
     steps: int | None = option(None, "decode steps per round (default: the profile's decode_steps)",
-                               profile="decode_steps")
+                               profile="decode_steps", minimum=1)
     rounds: int | None = option(None, "rounds, methods in rotating order (default: the profile's rounds)",
-                                profile="rounds")
+                                profile="rounds", minimum=1)
     sweep_rounds: int | None = option(None, "rounds at the batches after the first (default: rounds)",
-                                      same_as="rounds")
+                                      same_as="rounds", minimum=1)
     batches: tuple[int, ...] | None = option(None, "fp32 batch sizes (default: the profile's batches)",
-                                             profile="batches")
-    bf16_batches: tuple[int, ...] = option((1,), "bf16 batch sizes (empty: no bf16 run)")
+                                             profile="batches", minimum=1)
+    bf16_batches: tuple[int, ...] = option((1,), "bf16 batch sizes (empty: no bf16 run)", minimum=1)
     dynamic: bool | None = option(None, "torch.compile's dynamic= (none: Dynamo's automatic dynamic shapes; false: "
                                         "one static graph per batch)")
 

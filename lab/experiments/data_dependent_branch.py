@@ -92,10 +92,10 @@ STEPS: dict[str, Callable[[EosState, Weights], torch.Tensor]] = {HOST: step_host
 
 @dataclass(frozen=True)
 class Options:
-    batches: tuple[int, ...] = option((1,), "batch sizes")
-    steps: int = option(32, "decode steps per round")
-    rounds: int = option(3, "rounds, variants in rotating order")
-    check_every: int = option(8, "the torch.where loop reads the done mask back every this many steps")
+    batches: tuple[int, ...] = option((1,), "batch sizes", minimum=1)
+    steps: int = option(32, "decode steps per round", minimum=1)
+    rounds: int = option(3, "rounds, variants in rotating order", minimum=1)
+    check_every: int = option(8, "the torch.where loop reads the done mask back every this many steps", minimum=1)
     eos_at: int | None = option(None, "the reference's step whose row-0 token becomes the EOS id (none: steps/2)")
     compile_host_check: bool = option(True, "also compile the host-checked step with graph breaks (two more compiles)")
     isolate_capture: bool = option(True, "try to capture the host-checked step in a child process (CUDA)")

@@ -22,7 +22,7 @@ from lab.run.context import Context
 
 @dataclass(frozen=True)
 class Options:
-    calls: int = option(20, "calls of each compiled step")
+    calls: int = option(20, "calls of each compiled step", minimum=1)
 
 
 def _prompt(ctx, batch: int) -> torch.Tensor:

@@ -25,8 +25,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Options:
-    rounds: int = option(3, "timing rounds per target, methods in rotating order")
-    iters: int = option(10, "timed calls per round")
+    rounds: int = option(3, "timing rounds per target, methods in rotating order", minimum=1)
+    iters: int = option(10, "timed calls per round", minimum=1)
 
 
 def _in_rounds(samples: list[float], rounds: int) -> list[list[float]]:

@@ -22,10 +22,10 @@ MIN_DISTINCT_FRACTION = 0.3  # of the generated tokens, per sequence
 
 @dataclass(frozen=True)
 class Options:
-    steps: int = option(24, "greedy tokens decoded per sequence")
+    steps: int = option(24, "greedy tokens decoded per sequence", minimum=1)
     # Kept small so that the fp32 check is about the step, not about how many near-tied argmaxes a big
     # batch happens to contain (see ModelSpec.init_std).
-    batch: int = option(4, "sequences in the batch of different prompts")
+    batch: int = option(4, "sequences in the batch of different prompts", minimum=1)
 
 
 def prompts(ctx, batch: int, seed: int) -> torch.Tensor:

@@ -28,13 +28,13 @@ from lab.run.context import Context
 
 @dataclass(frozen=True)
 class Options:
-    n_ops: tuple[int, ...] = option((1, 2, 4, 8), "chain lengths (elementwise ops per chain)")
-    cache_bytes: int = option(256 * 1024, "bytes of the input that fits in cache")
-    memory_bytes: int = option(64 << 20, "bytes of the input far outside the cache")
+    n_ops: tuple[int, ...] = option((1, 2, 4, 8), "chain lengths (elementwise ops per chain)", minimum=1)
+    cache_bytes: int = option(256 * 1024, "bytes of the input that fits in cache", minimum=1)
+    memory_bytes: int = option(64 << 20, "bytes of the input far outside the cache", minimum=1)
     rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
-                                profile="rounds")
-    iters_cache: int = option(20, "timed calls per round, in cache")
-    iters_memory: int = option(3, "timed calls per round, far outside the cache")
+                                profile="rounds", minimum=1)
+    iters_cache: int = option(20, "timed calls per round, in cache", minimum=1)
+    iters_memory: int = option(3, "timed calls per round, far outside the cache", minimum=1)
 
 # Cheap arithmetic only (no transcendental): each op is memory-bound on its own.
 _STEPS: tuple[Callable[[torch.Tensor], torch.Tensor], ...] = (

@@ -27,13 +27,13 @@ from lab.run.context import Context, stored_interval
 
 @dataclass(frozen=True)
 class Options:
-    batch: int = option(256, "rows of the input")
-    dim: int = option(512, "model width D (each block is D -> 4D -> D)")
-    layers: int = option(2, "MLP blocks")
+    batch: int = option(256, "rows of the input", minimum=1)
+    dim: int = option(512, "model width D (each block is D -> 4D -> D)", minimum=1)
+    layers: int = option(2, "MLP blocks", minimum=1)
     dtype: Literal["float32", "bfloat16", "float16"] = option("float32", "dtype of weights and input")
-    iters: int = option(5, "timed calls per round")
+    iters: int = option(5, "timed calls per round", minimum=1)
     rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
-                                profile="rounds")
+                                profile="rounds", minimum=1)
 
 
 class MLPStack(torch.nn.Module):

@@ -30,9 +30,9 @@ EPS = 1e-6
 
 @dataclass(frozen=True)
 class Options:
-    rows: int = option(2, "rows of the timed input")
-    dim: int = option(16, "features per row of the timed input")
-    iters: int = option(50, "timed calls per round")
+    rows: int = option(2, "rows of the timed input", minimum=1)
+    dim: int = option(16, "features per row of the timed input", minimum=1)
+    iters: int = option(50, "timed calls per round", minimum=1)
 
 
 def _rms(h: torch.Tensor) -> torch.Tensor:

@@ -50,14 +50,14 @@ RULE = ("The ladder with the lowest expected step time x graph memory (relative 
 
 @dataclass(frozen=True)
 class Options:
-    max_batch: int = option(64, "the largest batch size of the uniform mix (1..max_batch)")
+    max_batch: int = option(64, "the largest batch size of the uniform mix (1..max_batch)", minimum=1)
     ladders: tuple[Ladder, ...] = option(("per-size", "pow2", "vllm"), "bucket ladders; the first is the reference "
                                                                         "of the score")
-    steps: int = option(16, "replays per round for each bucket's step time")
-    rounds: int = option(3, "rounds, buckets in rotating order")
+    steps: int = option(16, "replays per round for each bucket's step time", minimum=1)
+    rounds: int = option(3, "rounds, buckets in rotating order", minimum=1)
     shared_pool: bool = option(True, "the graphs of a ladder share one memory pool (captured largest first)")
     check_sizes: tuple[int, ...] = option((3, 5, 33), "batch sizes whose padded rows are checked against their own "
-                                                      "eager run (those above max_batch are left out)")
+                                                      "eager run (those above max_batch are left out)", minimum=1)
 
 
 # ---------------------------------------------------------------------------- ladder arithmetic (no device)

@@ -40,13 +40,13 @@ COMPILED_TOLERANCE = 1e-3  # compiled vs eager, relative to the largest |logit|:
 
 @dataclass(frozen=True)
 class Options:
-    steps: int = option(40, "decode steps compared with the eager reference")
-    equiv_steps: int = option(15, "steps over which the eager split step must equal the indexed step")
-    batch: int = option(1, "sequences decoded together")
+    steps: int = option(40, "decode steps compared with the eager reference", minimum=1)
+    equiv_steps: int = option(15, "steps over which the eager split step must equal the indexed step", minimum=1)
+    batch: int = option(1, "sequences decoded together", minimum=1)
     steps_per_round: int | None = option(None, "timed steps per round (default: the profile's decode_steps)",
-                                         profile="decode_steps")
+                                         profile="decode_steps", minimum=1)
     rounds: int | None = option(None, "timing rounds, methods in rotating order (default: the profile's rounds)",
-                                profile="rounds")
+                                profile="rounds", minimum=1)
     warmup: int | None = option(None, "untimed calls before each round (default: the profile's warmup)",
                                 profile="warmup")
 

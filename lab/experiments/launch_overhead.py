@@ -25,9 +25,9 @@ from lab.run.context import Context
 
 @dataclass(frozen=True)
 class Options:
-    n_ops: int = option(100, "tiny ops per call (rounded down to an even number)")
-    width: int = option(64, "floats each op touches")
-    iters: int = option(30, "timed calls per round")
+    n_ops: int = option(100, "tiny ops per call (rounded down to an even number)", minimum=1)
+    width: int = option(64, "floats each op touches", minimum=1)
+    iters: int = option(30, "timed calls per round", minimum=1)
 
 
 def make_tiny_chain(n_ops: int) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -27,7 +27,7 @@ from lab.run.context import Context
 @dataclass(frozen=True)
 class Options:
     warmup: int = option(10, "side-stream warm-up calls before the capture")
-    iters: int = option(100, "timed calls per round")
+    iters: int = option(100, "timed calls per round", minimum=1)
 
 
 def run(ctx: Context) -> None:

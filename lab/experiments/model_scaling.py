@@ -51,10 +51,10 @@ class Options:
     sizes: tuple[Size, ...] = option(("gpt2-124M", "gpt2-355M", "gpt2-774M", "gpt2-1.5B"),
                                      "model shapes, smallest first (GPT-2's four, or the tiny smoke shapes)")
     dtypes: tuple[Literal["float32", "bfloat16"], ...] = option(("float32", "bfloat16"), "dtypes")
-    batches: tuple[int, ...] = option((1, 8), "batch sizes")
+    batches: tuple[int, ...] = option((1, 8), "batch sizes", minimum=1)
     methods: tuple[Method, ...] = option(DEFAULT_METHODS, "step methods (lab.step.methods rows); eager is the baseline")
-    steps: int = option(32, "decode steps per round")
-    rounds: int = option(3, "rounds, methods in rotating order")
+    steps: int = option(32, "decode steps per round", minimum=1)
+    rounds: int = option(3, "rounds, methods in rotating order", minimum=1)
     budget_s: float | None = option(240.0, "no compile starts after this many seconds of the experiment (none: no cap)")
     max_compiles: int | None = option(None, "at most this many compiled methods (none: no cap)")
     traces: bool = option(True, "keep each compile's trace in the run directory (traces/model_scaling/)")

@@ -67,15 +67,15 @@ RULE = ("Per batch: the lab's fastest method (lowest ms per step, token read bac
 @dataclass(frozen=True)
 class Options:
     variants: tuple[Variant, ...] = option(("dynamic", "static", "static+compile"), "transformers generate variants")
-    batches: tuple[int, ...] = option((1, 8), "batch sizes")
-    new_tokens: int = option(64, "tokens each generate call produces")
-    rounds: int = option(3, "timed generate calls per variant and batch")
+    batches: tuple[int, ...] = option((1, 8), "batch sizes", minimum=1)
+    new_tokens: int = option(64, "tokens each generate call produces", minimum=1)
+    rounds: int = option(3, "timed generate calls per variant and batch", minimum=1)
     warmup_calls: int = option(2, "untimed generate calls first (the first compiles; reduce-overhead records its "
                                   "CUDA graphs on the next)")
     isolated: tuple[Variant, ...] = option(COMPILED, "variants run in a child process, so that a crash loses only them")
     lab_methods: tuple[Method, ...] = option((Method.EAGER, Method.GRAPH, Method.COMPILE_GRAPH, Method.FUSED),
                                              "the lab's step methods timed beside them (eager is the token reference)")
-    child_timeout_s: float = option(420.0, "seconds a child process may take for one variant")
+    child_timeout_s: float = option(420.0, "seconds a child process may take for one variant", minimum=1)
     traces: bool = option(True, "keep the compiled variants' traces in the run directory")
 
 

@@ -27,7 +27,8 @@ def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Options:
-    batch_sizes: tuple[int, ...] = option(tuple(range(1, 13)), "the batch sizes the function is called with, in order")
+    batch_sizes: tuple[int, ...] = option(tuple(range(1, 13)), "the batch sizes the function is called with, in order",
+                                          minimum=1)
 
 
 def run(ctx: Context) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab.atomic import write_json_atomic
+from lab.contract.schema import ResultsError, read_json
 from lab.fleet.plan import Plan, load_plan
 
 SUMMARY_NAME = "fleet-report.json"
@@ -29,10 +30,12 @@ def target_outcome(results: Path, plan: Plan, index: int) -> dict[str, Any]:
                                "scheduler": status and status["scheduler"]}
     state = None
     if runs and (runs[0] / "results.json").is_file():
-        try:
-            state = json.loads((runs[0] / "results.json").read_text()).get("run", {}).get("state")
-        except (OSError, ValueError):
-            state = "unreadable"
+        try:  # the rule for a file in a folder the lab did not make (lab.untrusted)
+            raw = read_json(runs[0] / "results.json")
+        except ResultsError:
+            raw = None
+        run = raw.get("run") if isinstance(raw, dict) else None
+        state = run.get("state") if isinstance(run, dict) else "unreadable"
     if state == "complete":
         outcome.update(status="landed", why=None)
     elif status is None:

@@ -32,18 +32,33 @@ class BindError(ValueError):
     """LAB_CPU_BIND names no usable CPU set (the message names the variable and the value)."""
 
 
+MAX_CPU = (1 << 16) - 1  # above any kernel's NR_CPUS (8192 on x86-64): a larger number is a typo, never a CPU
+
+
 def parse_cpulist(text: str) -> tuple[int, ...]:
-    """Linux's CPU list format ("0-3,8,10-11") as sorted CPU numbers; ValueError on anything else."""
+    """Linux's CPU list format ("0-3,8,10-11") as sorted CPU numbers; ValueError on anything else, a CPU number
+    above MAX_CPU included (before any list is built)."""
     cpus: set[int] = set()
     for part in text.strip().split(","):
         if not part:
             continue
         lo, sep, hi = part.partition("-")
         first, last = int(lo), int(hi) if sep else int(lo)
-        if first < 0 or last < first:
-            raise ValueError(f"bad CPU range {part!r}")
+        if first < 0 or last < first or last > MAX_CPU:
+            raise ValueError(f"bad CPU range {part[:40]!r}")
         cpus.update(range(first, last + 1))
     return tuple(sorted(cpus))
+
+
+def cpulist_text(cpus: tuple[int, ...] | None) -> str:
+    """CPU numbers in Linux's list format, ranges folded ("0-3,8"): a line stays short whatever the set."""
+    parts: list[str] = []
+    for cpu in sorted(cpus or ()):
+        if parts and cpu == int(parts[-1].rpartition("-")[2]) + 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{cpu}"
+        else:
+            parts.append(str(cpu))
+    return ",".join(parts) or "none"
 
 
 def _read(path: Path) -> str | None:
@@ -165,11 +180,12 @@ def bind_set(value: str, nodes: dict[int, tuple[int, ...]], node: int | None,
         try:
             wanted = parse_cpulist(value)
         except ValueError:
-            raise BindError(f"{BIND_ENV}={value!r}: expected none, node or a CPU list such as 2-5,8") from None
+            raise BindError(f"{BIND_ENV}={value[:40]!r}: expected none, node or a CPU list such as 2-5,8 (CPU numbers "
+                            f"up to {MAX_CPU})") from None
     usable = tuple(c for c in wanted if allowed_now is None or c in allowed_now)
     if not usable:
-        raise BindError(f"{BIND_ENV}={value!r}: none of CPUs {list(wanted)} is allowed to this process "
-                        f"(allowed: {list(allowed_now or ())})")
+        raise BindError(f"{BIND_ENV}={value!r}: none of CPUs {cpulist_text(wanted)} is allowed to this process "
+                        f"(allowed: {cpulist_text(allowed_now)})")
     return usable
 
 

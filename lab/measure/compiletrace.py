@@ -26,6 +26,7 @@ block include the trace's own writing (its share is `structured_logging_overhead
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import logging
@@ -36,6 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from lab.atomic import write_bytes_atomic
 from lab.contract.reasons import Code
 
 TRACES_DIR = "traces"
@@ -313,8 +315,8 @@ def store(raw_dir: Path, dest: Path, item: str) -> dict[str, Any]:
     summary["tlparse"] = run_tlparse(raw_dir, dest) if used < MAX_EXPERIMENT_BYTES else {
         "ran": False, "error": f"this experiment's traces already hold {used:,} B (cap {MAX_EXPERIMENT_BYTES:,} B): "
                                "the summary is kept, tlparse's pages are not"}
-    (dest / "metadata.jsonl.gz").write_bytes(_metadata_lines(records))
-    (dest / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    write_bytes_atomic(dest / "metadata.jsonl.gz", _metadata_lines(records))
+    write_bytes_atomic(dest / "summary.json", json.dumps(summary, indent=1, default=str).encode("utf-8"))
     return summary
 
 
@@ -324,6 +326,17 @@ def trace_dir(ctx: Any, item: str) -> Path | None:
     """Where an item's trace goes in the run directory (None outside a run: nothing is kept)."""
     out_dir = getattr(ctx, "out_dir", None)
     return None if out_dir is None else Path(out_dir) / TRACES_DIR / ctx.spec.id / slug(item)
+
+
+def no_link_below(root: Path, path: Path) -> None:
+    """OSError when a folder between `root` and `path` (`path` included) is a symbolic link: a trace is written
+    only into the run folder itself, never through a link someone left in it."""
+    cur = root
+    for part in path.relative_to(root).parts:
+        cur = cur / part
+        if cur.is_symlink():
+            raise OSError(errno.ELOOP, "a symbolic link in the run folder; the trace is not written through it",
+                          str(cur))
 
 
 def register(ctx: Any, item: str, dest: Path, summary: dict[str, Any]) -> None:
@@ -360,6 +373,7 @@ def keep(ctx: Any, item: str, raw: Path) -> None:
     dest = trace_dir(ctx, item)
     try:
         if dest is not None and any(raw.glob("*.log")):
+            no_link_below(Path(ctx.out_dir), dest / "tlparse")
             register(ctx, item, dest, store(raw, dest, item))
     except Exception as exc:  # the measurement stands without its trace
         ctx.record.notes.setdefault("compile_trace_errors", {})[item] = f"{type(exc).__name__}: {exc}"[:300]

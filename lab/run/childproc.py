@@ -7,10 +7,15 @@ value, or the exit status, the signal and the tail of stderr when the child died
 
 A child never outlives the run that started it. It leads its own process group (with whatever it
 starts: Inductor's compile workers, the compiler), which the parent kills on a timeout, on Ctrl-C
-or SIGTERM, and when the child is done; and on Linux the kernel kills the child when its parent dies
+or SIGTERM, and when the child is done (on a timeout or an interruption, every descendant of the child too,
+found in /proc whatever session it moved to: `kill_group`); and on Linux the kernel kills the child when its parent dies
 (PR_SET_PDEATHSIG: even a SIGKILLed parent takes its child along; Inductor's workers watch their
-own parent). Its temporary directory is owned (lab.locks): one left by a killed run is removed when
-the next run starts.
+own parent). When the function has returned, the child kills what it started and left behind, even a
+process in a session of its own (Linux: the child is their subreaper, so such orphans become its children),
+before the parent kills the group. The child's output goes to files in its temporary directory, never a pipe:
+a process left holding the pipe cannot make the parent wait out the timeout, output of any size costs no
+memory (only its tail is read, as bytes: output that is not UTF-8 is shown, not fatal). Its temporary directory
+is owned (lab.locks): one left by a killed run is removed when the next run starts.
 
     python -m lab.run.childproc MODULE:FUNCTION KWARGS_JSON RESULT_PATH
 """
@@ -34,6 +39,7 @@ from lab.run.manifest import REPO_ROOT
 TAIL_CHARS = 4000
 PARENT_ENV = "LAB_CHILD_PARENT"  # the parent's pid, for the child's parent-death setup
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass
@@ -92,16 +98,18 @@ def run_child(target: str, kwargs: dict[str, Any] | None = None, timeout_s: floa
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), child_env.get("PYTHONPATH", "")) if p)
         child_env[PARENT_ENV] = str(os.getpid())
         cmd = [sys.executable, "-m", "lab.run.childproc", target, json.dumps(kwargs or {}), str(result_path)]
+        out_path, err_path = tmp / "stdout", tmp / "stderr"
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env,
-                                cwd=str(cwd or REPO_ROOT), start_new_session=os.name == "posix")
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env, cwd=str(cwd or REPO_ROOT),
+                                    start_new_session=os.name == "posix")
         try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            stdout, stderr = proc.communicate()
+            proc.wait()
             return ChildResult(target, None, None, True, time.perf_counter() - start, None,
-                               _tail(stdout), _tail(stderr))
+                               _tail(out_path), _tail(err_path))
         except BaseException:  # Ctrl-C, SIGTERM (lab.run.runstate.Stopped): the child goes with us
             kill_group(proc)
             proc.wait()
@@ -118,23 +126,67 @@ def run_child(target: str, kwargs: dict[str, Any] | None = None, timeout_s: floa
                 sig = signal.Signals(-proc.returncode).name
             except ValueError:
                 sig = f"signal {-proc.returncode}"
-        return ChildResult(target, proc.returncode, sig, False, duration, value, _tail(stdout), _tail(stderr))
+        return ChildResult(target, proc.returncode, sig, False, duration, value, _tail(out_path), _tail(err_path))
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (the child and what it started); nothing if it is gone."""
+    """SIGKILL the child and everything it started: first, while the stopped child still holds them (it is their
+    subreaper), every descendant found in /proc, whatever session or group it moved to; then the child's process
+    group. Nothing if they are gone."""
     if os.name != "posix":  # pragma: no cover - Windows: the child only
         if proc.poll() is None:
             proc.kill()
         return
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGSTOP)  # it forks no more while its descendants are found and killed
+        except OSError:
+            pass
+        for _ in range(10):
+            found = descendants(proc.pid)
+            if not found:
+                break
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process /proc shows (Linux; {} elsewhere)."""
+    out = {}
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def descendants(root: int) -> list[int]:
+    """The live descendants of process `root` (children, their children...), from /proc."""
+    parents = _parents()
+    found: list[int] = []
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier and pid not in found}
+        found += sorted(frontier)
+    return found
+
+
 def die_with_parent() -> None:
-    """In the child: ask the kernel for SIGKILL when the parent dies (Linux), and exit if it already has."""
+    """In the child: ask the kernel for SIGKILL when the parent dies (Linux), and to become the parent of the
+    orphans among its descendants (`reap_descendants`); exit if the parent has already died."""
     parent = os.environ.get(PARENT_ENV)
     if sys.platform.startswith("linux"):
         import ctypes
@@ -142,18 +194,45 @@ def die_with_parent() -> None:
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         except (OSError, AttributeError):
             pass
     if parent and parent.isdigit() and os.getppid() != int(parent):
         os._exit(70)  # the parent died before the request above took effect
 
 
-def _tail(text: str | bytes | None) -> str:
-    if text is None:
+def reap_descendants() -> None:
+    """In the child, once its function has returned: SIGKILL and reap every process it left behind. Killing a
+    child makes its own children orphans, which the kernel gives to this process (its subreaper), so the next
+    round finds them, whatever session or group they moved to."""
+    if not sys.platform.startswith("linux"):
+        return
+    for _ in range(100):
+        me = os.getpid()
+        children = [pid for pid, ppid in _parents().items() if ppid == me]
+        if not children:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in children:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def _tail(path: Path) -> str:
+    """The last TAIL_CHARS characters of a file of output, whatever its size and its bytes."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4 * TAIL_CHARS))
+            data = f.read()
+    except OSError:
         return ""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    return text[-TAIL_CHARS:]
+    return data.decode("utf-8", "replace")[-TAIL_CHARS:]
 
 
 def _main(argv: list[str]) -> int:
@@ -161,8 +240,12 @@ def _main(argv: list[str]) -> int:
     target, kwargs_json, result_path = argv
     module_name, func_name = target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    value = func(**json.loads(kwargs_json))
-    Path(result_path).write_text(json.dumps(value))
+    try:
+        value = func(**json.loads(kwargs_json))
+        Path(result_path).write_text(json.dumps(value))
+    finally:
+        sys.stdout.flush()
+        reap_descendants()
     return 0
 
 

@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-from lab import console
+from lab import console, untrusted
 from lab.contract.results import LibraryLog
 
 MAX_MESSAGE = 4000  # characters kept of one message
@@ -272,12 +272,15 @@ class Capture:
         """Send fd 2 to RUN_DIR/stderr.log and the console to the real standard error."""
         try:
             sys.stderr.flush()
-            self._file = open(self.path, "ab", buffering=0)
+            with contextlib.suppress(FileNotFoundError):  # a killed run's (its content is in its records), or a link
+                self.path.unlink()
+            fd = untrusted.create_new(self.path, flags=os.O_APPEND)  # never written through a link (lab.untrusted)
+            self._file = open(fd, "ab", buffering=0)
             saved = os.dup(2)
             self._real = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
             os.dup2(self._file.fileno(), 2)
             self._saved = saved
-            self._text = open(self.path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")
+            self._text = open(os.dup(fd), "a", buffering=1, encoding="utf-8", errors="backslashreplace")
             console.use_stream(self._real)
         except (OSError, ValueError, AttributeError):  # no usable fd 2 (an embedded interpreter...): Python-level only
             self._close_file(delete=True)

@@ -59,8 +59,9 @@ def git_info() -> dict[str, Any]:
         env = os.environ.get("LAB_COMMIT")
         info = {"commit": env, "dirty": None, "source": "LAB_COMMIT" if env else None, "source_sha256": digest}
     else:
-        status = run_text(["git", "status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
-        info = {"commit": commit, "dirty": bool(status), "source": "git", "source_sha256": digest}
+        why = stamp.unclean(REPO_ROOT)  # untracked sources of lab/ and report/ count: they are imported
+        info = {"commit": commit, "dirty": None if why is None else bool(why), "source": "git",
+                "source_sha256": digest}
     found = stamp.field(REPO_ROOT, digest)
     if found is None:
         return info

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +25,7 @@ from typing import Any
 from lab.locks import OwnerLock, describe_holder
 from lab.permissions import permission_denied
 from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Results, ResultsError, load
+from lab.contract.schema import read_json
 
 LOCK_NAME = ".lab-run.lock"
 
@@ -73,8 +74,8 @@ def remove_stray_temporaries(out: Path) -> list[Path]:
 def saved_manifest(out: Path) -> dict[str, Any]:
     """The manifest saved in `out`, or {} when it cannot be read (cut short by a kill)."""
     try:
-        data = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(out / MANIFEST_NAME)
+    except ResultsError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -94,6 +95,9 @@ def _lock(out: Path) -> OwnerLock:
     except PermissionError:  # the fix depends on where the lab runs (in an image: the mount's owner)
         raise RunDirError(f"{permission_denied(out)} (--out: cannot write there)") from None
     except OSError as exc:
+        if exc.filename == str(lock.path) and exc.errno in (errno.ELOOP, errno.EINVAL):  # not a file of its own
+            raise RunDirError(f"--out {out}: its lock file {LOCK_NAME} is {_why(exc)}: remove it, or choose another "
+                              "--out") from None
         raise RunDirError(f"--out {out}: cannot write there ({_why(exc)}): choose a directory you can write") \
             from None
     if holder is not None:

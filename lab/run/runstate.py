@@ -193,8 +193,9 @@ def _weights_flag(weights: Any) -> str:
 
 def check_same_measurement(first: dict[str, Any], now: dict[str, Any], allow_source_change: bool = False) -> None:
     """A resumed run measures what its first start measured: the resolved profile (model shapes, batches, decode
-    steps...), the weights and, unless `allow_source_change`, the lab's source must be the same as the first
-    start's manifest says; RunDirError (one line naming the first field that differs) otherwise."""
+    steps...), the weights, the label where one is given now and, unless `allow_source_change`, the lab's source
+    must be the same as the first start's manifest says; RunDirError (one line naming the first field that differs)
+    otherwise."""
     for name, fix in (("profile", "restore the profile's definition (lab/contract/profiles.py)"),
                       ("weights", f"resume with the first start's weights ({_weights_flag(_get(first, 'weights'))})")):
         before, after = _get(first, name), _get(now, name)
@@ -202,6 +203,11 @@ def check_same_measurement(first: dict[str, Any], now: dict[str, Any], allow_sou
             field, was, is_now = _first_difference(before, after, name)
             raise RunDirError(f"--resume: {field} is {is_now!r} now but was {was!r} when the run started: a resumed "
                               f"run keeps measuring what it started measuring ({fix}, or start a new run with --force)")
+    before, after = _get(first, "label"), _get(now, "label")
+    if after is not None and before != after:
+        started = "without one" if before is None else f"as {before!r}"
+        raise RunDirError(f"--resume: --label {after!r}, but the run started {started}: a run keeps its one label "
+                          f"(resume without --label, or start a new run with --force)")
     before, after = _get(first, "lab.source_sha256"), _get(now, "lab.source_sha256")
     if not allow_source_change and before is not None and before != after:
         raise RunDirError(f"--resume: the lab's source changed since the run started (lab.source_sha256 "

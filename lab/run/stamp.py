@@ -16,9 +16,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lab import untrusted
 from lab.atomic import write_json_atomic
 
 STAMP_ENV = "LAB_STAMP"
+MAX_STAMP_BYTES = 64 << 10  # a stamp is three short fields
 DEFAULT_NAME = Path("build") / "lab-stamp.json"
 
 
@@ -28,6 +30,23 @@ def default_path(repo_root: Path) -> Path:
 
 def make(commit: str, source_sha256: str, made_at: str) -> dict[str, str]:
     return {"commit": commit, "source_sha256": source_sha256, "made_at": made_at}
+
+
+def unclean(repo_root: Path) -> str | None:
+    """What keeps the tree from being clean, as one phrase ('uncommitted changes (M lab/x.py ...)', 'untracked
+    sources (?? lab/y.py)'); '' when it is clean; None when git cannot say. Files of lab/ and report/ that git does
+    not track count: `python -m lab` imports them. The one test of a clean tree, for the manifest and the stamp."""
+    from lab.host.hostinfo import run_text
+
+    changed = run_text(["git", "status", "--porcelain", "--untracked-files=no"], repo_root)
+    untracked = run_text(["git", "ls-files", "--others", "--exclude-standard", "--", "lab", "report"], repo_root)
+    if changed is None or untracked is None:
+        return None
+    if not (changed or untracked):
+        return ""
+    lines = (changed or untracked).splitlines()
+    return (f"{'uncommitted changes' if changed else 'untracked sources'} ({lines[0].strip()}"
+            f"{' ...' if len(lines) > 1 else ''})")
 
 
 def write(path: Path, stamp: dict[str, str]) -> Path:
@@ -45,10 +64,10 @@ def where(repo_root: Path) -> tuple[Path, bool]:
 def read(path: Path) -> dict[str, str]:
     """The stamp in `path`; ValueError (one line naming the file) when it cannot be read or is not a stamp."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(untrusted.read_text(path, MAX_STAMP_BYTES))
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the stamp ({exc.strerror or type(exc).__name__})") from None
-    except ValueError:
+    except ValueError:  # not UTF-8 or not JSON
         raise ValueError(f"{path}: not a stamp (not JSON)") from None
     if not (isinstance(data, dict) and all(isinstance(data.get(k), str) and data.get(k)
                                            for k in ("commit", "source_sha256", "made_at"))):
