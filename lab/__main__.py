@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def one_line(exc: BaseException) -> str:
     """An error as one line: an OSError names its file and the system's reason, others their message; a control
-    character (from a hostile folder's name) shown as an escape, never interpreted (lab.console.safe)."""
-    from lab.console import safe
+    character (from a hostile folder's name) shown as an escape, never interpreted (lab.untrusted.safe)."""
+    from lab.untrusted import safe
 
     if isinstance(exc, OSError) and exc.strerror:
         where = f"{exc.filename}: " if exc.filename else ""

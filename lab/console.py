@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, TextIO, TypeVar
@@ -63,20 +62,6 @@ def _print(renderable: Any) -> None:
     with BOARD.lock:
         console.print(renderable)
         heartbeat.shown()
-
-
-def safe(text: str) -> str:
-    """`text` with every control (Cc) and format (Cf) character written as a visible escape (`\\x1b`): a name from a
-    folder the lab did not make (an ESC that would recolour the terminal, a carriage return, a bidi override) is
-    shown, never interpreted."""
-    out = []
-    for ch in text:
-        if unicodedata.category(ch) in ("Cc", "Cf"):
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def plural(n: int, word: str) -> str:

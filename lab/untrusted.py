@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import unicodedata
 from pathlib import Path
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # Windows has neither links of this kind nor the flag
@@ -110,3 +111,17 @@ def open_or_create(path: Path | str, mode: int = 0o644) -> int:
         except FileNotFoundError:  # removed between the two: try again
             continue
     raise _refused(path, errno.EAGAIN, "kept appearing and disappearing while being opened")
+
+
+def safe(text: str) -> str:
+    """`text` with every control (Cc) and format (Cf) character written as a visible escape (`\\x1b`): a name from a
+    folder the lab did not make (an ESC that would recolour the terminal, a carriage return, a bidi override) is
+    shown, never interpreted."""
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Cf"):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)

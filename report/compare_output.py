@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from lab.atomic import clean
-from lab.console import safe
+from lab.untrusted import safe
 from report.compare import IGNORED_FIELDS, Comparison, Side
 from report.hosts import machine_of
 from report.why import CLASSES

@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab.console import safe
+    from lab.untrusted import safe
     from report import render_site
     from report.discover import DEFAULT_ROOTS, default_paths
 
