@@ -19,6 +19,19 @@ def tiny():
     return m, M.extract_weights(m)
 
 
+@pytest.fixture(autouse=True)
+def _no_label_between_tests():
+    """`lab run --label` puts the label in its own process's environment (the manifest reads it there, and children
+    inherit it); tests call the command in-process, so each test starts without one and leaves none behind."""
+    from lab.run.manifest import LABEL_ENV
+
+    before = os.environ.pop(LABEL_ENV, None)
+    yield
+    os.environ.pop(LABEL_ENV, None)
+    if before is not None:
+        os.environ[LABEL_ENV] = before
+
+
 @pytest.fixture
 def fake(monkeypatch):
     """fake(id, fn): replace an experiment's run() by a quick stand-in (its catalogue entry and options stay)."""

@@ -200,7 +200,7 @@ def test_history_in_chromium(browser, site) -> None:
     series = [s for s in history.series(site.runs) if len(s.runs) > 1]
     assert series, "the fixture site has a host with two runs of one profile"
     s = series[0]
-    table_rows = page.eval_on_selector_all(f"table[id='history-{s.host}-{s.profile}'] tbody tr",
+    table_rows = page.eval_on_selector_all(f"table[id='history-{history.slug(s.host)}-{s.profile}'] tbody tr",
                                            "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))")
     assert [r[0] for r in table_rows] == [run.name for run in s.runs]
     label = next(iter(s.points))  # the first figure: eager's step at batch 1
