@@ -20,7 +20,7 @@ from step_helpers import breaking_step
 from lab.contract import profiles
 from lab.contract.catalogue import BY_ID
 from lab.experiments import cuda_graph_decode
-from lab.contract.results import Metric, Record
+from lab.contract.results import Record
 from lab.run.context import Context
 
 
@@ -134,20 +134,18 @@ def _ctx(experiment: str, record: Record, results: object = None) -> Context:
                    None)
 
 
-def test_cuda_graph_decode_stores_saving_and_break_even_per_method() -> None:
-    record = Record("cuda_graph_decode", "c", "OK")
-    p = {"batch": 1, "dtype": "bfloat16"}
-    for method, ms, setup in ((Method.EAGER, 4.0, None), (Method.GRAPH, 0.5, 0.35), (Method.COMPILE_DEFAULT, 4.5, 20.0)):
-        record.metrics.append(Metric("step_ms", ms, "ms", {"method": method, **p, "readback": False}))
-        record.metrics.append(Metric("step_ms", ms + 1, "ms", {"method": method, **p, "readback": True}))
-        if setup is not None:
-            record.metrics.append(Metric("setup_s", setup, "s", {"method": method, **p}))
-    from types import SimpleNamespace
+def test_cuda_graph_decode_stores_break_even_per_method_from_its_method_set() -> None:
+    """From the step times and setups the MethodSet holds, not read back from the record; the saving per step is
+    methods.time's (recorded once, there)."""
+    from lab.experiments.common.methods import MethodSet, Shape
 
-    built = {m: SimpleNamespace(compiled_by=None) for m in (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT)}
-    cuda_graph_decode._record_break_even(_ctx("cuda_graph_decode", record), built, 1, "bfloat16")
-    got = {(m.name, m.params["method"]): m.value for m in record.metrics if m.name in ("saving_ms_per_step",
-                                                                                       "break_even_steps")}
-    assert got == {("saving_ms_per_step", Method.GRAPH): 3.5, ("break_even_steps", Method.GRAPH): 100,
-                   ("saving_ms_per_step", Method.COMPILE_DEFAULT): -0.5,
-                   ("break_even_steps", Method.COMPILE_DEFAULT): None}  # slower than eager: it never pays
+    record = Record("cuda_graph_decode", "c", "OK")
+    ms = MethodSet(Shape(1, "bfloat16", 8, 4, 64, {"batch": 1, "dtype": "bfloat16"}), weights=None)
+    for method, step, setup in ((Method.EAGER, 4.0, 0.0), (Method.GRAPH, 0.5, 0.35), (Method.COMPILE_DEFAULT, 4.5,
+                                                                                       20.0)):
+        ms.ms[(method, False)], ms.ms[(method, True)] = step, step + 1
+        ms.built[method] = SimpleNamespace(compiled_by=None, setup_s=setup)
+    cuda_graph_decode._record_break_even(_ctx("cuda_graph_decode", record), ms)
+    assert {(m.name, m.params["method"]): m.value for m in record.metrics} == {
+        ("break_even_steps", Method.GRAPH): 100, ("break_even_steps", Method.COMPILE_DEFAULT): None}  # never pays
+    assert all(m.params == {"method": m.params["method"], "batch": 1, "dtype": "bfloat16"} for m in record.metrics)

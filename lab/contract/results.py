@@ -23,6 +23,7 @@ against `lab.contract.manifest_schema.Manifest`. An unknown `schema` or `manifes
 from __future__ import annotations
 
 import functools
+import json
 from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,11 @@ class Metric:
     """what the value belongs to: method, batch, dtype, readback, ..."""
     spread: Spread | None = None
     """timings only: the spread of the raw samples behind the median"""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What makes it one figure: its name and params (a record holds each once, lab.run.context)."""
+        return self.name, json.dumps(self.params, sort_keys=True, default=str)
 
     @field_validator("value", mode="after")
     @classmethod

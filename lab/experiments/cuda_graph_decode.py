@@ -116,7 +116,7 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
                  bandwidth_gbps=bandwidth, eager_speedup=True)
     phase["timing_s"] = round(time.perf_counter() - t0, 2)
     if False in readbacks:
-        _record_break_even(ctx, ms.built, shape.batch, shape.dtype)
+        _record_break_even(ctx, ms)
     return ms, phase
 
 
@@ -162,25 +162,21 @@ def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ..
     return tuple(ready), sweep, bf16
 
 
-def _record_break_even(ctx, built: dict[str, stepmethods.StepMethod], batch: int, dtype: str) -> None:
-    """Per method: the step time it saves over eager (no readback) and the steps its setup takes to pay (stored
-    once here, so every table and chart shows the same figure; null: it saves nothing, it never pays)."""
-    eager_ms = ctx.record.metric(M.STEP_MS.name, method=Method.EAGER, batch=batch, dtype=dtype, readback=False).value
+def _record_break_even(ctx, ms: methods.MethodSet) -> None:
+    """Per method: the steps its setup takes to pay back over eager's step (no readback), from what `ms` holds (its
+    saving per step is methods.time's; null: it saves nothing, it never pays)."""
+    eager_ms, built, shape = ms.ms[(Method.EAGER, False)], ms.built, ms.shape
     shared = {}
-    for name, m in built.items():
-        if name == Method.EAGER:
-            continue
-        ms = ctx.record.metric(M.STEP_MS.name, method=name, batch=batch, dtype=dtype, readback=False).value
-        setup_s = ctx.record.metric(M.SETUP_S.name, method=name, batch=batch, dtype=dtype).value
+    for name, m in ((n, m) for n, m in built.items() if n != Method.EAGER):
+        setup_s = round(m.setup_s, 4)  # as stored (methods.build)
         if m.compiled_by is not None and m.compiled_by in built:  # it reused that method's compile: pay for it too
-            setup_s += ctx.record.metric(M.SETUP_S.name, method=m.compiled_by, batch=batch, dtype=dtype).value
+            setup_s += round(built[m.compiled_by].setup_s, 4)
             shared[name] = m.compiled_by
-        ctx.metric(M.SAVING_MS_PER_STEP, round(eager_ms - ms, 5), method=name, batch=batch, dtype=dtype)
-        ctx.metric(M.BREAK_EVEN_STEPS, break_even_calls(max(setup_s, 0.0), eager_ms, ms), method=name, batch=batch,
-                   dtype=dtype)
+        ctx.metric(M.BREAK_EVEN_STEPS, break_even_calls(max(setup_s, 0.0), eager_ms, ms.ms[(name, False)]),
+                   method=name, **shape.params)
     if shared:
-        ctx.note(f"break_even_includes.b{batch}.{dtype}", {n: f"{by}'s compile (its setup_s reused that compilation)"
-                                                           for n, by in shared.items()})
+        ctx.note(f"break_even_includes.b{shape.batch}.{shape.dtype}",
+                 {n: f"{by}'s compile (its setup_s reused that compilation)" for n, by in shared.items()})
 
 
 def run(ctx: Context) -> None:

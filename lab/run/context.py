@@ -110,6 +110,17 @@ class Context:
         self._models = models
         self.device = torch.device(profile.device)
         self.clock = clock_for(self.device)
+        self._recorded = {m.key for m in record.metrics}
+
+    def _once(self, m: Metric) -> Metric:
+        """`m` appended to the record; ValueError if the record holds its name and params already: one figure,
+        one value (a second one would hide or contradict the first)."""
+        if m.key in self._recorded:
+            raise ValueError(f"{self.spec.id} recorded metric {m.name!r} with params {m.params} a second time: "
+                             "a record holds each figure once (record it where it is computed)")
+        self._recorded.add(m.key)
+        self.record.metrics.append(m)
+        return m
 
     # ---- recording
     def _declared(self, spec: MetricSpec, value: Any) -> MetricSpec:
@@ -133,13 +144,11 @@ class Context:
         return value
 
     def metric(self, spec: MetricSpec, value: Any, /, **params: Any) -> Metric:
-        """Record one value of a declared metric (its unit comes from the declaration)."""
+        """Record one value of a declared metric (its unit comes from the declaration), once per params."""
         value = _plain(value)
         self._declared(spec, value)
         params = self._storable(f"metric {spec.name!r}'s params", params)
-        m = Metric(name=spec.name, value=value, unit=spec.unit, params=params)
-        self.record.metrics.append(m)
-        return m
+        return self._once(Metric(name=spec.name, value=value, unit=spec.unit, params=params))
 
     def timing(self, spec: MetricSpec, samples: Sequence[float] | Sequence[Sequence[float]], /,
                **params: Any) -> Spread:
@@ -155,7 +164,7 @@ class Context:
         sp = spread(flat, rounds)
         self._declared(spec, sp.median)
         params = self._storable(f"metric {spec.name!r}'s params", params)
-        self.record.metrics.append(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
+        self._once(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
         self.record.samples.append(Samples(name=spec.name, unit=spec.unit, params=params,
                                            values=[float(f"{x:.6g}") for x in flat]))
         return sp
