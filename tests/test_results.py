@@ -239,14 +239,55 @@ def test_an_unrecordable_value_fails_its_experiment_not_the_run(tmp_path: Path, 
     assert loaded.run.state == "complete" and [r.status for r in loaded.experiments] == ["OK", "FAILED"]
 
 
+def repeats(records: list[dict]) -> list[tuple[str, str, str]]:
+    """(experiment, metric, params) of every metric a record of `records` (results.json's) holds a second time."""
+    found, seen = [], set()
+    for rec in records:
+        for m in rec["metrics"]:
+            key = (rec["id"], m["name"], json.dumps(m["params"], sort_keys=True))
+            found += [key] if key in seen else []
+            seen.add(key)
+    return found
+
+
+def without_exact_repeats(raw: dict) -> dict:
+    """`raw` (results.json's) less every metric equal in all to an earlier one of its record."""
+    out = copy.deepcopy(raw)
+    for rec in out["experiments"]:
+        rec["metrics"] = [m for i, m in enumerate(rec["metrics"]) if m not in rec["metrics"][:i]]
+    return out
+
+
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
-def test_every_committed_run_loads_losslessly(path: Path) -> None:
+def test_every_committed_run_loads_losslessly_and_records_no_metric_twice(path: Path) -> None:
+    """What loading drops is exact repeats alone (R.once: the CPU references hold compile_cost's first_call_s
+    twice, the sweep reference model_scaling's weights_MiB); the fixtures, made by the lab as it is, hold none."""
     raw = json.loads(path.read_text())
     loaded = R.load(path)
-    assert R.to_dict(loaded) == raw
+    assert R.to_dict(loaded) == without_exact_repeats(raw) and not repeats(R.to_dict(loaded)["experiments"])
+    if "fixtures" in path.parts:
+        assert not repeats(raw["experiments"])
     manifest = path.parent / R.MANIFEST_NAME
     check_manifest(json.loads(manifest.read_text()), manifest)
     assert load_side(manifest).manifest == json.loads(manifest.read_text())
+
+
+def test_the_gpu_fixture_records_no_metric_twice() -> None:
+    from report_helpers import gpu_fixture
+
+    assert not repeats(gpu_fixture.build()["experiments"])
+
+
+def test_loading_drops_an_exact_repeat_and_refuses_one_that_differs(tmp_path: Path) -> None:
+    data = R.to_dict(_results())
+    metrics = data["experiments"][0]["metrics"]
+    metrics.append(copy.deepcopy(metrics[0]))
+    assert R.from_dict(copy.deepcopy(data), "r.json").record("x").metrics == _results().record("x").metrics
+    metrics[1]["value"] = 1.5
+    with pytest.raises(R.ResultsError) as err:
+        R.from_dict(data, "r.json")
+    assert str(err.value) == ("r.json: field experiments[0].metrics[1]: metric 'step_ms' with params {'method': "
+                              "'eager', 'batch': 1} again, with another value (1.25, then 1.5): one of them is stale")
 
 
 def test_the_committed_runs_are_all_there() -> None:
