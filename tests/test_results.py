@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import math
 import subprocess
@@ -16,6 +17,7 @@ from lab.contract import profiles, schema_doc
 from lab.run import runner
 from lab.contract import results as R
 from report.compare import load_side
+from report_helpers import gpu_fixture, repeats
 from lab.run.manifest import REPO_ROOT
 from lab.contract.manifest_schema import check_manifest
 from lab.contract.options import NoOptions
@@ -225,8 +227,8 @@ def test_an_unrecordable_value_fails_its_experiment_not_the_run(tmp_path: Path, 
         ctx.note("kept", [1, "a"])
         ctx.note("seen", {1, 2})
 
-    real_import = runner.importlib.import_module
-    monkeypatch.setattr(runner.importlib, "import_module",
+    real_import = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module",
                         lambda name: SimpleNamespace(run=records_a_set, Options=NoOptions) if name == "lab.experiments.graph_breaks"
                         else real_import(name))
     res = runner.run(profiles.get("smoke"), tmp_path, only=["toolchain", "graph_breaks"])
@@ -237,17 +239,6 @@ def test_an_unrecordable_value_fails_its_experiment_not_the_run(tmp_path: Path, 
     assert rec.notes == {"kept": [1, "a"]} and "records_a_set" in rec.error["traceback"]
     loaded = R.load(tmp_path)
     assert loaded.run.state == "complete" and [r.status for r in loaded.experiments] == ["OK", "FAILED"]
-
-
-def repeats(records: list[dict]) -> list[tuple[str, str, str]]:
-    """(experiment, metric, params) of every metric a record of `records` (results.json's) holds a second time."""
-    found, seen = [], set()
-    for rec in records:
-        for m in rec["metrics"]:
-            key = (rec["id"], m["name"], json.dumps(m["params"], sort_keys=True))
-            found += [key] if key in seen else []
-            seen.add(key)
-    return found
 
 
 def without_exact_repeats(raw: dict) -> dict:
@@ -273,8 +264,6 @@ def test_every_committed_run_loads_losslessly_and_records_no_metric_twice(path: 
 
 
 def test_the_gpu_fixture_records_no_metric_twice() -> None:
-    from report_helpers import gpu_fixture
-
     assert not repeats(gpu_fixture.build()["experiments"])
 
 
