@@ -9,8 +9,10 @@ cannot hold, where it is recorded. `ModelCache` builds the profile's GPT-2 once 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import statistics
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Iterable, Iterator, Sequence, TypeVar
 
 import torch
@@ -21,7 +23,7 @@ from lab.contract import metrics as M
 from lab.contract import notes
 from lab.contract.catalogue import ExperimentSpec
 from lab.contract.metrics import Kind, MetricSpec
-from lab.contract.options import fill
+from lab.contract.options import NoOptions, fill
 from lab.contract.options import resolve as resolve_options
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
@@ -67,10 +69,31 @@ class ModelCache:
         return self._cache[key]
 
 
+def experiment_module(spec: ExperimentSpec) -> ModuleType | None:
+    """The experiment's code (`spec.module`, its `Options` and `run(ctx)`); None where this lab version has none yet.
+    The one upward load of the layers, at run time, declared in tests/test_layers.py: lab.run runs the experiments,
+    which import its Context, and knows them by the catalogue's names only."""
+    try:
+        return importlib.import_module(spec.module)
+    except ModuleNotFoundError as exc:
+        if exc.name != spec.module:
+            raise
+        return None
+
+
+def options_class(spec: ExperimentSpec) -> type:
+    """The experiment's declared `Options`; NoOptions where it has no module yet."""
+    module = experiment_module(spec)
+    if module is not None and not hasattr(module, "Options"):
+        raise TypeError(f"{spec.module} declares no Options (a frozen dataclass, or `Options = NoOptions`)")
+    options: type = NoOptions if module is None else module.Options
+    return options
+
+
 def options_for(spec: ExperimentSpec, profile: Profile, set_text: dict[str, str] | None = None) -> Any:
     """The experiment's declared Options with the profile's values, `--set` text and the defaults that come from
     the profile applied (OptionsError if bad): what the experiment receives and the manifest records."""
-    return resolve_options(spec.options_class(), spec.id, profile.options.get(spec.id), set_text, profile.name,
+    return resolve_options(options_class(spec), spec.id, profile.options.get(spec.id), set_text, profile.name,
                            profile=profile)
 
 
