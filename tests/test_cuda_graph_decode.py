@@ -11,17 +11,14 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import pytest
+
 from lab.contract.names import Method
 from lab.contract.reasons import Code
 from lab.step.methods import METHODS
 from lab.host.toolchain import probe
 
 from step_helpers import breaking_step
-from lab.contract import profiles
-from lab.contract.catalogue import BY_ID
-from lab.experiments import cuda_graph_decode
-from lab.contract.results import Record
-from lab.run.context import Context
 
 
 def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
@@ -129,23 +126,14 @@ def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkey
         "reduce-overhead": "compile-default's compile (its setup_s reused that compilation)"}
 
 
-def _ctx(experiment: str, record: Record, results: object = None) -> Context:
-    return Context(BY_ID[experiment], profiles.get("smoke"), None, record, results or SimpleNamespace(experiments=[]),
-                   None)
-
-
-def test_cuda_graph_decode_stores_break_even_per_method_from_its_method_set() -> None:
-    """From the step times and setups the MethodSet holds, not read back from the record; the saving per step is
-    methods.time's (recorded once, there)."""
+def test_a_method_sets_setup_is_the_stored_one_with_the_compile_it_reused() -> None:
+    """What break_even_steps pays back (methods.time records it beside the saving per step, from the MethodSet)."""
     from lab.experiments.common.methods import MethodSet, Shape
 
-    record = Record("cuda_graph_decode", "c", "OK")
     ms = MethodSet(Shape(1, "bfloat16", 8, 4, 64, {"batch": 1, "dtype": "bfloat16"}), weights=None)
-    for method, step, setup in ((Method.EAGER, 4.0, 0.0), (Method.GRAPH, 0.5, 0.35), (Method.COMPILE_DEFAULT, 4.5,
-                                                                                       20.0)):
-        ms.ms[(method, False)], ms.ms[(method, True)] = step, step + 1
-        ms.built[method] = SimpleNamespace(compiled_by=None, setup_s=setup)
-    cuda_graph_decode._record_break_even(_ctx("cuda_graph_decode", record), ms)
-    assert {(m.name, m.params["method"]): m.value for m in record.metrics} == {
-        ("break_even_steps", Method.GRAPH): 100, ("break_even_steps", Method.COMPILE_DEFAULT): None}  # never pays
-    assert all(m.params == {"method": m.params["method"], "batch": 1, "dtype": "bfloat16"} for m in record.metrics)
+    ms.built = {Method.EAGER: SimpleNamespace(compiled_by=None, setup_s=0.0),
+                Method.COMPILE_DEFAULT: SimpleNamespace(compiled_by=None, setup_s=20.00004),
+                Method.REDUCE_OVERHEAD: SimpleNamespace(compiled_by=Method.COMPILE_DEFAULT, setup_s=0.35),
+                Method.GRAPH: SimpleNamespace(compiled_by="not-built", setup_s=-0.1)}
+    assert ms.setup_s(Method.COMPILE_DEFAULT) == 20.0  # as stored: 4 decimals
+    assert ms.setup_s(Method.REDUCE_OVERHEAD) == pytest.approx(20.35) and ms.setup_s(Method.GRAPH) == 0.0

@@ -15,9 +15,8 @@ changes; validation happens where data crosses a boundary:
 - `save` checks the whole file before writing it (a value that cannot be stored never reaches disk);
 - `quarantine` checks one record as the runner records it, removing what cannot be stored and
   saying which metric, sample, check or note it was (the runner then marks the experiment FAILED);
-- `load` / `from_dict` refuse a file off the schema with one line naming the file and the field, and migrate a
-  metric recorded twice (`once`: an exact repeat dropped, one that differs refused; chosen over rewriting the
-  committed references, which stay as their runs wrote them, so that every older run anywhere reads alike).
+- `load` / `from_dict` refuse a file off the schema with one line naming the file and the field, and drop a metric's
+  exact repeat (`once`: at load, not by rewriting the references, so every older run anywhere reads alike).
 The manifest stays a plain dict in memory (the report and compare read it as one) and is checked
 against `lab.contract.manifest_schema.Manifest`. An unknown `schema` or `manifest_version` is refused.
 """
@@ -476,10 +475,8 @@ def from_dict(raw: Any, path: Path | str) -> Results:
 
 
 def once(metrics: list[Metric], where: str) -> list[Metric]:
-    """`metrics` as a file written before `Context.metric` refused a repeat should hold them (the gpu run of
-    2026-12-02 holds 27 `saving_ms_per_step` twice, the CPU references `first_call_s`): an exact repeat (name,
-    params, value, unit and spread all equal) dropped, losing nothing; a repeat with another value refused
-    (ResultsError), as the lab cannot tell which of the two is stale and shows neither plain."""
+    """`metrics` of a file written before `Context.metric` refused a repeat (the CPU references' `first_call_s`): an
+    exact repeat dropped, losing nothing; one with another value refused, as either may be stale (ResultsError)."""
     kept: dict[tuple[str, str], Metric] = {}
     for j, m in enumerate(metrics):
         first = kept.setdefault(m.key, m)

@@ -39,7 +39,6 @@ from lab.contract.reasons import Code
 from lab.experiments.common import methods
 from lab.experiments.common.sweep import copy_bandwidth
 from lab.measure import profiler_guard
-from lab.measure.breakeven import break_even_calls
 from lab.step import methods as stepmethods
 from lab.run.context import Context
 
@@ -115,8 +114,10 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
     methods.time(ctx, ms, rounds, readbacks, readback_methods=tuple(ctx.options.readback_methods),
                  bandwidth_gbps=bandwidth, eager_speedup=True)
     phase["timing_s"] = round(time.perf_counter() - t0, 2)
-    if False in readbacks:
-        _record_break_even(ctx, ms)
+    shared = {n: f"{m.compiled_by}'s compile (its setup_s reused that compilation)" for n, m in ms.built.items()
+              if m.compiled_by in ms.built and False in readbacks}  # its break_even_steps pays for that one too
+    if shared:
+        ctx.note(f"break_even_includes.b{shape.batch}.{shape.dtype}", shared)
     return ms, phase
 
 
@@ -160,23 +161,6 @@ def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ..
             ctx.skip(f"{name} bfloat16", Code.DISABLED_IN_PROFILE,
                      f"the {prof.name} profile runs it in fp32 only (add it to cuda_graph_decode.bf16_methods)")
     return tuple(ready), sweep, bf16
-
-
-def _record_break_even(ctx, ms: methods.MethodSet) -> None:
-    """Per method: the steps its setup takes to pay back over eager's step (no readback), from what `ms` holds (its
-    saving per step is methods.time's; null: it saves nothing, it never pays)."""
-    eager_ms, built, shape = ms.ms[(Method.EAGER, False)], ms.built, ms.shape
-    shared = {}
-    for name, m in ((n, m) for n, m in built.items() if n != Method.EAGER):
-        setup_s = round(m.setup_s, 4)  # as stored (methods.build)
-        if m.compiled_by is not None and m.compiled_by in built:  # it reused that method's compile: pay for it too
-            setup_s += round(built[m.compiled_by].setup_s, 4)
-            shared[name] = m.compiled_by
-        ctx.metric(M.BREAK_EVEN_STEPS, break_even_calls(max(setup_s, 0.0), eager_ms, ms.ms[(name, False)]),
-                   method=name, **shape.params)
-    if shared:
-        ctx.note(f"break_even_includes.b{shape.batch}.{shape.dtype}",
-                 {n: f"{by}'s compile (its setup_s reused that compilation)" for n, by in shared.items()})
 
 
 def run(ctx: Context) -> None:

@@ -70,9 +70,8 @@ class ModelCache:
 
 
 def experiment_module(spec: ExperimentSpec) -> ModuleType | None:
-    """The experiment's code (`spec.module`, its `Options` and `run(ctx)`); None where this lab version has none yet.
-    The one upward load of the layers, at run time, declared in tests/test_layers.py: lab.run runs the experiments,
-    which import its Context, and knows them by the catalogue's names only."""
+    """The experiment's code (`spec.module`: `Options`, `run(ctx)`), or None where this lab has none yet: the one
+    upward load of the layers, at run time, by the catalogue's name (declared in tests/test_layers.py)."""
     try:
         return importlib.import_module(spec.module)
     except ModuleNotFoundError as exc:
@@ -86,8 +85,7 @@ def options_class(spec: ExperimentSpec) -> type:
     module = experiment_module(spec)
     if module is not None and not hasattr(module, "Options"):
         raise TypeError(f"{spec.module} declares no Options (a frozen dataclass, or `Options = NoOptions`)")
-    options: type = NoOptions if module is None else module.Options
-    return options
+    return NoOptions if module is None else module.Options
 
 
 def options_for(spec: ExperimentSpec, profile: Profile, set_text: dict[str, str] | None = None) -> Any:
@@ -136,8 +134,7 @@ class Context:
         self._recorded = {m.key for m in record.metrics}
 
     def _once(self, m: Metric) -> Metric:
-        """`m` appended to the record; ValueError if the record holds its name and params already: one figure,
-        one value (a second one would hide or contradict the first)."""
+        """`m` appended to the record; ValueError where it holds that name and params: one figure, one value."""
         if m.key in self._recorded:
             raise ValueError(f"{self.spec.id} recorded metric {m.name!r} with params {m.params} a second time: "
                              "a record holds each figure once (record it where it is computed)")
