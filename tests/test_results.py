@@ -263,14 +263,17 @@ def test_every_committed_run_loads_losslessly_and_records_no_metric_twice(path: 
     assert load_side(manifest).manifest == json.loads(manifest.read_text())
 
 
-def test_the_gpu_fixture_records_no_metric_twice() -> None:
-    assert not repeats(gpu_fixture.build()["experiments"])
+def test_the_gpu_fixtures_record_no_metric_twice() -> None:
+    import h200_fixture  # tests/fixtures, on the path with report_helpers
+
+    assert not repeats(gpu_fixture.build()["experiments"]) and not repeats(h200_fixture.build()["experiments"])
 
 
 def test_loading_drops_an_exact_repeat_and_refuses_one_that_differs(tmp_path: Path) -> None:
     data = R.to_dict(_results())
     metrics = data["experiments"][0]["metrics"]
     metrics.append(copy.deepcopy(metrics[0]))
+    assert repeats(data["experiments"]) == [("x", "step_ms", '{"batch": 1, "method": "eager"}')]  # what tests count
     assert R.from_dict(copy.deepcopy(data), "r.json").record("x").metrics == _results().record("x").metrics
     metrics[1]["value"] = 1.5
     with pytest.raises(R.ResultsError) as err:
