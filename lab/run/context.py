@@ -1,9 +1,9 @@
 """What an experiment receives: `Context` (the profile, its resolved options, the device, a clock, a recorder).
 
 The recorder accepts only the metrics, checks and notes the experiment's catalogue entry declares
-(lab.contract.catalogue, lab.contract.metrics, lab.contract.notes), and refuses by name a value results.json
-cannot hold, where it is recorded. `ModelCache` builds the profile's GPT-2 once per run (`ctx.gpt2()`);
-`options_for` resolves an experiment's declared options as the runner (lab.run.runner) does before a run.
+(lab.contract.catalogue, lab.contract.metrics, lab.contract.notes), each metric once per params, and refuses by
+name a value results.json cannot hold, where it is recorded. `ModelCache` builds the profile's GPT-2 once per run
+(`ctx.gpt2()`); `experiment_module` loads an experiment's code, `options_for` resolves its declared options.
 """
 
 from __future__ import annotations
