@@ -280,10 +280,12 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         ctx.check(f"no compile during timed rounds ({shape.label()})", frames == 0, detail=f"{frames} frames compiled",
                   **shape.params)
     nbytes = ceilings.step_bytes(ms.weights, shape.batch, shape.max_len)
+    turns = {}  # for the host-speed index: per key, the params of its metrics and its rounds
     for key, per_round in samples.items():
         name, rb_text = key.split("|")
         rb = rb_text == "True"
         extra = {"readback": rb} if shape.readback_param else {}
+        turns[key] = ({**shape.params, "method": name, **extra}, per_round)
         ms.rounds[(name, rb)] = per_round
         sp = ctx.timing(M.STEP_MS, per_round, **shape.params, method=name, **extra)
         ms.ms[(name, rb)] = sp.median
@@ -302,11 +304,6 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
             eager_ms, step_ms = ms.ms[(Method.EAGER, rb)], ms.ms[(name, rb)]
             record(ctx, M.SAVING_MS_PER_STEP, round(eager_ms - step_ms, 5), shape, method=name)
             record(ctx, M.BREAK_EVEN_STEPS, break_even_calls(ms.setup_s(name), eager_ms, step_ms), shape, method=name)
-    turns = {}
-    for key, per_round in samples.items():
-        name, rb_text = key.split("|")
-        extra = {"readback": rb_text == "True"} if shape.readback_param else {}
-        turns[key] = ({**shape.params, "method": name, **extra}, per_round)
     speedups = [(f"{Method.EAGER}|{rb}", f"{n}|{rb}") for (n, rb) in pairs if n != Method.EAGER]
     hostspeed.record(ctx, shape.params, _note_shape(shape), turns, index, speedups)
 
