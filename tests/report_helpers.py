@@ -1,7 +1,9 @@
-"""Shared by the report tests: the fixture runs laid out in a folder, and a small HTML table reader."""
+"""Shared by the report tests: the fixture runs laid out in a folder, a small HTML table reader, the metrics a run
+records twice."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from html import unescape
@@ -12,6 +14,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 import gpu_fixture  # noqa: E402
+
+
+def repeats(records: list[dict]) -> list[tuple[str, str, str]]:
+    """(experiment, metric, params) of every metric a record of `records` (results.json's) holds a second time."""
+    found, seen = [], set()
+    for rec in records:
+        for m in rec["metrics"]:
+            key = (rec["id"], m["name"], json.dumps(m["params"], sort_keys=True))
+            found += [key] if key in seen else []
+            seen.add(key)
+    return found
 
 
 def older_gpu_run(data: dict) -> dict:

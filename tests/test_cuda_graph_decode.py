@@ -11,17 +11,14 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import pytest
+
 from lab.contract.names import Method
 from lab.contract.reasons import Code
 from lab.step.methods import METHODS
 from lab.host.toolchain import probe
 
 from step_helpers import breaking_step
-from lab.contract import profiles
-from lab.contract.catalogue import BY_ID
-from lab.experiments import cuda_graph_decode
-from lab.contract.results import Metric, Record
-from lab.run.context import Context
 
 
 def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
@@ -129,25 +126,14 @@ def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkey
         "reduce-overhead": "compile-default's compile (its setup_s reused that compilation)"}
 
 
-def _ctx(experiment: str, record: Record, results: object = None) -> Context:
-    return Context(BY_ID[experiment], profiles.get("smoke"), None, record, results or SimpleNamespace(experiments=[]),
-                   None)
+def test_a_method_sets_setup_is_the_stored_one_with_the_compile_it_reused() -> None:
+    """What break_even_steps pays back (methods.time records it beside the saving per step, from the MethodSet)."""
+    from lab.experiments.common.methods import MethodSet, Shape
 
-
-def test_cuda_graph_decode_stores_saving_and_break_even_per_method() -> None:
-    record = Record("cuda_graph_decode", "c", "OK")
-    p = {"batch": 1, "dtype": "bfloat16"}
-    for method, ms, setup in ((Method.EAGER, 4.0, None), (Method.GRAPH, 0.5, 0.35), (Method.COMPILE_DEFAULT, 4.5, 20.0)):
-        record.metrics.append(Metric("step_ms", ms, "ms", {"method": method, **p, "readback": False}))
-        record.metrics.append(Metric("step_ms", ms + 1, "ms", {"method": method, **p, "readback": True}))
-        if setup is not None:
-            record.metrics.append(Metric("setup_s", setup, "s", {"method": method, **p}))
-    from types import SimpleNamespace
-
-    built = {m: SimpleNamespace(compiled_by=None) for m in (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT)}
-    cuda_graph_decode._record_break_even(_ctx("cuda_graph_decode", record), built, 1, "bfloat16")
-    got = {(m.name, m.params["method"]): m.value for m in record.metrics if m.name in ("saving_ms_per_step",
-                                                                                       "break_even_steps")}
-    assert got == {("saving_ms_per_step", Method.GRAPH): 3.5, ("break_even_steps", Method.GRAPH): 100,
-                   ("saving_ms_per_step", Method.COMPILE_DEFAULT): -0.5,
-                   ("break_even_steps", Method.COMPILE_DEFAULT): None}  # slower than eager: it never pays
+    ms = MethodSet(Shape(1, "bfloat16", 8, 4, 64, {"batch": 1, "dtype": "bfloat16"}), weights=None)
+    ms.built = {Method.EAGER: SimpleNamespace(compiled_by=None, setup_s=0.0),
+                Method.COMPILE_DEFAULT: SimpleNamespace(compiled_by=None, setup_s=20.00004),
+                Method.REDUCE_OVERHEAD: SimpleNamespace(compiled_by=Method.COMPILE_DEFAULT, setup_s=0.35),
+                Method.GRAPH: SimpleNamespace(compiled_by="not-built", setup_s=-0.1)}
+    assert ms.setup_s(Method.COMPILE_DEFAULT) == 20.0  # as stored: 4 decimals
+    assert ms.setup_s(Method.REDUCE_OVERHEAD) == pytest.approx(20.35) and ms.setup_s(Method.GRAPH) == 0.0

@@ -169,6 +169,26 @@ def test_recorder_refuses_undeclared_metrics_and_wrong_kinds() -> None:
     assert len(ctx.record.metrics) == 2  # nothing refused was recorded
 
 
+def test_recorder_refuses_a_second_metric_of_the_same_name_and_params() -> None:
+    """One figure, one value: a repeat is a bug of the lab, refused naming the experiment, the metric and its params
+    (also through `timing` and `speedup`); other params, or another name with the same params, are other figures."""
+    ctx = _ctx("fusion")
+    ctx.metric(M.SPEEDUP, 2.0, n_ops=4)
+    ctx.metric(M.SPEEDUP, 2.0, n_ops=8)
+    ctx.metric(M.KERNELS, 2, n_ops=4)
+    with pytest.raises(ValueError, match=r"fusion recorded metric 'speedup' with params \{'n_ops': 4\} a second"):
+        ctx.metric(M.SPEEDUP, 2.0, n_ops=4)
+    ctx.timing(M.STEP_MS, [1.0, 2.0], method=Method.EAGER, n_ops=4)
+    with pytest.raises(ValueError, match="'step_ms' with params"):
+        ctx.timing(M.STEP_MS, [1.0, 2.0], n_ops=4, method=Method.EAGER)  # the order of params does not matter
+    with pytest.raises(ValueError, match="'speedup' with params"):
+        ctx.speedup(M.SPEEDUP, [[2.0, 2.0]], [[1.0, 1.0]], n_ops=8)
+    assert len(ctx.record.metrics) == 4 and len(ctx.record.samples) == 1  # nothing refused was recorded
+    again = Context(BY_ID["fusion"], profiles.get("smoke"), None, ctx.record, None, None)  # a record holding figures
+    with pytest.raises(ValueError, match="a second time"):
+        again.metric(M.KERNELS, 3, n_ops=4)
+
+
 def test_an_undeclared_metric_fails_the_record_naming_it(tmp_path: Path, monkeypatch) -> None:
     import lab.experiments.recompiles as rec
     from lab.run import runner

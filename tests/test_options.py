@@ -16,6 +16,7 @@ from lab.contract.catalogue import BY_ID, CATALOGUE
 from lab.contract.names import Method
 from lab.contract.options import (NoOptions, OptionsError, as_dict, coerce, describe, fill, in_range, option,
                                   parse_set, resolve)
+from lab.run.context import options_class
 from lab.run.runner import resolve_all
 
 
@@ -97,7 +98,7 @@ def test_parse_set_shape() -> None:
 
 def test_every_experiment_declares_options_with_help_and_typed_defaults() -> None:
     for spec in CATALOGUE:
-        cls = spec.options_class()
+        cls = options_class(spec)
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, spec.id
         hints = get_type_hints(cls)
         for f in dataclasses.fields(cls):
@@ -178,7 +179,7 @@ def test_list_options_shows_type_default_profile_value_and_help(capsys) -> None:
     out = capsys.readouterr().out
     for spec in CATALOGUE:
         assert f"{spec.id}: {spec.title}" in out
-        for info in describe(spec.options_class()):
+        for info in describe(options_class(spec)):
             assert info.name in out and info.help in out
     line = next(x for x in out.splitlines() if x.split()[:1] == ["try_compile"])
     assert line.split()[:4] == ["try_compile", "bool", "false", "true"]  # declared default, then the smoke profile's
@@ -246,7 +247,7 @@ def test_the_manifest_never_records_none_for_a_default_that_comes_from_the_run(n
     resolved = resolve_all(list(CATALOGUE), profile)
     for spec in CATALOGUE:
         recorded = as_dict(resolved[spec.id])
-        for f in dataclasses.fields(spec.options_class()):
+        for f in dataclasses.fields(options_class(spec)):
             if "profile" in f.metadata or "by_device" in f.metadata or "same_as" in f.metadata:
                 assert recorded[f.name] is not None, f"{name}: {spec.id}.{f.name}"
     cgd = as_dict(resolved["cuda_graph_decode"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import math
 import subprocess
@@ -16,6 +17,7 @@ from lab.contract import profiles, schema_doc
 from lab.run import runner
 from lab.contract import results as R
 from report.compare import load_side
+from report_helpers import gpu_fixture, repeats
 from lab.run.manifest import REPO_ROOT
 from lab.contract.manifest_schema import check_manifest
 from lab.contract.options import NoOptions
@@ -225,8 +227,8 @@ def test_an_unrecordable_value_fails_its_experiment_not_the_run(tmp_path: Path, 
         ctx.note("kept", [1, "a"])
         ctx.note("seen", {1, 2})
 
-    real_import = runner.importlib.import_module
-    monkeypatch.setattr(runner.importlib, "import_module",
+    real_import = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module",
                         lambda name: SimpleNamespace(run=records_a_set, Options=NoOptions) if name == "lab.experiments.graph_breaks"
                         else real_import(name))
     res = runner.run(profiles.get("smoke"), tmp_path, only=["toolchain", "graph_breaks"])
@@ -239,14 +241,45 @@ def test_an_unrecordable_value_fails_its_experiment_not_the_run(tmp_path: Path, 
     assert loaded.run.state == "complete" and [r.status for r in loaded.experiments] == ["OK", "FAILED"]
 
 
+def without_exact_repeats(raw: dict) -> dict:
+    """`raw` (results.json's) less every metric equal in all to an earlier one of its record."""
+    out = copy.deepcopy(raw)
+    for rec in out["experiments"]:
+        rec["metrics"] = [m for i, m in enumerate(rec["metrics"]) if m not in rec["metrics"][:i]]
+    return out
+
+
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
-def test_every_committed_run_loads_losslessly(path: Path) -> None:
+def test_every_committed_run_loads_losslessly_and_records_no_metric_twice(path: Path) -> None:
+    """What loading drops is exact repeats alone (R.once: the CPU references hold compile_cost's first_call_s
+    twice, the sweep reference model_scaling's weights_MiB); the fixtures, made by the lab as it is, hold none."""
     raw = json.loads(path.read_text())
     loaded = R.load(path)
-    assert R.to_dict(loaded) == raw
+    assert R.to_dict(loaded) == without_exact_repeats(raw) and not repeats(R.to_dict(loaded)["experiments"])
+    if "fixtures" in path.parts:
+        assert not repeats(raw["experiments"])
     manifest = path.parent / R.MANIFEST_NAME
     check_manifest(json.loads(manifest.read_text()), manifest)
     assert load_side(manifest).manifest == json.loads(manifest.read_text())
+
+
+def test_the_gpu_fixtures_record_no_metric_twice() -> None:
+    import h200_fixture  # tests/fixtures, on the path with report_helpers
+
+    assert not repeats(gpu_fixture.build()["experiments"]) and not repeats(h200_fixture.build()["experiments"])
+
+
+def test_loading_drops_an_exact_repeat_and_refuses_one_that_differs(tmp_path: Path) -> None:
+    data = R.to_dict(_results())
+    metrics = data["experiments"][0]["metrics"]
+    metrics.append(copy.deepcopy(metrics[0]))
+    assert repeats(data["experiments"]) == [("x", "step_ms", '{"batch": 1, "method": "eager"}')]  # what tests count
+    assert R.from_dict(copy.deepcopy(data), "r.json").record("x").metrics == _results().record("x").metrics
+    metrics[1]["value"] = 1.5
+    with pytest.raises(R.ResultsError) as err:
+        R.from_dict(data, "r.json")
+    assert str(err.value) == ("r.json: field experiments[0].metrics[1]: metric 'step_ms' with params {'method': "
+                              "'eager', 'batch': 1} again, with another value (1.25, then 1.5): one of them is stale")
 
 
 def test_the_committed_runs_are_all_there() -> None:

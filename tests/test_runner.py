@@ -82,6 +82,22 @@ def test_interrupted_run_keeps_what_it_measured(tmp_path: Path, monkeypatch) -> 
     assert saved.record("recompiles").reason.code == "interrupted"
 
 
+def test_an_experiment_without_code_is_not_run_not_implemented_and_has_no_options() -> None:
+    """lab.run loads an experiment's code by the catalogue's module path; the catalogue imports none."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from lab.contract.options import NoOptions
+    from lab.contract.reasons import Code
+    from lab.run.context import experiment_module, options_class
+
+    spec = dataclasses.replace(catalogue.BY_ID["toolchain"], id="not_written_yet", needs=())
+    assert spec.module == "lab.experiments.not_written_yet" and experiment_module(spec) is None
+    assert options_class(spec) is NoOptions and experiment_module(catalogue.BY_ID["toolchain"]).run
+    rec = runner.run_experiment(spec, SMOKE, None, SimpleNamespace(experiments=[]), None)
+    assert rec.status == "NOT_RUN" and rec.reason.code == Code.NOT_IMPLEMENTED, rec.reason
+
+
 def test_missing_prerequisite_uses_toolchain_reason(tmp_path: Path) -> None:
     spec = catalogue.ExperimentSpec("graph_breaks", "t", "000", ("triton",))
     tc = runner.probe()

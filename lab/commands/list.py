@@ -43,10 +43,11 @@ def print_options(experiment: str | None, profile_name: str | None) -> None:
     from lab.contract.catalogue import resolve
     from lab.commands.run import default_profile
     from lab.contract.options import describe
+    from lab.run.context import options_class
 
     profile = profiles.get(profile_name or default_profile())
     for spec in resolve([experiment] if experiment else None):
-        infos = describe(spec.options_class())
+        infos = describe(options_class(spec))
         print(f"{spec.id}: {spec.title}")
         if not infos:
             print("    (no options)")

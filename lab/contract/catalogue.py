@@ -17,7 +17,6 @@ Needs are checked by the runner before an experiment starts (`Toolchain.reason_f
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from lab.contract import metrics as M
@@ -36,22 +35,8 @@ class ExperimentSpec:
 
     @property
     def module(self) -> str:
+        """Where its code lives, as data: lab.run loads it (lab.run.context.experiment_module), the contract never."""
         return f"lab.experiments.{self.id}"
-
-    def options_class(self) -> type:
-        """The experiment's declared `Options` (importing its module); NoOptions where it has no module yet."""
-        from lab.contract.options import NoOptions
-
-        try:
-            module = importlib.import_module(self.module)
-        except ModuleNotFoundError as exc:
-            if exc.name != self.module:
-                raise
-            return NoOptions
-        if not hasattr(module, "Options"):
-            raise TypeError(f"{self.module} declares no Options (a frozen dataclass, or `Options = NoOptions`)")
-        options: type = module.Options
-        return options
 
 
 _CORRECTNESS = (M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF)

@@ -15,7 +15,8 @@ changes; validation happens where data crosses a boundary:
 - `save` checks the whole file before writing it (a value that cannot be stored never reaches disk);
 - `quarantine` checks one record as the runner records it, removing what cannot be stored and
   saying which metric, sample, check or note it was (the runner then marks the experiment FAILED);
-- `load` / `from_dict` refuse a file off the schema with one line naming the file and the field.
+- `load` / `from_dict` refuse a file off the schema with one line naming the file and the field, and drop a metric's
+  exact repeat (`once`: at load, not by rewriting the references, so every older run anywhere reads alike).
 The manifest stays a plain dict in memory (the report and compare read it as one) and is checked
 against `lab.contract.manifest_schema.Manifest`. An unknown `schema` or `manifest_version` is refused.
 """
@@ -23,6 +24,7 @@ against `lab.contract.manifest_schema.Manifest`. An unknown `schema` or `manifes
 from __future__ import annotations
 
 import functools
+import json
 from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +42,7 @@ from lab.contract.schema import (CodeName, Count, Flag, JsonObject, MetricValue,
 
 __all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError", "Reason", "Spread", "Metric",
            "Samples", "Check", "Skipped", "LibraryLog", "Record", "Stop", "Start", "RunInfo", "Results", "ok_record", "to_dict",
-           "save", "from_dict", "load", "quarantine", "measured_record", "unstorable", "write_json_atomic"]
+           "save", "from_dict", "load", "once", "quarantine", "measured_record", "unstorable", "write_json_atomic"]
 
 SCHEMA: Literal[1] = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
@@ -90,6 +92,11 @@ class Metric:
     """what the value belongs to: method, batch, dtype, readback, ..."""
     spread: Spread | None = None
     """timings only: the spread of the raw samples behind the median"""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What makes it one figure: its name and params (a record holds each once, lab.run.context)."""
+        return self.name, json.dumps(self.params, sort_keys=True, default=str)
 
     @field_validator("value", mode="after")
     @classmethod
@@ -463,7 +470,20 @@ def from_dict(raw: Any, path: Path | str) -> Results:
             raise ResultsError(f"{path}: field experiments[{i}].id: experiment {record.id!r} again (first at "
                                f"experiments[{first[record.id]}]); a run holds one record per experiment")
         first[record.id] = i
+        record.metrics = once(record.metrics, f"{path}: field experiments[{i}]")
     return results
+
+
+def once(metrics: list[Metric], where: str) -> list[Metric]:
+    """`metrics` of a file written before `Context.metric` refused a repeat (the CPU references' `first_call_s`): an
+    exact repeat dropped, losing nothing; one with another value refused, as either may be stale (ResultsError)."""
+    kept: dict[tuple[str, str], Metric] = {}
+    for j, m in enumerate(metrics):
+        first = kept.setdefault(m.key, m)
+        if first is not m and first != m:
+            raise ResultsError(f"{where}.metrics[{j}]: metric {m.name!r} with params {m.params} again, with "
+                               f"another value ({first.value!r}, then {m.value!r}): one of them is stale")
+    return list(kept.values())
 
 
 def load(path: Path | str) -> Results:

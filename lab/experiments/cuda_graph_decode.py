@@ -39,7 +39,6 @@ from lab.contract.reasons import Code
 from lab.experiments.common import methods
 from lab.experiments.common.sweep import copy_bandwidth
 from lab.measure import profiler_guard
-from lab.measure.breakeven import break_even_calls
 from lab.step import methods as stepmethods
 from lab.run.context import Context
 
@@ -115,8 +114,10 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
     methods.time(ctx, ms, rounds, readbacks, readback_methods=tuple(ctx.options.readback_methods),
                  bandwidth_gbps=bandwidth, eager_speedup=True)
     phase["timing_s"] = round(time.perf_counter() - t0, 2)
-    if False in readbacks:
-        _record_break_even(ctx, ms.built, shape.batch, shape.dtype)
+    shared = {n: f"{m.compiled_by}'s compile (its setup_s reused that compilation)" for n, m in ms.built.items()
+              if m.compiled_by in ms.built and False in readbacks}  # its break_even_steps pays for that one too
+    if shared:
+        ctx.note(f"break_even_includes.b{shape.batch}.{shape.dtype}", shared)
     return ms, phase
 
 
@@ -160,27 +161,6 @@ def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ..
             ctx.skip(f"{name} bfloat16", Code.DISABLED_IN_PROFILE,
                      f"the {prof.name} profile runs it in fp32 only (add it to cuda_graph_decode.bf16_methods)")
     return tuple(ready), sweep, bf16
-
-
-def _record_break_even(ctx, built: dict[str, stepmethods.StepMethod], batch: int, dtype: str) -> None:
-    """Per method: the step time it saves over eager (no readback) and the steps its setup takes to pay (stored
-    once here, so every table and chart shows the same figure; null: it saves nothing, it never pays)."""
-    eager_ms = ctx.record.metric(M.STEP_MS.name, method=Method.EAGER, batch=batch, dtype=dtype, readback=False).value
-    shared = {}
-    for name, m in built.items():
-        if name == Method.EAGER:
-            continue
-        ms = ctx.record.metric(M.STEP_MS.name, method=name, batch=batch, dtype=dtype, readback=False).value
-        setup_s = ctx.record.metric(M.SETUP_S.name, method=name, batch=batch, dtype=dtype).value
-        if m.compiled_by is not None and m.compiled_by in built:  # it reused that method's compile: pay for it too
-            setup_s += ctx.record.metric(M.SETUP_S.name, method=m.compiled_by, batch=batch, dtype=dtype).value
-            shared[name] = m.compiled_by
-        ctx.metric(M.SAVING_MS_PER_STEP, round(eager_ms - ms, 5), method=name, batch=batch, dtype=dtype)
-        ctx.metric(M.BREAK_EVEN_STEPS, break_even_calls(max(setup_s, 0.0), eager_ms, ms), method=name, batch=batch,
-                   dtype=dtype)
-    if shared:
-        ctx.note(f"break_even_includes.b{batch}.{dtype}", {n: f"{by}'s compile (its setup_s reused that compilation)"
-                                                           for n, by in shared.items()})
 
 
 def run(ctx: Context) -> None:

@@ -3,7 +3,8 @@
 Used where the parent's state must not leak in (cold and warm compiles) and where the work can kill
 its process (a device-side assert leaves the CUDA context unusable). The child calls
 `module:function(**kwargs)` and writes its JSON-able return value to a file; the parent gets the
-value, or the exit status, the signal and the tail of stderr when the child died.
+value, or the exit status, the signal and the tail of stderr when the child died. Its target is of its caller's
+wing or one below, named by a literal or a module constant (tests/test_layers.py checks every call of the lab).
 
 A child never outlives the run that started it. It leads its own process group (with whatever it
 starts: Inductor's compile workers, the compiler), which the parent kills on a timeout, on Ctrl-C

@@ -1,16 +1,18 @@
 """What an experiment receives: `Context` (the profile, its resolved options, the device, a clock, a recorder).
 
 The recorder accepts only the metrics, checks and notes the experiment's catalogue entry declares
-(lab.contract.catalogue, lab.contract.metrics, lab.contract.notes), and refuses by name a value results.json
-cannot hold, where it is recorded. `ModelCache` builds the profile's GPT-2 once per run (`ctx.gpt2()`);
-`options_for` resolves an experiment's declared options as the runner (lab.run.runner) does before a run.
+(lab.contract.catalogue, lab.contract.metrics, lab.contract.notes), each metric once per params, and refuses by
+name a value results.json cannot hold, where it is recorded. `ModelCache` builds the profile's GPT-2 once per run
+(`ctx.gpt2()`); `experiment_module` loads an experiment's code, `options_for` resolves its declared options.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import statistics
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Iterable, Iterator, Sequence, TypeVar
 
 import torch
@@ -21,7 +23,7 @@ from lab.contract import metrics as M
 from lab.contract import notes
 from lab.contract.catalogue import ExperimentSpec
 from lab.contract.metrics import Kind, MetricSpec
-from lab.contract.options import fill
+from lab.contract.options import NoOptions, fill
 from lab.contract.options import resolve as resolve_options
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
@@ -67,10 +69,29 @@ class ModelCache:
         return self._cache[key]
 
 
+def experiment_module(spec: ExperimentSpec) -> ModuleType | None:
+    """The experiment's code (`spec.module`: `Options`, `run(ctx)`), or None where this lab has none yet: the one
+    upward load of the layers, at run time, by the catalogue's name (declared in tests/test_layers.py)."""
+    try:
+        return importlib.import_module(spec.module)
+    except ModuleNotFoundError as exc:
+        if exc.name != spec.module:
+            raise
+        return None
+
+
+def options_class(spec: ExperimentSpec) -> type:
+    """The experiment's declared `Options`; NoOptions where it has no module yet."""
+    module = experiment_module(spec)
+    if module is not None and not hasattr(module, "Options"):
+        raise TypeError(f"{spec.module} declares no Options (a frozen dataclass, or `Options = NoOptions`)")
+    return NoOptions if module is None else module.Options
+
+
 def options_for(spec: ExperimentSpec, profile: Profile, set_text: dict[str, str] | None = None) -> Any:
     """The experiment's declared Options with the profile's values, `--set` text and the defaults that come from
     the profile applied (OptionsError if bad): what the experiment receives and the manifest records."""
-    return resolve_options(spec.options_class(), spec.id, profile.options.get(spec.id), set_text, profile.name,
+    return resolve_options(options_class(spec), spec.id, profile.options.get(spec.id), set_text, profile.name,
                            profile=profile)
 
 
@@ -110,6 +131,16 @@ class Context:
         self._models = models
         self.device = torch.device(profile.device)
         self.clock = clock_for(self.device)
+        self._recorded = {m.key for m in record.metrics}
+
+    def _once(self, m: Metric) -> Metric:
+        """`m` appended to the record; ValueError where it holds that name and params: one figure, one value."""
+        if m.key in self._recorded:
+            raise ValueError(f"{self.spec.id} recorded metric {m.name!r} with params {m.params} a second time: "
+                             "a record holds each figure once (record it where it is computed)")
+        self._recorded.add(m.key)
+        self.record.metrics.append(m)
+        return m
 
     # ---- recording
     def _declared(self, spec: MetricSpec, value: Any) -> MetricSpec:
@@ -133,13 +164,11 @@ class Context:
         return value
 
     def metric(self, spec: MetricSpec, value: Any, /, **params: Any) -> Metric:
-        """Record one value of a declared metric (its unit comes from the declaration)."""
+        """Record one value of a declared metric (its unit comes from the declaration), once per params."""
         value = _plain(value)
         self._declared(spec, value)
         params = self._storable(f"metric {spec.name!r}'s params", params)
-        m = Metric(name=spec.name, value=value, unit=spec.unit, params=params)
-        self.record.metrics.append(m)
-        return m
+        return self._once(Metric(name=spec.name, value=value, unit=spec.unit, params=params))
 
     def timing(self, spec: MetricSpec, samples: Sequence[float] | Sequence[Sequence[float]], /,
                **params: Any) -> Spread:
@@ -155,7 +184,7 @@ class Context:
         sp = spread(flat, rounds)
         self._declared(spec, sp.median)
         params = self._storable(f"metric {spec.name!r}'s params", params)
-        self.record.metrics.append(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
+        self._once(Metric(name=spec.name, value=sp.median, unit=spec.unit, params=params, spread=sp))
         self.record.samples.append(Samples(name=spec.name, unit=spec.unit, params=params,
                                            values=[float(f"{x:.6g}") for x in flat]))
         return sp

@@ -22,7 +22,6 @@ runs is caught by lab.run.librarylogs and stored in its record (`library_logs`),
 
 from __future__ import annotations
 
-import importlib
 import time
 import traceback
 from pathlib import Path
@@ -35,7 +34,7 @@ from lab.run import budget as run_budget, rundir, runsay, runstate
 from lab import console as out
 from lab.contract import notes
 from lab.contract.catalogue import BY_ID, ExperimentSpec, resolve
-from lab.run.context import Context, ModelCache, options_for
+from lab.run.context import Context, ModelCache, experiment_module, options_for
 from lab.run.librarylogs import Capture
 from lab.locks import clean_abandoned_tempdirs
 from lab.run.manifest import collect, finish, now_iso
@@ -121,13 +120,10 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
             reason = prerequisite_reason(spec, profile, toolchain)
             if reason is not None:
                 raise NotRun(reason.code, reason.message, reason)
-            try:
-                module = importlib.import_module(spec.module)
-            except ModuleNotFoundError as exc:
-                if exc.name != spec.module:
-                    raise
+            module = experiment_module(spec)
+            if module is None:
                 raise NotRun(Code.NOT_IMPLEMENTED, f"this lab version ({__version__}) has no implementation of "
-                                                f"{spec.id} yet: update the lab") from None
+                                                f"{spec.id} yet: update the lab")
             ctx = Context(spec, profile, toolchain, record, results, models, options, out_dir)
             profiler_guard.experiment_started(spec.id)
             module.run(ctx)

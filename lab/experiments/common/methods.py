@@ -15,7 +15,7 @@ only the metrics its experiment's catalogue entry declares:
 3. `time`: rounds in rotating order over (method, readback), each turn between two samples of the host-speed
    index (lab.measure.hostspeed); per method the median step with its 95% interval (a bootstrap over rounds), the
    per-round medians and the index of each round, the speedup over eager with its interval (rounds paired), the
-   saving per step, MBU from the method's own step time, and what the host's speed did to it
+   saving per step and the steps its setup takes to pay back (`break_even_steps`), MBU from the method's own step time, and what the host's speed did to it
    (lab.experiments.common.hostspeed: its sensitivity, its step and speedup at the reference host speed).
 4. `profile`, last: kernels per step, their GPU time, the GPU-busy time and the gap (the median step
    minus the busy time), top kernels; for the hand-fused step also the kernel-by-kernel table of time, bytes
@@ -38,6 +38,7 @@ from lab.contract.names import Method
 from lab.contract.reasons import Code
 from lab.experiments.common import hostspeed
 from lab.measure import compiletrace, stepprofile
+from lab.measure.breakeven import break_even_calls
 from lab.measure.dynamo_tools import dynamo_counters
 from lab.measure.hostspeed import HostIndex
 from lab.measure.timing import rotating_rounds
@@ -76,6 +77,11 @@ class MethodSet:
 
     def step_ms(self, readback: bool = False) -> dict[str, float]:
         return {n: ms for (n, rb), ms in self.ms.items() if rb == readback}
+
+    def setup_s(self, name: str) -> float:
+        """What getting `name` ready cost, as stored (`setup_s`), with the compile it reused (`compiled_by`)."""
+        m, reused = self.built[name], self.built.get(self.built[name].compiled_by or "")
+        return max(0.0, round(m.setup_s, 4) + (round(reused.setup_s, 4) if reused is not None else 0.0))
 
 
 def record(ctx: Any, spec: M.MetricSpec, value: Any, shape: Shape, **params: Any) -> None:
@@ -274,10 +280,12 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         ctx.check(f"no compile during timed rounds ({shape.label()})", frames == 0, detail=f"{frames} frames compiled",
                   **shape.params)
     nbytes = ceilings.step_bytes(ms.weights, shape.batch, shape.max_len)
+    turns = {}  # for the host-speed index: per key, the params of its metrics and its rounds
     for key, per_round in samples.items():
         name, rb_text = key.split("|")
         rb = rb_text == "True"
         extra = {"readback": rb} if shape.readback_param else {}
+        turns[key] = ({**shape.params, "method": name, **extra}, per_round)
         ms.rounds[(name, rb)] = per_round
         sp = ctx.timing(M.STEP_MS, per_round, **shape.params, method=name, **extra)
         ms.ms[(name, rb)] = sp.median
@@ -293,13 +301,9 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         if M.SPEEDUP_VS_EAGER in ctx.spec.metrics:
             ctx.speedup(M.SPEEDUP_VS_EAGER, eager, per_round, **shape.params, method=name, **extra)
         if not rb and name != Method.EAGER:
-            record(ctx, M.SAVING_MS_PER_STEP, round(ms.ms[(Method.EAGER, rb)] - ms.ms[(name, rb)], 5), shape,
-                   method=name)
-    turns = {}
-    for key, per_round in samples.items():
-        name, rb_text = key.split("|")
-        extra = {"readback": rb_text == "True"} if shape.readback_param else {}
-        turns[key] = ({**shape.params, "method": name, **extra}, per_round)
+            eager_ms, step_ms = ms.ms[(Method.EAGER, rb)], ms.ms[(name, rb)]
+            record(ctx, M.SAVING_MS_PER_STEP, round(eager_ms - step_ms, 5), shape, method=name)
+            record(ctx, M.BREAK_EVEN_STEPS, break_even_calls(ms.setup_s(name), eager_ms, step_ms), shape, method=name)
     speedups = [(f"{Method.EAGER}|{rb}", f"{n}|{rb}") for (n, rb) in pairs if n != Method.EAGER]
     hostspeed.record(ctx, shape.params, _note_shape(shape), turns, index, speedups)
 
