@@ -18,17 +18,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lab.contract import query as q  # noqa: E402
 from lab.contract import metrics as M  # noqa: E402
-from lab.contract.names import method_rank  # noqa: E402
+from lab.contract.names import Experiment, method_rank  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
 from report.costs import first_call_behind  # noqa: E402
 from report.steps import floor_ms  # noqa: E402
 from report.style import FLOOR_LINE, display, style  # noqa: E402
-from report.sections import record  # noqa: E402
-from report.tables import first, fmt, is_number, matching, sort_key  # noqa: E402
+from report.tables import fmt, is_number, sort_key  # noqa: E402
 
-DECODE, CEILINGS, COMPILE_COST, FUSION, AMDAHL = "cuda_graph_decode", "ceilings", "compile_cost", "fusion", "amdahl"
 
 STYLE = {
     "svg.fonttype": "none",  # text stays text: small files, selectable labels
@@ -119,8 +118,8 @@ def step_time(results: Results) -> list[Chart]:
     """Step time per dtype, each batch its own panel (methods never coincide into one blob): a horizontal bar per
     method in its declared colour on a linear axis from 0, that method's largest bound as a black tick, and the
     dtype's weight-read floor (bytes / bandwidth) as a dotted line."""
-    cgd, ceil = record(results, DECODE), record(results, CEILINGS)
-    steps = [m for m in matching(cgd.metrics if cgd else [], M.STEP_MS, readback=False)
+    cgd, ceil = q.experiment(results, Experiment.CUDA_GRAPH_DECODE), q.experiment(results, Experiment.CEILINGS)
+    steps = [m for m in q.all(cgd, M.STEP_MS, readback=False)
              if "method" in m.params and "batch" in m.params and is_number(m.value)]
     charts = []
     for dtype in sorted({str(m.params.get("dtype")) for m in steps}, key=lambda d: (d != "float32", d)):
@@ -143,7 +142,7 @@ def step_time(results: Results) -> list[Chart]:
                     ax.annotate(fmt(m.value, "ms"), (m.value, y), xytext=(3, 0), textcoords="offset points",
                                 va="center", fontsize=7)
                     data["series"].setdefault(str(method), []).append((b, m.value))
-                    bound = first(ceil, M.BOUND_MS, method=method, batch=b, dtype=dtype)
+                    bound = q.maybe(ceil, M.BOUND_MS, method=method, batch=b, dtype=dtype)
                     if bound is not None and is_number(bound.value):
                         ax.plot([bound.value], [y], marker="|", markersize=12, markeredgewidth=2, color="black",
                                 linestyle="none", path_effects=[withStroke(linewidth=4, foreground="white")])
@@ -176,14 +175,13 @@ def step_time(results: Results) -> list[Chart]:
 def compile_cost(results: Results) -> list[Chart]:
     """Per target: time saved by compiling after N calls, per cache phase, from the stored saving per call and
     break-even: the line crosses zero at the stored break-even (never, where the compile never pays)."""
-    rec = record(results, COMPILE_COST)
+    rec = q.experiment(results, Experiment.COMPILE_COST)
     charts = []
-    for target in sorted({str(m.params.get("target")) for m in matching(rec.metrics if rec else [],
-                                                                         M.BREAK_EVEN_CALLS)}):
+    for target in sorted({str(m.params.get("target")) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         phases = []
         for phase in ("cold", "warm"):
-            be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
-            saving = first(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
+            be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
+            saving = q.maybe(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
             fc = first_call_behind(rec, phase, target)
             if be is not None and saving is not None and is_number(saving.value):
                 phases.append((phase, be, saving, fc))
@@ -239,8 +237,8 @@ def compile_cost(results: Results) -> list[Chart]:
 def setup_cost(results: Results) -> list[Chart]:
     """Setup (compile and/or capture) seconds per method, one dot per batch and dtype, on a log axis (dots, not
     bars: a bar's length on a log axis means nothing)."""
-    rec = record(results, DECODE)
-    ms = [m for m in matching(rec.metrics if rec else [], M.SETUP_S) if is_number(m.value) and m.value > 0]
+    rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
+    ms = [m for m in q.all(rec, M.SETUP_S) if is_number(m.value) and m.value > 0]
     if not ms:
         return []
 
@@ -273,8 +271,8 @@ def setup_cost(results: Results) -> list[Chart]:
 
 def fusion(results: Results) -> list[Chart]:
     """Fusion speedup against chain length, in and out of cache, with the N× ceiling."""
-    rec = record(results, FUSION)
-    sp = [m for m in matching(rec.metrics if rec else [], M.SPEEDUP) if is_number(m.value) and "n_ops" in m.params]
+    rec = q.experiment(results, Experiment.FUSION)
+    sp = [m for m in q.all(rec, M.SPEEDUP) if is_number(m.value) and "n_ops" in m.params]
     if not sp:
         return []
 
@@ -285,7 +283,7 @@ def fusion(results: Results) -> list[Chart]:
                          key=lambda p: sort_key(p[0]))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"measured, {residency}")
             data.setdefault("series", {})[residency] = pts
-        ceil = sorted(((m.params["n_ops"], m.value) for m in matching(rec.metrics, M.CEILING_X)
+        ceil = sorted(((m.params["n_ops"], m.value) for m in q.all(rec, M.CEILING_X)
                        if "n_ops" in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")
@@ -303,12 +301,12 @@ def fusion(results: Results) -> list[Chart]:
 
 def recompiles(results: Results) -> list[Chart]:
     """Compiles per dynamic setting, with the recompile limit drawn in."""
-    rc, dr = record(results, "recompiles"), record(results, "decode_recompiles")
-    a = [m for m in matching(rc.metrics if rc else [], M.COMPILES) if is_number(m.value)]
-    b = [m for m in matching(dr.metrics if dr else [], M.COMPILES) if is_number(m.value)]
+    rc, dr = q.experiment(results, Experiment.RECOMPILES), q.experiment(results, Experiment.DECODE_RECOMPILES)
+    a = [m for m in q.all(rc, M.COMPILES) if is_number(m.value)]
+    b = [m for m in q.all(dr, M.COMPILES) if is_number(m.value)]
     if not a and not b:
         return []
-    limit = first(rc, M.RECOMPILE_LIMIT)
+    limit = q.maybe(rc, M.RECOMPILE_LIMIT)
 
     def draw(data: dict[str, Any]) -> Any:
         panels = [(p, t) for p, t in ((a, "recompiles: 12 batch sizes"), (b, "decode_recompiles: 20 calls")) if p]
@@ -335,10 +333,9 @@ def recompiles(results: Results) -> list[Chart]:
 
 def amdahl(results: Results) -> list[Chart]:
     """Per workload: Amdahl's prediction, the launch-aware one and the measured speedup, as bars."""
-    rec = record(results, AMDAHL)
+    rec = q.experiment(results, Experiment.AMDAHL)
     specs = (M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP)
-    workloads = sorted({str(m.params.get("workload")) for m in matching(rec.metrics if rec else [],
-                                                                        M.PREDICTED_SPEEDUP)})
+    workloads = sorted({str(m.params.get("workload")) for m in q.all(rec, M.PREDICTED_SPEEDUP)})
     if not workloads:
         return []
 
@@ -349,7 +346,7 @@ def amdahl(results: Results) -> list[Chart]:
         for j, (spec, label, color) in enumerate(zip(specs, labels, ("#9bbb59", "#4f81bd", "#c0504d"))):
             vals = []
             for w in workloads:
-                m = first(rec, spec, workload=w)
+                m = q.maybe(rec, spec, workload=w)
                 vals.append(m.value if m is not None and is_number(m.value) else 0.0)
             ax.bar([i + j * width for i in range(len(workloads))], vals, width, label=label, color=color)
             data.setdefault("series", {})[label] = list(zip(workloads, vals))
@@ -369,4 +366,4 @@ def amdahl(results: Results) -> list[Chart]:
 def all_charts(results: Results) -> dict[str, list[Chart]]:
     """Charts per section id of the run page."""
     return {"steps": step_time(results), "costs": setup_cost(results) + compile_cost(results),
-            "dynamo": recompiles(results), "fusion": fusion(results), "amdahl": amdahl(results)}
+            "dynamo": recompiles(results), Experiment.FUSION: fusion(results), Experiment.AMDAHL: amdahl(results)}

@@ -18,20 +18,21 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from lab.contract import query as q
 from lab.contract import hostspeed
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
 from lab.contract.intervals import Interval, of
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method
 from lab.contract.results import Metric, Record, Results
 
 from report.sections import Section
-from report.tables import Cell, Table, first, fmt, params_text, timing_cell
+from report.tables import Cell, Table, fmt, params_text, timing_cell
 
-INSTRUMENT = ("sentinel", "sentinel_end")
+INSTRUMENT = (Experiment.SENTINEL, Experiment.SENTINEL_END)
 # where the B=1 fp32 sensitivities are read, in this order (inductor: the CPU profile's decode step, fp32)
-SOURCES = ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor")
+SOURCES = (Experiment.CUDA_GRAPH_DECODE, Experiment.MODEL_SCALING, Experiment.PEER_GENERATE, Experiment.INDUCTOR)
 NO_INDEX = "this run has no host-speed index (its lab version did not measure the host's speed)"
 
 
@@ -162,7 +163,7 @@ def host_table(rec: Record) -> Table:
         p = m.params
         shape = {k: v for k, v in p.items() if k != "method"}
         speedup = M.SPEEDUP_VS_EAGER if _within(rec, M.SPEEDUP_VS_EAGER.name, p) is not None else M.SPEEDUP
-        step = first(rec, M.STEP_MS, **p)
+        step = q.maybe(rec, M.STEP_MS, **p)
         table.rows.append([Cell(params_text(shape)), Cell(str(p.get("method", "—"))), _index_cell(m),
                            _with_interval(rec, M.HOST_SENSITIVITY, p),
                            timing_cell(step) if step is not None else Cell("—"),

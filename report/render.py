@@ -47,7 +47,6 @@ from report.hosts import machine
 from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
 
-STATUSES = front_page.STATUSES
 WHY_SHOWN = 10  # the differing fields a why-it-moved table shows before "N more"
 
 # The run page's sections, in order: each a function from a run's results to a Section (None: nothing to show).

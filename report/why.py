@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from lab.contract import metrics as M
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method
 from lab.contract.results import Results
 
 __all__ = ["ABSENT", "CLASSES", "EXPLAIN", "FIRST", "MEASURED", "ExplainRow", "FigureClass", "explain", "figure_class", "flatten"]
@@ -157,7 +157,7 @@ def _index_text(results: Results) -> Any:
 def _launch(results: Results) -> Any:
     """The cost of one eager launch as ceilings measured it in the run (ABSENT: not measured)."""
     for rec in results.experiments:
-        if rec.id == "ceilings":
+        if rec.id == Experiment.CEILINGS:
             for m in rec.metrics:
                 if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("mode") == Method.EAGER:
                     return m.value
