@@ -20,13 +20,30 @@ from report.tables import Cell, Table, fmt, num, pivot, sort_key, timing_cell
 NOT_STORED = "not stored"
 
 
-def break_even_cell(m: Metric | None) -> Cell:
-    """A stored break-even: a count, 'never' (stored null: the method saves nothing), or not stored."""
+# Inductor's compile captured by hand: each may reuse compile-default's compilation of the same step
+REUSES_COMPILE = (Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO, Method.COMPILE_GRAPH_PDL, Method.COMPILE_GRAPH_COORDESC)
+
+
+def stale_break_even(rec: Record | None, method: str, batch: Any, dtype: Any) -> str:
+    """Why the stored break-even of `method` is known wrong, or "": a method that reused compile-default's
+    compilation (its setup below that compile's) in a run whose lab did not yet add the reused compile to it (no
+    `break_even_includes` note) counted only its capture."""
+    own, compiled = (q.maybe(rec, M.SETUP_S, method=m, batch=batch, dtype=dtype) for m in (method, Method.COMPILE_DEFAULT))
+    if (rec is None or method not in REUSES_COMPILE or own is None or compiled is None or not own.value < compiled.value
+            or method in (rec.notes.get(f"break_even_includes.b{batch}.{dtype}") or {})):
+        return ""
+    return (f"stale: counts only the capture ({fmt(own.value, units.S)}), not the {fmt(compiled.value, units.S)} "
+            "compile it reused (this run's lab did not add it)")
+
+
+def break_even_cell(m: Metric | None, stale: str = "") -> Cell:
+    """A stored break-even: a count, 'never' (stored null: the method saves nothing), or not stored; a stale one
+    (`stale_break_even`) says so."""
     if m is None:
         return Cell(NOT_STORED, cls="muted", title="this run's lab version did not store this figure")
     if m.value is None:
         return Cell("never (no saving)", cls="bad")
-    return num(m.value, m.unit)
+    return Cell(f"{fmt(m.value)} (stale)", cls="num stale", title=stale) if stale else num(m.value, m.unit)
 
 
 def method_costs(rec: Record | None) -> Table:
@@ -46,7 +63,8 @@ def method_costs(rec: Record | None) -> Table:
                            num(m.value, m.unit), timing_cell(step) if step else Cell("—"),
                            timing_cell(eager) if eager else Cell("—"),
                            num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
-                           break_even_cell(be)])
+                           break_even_cell(be, stale_break_even(rec, str(p.get("method")), p.get("batch"),
+                                                                p.get("dtype")))])
     return table
 
 
@@ -125,8 +143,9 @@ def costs(results: Results) -> Section:
         p = {"method": c.best.method, "batch": c.batch, "dtype": c.dtype}
         setup, be = q.maybe(cgd, M.SETUP_S, **p), q.maybe(cgd, M.BREAK_EVEN_STEPS, **p)
         if setup is not None:
+            stale = stale_break_even(cgd, c.best.method, c.batch, c.dtype)
             pay = "break-even not stored" if be is None else ("never pays" if be.value is None else
-                                                              f"pays after {fmt(be.value)} steps")
+                                                              f"pays after {fmt(be.value)} steps" + (f" ({stale})" if stale else ""))
             lines.append(f"{c.best.method} at B={fmt(c.batch)}, {c.dtype}: setup {fmt(setup.value, units.S)}, {pay}.")
     lines += compile_answer(cc)
     lines.append("Setup is paid once; break-even is setup ÷ (eager step − method step), stored by the experiment "

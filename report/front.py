@@ -13,13 +13,13 @@ from lab.contract.names import Experiment, Method, Status
 from lab.contract.results import Metric, Results
 
 from report import hoststate
-from report.costs import first_call_behind
+from report.costs import first_call_behind, stale_break_even
 from report.discover import Run
 from report.provenance import tree_state
 from report.runstatus import Status as RunStatus, status
 from report.sections import failed_checks
 from report.sentinels import flags as sentinel_flags
-from report.steps import Case, cases, ceiling, is_eager, own_mbu, pct, step_rows
+from report.steps import Case, StepRow, cases, ceiling, is_eager, own_mbu, pct, step_rows
 from report.sweeps import headline as peer_headline
 from report.tables import Cell, Table, fmt, num, sort_key
 
@@ -63,6 +63,15 @@ class Line:
     binding: Metric | None
     setup: Metric | None
     break_even: Metric | None
+    capture: list[StepRow] = field(default_factory=list)  # graph replay, compile + graph: what capture buys here
+    stale: str = ""  # why the stored break-even is known wrong (report.costs.stale_break_even)
+
+    @property
+    def gains(self) -> list[tuple[str, str]]:
+        """(method, 'its stored speedup over eager [95% interval]') for graph replay and compile + graph, as measured
+        at this batch and dtype (no interval stored, tokens not equal to eager's: said)."""
+        return [(r.label, (r.speedup_text or "—") + (" (no interval stored)" if r.speedup and r.ci is None else "")
+                 + (", tokens differ" if r.correct is False else "")) for r in self.capture]
 
     @property
     def key(self) -> str:
@@ -115,15 +124,22 @@ class FrontRow:
         return text[:16].replace("T", " ") + (" UTC" if text.endswith(("+00:00", "Z")) else "") if text else "—"
 
 
+CAPTURE = (Method.GRAPH, Method.COMPILE_GRAPH)  # the lab's question: what does capturing the step buy over eager?
+
+
 def lines(results: Results) -> list[Line]:
     out = []
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
-    for c in cases(step_rows(results)):
+    rows = step_rows(results)
+    for c in cases(rows):
         best = c.best
         p = {"method": best.method, "batch": c.batch, "dtype": c.dtype}
         setup = q.maybe(cgd, M.SETUP_S, **p) if best.source == Experiment.CUDA_GRAPH_DECODE and not is_eager(best.method) else None
         be = q.maybe(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
-        out.append(Line(c, best.speedup, own_mbu(results, best), ceiling(results, M.BINDING, best), setup, be))
+        capture = [r for m in CAPTURE for r in rows if (r.source, r.batch, r.dtype, r.method) ==
+                   (best.source, c.batch, c.dtype, m)]
+        out.append(Line(c, best.speedup, own_mbu(results, best), ceiling(results, M.BINDING, best), setup, be,
+                        capture, stale_break_even(cgd, best.method, c.batch, c.dtype) if be is not None else ""))
     return out
 
 
