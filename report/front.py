@@ -15,6 +15,7 @@ from lab.contract.results import Metric, Results
 from report import hoststate
 from report.costs import first_call_behind, stale_break_even
 from report.discover import Run
+from report.hosts import machine
 from report.provenance import tree_state
 from report.runstatus import Status as RunStatus, status
 from report.sections import failed_checks
@@ -27,26 +28,19 @@ DECODE_CORE = "decode_core"  # compile_cost's target: the split decode step's co
 
 
 def host_name(results: Results) -> str:
-    host = results.manifest.get("host") or {}
-    return str(host.get("real_hostname") or host.get("hostname") or "?")
+    return machine(results).hostname
 
 
 def device_name(results: Results) -> str:
-    m = results.manifest
-    gpus = ((m.get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or []
-    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
-        return str(gpus[0]["name"])
-    return f"CPU: {(m.get('cpu') or {}).get('model') or '?'}"
+    m = machine(results)
+    return m.gpu if m.gpu != "?" else f"CPU: {m.cpu}"
 
 
 def device_text(results: Results) -> str:
     """The device with its driver (GPU) or its usable cores (CPU)."""
-    m = results.manifest
-    gpus = ((m.get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or []
-    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
-        return f"{gpus[0]['name']} (driver {gpus[0].get('driver_version', '?')})"
-    cpu = m.get("cpu") or {}
-    return f"CPU: {cpu.get('model') or '?'} ({cpu.get('usable_cores') or '?'} cores)"
+    m = machine(results)
+    cores = (results.manifest.get("cpu") or {}).get("usable_cores") or "?"
+    return f"{m.gpu} (driver {m.driver})" if m.gpu != "?" else f"CPU: {m.cpu} ({cores} cores)"
 
 
 def counts(results: Results) -> dict[str, int]:

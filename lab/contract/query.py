@@ -20,28 +20,18 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from lab.contract.names import Experiment, Param, Status
 
-# The shapes asked about, as protocols: lab.contract.results' Record and Metric (which ask through this module,
-# so it cannot import them back).
+M = TypeVar("M", bound="_Metric")
+M_co = TypeVar("M_co", bound="_Metric", covariant=True)
+R = TypeVar("R", bound="_Record[Any]")
+R_co = TypeVar("R_co", bound="_Record[Any]", covariant=True)
+Case = tuple[Any, Any, Any]  # (method, batch, dtype)
 
 
-class _Metric(Protocol):
+class _Metric(Protocol):  # the shapes asked about: results' Metric, Record and Results (which ask through here)
     @property
     def name(self) -> str: ...
     @property
     def params(self) -> Mapping[str, Any]: ...
-
-
-class _Check(Protocol):
-    @property
-    def params(self) -> Mapping[str, Any]: ...
-    @property
-    def fatal(self) -> bool: ...
-    @property
-    def passed(self) -> bool: ...
-
-
-M = TypeVar("M", bound=_Metric)
-M_co = TypeVar("M_co", bound=_Metric, covariant=True)
 
 
 class _Record(Protocol[M_co]):
@@ -52,21 +42,12 @@ class _Record(Protocol[M_co]):
     @property
     def metrics(self) -> Sequence[M_co]: ...
     @property
-    def checks(self) -> Sequence[_Check]: ...
-
-
-R = TypeVar("R", bound=_Record[Any])
-R_co = TypeVar("R_co", bound=_Record[Any], covariant=True)
+    def checks(self) -> Sequence[Any]: ...
 
 
 class _Run(Protocol[R_co]):
     @property
     def experiments(self) -> Sequence[R_co]: ...
-
-
-__all__ = ["QueryError", "all", "maybe", "one", "experiment", "ok", "measured", "Case"]
-
-Case = tuple[Any, Any, Any]  # (method, batch, dtype)
 
 
 class QueryError(KeyError):
