@@ -61,11 +61,12 @@ class Line:
     stale: str = ""  # why the stored break-even is known wrong (report.costs.stale_break_even)
 
     @property
-    def gains(self) -> list[tuple[str, str]]:
-        """(method, 'its stored speedup over eager [95% interval]') for graph replay and compile + graph, as measured
-        at this batch and dtype (no interval stored, tokens not equal to eager's: said)."""
-        return [(r.label, (r.speedup_text or "—") + (" (no interval stored)" if r.speedup and r.ci is None else "")
-                 + (", tokens differ" if r.correct is False else "")) for r in self.capture]
+    def gains(self) -> list[tuple[str, str, str]]:
+        """(method, 'its stored speedup over eager [95% interval]', what to know) for graph replay and compile + graph
+        as measured at this batch and dtype (no interval stored, tokens not equal to eager's: said)."""
+        return [(r.label, r.speedup_text or "—", ", ".join(n for n, said in (("no interval stored", r.speedup and r.ci is None),
+                                                                              ("tokens differ", r.correct is False)) if said))
+                for r in self.capture]
 
     @property
     def key(self) -> str:

@@ -85,7 +85,7 @@ def test_a_sweep_runs_row_shows_its_decode_step(index: str) -> None:
 
 def test_the_line_leads_with_what_graph_capture_buys_with_its_interval() -> None:
     line = front.lines(results(*_gpu_records()))[0]
-    assert line.gains == [("graph", "5.57× [5.5, 5.6]")]  # compile+graph not timed here: not invented
+    assert line.gains == [("graph", "5.57× [5.5, 5.6]", "")]  # compile+graph not timed here: not invented
 
 
 def _stale_records(notes: dict | None = None) -> list[dict]:

@@ -102,7 +102,7 @@ def test_front_row_answers_with_stored_figures(index_html: str) -> None:
     # fastest correct
     bf = {"batch": 1, "dtype": "bfloat16", "readback": False}
     assert "compile+graph " + fmt(gpu("cuda_graph_decode", "speedup_vs_eager", method="compile+graph", **bf)["value"]) \
-        + "× (no interval stored), tokens differ" in cases["B=1 bfloat16"]
+        + "× (no interval stored, tokens differ)" in cases["B=1 bfloat16"]
     assert (f"eager {fmt(gpu('cuda_graph_decode', 'step_ms', method='eager', **bf)['value'], 'ms')} → graph "
             f"{fmt(gpu('cuda_graph_decode', 'step_ms', method='graph', **bf)['value'], 'ms')}") in cases["B=1 bfloat16"]
     setups = {t.split()[0] + " " + t.split()[1]: t for t in texts(html, "setup")}
