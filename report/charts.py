@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from lab.contract import query as q  # noqa: E402
 from lab.contract import metrics as M  # noqa: E402
-from lab.contract.names import Experiment, method_rank  # noqa: E402
+from lab.contract.names import Experiment, method_rank, Param as P  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
 from report.costs import first_call_behind  # noqa: E402
@@ -122,22 +122,22 @@ def step_time(results: Results) -> list[Chart]:
     steps = [m for m in q.all(cgd, M.STEP_MS, readback=False)
              if "method" in m.params and "batch" in m.params and is_number(m.value)]
     charts = []
-    for dtype in sorted({str(m.params.get("dtype")) for m in steps}, key=lambda d: (d != "float32", d)):
-        here = [m for m in steps if str(m.params.get("dtype")) == dtype]
-        batches = sorted({m.params["batch"] for m in here}, key=sort_key)
+    for dtype in sorted({str(m.params.get(P.DTYPE)) for m in steps}, key=lambda d: (d != "float32", d)):
+        here = [m for m in steps if str(m.params.get(P.DTYPE)) == dtype]
+        batches = sorted({m.params[P.BATCH] for m in here}, key=sort_key)
 
         def draw(data: dict[str, Any], here: list[Any] = here, dtype: str = dtype, batches: list[Any] = batches) -> Any:
             from matplotlib.lines import Line2D
             from matplotlib.patheffects import withStroke
 
-            rows = {b: sorted((m for m in here if m.params["batch"] == b), key=lambda m: method_rank(m.params["method"]),
+            rows = {b: sorted((m for m in here if m.params[P.BATCH] == b), key=lambda m: method_rank(m.params[P.METHOD]),
                               reverse=True) for b in batches}
             fig, axes = _grid(len(batches), [len(rows[b]) for b in batches])
             data.update(series={}, floor={}, bounds={}, dtype=dtype)
             for ax, b in zip(axes, batches):
                 ys = range(len(rows[b]))
                 for y, m in zip(ys, rows[b]):
-                    method = m.params["method"]
+                    method = m.params[P.METHOD]
                     ax.barh(y, m.value, color=style(method).color, height=0.7)
                     ax.annotate(fmt(m.value, "ms"), (m.value, y), xytext=(3, 0), textcoords="offset points",
                                 va="center", fontsize=7)
@@ -151,7 +151,7 @@ def step_time(results: Results) -> list[Chart]:
                 if floor is not None:
                     ax.axvline(floor, color=FLOOR_LINE, linestyle=":", linewidth=1.6)
                     data["floor"][b] = floor
-                ax.set_yticks(list(ys), [display(m.params["method"]) for m in rows[b]], fontsize=7.5)
+                ax.set_yticks(list(ys), [display(m.params[P.METHOD]) for m in rows[b]], fontsize=7.5)
                 ax.set_xlim(0, max(m.value for m in rows[b]) * 1.22)
                 ax.set_xlabel("median ms per decode step")
                 ax.set_title(f"batch {fmt(b)}, {dtype}", fontsize=9)
@@ -177,7 +177,7 @@ def compile_cost(results: Results) -> list[Chart]:
     break-even: the line crosses zero at the stored break-even (never, where the compile never pays)."""
     rec = q.experiment(results, Experiment.COMPILE_COST)
     charts = []
-    for target in sorted({str(m.params.get("target")) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
+    for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         phases = []
         for phase in ("cold", "warm"):
             be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
@@ -243,18 +243,18 @@ def setup_cost(results: Results) -> list[Chart]:
         return []
 
     def draw(data: dict[str, Any]) -> Any:
-        methods = sorted({m.params.get("method") for m in ms}, key=method_rank, reverse=True)
+        methods = sorted({m.params.get(P.METHOD) for m in ms}, key=method_rank, reverse=True)
         fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(methods) + 1.2))
         for y, meth in enumerate(methods):
-            pts = sorted((m for m in ms if m.params.get("method") == meth),
-                         key=lambda m: (str(m.params.get("dtype")) != "float32", sort_key(m.params.get("batch"))))
+            pts = sorted((m for m in ms if m.params.get(P.METHOD) == meth),
+                         key=lambda m: (str(m.params.get(P.DTYPE)) != "float32", sort_key(m.params.get(P.BATCH))))
             st = style(meth)
             ax.plot([m.value for m in pts], [y] * len(pts), color=st.color, marker=st.marker, linestyle="none",
                     markersize=6, alpha=0.85)
             for m in pts:
-                label = f"B={m.params.get('batch')}" + ("" if m.params.get("dtype") in (None, "float32") else " bf16")
+                label = f"B={m.params.get('batch')}" + ("" if m.params.get(P.DTYPE) in (None, "float32") else " bf16")
                 ax.annotate(label, (m.value, y), xytext=(0, 5), textcoords="offset points", fontsize=6, ha="center")
-            data.setdefault("series", {})[str(meth)] = [(m.params.get("batch"), m.params.get("dtype"), m.value)
+            data.setdefault("series", {})[str(meth)] = [(m.params.get(P.BATCH), m.params.get(P.DTYPE), m.value)
                                                         for m in pts]
         ax.set_yticks(range(len(methods)), [display(m) for m in methods], fontsize=7.5)
         ax.set_ylim(-0.6, len(methods) - 0.3)
@@ -279,15 +279,15 @@ def fusion(results: Results) -> list[Chart]:
     def draw(data: dict[str, Any]) -> Any:
         fig, ax = plt.subplots(figsize=(6.5, 3.6))
         for residency in sorted({str(m.params.get("residency")) for m in sp}):
-            pts = sorted(((m.params["n_ops"], m.value) for m in sp if str(m.params.get("residency")) == residency),
+            pts = sorted(((m.params[P.N_OPS], m.value) for m in sp if str(m.params.get("residency")) == residency),
                          key=lambda p: sort_key(p[0]))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"measured, {residency}")
             data.setdefault("series", {})[residency] = pts
-        ceil = sorted(((m.params["n_ops"], m.value) for m in q.all(rec, M.CEILING_X)
+        ceil = sorted(((m.params[P.N_OPS], m.value) for m in q.all(rec, M.CEILING_X)
                        if "n_ops" in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")
-        _log_axis(ax, "x", 2, sorted({m.params["n_ops"] for m in sp}, key=sort_key))
+        _log_axis(ax, "x", 2, sorted({m.params[P.N_OPS] for m in sp}, key=sort_key))
         ax.set_xlabel("elementwise ops in the chain (count)")
         ax.set_ylabel("compiled speedup over eager (×)")
         ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -335,7 +335,7 @@ def amdahl(results: Results) -> list[Chart]:
     """Per workload: Amdahl's prediction, the launch-aware one and the measured speedup, as bars."""
     rec = q.experiment(results, Experiment.AMDAHL)
     specs = (M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP)
-    workloads = sorted({str(m.params.get("workload")) for m in q.all(rec, M.PREDICTED_SPEEDUP)})
+    workloads = sorted({str(m.params.get(P.WORKLOAD)) for m in q.all(rec, M.PREDICTED_SPEEDUP)})
     if not workloads:
         return []
 

@@ -30,7 +30,7 @@ from lab.contract import metrics as M
 from lab.contract.manifest_schema import check_manifest
 from lab.contract.reasons import Code
 from lab.contract.marks import FACTOR, MARKS, Mark, Value, judge
-from lab.contract.names import Status
+from lab.contract.names import Param as P, Status
 from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Metric, Record, Results, ResultsError, from_dict
 from lab.contract.schema import read_json
 from report.why import ABSENT, CLASSES, ExplainRow, FigureClass, explain, figure_class, flatten
@@ -236,7 +236,7 @@ def _reason(rec: Record | None) -> str:
 
 
 def _step_key(params: dict[str, Any]) -> tuple[str, str, str]:
-    return str(params.get("method")), str(params.get("batch")), str(params.get("dtype"))
+    return str(params.get(P.METHOD)), str(params.get(P.BATCH)), str(params.get(P.DTYPE))
 
 
 def bindings(*results: Results | None) -> dict[tuple[str, str, str], str]:

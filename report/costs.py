@@ -10,7 +10,7 @@ from typing import Any
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, Method, method_rank
+from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
 from report.sections import Section, why_absent
@@ -53,18 +53,18 @@ def method_costs(rec: Record | None) -> Table:
                           "saving per step", "break-even steps"], id="method-costs",
                   caption="First-call cost of each method and the steps it takes to pay (cuda_graph_decode)")
     setups = q.all(rec, M.SETUP_S)
-    for m in sorted(setups, key=lambda m: (str(m.params.get("dtype")) != "float32", str(m.params.get("dtype")),
-                                           method_rank(m.params.get("method")), sort_key(m.params.get("batch")))):
+    for m in sorted(setups, key=lambda m: (str(m.params.get(P.DTYPE)) != "float32", str(m.params.get(P.DTYPE)),
+                                           method_rank(m.params.get(P.METHOD)), sort_key(m.params.get(P.BATCH)))):
         p = {k: m.params[k] for k in ("method", "batch", "dtype") if k in m.params}
         step = q.maybe(rec, M.STEP_MS, readback=False, **p)
         eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {"method": Method.EAGER}))
         saving, be = q.maybe(rec, M.SAVING_MS_PER_STEP, **p), q.maybe(rec, M.BREAK_EVEN_STEPS, **p)
-        table.rows.append([Cell(str(p.get("method"))), Cell(fmt(p.get("batch")), cls="num"), Cell(fmt(p.get("dtype"))),
+        table.rows.append([Cell(str(p.get(P.METHOD))), Cell(fmt(p.get(P.BATCH)), cls="num"), Cell(fmt(p.get(P.DTYPE))),
                            num(m.value, m.unit), timing_cell(step) if step else Cell("—"),
                            timing_cell(eager) if eager else Cell("—"),
                            num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
-                           break_even_cell(be, stale_break_even(rec, str(p.get("method")), p.get("batch"),
-                                                                p.get("dtype")))])
+                           break_even_cell(be, stale_break_even(rec, str(p.get(P.METHOD)), p.get(P.BATCH),
+                                                                p.get(P.DTYPE)))])
     return table
 
 
@@ -74,21 +74,21 @@ def compile_tables(rec: Record | None) -> list[Table]:
                         caption="torch.compile first call, cold vs warm cache, each in a fresh process (compile_cost)")
     seen = set()
     for m in sorted(q.all(rec, M.FIRST_CALL_S),
-                    key=lambda m: (str(m.params.get("target")), sort_key(m.params.get("n_layer")),
-                                   str(m.params.get("phase")), sort_key(m.params.get("trial")))):
+                    key=lambda m: (str(m.params.get(P.TARGET)), sort_key(m.params.get("n_layer")),
+                                   str(m.params.get(P.PHASE)), sort_key(m.params.get("trial")))):
         key = json_key(m.params)
         if key in seen:  # runs of earlier lab versions recorded the full depth twice
             continue
         seen.add(key)
-        first_calls.rows.append([Cell(fmt(m.params.get("target"))), Cell(fmt(m.params.get("n_layer")), cls="num"),
-                                 Cell(fmt(m.params.get("phase"))), Cell(fmt(m.params.get("trial"))),
+        first_calls.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get("n_layer")), cls="num"),
+                                 Cell(fmt(m.params.get(P.PHASE))), Cell(fmt(m.params.get("trial"))),
                                  num(m.value, m.unit)])
     pays = Table(columns=["target", "phase", "saving per call", "break-even calls"], id="compile-break-even",
                  caption="Break-even of the compile: the saving per call measured in that phase's process, and the "
                          "calls after which the first call has paid for itself (compile_cost)")
     for m in q.all(rec, M.BREAK_EVEN_CALLS):
         saving = q.maybe(rec, M.SAVING_MS_PER_CALL, **m.params)
-        pays.rows.append([Cell(fmt(m.params.get("target"))), Cell(fmt(m.params.get("phase"))),
+        pays.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get(P.PHASE))),
                           num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
                           break_even_cell(m)])
     steady = pivot(rec, ["method", "target"], [M.STEADY_MS])
@@ -114,7 +114,7 @@ def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | N
 def compile_answer(rec: Record | None) -> list[str]:
     """One line per target: the full-depth first call cold and warm, and the stored break-even of each phase."""
     lines = []
-    for target in sorted({str(m.params.get("target")) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
+    for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         parts = []
         for phase in ("cold", "warm"):
             fc = first_call_behind(rec, phase, target)

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract.marks import judge
-from lab.contract.names import Experiment, Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Metric, Record, Results
 
 from report.compare import interval_of, value_of
@@ -62,7 +62,7 @@ class Point:
         text = fmt(metric.value, metric.unit)
         if low is not None and high is not None:
             text += f" [{fmt(low)}, {fmt(high)}]"
-        method = metric.params.get("method")
+        method = metric.params.get(P.METHOD)
         return f"{text} ({method})" if method and metric.name != M.LAUNCH_US_PER_OP.name else text
 
 

@@ -24,7 +24,7 @@ from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
 from lab.contract.intervals import Interval, of
-from lab.contract.names import Experiment, Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Metric, Record, Results
 
 from report.sections import Section
@@ -49,8 +49,8 @@ def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | N
             found = []
             for m in rec.metrics:
                 p = m.params
-                if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get("batch") != 1
-                        or p.get("dtype", "float32") != "float32" or p.get("readback", False)):
+                if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get(P.BATCH) != 1
+                        or p.get(P.DTYPE, "float32") != "float32" or p.get(P.READBACK, False)):
                     continue
                 ci = of(*(getattr(q.maybe(rec, end, **p), "value", None) for end in (M.HOST_SENSITIVITY_CI_LOW,
                                                                                      M.HOST_SENSITIVITY_CI_HIGH)))
@@ -163,7 +163,7 @@ def host_table(rec: Record) -> Table:
         shape = {k: v for k, v in p.items() if k != "method"}
         speedup = M.SPEEDUP_VS_EAGER if _within(rec, M.SPEEDUP_VS_EAGER.name, p) is not None else M.SPEEDUP
         step = q.maybe(rec, M.STEP_MS, **p)
-        table.rows.append([Cell(params_text(shape)), Cell(str(p.get("method", "—"))), _index_cell(m),
+        table.rows.append([Cell(params_text(shape)), Cell(str(p.get(P.METHOD, "—"))), _index_cell(m),
                            _with_interval(rec, M.HOST_SENSITIVITY, p),
                            timing_cell(step) if step is not None else Cell("—"),
                            _with_interval(rec, M.STEP_MS_AT_REFERENCE, p), _with_interval(rec, speedup, p),

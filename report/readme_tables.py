@@ -34,7 +34,7 @@ from typing import Any, Iterable
 from lab.contract import metrics as M
 from lab.contract import query as q
 from lab.contract import notes as N
-from lab.contract.names import Experiment, Method, method_rank
+from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Record, load
 
 from report import hoststate
@@ -89,8 +89,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
     out = {}
     for params, value in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name):
-        if params.get("dtype") == dtype and value is not None:
-            out[(str(params["method"]), int(params["batch"]), bool(params.get("readback")))] = float(value)
+        if params.get(P.DTYPE) == dtype and value is not None:
+            out[(str(params[P.METHOD]), int(params[P.BATCH]), bool(params.get(P.READBACK)))] = float(value)
     return out
 
 
@@ -129,8 +129,8 @@ def rounds(run: Run, dtype: str = "float32") -> dict[int, int]:
     """The rounds each batch was timed over (the length of its round medians), batch -> rounds."""
     out: dict[int, int] = {}
     for p, v in run.values(Experiment.CUDA_GRAPH_DECODE, M.ROUND_MEDIANS_MS.name):
-        if p.get("dtype") == dtype and isinstance(v, list):
-            out[int(p["batch"])] = max(out.get(int(p["batch"]), 0), len(v))
+        if p.get(P.DTYPE) == dtype and isinstance(v, list):
+            out[int(p[P.BATCH])] = max(out.get(int(p[P.BATCH]), 0), len(v))
     return out
 
 
@@ -156,7 +156,7 @@ def floor(run: Run, batch: int, dtype: str) -> tuple[float | None, float | None]
     The bytes are the workload's (every weight once and the attended cache), the same for every method: ceilings
     stores them beside each step it bounds."""
     nbytes = next((float(v) for p, v in run.values(Experiment.CEILINGS, M.BYTES_PER_STEP.name)
-                   if p.get("batch") == batch and p.get("dtype") == dtype and v is not None), None)
+                   if p.get(P.BATCH) == batch and p.get(P.DTYPE) == dtype and v is not None), None)
     bw = run.value(Experiment.CEILINGS, M.BANDWIDTH_GBPS.name, kind="copy")
     return nbytes, (None if nbytes is None or not bw else nbytes / (bw * 1e9) * 1e3)
 
@@ -174,13 +174,13 @@ def mbu(run: Run, method: str, batch: int, dtype: str) -> float | None:
 
 def floor_table(run: Run) -> list[str]:
     """Distance to the floor, per method at the first batch (B=1) of each dtype, fp32 first."""
-    cases = sorted({(str(p["dtype"]), int(p["batch"])) for p, _ in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)},
+    cases = sorted({(str(p[P.DTYPE]), int(p[P.BATCH])) for p, _ in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)},
                    key=lambda c: (c[0] != "float32", c[1]))
     first = {d: min(b for dd, b in cases if dd == d) for d, _ in cases}
     rows = []
     for dtype, batch in [c for c in cases if c[1] == first[c[0]]]:
-        methods = sorted({str(p["method"]) for p, _ in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)
-                          if p.get("dtype") == dtype and p.get("batch") == batch}, key=method_rank)
+        methods = sorted({str(p[P.METHOD]) for p, _ in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)
+                          if p.get(P.DTYPE) == dtype and p.get(P.BATCH) == batch}, key=method_rank)
         nbytes, floor_ms = floor(run, batch, dtype)
         for m in methods:
             p = {"method": m, "batch": batch, "dtype": dtype}
@@ -194,8 +194,7 @@ def floor_table(run: Run) -> list[str]:
                 _f(None if nbytes is None else nbytes / 1e6, ".0f"), _f(floor_ms, ".3f"), _pct(mbu(run, m, batch, dtype)),
                 _pct(run.value(Experiment.CUDA_GRAPH_DECODE, M.TOKEN_AGREEMENT.name, **p)),
                 _pct(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_AGREEMENT.name, **p)),
-                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"),
-            ])
+                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"), ])
     if not rows:
         return ["No step times to set against the floor."]
     header = ["method", "case", "ms/step", "kernels/step", "launch bound ms", "GPU busy µs", "gaps µs", "MB read",

@@ -10,7 +10,7 @@ from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
-from lab.contract.names import Experiment, Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Check, Metric, Record, Results
 
 from report.sections import Section
@@ -87,7 +87,7 @@ def sentinel_table(results: Results) -> Table:
         paired = q.maybe(end, M.IN_RUN_OVER_FRESH, method=method)
         for m, is_it in ((ratio, lambda c: "fresh-process sentinel" in c.name), (drift, lambda c: "moved" in c.name),
                          (paired, lambda c: "interleaved" in c.name)):
-            verdict = [c for _, c in sentinel_checks(results) if c.params.get("method") == method and is_it(c)]
+            verdict = [c for _, c in sentinel_checks(results) if c.params.get(P.METHOD) == method and is_it(c)]
             bad = any(not c.passed for c in verdict)
             sub = "; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)
             ci = _stored_ci(end, M.IN_RUN_OVER_FRESH, method=method) if m is paired and m is not None else ""

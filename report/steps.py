@@ -20,7 +20,7 @@ from typing import Any
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, Method, Status, method_rank
+from lab.contract.names import Experiment, Method, method_rank, Param as P, Status
 from lab.contract.results import Metric, Record, Results
 
 from report.sections import Section, why_absent
@@ -103,25 +103,25 @@ def _decode_rows(rec: Record) -> list[StepRow]:
         p = m.params
         if "method" not in p or "batch" not in p or not is_number(m.value):
             continue
-        own = {"method": p["method"], "batch": p["batch"], "dtype": p.get("dtype")}
-        rows.append(StepRow(Experiment.CUDA_GRAPH_DECODE, "", p["batch"], str(p.get("dtype")), str(p["method"]), m,
-                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, p["method"], batch=p["batch"],
-                                                                          dtype=p.get("dtype")),
+        own = {"method": p[P.METHOD], "batch": p[P.BATCH], "dtype": p.get(P.DTYPE)}
+        rows.append(StepRow(Experiment.CUDA_GRAPH_DECODE, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
+                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, p[P.METHOD], batch=p[P.BATCH],
+                                                                          dtype=p.get(P.DTYPE)),
                             _interval(rec, **p), rec.status, own))
     return rows
 
 
 def _scaling_rows(rec: Record) -> list[StepRow]:
     """model_scaling's GPT-2 124M step at batch 1 in fp32 (the smallest size where 124M was not run)."""
-    sizes = [m.params.get("size") for m in q.all(rec, M.STEP_MS)]
+    sizes = [m.params.get(P.SIZE) for m in q.all(rec, M.STEP_MS)]
     size = SCALING_SIZE if SCALING_SIZE in sizes else (sizes[0] if sizes else None)
     rows = []
     for m in q.all(rec, M.STEP_MS, size=size, batch=1, dtype="float32"):
         p = m.params
         if "method" not in p or not is_number(m.value):
             continue
-        rows.append(StepRow(Experiment.MODEL_SCALING, "", 1, "float32", str(p["method"]), m, q.maybe(rec, M.SPEEDUP_VS_EAGER, **p),
-                            _correct(rec, p["method"], size=size, batch=1, dtype="float32"), _interval(rec, **p),
+        rows.append(StepRow(Experiment.MODEL_SCALING, "", 1, "float32", str(p[P.METHOD]), m, q.maybe(rec, M.SPEEDUP_VS_EAGER, **p),
+                            _correct(rec, p[P.METHOD], size=size, batch=1, dtype="float32"), _interval(rec, **p),
                             rec.status, dict(p)))
     return rows
 
@@ -132,12 +132,12 @@ def _inductor_rows(rec: Record, dtype: str) -> list[StepRow]:
         p = m.params
         if "method" not in p or "step" not in p or not is_number(m.value):
             continue
-        method = str(p["method"])
-        speedups = [s for s in q.all(rec, M.SPEEDUP_VS_EAGER, step=p["step"], batch=p.get("batch"))
-                    if s.params.get("method", method) == method] if not is_eager(method) else []
+        method = str(p[P.METHOD])
+        speedups = [s for s in q.all(rec, M.SPEEDUP_VS_EAGER, step=p[P.STEP], batch=p.get(P.BATCH))
+                    if s.params.get(P.METHOD, method) == method] if not is_eager(method) else []
         # inductor's tokens-equal checks are fatal: an OK record means the compiled steps matched eager
         sp = speedups[0] if speedups else None
-        rows.append(StepRow(Experiment.INDUCTOR, str(p["step"]), p.get("batch", 1), dtype, method, m, sp, rec.status == Status.OK,
+        rows.append(StepRow(Experiment.INDUCTOR, str(p[P.STEP]), p.get(P.BATCH, 1), dtype, method, m, sp, rec.status == Status.OK,
                             _interval(rec, **sp.params) if sp else None, rec.status))
     return rows
 
@@ -198,13 +198,11 @@ def own_mbu(results: Results, row: StepRow) -> Metric | None:
 def floor_ms(results: Results, batch: Any, dtype: str, method: str | None = None) -> tuple[float | None, str]:
     """The weight-read floor of a step at this batch and dtype (ms) and where it was read."""
     ceil = q.experiment(results, Experiment.CEILINGS)
-    found = [m for m in q.all(ceil, M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype)
-             if is_number(m.value)]
-    own = [m for m in found if m.params.get("method") == method] or found
+    found = [m for m in q.all(ceil, M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype) if is_number(m.value)]
+    own = [m for m in found if m.params.get(P.METHOD) == method] or found
     if own:
         return float(own[0].value), "ceilings: bytes_per_step ÷ bandwidth"
-    nbytes = [m for m in q.all(ceil, M.BYTES_PER_STEP, batch=batch, dtype=dtype)
-              if is_number(m.value)]
+    nbytes = [m for m in q.all(ceil, M.BYTES_PER_STEP, batch=batch, dtype=dtype) if is_number(m.value)]
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     bw = [m for m in q.all(cgd, M.BANDWIDTH_GBPS) if is_number(m.value) and m.value]
     if nbytes and bw:
@@ -246,19 +244,19 @@ def _decode_tables(rec: Record) -> list[Table]:
     steps = [m for m in q.all(rec, M.STEP_MS) if "method" in m.params and "batch" in m.params]
     groups: dict[tuple[str, bool], list[Metric]] = {}
     for m in steps:
-        groups.setdefault((str(m.params.get("dtype")), bool(m.params.get("readback"))), []).append(m)
+        groups.setdefault((str(m.params.get(P.DTYPE)), bool(m.params.get(P.READBACK))), []).append(m)
     tables = []
     for (dtype, readback), metrics in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] != "float32",
                                                                               kv[0][0])):
-        batches = sorted({m.params["batch"] for m in metrics}, key=sort_key)
-        methods = sorted({m.params["method"] for m in metrics}, key=method_rank)
+        batches = sorted({m.params[P.BATCH] for m in metrics}, key=sort_key)
+        methods = sorted({m.params[P.METHOD] for m in metrics}, key=method_rank)
         table = Table(columns=["method"] + [f"batch {b}" for b in batches], cls="speedup", collapsed=readback,
                       caption=f"Median ms per decode step, dtype {dtype}, "
                               f"{'reading the token back each step' if readback else 'no readback'}")
         for method in methods:
             row = [Cell(str(method))]
             for b in batches:
-                here = [m for m in metrics if m.params["method"] == method and m.params["batch"] == b]
+                here = [m for m in metrics if m.params[P.METHOD] == method and m.params[P.BATCH] == b]
                 if not here:
                     row.append(Cell("—"))
                     continue
@@ -281,7 +279,7 @@ def _inductor_table(results: Results, rows: list[StepRow]) -> Table:
                   caption="Inductor on the CPU: the decode step eager and compiled (inductor)", id="inductor-table")
     for r in sorted(rows, key=lambda r: (r.kind, sort_key(r.batch), not is_eager(r.method))):
         setups = [] if is_eager(r.method) else [s for s in q.all(rec, M.SETUP_S, step=r.kind)
-                                                 if s.params.get("method", r.method) == r.method]
+                                                 if s.params.get(P.METHOD, r.method) == r.method]
         table.rows.append([Cell(r.kind), Cell(fmt(r.batch), cls="num"), Cell(r.method), timing_cell(r.step),
                            num(r.speedup.value if r.speedup else None, units.X if r.speedup else ""),
                            num(setups[0].value if setups else None, units.S if setups else "")])
@@ -293,8 +291,8 @@ def _ceilings_own_steps(results: Results) -> Table:
     table = Table(columns=["method", "batch", "dtype", "median step"], caption="The eager decode step timed by "
                   "ceilings at every batch of the profile (ceilings)")
     for m in q.all(rec, M.STEP_MS):
-        table.rows.append([Cell(str(m.params.get("method"))), Cell(fmt(m.params.get("batch")), cls="num"),
-                           Cell(fmt(m.params.get("dtype"))), timing_cell(m)])
+        table.rows.append([Cell(str(m.params.get(P.METHOD))), Cell(fmt(m.params.get(P.BATCH)), cls="num"),
+                           Cell(fmt(m.params.get(P.DTYPE))), timing_cell(m)])
     return table
 
 
@@ -360,7 +358,7 @@ def ceilings(results: Results) -> Section:
     for spec in (M.LAUNCH_US_PER_OP, M.BANDWIDTH_GBPS, M.MATMUL_TFLOPS):
         for m in q.all(rec, spec):
             host.rows.append([Cell(spec.name), Cell(params_text(m.params)), num(m.value, m.unit)])
-    keys = {(m.params.get("dtype"), m.params["method"], m.params["batch"]) for m in (rec.metrics if rec else [])
+    keys = {(m.params.get(P.DTYPE), m.params[P.METHOD], m.params[P.BATCH]) for m in (rec.metrics if rec else [])
             if m.name == M.BOUND_MS.name and "method" in m.params and "batch" in m.params}
     order = sorted(keys, key=lambda k: (str(k[0]) != "float32", str(k[0]), method_rank(k[1]), sort_key(k[2])))
     found = cases(step_rows(results))

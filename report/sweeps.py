@@ -22,7 +22,7 @@ from lab.contract import query as q  # noqa: E402
 from lab.contract import metrics as M  # noqa: E402
 from lab.contract import notes as N  # noqa: E402
 from lab.contract.catalogue import CATALOGUE  # noqa: E402
-from lab.contract.names import Experiment, Status, method_rank  # noqa: E402
+from lab.contract.names import Experiment, method_rank, Param as P, Status  # noqa: E402
 from lab.contract.results import Record  # noqa: E402
 
 from report.charts import Chart  # noqa: E402
@@ -113,19 +113,19 @@ def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[lis
 
 def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     steps = _values(rec, M.STEP_MS)
-    batches = sorted({m.params.get("batch") for m in steps} | {m.params.get("batch") for m in
+    batches = sorted({m.params.get(P.BATCH) for m in steps} | {m.params.get(P.BATCH) for m in
                                                               q.all(rec, M.OUTCOME)}, key=sort_key)
     rows: dict[tuple[str, str], dict[Any, Cell]] = {}
     for m in steps:
-        who = m.params.get("method") or m.params.get("variant")
-        sp = q.maybe(rec, M.SPEEDUP_VS_PEER, method=who, batch=m.params.get("batch")) if m.params.get("method") else None
+        who = m.params.get(P.METHOD) or m.params.get("variant")
+        sp = q.maybe(rec, M.SPEEDUP_VS_PEER, method=who, batch=m.params.get(P.BATCH)) if m.params.get(P.METHOD) else None
         extra = f"{fmt(sp.value)}x vs {sp.params.get('peer')}" if sp else ""
-        rows.setdefault((m.params.get("impl", ""), str(who)), {})[m.params.get("batch")] = timing_cell(m, extra=extra)
+        rows.setdefault((m.params.get("impl", ""), str(who)), {})[m.params.get(P.BATCH)] = timing_cell(m, extra=extra)
     for m in q.all(rec, M.OUTCOME):
         if m.value != Status.OK:
-            rows.setdefault((m.params.get("impl", ""), str(m.params.get("variant"))), {})[m.params.get("batch")] = \
+            rows.setdefault((m.params.get("impl", ""), str(m.params.get("variant"))), {})[m.params.get(P.BATCH)] = \
                 Cell(str(m.value), cls="bad", title=str(rec.notes.get(N.ERRORS.key_for(
-                    variant=m.params.get("variant"), batch=m.params.get("batch")), "")))
+                    variant=m.params.get("variant"), batch=m.params.get(P.BATCH)), "")))
     table = Table(columns=["implementation", "method / variant"] + [f"batch {b}" for b in batches],
                   caption="Median ms per token (lab: per step, token read back each step); lab rows show the speedup "
                           "over transformers' best variant at that batch")
@@ -137,7 +137,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         p = m.params
         setup = q.maybe(rec, M.SETUP_S, **p)
         eq = q.maybe(rec, M.TOKENS_EQUAL, **p)
-        costs.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get("batch")), cls="num"), num(m.value, m.unit),
+        costs.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value, m.unit),
                            num(setup.value if setup else None, M.SETUP_S.unit), Cell(fmt(eq.value) if eq else "—")])
 
     def draw() -> Any:
@@ -150,8 +150,8 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
             vals = []
             for label in labels:
                 impl, who = label.split(": ", 1)
-                hit = [m.value for m in steps if m.params.get("impl") == impl and m.params.get("batch") == b
-                       and str(m.params.get("method") or m.params.get("variant")) == who]
+                hit = [m.value for m in steps if m.params.get("impl") == impl and m.params.get(P.BATCH) == b
+                       and str(m.params.get(P.METHOD) or m.params.get("variant")) == who]
                 vals.append(hit[0] if hit else 0)
             ax.bar([i + j * width for i in range(len(labels))], vals, width, label=f"batch {b}")
         ax.set_xticks([i + width * (len(batches) - 1) / 2 for i in range(len(labels))], labels, rotation=20,
@@ -172,12 +172,12 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
 def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     steps = _values(rec, M.STEP_MS)
     params_of = {key["size"]: v for k, v in rec.notes.items() if (key := N.PARAMETERS.parse(k)) is not None}
-    cases = sorted({(m.params.get("dtype"), m.params.get("batch")) for m in steps}, key=lambda k: (str(k[0]),
+    cases = sorted({(m.params.get(P.DTYPE), m.params.get(P.BATCH)) for m in steps}, key=lambda k: (str(k[0]),
                                                                                                   sort_key(k[1])))
-    methods = sorted({m.params.get("method") for m in steps}, key=method_rank)
+    methods = sorted({m.params.get(P.METHOD) for m in steps}, key=method_rank)
     table = Table(columns=["size", "dtype", "batch"] + [str(m) for m in methods] + ["MB/step"],
                   caption="Median ms per step; under it the speedup over eager, MBU and kernels per step")
-    keys = sorted({(m.params.get("size"), m.params.get("dtype"), m.params.get("batch")) for m in steps},
+    keys = sorted({(m.params.get(P.SIZE), m.params.get(P.DTYPE), m.params.get(P.BATCH)) for m in steps},
                   key=lambda k: (str(k[1]), sort_key(k[2]), params_of.get(k[0], 0)))
     for size, dtype, batch in keys:
         p = {"size": size, "dtype": dtype, "batch": batch}
@@ -196,7 +196,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
                   caption="gain_ratio: below 1, the method's gain over eager shrank as the model grew")
     for m in q.all(rec, M.GAIN_RATIO):
         p = m.params
-        gains.rows.append([Cell(str(p.get("method"))), Cell(str(p.get("dtype"))), Cell(fmt(p.get("batch")), cls="num"),
+        gains.rows.append([Cell(str(p.get(P.METHOD))), Cell(str(p.get(P.DTYPE))), Cell(fmt(p.get(P.BATCH)), cls="num"),
                            Cell(str(p.get("smallest"))), Cell(str(p.get("largest"))), num(m.value, m.unit)])
 
     def draw() -> Any:
@@ -204,10 +204,10 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         if not sp:
             return None
         fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
-        for method in sorted({m.params.get("method") for m in sp}, key=method_rank):
+        for method in sorted({m.params.get(P.METHOD) for m in sp}, key=method_rank):
             for dtype, batch in cases:
-                pts = sorted((params_of.get(m.params.get("size"), 0) / 1e6, m.value) for m in sp
-                             if (m.params.get("method"), m.params.get("dtype"), m.params.get("batch"))
+                pts = sorted((params_of.get(m.params.get(P.SIZE), 0) / 1e6, m.value) for m in sp
+                             if (m.params.get(P.METHOD), m.params.get(P.DTYPE), m.params.get(P.BATCH))
                              == (method, dtype, batch))
                 if pts:
                     left.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
@@ -218,8 +218,8 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         left.set_title("Gain vs model size")
         left.legend(fontsize=6, frameon=False)
         fk = _values(rec, M.FLOPS_PER_KERNEL)
-        for method in sorted({m.params.get("method") for m in fk}, key=method_rank):
-            here = [(m.value, q.maybe(rec, M.SPEEDUP_VS_EAGER, **m.params)) for m in fk if m.params.get("method") == method]
+        for method in sorted({m.params.get(P.METHOD) for m in fk}, key=method_rank):
+            here = [(m.value, q.maybe(rec, M.SPEEDUP_VS_EAGER, **m.params)) for m in fk if m.params.get(P.METHOD) == method]
             pts = sorted((x / 1e6, s.value) for x, s in here if s is not None)
             if pts:
                 right.scatter([x for x, _ in pts], [y for _, y in pts], label=str(method))
@@ -246,18 +246,18 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
                   caption="Where the fixed-shape step stops beating the best growing-cache step")
     notes = rec.notes.get(N.CROSSOVERS.key) or {}
     for m in q.all(rec, M.CROSSOVER_MAX_LEN):
-        n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get("batch"), fill=m.params.get("fill"))) or {}
+        n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get(P.BATCH), fill=m.params.get("fill"))) or {}
         ratios = ", ".join(f"{k}: {v}" for k, v in (n.get("fixed_over_best_growing") or {}).items())
-        cross.rows.append([Cell(fmt(m.params.get("batch")), cls="num"), Cell(fmt(m.params.get("fill"))),
+        cross.rows.append([Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell(fmt(m.params.get("fill"))),
                            num(m.value), Cell(str(n.get("how", ""))), Cell(ratios)])
-    batches = sorted({m.params.get("batch") for m in steps}, key=sort_key)
+    batches = sorted({m.params.get(P.BATCH) for m in steps}, key=sort_key)
 
     def draw() -> Any:
         if not steps:
             return None
         fig, axes = plt.subplots(1, len(batches), figsize=(4.6 * len(batches), 3.6), squeeze=False)
         for ax, batch in zip(axes[0], batches):
-            here = [m for m in steps if m.params.get("batch") == batch]
+            here = [m for m in steps if m.params.get(P.BATCH) == batch]
             fills = sorted({m.params.get("fill") for m in here}, key=sort_key)
             colors = {f: plt.get_cmap("viridis")(i / max(1, len(fills) - 1)) for i, f in enumerate(fills)}
             for variant in sorted({m.params.get("variant") for m in here}):
@@ -343,24 +343,24 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         p = m.params
         breaks = q.maybe(rec, M.GRAPH_BREAKS, **p)
         full = q.maybe(rec, M.STEP_COMPILES, **p)
-        reasons = rec.notes.get(N.BREAK_REASONS.key_for(version=p.get("version"), batch=p.get("batch"))) or []
-        err = rec.notes.get(N.FULLGRAPH_ERROR.key_for(version=p.get("version"), batch=p.get("batch"))) or ""
-        dyn.rows.append([Cell(str(p.get("version"))), Cell(fmt(p.get("batch")), cls="num"), num(m.value),
+        reasons = rec.notes.get(N.BREAK_REASONS.key_for(version=p.get("version"), batch=p.get(P.BATCH))) or []
+        err = rec.notes.get(N.FULLGRAPH_ERROR.key_for(version=p.get("version"), batch=p.get(P.BATCH))) or ""
+        dyn.rows.append([Cell(str(p.get("version"))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value),
                          num(breaks.value if breaks else None), Cell(fmt(full.value) if full else "—", title=err),
                          Cell("; ".join(reasons) + (f" — fullgraph: {err}" if err else ""), cls="reason")])
     for m in q.all(rec, M.CAPTURES):
-        err = rec.notes.get(N.CAPTURE_ERROR.key_for(batch=m.params.get("batch")), "")
-        dyn.rows.append([Cell(str(m.params.get("variant"))), Cell(fmt(m.params.get("batch")), cls="num"), Cell("—"),
+        err = rec.notes.get(N.CAPTURE_ERROR.key_for(batch=m.params.get(P.BATCH)), "")
+        dyn.rows.append([Cell(str(m.params.get("variant"))), Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell("—"),
                          Cell("—"), Cell("captured" if m.value else "capture failed", cls="good" if m.value else "bad"),
                          Cell(err, cls="reason")])
     steps = _values(rec, M.STEP_MS)
     cost = Table(columns=["variant", "batch", "setup", "step", "tokens equal the eager host-checked step's"],
                  caption="Cost of each variant (the torch.where loop reads the done mask back every few steps)")
-    for m in sorted(steps, key=lambda m: (sort_key(m.params.get("batch")), str(m.params.get("variant")))):
+    for m in sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get("variant")))):
         p = m.params
         setup, eq = q.maybe(rec, M.SETUP_S, **p), q.maybe(rec, M.TOKENS_EQUAL, **p)
         sp = q.maybe(rec, M.SPEEDUP_VS_EAGER, **p)
-        cost.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get("batch")), cls="num"),
+        cost.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get(P.BATCH)), cls="num"),
                           num(setup.value if setup else None, M.SETUP_S.unit),
                           timing_cell(m, extra=f"{fmt(sp.value)}x vs eager host check" if sp else ""),
                           Cell(fmt(eq.value) if eq else "reference")])
@@ -369,7 +369,7 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         if not steps:
             return None
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        ordered = sorted(steps, key=lambda m: (sort_key(m.params.get("batch")), str(m.params.get("variant"))))
+        ordered = sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get("variant"))))
         labels = [f"{m.params.get('variant')} (b{m.params.get('batch')})" for m in ordered]
         colors = ["#c0504d" if "host" in str(m.params.get("variant")) else "#4f81bd" for m in ordered]
         ax.barh(labels, [m.value for m in ordered], color=colors)
@@ -388,8 +388,7 @@ BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart 
     Experiment.MODEL_SCALING: ("Model size: does the graph gain shrink?", _scaling),
     Experiment.CONTEXT_SCALING: ("Context length: fixed-shape vs growing cache", _context),
     Experiment.GRAPH_BUCKETS: ("Batch buckets: a few graphs for any batch size", _buckets),
-    Experiment.DATA_DEPENDENT_BRANCH: ("A data-dependent stop inside the step", _branch),
-}
+    Experiment.DATA_DEPENDENT_BRANCH: ("A data-dependent stop inside the step", _branch), }
 
 
 def headline(results: Any) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, method_rank
+from lab.contract.names import Experiment, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
 from report import kernelbytes, layouts
@@ -58,12 +58,12 @@ def splits(results: Results) -> list[Split]:
     out = []
     for m in q.all(rec, M.STEP_MS, readback=False):
         p = {k: m.params.get(k) for k in ("method", "batch", "dtype")}
-        if p["method"] is None or not is_number(m.value):
+        if p[P.METHOD] is None or not is_number(m.value):
             continue
         busy, gap = q.maybe(rec, M.GPU_BUSY_US, **p), q.maybe(rec, M.GAP_US, **p)
-        floor, source = floor_ms(results, p["batch"], str(p["dtype"]), str(p["method"]))
+        floor, source = floor_ms(results, p[P.BATCH], str(p[P.DTYPE]), str(p[P.METHOD]))
         mbu = q.maybe(rec, M.MBU, **p)
-        out.append(Split(str(p["method"]), p["batch"], str(p["dtype"]), float(m.value),
+        out.append(Split(str(p[P.METHOD]), p[P.BATCH], str(p[P.DTYPE]), float(m.value),
                          busy.value if busy and is_number(busy.value) else None,
                          gap.value if gap and is_number(gap.value) else None, floor, source,
                          mbu if mbu and is_number(mbu.value) else None))
@@ -134,8 +134,8 @@ def samples(results: Results) -> dict[tuple[Any, str], dict[str, list[float]]]:
     out: dict[tuple[Any, str], dict[str, list[float]]] = {}
     for s in rec.samples if rec else []:
         p = s.params
-        if s.name == M.STEP_MS.name and p.get("readback") is False and "method" in p and s.values:
-            out.setdefault((p.get("batch"), str(p.get("dtype"))), {})[str(p["method"])] = list(s.values)
+        if s.name == M.STEP_MS.name and p.get(P.READBACK) is False and "method" in p and s.values:
+            out.setdefault((p.get(P.BATCH), str(p.get(P.DTYPE))), {})[str(p[P.METHOD])] = list(s.values)
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, Method, Status
+from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.results import Results
 
 from report.sections import Section, why_absent
@@ -18,7 +18,7 @@ PREDICTION_COLUMNS = [M.FUSIBLE_FRACTION, M.K, M.PREDICTED_SPEEDUP, M.PREDICTED_
 
 def amdahl(results: Results) -> Section:
     rec = q.experiment(results, Experiment.AMDAHL)
-    workloads = sorted({str(m.params.get("workload")) for m in q.all(rec, M.PREDICTED_SPEEDUP)})
+    workloads = sorted({str(m.params.get(P.WORKLOAD)) for m in q.all(rec, M.PREDICTED_SPEEDUP)})
     table = Table(columns=["workload", "fusible fraction f", "k (fusion speedup)", "kernels eager → compiled", "cost per launch",
                            "eager kernel time", "Amdahl (fusion only)", "launch-aware", "measured",
                            "measured / Amdahl", "measured / launch-aware"], id="amdahl-table",

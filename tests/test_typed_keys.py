@@ -3,8 +3,10 @@ with lab.contract.names' `Experiment` and `Status` (and lab.contract.query), so 
 import-time AttributeError, not a lookup that silently finds nothing.
 
 Scope, honestly: report/ and lab/commands/ are converted and scanned here. lab/experiments/, lab/run/ and the
-other wings of lab/ are NOT converted yet (about 45 experiment ids and 20 statuses still spelled there, issue
-28): they are outside this scan until they are, not exempted by it. Param names are not scanned yet either.
+other wings of lab/ are NOT converted yet (36 experiment ids and 22 statuses still spelled there on 2026-12-02,
+issue 28): they are outside this scan until they are, not exempted by it. Param names are not scanned yet
+either: report/ reads params by `Param` (`m.params.get(P.BATCH)`), but about 130 literals remain there (params
+dicts built in place, pivot's row keys, table columns).
 """
 
 from __future__ import annotations
