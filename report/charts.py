@@ -23,7 +23,10 @@ from lab.contract import metrics as M  # noqa: E402
 from lab.contract.names import Experiment, method_rank, Param as P  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
+from report.compare import interval_of  # noqa: E402
 from report.costs import first_call_behind  # noqa: E402
+from report.history import Series  # noqa: E402
+from report.hosts import slug  # noqa: E402
 from report.steps import floor_ms  # noqa: E402
 from report.style import FLOOR_LINE, display, style  # noqa: E402
 from report.tables import fmt, is_number, sort_key  # noqa: E402
@@ -361,6 +364,37 @@ def amdahl(results: Results) -> list[Chart]:
     chart = _draw("chart-amdahl", "Amdahl against the launch-aware prediction", "Bars at 0: not predicted or not "
                   "measured in this run (the table says which).", draw)
     return [chart] if chart else []
+
+
+MARK_COLOUR = {"regression": "#b42318", "improvement": "#137a3a"}  # else the accent
+
+
+def history(s: Series) -> Chart | None:
+    """One host and profile's headline figures over its runs in order (report.history): each run's stored value with
+    its stored 95% interval as a bar, coloured by its mark against the previous run (compare's rule on the
+    intervals: a regression red, an improvement green). None: fewer than two runs hold any figure."""
+    figs = {label: pts for label, pts in s.points.items()
+            if sum(p.found is not None and is_number(p.found[0].value) for p in pts) > 1}
+    if not figs:
+        return None
+
+    def draw(data: dict[str, Any]) -> Any:
+        fig, axes = plt.subplots(len(figs), 1, figsize=(8, 1.5 * len(figs) + 0.6), sharex=True, squeeze=False)
+        for ax, (label, pts) in zip(axes[:, 0], figs.items()):
+            drawn = [(i, float(p.found[0].value), interval_of(*p.found), p.mark) for i, p in enumerate(pts)
+                     if p.found is not None and is_number(p.found[0].value)]
+            ax.plot([d[0] for d in drawn], [d[1] for d in drawn], color="#98a2b3", lw=0.8, zorder=1)
+            for i, y, (low, high), mark in drawn:
+                err = None if low is None or high is None else [[max(0.0, y - low)], [max(0.0, high - y)]]
+                ax.errorbar([i], [y], yerr=err, fmt="o", ms=4, capsize=3, color=MARK_COLOUR.get(mark, "#2b5cab"))
+            ax.set_title(label, loc="left", fontsize=9)
+            data[label] = [(s.runs[i].name, y, low, high, mark) for i, y, (low, high), mark in drawn]
+        axes[-1, 0].set_xticks(range(len(s.runs)), [r.name for r in s.runs], rotation=20, ha="right")
+        return fig
+
+    return _draw(f"history-chart-{slug(s.host)}-{s.profile}", f"{s.host} · profile {s.profile}",
+                 f"each headline figure over the runs, ordered by {s.order}; bars: the stored 95% interval; red: a "
+                 "regression, green: an improvement against the previous run (compare's rule)", draw)
 
 
 def all_charts(results: Results) -> dict[str, list[Chart]]:

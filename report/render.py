@@ -286,6 +286,7 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
         write_page(site.history, html)
     fronts = [p.front for p in pages]
     html = env.get_template("index.html").render(fronts=fronts, side_by_side=front_page.side_by_side(fronts),
+                                                 history_charts=[c for s in all_series if (c := charts.history(s))],
                                                  skipped=skipped, has_compare=bool(comps),
                                                  title="Graph-mode inference lab")
     write_page(site.index, html)
