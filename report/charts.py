@@ -18,17 +18,19 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lab.contract import query as q  # noqa: E402
 from lab.contract import metrics as M  # noqa: E402
-from lab.contract.names import method_rank  # noqa: E402
+from lab.contract.names import Experiment, method_rank, Param as P  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
+from report.compare import interval_of  # noqa: E402
 from report.costs import first_call_behind  # noqa: E402
+from report.history import Series  # noqa: E402
+from report.hosts import slug  # noqa: E402
 from report.steps import floor_ms  # noqa: E402
 from report.style import FLOOR_LINE, display, style  # noqa: E402
-from report.sections import record  # noqa: E402
-from report.tables import first, fmt, is_number, matching, sort_key  # noqa: E402
+from report.tables import fmt, is_number, sort_key  # noqa: E402
 
-DECODE, CEILINGS, COMPILE_COST, FUSION, AMDAHL = "cuda_graph_decode", "ceilings", "compile_cost", "fusion", "amdahl"
 
 STYLE = {
     "svg.fonttype": "none",  # text stays text: small files, selectable labels
@@ -119,31 +121,31 @@ def step_time(results: Results) -> list[Chart]:
     """Step time per dtype, each batch its own panel (methods never coincide into one blob): a horizontal bar per
     method in its declared colour on a linear axis from 0, that method's largest bound as a black tick, and the
     dtype's weight-read floor (bytes / bandwidth) as a dotted line."""
-    cgd, ceil = record(results, DECODE), record(results, CEILINGS)
-    steps = [m for m in matching(cgd.metrics if cgd else [], M.STEP_MS, readback=False)
+    cgd, ceil = q.experiment(results, Experiment.CUDA_GRAPH_DECODE), q.experiment(results, Experiment.CEILINGS)
+    steps = [m for m in q.all(cgd, M.STEP_MS, readback=False)
              if "method" in m.params and "batch" in m.params and is_number(m.value)]
     charts = []
-    for dtype in sorted({str(m.params.get("dtype")) for m in steps}, key=lambda d: (d != "float32", d)):
-        here = [m for m in steps if str(m.params.get("dtype")) == dtype]
-        batches = sorted({m.params["batch"] for m in here}, key=sort_key)
+    for dtype in sorted({str(m.params.get(P.DTYPE)) for m in steps}, key=lambda d: (d != "float32", d)):
+        here = [m for m in steps if str(m.params.get(P.DTYPE)) == dtype]
+        batches = sorted({m.params[P.BATCH] for m in here}, key=sort_key)
 
         def draw(data: dict[str, Any], here: list[Any] = here, dtype: str = dtype, batches: list[Any] = batches) -> Any:
             from matplotlib.lines import Line2D
             from matplotlib.patheffects import withStroke
 
-            rows = {b: sorted((m for m in here if m.params["batch"] == b), key=lambda m: method_rank(m.params["method"]),
+            rows = {b: sorted((m for m in here if m.params[P.BATCH] == b), key=lambda m: method_rank(m.params[P.METHOD]),
                               reverse=True) for b in batches}
             fig, axes = _grid(len(batches), [len(rows[b]) for b in batches])
             data.update(series={}, floor={}, bounds={}, dtype=dtype)
             for ax, b in zip(axes, batches):
                 ys = range(len(rows[b]))
                 for y, m in zip(ys, rows[b]):
-                    method = m.params["method"]
+                    method = m.params[P.METHOD]
                     ax.barh(y, m.value, color=style(method).color, height=0.7)
                     ax.annotate(fmt(m.value, "ms"), (m.value, y), xytext=(3, 0), textcoords="offset points",
                                 va="center", fontsize=7)
                     data["series"].setdefault(str(method), []).append((b, m.value))
-                    bound = first(ceil, M.BOUND_MS, method=method, batch=b, dtype=dtype)
+                    bound = q.maybe(ceil, M.BOUND_MS, method=method, batch=b, dtype=dtype)
                     if bound is not None and is_number(bound.value):
                         ax.plot([bound.value], [y], marker="|", markersize=12, markeredgewidth=2, color="black",
                                 linestyle="none", path_effects=[withStroke(linewidth=4, foreground="white")])
@@ -152,7 +154,7 @@ def step_time(results: Results) -> list[Chart]:
                 if floor is not None:
                     ax.axvline(floor, color=FLOOR_LINE, linestyle=":", linewidth=1.6)
                     data["floor"][b] = floor
-                ax.set_yticks(list(ys), [display(m.params["method"]) for m in rows[b]], fontsize=7.5)
+                ax.set_yticks(list(ys), [display(m.params[P.METHOD]) for m in rows[b]], fontsize=7.5)
                 ax.set_xlim(0, max(m.value for m in rows[b]) * 1.22)
                 ax.set_xlabel("median ms per decode step")
                 ax.set_title(f"batch {fmt(b)}, {dtype}", fontsize=9)
@@ -176,14 +178,13 @@ def step_time(results: Results) -> list[Chart]:
 def compile_cost(results: Results) -> list[Chart]:
     """Per target: time saved by compiling after N calls, per cache phase, from the stored saving per call and
     break-even: the line crosses zero at the stored break-even (never, where the compile never pays)."""
-    rec = record(results, COMPILE_COST)
+    rec = q.experiment(results, Experiment.COMPILE_COST)
     charts = []
-    for target in sorted({str(m.params.get("target")) for m in matching(rec.metrics if rec else [],
-                                                                         M.BREAK_EVEN_CALLS)}):
+    for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         phases = []
         for phase in ("cold", "warm"):
-            be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
-            saving = first(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
+            be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
+            saving = q.maybe(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
             fc = first_call_behind(rec, phase, target)
             if be is not None and saving is not None and is_number(saving.value):
                 phases.append((phase, be, saving, fc))
@@ -239,24 +240,24 @@ def compile_cost(results: Results) -> list[Chart]:
 def setup_cost(results: Results) -> list[Chart]:
     """Setup (compile and/or capture) seconds per method, one dot per batch and dtype, on a log axis (dots, not
     bars: a bar's length on a log axis means nothing)."""
-    rec = record(results, DECODE)
-    ms = [m for m in matching(rec.metrics if rec else [], M.SETUP_S) if is_number(m.value) and m.value > 0]
+    rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
+    ms = [m for m in q.all(rec, M.SETUP_S) if is_number(m.value) and m.value > 0]
     if not ms:
         return []
 
     def draw(data: dict[str, Any]) -> Any:
-        methods = sorted({m.params.get("method") for m in ms}, key=method_rank, reverse=True)
+        methods = sorted({m.params.get(P.METHOD) for m in ms}, key=method_rank, reverse=True)
         fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(methods) + 1.2))
         for y, meth in enumerate(methods):
-            pts = sorted((m for m in ms if m.params.get("method") == meth),
-                         key=lambda m: (str(m.params.get("dtype")) != "float32", sort_key(m.params.get("batch"))))
+            pts = sorted((m for m in ms if m.params.get(P.METHOD) == meth),
+                         key=lambda m: (str(m.params.get(P.DTYPE)) != "float32", sort_key(m.params.get(P.BATCH))))
             st = style(meth)
             ax.plot([m.value for m in pts], [y] * len(pts), color=st.color, marker=st.marker, linestyle="none",
                     markersize=6, alpha=0.85)
             for m in pts:
-                label = f"B={m.params.get('batch')}" + ("" if m.params.get("dtype") in (None, "float32") else " bf16")
+                label = f"B={m.params.get('batch')}" + ("" if m.params.get(P.DTYPE) in (None, "float32") else " bf16")
                 ax.annotate(label, (m.value, y), xytext=(0, 5), textcoords="offset points", fontsize=6, ha="center")
-            data.setdefault("series", {})[str(meth)] = [(m.params.get("batch"), m.params.get("dtype"), m.value)
+            data.setdefault("series", {})[str(meth)] = [(m.params.get(P.BATCH), m.params.get(P.DTYPE), m.value)
                                                         for m in pts]
         ax.set_yticks(range(len(methods)), [display(m) for m in methods], fontsize=7.5)
         ax.set_ylim(-0.6, len(methods) - 0.3)
@@ -273,23 +274,23 @@ def setup_cost(results: Results) -> list[Chart]:
 
 def fusion(results: Results) -> list[Chart]:
     """Fusion speedup against chain length, in and out of cache, with the N× ceiling."""
-    rec = record(results, FUSION)
-    sp = [m for m in matching(rec.metrics if rec else [], M.SPEEDUP) if is_number(m.value) and "n_ops" in m.params]
+    rec = q.experiment(results, Experiment.FUSION)
+    sp = [m for m in q.all(rec, M.SPEEDUP) if is_number(m.value) and "n_ops" in m.params]
     if not sp:
         return []
 
     def draw(data: dict[str, Any]) -> Any:
         fig, ax = plt.subplots(figsize=(6.5, 3.6))
         for residency in sorted({str(m.params.get("residency")) for m in sp}):
-            pts = sorted(((m.params["n_ops"], m.value) for m in sp if str(m.params.get("residency")) == residency),
+            pts = sorted(((m.params[P.N_OPS], m.value) for m in sp if str(m.params.get("residency")) == residency),
                          key=lambda p: sort_key(p[0]))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"measured, {residency}")
             data.setdefault("series", {})[residency] = pts
-        ceil = sorted(((m.params["n_ops"], m.value) for m in matching(rec.metrics, M.CEILING_X)
+        ceil = sorted(((m.params[P.N_OPS], m.value) for m in q.all(rec, M.CEILING_X)
                        if "n_ops" in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")
-        _log_axis(ax, "x", 2, sorted({m.params["n_ops"] for m in sp}, key=sort_key))
+        _log_axis(ax, "x", 2, sorted({m.params[P.N_OPS] for m in sp}, key=sort_key))
         ax.set_xlabel("elementwise ops in the chain (count)")
         ax.set_ylabel("compiled speedup over eager (×)")
         ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -303,12 +304,12 @@ def fusion(results: Results) -> list[Chart]:
 
 def recompiles(results: Results) -> list[Chart]:
     """Compiles per dynamic setting, with the recompile limit drawn in."""
-    rc, dr = record(results, "recompiles"), record(results, "decode_recompiles")
-    a = [m for m in matching(rc.metrics if rc else [], M.COMPILES) if is_number(m.value)]
-    b = [m for m in matching(dr.metrics if dr else [], M.COMPILES) if is_number(m.value)]
+    rc, dr = q.experiment(results, Experiment.RECOMPILES), q.experiment(results, Experiment.DECODE_RECOMPILES)
+    a = [m for m in q.all(rc, M.COMPILES) if is_number(m.value)]
+    b = [m for m in q.all(dr, M.COMPILES) if is_number(m.value)]
     if not a and not b:
         return []
-    limit = first(rc, M.RECOMPILE_LIMIT)
+    limit = q.maybe(rc, M.RECOMPILE_LIMIT)
 
     def draw(data: dict[str, Any]) -> Any:
         panels = [(p, t) for p, t in ((a, "recompiles: 12 batch sizes"), (b, "decode_recompiles: 20 calls")) if p]
@@ -335,10 +336,9 @@ def recompiles(results: Results) -> list[Chart]:
 
 def amdahl(results: Results) -> list[Chart]:
     """Per workload: Amdahl's prediction, the launch-aware one and the measured speedup, as bars."""
-    rec = record(results, AMDAHL)
+    rec = q.experiment(results, Experiment.AMDAHL)
     specs = (M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP)
-    workloads = sorted({str(m.params.get("workload")) for m in matching(rec.metrics if rec else [],
-                                                                        M.PREDICTED_SPEEDUP)})
+    workloads = sorted({str(m.params.get(P.WORKLOAD)) for m in q.all(rec, M.PREDICTED_SPEEDUP)})
     if not workloads:
         return []
 
@@ -349,7 +349,7 @@ def amdahl(results: Results) -> list[Chart]:
         for j, (spec, label, color) in enumerate(zip(specs, labels, ("#9bbb59", "#4f81bd", "#c0504d"))):
             vals = []
             for w in workloads:
-                m = first(rec, spec, workload=w)
+                m = q.maybe(rec, spec, workload=w)
                 vals.append(m.value if m is not None and is_number(m.value) else 0.0)
             ax.bar([i + j * width for i in range(len(workloads))], vals, width, label=label, color=color)
             data.setdefault("series", {})[label] = list(zip(workloads, vals))
@@ -366,7 +366,38 @@ def amdahl(results: Results) -> list[Chart]:
     return [chart] if chart else []
 
 
+MARK_COLOUR = {"regression": "#b42318", "improvement": "#137a3a"}  # else the accent
+
+
+def history(s: Series) -> Chart | None:
+    """One host and profile's headline figures over its runs in order (report.history): each run's stored value with
+    its stored 95% interval as a bar, coloured by its mark against the previous run (compare's rule on the
+    intervals: a regression red, an improvement green). None: fewer than two runs hold any figure."""
+    figs = {label: pts for label, pts in s.points.items()
+            if sum(p.found is not None and is_number(p.found[0].value) for p in pts) > 1}
+    if not figs:
+        return None
+
+    def draw(data: dict[str, Any]) -> Any:
+        fig, axes = plt.subplots(len(figs), 1, figsize=(8, 1.5 * len(figs) + 0.6), sharex=True, squeeze=False)
+        for ax, (label, pts) in zip(axes[:, 0], figs.items()):
+            drawn = [(i, float(p.found[0].value), interval_of(*p.found), p.mark) for i, p in enumerate(pts)
+                     if p.found is not None and is_number(p.found[0].value)]
+            ax.plot([d[0] for d in drawn], [d[1] for d in drawn], color="#98a2b3", lw=0.8, zorder=1)
+            for i, y, (low, high), mark in drawn:
+                err = None if low is None or high is None else [[max(0.0, y - low)], [max(0.0, high - y)]]
+                ax.errorbar([i], [y], yerr=err, fmt="o", ms=4, capsize=3, color=MARK_COLOUR.get(mark, "#2b5cab"))
+            ax.set_title(label, loc="left", fontsize=9)
+            data[label] = [(s.runs[i].name, y, low, high, mark) for i, y, (low, high), mark in drawn]
+        axes[-1, 0].set_xticks(range(len(s.runs)), [r.name for r in s.runs], rotation=20, ha="right")
+        return fig
+
+    return _draw(f"history-chart-{slug(s.host)}-{s.profile}", f"{s.host} · profile {s.profile}",
+                 f"each headline figure over the runs, ordered by {s.order}; bars: the stored 95% interval; red: a "
+                 "regression, green: an improvement against the previous run (compare's rule)", draw)
+
+
 def all_charts(results: Results) -> dict[str, list[Chart]]:
     """Charts per section id of the run page."""
     return {"steps": step_time(results), "costs": setup_cost(results) + compile_cost(results),
-            "dynamo": recompiles(results), "fusion": fusion(results), "amdahl": amdahl(results)}
+            "dynamo": recompiles(results), Experiment.FUSION: fusion(results), Experiment.AMDAHL: amdahl(results)}

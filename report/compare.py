@@ -30,6 +30,7 @@ from lab.contract import metrics as M
 from lab.contract.manifest_schema import check_manifest
 from lab.contract.reasons import Code
 from lab.contract.marks import FACTOR, MARKS, Mark, Value, judge
+from lab.contract.names import Param as P, Status
 from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Metric, Record, Results, ResultsError, from_dict
 from lab.contract.schema import read_json
 from report.why import ABSENT, CLASSES, ExplainRow, FigureClass, explain, figure_class, flatten
@@ -194,13 +195,13 @@ def status_mark(a: str, b: str, a_code: str = "", b_code: str = "") -> tuple[Mar
     OK fixed; a NOT_RUN for want of something on its host (HOST_CODES) against a FAILED is not comparable."""
     if a == b:
         return "same", ""
-    if b == "FAILED" and a == "NOT_RUN" and a_code in HOST_CODES:
+    if b == Status.FAILED and a == Status.NOT_RUN and a_code in HOST_CODES:
         return "not comparable", f"A's host could not run it ({a_code}); B's ran it and it failed"
-    if a == "FAILED" and b == "NOT_RUN" and b_code in HOST_CODES:
+    if a == Status.FAILED and b == Status.NOT_RUN and b_code in HOST_CODES:
         return "not comparable", f"B's host could not run it ({b_code}): not a fix"
-    if b == "FAILED":
+    if b == Status.FAILED:
         return "newly failing", f"{a} in A" + (f" ({a_code})" if a_code else "") + ", FAILED in B"
-    if a == "FAILED" and b == "OK":
+    if a == Status.FAILED and b == Status.OK:
         return "fixed", "FAILED in A, OK in B"
     return "not comparable", f"{a} in A, {b} in B: one of them did not run"
 
@@ -235,7 +236,7 @@ def _reason(rec: Record | None) -> str:
 
 
 def _step_key(params: dict[str, Any]) -> tuple[str, str, str]:
-    return str(params.get("method")), str(params.get("batch")), str(params.get("dtype"))
+    return str(params.get(P.METHOD)), str(params.get(P.BATCH)), str(params.get(P.DTYPE))
 
 
 def bindings(*results: Results | None) -> dict[tuple[str, str, str], str]:

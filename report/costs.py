@@ -7,27 +7,43 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Method, method_rank
+from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report.sections import Section, record, why_absent
-from report.steps import DECODE, cases, step_rows
-from report.tables import Cell, Table, first, fmt, matching, num, pivot, sort_key, timing_cell
+from report.sections import Section, why_absent
+from report.steps import cases, step_rows
+from report.tables import Cell, Table, fmt, num, pivot, sort_key, timing_cell
 
-GRAPH_COST = "graph_cost"
-COMPILE_COST = "compile_cost"
 NOT_STORED = "not stored"
 
 
-def break_even_cell(m: Metric | None) -> Cell:
-    """A stored break-even: a count, 'never' (stored null: the method saves nothing), or not stored."""
+# Inductor's compile captured by hand: each may reuse compile-default's compilation of the same step
+REUSES_COMPILE = (Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO, Method.COMPILE_GRAPH_PDL, Method.COMPILE_GRAPH_COORDESC)
+
+
+def stale_break_even(rec: Record | None, method: str, batch: Any, dtype: Any) -> str:
+    """Why the stored break-even of `method` is known wrong, or "": a method that reused compile-default's
+    compilation (its setup below that compile's) in a run whose lab did not yet add the reused compile to it (no
+    `break_even_includes` note) counted only its capture."""
+    own, compiled = (q.maybe(rec, M.SETUP_S, method=m, batch=batch, dtype=dtype) for m in (method, Method.COMPILE_DEFAULT))
+    if (rec is None or method not in REUSES_COMPILE or own is None or compiled is None or not own.value < compiled.value
+            or method in (rec.notes.get(f"break_even_includes.b{batch}.{dtype}") or {})):
+        return ""
+    return (f"stale: counts only the capture ({fmt(own.value, units.S)}), not the {fmt(compiled.value, units.S)} "
+            "compile it reused (this run's lab did not add it)")
+
+
+def break_even_cell(m: Metric | None, stale: str = "") -> Cell:
+    """A stored break-even: a count, 'never' (stored null: the method saves nothing), or not stored; a stale one
+    (`stale_break_even`) says so."""
     if m is None:
         return Cell(NOT_STORED, cls="muted", title="this run's lab version did not store this figure")
     if m.value is None:
         return Cell("never (no saving)", cls="bad")
-    return num(m.value, m.unit)
+    return Cell(f"{fmt(m.value)} (stale)", cls="num stale", title=stale) if stale else num(m.value, m.unit)
 
 
 def method_costs(rec: Record | None) -> Table:
@@ -36,18 +52,19 @@ def method_costs(rec: Record | None) -> Table:
     table = Table(columns=["method", "batch", "dtype", "setup (compile/capture)", "step", "eager step",
                           "saving per step", "break-even steps"], id="method-costs",
                   caption="First-call cost of each method and the steps it takes to pay (cuda_graph_decode)")
-    setups = matching(rec.metrics if rec else [], M.SETUP_S)
-    for m in sorted(setups, key=lambda m: (str(m.params.get("dtype")) != "float32", str(m.params.get("dtype")),
-                                           method_rank(m.params.get("method")), sort_key(m.params.get("batch")))):
+    setups = q.all(rec, M.SETUP_S)
+    for m in sorted(setups, key=lambda m: (str(m.params.get(P.DTYPE)) != "float32", str(m.params.get(P.DTYPE)),
+                                           method_rank(m.params.get(P.METHOD)), sort_key(m.params.get(P.BATCH)))):
         p = {k: m.params[k] for k in ("method", "batch", "dtype") if k in m.params}
-        step = first(rec, M.STEP_MS, readback=False, **p)
-        eager = first(rec, M.STEP_MS, readback=False, **(p | {"method": Method.EAGER}))
-        saving, be = first(rec, M.SAVING_MS_PER_STEP, **p), first(rec, M.BREAK_EVEN_STEPS, **p)
-        table.rows.append([Cell(str(p.get("method"))), Cell(fmt(p.get("batch")), cls="num"), Cell(fmt(p.get("dtype"))),
+        step = q.maybe(rec, M.STEP_MS, readback=False, **p)
+        eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {"method": Method.EAGER}))
+        saving, be = q.maybe(rec, M.SAVING_MS_PER_STEP, **p), q.maybe(rec, M.BREAK_EVEN_STEPS, **p)
+        table.rows.append([Cell(str(p.get(P.METHOD))), Cell(fmt(p.get(P.BATCH)), cls="num"), Cell(fmt(p.get(P.DTYPE))),
                            num(m.value, m.unit), timing_cell(step) if step else Cell("—"),
                            timing_cell(eager) if eager else Cell("—"),
                            num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
-                           break_even_cell(be)])
+                           break_even_cell(be, stale_break_even(rec, str(p.get(P.METHOD)), p.get(P.BATCH),
+                                                                p.get(P.DTYPE)))])
     return table
 
 
@@ -56,22 +73,22 @@ def compile_tables(rec: Record | None) -> list[Table]:
     first_calls = Table(columns=["target", "layers", "phase", "trial", "first call"], id="first-calls",
                         caption="torch.compile first call, cold vs warm cache, each in a fresh process (compile_cost)")
     seen = set()
-    for m in sorted(matching(rec.metrics if rec else [], M.FIRST_CALL_S),
-                    key=lambda m: (str(m.params.get("target")), sort_key(m.params.get("n_layer")),
-                                   str(m.params.get("phase")), sort_key(m.params.get("trial")))):
+    for m in sorted(q.all(rec, M.FIRST_CALL_S),
+                    key=lambda m: (str(m.params.get(P.TARGET)), sort_key(m.params.get("n_layer")),
+                                   str(m.params.get(P.PHASE)), sort_key(m.params.get("trial")))):
         key = json_key(m.params)
         if key in seen:  # runs of earlier lab versions recorded the full depth twice
             continue
         seen.add(key)
-        first_calls.rows.append([Cell(fmt(m.params.get("target"))), Cell(fmt(m.params.get("n_layer")), cls="num"),
-                                 Cell(fmt(m.params.get("phase"))), Cell(fmt(m.params.get("trial"))),
+        first_calls.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get("n_layer")), cls="num"),
+                                 Cell(fmt(m.params.get(P.PHASE))), Cell(fmt(m.params.get("trial"))),
                                  num(m.value, m.unit)])
     pays = Table(columns=["target", "phase", "saving per call", "break-even calls"], id="compile-break-even",
                  caption="Break-even of the compile: the saving per call measured in that phase's process, and the "
                          "calls after which the first call has paid for itself (compile_cost)")
-    for m in matching(rec.metrics if rec else [], M.BREAK_EVEN_CALLS):
-        saving = first(rec, M.SAVING_MS_PER_CALL, **m.params)
-        pays.rows.append([Cell(fmt(m.params.get("target"))), Cell(fmt(m.params.get("phase"))),
+    for m in q.all(rec, M.BREAK_EVEN_CALLS):
+        saving = q.maybe(rec, M.SAVING_MS_PER_CALL, **m.params)
+        pays.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get(P.PHASE))),
                           num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
                           break_even_cell(m)])
     steady = pivot(rec, ["method", "target"], [M.STEADY_MS])
@@ -87,7 +104,7 @@ def json_key(params: dict[str, Any]) -> str:
 def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | None:
     """The first call a phase's break-even was paid against: the full depth's (the most layers), or for a target
     timed in trials the last trial (the process whose saving was measured)."""
-    calls = matching(rec.metrics if rec else [], M.FIRST_CALL_S, phase=phase, target=target)
+    calls = q.all(rec, M.FIRST_CALL_S, phase=phase, target=target)
     plain = [m for m in calls if "trial" not in m.params]
     if plain:
         return max(plain, key=lambda m: sort_key(m.params.get("n_layer")))
@@ -97,12 +114,11 @@ def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | N
 def compile_answer(rec: Record | None) -> list[str]:
     """One line per target: the full-depth first call cold and warm, and the stored break-even of each phase."""
     lines = []
-    for target in sorted({str(m.params.get("target")) for m in matching(rec.metrics if rec else [],
-                                                                         M.BREAK_EVEN_CALLS)}):
+    for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         parts = []
         for phase in ("cold", "warm"):
             fc = first_call_behind(rec, phase, target)
-            be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
+            be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
             if be is None:
                 continue
             pay = "never pays" if be.value is None else f"pays after {fmt(be.value)} calls"
@@ -113,26 +129,27 @@ def compile_answer(rec: Record | None) -> list[str]:
 
 
 def costs(results: Results) -> Section:
-    cgd = record(results, DECODE)
+    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     methods = method_costs(cgd)
-    graph_cost = pivot(record(results, GRAPH_COST), ["batch"],
+    graph_cost = pivot(q.experiment(results, Experiment.GRAPH_COST), ["batch"],
                        [M.CAPTURE_S, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.STATE_MIB, M.GRAPH_POOL_MIB])
     graph_cost.caption = "Manual CUDA graph: capture cost, memory and break-even (graph_cost)"
-    cc = record(results, COMPILE_COST)
+    cc = q.experiment(results, Experiment.COMPILE_COST)
     tables = [t for t in [methods, graph_cost, *compile_tables(cc)] if t]
     lines = []
     for c in cases(step_rows(results)):
-        if c.best.source != DECODE or c.best is c.eager:
+        if c.best.source != Experiment.CUDA_GRAPH_DECODE or c.best is c.eager:
             continue
         p = {"method": c.best.method, "batch": c.batch, "dtype": c.dtype}
-        setup, be = first(cgd, M.SETUP_S, **p), first(cgd, M.BREAK_EVEN_STEPS, **p)
+        setup, be = q.maybe(cgd, M.SETUP_S, **p), q.maybe(cgd, M.BREAK_EVEN_STEPS, **p)
         if setup is not None:
+            stale = stale_break_even(cgd, c.best.method, c.batch, c.dtype)
             pay = "break-even not stored" if be is None else ("never pays" if be.value is None else
-                                                              f"pays after {fmt(be.value)} steps")
+                                                              f"pays after {fmt(be.value)} steps" + (f" ({stale})" if stale else ""))
             lines.append(f"{c.best.method} at B={fmt(c.batch)}, {c.dtype}: setup {fmt(setup.value, units.S)}, {pay}.")
     lines += compile_answer(cc)
     lines.append("Setup is paid once; break-even is setup ÷ (eager step − method step), stored by the experiment "
                  "that measured both.")
     return Section("costs", "Compile and capture costs, break-even", "\n".join(lines), tables,
-                   empty="" if tables else why_absent(results, DECODE, GRAPH_COST, COMPILE_COST))
+                   empty="" if tables else why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.GRAPH_COST, Experiment.COMPILE_COST))
 

@@ -6,52 +6,45 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method, Status
 from lab.contract.results import Metric, Results
 
 from report import hoststate
-from report.costs import first_call_behind
+from report.costs import first_call_behind, stale_break_even
 from report.discover import Run
+from report.hosts import machine
 from report.provenance import tree_state
-from report.runstatus import Status, status
-from report.sections import failed_checks, record
+from report.runstatus import Status as RunStatus, status
+from report.sections import failed_checks
 from report.sentinels import flags as sentinel_flags
-from report.steps import CEILINGS, Case, cases, ceiling, is_eager, own_mbu, pct, step_rows
+from report.steps import Case, StepRow, cases, ceiling, is_eager, own_mbu, pct, step_rows
 from report.sweeps import headline as peer_headline
-from report.tables import Cell, Table, first, fmt, num, sort_key
+from report.tables import Cell, Table, fmt, num, sort_key
 
-STATUSES = ("OK", "NOT_RUN", "FAILED")
-COMPILE_COST = "compile_cost"
 DECODE_CORE = "decode_core"  # compile_cost's target: the split decode step's compiled core
 
 
 def host_name(results: Results) -> str:
-    host = results.manifest.get("host") or {}
-    return str(host.get("real_hostname") or host.get("hostname") or "?")
+    return machine(results).hostname
 
 
 def device_name(results: Results) -> str:
-    m = results.manifest
-    gpus = ((m.get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or []
-    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
-        return str(gpus[0]["name"])
-    return f"CPU: {(m.get('cpu') or {}).get('model') or '?'}"
+    m = machine(results)
+    return m.gpu if m.gpu != "?" else f"CPU: {m.cpu}"
 
 
 def device_text(results: Results) -> str:
     """The device with its driver (GPU) or its usable cores (CPU)."""
-    m = results.manifest
-    gpus = ((m.get("gpu") or {}).get("nvidia_smi") or {}).get("gpus") or []
-    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
-        return f"{gpus[0]['name']} (driver {gpus[0].get('driver_version', '?')})"
-    cpu = m.get("cpu") or {}
-    return f"CPU: {cpu.get('model') or '?'} ({cpu.get('usable_cores') or '?'} cores)"
+    m = machine(results)
+    cores = (results.manifest.get("cpu") or {}).get("usable_cores") or "?"
+    return f"{m.gpu} (driver {m.driver})" if m.gpu != "?" else f"CPU: {m.cpu} ({cores} cores)"
 
 
 def counts(results: Results) -> dict[str, int]:
-    return {s: sum(r.status == s for r in results.experiments) for s in STATUSES}
+    return {s: sum(r.status == s for r in results.experiments) for s in Status}
 
 
 @dataclass
@@ -64,6 +57,16 @@ class Line:
     binding: Metric | None
     setup: Metric | None
     break_even: Metric | None
+    capture: list[StepRow] = field(default_factory=list)  # graph replay, compile + graph: what capture buys here
+    stale: str = ""  # why the stored break-even is known wrong (report.costs.stale_break_even)
+
+    @property
+    def gains(self) -> list[tuple[str, str, str]]:
+        """(method, 'its stored speedup over eager [95% interval]', what to know) for graph replay and compile + graph
+        as measured at this batch and dtype (no interval stored, tokens not equal to eager's: said)."""
+        return [(r.label, r.speedup_text or "—", ", ".join(n for n, said in (("no interval stored", r.speedup and r.ci is None),
+                                                                              ("tokens differ", r.correct is False)) if said))
+                for r in self.capture]
 
     @property
     def key(self) -> str:
@@ -77,7 +80,7 @@ class Line:
     @property
     def failed_source(self) -> bool:
         """The figures come from a FAILED experiment (the cases that passed were measured; badged, not hidden)."""
-        return self.case.best.status == "FAILED" or self.case.eager.status == "FAILED"
+        return self.case.best.status == Status.FAILED or self.case.eager.status == Status.FAILED
 
     @property
     def mbu_text(self) -> str:
@@ -104,7 +107,7 @@ class FrontRow:
     failed: list[str] = field(default_factory=list)
     peer: str | None = None  # the lab's best step beside transformers' best generate (peer_generate's conclusion)
     sentinel: list[str] = field(default_factory=list)  # failed sentinel checks, with their numbers
-    status: Status | None = None  # incomplete, with what was asked for and not recorded (report.runstatus)
+    status: RunStatus | None = None  # incomplete, with what was asked for and not recorded (report.runstatus)
     tree: str = ""  # the lab's commit and whether its tree was clean (tree_state)
     host_state: str = ""  # what the host's speed did, in one sentence (report.hoststate.sentence)
     flags: list[str] = field(default_factory=list)  # what the run flagged about itself (report.hoststate.flags)
@@ -116,25 +119,32 @@ class FrontRow:
         return text[:16].replace("T", " ") + (" UTC" if text.endswith(("+00:00", "Z")) else "") if text else "—"
 
 
+CAPTURE = (Method.GRAPH, Method.COMPILE_GRAPH)  # the lab's question: what does capturing the step buy over eager?
+
+
 def lines(results: Results) -> list[Line]:
     out = []
-    cgd = record(results, "cuda_graph_decode")
-    for c in cases(step_rows(results)):
+    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
+    rows = step_rows(results)
+    for c in cases(rows):
         best = c.best
         p = {"method": best.method, "batch": c.batch, "dtype": c.dtype}
-        setup = first(cgd, M.SETUP_S, **p) if best.source == "cuda_graph_decode" and not is_eager(best.method) else None
-        be = first(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
-        out.append(Line(c, best.speedup, own_mbu(results, best), ceiling(results, M.BINDING, best), setup, be))
+        setup = q.maybe(cgd, M.SETUP_S, **p) if best.source == Experiment.CUDA_GRAPH_DECODE and not is_eager(best.method) else None
+        be = q.maybe(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
+        capture = [r for m in CAPTURE for r in rows if (r.source, r.batch, r.dtype, r.method) ==
+                   (best.source, c.batch, c.dtype, m)]
+        out.append(Line(c, best.speedup, own_mbu(results, best), ceiling(results, M.BINDING, best), setup, be,
+                        capture, stale_break_even(cgd, best.method, c.batch, c.dtype) if be is not None else ""))
     return out
 
 
 def compile_summary(results: Results) -> list[str]:
     """compile_cost's decode core at full depth: first call and stored break-even, cold and warm."""
-    rec = record(results, COMPILE_COST)
+    rec = q.experiment(results, Experiment.COMPILE_COST)
     out = []
     for phase in ("cold", "warm"):
         fc = first_call_behind(rec, phase, DECODE_CORE)
-        be = first(rec, M.BREAK_EVEN_CALLS, phase=phase, target=DECODE_CORE)
+        be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=DECODE_CORE)
         if fc is None and be is None:
             continue
         pay = "—" if be is None else ("never pays" if be.value is None else f"{fmt(be.value)} calls")
@@ -164,14 +174,14 @@ Getter = Callable[[Results], Any]
 
 def _host_figures() -> list[tuple[str, Getter]]:
     def ceil(spec: M.MetricSpec, **params: Any) -> Getter:
-        return lambda r: first(record(r, CEILINGS), spec, **params)
+        return lambda r: q.maybe(q.experiment(r, Experiment.CEILINGS), spec, **params)
 
     def cc(spec: M.MetricSpec, phase: str) -> Getter:
         def get(r: Results) -> Any:
-            rec = record(r, COMPILE_COST)
+            rec = q.experiment(r, Experiment.COMPILE_COST)
             if spec is M.FIRST_CALL_S:
                 return first_call_behind(rec, phase, DECODE_CORE)
-            return first(rec, spec, phase=phase, target=DECODE_CORE)
+            return q.maybe(rec, spec, phase=phase, target=DECODE_CORE)
         return get
 
     return [

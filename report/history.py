@@ -21,19 +21,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract.marks import judge
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Metric, Record, Results
 
 from report.compare import interval_of, value_of
 from report.discover import Run
 from report.hosts import machine, slug
-from report.sections import Section, record
-from report.steps import CEILINGS, Case, cases, step_rows
+from report.sections import Section
+from report.steps import Case, cases, step_rows
 from report.tables import Cell, Table, fmt
 
-SENTINEL = "sentinel"
 HISTORY_FILE = "history.html"
 WORDS = {"better": "improvement", "worse": "regression"}
 CLASS = {"improvement": "good", "regression": "bad", "same": "", "first": "muted", "not comparable": "muted",
@@ -62,7 +62,7 @@ class Point:
         text = fmt(metric.value, metric.unit)
         if low is not None and high is not None:
             text += f" [{fmt(low)}, {fmt(high)}]"
-        method = metric.params.get("method")
+        method = metric.params.get(P.METHOD)
         return f"{text} ({method})" if method and metric.name != M.LAUNCH_US_PER_OP.name else text
 
 
@@ -85,15 +85,14 @@ def _case(results: Results, dtype: str) -> Case | None:
 
 
 def _found(results: Results, rid: str, metric: Metric | None) -> Found:
-    rec = record(results, rid)
+    rec = q.experiment(results, rid)
     return None if metric is None or rec is None else (metric, rec)
 
 
-def _first(results: Results, rid: str, spec: M.MetricSpec, **params: Any) -> Found:
-    rec = record(results, rid)
-    hits = [m for m in (rec.metrics if rec else ()) if m.name == spec.name
-            and all(m.params.get(k) == v for k, v in params.items())]
-    return (hits[0], rec) if hits and rec is not None else None
+def _one(results: Results, rid: str, spec: M.MetricSpec, **params: Any) -> Found:
+    rec = q.experiment(results, rid)
+    hit = q.maybe(rec, spec, **params)
+    return (hit, rec) if hit is not None and rec is not None else None
 
 
 def _mbu(results: Results, dtype: str) -> Found:
@@ -102,7 +101,7 @@ def _mbu(results: Results, dtype: str) -> Found:
     if c is None:
         return None
     p = {"method": c.best.method, "batch": 1, "dtype": dtype}
-    return _first(results, c.best.source, M.MBU, **p) or _first(results, CEILINGS, M.MBU, **p)
+    return _one(results, c.best.source, M.MBU, **p) or _one(results, Experiment.CEILINGS, M.MBU, **p)
 
 
 def _step(results: Results, dtype: str, which: str) -> Found:
@@ -126,9 +125,9 @@ def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
                 (f"fastest correct method's step, B=1 {d}", lambda r, d=d: _step(r, d, "best")),
                 (f"its speedup over eager, B=1 {d}", lambda r, d=d: _step(r, d, "ratio")),
                 (f"its MBU, B=1 {d}", lambda r, d=d: _mbu(r, d))]
-    out += [("eager launch cost", lambda r: _first(r, CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
+    out += [("eager launch cost", lambda r: _one(r, Experiment.CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
             ("sentinel eager step at start, B=1 float32",
-             lambda r: _first(r, SENTINEL, M.SENTINEL_STEP_MS, method=Method.EAGER, batch=1, dtype="float32",
+             lambda r: _one(r, Experiment.SENTINEL, M.SENTINEL_STEP_MS, method=Method.EAGER, batch=1, dtype="float32",
                               when="start"))]
     return out
 

@@ -18,27 +18,28 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from lab.contract import query as q
 from lab.contract import hostspeed
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
 from lab.contract.intervals import Interval, of
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Metric, Record, Results
 
 from report.sections import Section
-from report.tables import Cell, Table, first, fmt, params_text, timing_cell
+from report.tables import Cell, Table, fmt, params_text, timing_cell
 
-INSTRUMENT = ("sentinel", "sentinel_end")
+INSTRUMENT = (Experiment.SENTINEL, Experiment.SENTINEL_END)
 # where the B=1 fp32 sensitivities are read, in this order (inductor: the CPU profile's decode step, fp32)
-SOURCES = ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor")
+SOURCES = (Experiment.CUDA_GRAPH_DECODE, Experiment.MODEL_SCALING, Experiment.PEER_GENERATE, Experiment.INDUCTOR)
 NO_INDEX = "this run has no host-speed index (its lab version did not measure the host's speed)"
 
 
 def index_samples(records: Iterable[Record]) -> list[float]:
     """Every round's host index the run stored (host_index_ms, all experiments, methods and shapes)."""
-    return [float(x) for rec in records for m in rec.metrics if m.name == M.HOST_INDEX_MS.name
-            and isinstance(m.value, list) for x in m.value]
+    return [float(x) for rec in records for m in q.all(rec, M.HOST_INDEX_MS) if isinstance(m.value, list)
+            for x in m.value if isinstance(x, (int, float)) and not isinstance(x, bool)]
 
 
 def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
@@ -48,12 +49,11 @@ def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | N
             found = []
             for m in rec.metrics:
                 p = m.params
-                if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get("batch") != 1
-                        or p.get("dtype", "float32") != "float32" or p.get("readback", False)):
+                if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get(P.BATCH) != 1
+                        or p.get(P.DTYPE, "float32") != "float32" or p.get(P.READBACK, False)):
                     continue
-                ends = {x.name: x.value for x in rec.metrics if x.params == p
-                        and x.name in (M.HOST_SENSITIVITY_CI_LOW.name, M.HOST_SENSITIVITY_CI_HIGH.name)}
-                ci = of(ends.get(M.HOST_SENSITIVITY_CI_LOW.name), ends.get(M.HOST_SENSITIVITY_CI_HIGH.name))
+                ci = of(*(getattr(q.maybe(rec, end, **p), "value", None) for end in (M.HOST_SENSITIVITY_CI_LOW,
+                                                                                     M.HOST_SENSITIVITY_CI_HIGH)))
                 step = f", {p['step']} step" if "step" in p else ""
                 found.append((f"{p.get('method')}{step}", float(m.value), ci))
             if found:
@@ -158,12 +158,12 @@ def host_table(rec: Record) -> Table:
                            "median step", "step at the reference", "speedup vs eager [95%]",
                            "speedup at the reference [95%]"], id=f"host-{rec.id}",
                   caption=f"{rec.id}: each method's rounds against the host-speed index taken around them")
-    for m in (x for x in rec.metrics if x.name == M.HOST_INDEX_MS.name):
+    for m in q.all(rec, M.HOST_INDEX_MS):
         p = m.params
         shape = {k: v for k, v in p.items() if k != "method"}
         speedup = M.SPEEDUP_VS_EAGER if _within(rec, M.SPEEDUP_VS_EAGER.name, p) is not None else M.SPEEDUP
-        step = first(rec, M.STEP_MS, **p)
-        table.rows.append([Cell(params_text(shape)), Cell(str(p.get("method", "—"))), _index_cell(m),
+        step = q.maybe(rec, M.STEP_MS, **p)
+        table.rows.append([Cell(params_text(shape)), Cell(str(p.get(P.METHOD, "—"))), _index_cell(m),
                            _with_interval(rec, M.HOST_SENSITIVITY, p),
                            timing_cell(step) if step is not None else Cell("—"),
                            _with_interval(rec, M.STEP_MS_AT_REFERENCE, p), _with_interval(rec, speedup, p),
@@ -173,7 +173,7 @@ def host_table(rec: Record) -> Table:
 
 def section(results: Results) -> Section | None:
     """The run page's host section (None: the run stored no host index, an earlier lab version's)."""
-    recs = [r for r in results.experiments if any(m.name == M.HOST_INDEX_MS.name for m in r.metrics)]
+    recs = [r for r in results.experiments if q.all(r, M.HOST_INDEX_MS)]
     if not recs:
         return None
     costs = [f"{r.id} {params_text(m.params)}: {m.value:.1%}" for r in recs for m in r.metrics

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.contract import query as q
 from lab.contract import notes as N
 from lab.contract import units
-from lab.contract.names import method_rank
+from lab.contract.names import Experiment, method_rank
 from lab.contract.results import Results
 
-from report.sections import record
-from report.steps import DECODE, pct
+from report.steps import pct
 from report.style import display
 from report.tables import Cell, Table, fmt, is_number, num, sort_key
 
@@ -24,7 +24,7 @@ from report.tables import Cell, Table, fmt, is_number, num, sort_key
 def fused_notes(results: Results, spec: N.NoteSpec) -> list[dict[str, Any]]:
     """Every well-formed note of `spec` (per fused method and shape) cuda_graph_decode stored: fp32 first, batches
     ascending, plain `fused` first."""
-    rec = record(results, DECODE)
+    rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     notes = [v for k, v in (rec.notes if rec else {}).items()
              if spec.parse(k) is not None and isinstance(v, dict) and spec.problem(v) is None]
     return sorted(notes, key=lambda n: (str(n["params"].get("dtype")) != "float32", str(n["params"].get("dtype")),

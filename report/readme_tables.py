@@ -32,15 +32,14 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.contract import metrics as M
+from lab.contract import query as q
 from lab.contract import notes as N
-from lab.contract.names import Method, method_rank
+from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Record, load
 
 from report import hoststate
 from report.provenance import tree_state
 
-DECODE = "cuda_graph_decode"
-CEILINGS = "ceilings"
 BEGIN = re.compile(r"<!-- headline:begin(?P<runs>[^>]*)-->")
 END = "<!-- headline:end -->"
 DASH = "—"
@@ -65,17 +64,13 @@ class Run:
             for rec in results.experiments:
                 self.records.setdefault(rec.id, rec)
 
-    def value(self, exp: str, name: str, **params: Any) -> Any:
-        """The value of the metric whose params include these, or None (absent, NOT_RUN, or several)."""
-        rec = self.records.get(exp)
-        if rec is None:
-            return None
-        found = [m.value for m in rec.metrics if m.name == name and all(m.params.get(k) == v for k, v in params.items())]
-        return found[0] if len(found) == 1 else None
+    def value(self, exp: Experiment, name: str, **params: Any) -> Any:
+        """The value of the one metric whose params include these, or None (absent, NOT_RUN; several: QueryError)."""
+        found = q.maybe(self.records.get(exp), name, **params)
+        return None if found is None else found.value
 
-    def values(self, exp: str, name: str) -> list[tuple[dict[str, Any], Any]]:
-        rec = self.records.get(exp)
-        return [] if rec is None else [(dict(m.params), m.value) for m in rec.metrics if m.name == name]
+    def values(self, exp: Experiment, name: str) -> list[tuple[dict[str, Any], Any]]:
+        return [(dict(m.params), m.value) for m in q.all(self.records.get(exp), name)]
 
 
 def _f(value: Any, fmt: str, suffix: str = "") -> str:
@@ -93,16 +88,16 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
     out = {}
-    for params, value in run.values("cuda_graph_decode", M.STEP_MS.name):
-        if params.get("dtype") == dtype and value is not None:
-            out[(str(params["method"]), int(params["batch"]), bool(params.get("readback")))] = float(value)
+    for params, value in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name):
+        if params.get(P.DTYPE) == dtype and value is not None:
+            out[(str(params[P.METHOD]), int(params[P.BATCH]), bool(params.get(P.READBACK)))] = float(value)
     return out
 
 
 def _interval(run: Run, method: str, batch: int, dtype: str = "float32") -> str:
     """' [10.6, 11.7]': the stored 95% interval of the method's speedup over eager, or '' where none is stored."""
     p = {"method": method, "batch": batch, "dtype": dtype, "readback": False}
-    low, high = (run.value(DECODE, M.SPEEDUP_CI_LOW.name, **p), run.value(DECODE, M.SPEEDUP_CI_HIGH.name, **p))
+    low, high = (run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW.name, **p), run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_HIGH.name, **p))
     return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
 
 
@@ -127,20 +122,20 @@ def step_table(run: Run) -> list[str]:
 
 
 def _ci_note(run: Run) -> str:
-    return " [its 95% interval]" if run.values(DECODE, M.SPEEDUP_CI_LOW.name) else ""
+    return " [its 95% interval]" if run.values(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW.name) else ""
 
 
 def rounds(run: Run, dtype: str = "float32") -> dict[int, int]:
     """The rounds each batch was timed over (the length of its round medians), batch -> rounds."""
     out: dict[int, int] = {}
-    for p, v in run.values(DECODE, M.ROUND_MEDIANS_MS.name):
-        if p.get("dtype") == dtype and isinstance(v, list):
-            out[int(p["batch"])] = max(out.get(int(p["batch"]), 0), len(v))
+    for p, v in run.values(Experiment.CUDA_GRAPH_DECODE, M.ROUND_MEDIANS_MS.name):
+        if p.get(P.DTYPE) == dtype and isinstance(v, list):
+            out[int(p[P.BATCH])] = max(out.get(int(p[P.BATCH]), 0), len(v))
     return out
 
 
 def _config(run: Run, batches: list[int]) -> str:
-    rec = run.records.get(DECODE)
+    rec = run.records.get(Experiment.CUDA_GRAPH_DECODE)
     cfg = rec.notes.get(N.DECODE_CONFIG.key) if rec is not None else None
     per = rounds(run)
     if per and len(set(per.values())) > 1:
@@ -151,7 +146,7 @@ def _config(run: Run, batches: list[int]) -> str:
     else:
         timed = f"{cfg.get('rounds')} rounds" if isinstance(cfg, dict) else ""
     if not isinstance(cfg, dict):
-        return f"{DECODE}" + (f", {timed}" if timed else "")
+        return f"{Experiment.CUDA_GRAPH_DECODE}" + (f", {timed}" if timed else "")
     return f"{cfg.get('steps')} steps after a {cfg.get('prompt_len')}-token prompt, {timed}"
 
 
@@ -160,47 +155,46 @@ def floor(run: Run, batch: int, dtype: str) -> tuple[float | None, float | None]
 
     The bytes are the workload's (every weight once and the attended cache), the same for every method: ceilings
     stores them beside each step it bounds."""
-    nbytes = next((float(v) for p, v in run.values(CEILINGS, M.BYTES_PER_STEP.name)
-                   if p.get("batch") == batch and p.get("dtype") == dtype and v is not None), None)
-    bw = run.value(CEILINGS, M.BANDWIDTH_GBPS.name, kind="copy")
+    nbytes = next((float(v) for p, v in run.values(Experiment.CEILINGS, M.BYTES_PER_STEP.name)
+                   if p.get(P.BATCH) == batch and p.get(P.DTYPE) == dtype and v is not None), None)
+    bw = run.value(Experiment.CEILINGS, M.BANDWIDTH_GBPS.name, kind="copy")
     return nbytes, (None if nbytes is None or not bw else nbytes / (bw * 1e9) * 1e3)
 
 
 def mbu(run: Run, method: str, batch: int, dtype: str) -> float | None:
     """The method's own MBU: stored by cuda_graph_decode from its step time, else the floor over its stored step
     time (a run made before the experiment stored MBU per method); never ceilings' eager."""
-    stored = run.value(DECODE, M.MBU.name, method=method, batch=batch, dtype=dtype)
+    stored = run.value(Experiment.CUDA_GRAPH_DECODE, M.MBU.name, method=method, batch=batch, dtype=dtype)
     if stored is not None:
         return float(stored)
-    ms = run.value(DECODE, M.STEP_MS.name, method=method, batch=batch, dtype=dtype, readback=False)
+    ms = run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name, method=method, batch=batch, dtype=dtype, readback=False)
     floor_ms = floor(run, batch, dtype)[1]
     return None if ms is None or floor_ms is None or ms <= 0 else round(floor_ms / ms, 4)
 
 
 def floor_table(run: Run) -> list[str]:
     """Distance to the floor, per method at the first batch (B=1) of each dtype, fp32 first."""
-    cases = sorted({(str(p["dtype"]), int(p["batch"])) for p, _ in run.values(DECODE, M.STEP_MS.name)},
+    cases = sorted({(str(p[P.DTYPE]), int(p[P.BATCH])) for p, _ in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)},
                    key=lambda c: (c[0] != "float32", c[1]))
     first = {d: min(b for dd, b in cases if dd == d) for d, _ in cases}
     rows = []
     for dtype, batch in [c for c in cases if c[1] == first[c[0]]]:
-        methods = sorted({str(p["method"]) for p, _ in run.values(DECODE, M.STEP_MS.name)
-                          if p.get("dtype") == dtype and p.get("batch") == batch}, key=method_rank)
+        methods = sorted({str(p[P.METHOD]) for p, _ in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)
+                          if p.get(P.DTYPE) == dtype and p.get(P.BATCH) == batch}, key=method_rank)
         nbytes, floor_ms = floor(run, batch, dtype)
         for m in methods:
             p = {"method": m, "batch": batch, "dtype": dtype}
             rows.append([
                 f"`{m}`", f"{'fp32' if dtype == 'float32' else 'bf16'} B={batch}",
-                _f(run.value(DECODE, M.STEP_MS.name, readback=False, **p), ".3f"),
-                _f(run.value(DECODE, M.KERNELS_PER_STEP.name, **p), ".0f"),
-                _f(run.value(CEILINGS, M.BOUND_LAUNCH_MS.name, **p), ".3f"),
-                _f(run.value(DECODE, M.GPU_BUSY_US.name, **p), ".0f"),
-                _f(run.value(DECODE, M.GAP_US.name, **p), ".0f"),
+                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name, readback=False, **p), ".3f"),
+                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.KERNELS_PER_STEP.name, **p), ".0f"),
+                _f(run.value(Experiment.CEILINGS, M.BOUND_LAUNCH_MS.name, **p), ".3f"),
+                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.GPU_BUSY_US.name, **p), ".0f"),
+                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.GAP_US.name, **p), ".0f"),
                 _f(None if nbytes is None else nbytes / 1e6, ".0f"), _f(floor_ms, ".3f"), _pct(mbu(run, m, batch, dtype)),
-                _pct(run.value(DECODE, M.TOKEN_AGREEMENT.name, **p)),
-                _pct(run.value(DECODE, M.TEACHER_FORCED_AGREEMENT.name, **p)),
-                _f(run.value(DECODE, M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"),
-            ])
+                _pct(run.value(Experiment.CUDA_GRAPH_DECODE, M.TOKEN_AGREEMENT.name, **p)),
+                _pct(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_AGREEMENT.name, **p)),
+                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"), ])
     if not rows:
         return ["No step times to set against the floor."]
     header = ["method", "case", "ms/step", "kernels/step", "launch bound ms", "GPU busy µs", "gaps µs", "MB read",
@@ -229,10 +223,10 @@ def mbu_table(run: Run) -> list[str]:
 
 
 def ceilings_line(run: Run) -> list[str]:
-    bw = run.value("ceilings", M.BANDWIDTH_GBPS.name, kind="copy")
-    node = run.value("ceilings", M.LAUNCH_US_PER_OP.name, mode="graph_node")
-    eager = run.value("ceilings", M.LAUNCH_US_PER_OP.name, mode=Method.EAGER)
-    tf = {d: run.value("ceilings", M.MATMUL_TFLOPS.name, dtype=d) for d in ("float32", "bfloat16")}
+    bw = run.value(Experiment.CEILINGS, M.BANDWIDTH_GBPS.name, kind="copy")
+    node = run.value(Experiment.CEILINGS, M.LAUNCH_US_PER_OP.name, mode="graph_node")
+    eager = run.value(Experiment.CEILINGS, M.LAUNCH_US_PER_OP.name, mode=Method.EAGER)
+    tf = {d: run.value(Experiment.CEILINGS, M.MATMUL_TFLOPS.name, dtype=d) for d in ("float32", "bfloat16")}
     if bw is None and node is None and eager is None:
         return []
     return ["", f"Ceilings measured in the same run: copy bandwidth {_f(bw, ',.0f')} GB/s, a node of a replayed "

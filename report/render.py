@@ -47,7 +47,6 @@ from report.hosts import machine
 from report.sitefiles import TRACES, Staging, WriteError, write_page
 from report.tables import Table, fmt, params_text
 
-STATUSES = front_page.STATUSES
 WHY_SHOWN = 10  # the differing fields a why-it-moved table shows before "N more"
 
 # The run page's sections, in order: each a function from a run's results to a Section (None: nothing to show).
@@ -287,6 +286,7 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
         write_page(site.history, html)
     fronts = [p.front for p in pages]
     html = env.get_template("index.html").render(fronts=fronts, side_by_side=front_page.side_by_side(fronts),
+                                                 history_charts=[c for s in all_series if (c := charts.history(s))],
                                                  skipped=skipped, has_compare=bool(comps),
                                                  title="Graph-mode inference lab")
     write_page(site.index, html)

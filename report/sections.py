@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab.contract import query as q
+from lab.contract.names import Experiment, Status
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
@@ -17,7 +19,7 @@ from report.compare import flatten
 from report.provenance import mixed_sources
 from lab.contract.results import Check, Record, Results
 
-from report.tables import Cell, Table, first, fmt, metric_tables, notes_text, num, params_text, pivot
+from report.tables import Cell, Table, fmt, metric_tables, notes_text, num, params_text, pivot
 
 DYNAMO_COUNTS = (M.DYNAMO_GRAPHS, M.GRAPH_BREAKS, M.RECOMPILES, M.CUDAGRAPH_SKIPS)
 
@@ -54,21 +56,14 @@ class Panel:
         return [b for b in self.blocks if isinstance(b, Table)]
 
 
-def record(results: Results, rid: str) -> Record | None:
-    for rec in results.experiments:
-        if rec.id == rid:
-            return rec
-    return None
-
-
-def why_absent(results: Results, *ids: str) -> str:
+def why_absent(results: Results, *ids: Experiment) -> str:
     """One sentence per experiment saying why it gave nothing to show here."""
     parts = []
     for rid in ids:
-        rec = record(results, rid)
+        rec = q.experiment(results, rid)
         if rec is None:
             parts.append(f"{rid} is not in this run.")
-        elif rec.status != "OK" and rec.reason:
+        elif rec.status != Status.OK and rec.reason:
             parts.append(f"{rid} is {rec.status} ({rec.reason.code}): {rec.reason.message}")
         else:
             parts.append(f"{rid} ran but recorded none of the metrics this section shows.")
@@ -144,24 +139,24 @@ def _with_reasons(table: Table, rec: Record | None, note: N.NoteSpec) -> Table:
 
 
 def dynamo(results: Results) -> Section:
-    cgd = record(results, "cuda_graph_decode")
+    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     counts = _with_reasons(pivot(cgd, ["method"], list(DYNAMO_COUNTS)), cgd, N.CUDAGRAPH_SKIP_REASONS)
     counts.caption = "Compiled decode step: graphs, breaks, recompiles, CUDA-graph skips (cuda_graph_decode)"
-    gb = record(results, "graph_breaks")
+    gb = q.experiment(results, Experiment.GRAPH_BREAKS)
     breaks = _with_reasons(pivot(gb, ["function"], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS]), gb, N.FUNCTION_REASONS)
     breaks.caption = "torch._dynamo.explain on functions that break (graph_breaks)"
-    rc = record(results, "recompiles")
+    rc = q.experiment(results, Experiment.RECOMPILES)
     recompiles = pivot(rc, ["dynamic"], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT])
-    limit = first(rc, M.RECOMPILE_LIMIT)
+    limit = q.maybe(rc, M.RECOMPILE_LIMIT)
     recompiles.caption = "One function, 12 batch sizes (recompiles)" + (
         f"; limit {limit.params.get('name', '')} = {fmt(limit.value)}" if limit else "")
-    dr = record(results, "decode_recompiles")
+    dr = q.experiment(results, Experiment.DECODE_RECOMPILES)
     decode = pivot(dr, ["step", "dynamic"], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT, M.OP_NODES_FIRST_GRAPH])
     decode.caption = "Growing-cache vs fixed-shape decode step, 20 calls (decode_recompiles)"
     tables = [t for t in (counts, breaks, recompiles, decode) if t]
     return Section("dynamo", "Dynamo: graphs, breaks, recompiles, skips", "", tables,
-                   empty="" if tables else why_absent(results, "cuda_graph_decode", "graph_breaks", "recompiles",
-                                                      "decode_recompiles"))
+                   empty="" if tables else why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.GRAPH_BREAKS, Experiment.RECOMPILES,
+                                                      Experiment.DECODE_RECOMPILES))
 
 
 # ---------------------------------------------------------------------------- correctness
@@ -181,7 +176,7 @@ def _checks_table(pairs: list[tuple[Record, Check]], caption: str, **kw: Any) ->
 
 
 def correctness(results: Results) -> Section:
-    cgd = record(results, "cuda_graph_decode")
+    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     agree = pivot(cgd, ["method", "batch", "dtype"], [M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF])
     for row in agree.rows:
         if row[3].text == "no":
@@ -206,7 +201,7 @@ def not_run(results: Results) -> Section:
     records = Table(columns=["experiment", "reason code", "what would make it run"], id="not-run-table",
                     caption="Experiments that did not run", cls="notrun")
     for rec in results.experiments:
-        if rec.status == "NOT_RUN":
+        if rec.status == Status.NOT_RUN:
             records.rows.append([Cell(rec.id, href=f"#exp-{rec.id}"), Cell(rec.reason.code if rec.reason else "?",
                                                                          cls="code"),
                                  Cell(rec.reason.message if rec.reason else "")])
@@ -219,7 +214,7 @@ def not_run(results: Results) -> Section:
     failed = Table(columns=["experiment", "reason code", "error", "traceback"], id="failed-table",
                    caption="Experiments that failed", cls="failed")
     for rec in results.experiments:
-        if rec.status == "FAILED":
+        if rec.status == Status.FAILED:
             err = rec.error or {}
             message = err.get("message") or (rec.reason.message if rec.reason else "")
             where = f"{err.get('type')}: " if err.get("type") else ""

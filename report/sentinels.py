@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Check, Metric, Record, Results
 
-from report.sections import Section, record
-from report.tables import Cell, Table, first, fmt, num, timing_cell
+from report.sections import Section
+from report.tables import Cell, Table, fmt, num, timing_cell
 
-SENTINEL, SENTINEL_END, DECODE = "sentinel", "sentinel_end", "cuda_graph_decode"
 METHODS = (Method.EAGER, Method.GRAPH)
 DISPATCH_FIELDS = (("CPU", "cpu_model", ""), ("CPU clock", "cpu_mhz", "MHz"),
                    ("host load at the start (1, 5, 15 min)", "load_start", ""),
@@ -25,8 +25,8 @@ DISPATCH_FIELDS = (("CPU", "cpu_model", ""), ("CPU clock", "cpu_mhz", "MHz"),
 
 
 def _sentinel(results: Results, method: str, when: str) -> Metric | None:
-    for rid in (SENTINEL, SENTINEL_END):
-        found = first(record(results, rid), M.SENTINEL_STEP_MS, method=method, when=when)
+    for rid in (Experiment.SENTINEL, Experiment.SENTINEL_END):
+        found = q.maybe(q.experiment(results, rid), M.SENTINEL_STEP_MS, method=method, when=when)
         if found is not None:
             return found
     return None
@@ -34,11 +34,11 @@ def _sentinel(results: Results, method: str, when: str) -> Metric | None:
 
 def in_run(results: Results, method: str) -> Metric | None:
     """The run's own step the sentinel judges: cuda_graph_decode at batch 1, fp32, no readback."""
-    return first(record(results, DECODE), M.STEP_MS, method=method, batch=1, dtype="float32", readback=False)
+    return q.maybe(q.experiment(results, Experiment.CUDA_GRAPH_DECODE), M.STEP_MS, method=method, batch=1, dtype="float32", readback=False)
 
 
 def sentinel_checks(results: Results) -> list[tuple[Record, Check]]:
-    return [(rec, c) for rid in (SENTINEL, SENTINEL_END) if (rec := record(results, rid)) is not None
+    return [(rec, c) for rid in (Experiment.SENTINEL, Experiment.SENTINEL_END) if (rec := q.experiment(results, rid)) is not None
             for c in rec.checks]
 
 
@@ -62,14 +62,14 @@ def _stored_ci(rec: Record | None, spec: M.MetricSpec, **params: Any) -> str:
     """'95% [0.98, 1.03]' from the interval metrics stored beside `spec` ("" where none)."""
     if spec.interval is None:
         return ""
-    low, high = (first(rec, name, **params) for name in spec.interval)
+    low, high = (q.maybe(rec, name, **params) for name in spec.interval)
     if low is None or high is None or low.value is None or high.value is None:
         return ""
     return f"95% [{fmt(low.value)}, {fmt(high.value)}]"
 
 
 def sentinel_table(results: Results) -> Table:
-    end = record(results, SENTINEL_END)
+    end = q.experiment(results, Experiment.SENTINEL_END)
     table = Table(columns=["method", "sentinel at the start", "in this run (cuda_graph_decode)", "sentinel at the end",
                            "in-run ÷ sentinel", "end ÷ start (drift)", "in-run ÷ fresh, paired"], id="sentinel-table",
                   caption="The run's own step at batch 1, fp32, beside the same step timed in a fresh process with "
@@ -82,12 +82,12 @@ def sentinel_table(results: Results) -> Table:
                                                                                                               method)
         if start is None and stop is None:
             continue
-        ratio, drift = first(end, M.IN_RUN_OVER_SENTINEL, method=method), first(end, M.SENTINEL_DRIFT, method=method)
+        ratio, drift = q.maybe(end, M.IN_RUN_OVER_SENTINEL, method=method), q.maybe(end, M.SENTINEL_DRIFT, method=method)
         row = [Cell(str(method)), _interval_cell(start), _interval_cell(mine), _interval_cell(stop)]
-        paired = first(end, M.IN_RUN_OVER_FRESH, method=method)
+        paired = q.maybe(end, M.IN_RUN_OVER_FRESH, method=method)
         for m, is_it in ((ratio, lambda c: "fresh-process sentinel" in c.name), (drift, lambda c: "moved" in c.name),
                          (paired, lambda c: "interleaved" in c.name)):
-            verdict = [c for _, c in sentinel_checks(results) if c.params.get("method") == method and is_it(c)]
+            verdict = [c for _, c in sentinel_checks(results) if c.params.get(P.METHOD) == method and is_it(c)]
             bad = any(not c.passed for c in verdict)
             sub = "; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)
             ci = _stored_ci(end, M.IN_RUN_OVER_FRESH, method=method) if m is paired and m is not None else ""
@@ -147,7 +147,7 @@ def instrument(results: Results) -> Section | None:
     failed = flags(results)
     lines = failed[:] if failed else (["The run's own eager step is within the sentinel's tolerance: the instrument "
                                        "did not move what it measured."] if sentinel else [])
-    warnings = [w for rid in (SENTINEL, SENTINEL_END) if (rec := record(results, rid)) is not None
+    warnings = [w for rid in (Experiment.SENTINEL, Experiment.SENTINEL_END) if (rec := q.experiment(results, rid)) is not None
                 for w in rec.notes.get(N.HOST_WARNINGS.key) or [] if isinstance(w, str)]
     lines += [f"Host warning: {w}." for w in warnings]
     lines.append("The sentinel is a child process that imports torch, builds the run's GPT-2 and times eager and "

@@ -17,19 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Method, method_rank
+from lab.contract.names import Experiment, Method, method_rank, Param as P, Status
 from lab.contract.results import Metric, Record, Results
 
-from report.sections import Section, record, why_absent
+from report.sections import Section, why_absent
 from report.style import display
-from report.tables import Cell, Table, first, fmt, is_number, matching, num, params_text, sort_key, timing_cell
+from report.tables import Cell, Table, fmt, is_number, num, params_text, sort_key, timing_cell
 
-DECODE = "cuda_graph_decode"
-INDUCTOR = "inductor"
-CEILINGS = "ceilings"
-SCALING = "model_scaling"
 SCALING_SIZE = "gpt2-124M"  # the sweep's row that is the decode step of the other runs
 
 
@@ -51,7 +48,7 @@ class StepRow:
     speedup: Metric | None  # speedup_vs_eager as stored (None for eager where none is stored)
     correct: bool | None  # the stored `correct` (older runs: tokens equal eager's; None: not checked)
     ci: tuple[Any, Any] | None = None  # the stored 95% interval of the speedup (speedup_ci_low, speedup_ci_high)
-    status: str = "OK"  # the status of the record the figures come from (FAILED figures are badged)
+    status: str = Status.OK  # the status of the record the figures come from (FAILED figures are badged)
     params: dict[str, Any] | None = None  # the params its own figures are stored under in `source`
 
     @property
@@ -76,17 +73,17 @@ def pct(value: Any) -> str:
 
 def _correct(rec: Record, method: Any, **p: Any) -> bool | None:
     """The stored `correct` verdict; a run that stored none: eager is the reference, the others by tokens_equal."""
-    found = first(rec, M.CORRECT, method=method, **p)
+    found = q.maybe(rec, M.CORRECT, method=method, **p)
     if found is not None:
         return bool(found.value)
     if is_eager(method):
         return True
-    te = first(rec, M.TOKENS_EQUAL, method=method, **p)
+    te = q.maybe(rec, M.TOKENS_EQUAL, method=method, **p)
     return te.value if te else None
 
 
 def _interval(rec: Record, **p: Any) -> tuple[Any, Any] | None:
-    low, high = first(rec, M.SPEEDUP_CI_LOW, **p), first(rec, M.SPEEDUP_CI_HIGH, **p)
+    low, high = q.maybe(rec, M.SPEEDUP_CI_LOW, **p), q.maybe(rec, M.SPEEDUP_CI_HIGH, **p)
     return (low.value, high.value) if low is not None and high is not None else None
 
 
@@ -102,45 +99,45 @@ class Case:
 
 def _decode_rows(rec: Record) -> list[StepRow]:
     rows = []
-    for m in matching(rec.metrics, M.STEP_MS, readback=False):
+    for m in q.all(rec, M.STEP_MS, readback=False):
         p = m.params
         if "method" not in p or "batch" not in p or not is_number(m.value):
             continue
-        own = {"method": p["method"], "batch": p["batch"], "dtype": p.get("dtype")}
-        rows.append(StepRow(DECODE, "", p["batch"], str(p.get("dtype")), str(p["method"]), m,
-                            first(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, p["method"], batch=p["batch"],
-                                                                          dtype=p.get("dtype")),
+        own = {"method": p[P.METHOD], "batch": p[P.BATCH], "dtype": p.get(P.DTYPE)}
+        rows.append(StepRow(Experiment.CUDA_GRAPH_DECODE, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
+                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, p[P.METHOD], batch=p[P.BATCH],
+                                                                          dtype=p.get(P.DTYPE)),
                             _interval(rec, **p), rec.status, own))
     return rows
 
 
 def _scaling_rows(rec: Record) -> list[StepRow]:
     """model_scaling's GPT-2 124M step at batch 1 in fp32 (the smallest size where 124M was not run)."""
-    sizes = [m.params.get("size") for m in matching(rec.metrics, M.STEP_MS)]
+    sizes = [m.params.get(P.SIZE) for m in q.all(rec, M.STEP_MS)]
     size = SCALING_SIZE if SCALING_SIZE in sizes else (sizes[0] if sizes else None)
     rows = []
-    for m in matching(rec.metrics, M.STEP_MS, size=size, batch=1, dtype="float32"):
+    for m in q.all(rec, M.STEP_MS, size=size, batch=1, dtype="float32"):
         p = m.params
         if "method" not in p or not is_number(m.value):
             continue
-        rows.append(StepRow(SCALING, "", 1, "float32", str(p["method"]), m, first(rec, M.SPEEDUP_VS_EAGER, **p),
-                            _correct(rec, p["method"], size=size, batch=1, dtype="float32"), _interval(rec, **p),
+        rows.append(StepRow(Experiment.MODEL_SCALING, "", 1, "float32", str(p[P.METHOD]), m, q.maybe(rec, M.SPEEDUP_VS_EAGER, **p),
+                            _correct(rec, p[P.METHOD], size=size, batch=1, dtype="float32"), _interval(rec, **p),
                             rec.status, dict(p)))
     return rows
 
 
 def _inductor_rows(rec: Record, dtype: str) -> list[StepRow]:
     rows = []
-    for m in matching(rec.metrics, M.STEP_MS):
+    for m in q.all(rec, M.STEP_MS):
         p = m.params
         if "method" not in p or "step" not in p or not is_number(m.value):
             continue
-        method = str(p["method"])
-        speedups = [s for s in matching(rec.metrics, M.SPEEDUP_VS_EAGER, step=p["step"], batch=p.get("batch"))
-                    if s.params.get("method", method) == method] if not is_eager(method) else []
+        method = str(p[P.METHOD])
+        speedups = [s for s in q.all(rec, M.SPEEDUP_VS_EAGER, step=p[P.STEP], batch=p.get(P.BATCH))
+                    if s.params.get(P.METHOD, method) == method] if not is_eager(method) else []
         # inductor's tokens-equal checks are fatal: an OK record means the compiled steps matched eager
         sp = speedups[0] if speedups else None
-        rows.append(StepRow(INDUCTOR, str(p["step"]), p.get("batch", 1), dtype, method, m, sp, rec.status == "OK",
+        rows.append(StepRow(Experiment.INDUCTOR, str(p[P.STEP]), p.get(P.BATCH, 1), dtype, method, m, sp, rec.status == Status.OK,
                             _interval(rec, **sp.params) if sp else None, rec.status))
     return rows
 
@@ -149,17 +146,17 @@ def step_rows(results: Results) -> list[StepRow]:
     """The decode step's stored times: cuda_graph_decode's where it ran (OK, or FAILED by a fatal check of some case:
     the cases that passed were measured, and a method whose tokens differ from eager's is never the best), else
     inductor's."""
-    cgd = record(results, DECODE)
-    if cgd is not None and cgd.status in ("OK", "FAILED"):
+    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
+    if cgd is not None and cgd.status in (Status.OK, Status.FAILED):
         rows = _decode_rows(cgd)
         if rows:
             return rows
-    ind = record(results, INDUCTOR)
+    ind = q.experiment(results, Experiment.INDUCTOR)
     if ind is not None:
         dtype = str((results.manifest.get("profile") or {}).get("dtype") or "float32")
         return _inductor_rows(ind, dtype)
-    scaling = record(results, SCALING)
-    if scaling is not None and scaling.status in ("OK", "FAILED"):
+    scaling = q.experiment(results, Experiment.MODEL_SCALING)
+    if scaling is not None and scaling.status in (Status.OK, Status.FAILED):
         return _scaling_rows(scaling)
     return []
 
@@ -183,16 +180,16 @@ def cases(rows: list[StepRow]) -> list[Case]:
 
 def ceiling(results: Results, spec: M.MetricSpec, row: StepRow) -> Metric | None:
     """A ceilings figure stored for this row's method, batch and dtype (None: not stored)."""
-    if row.source == SCALING or (row.source != DECODE and not is_eager(row.method)):
+    if row.source == Experiment.MODEL_SCALING or (row.source != Experiment.CUDA_GRAPH_DECODE and not is_eager(row.method)):
         return None  # ceilings bounds the eager step and cuda_graph_decode's methods only
     method = Method.EAGER if is_eager(row.method) else row.method
-    return first(record(results, CEILINGS), spec, method=method, batch=row.batch, dtype=row.dtype)
+    return q.maybe(q.experiment(results, Experiment.CEILINGS), spec, method=method, batch=row.batch, dtype=row.dtype)
 
 
 def own_mbu(results: Results, row: StepRow) -> Metric | None:
     """The row's method's own MBU: stored by its experiment from its own step time, else ceilings' row for it."""
-    if row.source in (DECODE, SCALING) and row.params is not None:
-        found = first(record(results, row.source), M.MBU, **row.params)
+    if row.source in (Experiment.CUDA_GRAPH_DECODE, Experiment.MODEL_SCALING) and row.params is not None:
+        found = q.maybe(q.experiment(results, row.source), M.MBU, **row.params)
         if found is not None and is_number(found.value):
             return found
     return ceiling(results, M.MBU, row)
@@ -200,16 +197,14 @@ def own_mbu(results: Results, row: StepRow) -> Metric | None:
 
 def floor_ms(results: Results, batch: Any, dtype: str, method: str | None = None) -> tuple[float | None, str]:
     """The weight-read floor of a step at this batch and dtype (ms) and where it was read."""
-    ceil = record(results, CEILINGS)
-    found = [m for m in matching(ceil.metrics if ceil else [], M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype)
-             if is_number(m.value)]
-    own = [m for m in found if m.params.get("method") == method] or found
+    ceil = q.experiment(results, Experiment.CEILINGS)
+    found = [m for m in q.all(ceil, M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype) if is_number(m.value)]
+    own = [m for m in found if m.params.get(P.METHOD) == method] or found
     if own:
         return float(own[0].value), "ceilings: bytes_per_step ÷ bandwidth"
-    nbytes = [m for m in matching(ceil.metrics if ceil else [], M.BYTES_PER_STEP, batch=batch, dtype=dtype)
-              if is_number(m.value)]
-    cgd = record(results, DECODE)
-    bw = [m for m in matching(cgd.metrics if cgd else [], M.BANDWIDTH_GBPS) if is_number(m.value) and m.value]
+    nbytes = [m for m in q.all(ceil, M.BYTES_PER_STEP, batch=batch, dtype=dtype) if is_number(m.value)]
+    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
+    bw = [m for m in q.all(cgd, M.BANDWIDTH_GBPS) if is_number(m.value) and m.value]
     if nbytes and bw:
         return float(nbytes[0].value) / (float(bw[0].value) * 1e9) * 1e3, "bytes_per_step ÷ cuda_graph_decode's bandwidth"
     return None, ""
@@ -246,26 +241,26 @@ def _best_table(results: Results, found: list[Case]) -> Table:
 
 def _decode_tables(rec: Record) -> list[Table]:
     """cuda_graph_decode: method × batch per dtype and readback, each cell the median, stored speedup, spread."""
-    steps = [m for m in matching(rec.metrics, M.STEP_MS) if "method" in m.params and "batch" in m.params]
+    steps = [m for m in q.all(rec, M.STEP_MS) if "method" in m.params and "batch" in m.params]
     groups: dict[tuple[str, bool], list[Metric]] = {}
     for m in steps:
-        groups.setdefault((str(m.params.get("dtype")), bool(m.params.get("readback"))), []).append(m)
+        groups.setdefault((str(m.params.get(P.DTYPE)), bool(m.params.get(P.READBACK))), []).append(m)
     tables = []
     for (dtype, readback), metrics in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] != "float32",
                                                                               kv[0][0])):
-        batches = sorted({m.params["batch"] for m in metrics}, key=sort_key)
-        methods = sorted({m.params["method"] for m in metrics}, key=method_rank)
+        batches = sorted({m.params[P.BATCH] for m in metrics}, key=sort_key)
+        methods = sorted({m.params[P.METHOD] for m in metrics}, key=method_rank)
         table = Table(columns=["method"] + [f"batch {b}" for b in batches], cls="speedup", collapsed=readback,
                       caption=f"Median ms per decode step, dtype {dtype}, "
                               f"{'reading the token back each step' if readback else 'no readback'}")
         for method in methods:
             row = [Cell(str(method))]
             for b in batches:
-                here = [m for m in metrics if m.params["method"] == method and m.params["batch"] == b]
+                here = [m for m in metrics if m.params[P.METHOD] == method and m.params[P.BATCH] == b]
                 if not here:
                     row.append(Cell("—"))
                     continue
-                sp = first(rec, M.SPEEDUP_VS_EAGER, **here[0].params)
+                sp = q.maybe(rec, M.SPEEDUP_VS_EAGER, **here[0].params)
                 ci = _interval(rec, **here[0].params)
                 shown = f"{fmt(sp.value)}×" + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci and all(map(is_number, ci))
                                                else "") if sp else ""
@@ -279,12 +274,12 @@ def _decode_tables(rec: Record) -> list[Table]:
 
 
 def _inductor_table(results: Results, rows: list[StepRow]) -> Table:
-    rec = record(results, INDUCTOR)
+    rec = q.experiment(results, Experiment.INDUCTOR)
     table = Table(columns=["step", "batch", "method", "median step", "speedup vs eager (stored)", "compile (setup)"],
                   caption="Inductor on the CPU: the decode step eager and compiled (inductor)", id="inductor-table")
     for r in sorted(rows, key=lambda r: (r.kind, sort_key(r.batch), not is_eager(r.method))):
-        setups = [] if is_eager(r.method) else [s for s in matching(rec.metrics if rec else [], M.SETUP_S, step=r.kind)
-                                                 if s.params.get("method", r.method) == r.method]
+        setups = [] if is_eager(r.method) else [s for s in q.all(rec, M.SETUP_S, step=r.kind)
+                                                 if s.params.get(P.METHOD, r.method) == r.method]
         table.rows.append([Cell(r.kind), Cell(fmt(r.batch), cls="num"), Cell(r.method), timing_cell(r.step),
                            num(r.speedup.value if r.speedup else None, units.X if r.speedup else ""),
                            num(setups[0].value if setups else None, units.S if setups else "")])
@@ -292,12 +287,12 @@ def _inductor_table(results: Results, rows: list[StepRow]) -> Table:
 
 
 def _ceilings_own_steps(results: Results) -> Table:
-    rec = record(results, CEILINGS)
+    rec = q.experiment(results, Experiment.CEILINGS)
     table = Table(columns=["method", "batch", "dtype", "median step"], caption="The eager decode step timed by "
                   "ceilings at every batch of the profile (ceilings)")
-    for m in matching(rec.metrics if rec else [], M.STEP_MS):
-        table.rows.append([Cell(str(m.params.get("method"))), Cell(fmt(m.params.get("batch")), cls="num"),
-                           Cell(fmt(m.params.get("dtype"))), timing_cell(m)])
+    for m in q.all(rec, M.STEP_MS):
+        table.rows.append([Cell(str(m.params.get(P.METHOD))), Cell(fmt(m.params.get(P.BATCH)), cls="num"),
+                           Cell(fmt(m.params.get(P.DTYPE))), timing_cell(m)])
     return table
 
 
@@ -305,11 +300,11 @@ def steps(results: Results) -> Section:
     rows = step_rows(results)
     found = cases(rows)
     tables: list[Table] = [_best_table(results, found)] if found else []
-    if rows and rows[0].source == DECODE:
-        tables += _decode_tables(record(results, DECODE))
+    if rows and rows[0].source == Experiment.CUDA_GRAPH_DECODE:
+        tables += _decode_tables(q.experiment(results, Experiment.CUDA_GRAPH_DECODE))
         source = ("cuda_graph_decode: each cell the median step time, its stored speedup over eager at the same batch, "
                   "and the spread (IQR as a share of the median; ⚠ over 10%).")
-    elif rows and rows[0].source == SCALING:
+    elif rows and rows[0].source == Experiment.MODEL_SCALING:
         source = (f"No cuda_graph_decode in this run: the decode step as model_scaling timed it ({SCALING_SIZE}, "
                   "batch 1, float32); the sweep's own section has every size.")
     elif rows:
@@ -324,8 +319,8 @@ def steps(results: Results) -> Section:
     intro = "\n".join(lines + ([source] if source else []))
     # a sweep run's page opens with its sweeps: a copy of one of their rows, or a section with nothing, comes after
     return Section("steps", "Step time: the fastest correct method", intro, tables,
-                   empty="" if tables else why_absent(results, DECODE, INDUCTOR),
-                   minor=not rows or rows[0].source == SCALING)
+                   empty="" if tables else why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.INDUCTOR),
+                   minor=not rows or rows[0].source == Experiment.MODEL_SCALING)
 
 
 # ---------------------------------------------------------------------------- ceilings
@@ -334,7 +329,7 @@ def _bounds_row(rec: Record, dtype: Any, method: Any, batch: Any) -> list[Cell]:
     p = {"method": method, "batch": batch} | ({"dtype": dtype} if dtype is not None else {})
 
     def get(spec: M.MetricSpec) -> Metric | None:
-        return first(rec, spec, **p)
+        return q.maybe(rec, spec, **p)
 
     binding = get(M.BINDING)
     nbytes = get(M.BYTES_PER_STEP)
@@ -358,12 +353,12 @@ BOUNDS_COLUMNS = ["dtype", "method", "batch", "kernels/step", "MB/step", "launch
 
 
 def ceilings(results: Results) -> Section:
-    rec = record(results, CEILINGS)
+    rec = q.experiment(results, Experiment.CEILINGS)
     host = Table(columns=["ceiling", "params", "value"], caption="Ceilings measured on this host")
     for spec in (M.LAUNCH_US_PER_OP, M.BANDWIDTH_GBPS, M.MATMUL_TFLOPS):
-        for m in matching(rec.metrics if rec else [], spec):
+        for m in q.all(rec, spec):
             host.rows.append([Cell(spec.name), Cell(params_text(m.params)), num(m.value, m.unit)])
-    keys = {(m.params.get("dtype"), m.params["method"], m.params["batch"]) for m in (rec.metrics if rec else [])
+    keys = {(m.params.get(P.DTYPE), m.params[P.METHOD], m.params[P.BATCH]) for m in (rec.metrics if rec else [])
             if m.name == M.BOUND_MS.name and "method" in m.params and "batch" in m.params}
     order = sorted(keys, key=lambda k: (str(k[0]) != "float32", str(k[0]), method_rank(k[1]), sort_key(k[2])))
     found = cases(step_rows(results))
@@ -390,5 +385,5 @@ def ceilings(results: Results) -> Section:
     lines.append("A step cannot be faster than its largest bound: launches × cost per launch, bytes ÷ bandwidth, "
                  "FLOPs ÷ peak. The bound that binds is highlighted.")
     tables = [t for t in (summary, host, full) if t]
-    return Section("ceilings", "Ceilings and which bound binds", "\n".join(lines), tables,
-                   empty="" if tables else why_absent(results, CEILINGS))
+    return Section(Experiment.CEILINGS, "Ceilings and which bound binds", "\n".join(lines), tables,
+                   empty="" if tables else why_absent(results, Experiment.CEILINGS))

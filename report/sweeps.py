@@ -18,16 +18,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lab.contract import query as q  # noqa: E402
 from lab.contract import metrics as M  # noqa: E402
 from lab.contract import notes as N  # noqa: E402
 from lab.contract.catalogue import CATALOGUE  # noqa: E402
-from lab.contract.names import method_rank  # noqa: E402
+from lab.contract.names import Experiment, method_rank, Param as P, Status  # noqa: E402
 from lab.contract.results import Record  # noqa: E402
 
 from report.charts import Chart  # noqa: E402
 from report.publish import NOTE_TRACES, trace_href, trace_source  # noqa: E402
-from report.sections import Section, record, why_absent  # noqa: E402
-from report.tables import Cell, Table, first, fmt, is_number, matching, num, sort_key, timing_cell  # noqa: E402
+from report.sections import Section, why_absent  # noqa: E402
+from report.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell  # noqa: E402
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
 STYLE = {"svg.fonttype": "none", "text.parse_math": False, "font.family": "sans-serif", "font.size": 9,
@@ -70,11 +71,11 @@ def _log(ax: Any, axis: str = "y", base: int = 10) -> None:
 
 
 def _values(rec: Record | None, spec: M.MetricSpec, **params: Any) -> list[Any]:
-    return [m for m in matching(rec.metrics if rec else [], spec, **params) if is_number(m.value)]
+    return [m for m in q.all(rec, spec, **params) if is_number(m.value)]
 
 
 def _conclusion(rec: Record) -> str:
-    c = first(rec, M.CONCLUSION)
+    c = q.maybe(rec, M.CONCLUSION)
     rule = rec.notes.get(N.CONCLUSION_RULE.key)
     text = f"Conclusion (drawn by the experiment from its numbers): {c.value}" if c else "No conclusion was stored."
     return text + (f" Rule: {rule}" if rule else "")
@@ -96,8 +97,8 @@ def _trace_table(run: Any, rec: Record) -> Table:
 
 
 def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[list[Table], list[Chart | None]]]) -> Section:
-    rec = record(run.results, rid)
-    if rec is None or rec.status != "OK":
+    rec = q.experiment(run.results, rid)
+    if rec is None or rec.status != Status.OK:
         return Section(f"sweep-{rid}", title, empty=why_absent(run.results, rid))
     tables, charts = build(rec)
     traces = _trace_table(run, rec)
@@ -112,19 +113,19 @@ def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[lis
 
 def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     steps = _values(rec, M.STEP_MS)
-    batches = sorted({m.params.get("batch") for m in steps} | {m.params.get("batch") for m in
-                                                              matching(rec.metrics, M.OUTCOME)}, key=sort_key)
+    batches = sorted({m.params.get(P.BATCH) for m in steps} | {m.params.get(P.BATCH) for m in
+                                                              q.all(rec, M.OUTCOME)}, key=sort_key)
     rows: dict[tuple[str, str], dict[Any, Cell]] = {}
     for m in steps:
-        who = m.params.get("method") or m.params.get("variant")
-        sp = first(rec, M.SPEEDUP_VS_PEER, method=who, batch=m.params.get("batch")) if m.params.get("method") else None
+        who = m.params.get(P.METHOD) or m.params.get("variant")
+        sp = q.maybe(rec, M.SPEEDUP_VS_PEER, method=who, batch=m.params.get(P.BATCH)) if m.params.get(P.METHOD) else None
         extra = f"{fmt(sp.value)}x vs {sp.params.get('peer')}" if sp else ""
-        rows.setdefault((m.params.get("impl", ""), str(who)), {})[m.params.get("batch")] = timing_cell(m, extra=extra)
-    for m in matching(rec.metrics, M.OUTCOME):
-        if m.value != "OK":
-            rows.setdefault((m.params.get("impl", ""), str(m.params.get("variant"))), {})[m.params.get("batch")] = \
+        rows.setdefault((m.params.get("impl", ""), str(who)), {})[m.params.get(P.BATCH)] = timing_cell(m, extra=extra)
+    for m in q.all(rec, M.OUTCOME):
+        if m.value != Status.OK:
+            rows.setdefault((m.params.get("impl", ""), str(m.params.get("variant"))), {})[m.params.get(P.BATCH)] = \
                 Cell(str(m.value), cls="bad", title=str(rec.notes.get(N.ERRORS.key_for(
-                    variant=m.params.get("variant"), batch=m.params.get("batch")), "")))
+                    variant=m.params.get("variant"), batch=m.params.get(P.BATCH)), "")))
     table = Table(columns=["implementation", "method / variant"] + [f"batch {b}" for b in batches],
                   caption="Median ms per token (lab: per step, token read back each step); lab rows show the speedup "
                           "over transformers' best variant at that batch")
@@ -132,11 +133,11 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         table.rows.append([Cell(impl), Cell(who)] + [cells.get(b, Cell("—")) for b in batches])
     costs = Table(columns=["variant", "batch", "first call", "setup beyond steady calls", "tokens equal the lab's"],
                   caption="transformers: the first generate call (it compiles, where compiled) and the warm-up's extra")
-    for m in matching(rec.metrics, M.FIRST_CALL_S):
+    for m in q.all(rec, M.FIRST_CALL_S):
         p = m.params
-        setup = first(rec, M.SETUP_S, **p)
-        eq = first(rec, M.TOKENS_EQUAL, **p)
-        costs.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get("batch")), cls="num"), num(m.value, m.unit),
+        setup = q.maybe(rec, M.SETUP_S, **p)
+        eq = q.maybe(rec, M.TOKENS_EQUAL, **p)
+        costs.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value, m.unit),
                            num(setup.value if setup else None, M.SETUP_S.unit), Cell(fmt(eq.value) if eq else "—")])
 
     def draw() -> Any:
@@ -149,8 +150,8 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
             vals = []
             for label in labels:
                 impl, who = label.split(": ", 1)
-                hit = [m.value for m in steps if m.params.get("impl") == impl and m.params.get("batch") == b
-                       and str(m.params.get("method") or m.params.get("variant")) == who]
+                hit = [m.value for m in steps if m.params.get("impl") == impl and m.params.get(P.BATCH) == b
+                       and str(m.params.get(P.METHOD) or m.params.get("variant")) == who]
                 vals.append(hit[0] if hit else 0)
             ax.bar([i + j * width for i in range(len(labels))], vals, width, label=f"batch {b}")
         ax.set_xticks([i + width * (len(batches) - 1) / 2 for i in range(len(labels))], labels, rotation=20,
@@ -171,31 +172,31 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
 def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     steps = _values(rec, M.STEP_MS)
     params_of = {key["size"]: v for k, v in rec.notes.items() if (key := N.PARAMETERS.parse(k)) is not None}
-    cases = sorted({(m.params.get("dtype"), m.params.get("batch")) for m in steps}, key=lambda k: (str(k[0]),
+    cases = sorted({(m.params.get(P.DTYPE), m.params.get(P.BATCH)) for m in steps}, key=lambda k: (str(k[0]),
                                                                                                   sort_key(k[1])))
-    methods = sorted({m.params.get("method") for m in steps}, key=method_rank)
+    methods = sorted({m.params.get(P.METHOD) for m in steps}, key=method_rank)
     table = Table(columns=["size", "dtype", "batch"] + [str(m) for m in methods] + ["MB/step"],
                   caption="Median ms per step; under it the speedup over eager, MBU and kernels per step")
-    keys = sorted({(m.params.get("size"), m.params.get("dtype"), m.params.get("batch")) for m in steps},
+    keys = sorted({(m.params.get(P.SIZE), m.params.get(P.DTYPE), m.params.get(P.BATCH)) for m in steps},
                   key=lambda k: (str(k[1]), sort_key(k[2]), params_of.get(k[0], 0)))
     for size, dtype, batch in keys:
         p = {"size": size, "dtype": dtype, "batch": batch}
         row = [Cell(str(size)), Cell(str(dtype)), Cell(fmt(batch), cls="num")]
         for method in methods:
-            m = first(rec, M.STEP_MS, **p, method=method)
-            sp, mbu, k = (first(rec, spec, **p, method=method) for spec in (M.SPEEDUP_VS_EAGER, M.MBU,
+            m = q.maybe(rec, M.STEP_MS, **p, method=method)
+            sp, mbu, k = (q.maybe(rec, spec, **p, method=method) for spec in (M.SPEEDUP_VS_EAGER, M.MBU,
                                                                               M.KERNELS_PER_STEP))
             extra = " · ".join(t for t in (f"{fmt(sp.value)}x" if sp else "", f"MBU {fmt(mbu.value)}" if mbu else "",
                                            f"{fmt(k.value)} kernels" if k else "") if t)
             row.append(timing_cell(m, extra=extra) if m else Cell("—"))
-        b = first(rec, M.BYTES_PER_STEP, **p)
+        b = q.maybe(rec, M.BYTES_PER_STEP, **p)
         row.append(num(b.value / 1e6 if b else None))
         table.rows.append(row)
     gains = Table(columns=["method", "dtype", "batch", "smallest", "largest", "speedup largest / smallest"],
                   caption="gain_ratio: below 1, the method's gain over eager shrank as the model grew")
-    for m in matching(rec.metrics, M.GAIN_RATIO):
+    for m in q.all(rec, M.GAIN_RATIO):
         p = m.params
-        gains.rows.append([Cell(str(p.get("method"))), Cell(str(p.get("dtype"))), Cell(fmt(p.get("batch")), cls="num"),
+        gains.rows.append([Cell(str(p.get(P.METHOD))), Cell(str(p.get(P.DTYPE))), Cell(fmt(p.get(P.BATCH)), cls="num"),
                            Cell(str(p.get("smallest"))), Cell(str(p.get("largest"))), num(m.value, m.unit)])
 
     def draw() -> Any:
@@ -203,10 +204,10 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         if not sp:
             return None
         fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
-        for method in sorted({m.params.get("method") for m in sp}, key=method_rank):
+        for method in sorted({m.params.get(P.METHOD) for m in sp}, key=method_rank):
             for dtype, batch in cases:
-                pts = sorted((params_of.get(m.params.get("size"), 0) / 1e6, m.value) for m in sp
-                             if (m.params.get("method"), m.params.get("dtype"), m.params.get("batch"))
+                pts = sorted((params_of.get(m.params.get(P.SIZE), 0) / 1e6, m.value) for m in sp
+                             if (m.params.get(P.METHOD), m.params.get(P.DTYPE), m.params.get(P.BATCH))
                              == (method, dtype, batch))
                 if pts:
                     left.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
@@ -217,8 +218,8 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         left.set_title("Gain vs model size")
         left.legend(fontsize=6, frameon=False)
         fk = _values(rec, M.FLOPS_PER_KERNEL)
-        for method in sorted({m.params.get("method") for m in fk}, key=method_rank):
-            here = [(m.value, first(rec, M.SPEEDUP_VS_EAGER, **m.params)) for m in fk if m.params.get("method") == method]
+        for method in sorted({m.params.get(P.METHOD) for m in fk}, key=method_rank):
+            here = [(m.value, q.maybe(rec, M.SPEEDUP_VS_EAGER, **m.params)) for m in fk if m.params.get(P.METHOD) == method]
             pts = sorted((x / 1e6, s.value) for x, s in here if s is not None)
             if pts:
                 right.scatter([x for x, _ in pts], [y for _, y in pts], label=str(method))
@@ -244,19 +245,19 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     cross = Table(columns=["batch", "fill", "crossover (slots)", "what happened", "fixed / best growing, by length"],
                   caption="Where the fixed-shape step stops beating the best growing-cache step")
     notes = rec.notes.get(N.CROSSOVERS.key) or {}
-    for m in matching(rec.metrics, M.CROSSOVER_MAX_LEN):
-        n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get("batch"), fill=m.params.get("fill"))) or {}
+    for m in q.all(rec, M.CROSSOVER_MAX_LEN):
+        n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get(P.BATCH), fill=m.params.get("fill"))) or {}
         ratios = ", ".join(f"{k}: {v}" for k, v in (n.get("fixed_over_best_growing") or {}).items())
-        cross.rows.append([Cell(fmt(m.params.get("batch")), cls="num"), Cell(fmt(m.params.get("fill"))),
+        cross.rows.append([Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell(fmt(m.params.get("fill"))),
                            num(m.value), Cell(str(n.get("how", ""))), Cell(ratios)])
-    batches = sorted({m.params.get("batch") for m in steps}, key=sort_key)
+    batches = sorted({m.params.get(P.BATCH) for m in steps}, key=sort_key)
 
     def draw() -> Any:
         if not steps:
             return None
         fig, axes = plt.subplots(1, len(batches), figsize=(4.6 * len(batches), 3.6), squeeze=False)
         for ax, batch in zip(axes[0], batches):
-            here = [m for m in steps if m.params.get("batch") == batch]
+            here = [m for m in steps if m.params.get(P.BATCH) == batch]
             fills = sorted({m.params.get("fill") for m in here}, key=sort_key)
             colors = {f: plt.get_cmap("viridis")(i / max(1, len(fills) - 1)) for i, f in enumerate(fills)}
             for variant in sorted({m.params.get("variant") for m in here}):
@@ -266,7 +267,7 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
                                  if m.params.get("variant") == variant and m.params.get("fill") == fill)
                     ax.plot([x for x, _ in pts], [y for _, y in pts], linestyle=style, marker="o", markersize=3,
                             color=colors[fill], label=f"{variant}, {fill:.0%} full")
-            for m in matching(rec.metrics, M.CROSSOVER_MAX_LEN, batch=batch):
+            for m in q.all(rec, M.CROSSOVER_MAX_LEN, batch=batch):
                 if is_number(m.value):
                     ax.axvline(m.value, color=colors.get(m.params.get("fill"), "0.5"), linewidth=0.8, alpha=0.6)
             _log(ax, "x", 2)
@@ -292,7 +293,7 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     table = Table(columns=["ladder", "captured graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
                   caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)")
     for name in ladders:
-        get = lambda spec: first(rec, spec, ladder=name)  # noqa: E731
+        get = lambda spec: q.maybe(rec, spec, ladder=name)  # noqa: E731
         cells = [get(s) for s in (M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.WASTE_FRACTION,
                                   M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE)]
         table.rows.append([Cell(name, title=str(ladders[name]))] + [num(c.value, c.unit) if c else Cell("—")
@@ -314,12 +315,12 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         left.set_title("Step time per bucket")
         left.legend(fontsize=7, frameon=False)
         names = list(ladders)
-        exp = [first(rec, M.EXPECTED_STEP_MS, ladder=n) for n in names]
+        exp = [q.maybe(rec, M.EXPECTED_STEP_MS, ladder=n) for n in names]
         right.bar(names, [e.value if e else 0 for e in exp], color="#4f81bd")
         right.set_ylabel("expected ms per step (uniform mix)")
         for i, n in enumerate(names):
-            mem = first(rec, M.GRAPH_POOL_MIB, ladder=n)
-            waste = first(rec, M.WASTE_FRACTION, ladder=n)
+            mem = q.maybe(rec, M.GRAPH_POOL_MIB, ladder=n)
+            waste = q.maybe(rec, M.WASTE_FRACTION, ladder=n)
             text = f"{waste.value:.0%} padded" if waste else ""
             text += f"\n{mem.value:,.0f} MiB" if mem else ""
             right.annotate(text, (i, exp[i].value if exp[i] else 0), ha="center", va="bottom", fontsize=7)
@@ -338,28 +339,28 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
 def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
     dyn = Table(columns=["version", "batch", "Dynamo graphs", "breaks", "one graph (fullgraph)", "break reasons"],
                 caption="What Dynamo makes of each version of the step (torch._dynamo.explain)")
-    for m in matching(rec.metrics, M.GRAPHS):
+    for m in q.all(rec, M.GRAPHS):
         p = m.params
-        breaks = first(rec, M.GRAPH_BREAKS, **p)
-        full = first(rec, M.STEP_COMPILES, **p)
-        reasons = rec.notes.get(N.BREAK_REASONS.key_for(version=p.get("version"), batch=p.get("batch"))) or []
-        err = rec.notes.get(N.FULLGRAPH_ERROR.key_for(version=p.get("version"), batch=p.get("batch"))) or ""
-        dyn.rows.append([Cell(str(p.get("version"))), Cell(fmt(p.get("batch")), cls="num"), num(m.value),
+        breaks = q.maybe(rec, M.GRAPH_BREAKS, **p)
+        full = q.maybe(rec, M.STEP_COMPILES, **p)
+        reasons = rec.notes.get(N.BREAK_REASONS.key_for(version=p.get("version"), batch=p.get(P.BATCH))) or []
+        err = rec.notes.get(N.FULLGRAPH_ERROR.key_for(version=p.get("version"), batch=p.get(P.BATCH))) or ""
+        dyn.rows.append([Cell(str(p.get("version"))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value),
                          num(breaks.value if breaks else None), Cell(fmt(full.value) if full else "—", title=err),
                          Cell("; ".join(reasons) + (f" — fullgraph: {err}" if err else ""), cls="reason")])
-    for m in matching(rec.metrics, M.CAPTURES):
-        err = rec.notes.get(N.CAPTURE_ERROR.key_for(batch=m.params.get("batch")), "")
-        dyn.rows.append([Cell(str(m.params.get("variant"))), Cell(fmt(m.params.get("batch")), cls="num"), Cell("—"),
+    for m in q.all(rec, M.CAPTURES):
+        err = rec.notes.get(N.CAPTURE_ERROR.key_for(batch=m.params.get(P.BATCH)), "")
+        dyn.rows.append([Cell(str(m.params.get("variant"))), Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell("—"),
                          Cell("—"), Cell("captured" if m.value else "capture failed", cls="good" if m.value else "bad"),
                          Cell(err, cls="reason")])
     steps = _values(rec, M.STEP_MS)
     cost = Table(columns=["variant", "batch", "setup", "step", "tokens equal the eager host-checked step's"],
                  caption="Cost of each variant (the torch.where loop reads the done mask back every few steps)")
-    for m in sorted(steps, key=lambda m: (sort_key(m.params.get("batch")), str(m.params.get("variant")))):
+    for m in sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get("variant")))):
         p = m.params
-        setup, eq = first(rec, M.SETUP_S, **p), first(rec, M.TOKENS_EQUAL, **p)
-        sp = first(rec, M.SPEEDUP_VS_EAGER, **p)
-        cost.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get("batch")), cls="num"),
+        setup, eq = q.maybe(rec, M.SETUP_S, **p), q.maybe(rec, M.TOKENS_EQUAL, **p)
+        sp = q.maybe(rec, M.SPEEDUP_VS_EAGER, **p)
+        cost.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get(P.BATCH)), cls="num"),
                           num(setup.value if setup else None, M.SETUP_S.unit),
                           timing_cell(m, extra=f"{fmt(sp.value)}x vs eager host check" if sp else ""),
                           Cell(fmt(eq.value) if eq else "reference")])
@@ -368,7 +369,7 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         if not steps:
             return None
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        ordered = sorted(steps, key=lambda m: (sort_key(m.params.get("batch")), str(m.params.get("variant"))))
+        ordered = sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get("variant"))))
         labels = [f"{m.params.get('variant')} (b{m.params.get('batch')})" for m in ordered]
         colors = ["#c0504d" if "host" in str(m.params.get("variant")) else "#4f81bd" for m in ordered]
         ax.barh(labels, [m.value for m in ordered], color=colors)
@@ -383,18 +384,17 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
 
 
 BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart | None]]]]] = {
-    "peer_generate": ("transformers' generate beside the lab's step", _peer),
-    "model_scaling": ("Model size: does the graph gain shrink?", _scaling),
-    "context_scaling": ("Context length: fixed-shape vs growing cache", _context),
-    "graph_buckets": ("Batch buckets: a few graphs for any batch size", _buckets),
-    "data_dependent_branch": ("A data-dependent stop inside the step", _branch),
-}
+    Experiment.PEER_GENERATE: ("transformers' generate beside the lab's step", _peer),
+    Experiment.MODEL_SCALING: ("Model size: does the graph gain shrink?", _scaling),
+    Experiment.CONTEXT_SCALING: ("Context length: fixed-shape vs growing cache", _context),
+    Experiment.GRAPH_BUCKETS: ("Batch buckets: a few graphs for any batch size", _buckets),
+    Experiment.DATA_DEPENDENT_BRANCH: ("A data-dependent stop inside the step", _branch), }
 
 
 def headline(results: Any) -> str | None:
     """The lab's best step beside transformers' best generate, as peer_generate concluded it (for a front page)."""
-    rec = record(results, "peer_generate")
-    c = first(rec, M.CONCLUSION) if rec is not None and rec.status == "OK" else None
+    rec = q.experiment(results, Experiment.PEER_GENERATE)
+    c = q.maybe(rec, M.CONCLUSION) if rec is not None and rec.status == Status.OK else None
     return str(c.value) if c else None
 
 

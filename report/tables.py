@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from lab.contract import units
 from lab.contract.metrics import MetricSpec
@@ -117,19 +117,6 @@ def sort_key(value: Any) -> tuple[int, Any]:
     if is_number(value):
         return 0, value
     return 1, str(value)
-
-
-def matching(metrics: Iterable[Metric], name: MetricSpec | str, **params: Any) -> list[Metric]:
-    """The metrics named `name` (a declared MetricSpec, or its name) whose params include the given ones."""
-    name = str(name)
-    return [m for m in metrics if m.name == name and all(m.params.get(k) == v for k, v in params.items())]
-
-
-def first(record: Record | None, name: MetricSpec | str, **params: Any) -> Metric | None:
-    if record is None:
-        return None
-    found = matching(record.metrics, name, **params)
-    return found[0] if found else None
 
 
 def metric_tables(record: Record) -> list[Table]:

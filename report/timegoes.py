@@ -12,16 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import method_rank
+from lab.contract.names import Experiment, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
 from report import kernelbytes, layouts
-from report.sections import record
-from report.steps import DECODE, cases, floor_ms, pct, step_rows
+from report.steps import cases, floor_ms, pct, step_rows
 from report.style import display
-from report.tables import Cell, Table, first, fmt, is_number, matching, num, sort_key
+from report.tables import Cell, Table, fmt, is_number, num, sort_key
 
 TOP_KERNELS = "top_kernels."
 TOP_SHOWN = 5  # kernels per method in the table (the note keeps 8)
@@ -54,16 +54,16 @@ class Split:
 
 def splits(results: Results) -> list[Split]:
     """Every method, batch and dtype cuda_graph_decode timed without readback, in table order."""
-    rec = record(results, DECODE)
+    rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     out = []
-    for m in matching(rec.metrics if rec else [], M.STEP_MS, readback=False):
+    for m in q.all(rec, M.STEP_MS, readback=False):
         p = {k: m.params.get(k) for k in ("method", "batch", "dtype")}
-        if p["method"] is None or not is_number(m.value):
+        if p[P.METHOD] is None or not is_number(m.value):
             continue
-        busy, gap = first(rec, M.GPU_BUSY_US, **p), first(rec, M.GAP_US, **p)
-        floor, source = floor_ms(results, p["batch"], str(p["dtype"]), str(p["method"]))
-        mbu = first(rec, M.MBU, **p)
-        out.append(Split(str(p["method"]), p["batch"], str(p["dtype"]), float(m.value),
+        busy, gap = q.maybe(rec, M.GPU_BUSY_US, **p), q.maybe(rec, M.GAP_US, **p)
+        floor, source = floor_ms(results, p[P.BATCH], str(p[P.DTYPE]), str(p[P.METHOD]))
+        mbu = q.maybe(rec, M.MBU, **p)
+        out.append(Split(str(p[P.METHOD]), p[P.BATCH], str(p[P.DTYPE]), float(m.value),
                          busy.value if busy and is_number(busy.value) else None,
                          gap.value if gap and is_number(gap.value) else None, floor, source,
                          mbu if mbu and is_number(mbu.value) else None))
@@ -109,7 +109,7 @@ def kernel_tables(results: Results) -> list[Table]:
     """One table per batch and dtype: each method's top kernels with count, GPU time and share of its busy time;
     then the hand-fused step kernel by kernel (report.kernelbytes: time, bytes, achieved bandwidth, the fit) and how
     its gemm path called the library (report.layouts)."""
-    rec = record(results, DECODE)
+    rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     tables = []
     for i, ((batch, dtype), per_method) in enumerate(sorted(top_kernels(rec).items(), key=lambda kv: (
             kv[0][1] != "float32", kv[0][1], sort_key(kv[0][0])))):
@@ -117,7 +117,7 @@ def kernel_tables(results: Results) -> list[Table]:
                       caption=f"Top kernels of each method, batch {fmt(batch)}, {dtype} (profiler, one step)",
                       id=f"top-kernels-b{batch}-{dtype}", cls="kernels", collapsed=i > 0)
         for method in sorted(per_method, key=method_rank):
-            busy = first(rec, M.GPU_BUSY_US, method=method, batch=batch, dtype=dtype)
+            busy = q.maybe(rec, M.GPU_BUSY_US, method=method, batch=batch, dtype=dtype)
             for rank, k in enumerate(per_method[method][:TOP_SHOWN], 1):
                 us = k.get("us")
                 share = us / busy.value if busy and is_number(busy.value) and busy.value and is_number(us) else None
@@ -130,12 +130,12 @@ def kernel_tables(results: Results) -> list[Table]:
 
 def samples(results: Results) -> dict[tuple[Any, str], dict[str, list[float]]]:
     """(batch, dtype) -> method -> the stored per-step samples of its step (no readback)."""
-    rec = record(results, DECODE)
+    rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     out: dict[tuple[Any, str], dict[str, list[float]]] = {}
     for s in rec.samples if rec else []:
         p = s.params
-        if s.name == M.STEP_MS.name and p.get("readback") is False and "method" in p and s.values:
-            out.setdefault((p.get("batch"), str(p.get("dtype"))), {})[str(p["method"])] = list(s.values)
+        if s.name == M.STEP_MS.name and p.get(P.READBACK) is False and "method" in p and s.values:
+            out.setdefault((p.get(P.BATCH), str(p.get(P.DTYPE))), {})[str(p[P.METHOD])] = list(s.values)
     return out
 
 

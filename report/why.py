@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from lab.contract import metrics as M
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Results
 
 __all__ = ["ABSENT", "CLASSES", "EXPLAIN", "FIRST", "MEASURED", "ExplainRow", "FigureClass", "explain", "figure_class", "flatten"]
@@ -98,7 +98,7 @@ def figure_class(name: str, params: dict[str, Any], binding: str | None = None) 
     if binding == "launch" or name in _DISPATCH:
         return "dispatch"
     if name in _STEP and "method" in params:
-        return "dispatch" if _eager(params["method"]) else "kernel"
+        return "dispatch" if _eager(params[P.METHOD]) else "kernel"
     if name in _KERNEL:
         return "kernel"
     return "other"
@@ -157,9 +157,9 @@ def _index_text(results: Results) -> Any:
 def _launch(results: Results) -> Any:
     """The cost of one eager launch as ceilings measured it in the run (ABSENT: not measured)."""
     for rec in results.experiments:
-        if rec.id == "ceilings":
+        if rec.id == Experiment.CEILINGS:
             for m in rec.metrics:
-                if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("mode") == Method.EAGER:
+                if m.name == M.LAUNCH_US_PER_OP.name and m.params.get(P.MODE) == Method.EAGER:
                     return m.value
     return ABSENT
 

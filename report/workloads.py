@@ -3,24 +3,22 @@ and fusion against its bytes ceiling. Stored figures only."""
 
 from __future__ import annotations
 
+from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.results import Results
 
-from report.sections import Section, record, why_absent
-from report.tables import Cell, Table, first, fmt, matching, num, pivot
+from report.sections import Section, why_absent
+from report.tables import Cell, Table, fmt, num, pivot
 
-AMDAHL = "amdahl"
-FUSION = "fusion"
 PREDICTION_COLUMNS = [M.FUSIBLE_FRACTION, M.K, M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP,
                       M.MEASURED_OVER_PREDICTED, M.MEASURED_OVER_PREDICTED_LAUNCH]
 
 
 def amdahl(results: Results) -> Section:
-    rec = record(results, AMDAHL)
-    workloads = sorted({str(m.params.get("workload")) for m in matching(rec.metrics if rec else [],
-                                                                        M.PREDICTED_SPEEDUP)})
+    rec = q.experiment(results, Experiment.AMDAHL)
+    workloads = sorted({str(m.params.get(P.WORKLOAD)) for m in q.all(rec, M.PREDICTED_SPEEDUP)})
     table = Table(columns=["workload", "fusible fraction f", "k (fusion speedup)", "kernels eager → compiled", "cost per launch",
                            "eager kernel time", "Amdahl (fusion only)", "launch-aware", "measured",
                            "measured / Amdahl", "measured / launch-aware"], id="amdahl-table",
@@ -28,7 +26,7 @@ def amdahl(results: Results) -> Section:
     lines = []
     for w in workloads:
         def get(spec: M.MetricSpec, **extra: object):
-            return first(rec, spec, workload=w, **extra)
+            return q.maybe(rec, spec, workload=w, **extra)
 
         ke, kc = get(M.KERNELS, method=Method.EAGER), get(M.KERNELS, method=Method.COMPILE_DEFAULT)
         launch, kt = get(M.LAUNCH_US_PER_OP), get(M.KERNEL_TIME_PER_STEP_US, method=Method.EAGER)
@@ -49,15 +47,15 @@ def amdahl(results: Results) -> Section:
                  "launch at this run's measured cost per launch: (eager kernels × cost + kernel time) / (compiled "
                  "kernels × cost + kernel time × ((1 − f) + f / k)).")
     tables = [table] if workloads else []
-    return Section("amdahl", "Amdahl and the launch term: predicted against measured", "\n".join(lines), tables,
-                   empty="" if tables else why_absent(results, AMDAHL))
+    return Section(Experiment.AMDAHL, "Amdahl and the launch term: predicted against measured", "\n".join(lines), tables,
+                   empty="" if tables else why_absent(results, Experiment.AMDAHL))
 
 
 def fusion(results: Results) -> Section | None:
-    rec = record(results, FUSION)
-    if rec is None or rec.status != "OK":
+    rec = q.experiment(results, Experiment.FUSION)
+    if rec is None or rec.status != Status.OK:
         return None
     table = pivot(rec, ["n_ops", "residency"], [M.SPEEDUP, M.CEILING_X])
     table.caption = "Compiled (fused) chain over eager, against the bytes ceiling"
-    return Section("fusion", "Fusion", "", [table] if table else [],
+    return Section(Experiment.FUSION, "Fusion", "", [table] if table else [],
                    empty="" if table else "fusion ran but recorded no speedup metrics.")

@@ -150,3 +150,19 @@ def test_two_machines_that_share_a_hostname_are_two_hosts(runs: Path) -> None:
                       ["r1", "r2", "r3", "r4"],
                       "fixture-host (AMD EPYC 9654, 16 cores; NVIDIA H200 (test fixture), driver 580.159.04)":
                       ["r5-epyc"]}
+
+
+def test_the_front_page_charts_each_figure_with_its_intervals_and_marks(runs: Path, tmp_path: Path) -> None:
+    from report import charts
+    from report.render import render_site
+
+    group = next(s for s in _series(runs) if s.host.startswith("fixture-host ("))
+    chart = charts.history(group)
+    assert chart is not None and chart.svg and not chart.error
+    drawn = chart.data["eager step, B=1 float32"]
+    assert [(name, y, low, high) for name, y, low, high, _ in drawn] == [(n, e, *ci) for n, _, e, ci in EAGER]
+    assert [mark for *_, mark in drawn] == ["first", "regression", "improvement", "same"]  # drawn red, green
+    assert "#b42318" in chart.svg and "#137a3a" in chart.svg
+    assert charts.history(next(s for s in _series(runs) if s.host.startswith("elsewhere"))) is None  # one run
+    index = render_site([runs], tmp_path / "site").index.read_text()
+    assert f'id="{chart.id}"' in index and index.count('class="chart"') == 1

@@ -117,6 +117,8 @@ def test_front_page_in_chromium(browser, site) -> None:
     side = page.eval_on_selector_all("#side-by-side tr", "trs => trs.map(tr => Array.from(tr.cells).map(c => "
                                      "c.innerText.trim()))")
     assert side[0] == ["figure", "cpu-smoke", "gpu-fixture", "gpu-fixture-older"]
+    chart = "figure.chart[id^='history-chart-'] svg"  # the GPU fixture's two runs: the headline figures over time
+    assert page.is_visible(chart) and page.eval_on_selector(chart, "svg => svg.getBoundingClientRect().height") > 100
     assert no_overflow(page) == []
     page.click("text=gpu-fixture-older")
     page.wait_for_load_state("load")

@@ -78,3 +78,63 @@ METHOD_ORDER: tuple[str, ...] = tuple(m.value for m in Method)
 def method_rank(name: object) -> tuple[int, str]:
     """Sort key: declared methods in METHOD_ORDER, anything else after them by name."""
     return (METHOD_ORDER.index(name) if name in METHOD_ORDER else len(METHOD_ORDER), str(name))
+
+
+class Experiment(StrEnum):
+    """The catalogue's ids (lab.contract.catalogue, which a test holds to this list): a `str`, so results.json
+    is unchanged and a record's `id` compares equal to its member."""
+
+    SENTINEL = "sentinel"
+    TOOLCHAIN = "toolchain"
+    GRAPH_BREAKS = "graph_breaks"
+    RECOMPILES = "recompiles"
+    DECODE_RECOMPILES = "decode_recompiles"
+    FIXED_STEP_EQUIVALENCE = "fixed_step_equivalence"
+    CUDA_GRAPH_DECODE = "cuda_graph_decode"
+    GRAPH_COST = "graph_cost"
+    GRAPH_HAZARDS = "graph_hazards"
+    CEILINGS = "ceilings"
+    INDUCTOR = "inductor"
+    COMPILE_COST = "compile_cost"
+    GRAPH_BREAK_REPAIR = "graph_break_repair"
+    MANUAL_GRAPH_RECIPE = "manual_graph_recipe"
+    FUSION = "fusion"
+    LAUNCH_OVERHEAD = "launch_overhead"
+    ALLOCATION = "allocation"
+    GEMM_BOUND = "gemm_bound"
+    AMDAHL = "amdahl"
+    DIAGNOSE = "diagnose"
+    SELECTION = "selection"
+    PEER_GENERATE = "peer_generate"
+    MODEL_SCALING = "model_scaling"
+    CONTEXT_SCALING = "context_scaling"
+    GRAPH_BUCKETS = "graph_buckets"
+    DATA_DEPENDENT_BRANCH = "data_dependent_branch"
+    SENTINEL_END = "sentinel_end"
+
+
+class Status(StrEnum):
+    """A record's status (lab.contract.results.Record.status)."""
+
+    OK = "OK"
+    NOT_RUN = "NOT_RUN"  # prerequisites missing
+    FAILED = "FAILED"  # raised, or a fatal correctness check failed
+
+
+class Param(StrEnum):
+    """The names of a metric's params that readers select by (a metric's `params` keys)."""
+
+    METHOD = "method"
+    BATCH = "batch"
+    DTYPE = "dtype"
+    READBACK = "readback"
+    STEP = "step"
+    SIZE = "size"
+    PHASE = "phase"
+    TARGET = "target"
+    WORKLOAD = "workload"
+    MODE = "mode"
+    WHEN = "when"
+    N_OPS = "n_ops"
+    LADDER = "ladder"
+    KIND = "kind"

@@ -28,21 +28,23 @@ import json
 from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Iterable, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (BeforeValidator, ConfigDict, JsonValue, TypeAdapter, ValidationError, ValidationInfo,
                       WrapValidator, field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from lab.atomic import clean, write_json_atomic
+from lab.contract import query
+from lab.contract.names import Experiment
 from lab.contract.reasons import Reason
 from lab.contract.manifest_schema import MANIFEST, MANIFEST_VERSION
 from lab.contract.schema import (CodeName, Count, Flag, JsonObject, MetricValue, Number, ResultsError, Text, check_version,
                         describe_error, known_code, metric_value, one_line, read_json)
 
 __all__ = ["SCHEMA", "STATUSES", "RESULTS_NAME", "MANIFEST_NAME", "ResultsError", "Reason", "Spread", "Metric",
-           "Samples", "Check", "Skipped", "LibraryLog", "Record", "Stop", "Start", "RunInfo", "Results", "ok_record", "to_dict",
-           "save", "from_dict", "load", "once", "quarantine", "measured_record", "unstorable", "write_json_atomic"]
+           "Samples", "Check", "Skipped", "LibraryLog", "Record", "Stop", "Start", "RunInfo", "Results", "to_dict",
+           "save", "from_dict", "load", "once", "quarantine", "unstorable", "write_json_atomic"]
 
 SCHEMA: Literal[1] = 1
 Status = Literal["OK", "NOT_RUN", "FAILED"]
@@ -224,19 +226,12 @@ class Record:
         return self
 
     def metric(self, name: str, **params: Any) -> Metric:
-        """The metric with this name whose params include the given ones (exactly one must match)."""
-        found = self.find(name, **params)
-        if found is None:
-            raise KeyError(f"{self.id}: 0 metrics named {name!r} with {params}")
-        return found
+        """The metric with this name whose params include the given ones (exactly one must match: query.one)."""
+        return query.one(self, name, **params)
 
     def find(self, name: str, **params: Any) -> Metric | None:
-        """The metric with this name whose params include the given ones; None where there is none (several: an
-        error, as for `metric`)."""
-        found = [m for m in self.metrics if m.name == name and all(m.params.get(k) == v for k, v in params.items())]
-        if len(found) > 1:
-            raise KeyError(f"{self.id}: {len(found)} metrics named {name!r} with {params}")
-        return found[0] if found else None
+        """The metric with this name whose params include the given ones, or None (several: an error; query.maybe)."""
+        return query.maybe(self, name, **params)
 
 
 @dataclass
@@ -330,29 +325,11 @@ class Results:
     lab_version: Text = ""
     """the lab's version (lab.__version__)"""
 
-    def record(self, experiment_id: str) -> Record:
-        for rec in self.experiments:
-            if rec.id == experiment_id:
-                return rec
-        raise KeyError(experiment_id)
-
-
-def ok_record(records: Iterable[Record], experiment_id: str) -> Record | None:
-    """The OK record of `experiment_id` among `records` (an earlier experiment of this run), or None."""
-    return next((r for r in records if r.id == experiment_id and r.status == "OK"), None)
-
-
-def measured_record(records: Iterable[Record], experiment_id: str) -> tuple[Record | None, set[tuple[Any, ...]]]:
-    """The record of `experiment_id` that holds measurements: OK, or FAILED with metrics (a failed fatal check of
-    one case fails the experiment, not the cases that passed); with the (method, batch, dtype) cases whose fatal
-    checks failed, which a later experiment must leave out."""
-    rec = next((r for r in records if r.id == experiment_id and (r.status == "OK" or
-                                                                 (r.status == "FAILED" and r.metrics))), None)
-    if rec is None:
-        return None, set()
-    failed = {(c.params.get("method"), c.params.get("batch"), c.params.get("dtype"))
-              for c in rec.checks if c.fatal and not c.passed}
-    return rec, failed
+    def record(self, experiment_id: Experiment | str) -> Record:
+        """The record of `experiment_id`; KeyError where the run has none (query.experiment)."""
+        if (rec := query.experiment(self, experiment_id)) is None:
+            raise KeyError(experiment_id)
+        return rec
 
 
 @functools.cache

@@ -43,11 +43,11 @@ from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.contract.results import ok_record
+from lab.contract import query
 from lab.run.context import Context, stored_interval
 
 DEFAULT_K = 3.0
@@ -88,7 +88,7 @@ def launch_aware_speedup(n_eager: float, n_compiled: float, launch_us: float, ke
 
 def launch_cost_us(records: list[Any]) -> float | None:
     """The cost of one eager launch this run's ceilings measured, or None without a ceilings record."""
-    rec = ok_record(records, "ceilings")
+    rec = query.ok(records, Experiment.CEILINGS)
     for m in rec.metrics if rec else []:
         if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("mode") == "eager":
             return float(m.value)
@@ -96,7 +96,7 @@ def launch_cost_us(records: list[Any]) -> float | None:
 
 
 def _lead_compiled_kernels(records: list[Any], dtype: str) -> float | None:
-    rec = ok_record(records, "cuda_graph_decode")
+    rec = query.ok(records, Experiment.CUDA_GRAPH_DECODE)
     for m in rec.metrics if rec else []:
         if (m.name == M.KERNELS_PER_STEP.name and m.params.get("method") == Method.COMPILE_DEFAULT
                 and m.params.get("batch") == 1 and m.params.get("dtype") == dtype):
@@ -106,7 +106,7 @@ def _lead_compiled_kernels(records: list[Any], dtype: str) -> float | None:
 
 def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float, str]:
     """(k, where it came from): the fusion record's measured speedup, else the module's 3×."""
-    rec = ok_record(records, "fusion")
+    rec = query.ok(records, Experiment.FUSION)
     for m in rec.metrics if rec else []:
         if m.name == M.SPEEDUP.name and m.params.get("n_ops") == n_ops and m.params.get("residency") == residency:
             return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
@@ -125,7 +125,7 @@ Speedup = tuple[float, intervals.Interval | None]
 
 def _lead_decode_speedup(records: list[Any]) -> Speedup | None:
     """cuda_graph_decode's compile-default speedup at batch 1 (no readback) and its stored interval, or None."""
-    rec = ok_record(records, "cuda_graph_decode")
+    rec = query.ok(records, Experiment.CUDA_GRAPH_DECODE)
     for m in rec.metrics if rec else []:
         if (m.name == M.SPEEDUP_VS_EAGER.name and m.params.get("method") == Method.COMPILE_DEFAULT
                 and m.params.get("batch") == 1 and not m.params.get("readback", False)):

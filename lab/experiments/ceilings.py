@@ -21,10 +21,10 @@ import torch
 
 from lab.step import ceilings, methods as stepmethods
 from lab.contract import metrics as M
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.contract.results import measured_record
+from lab.contract import query
 from lab.measure.stepprofile import count_kernels
 from lab.measure.timing import rotating_rounds
 from lab.run.context import Context
@@ -120,7 +120,7 @@ def run(ctx: Context) -> None:
     if dev.type == "cuda":
         ctx.note("tf32_matmul_allowed", torch.backends.cuda.matmul.allow_tf32)
     # --- the bounds of each measured step
-    rec, failed = measured_record(ctx.results.experiments, "cuda_graph_decode")
+    rec, failed = query.measured(ctx.results.experiments, Experiment.CUDA_GRAPH_DECODE)
     rows: list[dict] = []
     if rec is not None:
         source = "cuda_graph_decode" if rec.status == "OK" else \

@@ -14,9 +14,9 @@ from lab.step import decode, methods as stepmethods
 from lab.contract import metrics as M
 from lab.measure.breakeven import break_even_calls
 from lab.step.graphs import GraphedStep
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method
 from lab.contract.options import NoOptions
-from lab.contract.results import ok_record
+from lab.contract import query
 from lab.measure.timing import rotating_rounds
 from lab.run.context import Context
 
@@ -26,7 +26,7 @@ MIB = 1024 * 1024
 
 
 def _step_ms_from_run(ctx, method: Method, batch: int) -> float | None:
-    rec = ok_record(ctx.results.experiments, "cuda_graph_decode")
+    rec = query.ok(ctx.results.experiments, Experiment.CUDA_GRAPH_DECODE)
     try:
         return None if rec is None else float(
             rec.metric(M.STEP_MS.name, method=method, batch=batch, dtype="float32", readback=False).value)

@@ -36,10 +36,10 @@ from lab.contract import hostspeed
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.contract import notes as N
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.contract.results import measured_record
+from lab.contract import query
 from lab.experiments import sentinel
 from lab.experiments.sentinel import METHODS, sentinel_ms
 from lab.measure import profiler_guard
@@ -146,7 +146,7 @@ def measure_paired(ctx: Any) -> Paired | None:
 
 
 def _in_run_ms(records: list[Any], method: str) -> float | None:
-    rec, failed = measured_record(records, "cuda_graph_decode")
+    rec, failed = query.measured(records, Experiment.CUDA_GRAPH_DECODE)
     if rec is None or (method, 1, "float32") in failed:
         return None
     m = rec.find(M.STEP_MS.name, method=method, batch=1, dtype="float32", readback=False)

@@ -39,11 +39,13 @@ from lab.run.librarylogs import Capture
 from lab.locks import clean_abandoned_tempdirs
 from lab.run.manifest import collect, finish, now_iso
 from lab.contract import metrics as M
+from lab.contract import query
+from lab.contract.names import Experiment
 from lab.contract.options import OptionsError, as_dict
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
 from lab.contract.results import (MANIFEST_NAME, RESULTS_NAME, Check, Reason, Record, Results, RunInfo,
-                         ok_record, quarantine, save, write_json_atomic)
+                         quarantine, save, write_json_atomic)
 from lab.measure import profiler_guard
 from lab.host.toolchain import Toolchain, probe
 
@@ -72,8 +74,7 @@ def resolve_all(specs: list[ExperimentSpec], profile: Profile,
 
 def _clean_launch_us(results: Results) -> float | None:
     """The cost of one tiny eager op the sentinel measured in its fresh process at the start (None: no sentinel)."""
-    rec = ok_record(results.experiments, "sentinel")
-    m = rec.find(M.LAUNCH_US_PER_OP.name, when="start") if rec is not None else None
+    m = query.maybe(query.ok(results, Experiment.SENTINEL), M.LAUNCH_US_PER_OP, when="start")
     return None if m is None else float(m.value)
 
 

@@ -24,7 +24,8 @@ from lab.measure import profiler_guard
 from lab.step import ceilings
 from lab.step.model import LayerWeights, Weights, torch_dtype
 from lab.contract.profiles import GPT2, TINY, ModelSpec
-from lab.contract.results import ok_record
+from lab.contract import query
+from lab.contract.names import Experiment
 
 # GPT-2's published shapes (layers, width, heads); vocabulary 50257, 1024 positions. The tiny ones are
 # for the smoke profile: the same code on a model a CPU steps through in milliseconds.
@@ -114,7 +115,7 @@ class Budget:
 
 def copy_bandwidth(ctx: Any) -> float:
     """This host's copy bandwidth in GB/s: the ceilings experiment's of this run, else measured here (recorded)."""
-    rec = ok_record(ctx.results.experiments, "ceilings") if ctx.results is not None else None
+    rec = query.ok(ctx.results.experiments, Experiment.CEILINGS) if ctx.results is not None else None
     if rec is not None:
         found = [m for m in rec.metrics if m.name == M.BANDWIDTH_GBPS.name and m.params.get("kind") == "copy"]
         if found and found[0].value:
