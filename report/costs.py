@@ -9,6 +9,7 @@ from typing import Any
 
 from lab.contract import query as q
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract import units
 from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
@@ -30,7 +31,7 @@ def stale_break_even(rec: Record | None, method: str, batch: Any, dtype: Any) ->
     `break_even_includes` note) counted only its capture."""
     own, compiled = (q.maybe(rec, M.SETUP_S, method=m, batch=batch, dtype=dtype) for m in (method, Method.COMPILE_DEFAULT))
     if (rec is None or method not in REUSES_COMPILE or own is None or compiled is None or not own.value < compiled.value
-            or method in (rec.notes.get(f"break_even_includes.b{batch}.{dtype}") or {})):
+            or method in (rec.notes.get(N.BREAK_EVEN_INCLUDES.key_for(batch=batch, dtype=dtype)) or {})):
         return ""
     return (f"stale: counts only the capture ({fmt(own.value, units.S)}), not the {fmt(compiled.value, units.S)} "
             "compile it reused (this run's lab did not add it)")

@@ -102,6 +102,10 @@ FULLGRAPH_ERROR = NoteSpec("fullgraph_error.{version}.b{batch}", str, "why fullg
                                                                       "the step", ("data_dependent_branch",))
 CAPTURE_ERROR = NoteSpec("capture_error.b{batch}", str, "why capturing the host-checked step failed",
                          ("data_dependent_branch",))
+BREAK_EVEN_INCLUDES = NoteSpec("break_even_includes.b{batch}.{dtype}", dict, "the methods whose break_even_steps "
+                                                                          "also pays for the compile they reused, "
+                                                                          "and whose compile it was",
+                                ("cuda_graph_decode",))
 CUDAGRAPH_SKIP_REASONS = NoteSpec("cudagraph_skip_reasons.{method}", list, "why cudagraph trees skipped graphs "
                                                                            "for a method", ("cuda_graph_decode",))
 FUNCTION_REASONS = NoteSpec("reasons.{function}", list, "Dynamo's graph-break reasons for each function",

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -117,7 +118,7 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
     shared = {n: f"{m.compiled_by}'s compile (its setup_s reused that compilation)" for n, m in ms.built.items()
               if m.compiled_by in ms.built and False in readbacks}  # its break_even_steps pays for that one too
     if shared:
-        ctx.note(f"break_even_includes.b{shape.batch}.{shape.dtype}", shared)
+        ctx.note(N.BREAK_EVEN_INCLUDES.key_for(batch=shape.batch, dtype=shape.dtype), shared)
     return ms, phase
 
 
