@@ -42,10 +42,18 @@ class Child:
         return f"child process {self.pid} ({self.command})"
 
 
-def children(pid: int | None = None, proc: Path = Path("/proc")) -> list[Child]:
-    """The live direct children of `pid` (this process by default), from /proc (empty where there is none)."""
-    pid = os.getpid() if pid is None else pid
-    found: list[Child] = []
+@dataclass(frozen=True)
+class Process:
+    """One entry of /proc: its parent, its state letter, and the name in its stat line."""
+
+    ppid: int
+    state: str
+    name: str
+
+
+def processes(proc: Path = Path("/proc")) -> dict[int, Process]:
+    """Every process /proc shows (Linux; {} where there is none), by pid."""
+    found: dict[int, Process] = {}
     try:
         entries = list(proc.iterdir())
     except OSError:
@@ -55,16 +63,27 @@ def children(pid: int | None = None, proc: Path = Path("/proc")) -> list[Child]:
             continue
         try:
             stat = (entry / "stat").read_text()
-            # fields after the command's closing parenthesis: state, ppid, ... (the command may hold spaces)
+            # fields after the name's closing parenthesis: state, ppid, ... (the name may hold spaces and parentheses)
             state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
-            if int(ppid) != pid or state == "Z":
-                continue
-            raw = (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip()
-            command = raw.decode(errors="replace")[:120] or stat[stat.index("(") + 1:stat.rindex(")")]
+            found[int(entry.name)] = Process(int(ppid), state, stat[stat.index("(") + 1:stat.rindex(")")])
         except (OSError, ValueError, IndexError):
             continue
-        found.append(Child(int(entry.name), command))
-    return sorted(found, key=lambda c: c.pid)
+    return found
+
+
+def children(pid: int | None = None, proc: Path = Path("/proc")) -> list[Child]:
+    """The live direct children of `pid` (this process by default), from /proc (empty where there is none)."""
+    pid = os.getpid() if pid is None else pid
+    found: list[Child] = []
+    for child, p in sorted(processes(proc).items()):
+        if p.ppid != pid or p.state == "Z":
+            continue
+        try:
+            raw = (proc / str(child) / "cmdline").read_bytes().replace(b"\0", b" ").strip()
+        except OSError:
+            continue
+        found.append(Child(child, raw.decode(errors="replace")[:120] or p.name))
+    return found
 
 
 def live_threads() -> list[str]:

@@ -388,7 +388,8 @@ def host_fit(have: dict[str, str | None], requirements: Sequence[str], chosen: S
 
 
 def install_command(out: Path) -> str:
-    """pip's install of the wheelhouse into an interpreter that sees the host's packages (what `lab venv` runs)."""
+    """pip's plain install of the wheelhouse into an interpreter that sees the host's packages (`lab venv` installs
+    the same list into its overlay with --target --no-deps instead: lab.host.overlay)."""
     return f"python -m pip install --no-index --find-links {out} --require-hashes -r {out / REQUIREMENTS_FILE}"
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.locks import owned_tempdir
+from lab.shutdown import leave, processes
 from lab.run.manifest import REPO_ROOT
 
 TAIL_CHARS = 4000
@@ -158,25 +159,9 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process /proc shows (Linux; {} elsewhere)."""
-    out = {}
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
-        return out
-    for entry in entries:
-        if entry.name.isdigit():
-            try:
-                out[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
 def descendants(root: int) -> list[int]:
     """The live descendants of process `root` (children, their children...), from /proc."""
-    parents = _parents()
+    parents = {pid: p.ppid for pid, p in processes().items()}
     found: list[int] = []
     frontier = {root}
     while frontier:
@@ -210,7 +195,7 @@ def reap_descendants() -> None:
         return
     for _ in range(100):
         me = os.getpid()
-        children = [pid for pid, ppid in _parents().items() if ppid == me]
+        children = [pid for pid, p in processes().items() if p.ppid == me]
         if not children:
             return
         for pid in children:
@@ -251,6 +236,4 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from lab.shutdown import leave
-
     leave(_main(sys.argv[1:]))  # the result is written: end without native teardown (lab/shutdown.py)
