@@ -37,6 +37,11 @@ def leaves_children(path):
     Path(path).write_text(f"{kept.pid} {away.pid}")
     return 1
 
+def registers_a_slow_exit_handler(path):
+    import atexit
+    atexit.register(lambda: (time.sleep(3600), Path(path).write_text("handler ran")))
+    return 3
+
 def prints_bytes():
     import sys
     sys.stdout.buffer.write(b"before \\xff\\xfe after\\n")
@@ -80,6 +85,17 @@ def test_a_function_that_leaves_children_behind_returns_at_once_and_takes_them_a
     assert child.ok and child.value == 1, child.describe()
     for pid in map(int, pids.read_text().split()):
         assert _wait(lambda: not _alive(pid), 20), f"{pid} outlived the child that started it"
+
+
+def test_a_child_whose_result_is_written_skips_its_exit_handlers(tmp_path: Path) -> None:
+    """Its work is on disk: a library's exit handler (Inductor's compile-worker pool, 7.7 s in a warm compile_cost
+    child on an H200) would only tear down what it no longer uses; one that never returns cannot hold the run."""
+    (tmp_path / "lab_test_helper.py").write_text(HELPER)
+    marker = tmp_path / "handler"
+    child = run_child("lab_test_helper:registers_a_slow_exit_handler", {"path": str(marker)}, timeout_s=120,
+                      env={"PYTHONPATH": str(tmp_path)})
+    assert child.ok and child.value == 3 and not child.timed_out, child.describe()
+    assert not marker.exists()
 
 
 SUBREAPER = """

@@ -151,6 +151,13 @@ def test_exit_handlers_and_finished_threads_run_and_a_clean_exit_says_nothing():
     assert proc.stderr == ""
 
 
+def test_without_exit_handlers_the_process_ends_at_once_with_its_code_and_no_note():
+    body = "atexit.register(lambda: print('handler ran', flush=True))\nprint('last line', flush=True)"
+    code = f"import atexit\nfrom lab.shutdown import leave\n{body}\nleave(4, exit_handlers=False)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 4 and proc.stdout.splitlines() == ["last line"] and proc.stderr == ""
+
+
 def test_an_exit_handler_that_never_returns_cannot_hold_the_process():
     proc, took = _leave("atexit.register(time.sleep, 3600)")
     assert proc.returncode == 3 and "an exit handler of a library did not return" in proc.stderr and took < 60

@@ -236,4 +236,5 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    leave(_main(sys.argv[1:]))  # the result is written: end without native teardown (lab/shutdown.py)
+    # the result is written and the descendants reaped: end without exit handlers or native teardown (lab/shutdown.py)
+    leave(_main(sys.argv[1:]), exit_handlers=False)
