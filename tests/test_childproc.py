@@ -42,6 +42,10 @@ def registers_a_slow_exit_handler(path):
     atexit.register(lambda: (time.sleep(3600), Path(path).write_text("handler ran")))
     return 3
 
+def raises_after_a_slow_exit_handler(path):
+    registers_a_slow_exit_handler(path)
+    raise RuntimeError("CUDA error: device-side assert triggered")
+
 def prints_bytes():
     import sys
     sys.stdout.buffer.write(b"before \\xff\\xfe after\\n")
@@ -96,6 +100,10 @@ def test_a_child_whose_result_is_written_skips_its_exit_handlers(tmp_path: Path)
                       env={"PYTHONPATH": str(tmp_path)})
     assert child.ok and child.value == 3 and not child.timed_out, child.describe()
     assert not marker.exists()
+    died = run_child("lab_test_helper:raises_after_a_slow_exit_handler", {"path": str(marker)}, timeout_s=120,
+                     env={"PYTHONPATH": str(tmp_path)})
+    assert died.exit_code == 1 and not died.timed_out and not marker.exists()
+    assert died.describe() == "exit status 1: RuntimeError: CUDA error: device-side assert triggered"
 
 
 SUBREAPER = """

@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,15 +227,20 @@ def _main(argv: list[str]) -> int:
     target, kwargs_json, result_path = argv
     module_name, func_name = target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)
+    code = 0
     try:
         value = func(**json.loads(kwargs_json))
         Path(result_path).write_text(json.dumps(value))
+    except Exception:  # the traceback on stderr and exit status 1, as Python's own exit gives them
+        traceback.print_exc()
+        code = 1
     finally:
         sys.stdout.flush()
         reap_descendants()
-    return 0
+    return code
 
 
 if __name__ == "__main__":
-    # the result is written and the descendants reaped: end without exit handlers or native teardown (lab/shutdown.py)
+    # The result (or the traceback) is written and the descendants reaped: end without exit handlers or native
+    # teardown (lab/shutdown.py), which after a device-side assert spends seconds on a broken CUDA context.
     leave(_main(sys.argv[1:]), exit_handlers=False)
