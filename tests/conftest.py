@@ -46,10 +46,11 @@ def fake(monkeypatch):
 # only declared): a test that stalls fails with its stack, and the rest of `pytest -m cuda` still runs. The
 # longest CUDA test took about 100 s on an H200 (2026-12-01, 23 tests in 243 s).
 CUDA_TIMEOUT_S = 240
-# The whole experiments through the runner on CUDA (tests/e2e/test_gpu_*.py) took over 7 minutes on an H200
-# (2026-12-02: 8 tests in 420 s): they run on request, so that `pytest -m cuda` stays within 5 minutes.
+# The whole experiments through the runner on CUDA (tests/e2e/test_gpu_*.py) took 4 min 46 s on an H200
+# (2026-12-02: 8 tests in 286 s, after 76 s for the other 28): they run on request, so that `pytest -m cuda`
+# stays within 5 minutes.
 CUDA_E2E_ENV = "LAB_CUDA_E2E"
-CUDA_E2E_REASON = (f"a whole experiment through the runner on CUDA (these 8 tests: over 7 minutes on an H200): "
+CUDA_E2E_REASON = (f"a whole experiment through the runner on CUDA (these 8 tests: about 5 minutes on an H200): "
                    f"{CUDA_E2E_ENV}=1 runs them; `nox -s gpu_lab` runs every experiment at full size")
 try:
     import pytest_timeout  # noqa: F401
