@@ -161,7 +161,8 @@ PROFILES: dict[str, Profile] = {
     # the model is generated on the run's device (lab.step.model.build_model), the sentinels' warm-up is at least 6 s
     # within 8 s (the slow starts seen on H200 hosts lasted up to about 3 s: four rounds of 128 steps), a child
     # ends without native teardown (lab.run.childproc), and batch 8 moved to gpu-full (which runs 1, 8, 16, 64):
-    # about 285 s, an estimate until the next H200 run measures it (README, "Profiles and their budget").
+    # measured the same day on another H200 host, 230.8 s (about 285 s on the first host, by its phase times;
+    # README, "Profiles and their budget").
     "gpu": Profile(
         name="gpu",
         description="the GPU lab: GPT-2 124M on CUDA, batches 1 and 64, the step methods at batch 1 "
