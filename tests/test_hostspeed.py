@@ -50,16 +50,16 @@ def test_each_turn_runs_between_two_index_samples_and_shares_them_with_the_next(
     loops = iter([0.001, 0.002, 0.003, 0.004])  # each sample of the loop takes longer: the host slows down
     index = HostIndex(now=clock.now, work=lambda: clock.advance(next(loops)))
     order: list[str] = []
-    index.turn("eager", lambda: (order.append("eager"), clock.advance(0.100)))
-    index.turn("graph", lambda: (order.append("graph"), clock.advance(0.050)))
-    index.turn("eager", lambda: (order.append("eager"), clock.advance(0.100)))
+    index.turn("eager", lambda: (order.append("eager"), clock.advance(0.200)))  # 40 loops or more: samples of its own
+    index.turn("graph", lambda: (order.append("graph"), clock.advance(0.200)))
+    index.turn("eager", lambda: (order.append("eager"), clock.advance(0.200)))
     assert order == ["eager", "graph", "eager"]
     assert index.turns["eager"] == [pytest.approx((1.0, 2.0)), pytest.approx((3.0, 4.0))]
     assert index.turns["graph"] == [pytest.approx((2.0, 3.0))]  # the sample after eager's turn is the one before
     assert index.per_round("eager") == pytest.approx([1.5, 3.5])
-    assert index.cost() == pytest.approx(0.010 / 0.250)  # four loops over three turns
+    assert index.cost() == pytest.approx(0.010 / 0.600)  # four loops over three turns
     note = index.note()
-    assert note["cost"] == pytest.approx(0.04) and note["turns"]["graph"] == [[2.0, 3.0]]
+    assert note["cost"] == pytest.approx(0.010 / 0.600, abs=1e-5) and note["turns"]["graph"] == [[2.0, 3.0]]
     assert note["workload"] == hostspeed.WORKLOAD and note["loop"] == hostspeed.LOOP
 
 
@@ -172,3 +172,25 @@ def test_the_step_at_the_reference_never_extrapolates_beyond_proportional() -> N
     assert at.interval is not None and at.interval.low >= 0.1 * 0.8 / 0.9 - 1e-9
     falling = stats.at_reference(index, list(reversed(steep)), 0.8)
     assert falling is not None and falling.value == pytest.approx(centre)
+
+
+def test_turns_short_against_the_loop_share_samples_so_the_index_costs_at_most_its_share() -> None:
+    """Turns of 1 ms against a loop of 1 ms (the smoke profile's tiny model) would cost 100%: a sample is taken once
+    the turns since the last one reach 40 loops; each turn of the group gets the samples on either side of it."""
+    clock = _Clock()
+    index = HostIndex(now=clock.now, work=lambda: clock.advance(0.001))
+    out = rotating_rounds({"a": lambda: (clock.advance(0.001), [1.0])[1], "b": lambda: (clock.advance(0.001), [2.0])[1]},
+                          rounds=50, index=index)
+    assert len(out["a"]) == len(out["b"]) == 50 and {k: len(v) for k, v in index.turns.items()} == {"a": 50, "b": 50}
+    assert index.index_s == pytest.approx(0.001 * 4)  # the first sample, one after each 40 turns, one at the end
+    assert index.cost() == pytest.approx(0.04) and index.cost() <= index.max_cost
+    assert index.per_round("a") == pytest.approx([1.0] * 50)
+
+
+def test_a_paired_turn_takes_its_own_samples_whatever_its_length() -> None:
+    clock = _Clock()
+    loops = iter([0.001, 0.002, 0.003, 0.004])
+    index = HostIndex(now=clock.now, work=lambda: clock.advance(next(loops)))
+    index.turn("short", lambda: clock.advance(0.0001))  # waits for a sample after it
+    index.turn("paired", lambda: clock.advance(0.0001), share=False)
+    assert index.turns == {"short": [pytest.approx((1.0, 2.0))], "paired": [pytest.approx((2.0, 3.0))]}

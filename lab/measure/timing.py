@@ -153,6 +153,8 @@ def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
                 continue
             with console.timed(f"{name} in round {r + 1}"):
                 out[name].append(index.turn(str(name), methods[name]))
+    if index is not None:
+        index.close()
     return out
 
 
