@@ -43,7 +43,7 @@ from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
-from lab.contract.names import Experiment, Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -90,7 +90,7 @@ def launch_cost_us(records: list[Any]) -> float | None:
     """The cost of one eager launch this run's ceilings measured, or None without a ceilings record."""
     rec = query.ok(records, Experiment.CEILINGS)
     for m in rec.metrics if rec else []:
-        if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("mode") == "eager":
+        if m.name == M.LAUNCH_US_PER_OP.name and m.params.get(P.MODE) == "eager":
             return float(m.value)
     return None
 
@@ -98,8 +98,8 @@ def launch_cost_us(records: list[Any]) -> float | None:
 def _lead_compiled_kernels(records: list[Any], dtype: str) -> float | None:
     rec = query.ok(records, Experiment.CUDA_GRAPH_DECODE)
     for m in rec.metrics if rec else []:
-        if (m.name == M.KERNELS_PER_STEP.name and m.params.get("method") == Method.COMPILE_DEFAULT
-                and m.params.get("batch") == 1 and m.params.get("dtype") == dtype):
+        if (m.name == M.KERNELS_PER_STEP.name and m.params.get(P.METHOD) == Method.COMPILE_DEFAULT
+                and m.params.get(P.BATCH) == 1 and m.params.get(P.DTYPE) == dtype):
             return float(m.value)
     return None
 
@@ -108,7 +108,7 @@ def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float
     """(k, where it came from): the fusion record's measured speedup, else the module's 3×."""
     rec = query.ok(records, Experiment.FUSION)
     for m in rec.metrics if rec else []:
-        if m.name == M.SPEEDUP.name and m.params.get("n_ops") == n_ops and m.params.get("residency") == residency:
+        if m.name == M.SPEEDUP.name and m.params.get(P.N_OPS) == n_ops and m.params.get(P.RESIDENCY) == residency:
             return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
                                              f"({float(m.value):.2f}x, floored at 1)"
     return DEFAULT_K, f"assumed: no fusion record with n_ops={n_ops}, {residency} in this run (module text's 3x)"
@@ -127,8 +127,8 @@ def _lead_decode_speedup(records: list[Any]) -> Speedup | None:
     """cuda_graph_decode's compile-default speedup at batch 1 (no readback) and its stored interval, or None."""
     rec = query.ok(records, Experiment.CUDA_GRAPH_DECODE)
     for m in rec.metrics if rec else []:
-        if (m.name == M.SPEEDUP_VS_EAGER.name and m.params.get("method") == Method.COMPILE_DEFAULT
-                and m.params.get("batch") == 1 and not m.params.get("readback", False)):
+        if (m.name == M.SPEEDUP_VS_EAGER.name and m.params.get(P.METHOD) == Method.COMPILE_DEFAULT
+                and m.params.get(P.BATCH) == 1 and not m.params.get(P.READBACK, False)):
             try:
                 return float(m.value), stored_interval(rec, M.SPEEDUP_VS_EAGER, **m.params)
             except KeyError:  # a run from before speedups had intervals

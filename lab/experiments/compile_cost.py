@@ -28,7 +28,7 @@ from lab.host.cache_dir import isolated_env
 from lab.host.compile_cache import DROP_ENV, cache_counters, provenance
 from lab.measure.breakeven import break_even_calls
 from lab.locks import owned_tempdir
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.run.context import Context
@@ -152,9 +152,9 @@ def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = N
     from lab.run.childproc import run_child
 
     p, o = ctx.profile, ctx.options
-    kwargs = {"target": target, "model": dict(p.model.__dict__), "n_layer": n_layer, "device": p.device,
-              "dtype": dtype or p.dtype, "batch": batch or (MLP_BATCH if target == "mlp" else o.batch),
-              "max_len": p.max_len, "prompt_len": p.prompt_len, "threads": _threads(),
+    kwargs = {P.TARGET: target, "model": dict(p.model.__dict__), P.N_LAYER: n_layer, "device": p.device,
+              P.DTYPE: dtype or p.dtype, P.BATCH: batch or (MLP_BATCH if target == "mlp" else o.batch),
+              P.MAX_LEN: p.max_len, "prompt_len": p.prompt_len, "threads": _threads(),
               "rounds": o.rounds, "steady_steps": o.steady_steps, "warmup": o.warmup}
     with ctx.activity(f"{label}: a fresh process compiles {target} (first call) and times it"):
         child = run_child("lab.experiments.compile_cost:child_first_call", kwargs,
@@ -202,8 +202,8 @@ def run(ctx: Context) -> None:
     full = p.model.n_layer
     depths = list(ctx.options.depths)
     trials = ctx.options.mlp_trials
-    ctx.note("settings", {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, "batch": MLP_BATCH},
-                          "threads": torch.get_num_threads(), "device": p.device, "dtype": p.dtype,
+    ctx.note("settings", {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, P.BATCH: MLP_BATCH},
+                          "threads": torch.get_num_threads(), "device": p.device, P.DTYPE: p.dtype,
                           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
     with owned_tempdir("compile-cost") as root_path:  # removed on the next start if this run is killed
         root = str(root_path)
@@ -277,7 +277,7 @@ def _reuse_probe(ctx, cache_dir: str, same: dict[str, Any]) -> None:
     """Offer the MLP's populated cache a different batch (shape) and a different dtype: both must miss."""
     settings = {"same": same,
                 "shape": _child(ctx, cache_dir, "mlp", 0, batch=MLP_BATCH * 2, label="mlp other shape"),
-                "dtype": _child(ctx, cache_dir, "mlp", 0, dtype="float64", label="mlp other dtype")}
+                P.DTYPE: _child(ctx, cache_dir, "mlp", 0, dtype="float64", label="mlp other dtype")}
     for setting, res in settings.items():
         c = res["counters"]
         reused = c["fxgraph_cache_hit"] > 0

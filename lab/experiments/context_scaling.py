@@ -29,7 +29,7 @@ from lab.measure import compiletrace
 from lab.step import decode, methods as stepmethods
 from lab.contract import metrics as M
 from lab.step.model import Weights
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
@@ -129,7 +129,7 @@ def run(ctx: Context) -> None:
     if needs_cuda(fixed) and ctx.device.type != "cuda":
         raise ValueError(f"context_scaling.fixed_method={fixed} needs CUDA: set it to eager on this host")
     ctx.note("config", {"max_lens": list(o.max_lens), "batches": list(o.batches), "fills": list(o.fills),
-                        "fixed_method": fixed, "growing": list(o.growing), "steps": o.steps, "rounds": o.rounds,
+                        "fixed_method": fixed, "growing": list(o.growing), P.STEPS: o.steps, "rounds": o.rounds,
                         "model_positions": int(w0.wpe.shape[0]), "warmup_steps": prof.warmup})
     growing = list(o.growing)
     if "compile" not in growing:
@@ -145,7 +145,7 @@ def run(ctx: Context) -> None:
     for batch in o.batches:
         for max_len in o.max_lens:
             w = extend_positions(w0, max_len)
-            params = {"batch": batch, "max_len": max_len}
+            params = {P.BATCH: batch, P.MAX_LEN: max_len}
             first_prompt = prompt_for(int(w.wte.shape[0]), batch, _prompt_len(o.fills[0], max_len, prof.warmup),
                                       ctx.device, 12000 + batch)
             m = stepmethods.build(fixed, w, first_prompt, max_len, warmup=prof.warmup)

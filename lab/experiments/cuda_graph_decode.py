@@ -34,7 +34,7 @@ import torch
 
 from lab.contract import metrics as M
 from lab.contract import notes as N
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common import methods
@@ -168,10 +168,10 @@ def run(ctx: Context) -> None:
     prof, opts = ctx.profile, ctx.options
     steps, rounds, sweep_rounds, batches = opts.steps, opts.rounds, opts.sweep_rounds, opts.batches
     first, sweep, bf16 = _plan(ctx, batches)
-    ctx.note("config", {"prompt_len": prof.prompt_len, "steps": steps, "max_len": prof.max_len,
+    ctx.note("config", {"prompt_len": prof.prompt_len, P.STEPS: steps, P.MAX_LEN: prof.max_len,
                         "rounds": rounds, "sweep_rounds": sweep_rounds, "methods": list(first),
-                        "sweep_methods": list(sweep), "bf16_methods": list(bf16), "readback": list(opts.readback),
-                        "dynamic": opts.dynamic, "readback_methods": list(opts.readback_methods),
+                        "sweep_methods": list(sweep), "bf16_methods": list(bf16), P.READBACK: list(opts.readback),
+                        P.DYNAMIC: opts.dynamic, "readback_methods": list(opts.readback_methods),
                         "readback_batches": None if opts.readback_batches is None else list(opts.readback_batches),
                         "batches": list(batches), "bf16_batches": list(opts.bf16_batches)})
     ctx.note("token_agreement", M.FREE_RUNNING_NOTE)
@@ -182,7 +182,7 @@ def run(ctx: Context) -> None:
     start = time.perf_counter()
 
     def shape(batch: int, dtype: str) -> methods.Shape:
-        return methods.Shape(batch, dtype, prof.prompt_len, steps, prof.max_len, {"batch": batch, "dtype": dtype},
+        return methods.Shape(batch, dtype, prof.prompt_len, steps, prof.max_len, {P.BATCH: batch, P.DTYPE: dtype},
                              readback_param=True)
 
     for i, batch in enumerate(batches):

@@ -38,7 +38,7 @@ from lab.step.decode import DecodeState
 from lab.measure.dynamo_tools import dynamo_counters, explain
 from lab.step.graphs import GraphedStep
 from lab.step.model import Weights
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, prompt_for, provenance
@@ -146,7 +146,7 @@ def _build(ctx, w: Weights, prompt: torch.Tensor, method: str, version: str, bat
     """One variant made ready (compile and/or capture timed as setup), or None when it cannot be (recorded)."""
     o, prof = ctx.options, ctx.profile
     name = f"{method}, {version}"
-    params = {"batch": batch, "variant": name}
+    params = {P.BATCH: batch, P.VARIANT: name}
     state = new_eos_state(w, batch, prof.max_len, -1)
     decode.prefill(state, w, prompt)
     fn: Callable[..., Any] = STEPS[version]
@@ -233,7 +233,7 @@ def _dynamo_report(ctx, w: Weights, prompt: torch.Tensor, batch: int) -> dict[st
         ctx.metric(M.STEP_COMPILES, ok, batch=batch, version=version, fullgraph=True)
         if reason:
             ctx.note(f"fullgraph_error.{version}.b{batch}", reason)
-        out[version]["fullgraph"] = ok
+        out[version][P.FULLGRAPH] = ok
     return out
 
 
@@ -250,8 +250,8 @@ def _capture_report(ctx, batch: int) -> bool | None:
     with tempfile.TemporaryDirectory(prefix="lab-capture-") as tmp:
         early = Path(tmp) / "result.json"
         child = run_child("lab.experiments.data_dependent_branch:capture_child",
-                          {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), "batch": batch,
-                           "max_len": prof.max_len, "prompt_len": prof.prompt_len, "result_path": str(early)},
+                          {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), P.BATCH: batch,
+                           P.MAX_LEN: prof.max_len, "prompt_len": prof.prompt_len, "result_path": str(early)},
                           timeout_s=300)
         value = child.value if child.ok else (json.loads(early.read_text()) if early.is_file() else None)
     variant = f"{Method.GRAPH}, {HOST}"
@@ -288,7 +288,7 @@ def run(ctx: Context) -> None:
         ctx.skip(f"{Method.GRAPH} and {Method.COMPILE_GRAPH}, {WHERE}", Code.NO_CUDA,
                  "manual capture needs a CUDA device: run the gpu-sweep profile")
     eos_at = o.eos_at if o.eos_at is not None else max(1, o.steps // 2)
-    ctx.note("config", {"batches": list(o.batches), "steps": o.steps, "rounds": o.rounds, "check_every": o.check_every,
+    ctx.note("config", {"batches": list(o.batches), P.STEPS: o.steps, "rounds": o.rounds, "check_every": o.check_every,
                         "eos_at": eos_at, "methods": list(methods)})
     summary: dict[str, Any] = {}
     for batch in o.batches:
@@ -344,9 +344,9 @@ def _sentence(summary: dict[str, Any]) -> str:
     d = s["dynamo"]
     host, where = d[HOST], d[WHERE]
     parts = [f"Dynamo splits the host-checked step into {host['graphs']} graphs with {host['breaks']} break(s)"
-             + ("" if host["fullgraph"] else " and refuses it under fullgraph"),
+             + ("" if host[P.FULLGRAPH] else " and refuses it under fullgraph"),
              f"the torch.where version is {where['graphs']} graph with {where['breaks']} breaks"
-             + (" and compiles under fullgraph" if where["fullgraph"] else " but does not compile under fullgraph")]
+             + (" and compiles under fullgraph" if where[P.FULLGRAPH] else " but does not compile under fullgraph")]
     if s["captured"] is not None:
         parts.append("capture of the host-checked step " + ("succeeds" if s["captured"] else "fails"))
     parts.append("every variant's tokens " + ("equal" if s["all_equal"] else "do NOT all equal")

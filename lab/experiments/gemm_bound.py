@@ -18,7 +18,7 @@ from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.step.model import torch_dtype
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.run.context import Context, stored_interval
@@ -72,7 +72,7 @@ def run(ctx: Context) -> None:
     model = MLPStack(dim, layers).to(device=dev, dtype=dtype).eval()
     x = torch.randn(batch, dim, device=dev, dtype=dtype)
     flops = layers * 2 * 2 * batch * dim * 4 * dim
-    ctx.note("shape", {"batch": batch, "dim": dim, "layers": layers, "dtype": str(dtype), "flops_per_call": flops})
+    ctx.note("shape", {P.BATCH: batch, P.DIM: dim, "layers": layers, P.DTYPE: str(dtype), "flops_per_call": flops})
     with quiet_dynamo():
         c = compile_first_call(model, (x,), dev)
     ctx.metric(M.SETUP_S, round(c.setup_s, 3), method=Method.COMPILE_DEFAULT)

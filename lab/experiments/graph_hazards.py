@@ -22,7 +22,7 @@ from lab.contract import metrics as M
 from lab.run.childproc import last_error_line, run_child
 from lab.step.graphs import CacheFullError, GraphedStep
 from lab.step.model import build_model, extract_weights, resolve_weights
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.options import NoOptions
 from lab.contract.profiles import TINY
 from lab.run.context import Context
@@ -107,7 +107,7 @@ def _past_end(ctx) -> None:
     # is its start-up (interpreter, torch, CUDA), which overlaps; nothing is shared between them.
     with ThreadPoolExecutor(len(kinds)) as pool:
         children = dict(zip(kinds, pool.map(lambda k: run_child("lab.experiments.graph_hazards:past_end_child",
-                                                                {"kind": str(k), "device": dev}, timeout_s=300),
+                                                                {P.KIND: str(k), "device": dev}, timeout_s=300),
                                             kinds)))
     for kind in kinds:
         child = children[kind]

@@ -26,7 +26,7 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.run.childproc import last_error_line
 from lab.measure.dynamo_tools import explain, quiet_dynamo
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common import hostspeed
@@ -177,8 +177,8 @@ def run(ctx: Context) -> None:
     T = ctx.profile.prompt_len
     max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)
     prompt = prompt_for(ctx, batch)
-    ctx.note("settings", {"steps": steps, "equiv_steps": equiv_steps, "batch": batch, "steps_per_round": per_round,
-                          "rounds": rounds, "warmup": warmup, "max_len": max_len, "dtype": str(w.dtype),
+    ctx.note("settings", {P.STEPS: steps, "equiv_steps": equiv_steps, P.BATCH: batch, "steps_per_round": per_round,
+                          "rounds": rounds, "warmup": warmup, P.MAX_LEN: max_len, P.DTYPE: str(w.dtype),
                           "threads": torch.get_num_threads(), "device": str(ctx.device),
                           # other work on the host makes CPU timings noisy: say how busy it was
                           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
@@ -276,12 +276,12 @@ def run(ctx: Context) -> None:
         method, step_name = keys[label]
         medians[method, step_name] = ctx.timing(M.STEP_MS, per, method=method, step=step_name, batch=batch).median
     by_key = {keys[label]: per for label, per in rounds_out.items()}
-    turns = {label: ({"method": keys[label][0], "step": keys[label][1], "batch": batch}, per)
+    turns = {label: ({P.METHOD: keys[label][0], P.STEP: keys[label][1], P.BATCH: batch}, per)
              for label, per in rounds_out.items()}
     labels = {key: label for label, key in keys.items()}
     speedups = [(labels[Method.EAGER, step_name], label) for (method, step_name), label in labels.items()
                 if method != Method.EAGER and (Method.EAGER, step_name) in labels]
-    hostspeed.record(ctx, {"batch": batch}, f"b{batch}", turns, index, speedups)
+    hostspeed.record(ctx, {P.BATCH: batch}, f"b{batch}", turns, index, speedups)
     for step_name in ("indexed", "split"):
         if (Method.COMPILE_DEFAULT, step_name) in medians:
             ctx.speedup(M.SPEEDUP_VS_EAGER, by_key[Method.EAGER, step_name], by_key[Method.COMPILE_DEFAULT, step_name],

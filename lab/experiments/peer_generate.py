@@ -48,7 +48,7 @@ from lab.measure import compiletrace
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.run.childproc import run_child
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P, Status
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, measure_methods, prompt_for, provenance
@@ -195,7 +195,7 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
     partial = raw / "partial.json"
     child = run_child("lab.experiments.peer_generate:child_variant",
                       {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx),
-                       "device": ctx.device.type, "variant": variant,
+                       "device": ctx.device.type, P.VARIANT: variant,
                        "prompts": {str(b): rows for b, rows in prompts.items()}, "new_tokens": o.new_tokens,
                        "warmup_calls": o.warmup_calls, "rounds": o.rounds, "partial_path": str(partial)},
                       timeout_s=o.child_timeout_s, env=compiletrace.child_env(raw) if o.traces else None)
@@ -209,7 +209,7 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
         done = (value or {}).get("batches", {})
         for batch in prompts:
             if str(batch) not in done:
-                ctx.metric(M.OUTCOME, "NOT_RUN" if child.timed_out else "FAILED", impl="transformers",
+                ctx.metric(M.OUTCOME, Status.NOT_RUN if child.timed_out else Status.FAILED, impl="transformers",
                            variant=variant, batch=batch)
                 ctx.note(f"errors.{variant}.b{batch}", f"the child process ended: {child.describe()}")
         if child.timed_out:
@@ -232,15 +232,15 @@ def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[
     ms: dict[int, Rounds] = {}
     for batch_text, entry in result.items():
         batch = int(batch_text)
-        params = {"impl": "transformers", "variant": variant, "batch": batch}
+        params = {P.IMPL: "transformers", P.VARIANT: variant, P.BATCH: batch}
         if entry["warm_calls_s"]:
             ctx.metric(M.FIRST_CALL_S, entry["warm_calls_s"][0], **params)
         if entry["error"]:
-            ctx.metric(M.OUTCOME, "FAILED", **params)
+            ctx.metric(M.OUTCOME, Status.FAILED, **params)
             ctx.skip(f"transformers {variant} batch {batch}", Code.EXCEPTION, entry["error"])
             ctx.note(f"errors.{variant}.b{batch}", entry["error"])
             continue
-        ctx.metric(M.OUTCOME, "OK", **params)
+        ctx.metric(M.OUTCOME, Status.OK, **params)
         steady = statistics.median(entry["steady_calls_s"])
         ctx.metric(M.SETUP_S, round(max(0.0, sum(entry["warm_calls_s"]) - len(entry["warm_calls_s"]) * steady), 4),
                    **params)
@@ -272,7 +272,7 @@ def run(ctx: Context) -> None:
     lab_ms: dict[int, dict[str, Rounds]] = {}
     lab_tokens: dict[int, torch.Tensor] = {}
     for batch in o.batches:
-        found = measure_methods(ctx, w, tuple(o.lab_methods), {"impl": "lab", "batch": batch}, batch=batch,
+        found = measure_methods(ctx, w, tuple(o.lab_methods), {P.IMPL: "lab", P.BATCH: batch}, batch=batch,
                                 max_len=prof.max_len, prompt_len=prof.prompt_len, steps=steps, rounds=o.rounds,
                                 warmup=prof.warmup, readback=True, profile_kernels=False, trace=o.traces)
         lab_ms[batch] = found.rounds
@@ -283,7 +283,7 @@ def run(ctx: Context) -> None:
     for variant in o.variants:
         if variant in COMPILED and not _has_compile_config():
             for b in o.batches:
-                ctx.metric(M.OUTCOME, "NOT_RUN", impl="transformers", variant=variant, batch=b)
+                ctx.metric(M.OUTCOME, Status.NOT_RUN, impl="transformers", variant=variant, batch=b)
             ctx.skip(f"transformers {variant}", Code.NOT_APPLICABLE,
                      f"transformers {_transformers_version()} has no CompileConfig: install transformers >= 4.48")
             continue
@@ -319,12 +319,12 @@ def _compare(ctx, lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[
                         batch=batch, peer=best_peer)
         ours = min(methods, key=lambda m: _median(methods[m]))
         mine, peer = _median(methods[ours]), _median(theirs[best_peer])
-        stored = {"impl": "lab", "method": ours, "batch": batch, "peer": best_peer}
+        stored = {P.IMPL: "lab", P.METHOD: ours, P.BATCH: batch, P.PEER: best_peer}
         ci = stored_interval(ctx.record, M.SPEEDUP_VS_PEER, **stored)
         parts.append(f"at batch {batch} the lab's {ours} step takes {mine:.3g} ms against {peer:.3g} ms per token for "
                      f"transformers' {best_peer} ({peer / mine:.1f}x{' ' + ci.text() if ci else ''}: {faster(ci)})")
-    failed = sorted({m.params["variant"] for m in ctx.record.metrics
-                     if m.name == M.OUTCOME.name and m.value != "OK"})
+    failed = sorted({m.params[P.VARIANT] for m in ctx.record.metrics
+                     if m.name == M.OUTCOME.name and m.value != Status.OK})
     if parts:
         sentence = "; ".join(parts)
         sentence = sentence[0].upper() + sentence[1:]

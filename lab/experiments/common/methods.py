@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from lab.contract import metrics as M, notes
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.reasons import Code
 from lab.experiments.common import hostspeed
 from lab.measure import compiletrace, stepprofile
@@ -175,7 +175,7 @@ def _fused_layouts(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape)
         ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no layout note")
         return
     key = notes.FUSED_LAYOUTS.key_for(method=name, shape=_note_shape(shape))
-    ctx.note(key, {"method": name, "params": dict(shape.params), **choice.as_note()})
+    ctx.note(key, {P.METHOD: name, "params": dict(shape.params), **choice.as_note()})
 
 
 def agreement(tokens: torch.Tensor, reference: torch.Tensor, start: int, end: int) -> float:
@@ -284,8 +284,8 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
     for key, per_round in samples.items():
         name, rb_text = key.split("|")
         rb = rb_text == "True"
-        extra = {"readback": rb} if shape.readback_param else {}
-        turns[key] = ({**shape.params, "method": name, **extra}, per_round)
+        extra = {P.READBACK: rb} if shape.readback_param else {}
+        turns[key] = ({**shape.params, P.METHOD: name, **extra}, per_round)
         ms.rounds[(name, rb)] = per_round
         sp = ctx.timing(M.STEP_MS, per_round, **shape.params, method=name, **extra)
         ms.ms[(name, rb)] = sp.median
@@ -297,7 +297,7 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         eager = ms.rounds.get((Method.EAGER, rb))
         if eager is None or (name == Method.EAGER and not eager_speedup):
             continue
-        extra = {"readback": rb} if shape.readback_param else {}
+        extra = {P.READBACK: rb} if shape.readback_param else {}
         if M.SPEEDUP_VS_EAGER in ctx.spec.metrics:
             ctx.speedup(M.SPEEDUP_VS_EAGER, eager, per_round, **shape.params, method=name, **extra)
         if not rb and name != Method.EAGER:
