@@ -273,7 +273,8 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
              if not rb or readback_methods is None or n in readback_methods}
     ctx.progress(f"{shape.label()}: timing {len(built)} methods, {rounds} rounds")
     index = HostIndex()
-    samples = rotating_rounds({f"{n}|{rb}": fn for (n, rb), fn in pairs.items()}, rounds, index=index)
+    labels = {(n, rb): f"{n}|{rb}" for n, rb in pairs}  # each turn's name in the host index's note
+    samples = rotating_rounds({labels[k]: fn for k, fn in pairs.items()}, rounds, index=index)
     frames = stepmethods.compiled_frames(before, dynamo_counters())
     if M.RECOMPILES_DURING_TIMING in ctx.spec.metrics:
         record(ctx, M.RECOMPILES_DURING_TIMING, frames, shape)
@@ -281,9 +282,8 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
                   **shape.params)
     nbytes = ceilings.step_bytes(ms.weights, shape.batch, shape.max_len)
     turns = {}  # for the host-speed index: per key, the params of its metrics and its rounds
-    for key, per_round in samples.items():
-        name, rb_text = key.split("|")
-        rb = rb_text == "True"
+    for (name, rb), key in labels.items():
+        per_round = samples[key]
         extra = {P.READBACK: rb} if shape.readback_param else {}
         turns[key] = ({**shape.params, P.METHOD: name, **extra}, per_round)
         ms.rounds[(name, rb)] = per_round
@@ -304,7 +304,8 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
             eager_ms, step_ms = ms.ms[(Method.EAGER, rb)], ms.ms[(name, rb)]
             record(ctx, M.SAVING_MS_PER_STEP, round(eager_ms - step_ms, 5), shape, method=name)
             record(ctx, M.BREAK_EVEN_STEPS, break_even_calls(ms.setup_s(name), eager_ms, step_ms), shape, method=name)
-    speedups = [(f"{Method.EAGER}|{rb}", f"{n}|{rb}") for (n, rb) in pairs if n != Method.EAGER]
+    speedups = [(labels[(Method.EAGER, rb)], key) for (n, rb), key in labels.items()
+                if n != Method.EAGER and (Method.EAGER, rb) in labels]
     hostspeed.record(ctx, shape.params, _note_shape(shape), turns, index, speedups)
 
 
