@@ -43,7 +43,6 @@ NOT_KEYS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("OK", "FAILED"), ("lab/commands/images.py",), "an image build's outcome"),
     (("OK",), ("lab/commands/base_image.py", "lab/commands/image_check.py"), "an image check's outcome or verdict"),
     (("version",), ("lab/experiments/toolchain.py",), "the compiler's version in the toolchain's compiler note"),
-    (("toolchain",), ("lab/experiments/toolchain.py",), "the note of the toolchain that the experiment found"),
     (("dtype",), ("lab/experiments/manual_graph_recipe.py",), "a wrong input (a tensor of another dtype), not a param"),
 )
 EXEMPT = {(f, text) for texts, files, _ in NOT_KEYS for f in files for text in texts}

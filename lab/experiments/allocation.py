@@ -18,6 +18,7 @@ import torch
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, inductor_skip, time_methods
 from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract import notes as N
 from lab.contract.names import Method, Variant
 from lab.contract.options import option
 from lab.run.context import Context
@@ -91,7 +92,7 @@ def run(ctx: Context) -> None:
                                warmup=ctx.profile.warmup)
     ms = {m: ctx.timing(M.STEP_MS, xs, method=m, k=k, numel=numel).median for m, xs in samples.items()}
     if dev.type != "cuda":
-        ctx.note("allocations_per_step", {ALLOCATING: k, PLANNED: 0, IN_PLACE: 0,
+        ctx.note(N.ALLOCATIONS.key, {ALLOCATING: k, PLANNED: 0, IN_PLACE: 0,
                                           "why": "by construction: the CPU allocator keeps no counter"})
     ctx.metric(M.US_PER_INTERMEDIATE, (ms[ALLOCATING] - ms[PLANNED]) * 1e3 / k, removed_by=PLANNED)
     ctx.metric(M.US_PER_INTERMEDIATE, (ms[ALLOCATING] - ms[IN_PLACE]) * 1e3 / k, removed_by=IN_PLACE)

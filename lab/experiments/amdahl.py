@@ -43,6 +43,7 @@ from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, Param as P
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
@@ -167,8 +168,8 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     ctx.metric(M.MATMUL_SHARE, prof.matmul_share, workload=workload)
     ctx.metric(M.KERNELS, prof.kernels, workload=workload, method=Method.EAGER)
     ctx.metric(M.K, k, workload=workload)
-    ctx.note(f"k_source.{workload}", source)
-    ctx.note(f"top.{workload}", prof.top(8))
+    ctx.note(N.K_SOURCE.key_for(workload), source)
+    ctx.note(N.TOP.key_for(workload), prof.top(8))
     ctx.metric(M.PREDICTED_SPEEDUP, pred, workload=workload)
     ctx.metric(M.KERNEL_TIME_PER_STEP_US, round(prof.kernel_ms * 1e3, 3), workload=workload, method=Method.EAGER)
     n_compiled: float | None = None
@@ -177,12 +178,12 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         ctx.metric(M.MEASURED_SPEEDUP, measured, workload=workload)
         ctx.metric(M.SPEEDUP_CI_LOW, None if ci is None else ci.low, workload=workload)
         ctx.metric(M.SPEEDUP_CI_HIGH, None if ci is None else ci.high, workload=workload)
-        ctx.note(f"measured_source.{workload}", "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
+        ctx.note(N.MEASURED_SOURCE.key_for(workload), "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
         n_compiled = _lead_compiled_kernels(ctx.results.experiments, ctx.profile.dtype)
         if n_compiled is not None:
             ctx.metric(M.KERNELS, n_compiled, workload=workload, method=Method.COMPILE_DEFAULT)
-            ctx.note(f"compiled_kernels_source.{workload}", "cuda_graph_decode: kernels_per_step, compile-default, "
-                                                            "batch 1")
+            ctx.note(N.COMPILED_KERNELS_SOURCE.key_for(workload), "cuda_graph_decode: kernels_per_step, compile-default, "
+                                                                        "batch 1")
     elif compiled is None or samples is None or cprof is None:
         key = "compile_decode" if workload == "gpt2_decode_step" else "compile_block"
         ctx.skip(f"measured speedup of {workload}", Code.PROFILE_BUDGET,
@@ -199,7 +200,7 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         measured = ctx.speedup(M.MEASURED_SPEEDUP, samples[Method.EAGER], samples[Method.COMPILE_DEFAULT],
                                workload=workload)
         ci = stored_interval(ctx.record, M.MEASURED_SPEEDUP, workload=workload)
-        ctx.note(f"measured_source.{workload}", "compiled here (Inductor default mode), rotating rounds")
+        ctx.note(N.MEASURED_SOURCE.key_for(workload), "compiled here (Inductor default mode), rotating rounds")
         torch._dynamo.reset()
     ctx.metric(M.MEASURED_OVER_PREDICTED, measured / pred, workload=workload)
     ctx.progress(f"{workload}: f={f:.2f} k={k:.2f} predicted {pred:.2f}x measured {measured:.2f}x"
@@ -241,7 +242,7 @@ def run(ctx: Context) -> None:
     o = ctx.options
     layers = o.decode_layers
     wd = w.truncated(layers) if layers else w
-    ctx.note("decode_layers", wd.n_layer)
+    ctx.note(N.DECODE_LAYERS.key, wd.n_layer)
     state = decode.new_state(wd, 1, ctx.profile.max_len)
     prompt = torch.randint(0, w.wte.shape[0], (1, ctx.profile.prompt_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -256,6 +257,6 @@ def run(ctx: Context) -> None:
     x = torch.randn(batch, seq, w.n_embd, device=dev, dtype=w.dtype)
     pos = torch.arange(seq, device=dev)
     causal = pos[None, :] > pos[:, None]
-    ctx.note("block_shape", [batch, seq, w.n_embd])
+    ctx.note(N.BLOCK_SHAPE.key, [batch, seq, w.n_embd])
     _measure(ctx, "transformer_block", _block, (x, w.layers[0], w.n_head, w.eps, causal), lambda: None, "memory",
              compile_it=o.compile_block)

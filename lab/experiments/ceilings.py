@@ -21,6 +21,7 @@ import torch
 
 from lab.step import ceilings, methods as stepmethods
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -88,7 +89,7 @@ def _own_measurements(ctx, w) -> list[dict]:
 def run(ctx: Context) -> None:
     dev = ctx.device
     sizes = {k: getattr(ctx.options, k) for k in ("copy_bytes", "matmul_n_fp32", "matmul_n_bf16")}
-    ctx.note("sizes", sizes)
+    ctx.note(N.SIZES.key, sizes)
     # --- the ceilings
     eager_us = ceilings.launch_us_eager(dev)
     ctx.timing(M.LAUNCH_US_PER_OP_SAMPLES, eager_us, mode="eager")
@@ -118,7 +119,7 @@ def run(ctx: Context) -> None:
         peaks[dtype_name] = max(tf)
         ctx.metric(M.MATMUL_TFLOPS, round(peaks[dtype_name], 3), dtype=dtype_name, n=n)
     if dev.type == "cuda":
-        ctx.note("tf32_matmul_allowed", torch.backends.cuda.matmul.allow_tf32)
+        ctx.note(N.TF32_MATMUL.key, torch.backends.cuda.matmul.allow_tf32)
     # --- the bounds of each measured step
     rec, failed = query.measured(ctx.results.experiments, Experiment.CUDA_GRAPH_DECODE)
     rows: list[dict] = []
@@ -140,15 +141,15 @@ def run(ctx: Context) -> None:
     else:
         source = "measured here"
         rows = _own_measurements(ctx, ctx.gpt2("float32")[1])
-    ctx.note("step_source", source)
+    ctx.note(N.STEP_SOURCE.key, source)
     prof = ctx.profile
     if rec is not None:
-        config = rec.notes.get("config")
+        config = rec.notes.get(N.DECODE_CONFIG.key)
         steps = int(config.get(P.STEPS, prof.decode_steps)) if isinstance(config, dict) else prof.decode_steps
     else:
         steps = _own_steps(ctx)
     slots = ceilings.attended_slots(prof.prompt_len, steps)
-    ctx.note("attended_slots", {"slots": slots, "prompt_len": prof.prompt_len, P.STEPS: steps,
+    ctx.note(N.ATTENDED_SLOTS.key, {"slots": slots, "prompt_len": prof.prompt_len, P.STEPS: steps,
                                 "why": "bytes_per_step counts every weight once and the K and V of the cache slots a "
                                        "step attends, averaged over the timed decode"})
     weights = {"float32": ctx.gpt2("float32")[1]}

@@ -28,6 +28,7 @@ from lab.host.cache_dir import isolated_env
 from lab.host.compile_cache import DROP_ENV, cache_counters, provenance
 from lab.measure.breakeven import break_even_calls
 from lab.locks import owned_tempdir
+from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -161,10 +162,10 @@ def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = N
                           timeout_s=o.child_timeout_s, env=isolated_env(cache_dir), drop_env=DROP_ENV)
     # where the experiment's time goes: each child's wall time beside its first call (the rest is the
     # interpreter, imports, CUDA start-up, the steady rounds and Inductor's compile workers)
-    seen = dict(ctx.record.notes.get("child_s", {}))
+    seen = dict(ctx.record.notes.get(N.CHILD_S.key, {}))
     seen[label] = {"wall_s": round(child.duration_s, 2),
                    "first_call_s": round(child.value["first_call_s"], 2) if child.ok and child.value else None}
-    ctx.note("child_s", seen)
+    ctx.note(N.CHILD_S.key, seen)
     if not child.ok or child.value is None:
         raise ChildFailed(f"{label}: child process {child.describe()}")
     return child.value
@@ -202,7 +203,7 @@ def run(ctx: Context) -> None:
     full = p.model.n_layer
     depths = list(ctx.options.depths)
     trials = ctx.options.mlp_trials
-    ctx.note("settings", {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, P.BATCH: MLP_BATCH},
+    ctx.note(N.SETTINGS.key, {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, P.BATCH: MLP_BATCH},
                           "threads": torch.get_num_threads(), "device": p.device, P.DTYPE: p.dtype,
                           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
     with owned_tempdir("compile-cost") as root_path:  # removed on the next start if this run is killed
@@ -210,7 +211,7 @@ def run(ctx: Context) -> None:
         # 1. the decode core at full depth: cold, warm, steady, break-even
         cold, warm, cache_dir = _cold_warm(ctx, root, "decode_core", full, "decode_core")
         _record_target(ctx, "decode_core", full, cold, warm)
-        ctx.note("cache_provenance.decode_core",
+        ctx.note(N.CACHE_PROVENANCE.key_for("decode_core"),
                  provenance("decode_core", warm["shapes"], p.dtype, p.device, ctx.toolchain, cache_dir=None)
                  | {"threads": warm["threads"], "fx_graph_cache": warm["fx_graph_cache"]})
 
@@ -261,7 +262,7 @@ def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any])
         calls = break_even_calls(res["first_call_s"], eager_ms, comp_ms)
         ctx.metric(M.BREAK_EVEN_CALLS, calls, phase=phase, target=target)
         if calls is None:
-            ctx.note(f"never_pays.{target}.{phase}", f"compiled {comp_ms:.3f} ms is not faster than eager "
+            ctx.note(N.NEVER_PAYS.key_for(target, phase), f"compiled {comp_ms:.3f} ms is not faster than eager "
                                                      f"{eager_ms:.3f} ms in the {phase} process: the compile never pays")
     return medians
 
@@ -269,7 +270,7 @@ def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any])
 def _record_target(ctx, target: str, n_layer: int, cold: dict[str, Any], warm: dict[str, Any]) -> None:
     for phase, res in (("cold", cold), ("warm", warm)):
         ctx.metric(M.FIRST_CALL_S, res["first_call_s"], phase=phase, target=target, n_layer=n_layer)
-        ctx.note(f"counters.{target}.{phase}", res["counters"])
+        ctx.note(N.COUNTERS.key_for(target, phase), res["counters"])
     _record_steady(ctx, target, cold, warm)
 
 
@@ -286,5 +287,5 @@ def _reuse_probe(ctx, cache_dir: str, same: dict[str, Any]) -> None:
         expect = setting == "same"
         ctx.check(f"mlp cache {'reused' if expect else 'not reused'} under {setting} setting", reused == expect,
                   detail=f"{c}; shapes {res['shapes']}", fatal=False)
-    ctx.note("cache_provenance.mlp", provenance("mlp", same["shapes"], ctx.profile.dtype, ctx.profile.device,
+    ctx.note(N.CACHE_PROVENANCE.key_for("mlp"), provenance("mlp", same["shapes"], ctx.profile.dtype, ctx.profile.device,
                                                 ctx.toolchain) | {"threads": same["threads"]})

@@ -29,6 +29,7 @@ from lab.measure import compiletrace
 from lab.step import decode, methods as stepmethods
 from lab.contract import metrics as M
 from lab.step.model import Weights
+from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -128,7 +129,7 @@ def run(ctx: Context) -> None:
     fixed = str(o.fixed_method)
     if needs_cuda(fixed) and ctx.device.type != "cuda":
         raise ValueError(f"context_scaling.fixed_method={fixed} needs CUDA: set it to eager on this host")
-    ctx.note("config", {"max_lens": list(o.max_lens), "batches": list(o.batches), "fills": list(o.fills),
+    ctx.note(N.SWEEP_CONFIG.key, {"max_lens": list(o.max_lens), "batches": list(o.batches), "fills": list(o.fills),
                         "fixed_method": fixed, "growing": list(o.growing), P.STEPS: o.steps, "rounds": o.rounds,
                         "model_positions": int(w0.wpe.shape[0]), "warmup_steps": prof.warmup})
     growing = list(o.growing)
@@ -246,7 +247,7 @@ def _conclude(ctx, o, fixed: str, ms: dict[tuple[int, float, int, str], float]) 
                 str(L): round(r, 3) for L, r in zip(lengths, ratios)}}
             if abs(fill - o.headline_fill) < 1e-9:
                 parts.append(phrase(batch, fixed, at, how, lengths, ratios))
-    ctx.note("crossovers", crossings)
+    ctx.note(N.CROSSOVERS.key, crossings)
     if parts:
         sentence = f"With the cache {o.headline_fill:.0%} full, " + "; ".join(parts) + "."
     else:

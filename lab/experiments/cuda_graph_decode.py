@@ -168,13 +168,13 @@ def run(ctx: Context) -> None:
     prof, opts = ctx.profile, ctx.options
     steps, rounds, sweep_rounds, batches = opts.steps, opts.rounds, opts.sweep_rounds, opts.batches
     first, sweep, bf16 = _plan(ctx, batches)
-    ctx.note("config", {"prompt_len": prof.prompt_len, P.STEPS: steps, P.MAX_LEN: prof.max_len,
+    ctx.note(N.DECODE_CONFIG.key, {"prompt_len": prof.prompt_len, P.STEPS: steps, P.MAX_LEN: prof.max_len,
                         "rounds": rounds, "sweep_rounds": sweep_rounds, "methods": list(first),
                         "sweep_methods": list(sweep), "bf16_methods": list(bf16), P.READBACK: list(opts.readback),
                         P.DYNAMIC: opts.dynamic, "readback_methods": list(opts.readback_methods),
                         "readback_batches": None if opts.readback_batches is None else list(opts.readback_batches),
                         "batches": list(batches), "bf16_batches": list(opts.bf16_batches)})
-    ctx.note("token_agreement", M.FREE_RUNNING_NOTE)
+    ctx.note(N.TOKEN_AGREEMENT.key, M.FREE_RUNNING_NOTE)
     bandwidth = copy_bandwidth(ctx)  # timed before any profile of this process
     _, w = ctx.gpt2("float32")
     sets: list[methods.MethodSet] = []  # every method stays alive to the end: graphs and trees keep their memory
@@ -205,7 +205,7 @@ def run(ctx: Context) -> None:
         methods.profile(ctx, ms)
         phases[f"b{ms.shape.batch}.{ms.shape.dtype}"]["kernels_s"] = round(time.perf_counter() - t0, 2)
     phases["total_s"] = round(time.perf_counter() - start, 2)
-    ctx.note("phase_s", phases)
-    ctx.note("profiler_guard", profiler_guard.state())  # sessions, and whether CUPTI was torn down after them
+    ctx.note(N.PHASE_S.key, phases)
+    ctx.note(N.PROFILER_GUARD.key, profiler_guard.state())  # sessions, and whether CUPTI was torn down after them
     if ctx.device.type == "cuda":
-        ctx.note("tf32", {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
+        ctx.note(N.TF32.key, {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})

@@ -38,6 +38,7 @@ from lab.step.decode import DecodeState
 from lab.measure.dynamo_tools import dynamo_counters, explain
 from lab.step.graphs import GraphedStep
 from lab.step.model import Weights
+from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -217,7 +218,7 @@ def _dynamo_report(ctx, w: Weights, prompt: torch.Tensor, batch: int) -> dict[st
         ex = explain(step, state, w)
         ctx.metric(M.GRAPHS, ex.graphs, batch=batch, version=version)
         ctx.metric(M.GRAPH_BREAKS, ex.breaks, batch=batch, version=version)
-        ctx.note(f"break_reasons.{version}.b{batch}", ex.reasons)
+        ctx.note(N.BREAK_REASONS.key_for(version, batch), ex.reasons)
         out[version] = {"graphs": ex.graphs, "breaks": ex.breaks, "reasons": ex.reasons}
     torch._dynamo.reset()
     for version in STEPS:  # does the step compile as one graph? (fails at tracing, before any code generation)
@@ -232,7 +233,7 @@ def _dynamo_report(ctx, w: Weights, prompt: torch.Tensor, batch: int) -> dict[st
             ok, reason = False, stepmethods.dynamo_reason(exc)
         ctx.metric(M.STEP_COMPILES, ok, batch=batch, version=version, fullgraph=True)
         if reason:
-            ctx.note(f"fullgraph_error.{version}.b{batch}", reason)
+            ctx.note(N.FULLGRAPH_ERROR.key_for(version, batch), reason)
         out[version][P.FULLGRAPH] = ok
     return out
 
@@ -256,17 +257,17 @@ def _capture_report(ctx, batch: int) -> bool | None:
         value = child.value if child.ok else (json.loads(early.read_text()) if early.is_file() else None)
     variant = f"{Method.GRAPH}, {HOST}"
     if not child.ok and value is not None:  # it answered, then died on its way out: the answer stands, noted
-        ctx.note(f"capture_child_exit.b{batch}", child.as_dict())
+        ctx.note(N.CAPTURE_CHILD_EXIT.key_for(batch), child.as_dict())
     elif not child.ok:
-        ctx.note(f"capture_child.b{batch}", child.as_dict())
+        ctx.note(N.CAPTURE_CHILD.key_for(batch), child.as_dict())
         if child.timed_out or "captur" not in child.stderr_tail.lower():  # not the capture's doing: no finding
             ctx.skip(f"capture of the host-checked step (batch {batch})", Code.CHILD_DIED, child.describe())
             return None
         ctx.metric(M.CAPTURES, False, batch=batch, variant=variant)  # capturing ended the process: the finding
-        ctx.note(f"capture_error.b{batch}", f"the process died while capturing: {child.describe()}")
+        ctx.note(N.CAPTURE_ERROR.key_for(batch), f"the process died while capturing: {child.describe()}")
         return False
     ctx.metric(M.CAPTURES, bool(value["captured"]), batch=batch, variant=variant)
-    ctx.note(f"capture_error.b{batch}", value["error"])
+    ctx.note(N.CAPTURE_ERROR.key_for(batch), value["error"])
     return bool(value["captured"])
 
 
@@ -288,7 +289,7 @@ def run(ctx: Context) -> None:
         ctx.skip(f"{Method.GRAPH} and {Method.COMPILE_GRAPH}, {WHERE}", Code.NO_CUDA,
                  "manual capture needs a CUDA device: run the gpu-sweep profile")
     eos_at = o.eos_at if o.eos_at is not None else max(1, o.steps // 2)
-    ctx.note("config", {"batches": list(o.batches), P.STEPS: o.steps, "rounds": o.rounds, "check_every": o.check_every,
+    ctx.note(N.SWEEP_CONFIG.key, {"batches": list(o.batches), P.STEPS: o.steps, "rounds": o.rounds, "check_every": o.check_every,
                         "eos_at": eos_at, "methods": list(methods)})
     summary: dict[str, Any] = {}
     for batch in o.batches:

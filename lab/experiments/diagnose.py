@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from lab.contract import metrics as M
 from lab.measure import profiler_guard
 from lab.measure.diagnose import diagnose, load_target
+from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.run.context import Context
@@ -64,7 +65,7 @@ def run(ctx: Context) -> None:
         ctx.metric(M.RECOMPILES, d.check(4).data[M.RECOMPILES.name], target=name)
         if dev == "cuda":
             ctx.metric(M.HOST_SHARE, d.check(1).data[M.HOST_SHARE.name], target=name)
-        ctx.note(f"report.{name}", d.render().splitlines())
+        ctx.note(N.DIAGNOSE_REPORT.key_for(name), d.render().splitlines())
         ctx.check(f"{name}: verdict {' or '.join(expected)}", d.verdict in expected, fatal=False,
                   detail=f"{d.verdict}: {d.headline}", target=name)
         ctx.progress(f"{name}: {d.verdict}")

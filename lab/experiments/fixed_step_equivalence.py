@@ -14,6 +14,7 @@ import torch
 
 from lab.step import decode
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.options import option
 from lab.run.context import Context
 
@@ -60,8 +61,8 @@ def run(ctx: Context) -> None:
     # 2 prompt sets x (reference, fixed, growing), clean + garbage, together + each sequence alone
     with ctx.counter("greedy decodes", 2 * 3 + 2 + 1 + batch) as done:
         _run(ctx, model, w, steps, max_len, batch, done)
-    ctx.note("steps", steps)
-    ctx.note("batch", batch)
+    ctx.note(N.FIXED_STEPS.key, steps)
+    ctx.note(N.FIXED_BATCH.key, batch)
 
 
 def _run(ctx, model, w, steps: int, max_len: int, batch: int, done) -> None:

@@ -35,6 +35,7 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.step.decode import DecodeState
 from lab.step.graphs import GraphedStep
+from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -158,8 +159,8 @@ def run(ctx: Context) -> None:
     _, w = ctx.gpt2("float32")
     mix = list(range(1, o.max_batch + 1))
     ladders = {name: ladder(name, o.max_batch) for name in o.ladders}
-    ctx.note("ladders", {k: v for k, v in ladders.items()})
-    ctx.note("config", {P.MAX_BATCH: o.max_batch, P.STEPS: o.steps, "rounds": o.rounds, "shared_pool": o.shared_pool,
+    ctx.note(N.LADDERS.key, {k: v for k, v in ladders.items()})
+    ctx.note(N.SWEEP_CONFIG.key, {P.MAX_BATCH: o.max_batch, P.STEPS: o.steps, "rounds": o.rounds, "shared_pool": o.shared_pool,
                         P.MAX_LEN: prof.max_len, "prompt_len": prof.prompt_len, "mix": f"uniform over 1..{o.max_batch}"})
     cuda = ctx.device.type == "cuda"
     state = decode.new_state(w, o.max_batch, prof.max_len)

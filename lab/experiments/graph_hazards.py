@@ -22,6 +22,7 @@ from lab.contract import metrics as M
 from lab.run.childproc import last_error_line, run_child
 from lab.step.graphs import CacheFullError, GraphedStep
 from lab.step.model import build_model, extract_weights, resolve_weights
+from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import NoOptions
 from lab.contract.profiles import TINY
@@ -90,7 +91,7 @@ def _replaced_input(ctx) -> None:
     untouched = run_graph(None)
     replaced = run_graph("replace")
     copied = run_graph("copy")
-    ctx.note("replaced_input", {"untouched": untouched, "after_replacing_tok": replaced, "after_copy_into_tok": copied})
+    ctx.note(N.REPLACED_INPUT.key, {"untouched": untouched, "after_replacing_tok": replaced, "after_copy_into_tok": copied})
     ctx.metric(M.REPLACED_INPUT_TOKENS_EQUAL_UNTOUCHED, replaced == untouched, hazard="replaced input")
     ctx.metric(M.COPIED_INPUT_CHANGES_TOKENS, copied != untouched, hazard="replaced input")
     ctx.check("replacing a captured input is silently ignored (tokens equal an untouched run)", replaced == untouched,
@@ -155,7 +156,7 @@ def _past_end(ctx) -> None:
     ctx.check("GraphedStep's host guard raises before the cache end and the process lives on",
               guard_msg is not None and alive and replays == SMALL_CACHE - PROMPT - 1,
               detail=f"{replays} replays, then: {guard_msg}")
-    ctx.note("past_end", outcomes)
+    ctx.note(N.PAST_END.key, outcomes)
 
 
 def run(ctx: Context) -> None:

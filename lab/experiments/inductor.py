@@ -26,6 +26,7 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.run.childproc import last_error_line
 from lab.measure.dynamo_tools import explain, quiet_dynamo
+from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -177,7 +178,7 @@ def run(ctx: Context) -> None:
     T = ctx.profile.prompt_len
     max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)
     prompt = prompt_for(ctx, batch)
-    ctx.note("settings", {P.STEPS: steps, "equiv_steps": equiv_steps, P.BATCH: batch, "steps_per_round": per_round,
+    ctx.note(N.SETTINGS.key, {P.STEPS: steps, "equiv_steps": equiv_steps, P.BATCH: batch, "steps_per_round": per_round,
                           "rounds": rounds, "warmup": warmup, P.MAX_LEN: max_len, P.DTYPE: str(w.dtype),
                           "threads": torch.get_num_threads(), "device": str(ctx.device),
                           # other work on the host makes CPU timings noisy: say how busy it was
@@ -221,12 +222,12 @@ def run(ctx: Context) -> None:
     except Exception as exc:  # the failure is the finding: record it exactly, then bisect
         err = error_text(exc)
         ctx.metric(M.STEP_COMPILES, False, step="indexed")
-        ctx.note("indexed_error", err)
+        ctx.note(N.INDEXED_ERROR.key, err)
         ctx.progress(f"indexed step did not compile ({err['line'][:120]}); bisecting")
         found = bisect(op_cases(state, w))
-        ctx.note("bisect", found)
+        ctx.note(N.BISECT.key, found)
         failing = [f["op"] for f in found if not f["compiles"]]
-        ctx.note("smallest_failing_ops", failing)
+        ctx.note(N.SMALLEST_FAILING.key, failing)
         for f in found:
             ctx.metric(M.OP_COMPILES, f["compiles"], op=f["op"])
         ctx.skip(f"{Method.COMPILE_DEFAULT}, indexed step", Code.COMPILE_FAILED,

@@ -16,6 +16,7 @@ import torch
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, cuda_skip, inductor_skip, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
@@ -45,7 +46,7 @@ def run(ctx: Context) -> None:
     width = ctx.options.width
     fn = make_tiny_chain(n_ops)
     x = torch.randn(1, width, device=dev)
-    ctx.note("shape", [1, width])
+    ctx.note(N.SHAPE.key, [1, width])
     methods: dict[str, Callable[[], Any]] = {Method.EAGER: lambda: fn(x)}
     compiled = None
     if not inductor_skip(ctx, f"{Method.COMPILE_DEFAULT} and {Method.COMPILE_GRAPH}"):

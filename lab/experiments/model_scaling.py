@@ -31,6 +31,7 @@ import torch
 from lab.step import ceilings
 from lab.contract import intervals
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.experiments.common.sweep import SHAPES, Budget, conclude, copy_bandwidth, free_device_memory, measure_methods, parameters, \
@@ -99,7 +100,7 @@ def run(ctx: Context) -> None:
         raise ValueError("model_scaling needs the eager method as its baseline")
     budget = Budget(o.budget_s, o.max_compiles)
     bandwidth = copy_bandwidth(ctx)
-    ctx.note("config", {"sizes": list(o.sizes), "dtypes": list(o.dtypes), "batches": list(o.batches),
+    ctx.note(N.SWEEP_CONFIG.key, {"sizes": list(o.sizes), "dtypes": list(o.dtypes), "batches": list(o.batches),
                         "methods": list(o.methods), P.STEPS: o.steps, "rounds": o.rounds, P.MAX_LEN: prof.max_len,
                         "prompt_len": prof.prompt_len, "order": "batch, then dtype, then size (compiles stop at the "
                                                                 "budget)"})
@@ -113,7 +114,7 @@ def run(ctx: Context) -> None:
             w = random_weights(spec, ctx.device, dtype)
             if ctx.record.find(M.WEIGHTS_MIB.name, size=size, dtype=dtype) is None:  # once: later batches rebuild
                 ctx.metric(M.WEIGHTS_MIB, round(w.nbytes() / 2 ** 20, 1), size=size, dtype=dtype)
-                ctx.note(f"parameters.{size}", parameters(spec))
+                ctx.note(N.PARAMETERS.key_for(size), parameters(spec))
             weights_key = (size, dtype)
         params = {P.SIZE: size, P.DTYPE: dtype, P.BATCH: batch}
         ctx.metric(M.BYTES_PER_STEP, ceilings.step_bytes(w, batch, prof.max_len), **params)
@@ -141,5 +142,5 @@ def run(ctx: Context) -> None:
                       "first_ci": None if first_ci is None else [first_ci.low, first_ci.high],
                       "last_ci": None if last_ci is None else [last_ci.low, last_ci.high],
                       "small": measured[0], "large": measured[-1], "trend": gain_trend(first_ci, last_ci)})
-    ctx.note("trends", cases)
+    ctx.note(N.TRENDS.key, cases)
     conclude(ctx, sentence(cases), RULE)

@@ -48,6 +48,7 @@ from lab.measure import compiletrace
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.run.childproc import run_child
+from lab.contract import notes as N
 from lab.contract.names import Method, Param as P, Status
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -205,13 +206,13 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
     else:
         shutil.rmtree(raw, ignore_errors=True)
     if not child.ok:  # the batches it finished stand; the others failed (a crash) or did not run (out of time)
-        ctx.note(f"child.{variant}", child.as_dict())
+        ctx.note(N.CHILD.key_for(variant), child.as_dict())
         done = (value or {}).get("batches", {})
         for batch in prompts:
             if str(batch) not in done:
                 ctx.metric(M.OUTCOME, Status.NOT_RUN if child.timed_out else Status.FAILED, impl="transformers",
                            variant=variant, batch=batch)
-                ctx.note(f"errors.{variant}.b{batch}", f"the child process ended: {child.describe()}")
+                ctx.note(N.ERRORS.key_for(variant, batch), f"the child process ended: {child.describe()}")
         if child.timed_out:
             ctx.skip(f"transformers {variant}", Code.PROFILE_BUDGET, f"the child process {child.describe()}: raise "
                      f"peer_generate.child_timeout_s (--set peer_generate.child_timeout_s=SECONDS)")
@@ -238,7 +239,7 @@ def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[
         if entry["error"]:
             ctx.metric(M.OUTCOME, Status.FAILED, **params)
             ctx.skip(f"transformers {variant} batch {batch}", Code.EXCEPTION, entry["error"])
-            ctx.note(f"errors.{variant}.b{batch}", entry["error"])
+            ctx.note(N.ERRORS.key_for(variant, batch), entry["error"])
             continue
         ctx.metric(M.OUTCOME, Status.OK, **params)
         steady = statistics.median(entry["steady_calls_s"])
@@ -246,7 +247,7 @@ def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[
                    **params)
         ctx.timing(M.STEP_MS, entry["ms_per_token"], **params)
         ms[batch] = entry["ms_per_token"]
-        ctx.note(f"calls.{variant}.b{batch}", {"warm_s": entry["warm_calls_s"], "steady_s": entry["steady_calls_s"]})
+        ctx.note(N.CALLS.key_for(variant, batch), {"warm_s": entry["warm_calls_s"], "steady_s": entry["steady_calls_s"]})
         ref = lab_tokens.get(batch)
         if ref is not None:
             theirs = torch.tensor(entry["tokens"])
@@ -264,7 +265,7 @@ def run(ctx: Context) -> None:
     model, w = ctx.gpt2("float32")
     vocab = int(w.wte.shape[0])
     steps = min(o.new_tokens - 1, prof.max_len - prof.prompt_len - 2)
-    ctx.note("config", {"variants": list(o.variants), "batches": list(o.batches), "new_tokens": o.new_tokens,
+    ctx.note(N.SWEEP_CONFIG.key, {"variants": list(o.variants), "batches": list(o.batches), "new_tokens": o.new_tokens,
                         "rounds": o.rounds, "warmup_calls": o.warmup_calls, "isolated": list(o.isolated),
                         "lab_methods": list(o.lab_methods), "lab_steps": steps, "lab_max_len": prof.max_len,
                         "transformers": _transformers_version()})

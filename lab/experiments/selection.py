@@ -20,6 +20,7 @@ from typing import Any
 
 from lab.contract import intervals
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.catalogue import CATALOGUE
 from lab.contract.names import BASELINES, Family, family, Param as P, Status
 from lab.contract.options import NoOptions
@@ -190,7 +191,7 @@ def run(ctx: Context) -> None:
             if choice.margin is not None:
                 ctx.metric(M.MARGIN_VS_RUNNER_UP, choice.margin, workload=wid, case=case)
             ctx.metric(M.TIE_WITH_EAGER, choice.tie_with_eager, workload=wid, case=case)
-            ctx.note(f"evidence.{wid}.{case}", evidence(choice, cands, skipped))
+            ctx.note(N.EVIDENCE.key_for(wid, case), evidence(choice, cands, skipped))
             chosen += 1
     ctx.metric(M.CASES, chosen)
     ctx.progress(f"{chosen} cases chosen; {len(ctx.record.skipped)} workload(s) not measured")

@@ -140,7 +140,7 @@ def build(ctx: Any, w: Weights, names: tuple[str, ...], prompt: torch.Tensor, sh
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             ctx.skip(item, Code.COMPILE_FAILED, f"getting it ready raised {type(exc).__name__}: {first} (traceback "
                                                 "in the notes)")
-            ctx.note(f"build_error.{name}.{'.'.join(str(v) for v in shape.params.values())}",
+            ctx.note(notes.BUILD_ERROR.key_for(name, '.'.join(str(v) for v in shape.params.values())),
                      traceback.format_exc()[-3000:])
             continue
         finally:
@@ -161,7 +161,7 @@ def _record_setup(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape) 
         record(ctx, M.COMPILED_FRAMES, m.counters["frames"], shape, method=name)
         record(ctx, M.CUDAGRAPH_SKIPS, m.counters["cudagraph_skips"], shape, method=name)
         if m.skip_reasons:
-            ctx.note(f"cudagraph_skip_reasons.{name}", sorted(set(m.skip_reasons)))
+            ctx.note(notes.CUDAGRAPH_SKIP_REASONS.key_for(name), sorted(set(m.skip_reasons)))
 
 
 def _fused_layouts(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape) -> None:
@@ -174,8 +174,8 @@ def _fused_layouts(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape)
     if choice is None:
         ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no layout note")
         return
-    key = notes.FUSED_LAYOUTS.key_for(method=name, shape=_note_shape(shape))
-    ctx.note(key, {P.METHOD: name, "params": dict(shape.params), **choice.as_note()})
+    ctx.note(notes.FUSED_LAYOUTS.key_for(method=name, shape=_note_shape(shape)),
+             {P.METHOD: name, "params": dict(shape.params), **choice.as_note()})
 
 
 def agreement(tokens: torch.Tensor, reference: torch.Tensor, start: int, end: int) -> float:
@@ -250,7 +250,7 @@ def _teacher_forced(ctx: Any, ms: MethodSet, w32: Weights, free: dict[str, float
         record(ctx, M.TEACHER_FORCED_AGREEMENT, round(r.agreement, 6), shape, method=name)
         record(ctx, M.TEACHER_FORCED_MAX_LOGIT_ERROR, r.max_logit_error, shape, method=name)
         if r.first_disagreement is not None:
-            ctx.note(f"teacher_forced_first_disagreement.{name}.{'.'.join(str(v) for v in shape.params.values())}",
+            ctx.note(notes.FIRST_DISAGREEMENT.key_for(name, ".".join(str(v) for v in shape.params.values())),
                      r.first_disagreement)
     if shape.dtype == "float32":
         return figures, correctness.fp32_baseline(float(ref.logits.abs().max()))
@@ -332,7 +332,7 @@ def profile(ctx: Any, ms: MethodSet) -> None:
             if step is not None:
                 record(ctx, M.GAP_US, round(step * 1e3 - k["busy_us"], 2), shape, method=name)
         if M.KERNELS_PER_STEP in ctx.spec.metrics:
-            ctx.note(f"top_kernels.{name}.{_note_shape(shape)}", k["top"])
+            ctx.note(notes.TOP_KERNELS.key_for(name, _note_shape(shape)), k["top"])
             if m.path is not None and k.get("sequence") is not None:  # the hand-fused step, profiled on a GPU
                 _fused_kernels(ctx, ms, name, m, k)
 
@@ -343,7 +343,6 @@ def _fused_kernels(ctx: Any, ms: MethodSet, name: str, m: stepmethods.StepMethod
     from lab.step.fused import breakdown, traffic
 
     shape = ms.shape
-    key = notes.FUSED_KERNELS.key_for(method=name, shape=_note_shape(shape))
     plan = breakdown.plan_of(m.state)
     if plan is None:
         ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no per-kernel table")
@@ -352,11 +351,11 @@ def _fused_kernels(ctx: Any, ms: MethodSet, name: str, m: stepmethods.StepMethod
     table = breakdown.table(name, shape.params, traffic.Shape.of(m.weights, shape.batch, m.state.max_len),
                             traffic.Layout.of_plan(plan), int(m.prompt.shape[-1]), k["sequence"],
                             None if step is None else step * 1e3, k["busy_us"], bool(plan.pdl))
-    ctx.note(key, table)
+    ctx.note(notes.FUSED_KERNELS.key_for(method=name, shape=_note_shape(shape)), table)
 
 
 def _short(key: str, value: Any) -> str:
-    return f"b{value}" if key == "batch" else str(value)
+    return f"b{value}" if key == P.BATCH else str(value)
 
 
 def _note_shape(shape: Shape) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from lab.contract import metrics as M
+from lab.contract import metrics as M, notes
 from lab.experiments.common import methods
 from lab.measure import profiler_guard
 from lab.step import ceilings
@@ -130,7 +130,7 @@ def copy_bandwidth(ctx: Any) -> float:
 def conclude(ctx: Any, sentence: str, rule: str) -> None:
     """The experiment's one-sentence conclusion, and the rule that drew it from the stored numbers."""
     ctx.metric(M.CONCLUSION, sentence)
-    ctx.note("conclusion_rule", rule)
+    ctx.note(notes.CONCLUSION_RULE.key, rule)
 
 
 def inductor_missing(ctx: Any) -> Any:
