@@ -67,7 +67,7 @@ def allocations_per_call(f: Callable[[], Any], calls: int = 10) -> float | None:
     return (torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / calls
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     k, numel = ctx.options.k, ctx.options.numel
     x = torch.randn(numel, device=dev)

@@ -137,7 +137,7 @@ def _lead_decode_speedup(records: list[Any]) -> Speedup | None:
     return None
 
 
-def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], reset: Callable[[], None],
+def _measure(ctx: Context[Options], workload: str, fn: Callable[..., Any], args: tuple[Any, ...], reset: Callable[[], None],
              residency: str, measured_override: Speedup | None = None, compile_it: bool = True) -> None:
     dev = ctx.device
     o = ctx.options
@@ -208,7 +208,7 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     _launch_aware(ctx, workload, prof.kernels, n_compiled, prof.kernel_ms * 1e3, f, k, measured, ci)
 
 
-def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, kernel_us: float, f: float, k: float,
+def _launch_aware(ctx: Context[Options], workload: str, n_eager: float, n_compiled: float | None, kernel_us: float, f: float, k: float,
                   measured: float, measured_ci: intervals.Interval | None = None) -> None:
     """The launch-aware prediction beside Amdahl's, from this run's ceilings (module docstring)."""
     launch_us = launch_cost_us(ctx.results.experiments)
@@ -236,7 +236,7 @@ def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, 
                  f"{n_compiled:.0f})")
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     _, w = ctx.gpt2()
     o = ctx.options

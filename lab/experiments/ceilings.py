@@ -57,12 +57,12 @@ def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
     return False
 
 
-def _own_steps(ctx) -> int:
+def _own_steps(ctx: Context[Options]) -> int:
     prof = ctx.profile
-    return min(ctx.options.steps, prof.max_len - prof.prompt_len - 2)
+    return min(ctx.options.steps or prof.decode_steps, prof.max_len - prof.prompt_len - 2)
 
 
-def _own_measurements(ctx, w) -> list[dict]:
+def _own_measurements(ctx: Context[Options], w) -> list[dict]:
     """Eager (and graph replay on CUDA) step times and kernel counts, when cuda_graph_decode did not run."""
     prof = ctx.profile
     rows = []
@@ -86,7 +86,7 @@ def _own_measurements(ctx, w) -> list[dict]:
     return rows
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     sizes = {k: getattr(ctx.options, k) for k in ("copy_bytes", "matmul_n_fp32", "matmul_n_bf16")}
     ctx.note(N.SIZES.key, sizes)

@@ -148,7 +148,7 @@ class ChildFailed(RuntimeError):
     pass
 
 
-def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = None, batch: int | None = None,
+def _child(ctx: Context[Options], cache_dir: str, target: str, n_layer: int, dtype: str | None = None, batch: int | None = None,
            label: str = "") -> dict[str, Any]:
     from lab.run.childproc import run_child
 
@@ -177,7 +177,7 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
-def _cold_warm(ctx, root: str, target: str, n_layer: int, tag: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+def _cold_warm(ctx: Context[Options], root: str, target: str, n_layer: int, tag: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     cache_dir = tempfile.mkdtemp(prefix=f"{tag}-", dir=root)
     cold = _child(ctx, cache_dir, target, n_layer, label=f"{tag} cold")
     warm = _child(ctx, cache_dir, target, n_layer, label=f"{tag} warm")
@@ -196,7 +196,7 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     import torch
 
     p = ctx.profile
@@ -251,7 +251,7 @@ def run(ctx: Context) -> None:
                                                       "processes): set compile_cost.mlp_trials=1, as gpu-full does")
 
 
-def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
+def _record_steady(ctx: Context[Options], target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
     """steady_ms from the warm child; break-even per phase from the saving measured in that phase's process."""
     medians = {}
     for method in STEADY:
@@ -267,14 +267,14 @@ def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any])
     return medians
 
 
-def _record_target(ctx, target: str, n_layer: int, cold: dict[str, Any], warm: dict[str, Any]) -> None:
+def _record_target(ctx: Context[Options], target: str, n_layer: int, cold: dict[str, Any], warm: dict[str, Any]) -> None:
     for phase, res in (("cold", cold), ("warm", warm)):
         ctx.metric(M.FIRST_CALL_S, res["first_call_s"], phase=phase, target=target, n_layer=n_layer)
         ctx.note(N.COUNTERS.key_for(target, phase), res["counters"])
     _record_steady(ctx, target, cold, warm)
 
 
-def _reuse_probe(ctx, cache_dir: str, same: dict[str, Any]) -> None:
+def _reuse_probe(ctx: Context[Options], cache_dir: str, same: dict[str, Any]) -> None:
     """Offer the MLP's populated cache a different batch (shape) and a different dtype: both must miss."""
     settings = {"same": same,
                 "shape": _child(ctx, cache_dir, "mlp", 0, batch=MLP_BATCH * 2, label="mlp other shape"),

@@ -123,7 +123,7 @@ def _fixed_tokens(m: stepmethods.StepMethod, prompt_len: int, warmup: int, steps
     return m.state.out[:, prompt_len + 1 + warmup:prompt_len + 1 + warmup + steps].cpu()
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     _, w0 = ctx.gpt2("float32")
     fixed = str(o.fixed_method)
@@ -229,7 +229,7 @@ def _first_growing(fn: Callable[..., Any], w: Weights, prompt: torch.Tensor) -> 
         fn(logits.argmax(-1, keepdim=True), prompt.shape[1], past, w)
 
 
-def _conclude(ctx, o, fixed: str, ms: dict[tuple[int, float, int, str], float]) -> None:
+def _conclude(ctx: Context[Options], o, fixed: str, ms: dict[tuple[int, float, int, str], float]) -> None:
     parts, crossings = [], {}
     for batch in o.batches:
         for fill in o.fills:

@@ -96,7 +96,7 @@ def _prompt(vocab: int, batch: int, length: int, device: torch.device) -> torch.
     return torch.randint(0, vocab, (batch, length), generator=g).to(device)
 
 
-def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readbacks: tuple[bool, ...], rounds: int,
+def _measure(ctx: Context[Options], w, w32, shape: methods.Shape, names: tuple[str, ...], readbacks: tuple[bool, ...], rounds: int,
              forced: bool, bandwidth: float) -> tuple[methods.MethodSet, dict[str, Any]]:
     """Build, check and time the methods of one batch and dtype (their profile comes after every batch's timing)."""
     prof = ctx.profile
@@ -122,7 +122,7 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
     return ms, phase
 
 
-def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+def _plan(ctx: Context[Options], batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """The methods of the first batch, the other batches and bf16; every method left out, or that this host
     or torch cannot run, listed as skipped with why."""
     opts, prof = ctx.options, ctx.profile
@@ -164,7 +164,7 @@ def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ..
     return tuple(ready), sweep, bf16
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     prof, opts = ctx.profile, ctx.options
     steps, rounds, sweep_rounds, batches = opts.steps, opts.rounds, opts.sweep_rounds, opts.batches
     first, sweep, bf16 = _plan(ctx, batches)

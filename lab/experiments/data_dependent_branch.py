@@ -143,7 +143,7 @@ def _compiled(version: str, fullgraph: bool) -> Callable[..., Any]:
     return torch.compile(stepmethods.compile_entry(spec, dynamic=False), fullgraph=fullgraph, dynamic=False)
 
 
-def _build(ctx, w: Weights, prompt: torch.Tensor, method: str, version: str, batch: int) -> Variant | None:
+def _build(ctx: Context[Options], w: Weights, prompt: torch.Tensor, method: str, version: str, batch: int) -> Variant | None:
     """One variant made ready (compile and/or capture timed as setup), or None when it cannot be (recorded)."""
     o, prof = ctx.options, ctx.profile
     name = f"{method}, {version}"
@@ -210,7 +210,7 @@ def _try_capture(model: dict[str, Any], provenance: dict[str, Any], batch: int, 
     return {"captured": True, "error": ""}
 
 
-def _dynamo_report(ctx, w: Weights, prompt: torch.Tensor, batch: int) -> dict[str, Any]:
+def _dynamo_report(ctx: Context[Options], w: Weights, prompt: torch.Tensor, batch: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for version, step in STEPS.items():
         state = new_eos_state(w, batch, ctx.profile.max_len, -1)
@@ -238,7 +238,7 @@ def _dynamo_report(ctx, w: Weights, prompt: torch.Tensor, batch: int) -> dict[st
     return out
 
 
-def _capture_report(ctx, batch: int) -> bool | None:
+def _capture_report(ctx: Context[Options], batch: int) -> bool | None:
     o, prof = ctx.options, ctx.profile
     if ctx.device.type != "cuda":
         ctx.skip(f"capture of the host-checked step (batch {batch})", Code.NO_CUDA,
@@ -280,7 +280,7 @@ def _stopped_at(out: torch.Tensor, prompt_len: int, eos: int) -> int | None:
     return int(max(int(h[0]) for h in hits)) + 1
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     _, w = ctx.gpt2("float32")
     cuda = ctx.device.type == "cuda"

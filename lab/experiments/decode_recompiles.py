@@ -26,12 +26,12 @@ class Options:
     calls: int = option(20, "calls of each compiled step", minimum=1)
 
 
-def _prompt(ctx, batch: int) -> torch.Tensor:
+def _prompt(ctx: Context[Options], batch: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
 
 
-def _measure(label: str, ctx, call, calls: int, dynamic: bool | None = None) -> CountingBackend:
+def _measure(label: str, ctx: Context[Options], call, calls: int, dynamic: bool | None = None) -> CountingBackend:
     torch._dynamo.reset()
     counters.clear()
     backend = CountingBackend()
@@ -53,7 +53,7 @@ def _measure(label: str, ctx, call, calls: int, dynamic: bool | None = None) -> 
     return backend
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     calls = ctx.options.calls
     _, w = ctx.gpt2()
     prompt = _prompt(ctx, 1).to(ctx.device)

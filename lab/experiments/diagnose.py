@@ -38,7 +38,7 @@ def _in_rounds(samples: list[float], rounds: int) -> list[list[float]]:
     return [samples[i * per:(i + 1) * per] for i in range(rounds)]
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device.type
     reason = ctx.toolchain.reason_for("inductor", dev)
     if reason is not None:

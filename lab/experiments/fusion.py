@@ -58,7 +58,7 @@ def bytes_moved(n_ops: int, nbytes: int, fused: bool) -> int:
     return 2 * nbytes if fused else 2 * n_ops * nbytes
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     o = ctx.options
     n_list = list(o.n_ops)

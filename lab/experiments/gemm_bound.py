@@ -64,7 +64,7 @@ def about_one(sp: float, ci: intervals.Interval | None) -> tuple[str, bool, str]
     return name, ci.overlaps(band), f"{sp:.2f}x, 95% interval {ci.text()}"
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     o = ctx.options
     batch, dim, layers = o.batch, o.dim, o.layers

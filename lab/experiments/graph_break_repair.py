@@ -75,7 +75,7 @@ def _quiet_call(fn: Any, *args: Any) -> Any:
         return fn(*args)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     rows, dim = ctx.options.rows, ctx.options.dim
     ctx.note(N.SHAPE.key, [rows, dim])

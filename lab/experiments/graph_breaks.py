@@ -60,7 +60,7 @@ def unsupported_call(x: torch.Tensor) -> torch.Tensor:
 FUNCTIONS = (control, uses_item, uses_print, data_dependent_if, unsupported_call)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     x = torch.randn(8, 16, device=ctx.device)
     for fn in FUNCTIONS:
         with redirect_stdout(io.StringIO()):  # uses_print prints while traced and run

@@ -127,7 +127,7 @@ def _time(call, state: DecodeState, start_pos: int, steps: int, clock, graphed: 
     return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
 
 
-def _capture_ladder(ctx, state: DecodeState, w, sizes: list[int], shared: bool) -> tuple[dict[int, GraphedStep], float,
+def _capture_ladder(ctx: Context[Options], state: DecodeState, w, sizes: list[int], shared: bool) -> tuple[dict[int, GraphedStep], float,
                                                                                        float]:
     """Graphs for every bucket (largest first), their summed capture seconds and the MiB they hold.
 
@@ -154,7 +154,7 @@ def _caller(state: DecodeState, w, b: int, g: GraphedStep | None):
     return lambda: decode.decode_step(rows, w)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     _, w = ctx.gpt2("float32")
     mix = list(range(1, o.max_batch + 1))
@@ -212,7 +212,7 @@ def _check_buckets(o, ladders: dict[str, list[int]]) -> set[int]:
     return {bucket(coarse, n) for n in o.check_sizes if n <= o.max_batch}
 
 
-def _check_padding(ctx, o, w, state: DecodeState, prompts: torch.Tensor, ladders: dict[str, list[int]],
+def _check_padding(ctx: Context[Options], o, w, state: DecodeState, prompts: torch.Tensor, ladders: dict[str, list[int]],
                    graphs: dict[int, GraphedStep]) -> None:
     """A batch of n run padded on its bucket b gives each real row the tokens the eager step gives at batch n."""
     coarse_name = "pow2" if "pow2" in ladders else next(iter(ladders))

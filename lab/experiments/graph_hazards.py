@@ -67,7 +67,7 @@ def past_end_child(kind: str, device: str = "cuda") -> dict[str, Any]:
     return {"steps_done": steps_done, "survived": True}
 
 
-def _replaced_input(ctx) -> None:
+def _replaced_input(ctx: Context[Options]) -> None:
     dev = str(ctx.device)
     w = _tiny_weights(dev)
     prompt = _prompt(dev)
@@ -100,7 +100,7 @@ def _replaced_input(ctx) -> None:
               detail=f"untouched {untouched}, copied {copied}", fatal=False)
 
 
-def _past_end(ctx) -> None:
+def _past_end(ctx: Context[Options]) -> None:
     dev = str(ctx.device)
     outcomes: dict[str, Any] = {}
     kinds = (Method.GRAPH, Method.EAGER)
@@ -159,6 +159,6 @@ def _past_end(ctx) -> None:
     ctx.note(N.PAST_END.key, outcomes)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     _replaced_input(ctx)
     _past_end(ctx)

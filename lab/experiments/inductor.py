@@ -132,7 +132,7 @@ def bisect(cases: list[OpCase], compile_call: Callable[[OpCase], Any] = default_
 
 # ---------------------------------------------------------------------------- decoding helpers
 
-def prompt_for(ctx, batch: int, seed: int = 20) -> torch.Tensor:
+def prompt_for(ctx: Context[Options], batch: int, seed: int = 20) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
 
@@ -147,7 +147,7 @@ def decode_logits(step: Callable[[decode.DecodeState, Any], torch.Tensor], w: An
     return torch.stack(logits).cpu(), state.out[:, T + 1:T + 1 + steps].cpu()
 
 
-def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor],
+def compare(ctx: Context[Options], step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor],
             tolerance: float, fatal: bool, relative: bool = True) -> None:
     diff = float((got[0] - want[0]).abs().max())
     scale = float(want[0].abs().max()) or 1.0
@@ -170,7 +170,7 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
 # ---------------------------------------------------------------------------- the experiment
 
 @torch.no_grad()
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o = ctx.options
     steps, equiv_steps, batch = o.steps, o.equiv_steps, o.batch
     per_round, rounds, warmup = o.steps_per_round, o.rounds, o.warmup

@@ -40,7 +40,7 @@ def make_tiny_chain(n_ops: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return tiny_chain
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     n_ops = ctx.options.n_ops - ctx.options.n_ops % 2
     width = ctx.options.width

@@ -61,7 +61,7 @@ class Options:
     traces: bool = option(True, "keep each compile's trace in the run directory (traces/model_scaling/)")
 
 
-def _speedup(ctx, **params) -> tuple[float, intervals.Interval | None]:
+def _speedup(ctx: Context[Options], **params) -> tuple[float, intervals.Interval | None]:
     """A method's stored speedup over eager and its 95% interval (None where fewer than two rounds ran)."""
     value = ctx.record.metric(M.SPEEDUP_VS_EAGER.name, **params).value
     return float(value), stored_interval(ctx.record, M.SPEEDUP_VS_EAGER, **params)
@@ -94,7 +94,7 @@ def sentence(cases: list[dict]) -> str:
             f"arithmetic per launch grows.")
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     if Method.EAGER not in o.methods:
         raise ValueError("model_scaling needs the eager method as its baseline")

@@ -187,7 +187,7 @@ def child_variant(model: dict[str, Any], provenance: dict[str, Any], device: str
 
 # ---------------------------------------------------------------------------- the experiment
 
-def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list[int]]]) -> dict[str, Any] | None:
+def _variant_results(ctx: Context[Options], model: Any, variant: str, prompts: dict[int, list[list[int]]]) -> dict[str, Any] | None:
     """Run one variant here or in a child; None (with the outcome recorded) when it did not run at all."""
     o, prof = ctx.options, ctx.profile
     if variant not in o.isolated:
@@ -228,7 +228,7 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
 Rounds = list[list[float]]
 
 
-def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[int, torch.Tensor]) -> dict[int, Rounds]:
+def _record_variant(ctx: Context[Options], variant: str, result: dict[str, Any], lab_tokens: dict[int, torch.Tensor]) -> dict[int, Rounds]:
     """Record one variant's batches; its per-call samples (one list per call) of each batch that ended OK."""
     ms: dict[int, Rounds] = {}
     for batch_text, entry in result.items():
@@ -260,7 +260,7 @@ def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[
     return ms
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     model, w = ctx.gpt2("float32")
     vocab = int(w.wte.shape[0])
@@ -306,7 +306,7 @@ def faster(ci: intervals.Interval | None) -> str:
             intervals.Relation.UNKNOWN: "no interval: fewer than two rounds"}[intervals.versus(ci, 1.0)]
 
 
-def _compare(ctx, lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[int, Rounds]]) -> None:
+def _compare(ctx: Context[Options], lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[int, Rounds]]) -> None:
     """`speedup_vs_peer` (with its interval) of each lab method at each batch, and the conclusion."""
     parts = []
     for batch, methods in lab_ms.items():
@@ -324,7 +324,7 @@ def _compare(ctx, lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[
         ci = stored_interval(ctx.record, M.SPEEDUP_VS_PEER, **stored)
         parts.append(f"at batch {batch} the lab's {ours} step takes {mine:.3g} ms against {peer:.3g} ms per token for "
                      f"transformers' {best_peer} ({peer / mine:.1f}x{' ' + ci.text() if ci else ''}: {faster(ci)})")
-    failed = sorted({m.params[P.VARIANT] for m in ctx.record.metrics
+    failed = sorted({str(m.params[P.VARIANT]) for m in ctx.record.metrics
                      if m.name == M.OUTCOME.name and m.value != Status.OK})
     if parts:
         sentence = "; ".join(parts)

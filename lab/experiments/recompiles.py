@@ -32,7 +32,7 @@ class Options:
                                           minimum=1)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     sizes = list(ctx.options.batch_sizes)
     limit_name, limit_value = recompile_limit()
     ctx.metric(M.RECOMPILE_LIMIT, limit_value, name=f"torch._dynamo.config.{limit_name}")

@@ -161,7 +161,7 @@ def _stored_interval(record: Any, choice: Choice) -> tuple[float | None, float |
     return found.get(M.SPEEDUP_CI_LOW.name), found.get(M.SPEEDUP_CI_HIGH.name)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     records = {r.id: r for r in ctx.results.experiments}
     chosen = 0
     for wid, what in WORKLOADS.items():

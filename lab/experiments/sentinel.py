@@ -290,7 +290,7 @@ def record_take(ctx: Any, value: dict[str, Any], when: str) -> None:
     steadiness(ctx, value["warmup"], when, o.agree)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     if ctx.device.type != "cuda":  # the catalogue says so too; kept for a direct call
         raise RuntimeError("the sentinel measures a CUDA step")
     measure(ctx, "start")

@@ -184,7 +184,7 @@ def drift(ctx: Any) -> None:
             ctx.metric(M.IN_RUN_OVER_SENTINEL, round(in_run / start, 4), method=method)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     if not turns.supported():  # Windows: the end sentinel alone, and no paired verdict (said as a skipped part)
         ctx.skip("in_run_over_fresh", Code.LINUX_HOST_REQUIRED, "the paired fresh process passes its pipes by file "
                                                                 "descriptor (lab.run.turns): POSIX only")

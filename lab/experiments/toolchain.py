@@ -23,7 +23,7 @@ class Options:
     try_compile: bool = option(False, "also compile a one-line file that includes Python.h with the compiler found")
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     tc = ctx.toolchain
     ctx.note(N.TOOLCHAIN.key, tc.as_dict())
     ctx.note(N.COMPILER.key, {"name": tc.cxx.compiler, "path": tc.cxx.path, "version": tc.cxx.version,
