@@ -64,7 +64,7 @@ def allocations_per_call(f: Callable[[], Any], calls: int = 10) -> float | None:
     for _ in range(calls):
         f()
     torch.cuda.synchronize()
-    return (torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / calls
+    return float(torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / calls
 
 
 def run(ctx: Context[Options]) -> None:

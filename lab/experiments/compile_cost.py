@@ -253,7 +253,7 @@ def run(ctx: Context[Options]) -> None:
 
 def _record_steady(ctx: Context[Options], target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
     """steady_ms from the warm child; break-even per phase from the saving measured in that phase's process."""
-    medians = {}
+    medians: dict[str, float] = {}
     for method in STEADY:
         medians[method] = ctx.timing(M.STEADY_MS, warm["steady"][method], method=method, target=target).median
     for phase, res in (("cold", cold), ("warm", warm)):

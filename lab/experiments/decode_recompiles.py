@@ -8,6 +8,7 @@ buffer, so it compiles once. Counted with CountingBackend (graphs run eagerly, n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from torch._dynamo.utils import counters
@@ -31,7 +32,7 @@ def _prompt(ctx: Context[Options], batch: int) -> torch.Tensor:
     return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
 
 
-def _measure(label: str, ctx: Context[Options], call, calls: int, dynamic: bool | None = None) -> CountingBackend:
+def _measure(label: str, ctx: Context[Options], call: Callable[..., Any], calls: int, dynamic: bool | None = None) -> CountingBackend:
     torch._dynamo.reset()
     counters.clear()
     backend = CountingBackend()

@@ -49,7 +49,7 @@ def run(ctx: Context[Options]) -> None:
         fn, args = load_target(target, dev)
         d = diagnose(fn, args, dev, target=target, inductor_reason=f"{reason.code}: {reason.message}" if reason else None,
                      rounds=ctx.options.rounds, iters=ctx.options.iters,
-                     progress=lambda m, n=name: ctx.progress(f"{n}: {m}"))
+                     progress=lambda m: ctx.progress(f"{name}: {m}"))  # called before the loop moves on
         ctx.metric(M.VERDICT, d.verdict, target=name)
         rounds = {method: _in_rounds(xs, ctx.options.rounds) for method, xs in d.samples.items()}
         for method, per_round in rounds.items():

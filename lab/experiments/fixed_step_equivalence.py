@@ -9,6 +9,7 @@ contain many distinct tokens, or equality would prove nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -16,7 +17,9 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract.options import option
+from lab.console import Steps
 from lab.run.context import Context
+from lab.step.model import Weights
 
 MIN_DISTINCT_FRACTION = 0.3  # of the generated tokens, per sequence
 
@@ -65,7 +68,7 @@ def run(ctx: Context[Options]) -> None:
     ctx.note(N.FIXED_BATCH.key, batch)
 
 
-def _run(ctx: Context[Options], model, w, steps: int, max_len: int, batch: int, done) -> None:
+def _run(ctx: Context[Options], model: Any, w: Weights, steps: int, max_len: int, batch: int, done: Steps) -> None:
     # 1. batch 1 and a batch of different prompts against transformers' greedy generate
     for name, p in (("batch1", prompts(ctx, 1, 10)), (f"batch{batch}", prompts(ctx, batch, 11))):
         ref = decode.generate_reference(model, p, steps)

@@ -56,7 +56,7 @@ def run(ctx: Context[Options]) -> None:
         ctx.metric(M.WEIGHTS_MIB, round(w.nbytes() / MIB, 3), batch=batch)
         eager_ms = _step_ms_from_run(ctx, Method.EAGER, batch)
         graph_ms = _step_ms_from_run(ctx, Method.GRAPH, batch)
-        source = Experiment.CUDA_GRAPH_DECODE
+        source: str = Experiment.CUDA_GRAPH_DECODE
         if eager_ms is None or graph_ms is None:
             source = "measured here"
             eager = stepmethods.build(Method.EAGER, w, prompt, prof.max_len)

@@ -21,7 +21,7 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.run.childproc import last_error_line, run_child
 from lab.step.graphs import CacheFullError, GraphedStep
-from lab.step.model import build_model, extract_weights, resolve_weights
+from lab.step.model import Weights, build_model, extract_weights, resolve_weights
 from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import NoOptions
@@ -35,7 +35,7 @@ PROMPT = 8
 STEPS = 5
 
 
-def _tiny_weights(device: str):
+def _tiny_weights(device: str) -> Weights:
     model = build_model(TINY, resolve_weights(TINY, "random"), device=device)
     return extract_weights(model)
 

@@ -48,7 +48,7 @@ from lab.run import turns
 from lab.run.context import Context
 
 DRIFT = 0.10  # a fresh process's step that moved more than this between the start and the end: a host warning
-PAIRED = {P.METHOD: Method.EAGER, P.BATCH: 1, P.DTYPE: "float32"}
+PAIRED: dict[str, Any] = {P.METHOD: Method.EAGER, P.BATCH: 1, P.DTYPE: "float32"}
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def alternate(own: Callable[[], list[float]], fresh: Callable[[], tuple[list[flo
     return out
 
 
-def record_paired(ctx: Any, paired: Paired) -> bool:
+def record_paired(ctx: Context[Options], paired: Paired) -> bool:
     """`in_run_over_fresh` with its interval, the index note, and the verdict on the instrument."""
     ratio = ctx.speedup(M.IN_RUN_OVER_FRESH, paired.in_run, paired.fresh, **PAIRED)
     ci = paired.interval()

@@ -45,8 +45,8 @@ def run(ctx: Context[Options]) -> None:
         if reason is not None:
             ctx.note(N.BACKEND_REASON.key_for(backend), {"code": reason.code, "message": reason.message})
     if ctx.options.try_compile:
-        if tc.cxx_reason() is not None:
-            ctx.skip("python_extension_compile", tc.cxx_reason().code, tc.cxx_reason().message)
+        if (why := tc.cxx_reason()) is not None:
+            ctx.skip("python_extension_compile", why.code, why.message)
         else:
             ok, err = try_compile_python_extension(tc.cxx)
             if ok is None:

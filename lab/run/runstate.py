@@ -88,7 +88,7 @@ def load_warning(start: Start) -> str | None:
     """This start's warning when the host was overloaded as it began, else None."""
     if overloaded(start.load_average, start.usable_cores) is not True:
         return None
-    return (f"the host's 1-minute load is {start.load_average[0]:g} on {start.usable_cores} usable core(s): other "
+    return (f"the host's 1-minute load is {(start.load_average or [0.0])[0]:g} on {start.usable_cores} usable core(s): other "
             f"work competes for the CPU, so every timing of this start is suspect (recorded in the manifest as "
             f"host.overloaded and on the run page)")
 
@@ -137,13 +137,13 @@ def interrupted(record: Record, why: str, out_dir: Any, started: bool) -> Record
     how = f"finish it with {resume_hint(out_dir)}"
     when = f"during this experiment, after {record.duration_s:.1f} s (what it recorded is kept)" if started \
         else "before this experiment started"
-    record.status = Status.NOT_RUN
+    record.status = Status.NOT_RUN.value
     record.reason = Reason(Code.INTERRUPTED, f"{why} {when}: {how}")
     return record
 
 
 def unreached(spec: ExperimentSpec, why: str, out_dir: Any) -> Record:
-    return interrupted(Record(id=spec.id, title=spec.title, status=Status.NOT_RUN, started_at=""), why, out_dir, False)
+    return interrupted(Record(id=spec.id, title=spec.title, status=Status.NOT_RUN.value, started_at=""), why, out_dir, False)
 
 
 def new_start(argv: list[str], kept: list[str] | None = None, changes: list[str] | None = None) -> Start:
@@ -231,7 +231,7 @@ def resume_selection(previous: Results, profile_name: str, profile_default: list
 
 def check_same_options(previous: Results, options: dict[str, dict[str, Any]], kept: list[str]) -> None:
     """A kept record was measured with the options the first start recorded: the options now must be the same."""
-    recorded = previous.manifest.get("options") if isinstance(previous.manifest.get("options"), dict) else {}
+    recorded = found if isinstance(found := previous.manifest.get("options"), dict) else {}
     for eid in kept:
         before, now = recorded.get(eid), clean(options.get(eid))
         if before is not None and now is not None and clean(before) != now:

@@ -281,10 +281,10 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         ctx.check(f"no compile during timed rounds ({shape.label()})", frames == 0, detail=f"{frames} frames compiled",
                   **shape.params)
     nbytes = ceilings.step_bytes(ms.weights, shape.batch, shape.max_len)
-    turns = {}  # for the host-speed index: per key, the params of its metrics and its rounds
+    turns: dict[str, tuple[dict[str, Any], list[list[float]]]] = {}  # for the host-speed index: per key, the params of its metrics and its rounds
     for (name, rb), key in labels.items():
         per_round = samples[key]
-        extra = {P.READBACK: rb} if shape.readback_param else {}
+        extra: dict[str, Any] = {P.READBACK: rb} if shape.readback_param else {}
         turns[key] = ({**shape.params, P.METHOD: name, **extra}, per_round)
         ms.rounds[(name, rb)] = per_round
         sp = ctx.timing(M.STEP_MS, per_round, **shape.params, method=name, **extra)
