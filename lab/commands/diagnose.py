@@ -128,7 +128,8 @@ def blamed(target: str, doing: str, call: Callable[[], T], fn: Any = None) -> T:
                          f"raises, it does not exit the process") from None
     except Exception as exc:
         files = _files(target, fn)
-        frames = traceback.StackSummary.from_list([f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files])
+        frames = traceback.StackSummary.from_list([f for f in traceback.extract_tb(exc.__traceback__)
+                                                   if f.filename in files])
         if not frames:
             raise
         where = f"{frames[-1].filename}:{frames[-1].lineno}"

@@ -281,7 +281,7 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         ctx.check(f"no compile during timed rounds ({shape.label()})", frames == 0, detail=f"{frames} frames compiled",
                   **shape.params)
     nbytes = ceilings.step_bytes(ms.weights, shape.batch, shape.max_len)
-    turns: dict[str, tuple[dict[str, Any], list[list[float]]]] = {}  # for the host-speed index: per key, the params of its metrics and its rounds
+    turns: dict[str, tuple[dict[str, Any], list[list[float]]]] = {}  # host index: per key, its params and rounds
     for (name, rb), key in labels.items():
         per_round = samples[key]
         extra: dict[str, Any] = {P.READBACK: rb} if shape.readback_param else {}
