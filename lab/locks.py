@@ -211,7 +211,7 @@ def clean_abandoned_tempdirs(root: str | None = None, pattern: str = f"{TEMP_PRE
     """Remove the lab's temporary directories (under `root`, default the system's) whose owner died; only this
     user's own, and never through a link (see `_abandoned_dir`)."""
     base = Path(root or tempfile.gettempdir())
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = sorted(base.glob(pattern))
     except OSError:

@@ -97,9 +97,45 @@ def _spelled_note_reads(path: Path) -> list[str]:
     return found
 
 
-def test_the_report_reads_notes_only_through_their_declarations(tmp_path: Path) -> None:
-    spelled = [hit for path in sorted((ROOT / "report").glob("*.py")) for hit in _spelled_note_reads(path)]
+def _undeclared_note_writes(path: Path) -> list[str]:
+    """`.note(key, value)` whose key is not `<notes module>.<a NoteSpec>.key` or `.key_for(...)`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "note"
+                and len(node.args) == 2):
+            continue
+        key = node.args[0]
+        spec = key.func.value if isinstance(key, ast.Call) and isinstance(key.func, ast.Attribute) \
+            and key.func.attr == "key_for" else key.value if isinstance(key, ast.Attribute) and key.attr == "key" else None
+        if not (isinstance(spec, ast.Attribute) and isinstance(spec.value, ast.Name) and spec.value.id in ("N", "notes")
+                and isinstance(getattr(N, spec.attr, None), N.NoteSpec)):
+            found.append(f"{path.relative_to(path.parents[1]).as_posix()}:{node.lineno}")
+    return found
+
+
+def _sources() -> list[Path]:
+    return [p for wing in ("lab", "report") for p in sorted((ROOT / wing).rglob("*.py"))
+            if p.parent.name != "contract"]
+
+
+def test_notes_are_written_and_read_only_through_their_declarations(tmp_path: Path) -> None:
+    spelled = [hit for path in _sources() for hit in _spelled_note_reads(path)]
     assert not spelled, f"notes read by a key written out (declare it in lab/contract/notes.py): {spelled}"
-    sample = tmp_path / "sample.py"  # the walk finds what it looks for
-    sample.write_text('a = rec.notes.get("ladders")\nb = rec.notes[f"errors.{v}"]\nc = rec.notes.get(N.LADDERS.key)\n')
+    written = [hit for path in _sources() for hit in _undeclared_note_writes(path)]
+    assert len(_sources()) > 100 and not written, f"notes written by an undeclared key (lab/contract/notes.py): {written}"
+    sample = tmp_path / "x" / "sample.py"  # the walks find what they look for
+    sample.parent.mkdir()
+    sample.write_text('a = rec.notes.get("ladders")\nb = rec.notes[f"errors.{v}"]\nc = rec.notes.get(N.LADDERS.key)\n'
+                      'ctx.note("ladders", {})\nctx.note(f"top.{m}", [])\nctx.note(N.NOPE.key, 1)\n'
+                      'ctx.note(N.LADDERS.key, {})\nctx.note(notes.TOP.key_for(m), [])\nindex.note()\n')
     assert _spelled_note_reads(sample) == ["sample.py:1", "sample.py:2"]
+    assert _undeclared_note_writes(sample) == ["x/sample.py:4", "x/sample.py:5", "x/sample.py:6"]
+
+
+@pytest.mark.parametrize("path", COMMITTED + [ROOT / "tests" / "fixtures" / "report_runs" / "h200-fixture" / "results.json"],
+                         ids=lambda p: p.parent.name)
+def test_every_note_a_run_wrote_is_declared_for_its_writer(path: Path) -> None:
+    specs = [v for v in vars(N).values() if isinstance(v, N.NoteSpec)]
+    undeclared = [(rec["id"], k) for rec in json.loads(path.read_text())["experiments"] for k in rec.get("notes") or {}
+                  if not any(s.written_by(rec["id"]) and s.parse(k) is not None for s in specs)]
+    assert not undeclared, undeclared

@@ -1,12 +1,13 @@
-"""No module of the converted wings spells an experiment id or a record status as a string literal: they ask
-with lab.contract.names' `Experiment` and `Status` (and lab.contract.query), so a renamed id or a typo is an
-import-time AttributeError, not a lookup that silently finds nothing.
+"""No module outside lab/contract spells an experiment id, a record status or a param name as a string literal:
+they ask with lab.contract.names' `Experiment`, `Status` and `Param` (and lab.contract.query), so a renamed id or a
+typo is an import-time AttributeError, not a lookup that silently finds nothing.
 
-Scope, honestly: report/ and lab/commands/ are converted and scanned here. lab/experiments/, lab/run/ and the
-other wings of lab/ are NOT converted yet (36 experiment ids and 22 statuses still spelled there on 2026-12-02,
-issue 28): they are outside this scan until they are, not exempted by it. Param names are not scanned yet
-either: report/ reads params by `Param` (`m.params.get(P.BATCH)`), but about 130 literals remain there (params
-dicts built in place, pivot's row keys, table columns).
+Scope: ids and statuses anywhere in lab/ (but lab/contract, which declares them) and report/. Param names as
+keys (a dict literal's key, a subscript, `.get`/`.pop`/`.setdefault`'s first argument) in lab/experiments, the wing
+that records metrics and selects them by their params; the other wings of lab/ pass params through without
+naming them, and the words they spell as keys are their own records' fields (a manifest's "version", an image's
+"variant", a scheduler's "kind", a compile trace's "function"). report/ is not in the param scan yet (issue 28): its
+modules are being moved into folders on another branch, and are converted after that merge.
 """
 
 from __future__ import annotations
@@ -14,22 +15,39 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from lab.contract.names import Experiment, Status
+from lab.contract.names import Experiment, Param, Status
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ("report", "lab/commands")
-# (file, literal): why that string is not an experiment id or a record status there
-NOT_KEYS = {
-    ("report/publish.py", "recompiles"): "a compile trace's own field (recompile reasons), not the experiment",
-    ("report/publish.py", "graph_breaks"): "a compile trace's own field, not the experiment",
-    ("lab/commands/diagnose.py", "diagnose"): "the subcommand's name",
-    ("lab/commands/diagnose.py", "inductor"): "a need of the catalogue (Toolchain.reason_for), not the experiment",
-    ("lab/commands/base_image.py", "OK"): "an image check's outcome (lab.containers), not a record's status",
-    ("lab/commands/image_check.py", "OK"): "the command's verdict line, not a record's status",
-    ("lab/commands/images.py", "OK"): "an image build's outcome",
-    ("lab/commands/images.py", "FAILED"): "an image build's outcome",
-}
+SCANNED = ("report", "lab")
+PARAMS_SCANNED = ("lab/experiments",)
+UNSCANNED = ("lab/contract",)  # declares the names
+_STATUSES = ("OK", "FAILED", "NOT_RUN")
+# (literals, files, why those strings are not an experiment id, a status or a param name there)
+NOT_KEYS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    (("inductor",), ("lab/commands/diagnose.py", "lab/containers/probe.py", "lab/experiments/diagnose.py",
+                     "lab/experiments/common/methods.py", "lab/experiments/common/sweep.py", "lab/host/compile_cache.py",
+                     "lab/host/toolchain.py", "lab/measure/bench.py", "lab/run/manifest.py", "lab/step/methods.py"),
+     "torch.compile's backend, the toolchain's need or Dynamo's counter group of that name"),
+    (("graph_breaks",), ("report/publish.py", "lab/experiments/common/methods.py", "lab/measure/compiletrace.py",
+                         "lab/measure/diagnose.py", "lab/step/methods.py"),
+     "Dynamo's counter or a compile trace's field, not the experiment"),
+    (("recompiles",), ("report/publish.py", "lab/measure/diagnose.py", "lab/measure/dynamo_tools.py"),
+     "a compile trace's field, diagnose's check or torch's artifact log, not the experiment"),
+    (("fusion",), ("lab/experiments/diagnose.py", "lab/measure/diagnose.py"), "diagnose's verdict, not the experiment"),
+    (("diagnose",), ("lab/__main__.py", "lab/commands/diagnose.py"), "the subcommand's name"),
+    (("toolchain",), ("lab/experiments/common/methods.py", "lab/experiments/common/sweep.py", "lab/run/manifest.py"),
+     "Context's attribute, or the manifest's field"),
+    (_STATUSES, ("lab/console.py",), "lab.console is below the contract (pyproject.toml's layers): it cannot import it"),
+    (_STATUSES, ("lab/containers/base.py", "lab/containers/build.py"),
+     "an image build's outcome (lab.containers), not a record's status"),
+    (("OK", "FAILED"), ("lab/commands/images.py",), "an image build's outcome"),
+    (("OK",), ("lab/commands/base_image.py", "lab/commands/image_check.py"), "an image check's outcome or verdict"),
+    (("version",), ("lab/experiments/toolchain.py",), "the compiler's version in the toolchain's compiler note"),
+    (("dtype",), ("lab/experiments/manual_graph_recipe.py",), "a wrong input (a tensor of another dtype), not a param"),
+)
+EXEMPT = {(f, text) for texts, files, _ in NOT_KEYS for f in files for text in texts}
 KEYS = {e.value for e in Experiment} | {s.value for s in Status}
+PARAMS = {p.value for p in Param}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -38,30 +56,56 @@ def _docstrings(tree: ast.AST) -> set[int]:
             and node.body and isinstance(node.body[0], ast.Expr)}
 
 
-def spelled(path: Path) -> list[tuple[int, str]]:
-    """(line, literal) for each string constant of `path` that is an experiment id or a status."""
+def _as_keys(tree: ast.AST) -> set[int]:
+    """The string constants used as a key: a dict literal's, a subscript's, or .get/.pop/.setdefault's first."""
+    keys: list[ast.expr | None] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys += node.keys
+        elif isinstance(node, ast.Subscript):
+            keys.append(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
+                and node.func.attr in ("get", "pop", "setdefault"):
+            keys.append(node.args[0])
+    return {id(k) for k in keys if isinstance(k, ast.Constant)}
+
+
+def spelled(path: Path, params: bool = False) -> list[tuple[int, str]]:
+    """(line, literal) for each string constant of `path` that is an experiment id or a status, or (`params`) a
+    declared param name used as a key."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    docs = _docstrings(tree)
+    docs, keys = _docstrings(tree), _as_keys(tree) if params else set()
     return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in KEYS
-            and id(node) not in docs]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+            and (node.value in KEYS or (id(node) in keys and node.value in PARAMS))]
 
 
-def test_the_scan_sees_a_literal_id_and_a_literal_status(tmp_path: Path) -> None:
+def _found() -> set[tuple[str, int, str]]:
+    out = set()
+    for wing in SCANNED:
+        for p in sorted((ROOT / wing).rglob("*.py")):
+            rel = p.relative_to(ROOT).as_posix()
+            if not rel.startswith(UNSCANNED):
+                out |= {(rel, line, text) for line, text in spelled(p, rel.startswith(PARAMS_SCANNED))}
+    return out
+
+
+def test_the_scan_sees_a_literal_id_a_status_and_a_param_name(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text('"""cuda_graph_decode in a docstring is prose."""\nx = r.status == "OK" or r.id == "ceilings"\n')
+    probe.write_text('"""cuda_graph_decode in a docstring is prose."""\nx = r.status == "OK" or r.id == "ceilings"\n'
+                     'y = {"batch": 1, "label": "batch"}, p["method"], p.get("dtype")\n')
     assert sorted(spelled(probe)) == [(2, "OK"), (2, "ceilings")]
+    assert sorted(spelled(probe, params=True)) == [(2, "OK"), (2, "ceilings"), (3, "batch"), (3, "dtype"),
+                                                   (3, "method")]
 
 
-def test_no_converted_module_spells_an_experiment_id_or_a_status() -> None:
-    paths = [p for wing in SCANNED for p in sorted((ROOT / wing).rglob("*.py"))]
-    assert len(paths) > 40  # the scan sees the wings
-    found = [f"{p.relative_to(ROOT)}:{line}: {text!r}" for p in paths for line, text in spelled(p)
-             if (p.relative_to(ROOT).as_posix(), text) not in NOT_KEYS]
-    assert not found, "use lab.contract.names.Experiment / Status:\n" + "\n".join(found)
+def test_no_module_spells_an_experiment_id_a_status_or_a_param_name() -> None:
+    found = _found()
+    assert len({f for f, _, _ in found}) > 5 and any(f.startswith("lab/experiments/") for f, _, _ in found)
+    bad = sorted(f"{f}:{line}: {text!r}" for f, line, text in found if (f, text) not in EXEMPT)
+    assert not bad, "use lab.contract.names.Experiment / Status / Param:\n" + "\n".join(bad)
 
 
 def test_every_exemption_is_still_needed() -> None:
-    used = {(p.relative_to(ROOT).as_posix(), text) for wing in SCANNED for p in (ROOT / wing).rglob("*.py")
-            for _, text in spelled(p)}
-    assert set(NOT_KEYS) <= used, sorted(set(NOT_KEYS) - used)
+    used = {(f, text) for f, _, text in _found()}
+    assert EXEMPT <= used, sorted(EXEMPT - used)

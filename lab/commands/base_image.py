@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     from lab.containers.variants import BASE_TAG
 
     p = sub.add_parser("base-image", help="debootstrap a Debian base from the host's apt mirror and import it "

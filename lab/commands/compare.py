@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="compare two runs (or manifests): environment differences and result ratios")
     p.add_argument("a", type=Path, help="A (before, the baseline): a run directory, results.json or manifest.json")
     p.add_argument("b", type=Path, help="B (after): a run directory, results.json or manifest.json")

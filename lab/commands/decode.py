@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("decode", help="greedy-decode prompts and print the generated token ids")
     p.add_argument("--profile", default="cpu",
                    help="profile whose model and device to use: smoke, cpu or gpu (default: cpu; gpu falls back "

@@ -27,7 +27,7 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 600.0  # the five checks of the examples take seconds; a compile of a large model minutes
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("diagnose", help="why compiling did (not) help: the five checks and a verdict")
     p.add_argument("target", metavar="TARGET",
                    help="module:function returning (callable, example_inputs), e.g. lab.examples.targets:gemm_stack")
@@ -128,7 +128,8 @@ def blamed(target: str, doing: str, call: Callable[[], T], fn: Any = None) -> T:
                          f"raises, it does not exit the process") from None
     except Exception as exc:
         files = _files(target, fn)
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
+        frames = traceback.StackSummary.from_list([f for f in traceback.extract_tb(exc.__traceback__)
+                                                   if f.filename in files])
         if not frames:
             raise
         where = f"{frames[-1].filename}:{frames[-1].lineno}"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("env", help="print the environment manifest (or write it with --out)")
     p.add_argument("--out", type=Path, help="write the manifest to this JSON file instead of printing it")
     p.add_argument("--profile", default="cpu", help="profile whose model's weights provenance to record")

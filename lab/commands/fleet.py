@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("fleet", help="run targets (profile x variant x partition/constraint) as a Slurm job array, "
                                      "then one report comparing the hosts (or write a Kubernetes manifest)")
     p.add_argument("--results", type=Path, help="shared results folder (every node must see it); not with --k8s")

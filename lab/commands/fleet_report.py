@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("fleet-report", help="after a fleet: list which runs landed and render RESULTS/report")
     p.add_argument("results", type=Path, help="the fleet's results folder (with fleet.json)")
     return p

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("fleet-task", help="run one target of a fleet on this node (called by the scheduler)")
     p.add_argument("results", type=Path, help="the fleet's results folder (with fleet.json)")
     p.add_argument("--index", type=int, help="the target's index (default: SLURM_ARRAY_TASK_ID / JOB_COMPLETION_INDEX)")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     from lab.containers.variants import VARIANTS
 
     p = sub.add_parser("image-check", help="check a built image: packages against its lock, apt caches and sources, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("image-lock", help="resolve an image family's requirements into its lock file (with hashes)")
     p.add_argument("family", choices=("cpu", "cuda"), help="the images whose lock to remake")
     p.add_argument("--base-image", help="base image (default: graph-lab-base:bookworm when present)")

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     from lab.containers.variants import VARIANTS
 
     p = sub.add_parser("image-run", help="run a profile in its container image (or on the host, saying why)")
@@ -63,10 +63,10 @@ def main(args: argparse.Namespace) -> int:
     profile = args.profile or VARIANTS[args.variant].profile
     out = args.out or Path("runs") / f"{profile}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     lab_args = run_args(args, profile)
-    if args.host:
-        variant, reason = None, Reason(Code.HOST_REQUESTED, "--host was given: run on the host by request")
-    else:
+    if not args.host:
         variant, reason = container_plan(profile, args.variant)
+    else:
+        variant, reason = None, Reason(Code.HOST_REQUESTED, "--host was given: run on the host by request")
     if variant is not None:
         too_old = host_driver_reason(variant)
         if too_old is not None:  # the run still goes ahead: inside, every GPU experiment is NOT_RUN with this reason

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     from lab.containers.variants import BASE_TAG, REPORT_PATH, VARIANTS
 
     p = sub.add_parser("images", help="build container image variants (each ends OK, NOT_RUN with why, or FAILED)")
@@ -48,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     return exit_status(outcomes)
 
 
-def exit_status(outcomes: list) -> int:
+def exit_status(outcomes: list[Any]) -> int:
     """1 when a build FAILED or none was built (saying why on stderr), else 0."""
     import sys
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("inductor-probe", help="compile a tiny function with Inductor on the CPU and say what happened")
     p.add_argument("--out", type=Path, help="also write the outcome as JSON")
     return p

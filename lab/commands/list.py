@@ -14,7 +14,7 @@ import enum
 from typing import Any
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list every experiment id with its prerequisites (or, with --options, its knobs)")
     p.add_argument("--check", nargs="?", const="", metavar="PROFILE",
                    help="also say whether each would run on this host under PROFILE (default: the profile `run` "
@@ -72,7 +72,8 @@ def check(profile_name: str) -> list[str]:
     profile, tc = profiles.get(profile_name or default_profile()), probe()
     selected = {s.id for s in resolve(list(profile.experiments) if profile.experiments else None,
                                       sweeps=profile.sweeps)}  # what `lab run --profile` runs (lab.run.runner)
-    rows, blocked = [], {}
+    rows: list[tuple[str, str, str, str]] = []
+    blocked: dict[tuple[str, str], list[str]] = {}
     added = False
     for spec in CATALOGUE:
         needs = needs_for(spec, profile)

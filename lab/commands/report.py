@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render the static HTML report from run directories (default: manifests/ runs/)")
     p.add_argument("paths", nargs="*", type=Path, metavar="RUN_DIR",
                    help="run directories, results.json files, or folders holding runs (default: manifests/ and runs/)")

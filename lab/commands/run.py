@@ -30,7 +30,7 @@ def default_profile() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run experiments and write DIR/results.json")
     p.add_argument("--profile", help="smoke, cpu or gpu (default: gpu with CUDA, else cpu)")
     p.add_argument("--only", help="comma-separated experiment ids (see `list`)")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("stamp", help="record this clean tree's commit and source digest for a copy without a "
                                      "current .git")
     p.add_argument("--out", type=Path, help="the stamp file (default: build/lab-stamp.json in the repository; a "

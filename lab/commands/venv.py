@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("venv", help="on a GPU host without network: a virtualenv that sees this interpreter's torch "
                                     "and holds the offline wheelhouse")
     p.add_argument("dir", type=Path, metavar="DIR", help="the virtualenv to make (remade if it exists)")

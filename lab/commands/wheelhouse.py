@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser("wheelhouse", help="download the lab's dependencies (not torch) as wheels, with hashes, "
                                           "for a host without network")
     p.add_argument("dir", type=Path, metavar="DIR", help="folder for the wheels and requirements.txt")

@@ -124,7 +124,7 @@ def merge_report(report: Path, commit: str, outcomes: list[ImageOutcome]) -> dic
     for o in outcomes:
         entries[o.variant] = asdict(o)
     order = [v for v in VARIANTS if v in entries] + sorted(set(entries) - set(VARIANTS))
-    data = {"commit": commit, "images": [entries[v] for v in order]}
+    data: dict[str, object] = {"commit": commit, "images": [entries[v] for v in order]}
     write_json_atomic(report, data)
     return data
 

@@ -20,6 +20,7 @@ from lab.containers import engine
 from lab.containers.lock import freeze_drift, installed_in_image, read_from_image
 from lab.containers.reference import describe
 from lab.containers.variants import IMAGE_LABEL, REPO_ROOT, Variant
+from lab.contract.names import Experiment
 
 
 def _run(args: list[str], timeout: float = 300) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def unwritable_out_run(tag: str) -> dict[str, Any]:
         folder = Path(tmp) / "out"
         folder.mkdir(mode=0o755)
         out = _run(["docker", "run", "--rm", "--network", "none", "-v", f"{folder}:/out", tag, "run", "--profile",
-                    "smoke", "--only", "toolchain", "--out", "/out"])
+                    "smoke", "--only", Experiment.TOOLCHAIN, "--out", "/out"])
         out["folder_owner_uid"] = folder.stat().st_uid
     return out
 

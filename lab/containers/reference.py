@@ -35,7 +35,7 @@ def _public(version: str | None) -> str | None:
 
 def environment_diff(python_version: str, packages: dict[str, str], reference: dict[str, Any]) -> list[dict[str, Any]]:
     """[{field, image, reference}] for Python (major.minor) and the key libraries that differ."""
-    out = []
+    out: list[dict[str, Any]] = []
     ref_py = str((reference.get("python") or {}).get("version") or "")
     if ref_py and ".".join(python_version.split(".")[:2]) != ".".join(ref_py.split(".")[:2]):
         out.append({"field": "python.version", "image": python_version, "reference": ref_py})

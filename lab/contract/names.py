@@ -122,7 +122,9 @@ class Status(StrEnum):
 
 
 class Param(StrEnum):
-    """The names of a metric's params that readers select by (a metric's `params` keys)."""
+    """The names of a metric's params that readers select by (a metric's `params` keys). Params named by a
+    generic word (name, device, source, n, k, bytes, calls, rows) are not declared yet: a scan cannot tell them
+    from the same word as a field of a manifest, a lock or a note (issue 28)."""
 
     METHOD = "method"
     BATCH = "batch"
@@ -138,3 +140,25 @@ class Param(StrEnum):
     N_OPS = "n_ops"
     LADDER = "ladder"
     KIND = "kind"
+    VARIANT = "variant"
+    RESIDENCY = "residency"
+    CASE = "case"
+    MAX_LEN = "max_len"
+    FILL = "fill"
+    BUCKET = "bucket"
+    IMPL = "impl"
+    DYNAMIC = "dynamic"
+    VERSION = "version"
+    FUNCTION = "function"
+    N_LAYER = "n_layer"
+    STEPS = "steps"
+    TRIAL = "trial"
+    SETTING = "setting"
+    PEER = "peer"
+    FULLGRAPH = "fullgraph"
+    HAZARD = "hazard"
+    MAX_BATCH = "max_batch"
+    DIM = "dim"
+    SMALLEST = "smallest"
+    LARGEST = "largest"
+    REMOVED_BY = "removed_by"

@@ -1,10 +1,10 @@
-"""The notes other code reads back: each declared once with its key, type and writers, checked when written.
+"""Every note: each declared once with its key, type and writers; written and read only through its declaration.
 
-A record's `notes` hold non-numeric evidence. Most notes are for a human reading results.json (graph-break
-reasons, the kernels that took the time) and nothing parses them. The ones below are read back, by the
-report or the README tables, so they are a contract as the metrics are: `Context.note` (lab.run.context)
-refuses a value of the wrong shape for a declared key, and the report looks them up through these
-declarations (`CROSSOVERS.entry_for(batch=1, fill=0.5)`), never by a key it spells itself.
+A record's `notes` hold non-numeric evidence. Most are for a human reading results.json (graph-break reasons,
+the kernels that took the time): nothing parses them, they are declared of any shape (`_any`). Those in `NOTES`
+are read back, by the report or the README tables, so they are a contract as the metrics are: `Context.note`
+(lab.run.context) refuses a value of the wrong shape for a declared key, and the report looks them up through
+these declarations (`CROSSOVERS.entry_for(batch=1, fill=0.5)`), never by a key it spells itself.
 
 A key is a name (`conclusion_rule`) or a pattern with `{placeholders}` (`errors.{variant}.b{batch}`); a
 note of a dict may declare the pattern of its entries' keys and the fields every entry has.
@@ -17,10 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from lab.contract.names import Experiment as E
 from lab.contract.profiles import SWEEPS
 
 NUMBER = (int, float)
-KINDS: dict[type | tuple[type, ...], str] = {str: "text", list: "list", dict: "object", NUMBER: "number"}
+KINDS: dict[type | tuple[type, ...], str] = {str: "text", list: "list", dict: "object", NUMBER: "number",
+                                             object: "any"}
 
 
 def _regex(pattern: str) -> re.Pattern[str]:
@@ -64,7 +66,7 @@ class NoteSpec:
 
     def problem(self, value: Any) -> str | None:
         """Why `value` is not this note's shape, or None."""
-        if not isinstance(value, self.type) or isinstance(value, bool):
+        if not isinstance(value, self.type) or (isinstance(value, bool) and self.type is not object):
             return f"is declared {self.kind} (lab/contract/notes.py), got {type(value).__name__}"
         if not isinstance(value, dict):
             return None
@@ -150,6 +152,70 @@ FUSED_LAYOUTS = NoteSpec("fused_layouts.{method}.{shape}", dict, "how the hand-f
                                                                  "a call or why it was not timed",
                          ("cuda_graph_decode", "model_scaling", "peer_generate"),
                          fields=("method", "params", "timed", "why", "allow_tf32", "extra_bytes", "projections"))
+
+
+
+def _any(key: str, help: str, *experiments: str) -> NoteSpec:
+    """A note only people read (nothing parses it): declared for its key and writers, of any JSON shape."""
+    return NoteSpec(key, object, help, experiments)
+
+
+# The notes nobody parses, declared so that each is written (and read back, if ever) by its declaration only.
+# Written by lab.experiments.common.methods for whichever experiment builds the methods:
+BUILD_ERROR = _any("build_error.{method}.{params}", "the traceback of a method that could not be built")
+FIRST_DISAGREEMENT = _any("teacher_forced_first_disagreement.{method}.{params}", "where it first differs from eager")
+TOP_KERNELS = _any("top_kernels.{method}.{shape}", "a method's most expensive kernels, from its profiled step")
+TOOLCHAIN = _any("toolchain", "the toolchain the lab found (lab.host.toolchain)", E.TOOLCHAIN)
+COMPILER = _any("compiler", "the C++ compiler found, where, and whether Inductor agrees", E.TOOLCHAIN)
+MSVC = _any("msvc", "what the MSVC probe found", E.TOOLCHAIN)
+BACKEND_REASON = _any("reason.{backend}", "why one of Inductor's backends is not usable", E.TOOLCHAIN)
+CHILD_S = _any("child_s", "each fresh process's wall time beside its first call, by label", E.COMPILE_COST)
+SETTINGS = _any("settings", "what the experiment ran: its sizes, steps, rounds", E.COMPILE_COST, E.INDUCTOR)
+CACHE_PROVENANCE = _any("cache_provenance.{target}", "what a compile cache's entries are valid for", E.COMPILE_COST)
+NEVER_PAYS = _any("never_pays.{target}.{phase}", "why a compile never pays back", E.COMPILE_COST)
+COUNTERS = _any("counters.{target}.{phase}", "Dynamo's counters in a child process", E.COMPILE_COST)
+SIZES = _any("sizes", "the copy and matmul sizes that measured the ceilings", E.CEILINGS)
+TF32_MATMUL = _any("tf32_matmul_allowed", "whether fp32 matmuls could use TF32", E.CEILINGS)
+STEP_SOURCE = _any("step_source", "where the step times bounded came from", E.CEILINGS)
+ATTENDED_SLOTS = _any("attended_slots", "the cache slots a step attends to, and how they were counted", E.CEILINGS)
+SWEEP_CONFIG = _any("config", "what it ran", E.GRAPH_BUCKETS, E.CONTEXT_SCALING, E.MODEL_SCALING, E.PEER_GENERATE,
+                    E.DATA_DEPENDENT_BRANCH)
+DIAGNOSE_REPORT = _any("report.{target}", "diagnose's report of a target, line by line", E.DIAGNOSE)
+SHAPE = _any("shape", "the shape the experiment timed", E.LAUNCH_OVERHEAD, E.GEMM_BOUND, E.GRAPH_BREAK_REPAIR)
+TOKEN_AGREEMENT = _any("token_agreement", "what free-running token agreement means", E.CUDA_GRAPH_DECODE)
+PHASE_S = _any("phase_s", "where the experiment's time went, by phase", E.CUDA_GRAPH_DECODE)
+PROFILER_GUARD = _any("profiler_guard", "the profiler sessions, CUPTI torn down after them?", E.CUDA_GRAPH_DECODE)
+TF32 = _any("tf32", "whether matmuls and cuDNN could use TF32", E.CUDA_GRAPH_DECODE)
+REPLACED_INPUT = _any("replaced_input", "a graph's tokens, its input replaced or copied into", E.GRAPH_HAZARDS)
+PAST_END = _any("past_end", "what replaying past the cache's end did", E.GRAPH_HAZARDS)
+FUSION_BYTES = _any("bytes", "the input sizes, cache- and memory-resident", E.FUSION)
+FUSION_DTYPE = _any("dtype", "the chain's dtype", E.FUSION)
+KERNELS_MEANING = _any("kernels_meaning", "what a kernel count means on this device", E.FUSION)
+OVER_CEILING = _any("speedup_over_ceiling.{residency}", "the longest chain's speedup over its op count", E.FUSION)
+INDEXED_ERROR = _any("indexed_error", "why the indexed step did not compile", E.INDUCTOR)
+BISECT = _any("bisect", "each op of the indexed step, compiled alone", E.INDUCTOR)
+SMALLEST_FAILING = _any("smallest_failing_ops", "the ops that do not compile alone", E.INDUCTOR)
+K_SOURCE = _any("k_source.{workload}", "where a workload's kernel count came from", E.AMDAHL)
+TOP = _any("top.{item}", "the most expensive kernels of a workload or a method", E.AMDAHL, E.GEMM_BOUND)
+MEASURED_SOURCE = _any("measured_source.{workload}", "where a workload's measured speedup came from", E.AMDAHL)
+COMPILED_KERNELS_SOURCE = _any("compiled_kernels_source.{workload}", "whence the compiled kernel count", E.AMDAHL)
+DECODE_LAYERS = _any("decode_layers", "the decode step's layers", E.AMDAHL)
+BLOCK_SHAPE = _any("block_shape", "the transformer block's input shape", E.AMDAHL)
+EVIDENCE = _any("evidence.{workload}.{case}", "the candidates behind a choice, and those skipped", E.SELECTION)
+TRENDS = _any("trends", "each case's speedup from the smallest model to the largest", E.MODEL_SCALING)
+FIXED_STEPS = _any("steps", "the steps compared", E.FIXED_STEP_EQUIVALENCE)
+FIXED_BATCH = _any("batch", "the batch compared", E.FIXED_STEP_EQUIVALENCE)
+RECOMPILE_LIMIT_NAME = _any("recompile_limit_name", "torch's name of the recompile limit", E.RECOMPILES)
+BATCH_SIZES = _any("batch_sizes", "the batch sizes called with", E.RECOMPILES)
+GRAPH_INPUT_SHAPES = _any("graph_input_shapes.{dynamic}", "each compiled graph's input shapes", E.RECOMPILES)
+RECOMPILE_REASONS = _any("recompile_reasons.{dynamic}", "Dynamo's recompile reasons", E.RECOMPILES)
+STEP_RECOMPILE_REASONS = _any("recompile_reasons.{step}.{dynamic}", "a step's recompile reasons", E.DECODE_RECOMPILES)
+STEP_BREAK_REASONS = _any("break_reasons.{step}", "Dynamo's graph-break reasons of a step", E.DECODE_RECOMPILES)
+ALLOCATIONS = _any("allocations_per_step", "allocations per step where no counter measures them", E.ALLOCATION)
+CHILD = _any("child.{variant}", "how a variant's child process ended when it failed", E.PEER_GENERATE)
+CALLS = _any("calls.{variant}.b{batch}", "the seconds of a variant's warm and steady calls", E.PEER_GENERATE)
+CAPTURE_CHILD_EXIT = _any("capture_child_exit.b{batch}", "its capture child died, answered", E.DATA_DEPENDENT_BRANCH)
+CAPTURE_CHILD = _any("capture_child.b{batch}", "how its capture child ended with no answer", E.DATA_DEPENDENT_BRANCH)
 
 NOTES: tuple[NoteSpec, ...] = (CONCLUSION_RULE, COMPILE_TRACES, DECODE_CONFIG, CROSSOVERS, LADDERS, PARAMETERS, ERRORS,
                                BREAK_REASONS, FULLGRAPH_ERROR, CAPTURE_ERROR, CUDAGRAPH_SKIP_REASONS, FUNCTION_REASONS,

@@ -18,6 +18,7 @@ import torch
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, inductor_skip, time_methods
 from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract import notes as N
 from lab.contract.names import Method, Variant
 from lab.contract.options import option
 from lab.run.context import Context
@@ -63,10 +64,10 @@ def allocations_per_call(f: Callable[[], Any], calls: int = 10) -> float | None:
     for _ in range(calls):
         f()
     torch.cuda.synchronize()
-    return (torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / calls
+    return float(torch.cuda.memory_stats().get("allocation.all.allocated", 0) - before) / calls
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     k, numel = ctx.options.k, ctx.options.numel
     x = torch.randn(numel, device=dev)
@@ -91,7 +92,7 @@ def run(ctx: Context) -> None:
                                warmup=ctx.profile.warmup)
     ms = {m: ctx.timing(M.STEP_MS, xs, method=m, k=k, numel=numel).median for m, xs in samples.items()}
     if dev.type != "cuda":
-        ctx.note("allocations_per_step", {ALLOCATING: k, PLANNED: 0, IN_PLACE: 0,
+        ctx.note(N.ALLOCATIONS.key, {ALLOCATING: k, PLANNED: 0, IN_PLACE: 0,
                                           "why": "by construction: the CPU allocator keeps no counter"})
     ctx.metric(M.US_PER_INTERMEDIATE, (ms[ALLOCATING] - ms[PLANNED]) * 1e3 / k, removed_by=PLANNED)
     ctx.metric(M.US_PER_INTERMEDIATE, (ms[ALLOCATING] - ms[IN_PLACE]) * 1e3 / k, removed_by=IN_PLACE)

@@ -43,7 +43,8 @@ from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
-from lab.contract.names import Experiment, Method
+from lab.contract import notes as N
+from lab.contract.names import Experiment, Method, Param as P
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -90,7 +91,7 @@ def launch_cost_us(records: list[Any]) -> float | None:
     """The cost of one eager launch this run's ceilings measured, or None without a ceilings record."""
     rec = query.ok(records, Experiment.CEILINGS)
     for m in rec.metrics if rec else []:
-        if m.name == M.LAUNCH_US_PER_OP.name and m.params.get("mode") == "eager":
+        if m.name == M.LAUNCH_US_PER_OP.name and m.params.get(P.MODE) == "eager":
             return float(m.value)
     return None
 
@@ -98,8 +99,8 @@ def launch_cost_us(records: list[Any]) -> float | None:
 def _lead_compiled_kernels(records: list[Any], dtype: str) -> float | None:
     rec = query.ok(records, Experiment.CUDA_GRAPH_DECODE)
     for m in rec.metrics if rec else []:
-        if (m.name == M.KERNELS_PER_STEP.name and m.params.get("method") == Method.COMPILE_DEFAULT
-                and m.params.get("batch") == 1 and m.params.get("dtype") == dtype):
+        if (m.name == M.KERNELS_PER_STEP.name and m.params.get(P.METHOD) == Method.COMPILE_DEFAULT
+                and m.params.get(P.BATCH) == 1 and m.params.get(P.DTYPE) == dtype):
             return float(m.value)
     return None
 
@@ -108,7 +109,7 @@ def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float
     """(k, where it came from): the fusion record's measured speedup, else the module's 3×."""
     rec = query.ok(records, Experiment.FUSION)
     for m in rec.metrics if rec else []:
-        if m.name == M.SPEEDUP.name and m.params.get("n_ops") == n_ops and m.params.get("residency") == residency:
+        if m.name == M.SPEEDUP.name and m.params.get(P.N_OPS) == n_ops and m.params.get(P.RESIDENCY) == residency:
             return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
                                              f"({float(m.value):.2f}x, floored at 1)"
     return DEFAULT_K, f"assumed: no fusion record with n_ops={n_ops}, {residency} in this run (module text's 3x)"
@@ -127,8 +128,8 @@ def _lead_decode_speedup(records: list[Any]) -> Speedup | None:
     """cuda_graph_decode's compile-default speedup at batch 1 (no readback) and its stored interval, or None."""
     rec = query.ok(records, Experiment.CUDA_GRAPH_DECODE)
     for m in rec.metrics if rec else []:
-        if (m.name == M.SPEEDUP_VS_EAGER.name and m.params.get("method") == Method.COMPILE_DEFAULT
-                and m.params.get("batch") == 1 and not m.params.get("readback", False)):
+        if (m.name == M.SPEEDUP_VS_EAGER.name and m.params.get(P.METHOD) == Method.COMPILE_DEFAULT
+                and m.params.get(P.BATCH) == 1 and not m.params.get(P.READBACK, False)):
             try:
                 return float(m.value), stored_interval(rec, M.SPEEDUP_VS_EAGER, **m.params)
             except KeyError:  # a run from before speedups had intervals
@@ -136,7 +137,7 @@ def _lead_decode_speedup(records: list[Any]) -> Speedup | None:
     return None
 
 
-def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], reset: Callable[[], None],
+def _measure(ctx: Context[Options], workload: str, fn: Callable[..., Any], args: tuple[Any, ...], reset: Callable[[], None],
              residency: str, measured_override: Speedup | None = None, compile_it: bool = True) -> None:
     dev = ctx.device
     o = ctx.options
@@ -167,8 +168,8 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     ctx.metric(M.MATMUL_SHARE, prof.matmul_share, workload=workload)
     ctx.metric(M.KERNELS, prof.kernels, workload=workload, method=Method.EAGER)
     ctx.metric(M.K, k, workload=workload)
-    ctx.note(f"k_source.{workload}", source)
-    ctx.note(f"top.{workload}", prof.top(8))
+    ctx.note(N.K_SOURCE.key_for(workload), source)
+    ctx.note(N.TOP.key_for(workload), prof.top(8))
     ctx.metric(M.PREDICTED_SPEEDUP, pred, workload=workload)
     ctx.metric(M.KERNEL_TIME_PER_STEP_US, round(prof.kernel_ms * 1e3, 3), workload=workload, method=Method.EAGER)
     n_compiled: float | None = None
@@ -177,12 +178,12 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         ctx.metric(M.MEASURED_SPEEDUP, measured, workload=workload)
         ctx.metric(M.SPEEDUP_CI_LOW, None if ci is None else ci.low, workload=workload)
         ctx.metric(M.SPEEDUP_CI_HIGH, None if ci is None else ci.high, workload=workload)
-        ctx.note(f"measured_source.{workload}", "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
+        ctx.note(N.MEASURED_SOURCE.key_for(workload), "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
         n_compiled = _lead_compiled_kernels(ctx.results.experiments, ctx.profile.dtype)
         if n_compiled is not None:
             ctx.metric(M.KERNELS, n_compiled, workload=workload, method=Method.COMPILE_DEFAULT)
-            ctx.note(f"compiled_kernels_source.{workload}", "cuda_graph_decode: kernels_per_step, compile-default, "
-                                                            "batch 1")
+            ctx.note(N.COMPILED_KERNELS_SOURCE.key_for(workload), "cuda_graph_decode: kernels_per_step, compile-default, "
+                                                                        "batch 1")
     elif compiled is None or samples is None or cprof is None:
         key = "compile_decode" if workload == "gpt2_decode_step" else "compile_block"
         ctx.skip(f"measured speedup of {workload}", Code.PROFILE_BUDGET,
@@ -199,7 +200,7 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
         measured = ctx.speedup(M.MEASURED_SPEEDUP, samples[Method.EAGER], samples[Method.COMPILE_DEFAULT],
                                workload=workload)
         ci = stored_interval(ctx.record, M.MEASURED_SPEEDUP, workload=workload)
-        ctx.note(f"measured_source.{workload}", "compiled here (Inductor default mode), rotating rounds")
+        ctx.note(N.MEASURED_SOURCE.key_for(workload), "compiled here (Inductor default mode), rotating rounds")
         torch._dynamo.reset()
     ctx.metric(M.MEASURED_OVER_PREDICTED, measured / pred, workload=workload)
     ctx.progress(f"{workload}: f={f:.2f} k={k:.2f} predicted {pred:.2f}x measured {measured:.2f}x"
@@ -207,7 +208,7 @@ def _measure(ctx, workload: str, fn: Callable[..., Any], args: tuple[Any, ...], 
     _launch_aware(ctx, workload, prof.kernels, n_compiled, prof.kernel_ms * 1e3, f, k, measured, ci)
 
 
-def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, kernel_us: float, f: float, k: float,
+def _launch_aware(ctx: Context[Options], workload: str, n_eager: float, n_compiled: float | None, kernel_us: float, f: float, k: float,
                   measured: float, measured_ci: intervals.Interval | None = None) -> None:
     """The launch-aware prediction beside Amdahl's, from this run's ceilings (module docstring)."""
     launch_us = launch_cost_us(ctx.results.experiments)
@@ -235,13 +236,13 @@ def _launch_aware(ctx, workload: str, n_eager: float, n_compiled: float | None, 
                  f"{n_compiled:.0f})")
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     _, w = ctx.gpt2()
     o = ctx.options
     layers = o.decode_layers
     wd = w.truncated(layers) if layers else w
-    ctx.note("decode_layers", wd.n_layer)
+    ctx.note(N.DECODE_LAYERS.key, wd.n_layer)
     state = decode.new_state(wd, 1, ctx.profile.max_len)
     prompt = torch.randint(0, w.wte.shape[0], (1, ctx.profile.prompt_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -256,6 +257,6 @@ def run(ctx: Context) -> None:
     x = torch.randn(batch, seq, w.n_embd, device=dev, dtype=w.dtype)
     pos = torch.arange(seq, device=dev)
     causal = pos[None, :] > pos[:, None]
-    ctx.note("block_shape", [batch, seq, w.n_embd])
+    ctx.note(N.BLOCK_SHAPE.key, [batch, seq, w.n_embd])
     _measure(ctx, "transformer_block", _block, (x, w.layers[0], w.n_head, w.eps, causal), lambda: None, "memory",
              compile_it=o.compile_block)

@@ -21,7 +21,8 @@ import torch
 
 from lab.step import ceilings, methods as stepmethods
 from lab.contract import metrics as M
-from lab.contract.names import Experiment, Method
+from lab.contract import notes as N
+from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.contract import query
@@ -56,12 +57,12 @@ def _uses_graphs(rec, method: str, batch: int, dtype: str) -> bool:
     return False
 
 
-def _own_steps(ctx) -> int:
+def _own_steps(ctx: Context[Options]) -> int:
     prof = ctx.profile
-    return min(ctx.options.steps, prof.max_len - prof.prompt_len - 2)
+    return min(ctx.options.steps or prof.decode_steps, prof.max_len - prof.prompt_len - 2)
 
 
-def _own_measurements(ctx, w) -> list[dict]:
+def _own_measurements(ctx: Context[Options], w) -> list[dict]:
     """Eager (and graph replay on CUDA) step times and kernel counts, when cuda_graph_decode did not run."""
     prof = ctx.profile
     rows = []
@@ -81,14 +82,14 @@ def _own_measurements(ctx, w) -> list[dict]:
     for m, batch, b, ms in timed:
         b.start()
         kernels = count_kernels(b.call, ctx.device)["kernels"]
-        rows.append({"method": m, "batch": batch, "dtype": "float32", "ms": ms, "kernels": kernels})
+        rows.append({P.METHOD: m, P.BATCH: batch, P.DTYPE: "float32", "ms": ms, "kernels": kernels})
     return rows
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     sizes = {k: getattr(ctx.options, k) for k in ("copy_bytes", "matmul_n_fp32", "matmul_n_bf16")}
-    ctx.note("sizes", sizes)
+    ctx.note(N.SIZES.key, sizes)
     # --- the ceilings
     eager_us = ceilings.launch_us_eager(dev)
     ctx.timing(M.LAUNCH_US_PER_OP_SAMPLES, eager_us, mode="eager")
@@ -118,56 +119,56 @@ def run(ctx: Context) -> None:
         peaks[dtype_name] = max(tf)
         ctx.metric(M.MATMUL_TFLOPS, round(peaks[dtype_name], 3), dtype=dtype_name, n=n)
     if dev.type == "cuda":
-        ctx.note("tf32_matmul_allowed", torch.backends.cuda.matmul.allow_tf32)
+        ctx.note(N.TF32_MATMUL.key, torch.backends.cuda.matmul.allow_tf32)
     # --- the bounds of each measured step
     rec, failed = query.measured(ctx.results.experiments, Experiment.CUDA_GRAPH_DECODE)
     rows: list[dict] = []
     if rec is not None:
-        source = "cuda_graph_decode" if rec.status == "OK" else \
+        source = Experiment.CUDA_GRAPH_DECODE if rec.status == Status.OK else \
             f"cuda_graph_decode ({rec.status}: the cases whose fatal checks failed are left out)"
         for m in rec.metrics:
-            if m.name == M.STEP_MS.name and m.params.get("readback") is False:
+            if m.name == M.STEP_MS.name and m.params.get(P.READBACK) is False:
                 p = m.params
-                if (p["method"], p["batch"], p["dtype"]) in failed:
-                    ctx.skip(f"bounds {p['method']} batch {p['batch']} {p['dtype']}", Code.CHECK_FAILED,
+                if (p[P.METHOD], p[P.BATCH], p[P.DTYPE]) in failed:
+                    ctx.skip(f"bounds {p[P.METHOD]} batch {p[P.BATCH]} {p[P.DTYPE]}", Code.CHECK_FAILED,
                              "its correctness check failed in cuda_graph_decode: its step time bounds nothing")
                     continue
                 try:
-                    k = rec.metric(M.KERNELS_PER_STEP.name, method=p["method"], batch=p["batch"], dtype=p["dtype"]).value
+                    k = rec.metric(M.KERNELS_PER_STEP.name, method=p[P.METHOD], batch=p[P.BATCH], dtype=p[P.DTYPE]).value
                 except KeyError:
                     continue
-                rows.append({"method": p["method"], "batch": p["batch"], "dtype": p["dtype"], "ms": m.value, "kernels": k})
+                rows.append({P.METHOD: p[P.METHOD], P.BATCH: p[P.BATCH], P.DTYPE: p[P.DTYPE], "ms": m.value, "kernels": k})
     else:
         source = "measured here"
         rows = _own_measurements(ctx, ctx.gpt2("float32")[1])
-    ctx.note("step_source", source)
+    ctx.note(N.STEP_SOURCE.key, source)
     prof = ctx.profile
     if rec is not None:
-        config = rec.notes.get("config")
-        steps = int(config.get("steps", prof.decode_steps)) if isinstance(config, dict) else prof.decode_steps
+        config = rec.notes.get(N.DECODE_CONFIG.key)
+        steps = int(config.get(P.STEPS, prof.decode_steps)) if isinstance(config, dict) else prof.decode_steps
     else:
         steps = _own_steps(ctx)
     slots = ceilings.attended_slots(prof.prompt_len, steps)
-    ctx.note("attended_slots", {"slots": slots, "prompt_len": prof.prompt_len, "steps": steps,
+    ctx.note(N.ATTENDED_SLOTS.key, {"slots": slots, "prompt_len": prof.prompt_len, P.STEPS: steps,
                                 "why": "bytes_per_step counts every weight once and the K and V of the cache slots a "
                                        "step attends, averaged over the timed decode"})
     weights = {"float32": ctx.gpt2("float32")[1]}
     for row in rows:
-        dtype = row["dtype"]
+        dtype = row[P.DTYPE]
         if dtype not in weights:
             weights[dtype] = ctx.gpt2(dtype)[1]
         if dtype not in peaks:
-            ctx.skip(f"bounds {row['method']} batch {row['batch']} {dtype}", Code.NO_PEAK,
+            ctx.skip(f"bounds {row[P.METHOD]} batch {row[P.BATCH]} {dtype}", Code.NO_PEAK,
                      f"no {dtype} matmul peak was measured on this device")
             continue
         w = weights[dtype]
-        graphed = _uses_graphs(rec, row["method"], row["batch"], dtype)
+        graphed = _uses_graphs(rec, row[P.METHOD], row[P.BATCH], dtype)
         basis = "graph_node" if (graphed and launch_node is not None) else "eager"
         per_kernel = launch_node if basis == "graph_node" else launch_eager
-        nbytes = ceilings.step_bytes(w, row["batch"], slots)
-        flops = ceilings.step_flops(w, row["batch"], slots)
+        nbytes = ceilings.step_bytes(w, row[P.BATCH], slots)
+        flops = ceilings.step_flops(w, row[P.BATCH], slots)
         b = ceilings.bounds(int(row["kernels"]), per_kernel, nbytes, bandwidth, flops, peaks[dtype])
-        params = {"method": row["method"], "batch": row["batch"], "dtype": dtype}
+        params = {P.METHOD: row[P.METHOD], P.BATCH: row[P.BATCH], P.DTYPE: dtype}
         ctx.metric(M.KERNELS_PER_STEP, row["kernels"], **params)
         ctx.metric(M.LAUNCH_COST_BASIS, basis, **params)
         ctx.metric(M.BYTES_PER_STEP, nbytes, **params)

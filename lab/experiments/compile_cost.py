@@ -28,7 +28,8 @@ from lab.host.cache_dir import isolated_env
 from lab.host.compile_cache import DROP_ENV, cache_counters, provenance
 from lab.measure.breakeven import break_even_calls
 from lab.locks import owned_tempdir
-from lab.contract.names import Method
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.run.context import Context
@@ -147,24 +148,24 @@ class ChildFailed(RuntimeError):
     pass
 
 
-def _child(ctx, cache_dir: str, target: str, n_layer: int, dtype: str | None = None, batch: int | None = None,
+def _child(ctx: Context[Options], cache_dir: str, target: str, n_layer: int, dtype: str | None = None, batch: int | None = None,
            label: str = "") -> dict[str, Any]:
     from lab.run.childproc import run_child
 
     p, o = ctx.profile, ctx.options
-    kwargs = {"target": target, "model": dict(p.model.__dict__), "n_layer": n_layer, "device": p.device,
-              "dtype": dtype or p.dtype, "batch": batch or (MLP_BATCH if target == "mlp" else o.batch),
-              "max_len": p.max_len, "prompt_len": p.prompt_len, "threads": _threads(),
+    kwargs = {P.TARGET: target, "model": dict(p.model.__dict__), P.N_LAYER: n_layer, "device": p.device,
+              P.DTYPE: dtype or p.dtype, P.BATCH: batch or (MLP_BATCH if target == "mlp" else o.batch),
+              P.MAX_LEN: p.max_len, "prompt_len": p.prompt_len, "threads": _threads(),
               "rounds": o.rounds, "steady_steps": o.steady_steps, "warmup": o.warmup}
     with ctx.activity(f"{label}: a fresh process compiles {target} (first call) and times it"):
         child = run_child("lab.experiments.compile_cost:child_first_call", kwargs,
                           timeout_s=o.child_timeout_s, env=isolated_env(cache_dir), drop_env=DROP_ENV)
     # where the experiment's time goes: each child's wall time beside its first call (the rest is the
     # interpreter, imports, CUDA start-up, the steady rounds and Inductor's compile workers)
-    seen = dict(ctx.record.notes.get("child_s", {}))
+    seen = dict(ctx.record.notes.get(N.CHILD_S.key, {}))
     seen[label] = {"wall_s": round(child.duration_s, 2),
                    "first_call_s": round(child.value["first_call_s"], 2) if child.ok and child.value else None}
-    ctx.note("child_s", seen)
+    ctx.note(N.CHILD_S.key, seen)
     if not child.ok or child.value is None:
         raise ChildFailed(f"{label}: child process {child.describe()}")
     return child.value
@@ -176,7 +177,7 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
-def _cold_warm(ctx, root: str, target: str, n_layer: int, tag: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+def _cold_warm(ctx: Context[Options], root: str, target: str, n_layer: int, tag: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     cache_dir = tempfile.mkdtemp(prefix=f"{tag}-", dir=root)
     cold = _child(ctx, cache_dir, target, n_layer, label=f"{tag} cold")
     warm = _child(ctx, cache_dir, target, n_layer, label=f"{tag} warm")
@@ -195,22 +196,22 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     import torch
 
     p = ctx.profile
     full = p.model.n_layer
     depths = list(ctx.options.depths)
     trials = ctx.options.mlp_trials
-    ctx.note("settings", {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, "batch": MLP_BATCH},
-                          "threads": torch.get_num_threads(), "device": p.device, "dtype": p.dtype,
+    ctx.note(N.SETTINGS.key, {"depths": depths, "mlp_trials": trials, "mlp": {"dims": MLP_DIMS, P.BATCH: MLP_BATCH},
+                          "threads": torch.get_num_threads(), "device": p.device, P.DTYPE: p.dtype,
                           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
     with owned_tempdir("compile-cost") as root_path:  # removed on the next start if this run is killed
         root = str(root_path)
         # 1. the decode core at full depth: cold, warm, steady, break-even
         cold, warm, cache_dir = _cold_warm(ctx, root, "decode_core", full, "decode_core")
         _record_target(ctx, "decode_core", full, cold, warm)
-        ctx.note("cache_provenance.decode_core",
+        ctx.note(N.CACHE_PROVENANCE.key_for("decode_core"),
                  provenance("decode_core", warm["shapes"], p.dtype, p.device, ctx.toolchain, cache_dir=None)
                  | {"threads": warm["threads"], "fx_graph_cache": warm["fx_graph_cache"]})
 
@@ -250,9 +251,9 @@ def run(ctx: Context) -> None:
                                                       "processes): set compile_cost.mlp_trials=1, as gpu-full does")
 
 
-def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
+def _record_steady(ctx: Context[Options], target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
     """steady_ms from the warm child; break-even per phase from the saving measured in that phase's process."""
-    medians = {}
+    medians: dict[str, float] = {}
     for method in STEADY:
         medians[method] = ctx.timing(M.STEADY_MS, warm["steady"][method], method=method, target=target).median
     for phase, res in (("cold", cold), ("warm", warm)):
@@ -261,23 +262,23 @@ def _record_steady(ctx, target: str, cold: dict[str, Any], warm: dict[str, Any])
         calls = break_even_calls(res["first_call_s"], eager_ms, comp_ms)
         ctx.metric(M.BREAK_EVEN_CALLS, calls, phase=phase, target=target)
         if calls is None:
-            ctx.note(f"never_pays.{target}.{phase}", f"compiled {comp_ms:.3f} ms is not faster than eager "
+            ctx.note(N.NEVER_PAYS.key_for(target, phase), f"compiled {comp_ms:.3f} ms is not faster than eager "
                                                      f"{eager_ms:.3f} ms in the {phase} process: the compile never pays")
     return medians
 
 
-def _record_target(ctx, target: str, n_layer: int, cold: dict[str, Any], warm: dict[str, Any]) -> None:
+def _record_target(ctx: Context[Options], target: str, n_layer: int, cold: dict[str, Any], warm: dict[str, Any]) -> None:
     for phase, res in (("cold", cold), ("warm", warm)):
         ctx.metric(M.FIRST_CALL_S, res["first_call_s"], phase=phase, target=target, n_layer=n_layer)
-        ctx.note(f"counters.{target}.{phase}", res["counters"])
+        ctx.note(N.COUNTERS.key_for(target, phase), res["counters"])
     _record_steady(ctx, target, cold, warm)
 
 
-def _reuse_probe(ctx, cache_dir: str, same: dict[str, Any]) -> None:
+def _reuse_probe(ctx: Context[Options], cache_dir: str, same: dict[str, Any]) -> None:
     """Offer the MLP's populated cache a different batch (shape) and a different dtype: both must miss."""
     settings = {"same": same,
                 "shape": _child(ctx, cache_dir, "mlp", 0, batch=MLP_BATCH * 2, label="mlp other shape"),
-                "dtype": _child(ctx, cache_dir, "mlp", 0, dtype="float64", label="mlp other dtype")}
+                P.DTYPE: _child(ctx, cache_dir, "mlp", 0, dtype="float64", label="mlp other dtype")}
     for setting, res in settings.items():
         c = res["counters"]
         reused = c["fxgraph_cache_hit"] > 0
@@ -286,5 +287,5 @@ def _reuse_probe(ctx, cache_dir: str, same: dict[str, Any]) -> None:
         expect = setting == "same"
         ctx.check(f"mlp cache {'reused' if expect else 'not reused'} under {setting} setting", reused == expect,
                   detail=f"{c}; shapes {res['shapes']}", fatal=False)
-    ctx.note("cache_provenance.mlp", provenance("mlp", same["shapes"], ctx.profile.dtype, ctx.profile.device,
+    ctx.note(N.CACHE_PROVENANCE.key_for("mlp"), provenance("mlp", same["shapes"], ctx.profile.dtype, ctx.profile.device,
                                                 ctx.toolchain) | {"threads": same["threads"]})

@@ -29,7 +29,8 @@ from lab.measure import compiletrace
 from lab.step import decode, methods as stepmethods
 from lab.contract import metrics as M
 from lab.step.model import Weights
-from lab.contract.names import Method
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
@@ -122,14 +123,14 @@ def _fixed_tokens(m: stepmethods.StepMethod, prompt_len: int, warmup: int, steps
     return m.state.out[:, prompt_len + 1 + warmup:prompt_len + 1 + warmup + steps].cpu()
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     _, w0 = ctx.gpt2("float32")
     fixed = str(o.fixed_method)
     if needs_cuda(fixed) and ctx.device.type != "cuda":
         raise ValueError(f"context_scaling.fixed_method={fixed} needs CUDA: set it to eager on this host")
-    ctx.note("config", {"max_lens": list(o.max_lens), "batches": list(o.batches), "fills": list(o.fills),
-                        "fixed_method": fixed, "growing": list(o.growing), "steps": o.steps, "rounds": o.rounds,
+    ctx.note(N.SWEEP_CONFIG.key, {"max_lens": list(o.max_lens), "batches": list(o.batches), "fills": list(o.fills),
+                        "fixed_method": fixed, "growing": list(o.growing), P.STEPS: o.steps, "rounds": o.rounds,
                         "model_positions": int(w0.wpe.shape[0]), "warmup_steps": prof.warmup})
     growing = list(o.growing)
     if "compile" not in growing:
@@ -145,7 +146,7 @@ def run(ctx: Context) -> None:
     for batch in o.batches:
         for max_len in o.max_lens:
             w = extend_positions(w0, max_len)
-            params = {"batch": batch, "max_len": max_len}
+            params = {P.BATCH: batch, P.MAX_LEN: max_len}
             first_prompt = prompt_for(int(w.wte.shape[0]), batch, _prompt_len(o.fills[0], max_len, prof.warmup),
                                       ctx.device, 12000 + batch)
             m = stepmethods.build(fixed, w, first_prompt, max_len, warmup=prof.warmup)
@@ -228,7 +229,7 @@ def _first_growing(fn: Callable[..., Any], w: Weights, prompt: torch.Tensor) -> 
         fn(logits.argmax(-1, keepdim=True), prompt.shape[1], past, w)
 
 
-def _conclude(ctx, o, fixed: str, ms: dict[tuple[int, float, int, str], float]) -> None:
+def _conclude(ctx: Context[Options], o, fixed: str, ms: dict[tuple[int, float, int, str], float]) -> None:
     parts, crossings = [], {}
     for batch in o.batches:
         for fill in o.fills:
@@ -246,7 +247,7 @@ def _conclude(ctx, o, fixed: str, ms: dict[tuple[int, float, int, str], float]) 
                 str(L): round(r, 3) for L, r in zip(lengths, ratios)}}
             if abs(fill - o.headline_fill) < 1e-9:
                 parts.append(phrase(batch, fixed, at, how, lengths, ratios))
-    ctx.note("crossovers", crossings)
+    ctx.note(N.CROSSOVERS.key, crossings)
     if parts:
         sentence = f"With the cache {o.headline_fill:.0%} full, " + "; ".join(parts) + "."
     else:

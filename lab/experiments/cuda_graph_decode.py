@@ -34,7 +34,7 @@ import torch
 
 from lab.contract import metrics as M
 from lab.contract import notes as N
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common import methods
@@ -96,7 +96,7 @@ def _prompt(vocab: int, batch: int, length: int, device: torch.device) -> torch.
     return torch.randint(0, vocab, (batch, length), generator=g).to(device)
 
 
-def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readbacks: tuple[bool, ...], rounds: int,
+def _measure(ctx: Context[Options], w, w32, shape: methods.Shape, names: tuple[str, ...], readbacks: tuple[bool, ...], rounds: int,
              forced: bool, bandwidth: float) -> tuple[methods.MethodSet, dict[str, Any]]:
     """Build, check and time the methods of one batch and dtype (their profile comes after every batch's timing)."""
     prof = ctx.profile
@@ -122,7 +122,7 @@ def _measure(ctx, w, w32, shape: methods.Shape, names: tuple[str, ...], readback
     return ms, phase
 
 
-def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+def _plan(ctx: Context[Options], batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """The methods of the first batch, the other batches and bf16; every method left out, or that this host
     or torch cannot run, listed as skipped with why."""
     opts, prof = ctx.options, ctx.profile
@@ -164,17 +164,17 @@ def _plan(ctx, batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ..
     return tuple(ready), sweep, bf16
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     prof, opts = ctx.profile, ctx.options
     steps, rounds, sweep_rounds, batches = opts.steps, opts.rounds, opts.sweep_rounds, opts.batches
     first, sweep, bf16 = _plan(ctx, batches)
-    ctx.note("config", {"prompt_len": prof.prompt_len, "steps": steps, "max_len": prof.max_len,
+    ctx.note(N.DECODE_CONFIG.key, {"prompt_len": prof.prompt_len, P.STEPS: steps, P.MAX_LEN: prof.max_len,
                         "rounds": rounds, "sweep_rounds": sweep_rounds, "methods": list(first),
-                        "sweep_methods": list(sweep), "bf16_methods": list(bf16), "readback": list(opts.readback),
-                        "dynamic": opts.dynamic, "readback_methods": list(opts.readback_methods),
+                        "sweep_methods": list(sweep), "bf16_methods": list(bf16), P.READBACK: list(opts.readback),
+                        P.DYNAMIC: opts.dynamic, "readback_methods": list(opts.readback_methods),
                         "readback_batches": None if opts.readback_batches is None else list(opts.readback_batches),
                         "batches": list(batches), "bf16_batches": list(opts.bf16_batches)})
-    ctx.note("token_agreement", M.FREE_RUNNING_NOTE)
+    ctx.note(N.TOKEN_AGREEMENT.key, M.FREE_RUNNING_NOTE)
     bandwidth = copy_bandwidth(ctx)  # timed before any profile of this process
     _, w = ctx.gpt2("float32")
     sets: list[methods.MethodSet] = []  # every method stays alive to the end: graphs and trees keep their memory
@@ -182,7 +182,7 @@ def run(ctx: Context) -> None:
     start = time.perf_counter()
 
     def shape(batch: int, dtype: str) -> methods.Shape:
-        return methods.Shape(batch, dtype, prof.prompt_len, steps, prof.max_len, {"batch": batch, "dtype": dtype},
+        return methods.Shape(batch, dtype, prof.prompt_len, steps, prof.max_len, {P.BATCH: batch, P.DTYPE: dtype},
                              readback_param=True)
 
     for i, batch in enumerate(batches):
@@ -205,7 +205,7 @@ def run(ctx: Context) -> None:
         methods.profile(ctx, ms)
         phases[f"b{ms.shape.batch}.{ms.shape.dtype}"]["kernels_s"] = round(time.perf_counter() - t0, 2)
     phases["total_s"] = round(time.perf_counter() - start, 2)
-    ctx.note("phase_s", phases)
-    ctx.note("profiler_guard", profiler_guard.state())  # sessions, and whether CUPTI was torn down after them
+    ctx.note(N.PHASE_S.key, phases)
+    ctx.note(N.PROFILER_GUARD.key, profiler_guard.state())  # sessions, and whether CUPTI was torn down after them
     if ctx.device.type == "cuda":
-        ctx.note("tf32", {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
+        ctx.note(N.TF32.key, {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})

@@ -38,7 +38,8 @@ from lab.step.decode import DecodeState
 from lab.measure.dynamo_tools import dynamo_counters, explain
 from lab.step.graphs import GraphedStep
 from lab.step.model import Weights
-from lab.contract.names import Method
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, prompt_for, provenance
@@ -142,11 +143,11 @@ def _compiled(version: str, fullgraph: bool) -> Callable[..., Any]:
     return torch.compile(stepmethods.compile_entry(spec, dynamic=False), fullgraph=fullgraph, dynamic=False)
 
 
-def _build(ctx, w: Weights, prompt: torch.Tensor, method: str, version: str, batch: int) -> Variant | None:
+def _build(ctx: Context[Options], w: Weights, prompt: torch.Tensor, method: str, version: str, batch: int) -> Variant | None:
     """One variant made ready (compile and/or capture timed as setup), or None when it cannot be (recorded)."""
     o, prof = ctx.options, ctx.profile
     name = f"{method}, {version}"
-    params = {"batch": batch, "variant": name}
+    params = {P.BATCH: batch, P.VARIANT: name}
     state = new_eos_state(w, batch, prof.max_len, -1)
     decode.prefill(state, w, prompt)
     fn: Callable[..., Any] = STEPS[version]
@@ -209,7 +210,7 @@ def _try_capture(model: dict[str, Any], provenance: dict[str, Any], batch: int, 
     return {"captured": True, "error": ""}
 
 
-def _dynamo_report(ctx, w: Weights, prompt: torch.Tensor, batch: int) -> dict[str, Any]:
+def _dynamo_report(ctx: Context[Options], w: Weights, prompt: torch.Tensor, batch: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for version, step in STEPS.items():
         state = new_eos_state(w, batch, ctx.profile.max_len, -1)
@@ -217,7 +218,7 @@ def _dynamo_report(ctx, w: Weights, prompt: torch.Tensor, batch: int) -> dict[st
         ex = explain(step, state, w)
         ctx.metric(M.GRAPHS, ex.graphs, batch=batch, version=version)
         ctx.metric(M.GRAPH_BREAKS, ex.breaks, batch=batch, version=version)
-        ctx.note(f"break_reasons.{version}.b{batch}", ex.reasons)
+        ctx.note(N.BREAK_REASONS.key_for(version, batch), ex.reasons)
         out[version] = {"graphs": ex.graphs, "breaks": ex.breaks, "reasons": ex.reasons}
     torch._dynamo.reset()
     for version in STEPS:  # does the step compile as one graph? (fails at tracing, before any code generation)
@@ -232,12 +233,12 @@ def _dynamo_report(ctx, w: Weights, prompt: torch.Tensor, batch: int) -> dict[st
             ok, reason = False, stepmethods.dynamo_reason(exc)
         ctx.metric(M.STEP_COMPILES, ok, batch=batch, version=version, fullgraph=True)
         if reason:
-            ctx.note(f"fullgraph_error.{version}.b{batch}", reason)
-        out[version]["fullgraph"] = ok
+            ctx.note(N.FULLGRAPH_ERROR.key_for(version, batch), reason)
+        out[version][P.FULLGRAPH] = ok
     return out
 
 
-def _capture_report(ctx, batch: int) -> bool | None:
+def _capture_report(ctx: Context[Options], batch: int) -> bool | None:
     o, prof = ctx.options, ctx.profile
     if ctx.device.type != "cuda":
         ctx.skip(f"capture of the host-checked step (batch {batch})", Code.NO_CUDA,
@@ -250,23 +251,23 @@ def _capture_report(ctx, batch: int) -> bool | None:
     with tempfile.TemporaryDirectory(prefix="lab-capture-") as tmp:
         early = Path(tmp) / "result.json"
         child = run_child("lab.experiments.data_dependent_branch:capture_child",
-                          {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), "batch": batch,
-                           "max_len": prof.max_len, "prompt_len": prof.prompt_len, "result_path": str(early)},
+                          {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), P.BATCH: batch,
+                           P.MAX_LEN: prof.max_len, "prompt_len": prof.prompt_len, "result_path": str(early)},
                           timeout_s=300)
         value = child.value if child.ok else (json.loads(early.read_text()) if early.is_file() else None)
     variant = f"{Method.GRAPH}, {HOST}"
     if not child.ok and value is not None:  # it answered, then died on its way out: the answer stands, noted
-        ctx.note(f"capture_child_exit.b{batch}", child.as_dict())
+        ctx.note(N.CAPTURE_CHILD_EXIT.key_for(batch), child.as_dict())
     elif not child.ok:
-        ctx.note(f"capture_child.b{batch}", child.as_dict())
+        ctx.note(N.CAPTURE_CHILD.key_for(batch), child.as_dict())
         if child.timed_out or "captur" not in child.stderr_tail.lower():  # not the capture's doing: no finding
             ctx.skip(f"capture of the host-checked step (batch {batch})", Code.CHILD_DIED, child.describe())
             return None
         ctx.metric(M.CAPTURES, False, batch=batch, variant=variant)  # capturing ended the process: the finding
-        ctx.note(f"capture_error.b{batch}", f"the process died while capturing: {child.describe()}")
+        ctx.note(N.CAPTURE_ERROR.key_for(batch), f"the process died while capturing: {child.describe()}")
         return False
     ctx.metric(M.CAPTURES, bool(value["captured"]), batch=batch, variant=variant)
-    ctx.note(f"capture_error.b{batch}", value["error"])
+    ctx.note(N.CAPTURE_ERROR.key_for(batch), value["error"])
     return bool(value["captured"])
 
 
@@ -279,7 +280,7 @@ def _stopped_at(out: torch.Tensor, prompt_len: int, eos: int) -> int | None:
     return int(max(int(h[0]) for h in hits)) + 1
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     _, w = ctx.gpt2("float32")
     cuda = ctx.device.type == "cuda"
@@ -288,7 +289,7 @@ def run(ctx: Context) -> None:
         ctx.skip(f"{Method.GRAPH} and {Method.COMPILE_GRAPH}, {WHERE}", Code.NO_CUDA,
                  "manual capture needs a CUDA device: run the gpu-sweep profile")
     eos_at = o.eos_at if o.eos_at is not None else max(1, o.steps // 2)
-    ctx.note("config", {"batches": list(o.batches), "steps": o.steps, "rounds": o.rounds, "check_every": o.check_every,
+    ctx.note(N.SWEEP_CONFIG.key, {"batches": list(o.batches), P.STEPS: o.steps, "rounds": o.rounds, "check_every": o.check_every,
                         "eos_at": eos_at, "methods": list(methods)})
     summary: dict[str, Any] = {}
     for batch in o.batches:
@@ -344,9 +345,9 @@ def _sentence(summary: dict[str, Any]) -> str:
     d = s["dynamo"]
     host, where = d[HOST], d[WHERE]
     parts = [f"Dynamo splits the host-checked step into {host['graphs']} graphs with {host['breaks']} break(s)"
-             + ("" if host["fullgraph"] else " and refuses it under fullgraph"),
+             + ("" if host[P.FULLGRAPH] else " and refuses it under fullgraph"),
              f"the torch.where version is {where['graphs']} graph with {where['breaks']} breaks"
-             + (" and compiles under fullgraph" if where["fullgraph"] else " but does not compile under fullgraph")]
+             + (" and compiles under fullgraph" if where[P.FULLGRAPH] else " but does not compile under fullgraph")]
     if s["captured"] is not None:
         parts.append("capture of the host-checked step " + ("succeeds" if s["captured"] else "fails"))
     parts.append("every variant's tokens " + ("equal" if s["all_equal"] else "do NOT all equal")

@@ -8,6 +8,7 @@ buffer, so it compiles once. Counted with CountingBackend (graphs run eagerly, n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from torch._dynamo.utils import counters
@@ -16,6 +17,7 @@ from lab.console import plural
 from lab.step import decode
 from lab.contract import metrics as M
 from lab.measure.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
+from lab.contract import notes as N
 from lab.contract.options import option
 from lab.run.context import Context
 
@@ -25,12 +27,12 @@ class Options:
     calls: int = option(20, "calls of each compiled step", minimum=1)
 
 
-def _prompt(ctx, batch: int) -> torch.Tensor:
+def _prompt(ctx: Context[Options], batch: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
 
 
-def _measure(label: str, ctx, call, calls: int, dynamic: bool | None = None) -> CountingBackend:
+def _measure(label: str, ctx: Context[Options], call: Callable[..., Any], calls: int, dynamic: bool | None = None) -> CountingBackend:
     torch._dynamo.reset()
     counters.clear()
     backend = CountingBackend()
@@ -46,13 +48,13 @@ def _measure(label: str, ctx, call, calls: int, dynamic: bool | None = None) -> 
     ctx.metric(M.OP_NODES_FIRST_GRAPH, backend.graphs[0].call_nodes if backend.graphs else 0, step=label,
                dynamic=mode)
     ctx.metric(M.SYMBOLIC_GRAPHS, sum(g.symbolic for g in backend.graphs), step=label, dynamic=mode)
-    ctx.note(f"recompile_reasons.{label}.{mode}", [r.splitlines()[-1].strip() for r in reasons][:6])
+    ctx.note(N.STEP_RECOMPILE_REASONS.key_for(label, mode), [r.splitlines()[-1].strip() for r in reasons][:6])
     ctx.progress(f"{label} (dynamic={mode}): {plural(compiles, 'compile')}, {plural(backend.graph_count, 'graph')}, "
                  f"limit hit: {hit}")
     return backend
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     calls = ctx.options.calls
     _, w = ctx.gpt2()
     prompt = _prompt(ctx, 1).to(ctx.device)
@@ -92,7 +94,7 @@ def run(ctx: Context) -> None:
     for label, e in (("fixed", e_fixed), ("growing", e_grow)):
         ctx.metric(M.GRAPH_BREAKS, e.breaks, step=label)
         ctx.metric(M.EXPLAIN_OPS, e.ops, step=label)
-        ctx.note(f"break_reasons.{label}", e.reasons)
+        ctx.note(N.STEP_BREAK_REASONS.key_for(label), e.reasons)
     for mode in ("automatic", "False"):
         fixed_compiles = ctx.record.metric(M.COMPILES.name, step="fixed", dynamic=mode).value
         fixed_graphs = ctx.record.metric(M.GRAPHS.name, step="fixed", dynamic=mode).value

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from lab.contract import metrics as M
 from lab.measure import profiler_guard
 from lab.measure.diagnose import diagnose, load_target
+from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.run.context import Context
@@ -37,7 +38,7 @@ def _in_rounds(samples: list[float], rounds: int) -> list[list[float]]:
     return [samples[i * per:(i + 1) * per] for i in range(rounds)]
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device.type
     reason = ctx.toolchain.reason_for("inductor", dev)
     if reason is not None:
@@ -48,7 +49,7 @@ def run(ctx: Context) -> None:
         fn, args = load_target(target, dev)
         d = diagnose(fn, args, dev, target=target, inductor_reason=f"{reason.code}: {reason.message}" if reason else None,
                      rounds=ctx.options.rounds, iters=ctx.options.iters,
-                     progress=lambda m, n=name: ctx.progress(f"{n}: {m}"))
+                     progress=lambda m: ctx.progress(f"{name}: {m}"))  # called before the loop moves on
         ctx.metric(M.VERDICT, d.verdict, target=name)
         rounds = {method: _in_rounds(xs, ctx.options.rounds) for method, xs in d.samples.items()}
         for method, per_round in rounds.items():
@@ -64,7 +65,7 @@ def run(ctx: Context) -> None:
         ctx.metric(M.RECOMPILES, d.check(4).data[M.RECOMPILES.name], target=name)
         if dev == "cuda":
             ctx.metric(M.HOST_SHARE, d.check(1).data[M.HOST_SHARE.name], target=name)
-        ctx.note(f"report.{name}", d.render().splitlines())
+        ctx.note(N.DIAGNOSE_REPORT.key_for(name), d.render().splitlines())
         ctx.check(f"{name}: verdict {' or '.join(expected)}", d.verdict in expected, fatal=False,
                   detail=f"{d.verdict}: {d.headline}", target=name)
         ctx.progress(f"{name}: {d.verdict}")

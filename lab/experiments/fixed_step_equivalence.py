@@ -9,13 +9,17 @@ contain many distinct tokens, or equality would prove nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from lab.step import decode
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.options import option
+from lab.console import Steps
 from lab.run.context import Context
+from lab.step.model import Weights
 
 MIN_DISTINCT_FRACTION = 0.3  # of the generated tokens, per sequence
 
@@ -28,12 +32,12 @@ class Options:
     batch: int = option(4, "sequences in the batch of different prompts", minimum=1)
 
 
-def prompts(ctx, batch: int, seed: int) -> torch.Tensor:
+def prompts(ctx: Context[Options], batch: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
 
 
-def _distinct_ok(ctx, name: str, tokens: torch.Tensor) -> None:
+def _distinct_ok(ctx: Context[Options], name: str, tokens: torch.Tensor) -> None:
     counts = [len(set(row.tolist())) for row in tokens]
     need = max(2, int(MIN_DISTINCT_FRACTION * tokens.shape[1]))
     ctx.metric(M.DISTINCT_TOKENS_MIN, min(counts), case=name)
@@ -41,7 +45,7 @@ def _distinct_ok(ctx, name: str, tokens: torch.Tensor) -> None:
               detail=f"distinct per sequence: {counts}")
 
 
-def _equal(ctx, name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+def _equal(ctx: Context[Options], name: str, got: torch.Tensor, want: torch.Tensor) -> None:
     same = torch.equal(got, want)
     first_diff = None
     if not same and got.shape == want.shape:
@@ -52,7 +56,7 @@ def _equal(ctx, name: str, got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     steps = ctx.options.steps
     model, w = ctx.gpt2("float32")
     max_len = ctx.profile.prompt_len + steps + 8
@@ -60,11 +64,11 @@ def run(ctx: Context) -> None:
     # 2 prompt sets x (reference, fixed, growing), clean + garbage, together + each sequence alone
     with ctx.counter("greedy decodes", 2 * 3 + 2 + 1 + batch) as done:
         _run(ctx, model, w, steps, max_len, batch, done)
-    ctx.note("steps", steps)
-    ctx.note("batch", batch)
+    ctx.note(N.FIXED_STEPS.key, steps)
+    ctx.note(N.FIXED_BATCH.key, batch)
 
 
-def _run(ctx, model, w, steps: int, max_len: int, batch: int, done) -> None:
+def _run(ctx: Context[Options], model: Any, w: Weights, steps: int, max_len: int, batch: int, done: Steps) -> None:
     # 1. batch 1 and a batch of different prompts against transformers' greedy generate
     for name, p in (("batch1", prompts(ctx, 1, 10)), (f"batch{batch}", prompts(ctx, batch, 11))):
         ref = decode.generate_reference(model, p, steps)

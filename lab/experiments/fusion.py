@@ -19,6 +19,7 @@ import torch
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
@@ -57,16 +58,16 @@ def bytes_moved(n_ops: int, nbytes: int, fused: bool) -> int:
     return 2 * nbytes if fused else 2 * n_ops * nbytes
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     o = ctx.options
     n_list = list(o.n_ops)
     sizes = {"cache": o.cache_bytes, "memory": o.memory_bytes}
     rounds = o.rounds
     iters = {"cache": o.iters_cache, "memory": o.iters_memory}
-    ctx.note("bytes", sizes)
-    ctx.note("dtype", "float32")
-    ctx.note("kernels_meaning", "device kernels per call" if dev.type == "cuda" else
+    ctx.note(N.FUSION_BYTES.key, sizes)
+    ctx.note(N.FUSION_DTYPE.key, "float32")
+    ctx.note(N.KERNELS_MEANING.key, "device kernels per call" if dev.type == "cuda" else
              "outermost op events + generated C++ kernels per call (the CPU has no launches)")
     inputs = {res: torch.rand(b // 4, device=dev) for res, b in sizes.items()}
     profiles: list[tuple[int, Any, Any, torch.Tensor]] = []
@@ -115,4 +116,4 @@ def run(ctx: Context) -> None:
               detail=f"{kern:.0f} kernel(s) per call")
     for res in sizes:
         sp = ctx.record.metric(M.SPEEDUP.name, n_ops=n_max, residency=res).value
-        ctx.note(f"speedup_over_ceiling.{res}", round(sp / n_max, 3))
+        ctx.note(N.OVER_CEILING.key_for(res), round(sp / n_max, 3))

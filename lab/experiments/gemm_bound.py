@@ -18,7 +18,8 @@ from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.step.model import torch_dtype
-from lab.contract.names import Method
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
 from lab.run.context import Context, stored_interval
@@ -63,7 +64,7 @@ def about_one(sp: float, ci: intervals.Interval | None) -> tuple[str, bool, str]
     return name, ci.overlaps(band), f"{sp:.2f}x, 95% interval {ci.text()}"
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     o = ctx.options
     batch, dim, layers = o.batch, o.dim, o.layers
@@ -72,7 +73,7 @@ def run(ctx: Context) -> None:
     model = MLPStack(dim, layers).to(device=dev, dtype=dtype).eval()
     x = torch.randn(batch, dim, device=dev, dtype=dtype)
     flops = layers * 2 * 2 * batch * dim * 4 * dim
-    ctx.note("shape", {"batch": batch, "dim": dim, "layers": layers, "dtype": str(dtype), "flops_per_call": flops})
+    ctx.note(N.SHAPE.key, {P.BATCH: batch, P.DIM: dim, "layers": layers, P.DTYPE: str(dtype), "flops_per_call": flops})
     with quiet_dynamo():
         c = compile_first_call(model, (x,), dev)
     ctx.metric(M.SETUP_S, round(c.setup_s, 3), method=Method.COMPILE_DEFAULT)
@@ -90,7 +91,7 @@ def run(ctx: Context) -> None:
             prof = profile_step(lambda f=f: f(x), dev, steps=3, warmup=1)
             ctx.metric(M.KERNELS, prof.kernels, method=method)
             ctx.metric(M.GEMM_SHARE, prof.matmul_share, method=method)
-            ctx.note(f"top.{method}", prof.top(6))
+            ctx.note(N.TOP.key_for(method), prof.top(6))
     ms = {m: ctx.timing(M.STEP_MS, xs, method=m, batch=batch, dim=dim).median for m, xs in samples.items()}
     sp = ctx.speedup(M.SPEEDUP, samples[Method.EAGER], samples[Method.COMPILE_DEFAULT])
     ctx.metric(M.ACHIEVED_TFLOPS, flops / (ms[Method.EAGER] * 1e-3) / 1e12, method=Method.EAGER)

@@ -20,6 +20,7 @@ import torch
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, inductor_skip, time_method_rounds
 from lab.measure.dynamo_tools import explain, quiet_dynamo
+from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.options import option
 from lab.run.context import Context
@@ -74,10 +75,10 @@ def _quiet_call(fn: Any, *args: Any) -> Any:
         return fn(*args)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     rows, dim = ctx.options.rows, ctx.options.dim
-    ctx.note("shape", [rows, dim])
+    ctx.note(N.SHAPE.key, [rows, dim])
 
     # 1. graph breaks of each version, with reasons (eager backend: no compiler needed)
     h0, s0 = torch.randn(rows, dim, device=dev), torch.full((rows, dim), 0.25, device=dev)
@@ -86,11 +87,11 @@ def run(ctx: Context) -> None:
             e = explain(fn, h0, s0)
         ctx.metric(M.GRAPHS, e.graphs, version=name)
         ctx.metric(M.GRAPH_BREAKS, e.breaks, version=name)
-        ctx.note(f"reasons.{name}", e.reasons)
+        ctx.note(N.FUNCTION_REASONS.key_for(name), e.reasons)
     ctx.check("repaired step: one graph, no break", ctx.record.metric(M.GRAPH_BREAKS.name, version="repaired").value == 0,
-              detail=str(ctx.record.notes["reasons.repaired"]))
+              detail=str(ctx.record.notes[N.FUNCTION_REASONS.key_for("repaired")]))
     ctx.check("broken step: at least one break", ctx.record.metric(M.GRAPH_BREAKS.name, version="broken").value >= 1,
-              detail=str(ctx.record.notes["reasons.broken"]), fatal=False)
+              detail=str(ctx.record.notes[N.FUNCTION_REASONS.key_for("broken")]), fatal=False)
 
     # 2. equality on the validation inputs, outside timing (the chapter's shape (2, 16))
     for label, h_in, above in validation_inputs(2, 16, dev):

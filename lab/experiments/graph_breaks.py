@@ -15,6 +15,7 @@ import torch
 
 from lab.contract import metrics as M
 from lab.measure.dynamo_tools import explain
+from lab.contract import notes as N
 from lab.contract.options import NoOptions
 from lab.run.context import Context
 
@@ -59,7 +60,7 @@ def unsupported_call(x: torch.Tensor) -> torch.Tensor:
 FUNCTIONS = (control, uses_item, uses_print, data_dependent_if, unsupported_call)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     x = torch.randn(8, 16, device=ctx.device)
     for fn in FUNCTIONS:
         with redirect_stdout(io.StringIO()):  # uses_print prints while traced and run
@@ -67,7 +68,7 @@ def run(ctx: Context) -> None:
         ctx.metric(M.GRAPHS, e.graphs, function=fn.__name__)
         ctx.metric(M.GRAPH_BREAKS, e.breaks, function=fn.__name__)
         ctx.metric(M.OPS, e.ops, function=fn.__name__)
-        ctx.note(f"reasons.{fn.__name__}", e.reasons)
+        ctx.note(N.FUNCTION_REASONS.key_for(fn.__name__), e.reasons)
         expect_breaks = 0 if fn is control else 1
         ctx.check(f"{fn.__name__}: {expect_breaks} break(s), {expect_breaks + 1} graph(s)",
                   e.breaks == expect_breaks and e.graphs == expect_breaks + 1,

@@ -35,7 +35,8 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.step.decode import DecodeState
 from lab.step.graphs import GraphedStep
-from lab.contract.names import Method
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, prompt_for
@@ -126,7 +127,7 @@ def _time(call, state: DecodeState, start_pos: int, steps: int, clock, graphed: 
     return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
 
 
-def _capture_ladder(ctx, state: DecodeState, w, sizes: list[int], shared: bool) -> tuple[dict[int, GraphedStep], float,
+def _capture_ladder(ctx: Context[Options], state: DecodeState, w, sizes: list[int], shared: bool) -> tuple[dict[int, GraphedStep], float,
                                                                                        float]:
     """Graphs for every bucket (largest first), their summed capture seconds and the MiB they hold.
 
@@ -153,14 +154,14 @@ def _caller(state: DecodeState, w, b: int, g: GraphedStep | None):
     return lambda: decode.decode_step(rows, w)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     _, w = ctx.gpt2("float32")
     mix = list(range(1, o.max_batch + 1))
     ladders = {name: ladder(name, o.max_batch) for name in o.ladders}
-    ctx.note("ladders", {k: v for k, v in ladders.items()})
-    ctx.note("config", {"max_batch": o.max_batch, "steps": o.steps, "rounds": o.rounds, "shared_pool": o.shared_pool,
-                        "max_len": prof.max_len, "prompt_len": prof.prompt_len, "mix": f"uniform over 1..{o.max_batch}"})
+    ctx.note(N.LADDERS.key, {k: v for k, v in ladders.items()})
+    ctx.note(N.SWEEP_CONFIG.key, {P.MAX_BATCH: o.max_batch, P.STEPS: o.steps, "rounds": o.rounds, "shared_pool": o.shared_pool,
+                        P.MAX_LEN: prof.max_len, "prompt_len": prof.prompt_len, "mix": f"uniform over 1..{o.max_batch}"})
     cuda = ctx.device.type == "cuda"
     state = decode.new_state(w, o.max_batch, prof.max_len)
     prompts = prompt_for(int(w.wte.shape[0]), o.max_batch, prof.prompt_len, ctx.device, 13000)
@@ -211,7 +212,7 @@ def _check_buckets(o, ladders: dict[str, list[int]]) -> set[int]:
     return {bucket(coarse, n) for n in o.check_sizes if n <= o.max_batch}
 
 
-def _check_padding(ctx, o, w, state: DecodeState, prompts: torch.Tensor, ladders: dict[str, list[int]],
+def _check_padding(ctx: Context[Options], o, w, state: DecodeState, prompts: torch.Tensor, ladders: dict[str, list[int]],
                    graphs: dict[int, GraphedStep]) -> None:
     """A batch of n run padded on its bucket b gives each real row the tokens the eager step gives at batch n."""
     coarse_name = "pow2" if "pow2" in ladders else next(iter(ladders))
@@ -234,7 +235,7 @@ def _check_padding(ctx, o, w, state: DecodeState, prompts: torch.Tensor, ladders
                 decode.decode_step(own, w)
         end = ctx.profile.prompt_len + o.steps + 1
         agree = (got[:, :end] == own.out[:, :end].cpu()).float().mean().item()
-        params = {"batch": n, "bucket": b, "ladder": coarse_name}
+        params = {P.BATCH: n, P.BUCKET: b, P.LADDER: coarse_name}
         ctx.metric(M.TOKEN_AGREEMENT, round(agree, 6), **params)
         ctx.metric(M.TOKENS_EQUAL, agree == 1.0, **params)
         ctx.check(f"padding batch {n} to {b} changes no real row's tokens", agree == 1.0, fatal=False,

@@ -25,7 +25,7 @@ Options = NoOptions  # no knobs: the profile's batches, warm-up and steps
 MIB = 1024 * 1024
 
 
-def _step_ms_from_run(ctx, method: Method, batch: int) -> float | None:
+def _step_ms_from_run(ctx: Context[Options], method: Method, batch: int) -> float | None:
     rec = query.ok(ctx.results.experiments, Experiment.CUDA_GRAPH_DECODE)
     try:
         return None if rec is None else float(
@@ -34,7 +34,7 @@ def _step_ms_from_run(ctx, method: Method, batch: int) -> float | None:
         return None
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     prof = ctx.profile
     _, w = ctx.gpt2("float32")
     for batch in prof.batches:
@@ -56,7 +56,7 @@ def run(ctx: Context) -> None:
         ctx.metric(M.WEIGHTS_MIB, round(w.nbytes() / MIB, 3), batch=batch)
         eager_ms = _step_ms_from_run(ctx, Method.EAGER, batch)
         graph_ms = _step_ms_from_run(ctx, Method.GRAPH, batch)
-        source = "cuda_graph_decode"
+        source: str = Experiment.CUDA_GRAPH_DECODE
         if eager_ms is None or graph_ms is None:
             source = "measured here"
             eager = stepmethods.build(Method.EAGER, w, prompt, prof.max_len)

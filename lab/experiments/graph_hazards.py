@@ -21,8 +21,9 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.run.childproc import last_error_line, run_child
 from lab.step.graphs import CacheFullError, GraphedStep
-from lab.step.model import build_model, extract_weights, resolve_weights
-from lab.contract.names import Method
+from lab.step.model import Weights, build_model, extract_weights, resolve_weights
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P
 from lab.contract.options import NoOptions
 from lab.contract.profiles import TINY
 from lab.run.context import Context
@@ -34,7 +35,7 @@ PROMPT = 8
 STEPS = 5
 
 
-def _tiny_weights(device: str):
+def _tiny_weights(device: str) -> Weights:
     model = build_model(TINY, resolve_weights(TINY, "random"), device=device)
     return extract_weights(model)
 
@@ -66,7 +67,7 @@ def past_end_child(kind: str, device: str = "cuda") -> dict[str, Any]:
     return {"steps_done": steps_done, "survived": True}
 
 
-def _replaced_input(ctx) -> None:
+def _replaced_input(ctx: Context[Options]) -> None:
     dev = str(ctx.device)
     w = _tiny_weights(dev)
     prompt = _prompt(dev)
@@ -90,7 +91,7 @@ def _replaced_input(ctx) -> None:
     untouched = run_graph(None)
     replaced = run_graph("replace")
     copied = run_graph("copy")
-    ctx.note("replaced_input", {"untouched": untouched, "after_replacing_tok": replaced, "after_copy_into_tok": copied})
+    ctx.note(N.REPLACED_INPUT.key, {"untouched": untouched, "after_replacing_tok": replaced, "after_copy_into_tok": copied})
     ctx.metric(M.REPLACED_INPUT_TOKENS_EQUAL_UNTOUCHED, replaced == untouched, hazard="replaced input")
     ctx.metric(M.COPIED_INPUT_CHANGES_TOKENS, copied != untouched, hazard="replaced input")
     ctx.check("replacing a captured input is silently ignored (tokens equal an untouched run)", replaced == untouched,
@@ -99,7 +100,7 @@ def _replaced_input(ctx) -> None:
               detail=f"untouched {untouched}, copied {copied}", fatal=False)
 
 
-def _past_end(ctx) -> None:
+def _past_end(ctx: Context[Options]) -> None:
     dev = str(ctx.device)
     outcomes: dict[str, Any] = {}
     kinds = (Method.GRAPH, Method.EAGER)
@@ -107,7 +108,7 @@ def _past_end(ctx) -> None:
     # is its start-up (interpreter, torch, CUDA), which overlaps; nothing is shared between them.
     with ThreadPoolExecutor(len(kinds)) as pool:
         children = dict(zip(kinds, pool.map(lambda k: run_child("lab.experiments.graph_hazards:past_end_child",
-                                                                {"kind": str(k), "device": dev}, timeout_s=300),
+                                                                {P.KIND: str(k), "device": dev}, timeout_s=300),
                                             kinds)))
     for kind in kinds:
         child = children[kind]
@@ -155,9 +156,9 @@ def _past_end(ctx) -> None:
     ctx.check("GraphedStep's host guard raises before the cache end and the process lives on",
               guard_msg is not None and alive and replays == SMALL_CACHE - PROMPT - 1,
               detail=f"{replays} replays, then: {guard_msg}")
-    ctx.note("past_end", outcomes)
+    ctx.note(N.PAST_END.key, outcomes)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     _replaced_input(ctx)
     _past_end(ctx)

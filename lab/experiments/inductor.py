@@ -26,7 +26,8 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.run.childproc import last_error_line
 from lab.measure.dynamo_tools import explain, quiet_dynamo
-from lab.contract.names import Method
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common import hostspeed
@@ -131,7 +132,7 @@ def bisect(cases: list[OpCase], compile_call: Callable[[OpCase], Any] = default_
 
 # ---------------------------------------------------------------------------- decoding helpers
 
-def prompt_for(ctx, batch: int, seed: int = 20) -> torch.Tensor:
+def prompt_for(ctx: Context[Options], batch: int, seed: int = 20) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
 
@@ -146,7 +147,7 @@ def decode_logits(step: Callable[[decode.DecodeState, Any], torch.Tensor], w: An
     return torch.stack(logits).cpu(), state.out[:, T + 1:T + 1 + steps].cpu()
 
 
-def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor],
+def compare(ctx: Context[Options], step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor],
             tolerance: float, fatal: bool, relative: bool = True) -> None:
     diff = float((got[0] - want[0]).abs().max())
     scale = float(want[0].abs().max()) or 1.0
@@ -169,7 +170,7 @@ def compare(ctx, step_name: str, got: tuple[torch.Tensor, torch.Tensor], want: t
 # ---------------------------------------------------------------------------- the experiment
 
 @torch.no_grad()
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o = ctx.options
     steps, equiv_steps, batch = o.steps, o.equiv_steps, o.batch
     per_round, rounds, warmup = o.steps_per_round, o.rounds, o.warmup
@@ -177,8 +178,8 @@ def run(ctx: Context) -> None:
     T = ctx.profile.prompt_len
     max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)
     prompt = prompt_for(ctx, batch)
-    ctx.note("settings", {"steps": steps, "equiv_steps": equiv_steps, "batch": batch, "steps_per_round": per_round,
-                          "rounds": rounds, "warmup": warmup, "max_len": max_len, "dtype": str(w.dtype),
+    ctx.note(N.SETTINGS.key, {P.STEPS: steps, "equiv_steps": equiv_steps, P.BATCH: batch, "steps_per_round": per_round,
+                          "rounds": rounds, "warmup": warmup, P.MAX_LEN: max_len, P.DTYPE: str(w.dtype),
                           "threads": torch.get_num_threads(), "device": str(ctx.device),
                           # other work on the host makes CPU timings noisy: say how busy it was
                           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None})
@@ -221,12 +222,12 @@ def run(ctx: Context) -> None:
     except Exception as exc:  # the failure is the finding: record it exactly, then bisect
         err = error_text(exc)
         ctx.metric(M.STEP_COMPILES, False, step="indexed")
-        ctx.note("indexed_error", err)
+        ctx.note(N.INDEXED_ERROR.key, err)
         ctx.progress(f"indexed step did not compile ({err['line'][:120]}); bisecting")
         found = bisect(op_cases(state, w))
-        ctx.note("bisect", found)
+        ctx.note(N.BISECT.key, found)
         failing = [f["op"] for f in found if not f["compiles"]]
-        ctx.note("smallest_failing_ops", failing)
+        ctx.note(N.SMALLEST_FAILING.key, failing)
         for f in found:
             ctx.metric(M.OP_COMPILES, f["compiles"], op=f["op"])
         ctx.skip(f"{Method.COMPILE_DEFAULT}, indexed step", Code.COMPILE_FAILED,
@@ -276,12 +277,12 @@ def run(ctx: Context) -> None:
         method, step_name = keys[label]
         medians[method, step_name] = ctx.timing(M.STEP_MS, per, method=method, step=step_name, batch=batch).median
     by_key = {keys[label]: per for label, per in rounds_out.items()}
-    turns = {label: ({"method": keys[label][0], "step": keys[label][1], "batch": batch}, per)
+    turns = {label: ({P.METHOD: keys[label][0], P.STEP: keys[label][1], P.BATCH: batch}, per)
              for label, per in rounds_out.items()}
     labels = {key: label for label, key in keys.items()}
     speedups = [(labels[Method.EAGER, step_name], label) for (method, step_name), label in labels.items()
                 if method != Method.EAGER and (Method.EAGER, step_name) in labels]
-    hostspeed.record(ctx, {"batch": batch}, f"b{batch}", turns, index, speedups)
+    hostspeed.record(ctx, {P.BATCH: batch}, f"b{batch}", turns, index, speedups)
     for step_name in ("indexed", "split"):
         if (Method.COMPILE_DEFAULT, step_name) in medians:
             ctx.speedup(M.SPEEDUP_VS_EAGER, by_key[Method.EAGER, step_name], by_key[Method.COMPILE_DEFAULT, step_name],

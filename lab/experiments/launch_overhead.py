@@ -16,6 +16,7 @@ import torch
 from lab.contract import metrics as M
 from lab.measure.bench import compile_first_call, cuda_skip, inductor_skip, time_method_rounds
 from lab.measure.dynamo_tools import quiet_dynamo
+from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
 from lab.contract.options import option
@@ -39,13 +40,13 @@ def make_tiny_chain(n_ops: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return tiny_chain
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     dev = ctx.device
     n_ops = ctx.options.n_ops - ctx.options.n_ops % 2
     width = ctx.options.width
     fn = make_tiny_chain(n_ops)
     x = torch.randn(1, width, device=dev)
-    ctx.note("shape", [1, width])
+    ctx.note(N.SHAPE.key, [1, width])
     methods: dict[str, Callable[[], Any]] = {Method.EAGER: lambda: fn(x)}
     compiled = None
     if not inductor_skip(ctx, f"{Method.COMPILE_DEFAULT} and {Method.COMPILE_GRAPH}"):

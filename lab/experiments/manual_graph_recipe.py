@@ -30,7 +30,7 @@ class Options:
     iters: int = option(100, "timed calls per round", minimum=1)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     if ctx.device.type != "cuda":
         raise NotRun(Code.NO_CUDA, "CUDA graph capture needs a CUDA device: run the gpu profile on a host with an NVIDIA "
                                 "GPU and a CUDA build of torch")

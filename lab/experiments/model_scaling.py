@@ -31,7 +31,8 @@ import torch
 from lab.step import ceilings
 from lab.contract import intervals
 from lab.contract import metrics as M
-from lab.contract.names import Method
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.experiments.common.sweep import SHAPES, Budget, conclude, copy_bandwidth, free_device_memory, measure_methods, parameters, \
     random_weights
@@ -60,7 +61,7 @@ class Options:
     traces: bool = option(True, "keep each compile's trace in the run directory (traces/model_scaling/)")
 
 
-def _speedup(ctx, **params) -> tuple[float, intervals.Interval | None]:
+def _speedup(ctx: Context[Options], **params) -> tuple[float, intervals.Interval | None]:
     """A method's stored speedup over eager and its 95% interval (None where fewer than two rounds ran)."""
     value = ctx.record.metric(M.SPEEDUP_VS_EAGER.name, **params).value
     return float(value), stored_interval(ctx.record, M.SPEEDUP_VS_EAGER, **params)
@@ -82,25 +83,25 @@ def sentence(cases: list[dict]) -> str:
     """The conclusion from per-case records {method, dtype, batch, first, last, small, large, trend}."""
     if not cases:
         return "No method was measured at two sizes, so the scaling of the gain cannot be judged from this run."
-    captured = [c for c in cases if c["method"] == Method.GRAPH] or [c for c in cases if c["method"] == cases[0]["method"]]
+    captured = [c for c in cases if c[P.METHOD] == Method.GRAPH] or [c for c in cases if c[P.METHOD] == cases[0][P.METHOD]]
     shrunk = [c for c in captured if c["trend"] == "shrinks"]
     ex = max(captured, key=lambda c: c["first"] - c["last"])
     verdict = "agree with" if len(shrunk) == len(captured) else (
         "partly agree with" if shrunk else "do not agree with")
-    return (f"{ex['method']}'s speedup over eager goes from {ex['first']:.2f}x ({ex['small']}) to {ex['last']:.2f}x "
-            f"({ex['large']}) at {ex['dtype']} batch {ex['batch']}; it shrinks in {len(shrunk)} of {len(captured)} "
+    return (f"{ex[P.METHOD]}'s speedup over eager goes from {ex['first']:.2f}x ({ex['small']}) to {ex['last']:.2f}x "
+            f"({ex['large']}) at {ex[P.DTYPE]} batch {ex[P.BATCH]}; it shrinks in {len(shrunk)} of {len(captured)} "
             f"dtype/batch cases, so the data {verdict} the chapter's prediction that the gain shrinks as the "
             f"arithmetic per launch grows.")
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     if Method.EAGER not in o.methods:
         raise ValueError("model_scaling needs the eager method as its baseline")
     budget = Budget(o.budget_s, o.max_compiles)
     bandwidth = copy_bandwidth(ctx)
-    ctx.note("config", {"sizes": list(o.sizes), "dtypes": list(o.dtypes), "batches": list(o.batches),
-                        "methods": list(o.methods), "steps": o.steps, "rounds": o.rounds, "max_len": prof.max_len,
+    ctx.note(N.SWEEP_CONFIG.key, {"sizes": list(o.sizes), "dtypes": list(o.dtypes), "batches": list(o.batches),
+                        "methods": list(o.methods), P.STEPS: o.steps, "rounds": o.rounds, P.MAX_LEN: prof.max_len,
                         "prompt_len": prof.prompt_len, "order": "batch, then dtype, then size (compiles stop at the "
                                                                 "budget)"})
     speed: dict[tuple[str, str, int], dict[str, float]] = {}  # (method, dtype, batch) -> size -> speedup
@@ -113,9 +114,9 @@ def run(ctx: Context) -> None:
             w = random_weights(spec, ctx.device, dtype)
             if ctx.record.find(M.WEIGHTS_MIB.name, size=size, dtype=dtype) is None:  # once: later batches rebuild
                 ctx.metric(M.WEIGHTS_MIB, round(w.nbytes() / 2 ** 20, 1), size=size, dtype=dtype)
-                ctx.note(f"parameters.{size}", parameters(spec))
+                ctx.note(N.PARAMETERS.key_for(size), parameters(spec))
             weights_key = (size, dtype)
-        params = {"size": size, "dtype": dtype, "batch": batch}
+        params = {P.SIZE: size, P.DTYPE: dtype, P.BATCH: batch}
         ctx.metric(M.BYTES_PER_STEP, ceilings.step_bytes(w, batch, prof.max_len), **params)
         ctx.metric(M.FLOPS_PER_STEP, ceilings.step_flops(w, batch, prof.max_len), **params)
         torch._dynamo.reset()  # a fresh static graph per shape, and no recompile limit across shapes
@@ -137,9 +138,9 @@ def run(ctx: Context) -> None:
         (first, first_ci), (last, last_ci) = by_size[measured[0]], by_size[measured[-1]]
         ctx.metric(M.GAIN_RATIO, round(last / first, 4), method=method, dtype=dtype, batch=batch,
                    smallest=measured[0], largest=measured[-1])
-        cases.append({"method": method, "dtype": dtype, "batch": batch, "first": first, "last": last,
+        cases.append({P.METHOD: method, P.DTYPE: dtype, P.BATCH: batch, "first": first, "last": last,
                       "first_ci": None if first_ci is None else [first_ci.low, first_ci.high],
                       "last_ci": None if last_ci is None else [last_ci.low, last_ci.high],
                       "small": measured[0], "large": measured[-1], "trend": gain_trend(first_ci, last_ci)})
-    ctx.note("trends", cases)
+    ctx.note(N.TRENDS.key, cases)
     conclude(ctx, sentence(cases), RULE)

@@ -48,7 +48,8 @@ from lab.measure import compiletrace
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.run.childproc import run_child
-from lab.contract.names import Method
+from lab.contract import notes as N
+from lab.contract.names import Method, Param as P, Status
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, measure_methods, prompt_for, provenance
@@ -186,7 +187,7 @@ def child_variant(model: dict[str, Any], provenance: dict[str, Any], device: str
 
 # ---------------------------------------------------------------------------- the experiment
 
-def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list[int]]]) -> dict[str, Any] | None:
+def _variant_results(ctx: Context[Options], model: Any, variant: str, prompts: dict[int, list[list[int]]]) -> dict[str, Any] | None:
     """Run one variant here or in a child; None (with the outcome recorded) when it did not run at all."""
     o, prof = ctx.options, ctx.profile
     if variant not in o.isolated:
@@ -195,7 +196,7 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
     partial = raw / "partial.json"
     child = run_child("lab.experiments.peer_generate:child_variant",
                       {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx),
-                       "device": ctx.device.type, "variant": variant,
+                       "device": ctx.device.type, P.VARIANT: variant,
                        "prompts": {str(b): rows for b, rows in prompts.items()}, "new_tokens": o.new_tokens,
                        "warmup_calls": o.warmup_calls, "rounds": o.rounds, "partial_path": str(partial)},
                       timeout_s=o.child_timeout_s, env=compiletrace.child_env(raw) if o.traces else None)
@@ -205,13 +206,13 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
     else:
         shutil.rmtree(raw, ignore_errors=True)
     if not child.ok:  # the batches it finished stand; the others failed (a crash) or did not run (out of time)
-        ctx.note(f"child.{variant}", child.as_dict())
+        ctx.note(N.CHILD.key_for(variant), child.as_dict())
         done = (value or {}).get("batches", {})
         for batch in prompts:
             if str(batch) not in done:
-                ctx.metric(M.OUTCOME, "NOT_RUN" if child.timed_out else "FAILED", impl="transformers",
+                ctx.metric(M.OUTCOME, Status.NOT_RUN if child.timed_out else Status.FAILED, impl="transformers",
                            variant=variant, batch=batch)
-                ctx.note(f"errors.{variant}.b{batch}", f"the child process ended: {child.describe()}")
+                ctx.note(N.ERRORS.key_for(variant, batch), f"the child process ended: {child.describe()}")
         if child.timed_out:
             ctx.skip(f"transformers {variant}", Code.PROFILE_BUDGET, f"the child process {child.describe()}: raise "
                      f"peer_generate.child_timeout_s (--set peer_generate.child_timeout_s=SECONDS)")
@@ -227,26 +228,26 @@ def _variant_results(ctx, model: Any, variant: str, prompts: dict[int, list[list
 Rounds = list[list[float]]
 
 
-def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[int, torch.Tensor]) -> dict[int, Rounds]:
+def _record_variant(ctx: Context[Options], variant: str, result: dict[str, Any], lab_tokens: dict[int, torch.Tensor]) -> dict[int, Rounds]:
     """Record one variant's batches; its per-call samples (one list per call) of each batch that ended OK."""
     ms: dict[int, Rounds] = {}
     for batch_text, entry in result.items():
         batch = int(batch_text)
-        params = {"impl": "transformers", "variant": variant, "batch": batch}
+        params = {P.IMPL: "transformers", P.VARIANT: variant, P.BATCH: batch}
         if entry["warm_calls_s"]:
             ctx.metric(M.FIRST_CALL_S, entry["warm_calls_s"][0], **params)
         if entry["error"]:
-            ctx.metric(M.OUTCOME, "FAILED", **params)
+            ctx.metric(M.OUTCOME, Status.FAILED, **params)
             ctx.skip(f"transformers {variant} batch {batch}", Code.EXCEPTION, entry["error"])
-            ctx.note(f"errors.{variant}.b{batch}", entry["error"])
+            ctx.note(N.ERRORS.key_for(variant, batch), entry["error"])
             continue
-        ctx.metric(M.OUTCOME, "OK", **params)
+        ctx.metric(M.OUTCOME, Status.OK, **params)
         steady = statistics.median(entry["steady_calls_s"])
         ctx.metric(M.SETUP_S, round(max(0.0, sum(entry["warm_calls_s"]) - len(entry["warm_calls_s"]) * steady), 4),
                    **params)
         ctx.timing(M.STEP_MS, entry["ms_per_token"], **params)
         ms[batch] = entry["ms_per_token"]
-        ctx.note(f"calls.{variant}.b{batch}", {"warm_s": entry["warm_calls_s"], "steady_s": entry["steady_calls_s"]})
+        ctx.note(N.CALLS.key_for(variant, batch), {"warm_s": entry["warm_calls_s"], "steady_s": entry["steady_calls_s"]})
         ref = lab_tokens.get(batch)
         if ref is not None:
             theirs = torch.tensor(entry["tokens"])
@@ -259,12 +260,12 @@ def _record_variant(ctx, variant: str, result: dict[str, Any], lab_tokens: dict[
     return ms
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     model, w = ctx.gpt2("float32")
     vocab = int(w.wte.shape[0])
     steps = min(o.new_tokens - 1, prof.max_len - prof.prompt_len - 2)
-    ctx.note("config", {"variants": list(o.variants), "batches": list(o.batches), "new_tokens": o.new_tokens,
+    ctx.note(N.SWEEP_CONFIG.key, {"variants": list(o.variants), "batches": list(o.batches), "new_tokens": o.new_tokens,
                         "rounds": o.rounds, "warmup_calls": o.warmup_calls, "isolated": list(o.isolated),
                         "lab_methods": list(o.lab_methods), "lab_steps": steps, "lab_max_len": prof.max_len,
                         "transformers": _transformers_version()})
@@ -272,7 +273,7 @@ def run(ctx: Context) -> None:
     lab_ms: dict[int, dict[str, Rounds]] = {}
     lab_tokens: dict[int, torch.Tensor] = {}
     for batch in o.batches:
-        found = measure_methods(ctx, w, tuple(o.lab_methods), {"impl": "lab", "batch": batch}, batch=batch,
+        found = measure_methods(ctx, w, tuple(o.lab_methods), {P.IMPL: "lab", P.BATCH: batch}, batch=batch,
                                 max_len=prof.max_len, prompt_len=prof.prompt_len, steps=steps, rounds=o.rounds,
                                 warmup=prof.warmup, readback=True, profile_kernels=False, trace=o.traces)
         lab_ms[batch] = found.rounds
@@ -283,7 +284,7 @@ def run(ctx: Context) -> None:
     for variant in o.variants:
         if variant in COMPILED and not _has_compile_config():
             for b in o.batches:
-                ctx.metric(M.OUTCOME, "NOT_RUN", impl="transformers", variant=variant, batch=b)
+                ctx.metric(M.OUTCOME, Status.NOT_RUN, impl="transformers", variant=variant, batch=b)
             ctx.skip(f"transformers {variant}", Code.NOT_APPLICABLE,
                      f"transformers {_transformers_version()} has no CompileConfig: install transformers >= 4.48")
             continue
@@ -305,7 +306,7 @@ def faster(ci: intervals.Interval | None) -> str:
             intervals.Relation.UNKNOWN: "no interval: fewer than two rounds"}[intervals.versus(ci, 1.0)]
 
 
-def _compare(ctx, lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[int, Rounds]]) -> None:
+def _compare(ctx: Context[Options], lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[int, Rounds]]) -> None:
     """`speedup_vs_peer` (with its interval) of each lab method at each batch, and the conclusion."""
     parts = []
     for batch, methods in lab_ms.items():
@@ -319,12 +320,12 @@ def _compare(ctx, lab_ms: dict[int, dict[str, Rounds]], peer_ms: dict[str, dict[
                         batch=batch, peer=best_peer)
         ours = min(methods, key=lambda m: _median(methods[m]))
         mine, peer = _median(methods[ours]), _median(theirs[best_peer])
-        stored = {"impl": "lab", "method": ours, "batch": batch, "peer": best_peer}
+        stored = {P.IMPL: "lab", P.METHOD: ours, P.BATCH: batch, P.PEER: best_peer}
         ci = stored_interval(ctx.record, M.SPEEDUP_VS_PEER, **stored)
         parts.append(f"at batch {batch} the lab's {ours} step takes {mine:.3g} ms against {peer:.3g} ms per token for "
                      f"transformers' {best_peer} ({peer / mine:.1f}x{' ' + ci.text() if ci else ''}: {faster(ci)})")
-    failed = sorted({m.params["variant"] for m in ctx.record.metrics
-                     if m.name == M.OUTCOME.name and m.value != "OK"})
+    failed = sorted({str(m.params[P.VARIANT]) for m in ctx.record.metrics
+                     if m.name == M.OUTCOME.name and m.value != Status.OK})
     if parts:
         sentence = "; ".join(parts)
         sentence = sentence[0].upper() + sentence[1:]

@@ -14,6 +14,7 @@ import torch
 from lab.contract import metrics as M
 from lab.console import plural
 from lab.measure.dynamo_tools import count_compiles, recompile_limit
+from lab.contract import notes as N
 from lab.contract.options import option
 from lab.run.context import Context
 
@@ -31,12 +32,12 @@ class Options:
                                           minimum=1)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     sizes = list(ctx.options.batch_sizes)
     limit_name, limit_value = recompile_limit()
     ctx.metric(M.RECOMPILE_LIMIT, limit_value, name=f"torch._dynamo.config.{limit_name}")
-    ctx.note("recompile_limit_name", f"torch._dynamo.config.{limit_name}")
-    ctx.note("batch_sizes", sizes)
+    ctx.note(N.RECOMPILE_LIMIT_NAME.key, f"torch._dynamo.config.{limit_name}")
+    ctx.note(N.BATCH_SIZES.key, sizes)
     w = torch.randn(32, 32, device=ctx.device)
     calls = [(torch.randn(b, 32, device=ctx.device), w) for b in sizes]
     for label, dynamic in MODES.items():
@@ -45,8 +46,8 @@ def run(ctx: Context) -> None:
         ctx.metric(M.GRAPHS, c.graphs, dynamic=label)
         ctx.metric(M.SYMBOLIC_GRAPHS, c.symbolic_graphs, dynamic=label)
         ctx.metric(M.LIMIT_HIT, c.limit_hit, dynamic=label)
-        ctx.note(f"graph_input_shapes.{label}", c.graph_shapes)
-        ctx.note(f"recompile_reasons.{label}", [r.splitlines()[-1].strip() for r in c.reasons][:12])
+        ctx.note(N.GRAPH_INPUT_SHAPES.key_for(label), c.graph_shapes)
+        ctx.note(N.RECOMPILE_REASONS.key_for(label), [r.splitlines()[-1].strip() for r in c.reasons][:12])
         ctx.progress(f"dynamic={label}: {plural(c.compiles, 'compile')}, limit hit: {c.limit_hit}")
     # What the numbers mean, as checks a reader can follow (not fatal: they are facts of this torch).
     false_compiles = ctx.record.metric(M.COMPILES.name, dynamic="False").value

@@ -20,8 +20,9 @@ from typing import Any
 
 from lab.contract import intervals
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.catalogue import CATALOGUE
-from lab.contract.names import BASELINES, Family, family
+from lab.contract.names import BASELINES, Family, family, Param as P, Status
 from lab.contract.options import NoOptions
 from lab.contract.reasons import Code
 from lab.run.context import Context
@@ -57,12 +58,12 @@ class Candidate:
 
 
 def case_key(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "method") or "-"
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if k != P.METHOD) or "-"
 
 
 def _incorrect(record: Any) -> set[str]:
     """The (params without readback) of every case whose `correct` metric is false."""
-    return {case_key({k: v for k, v in m.params.items() if k != "readback"}) + "|" + str(m.params.get("method"))
+    return {case_key({k: v for k, v in m.params.items() if k != P.READBACK}) + "|" + str(m.params.get(P.METHOD))
             for m in record.metrics if m.name == M.CORRECT.name and m.value is False}
 
 
@@ -74,13 +75,13 @@ def candidates_by_case(record: Any) -> dict[str, list[Candidate]]:
     for m in record.metrics:
         if m.name != M.STEP_MS.name or "method" not in m.params or m.value is None:
             continue
-        if m.params.get("readback") is True:  # the decode step with the token read back: a separate question
+        if m.params.get(P.READBACK) is True:  # the decode step with the token read back: a separate question
             continue
-        key = case_key({k: v for k, v in m.params.items() if k != "readback"}) + "|" + str(m.params["method"])
+        key = case_key({k: v for k, v in m.params.items() if k != P.READBACK}) + "|" + str(m.params[P.METHOD])
         if key in wrong:
             continue
         sp = m.spread
-        out[case_key(m.params)].append(Candidate(str(m.params["method"]), float(m.value),
+        out[case_key(m.params)].append(Candidate(str(m.params[P.METHOD]), float(m.value),
                                                  sp.q1 if sp else float(m.value), sp.q3 if sp else float(m.value),
                                                  bool(sp.noisy) if sp else False,
                                                  sp.ci_low if sp else None, sp.ci_high if sp else None,
@@ -155,12 +156,12 @@ def _stored_interval(record: Any, choice: Choice) -> tuple[float | None, float |
     for m in record.metrics:
         if m.name in (M.SPEEDUP_CI_LOW.name, M.SPEEDUP_CI_HIGH.name) and \
                 all(m.params.get(k) == v for k, v in params.items() if k in m.params) and \
-                m.params.get("method", params.get("method")) == params.get("method"):
+                m.params.get(P.METHOD, params.get(P.METHOD)) == params.get(P.METHOD):
             found[m.name] = m.value
     return found.get(M.SPEEDUP_CI_LOW.name), found.get(M.SPEEDUP_CI_HIGH.name)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     records = {r.id: r for r in ctx.results.experiments}
     chosen = 0
     for wid, what in WORKLOADS.items():
@@ -168,7 +169,7 @@ def run(ctx: Context) -> None:
         if rec is None:
             ctx.skip(wid, Code.NOT_MEASURED, f"{what}: not in this run; run `python -m lab run --only {wid},selection`")
             continue
-        if rec.status != "OK":
+        if rec.status != Status.OK:
             code = rec.reason.code if rec.reason else rec.status.lower()
             msg = rec.reason.message if rec.reason else rec.status
             ctx.skip(wid, code, f"{what}: {rec.status}: {msg}")
@@ -190,7 +191,7 @@ def run(ctx: Context) -> None:
             if choice.margin is not None:
                 ctx.metric(M.MARGIN_VS_RUNNER_UP, choice.margin, workload=wid, case=case)
             ctx.metric(M.TIE_WITH_EAGER, choice.tie_with_eager, workload=wid, case=case)
-            ctx.note(f"evidence.{wid}.{case}", evidence(choice, cands, skipped))
+            ctx.note(N.EVIDENCE.key_for(wid, case), evidence(choice, cands, skipped))
             chosen += 1
     ctx.metric(M.CASES, chosen)
     ctx.progress(f"{chosen} cases chosen; {len(ctx.record.skipped)} workload(s) not measured")

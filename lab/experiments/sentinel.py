@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from lab.contract import metrics as M
 from lab.contract import notes as N
-from lab.contract.names import Method
+from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.options import option
 from lab.experiments.common.sweep import provenance
 from lab.host import cpuplace
@@ -261,7 +261,7 @@ def child_kwargs(ctx: Any) -> dict[str, Any]:
     """The child's arguments: the run's model and weights, its device and shape, the warm-up rule."""
     prof = ctx.profile
     return {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), "device": ctx.device.type,
-            "prompt_len": prof.prompt_len, "max_len": prof.max_len, "steps": steps_of(ctx), **rule(ctx.options)}
+            "prompt_len": prof.prompt_len, P.MAX_LEN: prof.max_len, P.STEPS: steps_of(ctx), **rule(ctx.options)}
 
 
 def measure(ctx: Any, when: str) -> dict[str, Any] | None:
@@ -290,7 +290,7 @@ def record_take(ctx: Any, value: dict[str, Any], when: str) -> None:
     steadiness(ctx, value["warmup"], when, o.agree)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     if ctx.device.type != "cuda":  # the catalogue says so too; kept for a direct call
         raise RuntimeError("the sentinel measures a CUDA step")
     measure(ctx, "start")
@@ -299,7 +299,7 @@ def run(ctx: Context) -> None:
 def sentinel_ms(records: list[Any], method: str, when: str) -> float | None:
     """The sentinel's step time of `method` at `when` in this run's records (None: not measured)."""
     for rec in records:
-        if rec.id in ("sentinel", "sentinel_end") and rec.status == "OK":
+        if rec.id in (Experiment.SENTINEL, Experiment.SENTINEL_END) and rec.status == Status.OK:
             m = rec.find(M.SENTINEL_STEP_MS.name, method=method, when=when)
             if m is not None:
                 return float(m.value)

@@ -36,7 +36,7 @@ from lab.contract import hostspeed
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.contract import notes as N
-from lab.contract.names import Experiment, Method
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.contract import query
@@ -48,7 +48,7 @@ from lab.run import turns
 from lab.run.context import Context
 
 DRIFT = 0.10  # a fresh process's step that moved more than this between the start and the end: a host warning
-PAIRED = {"method": Method.EAGER, "batch": 1, "dtype": "float32"}
+PAIRED: dict[str, Any] = {P.METHOD: Method.EAGER, P.BATCH: 1, P.DTYPE: "float32"}
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def alternate(own: Callable[[], list[float]], fresh: Callable[[], tuple[list[flo
     return out
 
 
-def record_paired(ctx: Any, paired: Paired) -> bool:
+def record_paired(ctx: Context[Options], paired: Paired) -> bool:
     """`in_run_over_fresh` with its interval, the index note, and the verdict on the instrument."""
     ratio = ctx.speedup(M.IN_RUN_OVER_FRESH, paired.in_run, paired.fresh, **PAIRED)
     ci = paired.interval()
@@ -156,7 +156,7 @@ def _in_run_ms(records: list[Any], method: str) -> float | None:
 def _index_median(records: list[Any], when: str) -> float | None:
     """The median host index of the fresh process's kept rounds at `when` (None: none noted)."""
     for rec in records:
-        warm = rec.notes.get(N.WARMUP.key_for(when=when)) if rec.id in ("sentinel", "sentinel_end") else None
+        warm = rec.notes.get(N.WARMUP.key_for(when=when)) if rec.id in (Experiment.SENTINEL, Experiment.SENTINEL_END) else None
         if warm and warm.get("index_ms"):
             kept = [x for name, xs in warm["index_ms"].items() if name != "warmup" for x in xs]
             return statistics.median(kept) if kept else None
@@ -184,7 +184,7 @@ def drift(ctx: Any) -> None:
             ctx.metric(M.IN_RUN_OVER_SENTINEL, round(in_run / start, 4), method=method)
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     if not turns.supported():  # Windows: the end sentinel alone, and no paired verdict (said as a skipped part)
         ctx.skip("in_run_over_fresh", Code.LINUX_HOST_REQUIRED, "the paired fresh process passes its pipes by file "
                                                                 "descriptor (lab.run.turns): POSIX only")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.host.cxxcheck import try_compile_python_extension
@@ -22,10 +23,10 @@ class Options:
     try_compile: bool = option(False, "also compile a one-line file that includes Python.h with the compiler found")
 
 
-def run(ctx: Context) -> None:
+def run(ctx: Context[Options]) -> None:
     tc = ctx.toolchain
-    ctx.note("toolchain", tc.as_dict())
-    ctx.note("compiler", {"name": tc.cxx.compiler, "path": tc.cxx.path, "version": tc.cxx.version,
+    ctx.note(N.TOOLCHAIN.key, tc.as_dict())
+    ctx.note(N.COMPILER.key, {"name": tc.cxx.compiler, "path": tc.cxx.path, "version": tc.cxx.version,
                           "search": tc.cxx.search, "CXX": tc.cxx.cxx_env, "inductor_agrees": tc.cxx.inductor_agrees})
     ctx.metric(M.CXX_COMPILER_FOUND, tc.cxx.compiler is not None)
     ctx.metric(M.CXX_OFF_PATH, len(tc.cxx.off_path))
@@ -33,7 +34,7 @@ def run(ctx: Context) -> None:
     ctx.metric(M.TRITON_IMPORTABLE, tc.triton.importable)
     ctx.metric(M.CUDA_AVAILABLE, tc.cuda.available)
     if tc.cxx.msvc is not None:
-        ctx.note("msvc", tc.cxx.msvc)
+        ctx.note(N.MSVC.key, tc.cxx.msvc)
     if tc.cxx.inductor_agrees is not None:
         ctx.check("the probe and Inductor's own get_cpp_compiler() agree", tc.cxx.inductor_agrees,
                   detail=f"probe: {tc.cxx.compiler}", fatal=False)
@@ -42,10 +43,10 @@ def run(ctx: Context) -> None:
                             ("triton", tc.cache_reason() or tc.triton_reason())):
         ctx.metric(M.INDUCTOR_BACKEND_USABLE, reason is None, backend=backend)
         if reason is not None:
-            ctx.note(f"reason.{backend}", {"code": reason.code, "message": reason.message})
+            ctx.note(N.BACKEND_REASON.key_for(backend), {"code": reason.code, "message": reason.message})
     if ctx.options.try_compile:
-        if tc.cxx_reason() is not None:
-            ctx.skip("python_extension_compile", tc.cxx_reason().code, tc.cxx_reason().message)
+        if (why := tc.cxx_reason()) is not None:
+            ctx.skip("python_extension_compile", why.code, why.message)
         else:
             ok, err = try_compile_python_extension(tc.cxx)
             if ok is None:

@@ -61,7 +61,7 @@ def make_targets(profiles: list[str], variants: list[str], partitions: list[str]
         if v != HOST and v not in runnable:
             raise ValueError(f"--variant {v}: unknown or not runnable in a fleet (choose from {HOST}, "
                              f"{', '.join(runnable)})")
-    combos = itertools.product(profiles, variants, partitions or [None], constraints or [None])
+    combos = itertools.product(profiles, variants, partitions or (None,), constraints or (None,))
     targets = [Target(i, p, v, part, con, only) for i, (p, v, part, con) in enumerate(combos)]
     names = [t.name for t in targets]
     if len(set(names)) != len(names):

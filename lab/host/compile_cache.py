@@ -41,7 +41,7 @@ def cache_counters() -> dict[str, int]:
     """Inductor's FX graph cache hit/miss/bypass counters of this process (names as in the installed torch)."""
     from torch._dynamo.utils import counters
 
-    ind = counters.get("inductor", {})
+    ind: dict[str, int] = counters.get("inductor", {})
     return {k: int(ind.get(k, 0)) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")}
 
 

@@ -16,6 +16,7 @@ import ctypes
 import re
 import subprocess
 import sys
+from typing import Callable
 from pathlib import Path
 
 from lab.contract.reasons import Code, Reason
@@ -35,7 +36,7 @@ def min_driver(cuda: str | None) -> str | None:
     return MIN_DRIVER.get(major[0]) if major else None
 
 
-def driver_version(run=None, proc: Path = Path("/proc/driver/nvidia/version")) -> str | None:
+def driver_version(run: Callable[[], str | None] | None = None, proc: Path = Path("/proc/driver/nvidia/version")) -> str | None:
     """The NVIDIA driver's version: nvidia-smi's answer, else the kernel module's; None without a driver."""
     try:
         out = (run or _nvidia_smi)()

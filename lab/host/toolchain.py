@@ -349,7 +349,7 @@ def _ask_inductor(expected: str | None) -> bool | None:
 def _probe_cuda() -> CudaInfo:
     import torch
 
-    driver = {"driver_version": driver_version(), "driver_cuda": driver_cuda_version(),
+    driver: dict[str, Any] = {"driver_version": driver_version(), "driver_cuda": driver_cuda_version(),
               "min_driver": min_driver(torch.version.cuda)}
     if not torch.cuda.is_available():
         why = "torch was built without CUDA" if torch.version.cuda is None else "torch.cuda.is_available() is False"

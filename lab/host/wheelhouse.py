@@ -225,7 +225,7 @@ def current_pip(out: Path, python: str = sys.executable, say: Any = print) -> tu
 
 
 def resolve(requirements: Sequence[str], target: Target, out: Path, pip: Sequence[str],
-            pins: dict[str, str] | None = None) -> list[dict]:
+            pins: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The wheels pip would install for the target (its --report's `install` list), nothing downloaded but metadata;
     torch and triton cannot be chosen (a constraint no release meets), anything else left to the host is refused.
     `pins`: {name: version} the resolution must use (the host's, `--have`)."""
@@ -236,7 +236,7 @@ def resolve(requirements: Sequence[str], target: Target, out: Path, pip: Sequenc
         # --target: pips before 23.3 refuse --platform & co without it; with --dry-run nothing is written there
         _pip(pip, ["install", "--dry-run", "--ignore-installed", "--target", str(scratch), "--report", str(report),
                    "--constraint", str(constraints), *target.pip_args(), *requirements], target)
-        chosen = json.loads(report.read_text())["install"]
+        chosen: list[dict[str, Any]] = json.loads(report.read_text())["install"]
     finally:
         report.unlink(missing_ok=True)
         constraints.unlink(missing_ok=True)
@@ -257,7 +257,7 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(chosen: Sequence[dict], target: Target, out: Path, pip: Sequence[str]) -> list[Wheel]:
+def download(chosen: Sequence[dict[str, Any]], target: Target, out: Path, pip: Sequence[str]) -> list[Wheel]:
     """`pip download --no-deps` of exactly the resolved wheels into OUT; each file's sha256 checked against the
     index's where it gave one."""
     pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in chosen]
@@ -329,7 +329,7 @@ def marker_environment(target: Target) -> dict[str, str]:
     return env
 
 
-def demands(requirements: Sequence[str], chosen: Sequence[dict], target: Target) -> dict[str, list[tuple[str, Any]]]:
+def demands(requirements: Sequence[str], chosen: Sequence[dict[str, Any]], target: Target) -> dict[str, list[tuple[str, Any]]]:
     """Every requirement on each distribution of a resolution: {name: [(who asks, its SpecifierSet)]} (the lab's own
     requirements, and each chosen wheel's Requires-Dist lines that apply on the target)."""
     Requirement = _packaging().Requirement
@@ -360,7 +360,7 @@ class HostFit:
     note: str = ""
 
 
-def host_fit(have: dict[str, str | None], requirements: Sequence[str], chosen: Sequence[dict],
+def host_fit(have: dict[str, str | None], requirements: Sequence[str], chosen: Sequence[dict[str, Any]],
              target: Target) -> tuple[dict[str, str], HostFit]:
     """The host versions every requirement on them in `chosen` accepts (the pins of the second resolution), and a
     HostFit naming the others."""

@@ -9,6 +9,7 @@ compiled function (Dynamo + Inductor) is timed on its own as `setup_s` and never
 from __future__ import annotations
 
 from dataclasses import dataclass
+import functools
 from typing import Any, Callable
 
 import torch
@@ -40,7 +41,7 @@ def time_method_rounds(methods: dict[str, Callable[[], Any]], clock: Clock, roun
                        warmup: int = 2) -> dict[str, list[list[float]]]:
     """Per-call ms for each method, one list per round: `rounds` rounds in rotating order, `iters` timed calls
     per round (what `ctx.timing` and `ctx.speedup` take to give a median and a speedup their intervals)."""
-    return rotating_rounds({name: (lambda f=f: time_calls(f, iters, clock, warmup)) for name, f in methods.items()},
+    return rotating_rounds({name: functools.partial(time_calls, f, iters, clock, warmup) for name, f in methods.items()},
                            rounds)
 
 

@@ -198,7 +198,7 @@ def summarise(records: list[tuple[dict[str, Any], str | None]]) -> dict[str, Any
         elif kind == "artifact:recompile_reasons":
             entry["recompile_reasons"] += _json_list(payload)
         elif kind in ("dynamo_graph_break_reason", "artifact:dynamo_graph_break_reason"):
-            body = meta.get(kind) if isinstance(meta.get(kind), dict) else {}
+            body = found if isinstance(found := (meta or {}).get(kind), dict) else {}
             entry["graph_breaks"].append(break_reason(str(body.get("reason") or payload or "?")))
         elif kind in ("inductor_output_code", "dynamo_output_graph"):
             entry.setdefault("payload_bytes", {})[kind] = len(payload or "")

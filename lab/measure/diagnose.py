@@ -24,7 +24,7 @@ import io
 from contextlib import redirect_stdout
 from statistics import median
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -106,7 +106,7 @@ def load_target(spec: str, device: str) -> tuple[Callable[..., Any], tuple[Any, 
     if not callable(factory):
         raise ValueError(f"TARGET {spec!r}: {module_name} has no function {func_name!r}")
     try:
-        params = inspect.signature(factory).parameters
+        params: Mapping[str, inspect.Parameter] = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}  # a builtin without a signature: called with nothing
     required = [n for n, p in params.items() if n != "device" and p.default is p.empty
@@ -211,7 +211,7 @@ def _host_device(eager: StepProfile, eager_ms: float, device: str) -> Check:
     if device == "cuda":
         dev_ms = eager.self_device_ms or 0.0
         busy = min(dev_ms / eager_ms, 1.0) if eager_ms > 0 else 0.0
-        data = {"self_cpu_ms": eager.self_cpu_ms, "self_device_ms": dev_ms, M.STEP_MS.name: eager_ms,
+        data: dict[str, float | None] = {"self_cpu_ms": eager.self_cpu_ms, "self_device_ms": dev_ms, M.STEP_MS.name: eager_ms,
                 "device_busy": busy, M.HOST_SHARE.name: 1 - busy}
         text = (f"self CPU {eager.self_cpu_ms:.3f} ms vs self CUDA {dev_ms:.3f} ms per step; the GPU is busy "
                 f"{busy:.0%} of the {eager_ms:.3f} ms step")

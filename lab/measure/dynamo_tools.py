@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 
@@ -114,7 +114,7 @@ def artifact_logs(artifact: str) -> Iterator[list[str]]:
             messages.append(record.getMessage())
 
     handler = _Collect()
-    torch._logging.set_logs(**{artifact: True})
+    torch._logging.set_logs(**cast(dict[str, Any], {artifact: True}))
     loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
                if name.endswith(f"__{artifact}")]
     saved = [(lg, lg.propagate) for lg in loggers]

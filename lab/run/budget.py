@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lab.contract.reasons import Code
+from lab.contract.names import Status
 from lab.contract.results import Record, Stop
 
 EXIT_STOPPED = 75  # sysexits' EX_TEMPFAIL: not done, try again (`lab run --resume` with the same options)
@@ -54,7 +55,7 @@ def now() -> float:
 def earlier_durations(records: list[Record]) -> dict[str, float]:
     """What each experiment a resume runs again took in an earlier start: the duration of its record that is not OK
     (FAILED, or NOT_RUN cut off during it); a record of one never started holds no duration and says nothing."""
-    return {r.id: float(r.duration_s) for r in records if r.status != "OK" and r.duration_s}
+    return {r.id: float(r.duration_s) for r in records if r.status != Status.OK and r.duration_s}
 
 
 @dataclass

@@ -132,7 +132,7 @@ def run_child(target: str, kwargs: dict[str, Any] | None = None, timeout_s: floa
         return ChildResult(target, proc.returncode, sig, False, duration, value, _tail(out_path), _tail(err_path))
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen[Any]) -> None:
     """SIGKILL the child and everything it started: first, while the stopped child still holds them (it is their
     subreaper), every descendant found in /proc, whatever session or group it moved to; then the child's process
     group. Nothing if they are gone."""

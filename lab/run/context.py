@@ -13,7 +13,7 @@ import importlib
 import statistics
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Generic, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 
@@ -32,6 +32,7 @@ from lab.host.toolchain import Toolchain
 from lab.measure.timing import clock_for, spread
 
 T = TypeVar("T")
+Opts = TypeVar("Opts")  # the experiment's Options
 
 
 def _plain(value: Any) -> Any:
@@ -114,17 +115,18 @@ def stored_interval(record: Record, spec: MetricSpec, **params: Any) -> interval
     return intervals.of(low, high)
 
 
-class Context:
-    """What an experiment receives: the profile, its resolved options, the device, a clock, and a recorder."""
+class Context(Generic[Opts]):
+    """What an experiment receives: the profile, its resolved options (`Context[Options]`: the experiment's own
+    declared Options), the device, a clock, and a recorder."""
 
     def __init__(self, spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, record: Record,
-                 results: Results, models: ModelCache, options: Any = None, out_dir: Path | None = None) -> None:
+                 results: Results, models: ModelCache, options: Opts | None = None, out_dir: Path | None = None) -> None:
         self.spec = spec
         self.out_dir = out_dir  # the run directory (None outside a run): where files beside results.json go
         self.profile = profile
         # resolved (lab.contract.options): a default that comes from the profile is filled in, also in Options a
         # caller built by hand
-        self.options = fill(options, profile, spec.id) if options is not None else options_for(spec, profile)
+        self.options: Opts = fill(options, profile, spec.id) if options is not None else options_for(spec, profile)
         self.toolchain = toolchain
         self.record = record
         self.results = results

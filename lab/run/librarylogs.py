@@ -181,7 +181,7 @@ class _Records(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if getattr(record, "_lab_recorded", False):
             return
-        record._lab_recorded = True  # type: ignore[attr-defined]
+        record._lab_recorded = True
         _mute_torch_stream_handlers()  # torch may have made new ones since (torch._logging.set_logs)
         try:
             message = record.getMessage()

@@ -57,7 +57,7 @@ def git_info() -> dict[str, Any]:
     digest = source_digest()
     if commit is None:
         env = os.environ.get("LAB_COMMIT")
-        info = {"commit": env, "dirty": None, "source": "LAB_COMMIT" if env else None, "source_sha256": digest}
+        info: dict[str, Any] = {"commit": env, "dirty": None, "source": "LAB_COMMIT" if env else None, "source_sha256": digest}
     else:
         why = stamp.unclean(REPO_ROOT)  # untracked sources of lab/ and report/ count: they are imported
         info = {"commit": commit, "dirty": None if why is None else bool(why), "source": "git",

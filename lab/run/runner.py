@@ -40,11 +40,11 @@ from lab.locks import clean_abandoned_tempdirs
 from lab.run.manifest import collect, finish, now_iso
 from lab.contract import metrics as M
 from lab.contract import query
-from lab.contract.names import Experiment
+from lab.contract.names import Experiment, Status
 from lab.contract.options import OptionsError, as_dict
 from lab.contract.profiles import Profile
 from lab.contract.reasons import Code
-from lab.contract.results import (MANIFEST_NAME, RESULTS_NAME, Check, Reason, Record, Results, RunInfo,
+from lab.contract.results import (MANIFEST_NAME, RESULTS_NAME, Check, Reason, Record, Results, RunInfo, RunState,
                          quarantine, save, write_json_atomic)
 from lab.measure import profiler_guard
 from lab.host.toolchain import Toolchain, probe
@@ -53,7 +53,7 @@ from lab.host.toolchain import Toolchain, probe
 class NotRun(Exception):
     """Raised by an experiment that finds, once started, that it cannot run here."""
 
-    def __init__(self, code: Code | str, message: str, reason: Reason | None = None) -> None:
+    def __init__(self, code: Code, message: str, reason: Reason | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.reason = reason or Reason(code, message)
 
@@ -97,8 +97,8 @@ def prerequisite_reason(spec: ExperimentSpec, profile: Profile, toolchain: Toolc
 
 def _finish_status(record: Record) -> None:
     failed = [c for c in record.checks if c.fatal and not c.passed]
-    if record.status == "OK" and failed:
-        record.status = "FAILED"
+    if record.status == Status.OK and failed:
+        record.status = Status.FAILED.value
         names = ", ".join(c.name for c in failed[:5])
         record.reason = Reason(Code.CHECK_FAILED, f"correctness check(s) failed: {names}")
 
@@ -112,7 +112,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
     results schema refuses is removed and the record FAILED naming it. Ctrl-C (and `Stopped`) propagates
     with `record` holding what was measured so far and its duration. What libraries say meanwhile goes
     to `capture` (lab.run.librarylogs) and into the record."""
-    record = record or Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
+    record = record or Record(id=spec.id, title=spec.title, status=Status.OK.value, started_at=now_iso())
     start = time.perf_counter()
     collected = capture.begin() if capture is not None else None
     heartbeat.take_disturbed()  # (what an earlier caller's timings left uncounted is not this experiment's)
@@ -129,7 +129,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
             profiler_guard.experiment_started(spec.id)
             module.run(ctx)
         except NotRun as exc:
-            record.status, record.reason = "NOT_RUN", exc.reason
+            record.status, record.reason = Status.NOT_RUN.value, exc.reason
         except profiler_guard.ProfilerResidue as exc:  # a timing refused: a failed fatal check naming the cause
             record.checks.append(Check(name="no timing after a profiler left its residue", passed=False,
                                        detail=str(exc), params={}, fatal=True))
@@ -148,7 +148,7 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
 
 
 def _failed(record: Record, exc: BaseException) -> None:
-    record.status = "FAILED"
+    record.status = Status.FAILED.value
     first = str(exc).splitlines()[0] if str(exc) else ""
     if isinstance(exc, SystemExit):
         first = f"the experiment called sys.exit({exc.code!r}); an experiment raises instead"
@@ -161,7 +161,7 @@ def _record_disturbed(record: Record, disturbed: dict[str, int]) -> None:
     """The console's writes that fell inside timed sections (lab.heartbeat), by section, as a note and a failed
     non-fatal check naming the timings whose samples may hold a write's cost."""
     if disturbed:
-        record.notes[notes.CONSOLE_IN_TIMING.key] = disturbed
+        record.notes[notes.CONSOLE_IN_TIMING.key] = {k: n for k, n in disturbed.items()}
         which = ", ".join(f"{section} ({n})" for section, n in disturbed.items())
         record.checks.append(Check(name="no console write inside a timing", passed=False, fatal=False, params={},
                                    detail=f"{out.plural(sum(disturbed.values()), 'write')} inside: {which}; a write costs the "
@@ -174,7 +174,7 @@ def _refuse_unrecordable(record: Record) -> None:
     problems = quarantine(record)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        record.status = "FAILED"
+        record.status = Status.FAILED.value
         record.reason = Reason(Code.EXCEPTION, f"a value could not be recorded: {problems[0]}{more}")
         record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
 
@@ -183,8 +183,8 @@ def _refuse_misshapen_notes(record: Record) -> None:
     """A declared note written into the record directly (not through Context.note) and not of its declared shape
     makes an OK record FAILED naming it; the note stays, for whoever reads the file."""
     problems = notes.problems(record.id, record.notes)
-    if problems and record.status == "OK":
-        record.status = "FAILED"
+    if problems and record.status == Status.OK:
+        record.status = Status.FAILED.value
         record.reason = Reason(Code.EXCEPTION, problems[0])
 
 
@@ -264,7 +264,7 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
     if claim.previous is not None:
         runsay.resume(list(kept), len(todo))
 
-    def save_now(state: str | None = None) -> None:
+    def save_now(state: RunState | None = None) -> None:
         results.experiments = runstate.in_order(specs, records)
         results.run.wall_s = round(time.perf_counter() - wall_start, 3)
         if state is not None:
@@ -285,7 +285,7 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
                     break
                 runsay.too_long(stop_after.too_long_alone(spec.id) if i == 1 else None)
             out.experiment_started(i, len(todo), spec.id, spec.title)
-            current = Record(id=spec.id, title=spec.title, status="OK", started_at=now_iso())
+            current = Record(id=spec.id, title=spec.title, status=Status.OK.value, started_at=now_iso())
             run_experiment(spec, profile, toolchain, results, models, options[spec.id], record=current,
                            capture=capture, out_dir=out_dir)
             records[spec.id], current = current, None

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 from lab.atomic import clean
 from lab.contract.catalogue import ExperimentSpec, resolve
+from lab.contract.names import Status
 from lab.host.hostinfo import load_average, usable_cores
 from lab.run.manifest import now_iso
 from lab.contract.reasons import Code, Reason
@@ -87,7 +88,7 @@ def load_warning(start: Start) -> str | None:
     """This start's warning when the host was overloaded as it began, else None."""
     if overloaded(start.load_average, start.usable_cores) is not True:
         return None
-    return (f"the host's 1-minute load is {start.load_average[0]:g} on {start.usable_cores} usable core(s): other "
+    return (f"the host's 1-minute load is {(start.load_average or [0.0])[0]:g} on {start.usable_cores} usable core(s): other "
             f"work competes for the CPU, so every timing of this start is suspect (recorded in the manifest as "
             f"host.overloaded and on the run page)")
 
@@ -136,13 +137,13 @@ def interrupted(record: Record, why: str, out_dir: Any, started: bool) -> Record
     how = f"finish it with {resume_hint(out_dir)}"
     when = f"during this experiment, after {record.duration_s:.1f} s (what it recorded is kept)" if started \
         else "before this experiment started"
-    record.status = "NOT_RUN"
+    record.status = Status.NOT_RUN.value
     record.reason = Reason(Code.INTERRUPTED, f"{why} {when}: {how}")
     return record
 
 
 def unreached(spec: ExperimentSpec, why: str, out_dir: Any) -> Record:
-    return interrupted(Record(id=spec.id, title=spec.title, status="NOT_RUN", started_at=""), why, out_dir, False)
+    return interrupted(Record(id=spec.id, title=spec.title, status=Status.NOT_RUN.value, started_at=""), why, out_dir, False)
 
 
 def new_start(argv: list[str], kept: list[str] | None = None, changes: list[str] | None = None) -> Start:
@@ -230,7 +231,7 @@ def resume_selection(previous: Results, profile_name: str, profile_default: list
 
 def check_same_options(previous: Results, options: dict[str, dict[str, Any]], kept: list[str]) -> None:
     """A kept record was measured with the options the first start recorded: the options now must be the same."""
-    recorded = previous.manifest.get("options") if isinstance(previous.manifest.get("options"), dict) else {}
+    recorded = found if isinstance(found := previous.manifest.get("options"), dict) else {}
     for eid in kept:
         before, now = recorded.get(eid), clean(options.get(eid))
         if before is not None and now is not None and clean(before) != now:
@@ -249,7 +250,7 @@ def resumed(previous: Results, specs: list[ExperimentSpec], manifest: dict[str, 
     The first start's manifest stays (the options of experiments run now are added to it); this start
     is appended to `run.starts` with the records it keeps and the provenance fields that changed."""
     wanted = {s.id for s in specs}
-    kept = {r.id: r for r in previous.experiments if r.status == "OK" and r.id in wanted}
+    kept = {r.id: r for r in previous.experiments if r.status == Status.OK and r.id in wanted}
     check_same_measurement(previous.manifest, manifest, allow_source_change)
     check_same_options(previous, manifest["options"], list(kept))
     results = previous

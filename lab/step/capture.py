@@ -60,7 +60,7 @@ def _warm_up(fn: Callable[..., Any], args: tuple[Any, ...], calls: int) -> None:
 
 def _record(graph: Any, fn: Callable[..., Any], args: tuple[Any, ...], pool: Any,
             capture_error_mode: str | None) -> Any:
-    kwargs = {"capture_error_mode": capture_error_mode} if capture_error_mode else {}
+    kwargs: dict[str, Any] = {"capture_error_mode": capture_error_mode} if capture_error_mode else {}
     with torch.cuda.graph(graph, pool=pool, **kwargs):
         return fn(*args)  # recorded, not executed
 

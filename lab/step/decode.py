@@ -304,7 +304,7 @@ def generate_reference(model: Any, prompt: torch.Tensor, new_tokens: int) -> tor
     saved = model.config.eos_token_id, model.generation_config.eos_token_id
     model.config.eos_token_id = model.generation_config.eos_token_id = None
     try:
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+        out: torch.Tensor = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                              do_sample=False, num_beams=1, pad_token_id=0)
     finally:
         model.config.eos_token_id, model.generation_config.eos_token_id = saved

@@ -29,7 +29,7 @@ import contextlib
 import functools
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import torch
 
@@ -323,7 +323,7 @@ class StepMethod:
 def _inductor_patch(config: Mapping[str, Any]) -> contextlib.AbstractContextManager[Any]:
     import torch._inductor.config as inductor_config
 
-    return inductor_config.patch(dict(config))
+    return cast(contextlib.AbstractContextManager[Any], inductor_config.patch(dict(config)))
 
 
 def _plain_step(fn: StepFn, state: DecodeState, w: Weights) -> torch.Tensor:

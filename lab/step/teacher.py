@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from lab.step import decode
+from lab.step.methods import StepMethod
 from lab.step.model import Weights
 
 
@@ -69,7 +70,7 @@ def reference(w32: Weights, prompt: torch.Tensor, max_len: int, steps: int) -> R
 
 
 @torch.no_grad()
-def teacher_forced(m, ref: Reference) -> Forced:
+def teacher_forced(m: StepMethod, ref: Reference) -> Forced:
     """Run the built method `m` (a StepMethod) over the reference's steps, feeding it the reference's tokens."""
     if not torch.equal(m.prompt.cpu(), ref.prompt.cpu()):
         raise ValueError(f"teacher forcing {m.name}: the method was built for another prompt")

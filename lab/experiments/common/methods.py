@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from lab.contract import metrics as M, notes
-from lab.contract.names import Method
+from lab.contract.names import Method, Param as P
 from lab.contract.reasons import Code
 from lab.experiments.common import hostspeed
 from lab.measure import compiletrace, stepprofile
@@ -140,7 +140,7 @@ def build(ctx: Any, w: Weights, names: tuple[str, ...], prompt: torch.Tensor, sh
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             ctx.skip(item, Code.COMPILE_FAILED, f"getting it ready raised {type(exc).__name__}: {first} (traceback "
                                                 "in the notes)")
-            ctx.note(f"build_error.{name}.{'.'.join(str(v) for v in shape.params.values())}",
+            ctx.note(notes.BUILD_ERROR.key_for(name, '.'.join(str(v) for v in shape.params.values())),
                      traceback.format_exc()[-3000:])
             continue
         finally:
@@ -161,7 +161,7 @@ def _record_setup(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape) 
         record(ctx, M.COMPILED_FRAMES, m.counters["frames"], shape, method=name)
         record(ctx, M.CUDAGRAPH_SKIPS, m.counters["cudagraph_skips"], shape, method=name)
         if m.skip_reasons:
-            ctx.note(f"cudagraph_skip_reasons.{name}", sorted(set(m.skip_reasons)))
+            ctx.note(notes.CUDAGRAPH_SKIP_REASONS.key_for(name), sorted(set(m.skip_reasons)))
 
 
 def _fused_layouts(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape) -> None:
@@ -174,8 +174,8 @@ def _fused_layouts(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape)
     if choice is None:
         ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no layout note")
         return
-    key = notes.FUSED_LAYOUTS.key_for(method=name, shape=_note_shape(shape))
-    ctx.note(key, {"method": name, "params": dict(shape.params), **choice.as_note()})
+    ctx.note(notes.FUSED_LAYOUTS.key_for(method=name, shape=_note_shape(shape)),
+             {P.METHOD: name, "params": dict(shape.params), **choice.as_note()})
 
 
 def agreement(tokens: torch.Tensor, reference: torch.Tensor, start: int, end: int) -> float:
@@ -250,7 +250,7 @@ def _teacher_forced(ctx: Any, ms: MethodSet, w32: Weights, free: dict[str, float
         record(ctx, M.TEACHER_FORCED_AGREEMENT, round(r.agreement, 6), shape, method=name)
         record(ctx, M.TEACHER_FORCED_MAX_LOGIT_ERROR, r.max_logit_error, shape, method=name)
         if r.first_disagreement is not None:
-            ctx.note(f"teacher_forced_first_disagreement.{name}.{'.'.join(str(v) for v in shape.params.values())}",
+            ctx.note(notes.FIRST_DISAGREEMENT.key_for(name, ".".join(str(v) for v in shape.params.values())),
                      r.first_disagreement)
     if shape.dtype == "float32":
         return figures, correctness.fp32_baseline(float(ref.logits.abs().max()))
@@ -273,19 +273,19 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
              if not rb or readback_methods is None or n in readback_methods}
     ctx.progress(f"{shape.label()}: timing {len(built)} methods, {rounds} rounds")
     index = HostIndex()
-    samples = rotating_rounds({f"{n}|{rb}": fn for (n, rb), fn in pairs.items()}, rounds, index=index)
+    labels = {(n, rb): f"{n}|{rb}" for n, rb in pairs}  # each turn's name in the host index's note
+    samples = rotating_rounds({labels[k]: fn for k, fn in pairs.items()}, rounds, index=index)
     frames = stepmethods.compiled_frames(before, dynamo_counters())
     if M.RECOMPILES_DURING_TIMING in ctx.spec.metrics:
         record(ctx, M.RECOMPILES_DURING_TIMING, frames, shape)
         ctx.check(f"no compile during timed rounds ({shape.label()})", frames == 0, detail=f"{frames} frames compiled",
                   **shape.params)
     nbytes = ceilings.step_bytes(ms.weights, shape.batch, shape.max_len)
-    turns = {}  # for the host-speed index: per key, the params of its metrics and its rounds
-    for key, per_round in samples.items():
-        name, rb_text = key.split("|")
-        rb = rb_text == "True"
-        extra = {"readback": rb} if shape.readback_param else {}
-        turns[key] = ({**shape.params, "method": name, **extra}, per_round)
+    turns: dict[str, tuple[dict[str, Any], list[list[float]]]] = {}  # host index: per key, its params and rounds
+    for (name, rb), key in labels.items():
+        per_round = samples[key]
+        extra: dict[str, Any] = {P.READBACK: rb} if shape.readback_param else {}
+        turns[key] = ({**shape.params, P.METHOD: name, **extra}, per_round)
         ms.rounds[(name, rb)] = per_round
         sp = ctx.timing(M.STEP_MS, per_round, **shape.params, method=name, **extra)
         ms.ms[(name, rb)] = sp.median
@@ -297,14 +297,15 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         eager = ms.rounds.get((Method.EAGER, rb))
         if eager is None or (name == Method.EAGER and not eager_speedup):
             continue
-        extra = {"readback": rb} if shape.readback_param else {}
+        extra = {P.READBACK: rb} if shape.readback_param else {}
         if M.SPEEDUP_VS_EAGER in ctx.spec.metrics:
             ctx.speedup(M.SPEEDUP_VS_EAGER, eager, per_round, **shape.params, method=name, **extra)
         if not rb and name != Method.EAGER:
             eager_ms, step_ms = ms.ms[(Method.EAGER, rb)], ms.ms[(name, rb)]
             record(ctx, M.SAVING_MS_PER_STEP, round(eager_ms - step_ms, 5), shape, method=name)
             record(ctx, M.BREAK_EVEN_STEPS, break_even_calls(ms.setup_s(name), eager_ms, step_ms), shape, method=name)
-    speedups = [(f"{Method.EAGER}|{rb}", f"{n}|{rb}") for (n, rb) in pairs if n != Method.EAGER]
+    speedups = [(labels[(Method.EAGER, rb)], key) for (n, rb), key in labels.items()
+                if n != Method.EAGER and (Method.EAGER, rb) in labels]
     hostspeed.record(ctx, shape.params, _note_shape(shape), turns, index, speedups)
 
 
@@ -331,7 +332,7 @@ def profile(ctx: Any, ms: MethodSet) -> None:
             if step is not None:
                 record(ctx, M.GAP_US, round(step * 1e3 - k["busy_us"], 2), shape, method=name)
         if M.KERNELS_PER_STEP in ctx.spec.metrics:
-            ctx.note(f"top_kernels.{name}.{_note_shape(shape)}", k["top"])
+            ctx.note(notes.TOP_KERNELS.key_for(name, _note_shape(shape)), k["top"])
             if m.path is not None and k.get("sequence") is not None:  # the hand-fused step, profiled on a GPU
                 _fused_kernels(ctx, ms, name, m, k)
 
@@ -342,7 +343,6 @@ def _fused_kernels(ctx: Any, ms: MethodSet, name: str, m: stepmethods.StepMethod
     from lab.step.fused import breakdown, traffic
 
     shape = ms.shape
-    key = notes.FUSED_KERNELS.key_for(method=name, shape=_note_shape(shape))
     plan = breakdown.plan_of(m.state)
     if plan is None:
         ctx.progress(f"{name} ({shape.label()}): no fused plan bound to its state, no per-kernel table")
@@ -351,11 +351,11 @@ def _fused_kernels(ctx: Any, ms: MethodSet, name: str, m: stepmethods.StepMethod
     table = breakdown.table(name, shape.params, traffic.Shape.of(m.weights, shape.batch, m.state.max_len),
                             traffic.Layout.of_plan(plan), int(m.prompt.shape[-1]), k["sequence"],
                             None if step is None else step * 1e3, k["busy_us"], bool(plan.pdl))
-    ctx.note(key, table)
+    ctx.note(notes.FUSED_KERNELS.key_for(method=name, shape=_note_shape(shape)), table)
 
 
 def _short(key: str, value: Any) -> str:
-    return f"b{value}" if key == "batch" else str(value)
+    return f"b{value}" if key == P.BATCH else str(value)
 
 
 def _note_shape(shape: Shape) -> str:

@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from lab.contract import metrics as M
+from lab.contract import metrics as M, notes
 from lab.experiments.common import methods
 from lab.measure import profiler_guard
 from lab.step import ceilings
 from lab.step.model import LayerWeights, Weights, torch_dtype
 from lab.contract.profiles import GPT2, TINY, ModelSpec
 from lab.contract import query
-from lab.contract.names import Experiment
+from lab.contract.names import Experiment, Param as P
 
 # GPT-2's published shapes (layers, width, heads); vocabulary 50257, 1024 positions. The tiny ones are
 # for the smoke profile: the same code on a model a CPU steps through in milliseconds.
@@ -117,9 +117,9 @@ def copy_bandwidth(ctx: Any) -> float:
     """This host's copy bandwidth in GB/s: the ceilings experiment's of this run, else measured here (recorded)."""
     rec = query.ok(ctx.results.experiments, Experiment.CEILINGS) if ctx.results is not None else None
     if rec is not None:
-        found = [m for m in rec.metrics if m.name == M.BANDWIDTH_GBPS.name and m.params.get("kind") == "copy"]
+        found = [m for m in rec.metrics if m.name == M.BANDWIDTH_GBPS.name and m.params.get(P.KIND) == "copy"]
         if found and found[0].value:
-            ctx.metric(M.BANDWIDTH_GBPS, found[0].value, kind="copy", source="ceilings")
+            ctx.metric(M.BANDWIDTH_GBPS, found[0].value, kind="copy", source=Experiment.CEILINGS)
             return float(found[0].value)
     nbytes = (1 << 30) if ctx.device.type == "cuda" else (64 << 20)
     best = max(ceilings.copy_bandwidth_gbps(ctx.device, nbytes, clock=ctx.clock))
@@ -130,7 +130,7 @@ def copy_bandwidth(ctx: Any) -> float:
 def conclude(ctx: Any, sentence: str, rule: str) -> None:
     """The experiment's one-sentence conclusion, and the rule that drew it from the stored numbers."""
     ctx.metric(M.CONCLUSION, sentence)
-    ctx.note("conclusion_rule", rule)
+    ctx.note(notes.CONCLUSION_RULE.key, rule)
 
 
 def inductor_missing(ctx: Any) -> Any:

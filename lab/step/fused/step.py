@@ -68,7 +68,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -309,7 +309,7 @@ def fused_step_pdl_prefetch(state: DecodeState, w: Weights | FusedPlan) -> torch
     return plan_for(state, w, pdl=True, prefetch=True)()
 
 
-def bind(state: DecodeState, w: Weights, pdl: bool = False, prefetch: bool = False) -> Any:
+def bind(state: DecodeState, w: Weights, pdl: bool = False, prefetch: bool = False) -> Callable[..., torch.Tensor]:
     """The step bound to `state` (lab.step.methods' `bind` hook): the plan is prepared now, before any
     capture, and the returned function runs it (its arguments are those of every step function)."""
     plan = plan_for(state, w, pdl=pdl, prefetch=prefetch)
