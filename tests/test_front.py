@@ -1,11 +1,12 @@
-"""report.front: each run's row shows the fastest correct method's own figures, its interval, a badge on FAILED
+"""report.pages.front: each run's row shows the fastest correct method's own figures, its interval, a badge on FAILED
 figures, the sentinel's flag with its numbers, one name per method across runs, and a sweep run's decode step."""
 
 from __future__ import annotations
 
 import pytest
 
-from report import front, render_site
+from report.pages import front
+from report import render_site
 from report_helpers import texts
 from synthetic_runs import STEP, check, decode, metric, rec, results, write_run
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from report_helpers import gpu_fixture
 
-from report import readme_tables
+from report.pages import headline
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_readme_tables_are_the_headline_of_the_run_they_name() -> None:
-    same, runs = readme_tables.check(ROOT / "README.md")
+    same, runs = headline.check(ROOT / "README.md")
     assert runs.startswith("manifests/reference/")
     assert same, f"README.md's headline block is stale: python -m lab headline {runs} --write README.md"
 
@@ -46,7 +46,7 @@ def test_tables_show_what_the_run_recorded_and_a_dash_elsewhere(tmp_path: Path) 
     cgd = next(r for r in data["experiments"] if r["id"] == "cuda_graph_decode")
     step = {(m["params"]["method"], m["params"]["batch"]): m["value"] for m in cgd["metrics"]
             if m["name"] == "step_ms" and m["params"].get("readback") is False and m["params"]["dtype"] == "float32"}
-    text = readme_tables.render([run])
+    text = headline.render([run])
     rows = {line.split(" | ")[0].strip("| `"): line for line in text.splitlines() if line.startswith("| `")}
     eager1, cg1 = step[("eager", 1)], step[("compile+graph", 1)]
     assert f"| `compile+graph` | {cg1:.3f} ({eager1 / cg1:.2f}×) |" in text  # step table, speedup over eager
@@ -61,12 +61,12 @@ def test_write_replaces_only_the_block_and_check_sees_an_edit(tmp_path: Path) ->
     _fixture_run(tmp_path)
     readme = tmp_path / "README.md"
     readme.write_text("# Title\n\nbefore\n\n<!-- headline:begin old/run -->\nstale\n<!-- headline:end -->\n\nafter\n")
-    assert readme_tables.write(readme, ["run"])
+    assert headline.write(readme, ["run"])
     text = readme.read_text()
     assert text.startswith("# Title\n\nbefore\n\n<!-- headline:begin run -->\n") and text.endswith(
         "<!-- headline:end -->\n\nafter\n") and "stale" not in text
-    assert readme_tables.check(readme) == (True, "run")
-    assert not readme_tables.write(readme, ["run"])  # unchanged the second time
+    assert headline.check(readme) == (True, "run")
+    assert not headline.write(readme, ["run"])  # unchanged the second time
     readme.write_text(text.replace("×)", "x)", 1))
     proc = subprocess.run([sys.executable, "-m", "lab", "headline", "--check", str(readme)], cwd=ROOT,
                           capture_output=True, text=True)
@@ -102,7 +102,7 @@ def _cells(text: str, first: str, second: str | None = None) -> list[str]:
 
 
 def test_the_floor_and_mbu_of_every_method_come_from_its_own_step_on_the_h200_reference() -> None:
-    text = readme_tables.render([H200])
+    text = headline.render([H200])
     nbytes = _stored(H200, "ceilings", "bytes_per_step", batch=1, dtype="float32")
     bw = _stored(H200, "ceilings", "bandwidth_GBps", kind="copy")
     floor_ms = nbytes / (bw * 1e9) * 1e3
@@ -130,7 +130,7 @@ def test_a_stored_mbu_and_a_stored_interval_are_used(tmp_path: Path) -> None:
     extra = [{"name": "mbu", "value": 0.3456, "unit": "fraction", "params": p},
              {"name": "speedup_ci_low", "value": 5.5, "unit": "x", "params": p | {"readback": False}},
              {"name": "speedup_ci_high", "value": 6.25, "unit": "x", "params": p | {"readback": False}}]
-    text = readme_tables.render([_fixture_run(tmp_path, extra)])
+    text = headline.render([_fixture_run(tmp_path, extra)])
     assert "[5.50, 6.25])" in _cells(text, "`compile+graph`")[1]  # the step table's B=1 cell
     assert "speedup over eager [its 95% interval]" in text
     assert _cells(text, "`compile+graph`", "fp32 B=1")[9] == "34.6%"
@@ -140,8 +140,8 @@ def test_a_stored_mbu_and_a_stored_interval_are_used(tmp_path: Path) -> None:
 def test_check_passes_after_write_on_the_readme(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text((ROOT / "README.md").read_text())
-    readme_tables.write(readme, ["manifests/reference/h200-2026-11-29-gpu"], root=ROOT)
-    assert readme_tables.check(readme, root=ROOT) == (True, "manifests/reference/h200-2026-11-29-gpu")
+    headline.write(readme, ["manifests/reference/h200-2026-11-29-gpu"], root=ROOT)
+    assert headline.check(readme, root=ROOT) == (True, "manifests/reference/h200-2026-11-29-gpu")
     assert "46.2%" in readme.read_text()
 
 

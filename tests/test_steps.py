@@ -1,10 +1,10 @@
-"""report.steps: the fastest correct method by the stored verdict, its own MBU and bound, its interval, and the
+"""report.sections.steps: the fastest correct method by the stored verdict, its own MBU and bound, its interval, and the
 decode step of a sweep run (model_scaling's 124M row)."""
 
 from __future__ import annotations
 
-from report import steps
-from report.steps import cases, own_mbu, pct, step_rows
+from report.sections import steps
+from report.sections.steps import cases, own_mbu, pct, step_rows
 from synthetic_runs import STEP, decode, metric, rec, results
 
 

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("report", "lab/commands")
 # (file, literal): why that string is not an experiment id or a record status there
 NOT_KEYS = {
-    ("report/publish.py", "recompiles"): "a compile trace's own field (recompile reasons), not the experiment",
-    ("report/publish.py", "graph_breaks"): "a compile trace's own field, not the experiment",
+    ("report/site/traces.py", "recompiles"): "a compile trace's own field (recompile reasons), not the experiment",
+    ("report/site/traces.py", "graph_breaks"): "a compile trace's own field, not the experiment",
     ("lab/commands/diagnose.py", "diagnose"): "the subcommand's name",
     ("lab/commands/diagnose.py", "inductor"): "a need of the catalogue (Toolchain.reason_for), not the experiment",
     ("lab/commands/base_image.py", "OK"): "an image check's outcome (lab.containers), not a record's status",

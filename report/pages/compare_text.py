@@ -13,9 +13,9 @@ from typing import Any
 
 from lab.atomic import clean
 from lab.untrusted import safe
-from report.compare import IGNORED_FIELDS, Comparison, Side
-from report.hosts import machine_of
-from report.why import CLASSES
+from report.pages.compare import IGNORED_FIELDS, Comparison, Side
+from report.site.hosts import machine_of
+from report.pages.why_moved import CLASSES
 from lab.contract.marks import MARKS
 
 
@@ -106,7 +106,7 @@ def format_text(c: Comparison) -> str:
 
 def records(c: Comparison) -> list[dict[str, Any]]:
     """Every mark as one record: kind (metric, status, check), experiment, metric, params, a, b, ratio, mark, reason;
-    a metric's also its class (report.why: what can explain its move)."""
+    a metric's also its class (report.pages.why_moved: what can explain its move)."""
     out: list[dict[str, Any]] = []
     for s in c.statuses:
         out.append({"kind": "status", "experiment": s.experiment, "metric": None, "params": {}, "unit": "",

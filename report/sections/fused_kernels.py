@@ -16,9 +16,9 @@ from lab.contract import units
 from lab.contract.names import Experiment, method_rank
 from lab.contract.results import Results
 
-from report.steps import pct
-from report.style import display
-from report.tables import Cell, Table, fmt, is_number, num, sort_key
+from report.sections.steps import pct
+from report.draw.style import display
+from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key
 
 
 def fused_notes(results: Results, spec: N.NoteSpec) -> list[dict[str, Any]]:

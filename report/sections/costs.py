@@ -14,9 +14,9 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report.sections import Section, why_absent
-from report.steps import cases, step_rows
-from report.tables import Cell, Table, fmt, num, pivot, sort_key, timing_cell
+from report.sections.section import Section, why_absent
+from report.sections.steps import cases, step_rows
+from report.draw.tables import Cell, Table, fmt, num, pivot, sort_key, timing_cell
 
 NOT_STORED = "not stored"
 

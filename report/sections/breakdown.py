@@ -18,10 +18,10 @@ from lab.contract import units
 from lab.contract.names import Experiment, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report import kernelbytes, layouts
-from report.steps import cases, floor_ms, pct, step_rows
-from report.style import display
-from report.tables import Cell, Table, fmt, is_number, num, sort_key
+from report.sections import fused_kernels, fused_layouts
+from report.sections.steps import cases, floor_ms, pct, step_rows
+from report.draw.style import display
+from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key
 
 TOP_KERNELS = "top_kernels."
 TOP_SHOWN = 5  # kernels per method in the table (the note keeps 8)
@@ -107,8 +107,8 @@ def top_kernels(rec: Record | None) -> dict[tuple[Any, str], dict[str, list[dict
 
 def kernel_tables(results: Results) -> list[Table]:
     """One table per batch and dtype: each method's top kernels with count, GPU time and share of its busy time;
-    then the hand-fused step kernel by kernel (report.kernelbytes: time, bytes, achieved bandwidth, the fit) and how
-    its gemm path called the library (report.layouts)."""
+    then the hand-fused step kernel by kernel (report.sections.fused_kernels: time, bytes, achieved bandwidth, the fit) and how
+    its gemm path called the library (report.sections.fused_layouts)."""
     rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     tables = []
     for i, ((batch, dtype), per_method) in enumerate(sorted(top_kernels(rec).items(), key=lambda kv: (
@@ -125,7 +125,7 @@ def kernel_tables(results: Results) -> list[Table]:
                                    Cell(str(k.get("name", "?")), cls="kernel"), num(k.get("count")),
                                    num(us, units.US), Cell(pct(share), cls="num")])
         tables.append(table)
-    return tables + kernelbytes.tables(results) + layouts.tables(results)
+    return tables + fused_kernels.tables(results) + fused_layouts.tables(results)
 
 
 def samples(results: Results) -> dict[tuple[Any, str], dict[str, list[float]]]:

@@ -2,7 +2,7 @@
 experiment's own conclusion with the rule that drew it.
 
 `sections(run)` gives one Section per sweep experiment present in the run (none when the run has no
-sweep); each section's trace table links to the compile-trace pages report.publish writes, where the run
+sweep); each section's trace table links to the compile-trace pages report.site.traces writes, where the run
 kept them. Nothing here recomputes a derived figure: speedups, crossovers, scores and conclusions are read
 as the experiments stored them.
 """
@@ -25,10 +25,10 @@ from lab.contract.catalogue import CATALOGUE  # noqa: E402
 from lab.contract.names import Experiment, method_rank, Param as P, Status  # noqa: E402
 from lab.contract.results import Record  # noqa: E402
 
-from report.charts import Chart  # noqa: E402
-from report.publish import NOTE_TRACES, trace_href, trace_source  # noqa: E402
-from report.sections import Section, why_absent  # noqa: E402
-from report.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell  # noqa: E402
+from report.draw.charts import Chart  # noqa: E402
+from report.site.traces import NOTE_TRACES, trace_href, trace_source  # noqa: E402
+from report.sections.section import Section, why_absent  # noqa: E402
+from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell  # noqa: E402
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
 STYLE = {"svg.fonttype": "none", "text.parse_math": False, "font.family": "sans-serif", "font.size": 9,
@@ -83,7 +83,7 @@ def _conclusion(rec: Record) -> str:
 
 def _trace_table(run: Any, rec: Record) -> Table:
     """The compile traces the record lists; an item links to its page only where the run kept the trace (a
-    path that is not safe raises report.publish.TraceError: the run is skipped, never half-published)."""
+    path that is not safe raises report.site.traces.TraceError: the run is skipped, never half-published)."""
     table = Table(columns=["compiled item", "compilations", "recompilations", "graph breaks", "failures", "tlparse"],
                   caption="Compile traces: what Dynamo and Inductor did for each compiled item (a link: its page; "
                           "no link: the run folder did not keep the trace)")
@@ -399,6 +399,6 @@ def headline(results: Any) -> str | None:
 
 
 def sections(run: Any) -> list[Section]:
-    """A section per sweep experiment in the run (`run`: report.discover.Run); none when it has no sweep."""
+    """A section per sweep experiment in the run (`run`: report.site.discover.Run); none when it has no sweep."""
     present = {r.id for r in run.results.experiments}
     return [_section(run, rid, *BUILDERS[rid]) for rid in SWEEP_IDS if rid in present and rid in BUILDERS]

@@ -13,8 +13,8 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Check, Metric, Record, Results
 
-from report.sections import Section
-from report.tables import Cell, Table, fmt, num, timing_cell
+from report.sections.section import Section
+from report.draw.tables import Cell, Table, fmt, num, timing_cell
 
 METHODS = (Method.EAGER, Method.GRAPH)
 DISPATCH_FIELDS = (("CPU", "cpu_model", ""), ("CPU clock", "cpu_mhz", "MHz"),

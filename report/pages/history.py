@@ -1,10 +1,10 @@
 """History, in the manner of asv and PyTorch's HUD: each headline figure over the runs of one host and profile.
 
-The runs a folder holds are grouped by host and profile, a host being a machine (report.hosts: its
+The runs a folder holds are grouped by host and profile, a host being a machine (report.site.hosts: its
 hostname with its CPU model and cores, GPU and driver; two machines that share a hostname are two
 hosts), and each group is ordered by the lab's commit date (the manifest's `lab.commit_date`) where
 every run of the group records one, else by the run's start time; the page says which. The headline
-figures are the front page's (report.steps picks them, so "fastest correct" means the same here):
+figures are the front page's (report.sections.steps picks them, so "fastest correct" means the same here):
 at batch 1 for each dtype, eager's step, the fastest correct method's step and its speedup over
 eager with its 95% interval, and that method's MBU; the eager launch cost (ceilings); and the
 fresh-process sentinel's eager step at the start of the run where the run has one.
@@ -27,12 +27,12 @@ from lab.contract.marks import judge
 from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report.compare import interval_of, value_of
-from report.discover import Run
-from report.hosts import machine, slug
-from report.sections import Section
-from report.steps import Case, cases, step_rows
-from report.tables import Cell, Table, fmt
+from report.pages.compare import interval_of, value_of
+from report.site.discover import Run
+from report.site.hosts import machine, slug
+from report.sections.section import Section
+from report.sections.steps import Case, cases, step_rows
+from report.draw.tables import Cell, Table, fmt
 
 HISTORY_FILE = "history.html"
 WORDS = {"better": "improvement", "worse": "regression"}

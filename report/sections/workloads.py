@@ -9,8 +9,8 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.results import Results
 
-from report.sections import Section, why_absent
-from report.tables import Cell, Table, fmt, num, pivot
+from report.sections.section import Section, why_absent
+from report.draw.tables import Cell, Table, fmt, num, pivot
 
 PREDICTION_COLUMNS = [M.FUSIBLE_FRACTION, M.K, M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP,
                       M.MEASURED_OVER_PREDICTED, M.MEASURED_OVER_PREDICTED_LAUNCH]

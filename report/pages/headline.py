@@ -19,7 +19,7 @@ Tables, each from the metrics the lab recorded (a value the run did not record i
    eager's, teacher-forced argmax agreement and largest logit error against fp32 eager;
 3. MBU per method and batch, each from the method's own step time;
 4. the ceilings the bounds use.
-Above them, what the host's CPU speed did during the run and the flags the run raised about itself (report.hoststate):
+Above them, what the host's CPU speed did during the run and the flags the run raised about itself (report.sections.host):
 an overloaded host, an unsteady warm-up, an instrument not clean, the host's warnings.
 
 Standard library only (plus lab.contract.results to read the files): the README can be remade without torch.
@@ -37,8 +37,8 @@ from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Record, load
 
-from report import hoststate
-from report.provenance import tree_state
+from report.sections import host
+from report.site.provenance import tree_state
 
 BEGIN = re.compile(r"<!-- headline:begin(?P<runs>[^>]*)-->")
 END = "<!-- headline:end -->"
@@ -54,13 +54,13 @@ class Run:
             raise ValueError("headline: name at least one run directory or results.json")
         self.records: dict[str, Record] = {}
         self.profiles: list[str] = []
-        self.trees: list[str] = []  # per path: the lab's commit and its tree's state (report.front.tree_state)
-        self.flags: list[str] = []  # what the runs flagged about themselves (report.hoststate.flags), each once
+        self.trees: list[str] = []  # per path: the lab's commit and its tree's state (report.pages.front.tree_state)
+        self.flags: list[str] = []  # what the runs flagged about themselves (report.sections.host.flags), each once
         for path in self.paths:
             results = load(path)
             self.profiles.append(results.run.profile)
             self.trees.append(tree_state(results))
-            self.flags += [f for f in hoststate.flags(results.experiments, results.manifest) if f not in self.flags]
+            self.flags += [f for f in host.flags(results.experiments, results.manifest) if f not in self.flags]
             for rec in results.experiments:
                 self.records.setdefault(rec.id, rec)
 
@@ -240,7 +240,7 @@ def render(paths: Iterable[str | Path], shown: list[str] | None = None) -> str:
     names = " ".join(shown or run.paths)
     parts = [f"<!-- made by `python -m lab headline {names} --write README.md`: do not edit by hand -->", ""]
     parts += [f"Measured by {'; '.join(f'`{n}`: {t}' for n, t in zip(shown or run.paths, run.trees))}.", ""]
-    parts += [f"Host: {hoststate.sentence(run.records.values())}.", ""]
+    parts += [f"Host: {host.sentence(run.records.values())}.", ""]
     parts += [f"⚑ {flag}" + ("  " if i < len(run.flags) - 1 else "") for i, flag in enumerate(run.flags)]
     parts += [""] if run.flags else []
     parts += step_table(run) + [""] + floor_table(run) + mbu_table(run) + ceilings_line(run)

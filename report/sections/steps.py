@@ -23,9 +23,9 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, method_rank, Param as P, Status
 from lab.contract.results import Metric, Record, Results
 
-from report.sections import Section, why_absent
-from report.style import display
-from report.tables import Cell, Table, fmt, is_number, num, params_text, sort_key, timing_cell
+from report.sections.section import Section, why_absent
+from report.draw.style import display
+from report.draw.tables import Cell, Table, fmt, is_number, num, params_text, sort_key, timing_cell
 
 SCALING_SIZE = "gpt2-124M"  # the sweep's row that is the decode step of the other runs
 

@@ -1,5 +1,5 @@
 """The front page: one row per run a performance engineer reads in five seconds, newest first, then the headline
-figures of every run side by side. Every number is a stored one (report.steps, report.costs pick which)."""
+figures of every run side by side. Every number is a stored one (report.sections.steps, report.sections.costs pick which)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, Status
 from lab.contract.results import Metric, Results
 
-from report import hoststate
-from report.costs import first_call_behind, stale_break_even
-from report.discover import Run
-from report.hosts import machine
-from report.provenance import tree_state
-from report.runstatus import Status as RunStatus, status
-from report.sections import failed_checks
-from report.sentinels import flags as sentinel_flags
-from report.steps import Case, StepRow, cases, ceiling, is_eager, own_mbu, pct, step_rows
-from report.sweeps import headline as peer_headline
-from report.tables import Cell, Table, fmt, num, sort_key
+from report.sections import host
+from report.sections.costs import first_call_behind, stale_break_even
+from report.site.discover import Run
+from report.site.hosts import machine
+from report.site.provenance import tree_state
+from report.sections.runstatus import Status as RunStatus, status
+from report.sections.section import failed_checks
+from report.sections.instrument import flags as sentinel_flags
+from report.sections.steps import Case, StepRow, cases, ceiling, is_eager, own_mbu, pct, step_rows
+from report.sections.sweeps import headline as peer_headline
+from report.draw.tables import Cell, Table, fmt, num, sort_key
 
 DECODE_CORE = "decode_core"  # compile_cost's target: the split decode step's compiled core
 
@@ -58,7 +58,7 @@ class Line:
     setup: Metric | None
     break_even: Metric | None
     capture: list[StepRow] = field(default_factory=list)  # graph replay, compile + graph: what capture buys here
-    stale: str = ""  # why the stored break-even is known wrong (report.costs.stale_break_even)
+    stale: str = ""  # why the stored break-even is known wrong (report.sections.costs.stale_break_even)
 
     @property
     def gains(self) -> list[tuple[str, str, str]]:
@@ -107,10 +107,10 @@ class FrontRow:
     failed: list[str] = field(default_factory=list)
     peer: str | None = None  # the lab's best step beside transformers' best generate (peer_generate's conclusion)
     sentinel: list[str] = field(default_factory=list)  # failed sentinel checks, with their numbers
-    status: RunStatus | None = None  # incomplete, with what was asked for and not recorded (report.runstatus)
+    status: RunStatus | None = None  # incomplete, with what was asked for and not recorded (report.sections.runstatus)
     tree: str = ""  # the lab's commit and whether its tree was clean (tree_state)
-    host_state: str = ""  # what the host's speed did, in one sentence (report.hoststate.sentence)
-    flags: list[str] = field(default_factory=list)  # what the run flagged about itself (report.hoststate.flags)
+    host_state: str = ""  # what the host's speed did, in one sentence (report.sections.host.sentence)
+    flags: list[str] = field(default_factory=list)  # what the run flagged about itself (report.sections.host.flags)
 
     @property
     def started(self) -> str:
@@ -159,7 +159,7 @@ def front_row(run: Run, file: str) -> FrontRow:
                     lines=lines(r), compile=compile_summary(r), counts=counts(r),
                     failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r),
                     status=status(r), sentinel=sentinel_flags(r), tree=tree_state(r),
-                    host_state=hoststate.sentence(r.experiments), flags=hoststate.flags(r.experiments, r.manifest))
+                    host_state=host.sentence(r.experiments), flags=host.flags(r.experiments, r.manifest))
 
 
 

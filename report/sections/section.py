@@ -15,11 +15,11 @@ from lab.contract.names import Experiment, Status
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
-from report.compare import flatten
-from report.provenance import mixed_sources
+from report.pages.compare import flatten
+from report.site.provenance import mixed_sources
 from lab.contract.results import Check, Record, Results
 
-from report.tables import Cell, Table, fmt, metric_tables, notes_text, num, params_text, pivot
+from report.draw.tables import Cell, Table, fmt, metric_tables, notes_text, num, params_text, pivot
 
 DYNAMO_COUNTS = (M.DYNAMO_GRAPHS, M.GRAPH_BREAKS, M.RECOMPILES, M.CUDAGRAPH_SKIPS)
 
@@ -30,7 +30,7 @@ class Section:
     title: str
     intro: str = ""
     tables: list[Table] = field(default_factory=list)
-    charts: list[Any] = field(default_factory=list)  # report.charts.Chart
+    charts: list[Any] = field(default_factory=list)  # report.draw.charts.Chart
     empty: str = ""  # why there is nothing to show
     panel: Panel | None = None  # shown first, right under the answer (where the step's time goes)
     minor: bool = False  # shown after the sweeps: reference material (checks, environment, what did not run), or a
@@ -44,7 +44,7 @@ class Section:
 
 @dataclass
 class Panel:
-    """A block a section opens with: charts (report.charts.Chart) and tables under one heading, in order."""
+    """A block a section opens with: charts (report.draw.charts.Chart) and tables under one heading, in order."""
 
     id: str
     title: str

@@ -23,13 +23,13 @@ from lab.contract import metrics as M  # noqa: E402
 from lab.contract.names import Experiment, method_rank, Param as P  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
-from report.compare import interval_of  # noqa: E402
-from report.costs import first_call_behind  # noqa: E402
-from report.history import Series  # noqa: E402
-from report.hosts import slug  # noqa: E402
-from report.steps import floor_ms  # noqa: E402
-from report.style import FLOOR_LINE, display, style  # noqa: E402
-from report.tables import fmt, is_number, sort_key  # noqa: E402
+from report.pages.compare import interval_of  # noqa: E402
+from report.sections.costs import first_call_behind  # noqa: E402
+from report.pages.history import Series  # noqa: E402
+from report.site.hosts import slug  # noqa: E402
+from report.sections.steps import floor_ms  # noqa: E402
+from report.draw.style import FLOOR_LINE, display, style  # noqa: E402
+from report.draw.tables import fmt, is_number, sort_key  # noqa: E402
 
 
 STYLE = {
@@ -370,7 +370,7 @@ MARK_COLOUR = {"regression": "#b42318", "improvement": "#137a3a"}  # else the ac
 
 
 def history(s: Series) -> Chart | None:
-    """One host and profile's headline figures over its runs in order (report.history): each run's stored value with
+    """One host and profile's headline figures over its runs in order (report.pages.history): each run's stored value with
     its stored 95% interval as a bar, coloured by its mark against the previous run (compare's rule on the
     intervals: a regression red, an improvement green). None: fewer than two runs hold any figure."""
     figs = {label: pts for label, pts in s.points.items()
