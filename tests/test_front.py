@@ -38,7 +38,7 @@ def test_no_eager_figure_under_the_fastest_methods_name() -> None:
     recs[0]["metrics"] = [m for m in recs[0]["metrics"] if m["name"] != "mbu"]
     recs[1]["metrics"] = [m for m in recs[1]["metrics"] if m["params"]["method"] == "eager"]
     line = front.lines(results(*recs))[0]
-    assert line.mbu is None and line.binding is None and line.mbu_text == line.binding_text == ""
+    assert line.mbu is None and line.bound.binding is None and line.mbu_text == line.binding_text == ""
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,13 @@ import io
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import matplotlib
 
 matplotlib.use("Agg")
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lab.contract import query as q  # noqa: E402
@@ -32,7 +34,7 @@ from report.draw.style import FLOOR_LINE, display, style  # noqa: E402
 from report.draw.tables import fmt, is_number, sort_key  # noqa: E402
 
 
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text stays text: small files, selectable labels
     "text.parse_math": False,
     "font.family": "sans-serif",
@@ -150,7 +152,7 @@ def step_time(results: Results) -> list[Chart]:
                         ax.plot([bound.value], [y], marker="|", markersize=12, markeredgewidth=2, color="black",
                                 linestyle="none", path_effects=[withStroke(linewidth=4, foreground="white")])
                         data["bounds"].setdefault(str(method), []).append((b, bound.value))
-                floor, _ = floor_ms(results, b, dtype)
+                floor = floor_ms(results, b, dtype)
                 if floor is not None:
                     ax.axvline(floor, color=FLOOR_LINE, linestyle=":", linewidth=1.6)
                     data["floor"][b] = floor
@@ -282,11 +284,12 @@ def fusion(results: Results) -> list[Chart]:
     def draw(data: dict[str, Any]) -> Any:
         fig, ax = plt.subplots(figsize=(6.5, 3.6))
         for residency in sorted({str(m.params.get("residency")) for m in sp}):
-            pts = sorted(((m.params[P.N_OPS], m.value) for m in sp if str(m.params.get("residency")) == residency),
+            pts: list[tuple[Any, Any]] = sorted(((m.params[P.N_OPS], m.value) for m in sp
+                                                 if str(m.params.get("residency")) == residency),
                          key=lambda p: sort_key(p[0]))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"measured, {residency}")
             data.setdefault("series", {})[residency] = pts
-        ceil = sorted(((m.params[P.N_OPS], m.value) for m in q.all(rec, M.CEILING_X)
+        ceil: list[tuple[Any, Any]] = sorted(((m.params[P.N_OPS], m.value) for m in q.all(rec, M.CEILING_X)
                        if "n_ops" in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")

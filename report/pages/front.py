@@ -20,7 +20,7 @@ from report.site.provenance import tree_state
 from report.sections.runstatus import Status as RunStatus, status
 from report.sections.section import failed_checks
 from report.sections.instrument import flags as sentinel_flags
-from report.sections.steps import Case, StepRow, cases, ceiling, is_eager, own_mbu, pct, step_rows
+from report.sections.steps import Bound, Case, StepRow, cases, is_eager, own_mbu, pct, row_bound, step_rows
 from report.sections.sweeps import headline as peer_headline
 from report.draw.tables import Cell, Table, fmt, num, sort_key
 
@@ -54,7 +54,7 @@ class Line:
     case: Case
     speedup: Metric | None
     mbu: Metric | None
-    binding: Metric | None
+    bound: Bound
     setup: Metric | None
     break_even: Metric | None
     capture: list[StepRow] = field(default_factory=list)  # graph replay, compile + graph: what capture buys here
@@ -89,8 +89,8 @@ class Line:
 
     @property
     def binding_text(self) -> str:
-        """'launch-bound': the bound ceilings stored for the fastest method itself."""
-        return f"{self.binding.value}-bound" if self.binding is not None else ""
+        """'launch-bound' (the bound ceilings stored for the fastest method itself), or why it is not meaningful."""
+        return self.bound.text
 
 
 @dataclass
@@ -133,7 +133,7 @@ def lines(results: Results) -> list[Line]:
         be = q.maybe(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
         capture = [r for m in CAPTURE for r in rows if (r.source, r.batch, r.dtype, r.method) ==
                    (best.source, c.batch, c.dtype, m)]
-        out.append(Line(c, best.speedup, own_mbu(results, best), ceiling(results, M.BINDING, best), setup, be,
+        out.append(Line(c, best.speedup, own_mbu(results, best), row_bound(results, best), setup, be,
                         capture, stale_break_even(cgd, best.method, c.batch, c.dtype) if be is not None else ""))
     return out
 
@@ -230,7 +230,7 @@ def side_by_side(rows: list[FrontRow]) -> Table:
             ("eager step", lambda ln: ln.case.eager.step), ("fastest correct method", lambda ln: ln.case.best.label),
             ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.speedup_text or None),
             ("its MBU", lambda ln: pct(ln.mbu.value) if ln.mbu else None),
-            ("its binding bound", lambda ln: ln.binding.value if ln.binding else None),
+            ("its binding bound", lambda ln: ln.bound.text.removesuffix("-bound") or None),
         ]
         for label, get_line in figures:
             table.rows.append([Cell(f"{label}, {tag}")] + [_cell(get_line(ln) if ln else None) for ln in here])
