@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
     p = sub.add_parser("headline", help="the README's headline tables from a run (print, --write or --check)")
     p.add_argument("runs", nargs="*", help="run directories or results.json files (merged in order)")
     what = p.add_mutually_exclusive_group()

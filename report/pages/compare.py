@@ -273,8 +273,8 @@ def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record,
     cb = {(c.name, params_key(c.params)): c for c in rb.checks}
     for key, check in ca.items():
         if key in cb and check.passed != cb[key].passed:
-            mark: Mark = "newly failing" if check.passed else "fixed"
-            out.checks.append(CheckRow(rid, check.name, check.params, check.passed, cb[key].passed, mark,
+            out.checks.append(CheckRow(rid, check.name, check.params, check.passed, cb[key].passed,
+                                       "newly failing" if check.passed else "fixed",
                                        cb[key].detail or check.detail))
 
 

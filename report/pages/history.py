@@ -120,11 +120,12 @@ def _step(results: Results, dtype: str, which: str) -> Found:
 def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
     """The headline figures, each a label and where a run stores it."""
     out: list[tuple[str, Getter]] = []
+    def step(d: str, which: str) -> Getter:
+        return lambda r: _mbu(r, d) if which == "mbu" else _step(r, d, which)
+
     for d in dtypes:
-        out += [(f"eager step, B=1 {d}", lambda r, d=d: _step(r, d, "baseline")),
-                (f"fastest correct method's step, B=1 {d}", lambda r, d=d: _step(r, d, "best")),
-                (f"its speedup over eager, B=1 {d}", lambda r, d=d: _step(r, d, "ratio")),
-                (f"its MBU, B=1 {d}", lambda r, d=d: _mbu(r, d))]
+        out += [(f"eager step, B=1 {d}", step(d, "baseline")), (f"fastest correct method's step, B=1 {d}", step(d, "best")),
+                (f"its speedup over eager, B=1 {d}", step(d, "ratio")), (f"its MBU, B=1 {d}", step(d, "mbu"))]
     out += [("eager launch cost", lambda r: _one(r, Experiment.CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
             ("sentinel eager step at start, B=1 float32",
              lambda r: _one(r, Experiment.SENTINEL, M.SENTINEL_STEP_MS, method=Method.EAGER, batch=1, dtype="float32",

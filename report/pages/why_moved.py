@@ -130,7 +130,7 @@ class ExplainRow:
 
     @property
     def differs(self) -> bool:
-        return self.a != self.b
+        return bool(self.a != self.b)
 
 
 def _pick(flat: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:

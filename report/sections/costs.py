@@ -30,8 +30,9 @@ def stale_break_even(rec: Record | None, method: str, batch: Any, dtype: Any) ->
     compilation (its setup below that compile's) in a run whose lab did not yet add the reused compile to it (no
     `break_even_includes` note) counted only its capture."""
     own, compiled = (q.maybe(rec, M.SETUP_S, method=m, batch=batch, dtype=dtype) for m in (method, Method.COMPILE_DEFAULT))
+    includes = rec.notes.get(N.BREAK_EVEN_INCLUDES.key_for(batch=batch, dtype=dtype)) if rec else None
     if (rec is None or method not in REUSES_COMPILE or own is None or compiled is None or not own.value < compiled.value
-            or method in (rec.notes.get(N.BREAK_EVEN_INCLUDES.key_for(batch=batch, dtype=dtype)) or {})):
+            or (isinstance(includes, dict) and method in includes)):
         return ""
     return (f"stale: counts only the capture ({fmt(own.value, units.S)}), not the {fmt(compiled.value, units.S)} "
             "compile it reused (this run's lab did not add it)")
@@ -56,7 +57,7 @@ def method_costs(rec: Record | None) -> Table:
     setups = q.all(rec, M.SETUP_S)
     for m in sorted(setups, key=lambda m: (str(m.params.get(P.DTYPE)) != "float32", str(m.params.get(P.DTYPE)),
                                            method_rank(m.params.get(P.METHOD)), sort_key(m.params.get(P.BATCH)))):
-        p = {k: m.params[k] for k in ("method", "batch", "dtype") if k in m.params}
+        p: dict[str, Any] = {k: m.params[k] for k in ("method", "batch", "dtype") if k in m.params}
         step = q.maybe(rec, M.STEP_MS, readback=False, **p)
         eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {"method": Method.EAGER}))
         saving, be = q.maybe(rec, M.SAVING_MS_PER_STEP, **p), q.maybe(rec, M.BREAK_EVEN_STEPS, **p)

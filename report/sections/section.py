@@ -56,7 +56,14 @@ class Panel:
         return [b for b in self.blocks if isinstance(b, Table)]
 
 
-def why_absent(results: Results, *ids: Experiment) -> str:
+def noted(rec: Record | None, key: str, kind: type[Any]) -> Any:
+    """The note `key` of `rec` when it is of the shape its declaration gives (dict, list, str), else that kind's empty
+    value: a note of another shape or none is shown as not recorded."""
+    value = rec.notes.get(key) if rec is not None else None
+    return value if isinstance(value, kind) else kind()
+
+
+def why_absent(results: Results, *ids: Experiment | str) -> str:
     """One sentence per experiment saying why it gave nothing to show here."""
     parts = []
     for rid in ids:

@@ -192,7 +192,7 @@ def publish(run: Any, out: Path) -> list[Path]:
                 continue
             summary = read_summary(src / SUMMARY)
             dest = out / trace_href(run, info)
-            tl, refused = src / "tlparse", []
+            tl, refused = src / "tlparse", list[str]()
             shown = summary["tlparse_ran"] and tl.is_dir() and not tl.is_symlink()
             if shown:
                 copied, refused = copy_tlparse(tl, dest / "tlparse")
