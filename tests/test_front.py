@@ -28,7 +28,7 @@ def _gpu_records(status: str = "OK") -> list[dict]:
 def test_the_line_holds_the_fastest_methods_own_figures() -> None:
     line = front.lines(results(*_gpu_records()))[0]
     assert line.case.best.method == "fused"
-    assert line.speedup_text == "15.3× [15.1, 15.5]"
+    assert line.case.best.speedup_text == "15.3× [15.1, 15.5]"
     assert line.mbu_text == "MBU 45.9%"  # fused's own, not eager's 0.0417 from ceilings
     assert line.binding_text == "bandwidth-bound" and not line.failed_source
 

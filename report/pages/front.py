@@ -27,10 +27,6 @@ from report.draw.tables import Cell, Table, fmt, num, sort_key
 DECODE_CORE = "decode_core"  # compile_cost's target: the split decode step's compiled core
 
 
-def host_name(results: Results) -> str:
-    return machine(results).hostname
-
-
 def device_name(results: Results) -> str:
     m = machine(results)
     return m.gpu if m.gpu != "?" else f"CPU: {m.cpu}"
@@ -52,7 +48,6 @@ class Line:
     """One batch and dtype of a run: eager against the fastest correct method, with stored figures."""
 
     case: Case
-    speedup: Metric | None
     mbu: Metric | None
     bound: Bound
     setup: Metric | None
@@ -71,11 +66,6 @@ class Line:
     @property
     def key(self) -> str:
         return f"B={fmt(self.case.batch)} {self.case.dtype}"
-
-    @property
-    def speedup_text(self) -> str:
-        """The stored speedup with its stored 95% interval: '11.4× [11.3, 11.5]'."""
-        return self.case.best.speedup_text
 
     @property
     def failed_source(self) -> bool:
@@ -133,7 +123,7 @@ def lines(results: Results) -> list[Line]:
         be = q.maybe(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
         capture = [r for m in CAPTURE for r in rows if (r.source, r.batch, r.dtype, r.method) ==
                    (best.source, c.batch, c.dtype, m)]
-        out.append(Line(c, best.speedup, own_mbu(results, best), row_bound(results, best), setup, be,
+        out.append(Line(c, own_mbu(results, best), row_bound(results, best), setup, be,
                         capture, stale_break_even(cgd, best.method, c.batch, c.dtype) if be is not None else ""))
     return out
 
@@ -154,7 +144,7 @@ def compile_summary(results: Results) -> list[str]:
 
 def front_row(run: Run, file: str) -> FrontRow:
     r = run.results
-    return FrontRow(run=run, file=file, host=host_name(r), label=str(r.manifest.get("label") or ""),
+    return FrontRow(run=run, file=file, host=machine(r).hostname, label=str(r.manifest.get("label") or ""),
                     device=device_name(r), torch=str((r.manifest.get("torch") or {}).get("version", "?")),
                     lines=lines(r), compile=compile_summary(r), counts=counts(r),
                     failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r),
@@ -185,7 +175,7 @@ def _host_figures() -> list[tuple[str, Getter]]:
         return get
 
     return [
-        ("host", lambda r: host_name(r) + (f" · {r.manifest['label']}" if r.manifest.get("label") else "")),
+        ("host", lambda r: machine(r).hostname + (f" · {r.manifest['label']}" if r.manifest.get("label") else "")),
         ("device", device_name), ("torch", lambda r: (r.manifest.get("torch") or {}).get("version")),
         ("profile", lambda r: r.run.profile), ("started", lambda r: r.run.started_at), ("lab", tree_state),
         ("cost of one eager launch", ceil(M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
@@ -228,7 +218,7 @@ def side_by_side(rows: list[FrontRow]) -> Table:
         tag = f"B={fmt(batch)} {dtype}"
         figures: list[tuple[str, Callable[[Line], Any]]] = [
             ("eager step", lambda ln: ln.case.eager.step), ("fastest correct method", lambda ln: ln.case.best.label),
-            ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.speedup_text or None),
+            ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.case.best.speedup_text or None),
             ("its MBU", lambda ln: pct(ln.mbu.value) if ln.mbu else None),
             ("its binding bound", lambda ln: ln.bound.text.removesuffix("-bound") or None),
         ]

@@ -31,7 +31,7 @@ from report.pages.compare import interval_of, value_of
 from report.site.discover import Run
 from report.site.hosts import machine, slug
 from report.sections.section import Section
-from report.sections.steps import Case, cases, step_rows
+from report.sections.steps import Case, cases, own_mbu, step_rows
 from report.draw.tables import Cell, Table, fmt
 
 HISTORY_FILE = "history.html"
@@ -84,44 +84,34 @@ def _case(results: Results, dtype: str) -> Case | None:
     return next((c for c in cases(step_rows(results)) if c.batch == 1 and c.dtype == dtype), None)
 
 
-def _found(results: Results, rid: str, metric: Metric | None) -> Found:
-    rec = q.experiment(results, rid)
-    return None if metric is None or rec is None else (metric, rec)
+def _found(results: Results, metric: Metric | None) -> Found:
+    """The metric with the record that holds it (compare's interval rule reads its interval there)."""
+    return next(((metric, r) for r in results.experiments if any(m is metric for m in r.metrics)), None) \
+        if metric is not None else None
 
 
 def _one(results: Results, rid: str, spec: M.MetricSpec, **params: Any) -> Found:
-    rec = q.experiment(results, rid)
-    hit = q.maybe(rec, spec, **params)
-    return (hit, rec) if hit is not None and rec is not None else None
-
-
-def _mbu(results: Results, dtype: str) -> Found:
-    """The fastest correct method's own MBU at B=1 (stored by cuda_graph_decode), else ceilings' for that method."""
-    c = _case(results, dtype)
-    if c is None:
-        return None
-    p = {"method": c.best.method, "batch": 1, "dtype": dtype}
-    return _one(results, c.best.source, M.MBU, **p) or _one(results, Experiment.CEILINGS, M.MBU, **p)
+    return _found(results, q.maybe(q.experiment(results, rid), spec, **params))
 
 
 def _step(results: Results, dtype: str, which: str) -> Found:
-    """At B=1 in `dtype`: eager's step ("baseline"), the fastest correct method's step ("best"), or its speedup over
-    eager ("ratio")."""
+    """At B=1 in `dtype`: eager's step ("baseline"), the fastest correct method's step ("best"), its speedup over
+    eager ("ratio") or its MBU ("mbu", the one the run page shows: report.sections.steps.own_mbu)."""
     c = _case(results, dtype)
     if c is None:
         return None
-    if which == "baseline":
-        return _found(results, c.eager.source, c.eager.step)
-    if which == "best":
-        return _found(results, c.best.source, c.best.step)
-    return _found(results, c.best.source, c.best.speedup) if c.best.method != c.eager.method else None
+    if which in ("baseline", "best"):
+        return _found(results, (c.eager if which == "baseline" else c.best).step)
+    if which == "mbu":
+        return _found(results, own_mbu(results, c.best))
+    return _found(results, c.best.speedup) if c.best.method != c.eager.method else None
 
 
 def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
     """The headline figures, each a label and where a run stores it."""
     out: list[tuple[str, Getter]] = []
     def step(d: str, which: str) -> Getter:
-        return lambda r: _mbu(r, d) if which == "mbu" else _step(r, d, which)
+        return lambda r: _step(r, d, which)
 
     for d in dtypes:
         out += [(f"eager step, B=1 {d}", step(d, "baseline")), (f"fastest correct method's step, B=1 {d}", step(d, "best")),

@@ -63,13 +63,11 @@ def stacked(found: list[Split]) -> list[Chart]:
             fig.tight_layout()
             return fig
 
-        chart = _draw(f"chart-time-{dtype}", f"Where the time goes ({dtype})",
-                      "Each bar is one method's median step at that batch: grey, the weight-read floor (the bytes "
-                      "the step must read at the measured copy bandwidth; where the GPU was busy for less than it, "
-                      "the busy time); solid, the rest of the GPU-busy time (the union of the kernels' intervals, "
-                      "profiler); hatched, the gaps in which no kernel runs (launch work and bubbles).", draw)
-        if chart:
-            charts.append(chart)
+        charts += _draw(f"chart-time-{dtype}", f"Where the time goes ({dtype})",
+                        "Each bar is one method's median step at that batch: grey, the weight-read floor (the bytes "
+                        "the step must read at the measured copy bandwidth; where the GPU was busy for less than it, "
+                        "the busy time); solid, the rest of the GPU-busy time (the union of the kernels' intervals, "
+                        "profiler); hatched, the gaps in which no kernel runs (launch work and bubbles).", draw)
     return charts
 
 
@@ -101,12 +99,10 @@ def boxes(found: dict[tuple[Any, str], dict[str, list[float]]]) -> list[Chart]:
             fig.tight_layout()
             return fig
 
-        chart = _draw(f"chart-samples-{dtype}", f"How each method's steps spread ({dtype})",
-                      "The stored per-step samples of each method (no readback): the box spans the quartiles, the "
-                      "black line is the median, the whiskers reach 1.5 × the interquartile range and the points "
-                      "beyond them are single slow (or fast) steps.", draw)
-        if chart:
-            charts.append(chart)
+        charts += _draw(f"chart-samples-{dtype}", f"How each method's steps spread ({dtype})",
+                        "The stored per-step samples of each method (no readback): the box spans the quartiles, the "
+                        "black line is the median, the whiskers reach 1.5 × the interquartile range and the points "
+                        "beyond them are single slow (or fast) steps.", draw)
     return charts
 
 

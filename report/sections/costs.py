@@ -74,14 +74,9 @@ def compile_tables(rec: Record | None) -> list[Table]:
     """compile_cost: every first call (target, depth, cache phase, trial), then the stored break-even per phase."""
     first_calls = Table(columns=["target", "layers", "phase", "trial", "first call"], id="first-calls",
                         caption="torch.compile first call, cold vs warm cache, each in a fresh process (compile_cost)")
-    seen = set()
-    for m in sorted(q.all(rec, M.FIRST_CALL_S),
+    for m in sorted(q.all(rec, M.FIRST_CALL_S),  # an earlier lab's repeats are dropped at load (lab.contract.results)
                     key=lambda m: (str(m.params.get(P.TARGET)), sort_key(m.params.get("n_layer")),
                                    str(m.params.get(P.PHASE)), sort_key(m.params.get("trial")))):
-        key = json_key(m.params)
-        if key in seen:  # runs of earlier lab versions recorded the full depth twice
-            continue
-        seen.add(key)
         first_calls.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get("n_layer")), cls="num"),
                                  Cell(fmt(m.params.get(P.PHASE))), Cell(fmt(m.params.get("trial"))),
                                  num(m.value, m.unit)])
@@ -97,10 +92,6 @@ def compile_tables(rec: Record | None) -> list[Table]:
     steady.caption = "Steady-state call time in the warm child (compile_cost)"
     steady.collapsed = True
     return [first_calls, pays, steady]
-
-
-def json_key(params: dict[str, Any]) -> str:
-    return ",".join(f"{k}={params[k]}" for k in sorted(params))
 
 
 def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | None:

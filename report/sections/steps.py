@@ -99,33 +99,25 @@ class Case:
     best: StepRow
 
 
-def _decode_rows(rec: Record) -> list[StepRow]:
+def _decode_rows(rec: Record, **where: Any) -> list[StepRow]:
+    """A record's step times per method, batch and dtype: cuda_graph_decode's, or model_scaling's at one size."""
     rows = []
-    for m in q.all(rec, M.STEP_MS, readback=False):
+    for m in q.all(rec, M.STEP_MS, **where):
         p = m.params
         if "method" not in p or "batch" not in p or not is_number(m.value):
             continue
-        own = {"method": p[P.METHOD], "batch": p[P.BATCH], "dtype": p.get(P.DTYPE)}
-        rows.append(StepRow(Experiment.CUDA_GRAPH_DECODE, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
-                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, p[P.METHOD], batch=p[P.BATCH],
-                                                                          dtype=p.get(P.DTYPE)),
-                            _interval(rec, **p), rec.status, own))
+        own: dict[str, Any] = {k: p[k] for k in (P.METHOD, P.BATCH, P.DTYPE, P.SIZE) if k in p}
+        rows.append(StepRow(rec.id, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
+                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, **own), _interval(rec, **p),
+                            rec.status, own))
     return rows
 
 
 def _scaling_rows(rec: Record) -> list[StepRow]:
     """model_scaling's GPT-2 124M step at batch 1 in fp32 (the smallest size where 124M was not run)."""
     sizes = [m.params.get(P.SIZE) for m in q.all(rec, M.STEP_MS)]
-    size = SCALING_SIZE if SCALING_SIZE in sizes else (sizes[0] if sizes else None)
-    rows = []
-    for m in q.all(rec, M.STEP_MS, size=size, batch=1, dtype="float32"):
-        p = m.params
-        if "method" not in p or not is_number(m.value):
-            continue
-        rows.append(StepRow(Experiment.MODEL_SCALING, "", 1, "float32", str(p[P.METHOD]), m, q.maybe(rec, M.SPEEDUP_VS_EAGER, **p),
-                            _correct(rec, p[P.METHOD], size=size, batch=1, dtype="float32"), _interval(rec, **p),
-                            rec.status, dict(p)))
-    return rows
+    return _decode_rows(rec, size=SCALING_SIZE if SCALING_SIZE in sizes else (sizes[0] if sizes else None), batch=1,
+                        dtype="float32")
 
 
 def _inductor_rows(rec: Record, dtype: str) -> list[StepRow]:
@@ -150,7 +142,7 @@ def step_rows(results: Results) -> list[StepRow]:
     inductor's."""
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     if cgd is not None and cgd.status in (Status.OK, Status.FAILED):
-        rows = _decode_rows(cgd)
+        rows = _decode_rows(cgd, readback=False)
         if rows:
             return rows
     ind = q.experiment(results, Experiment.INDUCTOR)
@@ -313,34 +305,25 @@ def _best_table(results: Results, found: list[Case]) -> Table:
 
 def _decode_tables(rec: Record | None) -> list[Table]:
     """cuda_graph_decode: method × batch per dtype and readback, each cell the median, stored speedup, spread."""
-    steps = [m for m in q.all(rec, M.STEP_MS) if "method" in m.params and "batch" in m.params]
-    groups: dict[tuple[str, bool], list[Metric]] = {}
-    for m in steps:
-        groups.setdefault((str(m.params.get(P.DTYPE)), bool(m.params.get(P.READBACK))), []).append(m)
+    groups: dict[tuple[str, bool], list[StepRow]] = {}
+    for r in _decode_rows(rec) if rec is not None else []:
+        groups.setdefault((r.dtype, bool(r.step.params.get(P.READBACK))), []).append(r)
     tables = []
-    for (dtype, readback), metrics in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] != "float32",
-                                                                              kv[0][0])):
-        batches = sorted({m.params[P.BATCH] for m in metrics}, key=sort_key)
-        methods = sorted({m.params[P.METHOD] for m in metrics}, key=method_rank)
+    for (dtype, readback), rows in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] != "float32", kv[0][0])):
+        batches = sorted({r.batch for r in rows}, key=sort_key)
         table = Table(columns=["method"] + [f"batch {b}" for b in batches], cls="speedup", collapsed=readback,
                       caption=f"Median ms per decode step, dtype {dtype}, "
                               f"{'reading the token back each step' if readback else 'no readback'}")
-        for method in methods:
-            row = [Cell(str(method))]
+        for method in sorted({r.method for r in rows}, key=method_rank):
+            cells = [Cell(method)]
             for b in batches:
-                here = [m for m in metrics if m.params[P.METHOD] == method and m.params[P.BATCH] == b]
-                if not here:
-                    row.append(Cell("—"))
-                    continue
-                sp = q.maybe(rec, M.SPEEDUP_VS_EAGER, **here[0].params)
-                ci = _interval(rec, **here[0].params)
-                shown = f"{fmt(sp.value)}×" + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci and all(map(is_number, ci))
-                                               else "") if sp else ""
-                cell = timing_cell(here[0], extra=f"{shown} vs eager" if sp else "")
-                if ci is not None and all(map(is_number, ci)):  # the interval rule: faster only when shown
-                    cell.cls += " good" if ci[0] > 1 else (" bad" if ci[1] < 1 else "")
-                row.append(cell)
-            table.rows.append(row)
+                hit = next((r for r in rows if (r.method, r.batch) == (method, b)), None)
+                cell = timing_cell(hit.step, extra=f"{hit.speedup_text} vs eager" if hit.speedup_text else "") \
+                    if hit else Cell("—")
+                if hit is not None and hit.ci is not None and all(map(is_number, hit.ci)):  # faster only when shown
+                    cell.cls += " good" if hit.ci[0] > 1 else (" bad" if hit.ci[1] < 1 else "")
+                cells.append(cell)
+            table.rows.append(cells)
         tables.append(table)
     return tables
 

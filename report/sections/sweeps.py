@@ -57,14 +57,14 @@ def _trace_table(run: Any, rec: Record) -> Table:
     return table
 
 
-def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[list[Table], list[Chart | None]]]) -> Section:
+def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[list[Table], list[Chart]]]) -> Section:
     rec = q.experiment(run.results, rid)
     if rec is None or rec.status != Status.OK:
         return Section(f"sweep-{rid}", title, empty=why_absent(run.results, rid))
     tables, charts = build(rec)
     traces = _trace_table(run, rec)
     sec = Section(f"sweep-{rid}", title, _conclusion(rec), [t for t in tables + [traces] if t])
-    sec.charts = [c for c in charts if c is not None]
+    sec.charts = charts
     if not sec.tables and not sec.charts:
         sec.empty = f"{rid} ran but recorded none of the metrics this section shows."
     return sec
@@ -72,7 +72,7 @@ def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[lis
 
 # ---------------------------------------------------------------------------- peer_generate
 
-def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
     batches = sorted({m.params.get(P.BATCH) for m in steps} | {m.params.get(P.BATCH) for m in
                                                               q.all(rec, M.OUTCOME)}, key=sort_key)
@@ -123,14 +123,14 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         ax.legend(fontsize=7, frameon=False)
         return fig
 
-    return [table, costs], [_draw("chart-peer", "ms per token", "Lower is better. Lab: one fixed-shape step per "
-                                   "token, token read back each step; transformers: time between tokens inside "
-                                   "generate, after warm-up calls.", draw)]
+    return [table, costs], _draw("chart-peer", "ms per token", "Lower is better. Lab: one fixed-shape step per "
+                                 "token, token read back each step; transformers: time between tokens inside "
+                                 "generate, after warm-up calls.", draw)
 
 
 # ---------------------------------------------------------------------------- model_scaling
 
-def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
     params_of = {key["size"]: float(v) for k, v in rec.notes.items()
                  if (key := N.PARAMETERS.parse(k)) is not None and isinstance(v, (int, float))}
@@ -194,15 +194,15 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         fig.tight_layout()
         return fig
 
-    return [table, gains], [_draw("chart-scaling", "Speedup over eager by model size",
-                                   "Left: each method's speedup over eager against parameters, one line per dtype and "
-                                   "batch. Right: the same speedups against the FLOPs each kernel launch carries.",
-                                   draw)]
+    return [table, gains], _draw("chart-scaling", "Speedup over eager by model size",
+                                 "Left: each method's speedup over eager against parameters, one line per dtype and "
+                                 "batch. Right: the same speedups against the FLOPs each kernel launch carries.",
+                                 draw)
 
 
 # ---------------------------------------------------------------------------- context_scaling
 
-def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
     cross = Table(columns=["batch", "fill", "crossover (slots)", "what happened", "fixed / best growing, by length"],
                   caption="Where the fixed-shape step stops beating the best growing-cache step")
@@ -242,15 +242,15 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         fig.tight_layout()
         return fig
 
-    return [cross], [_draw("chart-context", "Step time vs cache length",
-                            "Solid: the fixed-shape step (attends every slot); dashed: the growing step eager; dotted: "
-                            "compiled with dynamic shapes; colour: how full the cache is; vertical lines: crossovers.",
-                            draw)]
+    return [cross], _draw("chart-context", "Step time vs cache length",
+                          "Solid: the fixed-shape step (attends every slot); dashed: the growing step eager; dotted: "
+                          "compiled with dynamic shapes; colour: how full the cache is; vertical lines: crossovers.",
+                          draw)
 
 
 # ---------------------------------------------------------------------------- graph_buckets
 
-def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
     ladders = noted(rec, N.LADDERS.key, dict)
     table = Table(columns=["ladder", "captured graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
                   caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)")
@@ -289,15 +289,15 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         fig.tight_layout()
         return fig
 
-    return [table], [_draw("chart-buckets", "Bucket ladders", "Left: step time of each batch size's graph (eager "
-                            "where nothing can be captured), the buckets of each ladder marked. Right: the mean step "
-                            "time of a uniform mix of batch sizes padded to each ladder's buckets, with the share of "
-                            "padded rows and the graphs' memory.", draw)]
+    return [table], _draw("chart-buckets", "Bucket ladders", "Left: step time of each batch size's graph (eager "
+                          "where nothing can be captured), the buckets of each ladder marked. Right: the mean step "
+                          "time of a uniform mix of batch sizes padded to each ladder's buckets, with the share of "
+                          "padded rows and the graphs' memory.", draw)
 
 
 # ---------------------------------------------------------------------------- data_dependent_branch
 
-def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
     dyn = Table(columns=["version", "batch", "Dynamo graphs", "breaks", "one graph (fullgraph)", "break reasons"],
                 caption="What Dynamo makes of each version of the step (torch._dynamo.explain)")
     for m in q.all(rec, M.GRAPHS):
@@ -339,12 +339,12 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         ax.set_title("Host-checked (red) vs torch.where (blue)")
         return fig
 
-    return [dyn, cost], [_draw("chart-branch", "Cost of the end-of-sequence check",
-                                "Median step time of each variant; red: the step with a Python branch on a device "
-                                "value, blue: the torch.where rewrite.", draw)]
+    return [dyn, cost], _draw("chart-branch", "Cost of the end-of-sequence check",
+                              "Median step time of each variant; red: the step with a Python branch on a device "
+                              "value, blue: the torch.where rewrite.", draw)
 
 
-BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart | None]]]]] = {
+BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart]]]]] = {
     Experiment.PEER_GENERATE: ("transformers' generate beside the lab's step", _peer),
     Experiment.MODEL_SCALING: ("Model size: does the graph gain shrink?", _scaling),
     Experiment.CONTEXT_SCALING: ("Context length: fixed-shape vs growing cache", _context),

@@ -12,10 +12,6 @@ from lab.contract.results import Metric, Results
 from report.sections.section import Section, why_absent
 from report.draw.tables import Cell, Table, fmt, num, pivot
 
-PREDICTION_COLUMNS = [M.FUSIBLE_FRACTION, M.K, M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP,
-                      M.MEASURED_OVER_PREDICTED, M.MEASURED_OVER_PREDICTED_LAUNCH]
-
-
 def amdahl(results: Results) -> Section:
     rec = q.experiment(results, Experiment.AMDAHL)
     workloads = sorted({str(m.params.get(P.WORKLOAD)) for m in q.all(rec, M.PREDICTED_SPEEDUP)})

@@ -181,16 +181,13 @@ def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
     return out
 
 
-def side(run: Run) -> Side:
-    return Side(run.path, run.results.manifest, run.results, name=run.name)
-
-
 def comparisons(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
     """`baselines`, each run that has one compared with it."""
     out = baselines(runs, baseline)
     for b in out:
         if b.base is not None:
-            b.comparison = compare(side(b.base), side(b.run))
+            before, after = (Side(r.path, r.results.manifest, r.results, name=r.name) for r in (b.base, b.run))
+            b.comparison = compare(before, after)
     return out
 
 
