@@ -96,6 +96,24 @@ def _columns(table: Any) -> dict[str, int]:
     return {c: i for i, c in enumerate(table.columns)}
 
 
+def _sentence(shown: Shown, line: str, where: str) -> None:
+    """The MBU, binding, bound and gap of one 'B=1, float32[, method]: ...' sentence."""
+    m = re.match(r"B=(\S+), (\w+)(?:, |: )(.+?)(?:: |: step | \S+ (?:ms|us|s) against)", line)
+    if not m:
+        return
+    key, rest = (_method(m.group(3)), m.group(1).rstrip(","), m.group(2)), line[m.end():]
+    if (mbu := re.search(r"MBU (\S+%)", line)) is not None:
+        shown.add(key, "MBU", mbu.group(1), where)
+    if (b := re.search(r"(\w+)-bound", rest)) is not None:
+        shown.add(key, "binding", b.group(1), where)
+    if "bound not meaningful" in rest:
+        shown.add(key, "binding", "not meaningful", where)
+    if (b := re.search(r"its (\S+ (?:ms|us|s)) bound$", rest)) is not None and "not meaningful" not in rest:
+        shown.add(key, "bound ms", b.group(1), where)
+    if (g := re.search(r"gaps (\S+ (?:ms|us|s))", rest)) is not None:
+        shown.add(key, "gap", g.group(1), where)
+
+
 def _collect(site: Site, readme: dict[str, str]) -> dict[str, Shown]:
     """What each run's page, its front-page row and its headline block show."""
     out = {}
@@ -137,29 +155,16 @@ def _collect(site: Site, readme: dict[str, str]) -> dict[str, Shown]:
                                   "run page: decode table")
         for sec in page.sections:
             for line in sec.intro.splitlines() + (sec.panel.intro.splitlines() if sec.panel else []):
-                m = re.match(r"B=(\S+), (\w+)(?:, |: )(.+?)(?:: |: step | \S+ (?:ms|us|s) against)", line)
-                if not m:
-                    continue
-                batch, dtype = m.group(1).rstrip(","), m.group(2)
-                where = f"run page: {sec.id} sentence"
-                rest = line[m.end():]
-                method = _method(m.group(3))
-                if (mbu := re.search(r"MBU (\S+%)", line)) is not None:
-                    shown.add((method, batch, dtype), "MBU", mbu.group(1), where)
-                if (b := re.search(r"(\w+)-bound", rest)) is not None:
-                    shown.add((method, batch, dtype), "binding", b.group(1), where)
-                if "bound not meaningful" in rest:
-                    shown.add((method, batch, dtype), "binding", "not meaningful", where)
-                if (b := re.search(r"its (\S+ (?:ms|us|s)) bound$", rest)) is not None and "not meaningful" not in rest:
-                    shown.add((method, batch, dtype), "bound ms", b.group(1), where)
-                if (g := re.search(r"gaps (\S+ (?:ms|us|s))", rest)) is not None:
-                    shown.add((method, batch, dtype), "gap", g.group(1), where)
+                _sentence(shown, line, f"run page: {sec.id} sentence")
         for ln in page.front.lines:
             key = (_method(ln.case.best.label), str(ln.case.batch), ln.case.dtype)
             shown.add(key, "MBU", ln.mbu_text.removeprefix("MBU "), "front page")
-            kind = "not meaningful" if ln.binding_text.startswith("bound not") else ln.binding_text.removesuffix("-bound")
+            kind = "not meaningful" if ln.bound.text.startswith("bound not") else ln.bound.text.removesuffix("-bound")
             shown.add(key, "binding", kind, "front page")
         text = readme[page.run.name]
+        for line in text.splitlines():
+            if line.startswith("- B="):
+                _sentence(shown, line[2:], "headline: fastest correct")
         part = text.split("Distance to the floor", 1)[1].split("MBU per batch", 1)[0] if "Distance to the" in text else ""
         for line in part.splitlines():
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -231,6 +236,8 @@ def shown(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Shown]:
 def test_one_value_per_method_batch_and_dtype(shown: dict[str, Shown], figure: str) -> None:
     conflicts = [f"{run}: {c}" for run, s in shown.items() for c in s.conflicts(figure)]
     assert not conflicts, "\n".join(conflicts)
+    if figure == "MBU":  # the headline's fastest-correct lines are among what was compared
+        assert any(w == "headline: fastest correct" for s in shown.values() for v in s.figures.values() for _, w in v)
     assert any(k[1] == figure and len(v) > 1 for s in shown.values() for k, v in s.figures.items()), \
         f"no {figure} is shown twice in any run: the check compared nothing"
 

@@ -77,11 +77,6 @@ class Line:
         """'MBU 23.2%': the fastest method's own, from its own step time (never eager's beside another method)."""
         return f"MBU {pct(self.mbu.value)}" if self.mbu is not None else ""
 
-    @property
-    def binding_text(self) -> str:
-        """'launch-bound' (the bound ceilings stored for the fastest method itself), or why it is not meaningful."""
-        return self.bound.text
-
 
 @dataclass
 class FrontRow:

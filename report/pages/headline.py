@@ -30,6 +30,7 @@ Standard library only (plus lab.contract.results to read the files): the README 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -40,7 +41,7 @@ from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Record, load
 
 from report.sections import host
-from report.sections.steps import bound_of, stored_mbu
+from report.sections.steps import answer, bound_of, cases, step_rows, stored_mbu
 from report.site.provenance import tree_state
 
 BEGIN = re.compile(r"<!-- headline:begin(?P<runs>[^>]*)-->")
@@ -56,16 +57,15 @@ class Run:
         if not self.paths:
             raise ValueError("headline: name at least one run directory or results.json")
         self.records: dict[str, Record] = {}
-        self.profiles: list[str] = []
         self.trees: list[str] = []  # per path: the lab's commit and its tree's state (report.pages.front.tree_state)
         self.flags: list[str] = []  # what the runs flagged about themselves (report.sections.host.flags), each once
-        for path in self.paths:
-            results = load(path)
-            self.profiles.append(results.run.profile)
+        loaded = [load(path) for path in self.paths]
+        for results in loaded:
             self.trees.append(tree_state(results))
             self.flags += [f for f in host.flags(results.experiments, results.manifest) if f not in self.flags]
             for rec in results.experiments:
                 self.records.setdefault(rec.id, rec)
+        self.results = replace(loaded[0], experiments=list(self.records.values()))  # merged, as one run
 
     def value(self, exp: Experiment, name: str, **params: Any) -> Any:
         """The value of the one metric whose params include these, or None (absent, NOT_RUN; several: QueryError)."""
@@ -244,6 +244,9 @@ def render(paths: Iterable[str | Path], shown: list[str] | None = None) -> str:
     parts += [f"Host: {host.sentence(run.records.values())}.", ""]
     parts += [f"⚑ {flag}" + ("  " if i < len(run.flags) - 1 else "") for i, flag in enumerate(run.flags)]
     parts += [""] if run.flags else []
+    found = cases(step_rows(run.results))  # the run page's answer, the same sentence: one value per figure
+    parts += ["Fastest correct method per batch and dtype (`correct` as stored; else tokens equal to eager's):", ""] + [
+        f"- {answer(run.results, c)}" for c in found] + [""] if found else []
     parts += step_table(run) + [""] + floor_table(run) + mbu_table(run) + ceilings_line(run)
     return "\n".join(parts).rstrip() + "\n"
 
