@@ -98,7 +98,7 @@ def _spelled_note_reads(path: Path) -> list[str]:
 
 
 def test_the_report_reads_notes_only_through_their_declarations(tmp_path: Path) -> None:
-    spelled = [hit for path in sorted((ROOT / "report").glob("*.py")) for hit in _spelled_note_reads(path)]
+    spelled = [hit for path in sorted((ROOT / "report").rglob("*.py")) for hit in _spelled_note_reads(path)]
     assert not spelled, f"notes read by a key written out (declare it in lab/contract/notes.py): {spelled}"
     sample = tmp_path / "sample.py"  # the walk finds what it looks for
     sample.write_text('a = rec.notes.get("ladders")\nb = rec.notes[f"errors.{v}"]\nc = rec.notes.get(N.LADDERS.key)\n')

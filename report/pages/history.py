@@ -96,13 +96,13 @@ def _one(results: Results, rid: str, spec: M.MetricSpec, **params: Any) -> Found
 
 def _step(results: Results, dtype: str, which: str) -> Found:
     """At B=1 in `dtype`: eager's step ("baseline"), the fastest correct method's step ("best"), its speedup over
-    eager ("ratio") or its MBU ("mbu", the one the run page shows: report.sections.steps.own_mbu)."""
+    eager ("ratio") or its MBU ("share", the one the run page shows: report.sections.steps.own_mbu)."""
     c = _case(results, dtype)
     if c is None:
         return None
     if which in ("baseline", "best"):
         return _found(results, (c.eager if which == "baseline" else c.best).step)
-    if which == "mbu":
+    if which == "share":
         return _found(results, own_mbu(results, c.best))
     return _found(results, c.best.speedup) if c.best.method != c.eager.method else None
 
@@ -115,7 +115,7 @@ def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
 
     for d in dtypes:
         out += [(f"eager step, B=1 {d}", step(d, "baseline")), (f"fastest correct method's step, B=1 {d}", step(d, "best")),
-                (f"its speedup over eager, B=1 {d}", step(d, "ratio")), (f"its MBU, B=1 {d}", step(d, "mbu"))]
+                (f"its speedup over eager, B=1 {d}", step(d, "ratio")), (f"its MBU, B=1 {d}", step(d, "share"))]
     out += [("eager launch cost", lambda r: _one(r, Experiment.CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
             ("sentinel eager step at start, B=1 float32",
              lambda r: _one(r, Experiment.SENTINEL, M.SENTINEL_STEP_MS, method=Method.EAGER, batch=1, dtype="float32",
