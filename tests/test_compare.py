@@ -17,8 +17,8 @@ import pytest
 from lab.contract import metrics as M
 from lab.__main__ import main as lab_main
 from lab.contract.catalogue import BY_ID
-from report.compare import Side, compare, explain, flatten, load_side, manifest_diff
-from report.compare_output import format_text, records, safe, to_json
+from report.pages.compare import Side, compare, explain, flatten, load_side, manifest_diff
+from report.pages.compare_text import format_text, records, safe, to_json
 from lab.run.manifest import REPO_ROOT
 from lab.contract.marks import DEFAULT, Value, judge, option_value
 from lab.contract.results import Metric, Record, Results, ResultsError, RunInfo, write_json_atomic
@@ -431,7 +431,7 @@ def test_load_side_errors(tmp_path: Path) -> None:
 
 def test_a_values_interval_comes_from_its_spread_or_its_declared_metrics() -> None:
     from lab.contract.results import Spread
-    from report.compare import interval_of
+    from report.pages.compare import interval_of
 
     p = {"method": "graph", "batch": 1}
     spread = Spread(n=30, min=0.9, q1=0.95, median=1.0, q3=1.05, max=1.2, rel_iqr=0.1, noisy=False, ci_low=0.97,
@@ -448,7 +448,7 @@ def test_a_values_interval_comes_from_its_spread_or_its_declared_metrics() -> No
 
 
 def test_status_changes_are_judged_with_their_reason_codes() -> None:
-    from report.compare import status_mark
+    from report.pages.compare import status_mark
 
     assert status_mark("NOT_RUN", "FAILED", "no_cuda")[0] == "not comparable"
     assert status_mark("FAILED", "NOT_RUN", "", "no_cuda")[0] == "not comparable"
@@ -460,7 +460,7 @@ def test_status_changes_are_judged_with_their_reason_codes() -> None:
 # ---------------------------------------------------------------------------- why it moved, ranked by class
 
 def test_figure_classes() -> None:
-    from report.why import figure_class
+    from report.pages.why_moved import figure_class
 
     assert figure_class("step_ms", {"method": "eager", "batch": 1}) == "dispatch"
     assert figure_class("step_ms", {"method": "graph", "batch": 1}) == "kernel"
@@ -570,8 +570,8 @@ def test_a_comparison_ranks_why_for_each_class_that_moved(tmp_path: Path) -> Non
 # ---------------------------------------------------------------------------- every run's baseline (the report)
 
 def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None:
-    from report.discover import load_runs
-    from report.render import baselines
+    from report.site.discover import load_runs
+    from report.site.build import baselines
 
     runs, _ = load_runs([REFERENCE])
     got = {b.run.name: (b.base.name if b.base else None, b.why) for b in baselines(runs)}
@@ -585,8 +585,8 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
 
 
 def test_a_baseline_is_the_previous_run_of_the_host_else_the_newest_of_the_profile(tmp_path: Path) -> None:
-    from report.discover import load_runs
-    from report.render import baselines
+    from report.site.discover import load_runs
+    from report.site.build import baselines
 
     def run(name: str, host: str, day: int, profile: str = "gpu") -> None:
         data = gpu_fixture.build()

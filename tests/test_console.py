@@ -355,7 +355,7 @@ def test_handlers_torch_makes_during_a_run_write_to_stderr_after_it(tmp_path: Pa
 
 
 def test_the_run_page_lists_library_output(tmp_path: Path, noisy) -> None:
-    from report.render import render_site
+    from report.site.build import render_site
 
     runner.run(profiles.get("smoke"), tmp_path / "run", only=["graph_breaks"])
     site = render_site([tmp_path / "run"], tmp_path / "site")

@@ -1,4 +1,4 @@
-"""report/discover.py: a hostile results.json is skipped by name, the other runs still render."""
+"""report/site/discover.py: a hostile results.json is skipped by name, the other runs still render."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""report.front: each run's row shows the fastest correct method's own figures, its interval, a badge on FAILED
+"""report.pages.front: each run's row shows the fastest correct method's own figures, its interval, a badge on FAILED
 figures, the sentinel's flag with its numbers, one name per method across runs, and a sweep run's decode step."""
 
 from __future__ import annotations
 
 import pytest
 
-from report import front, render_site
+from report.pages import front
+from report import render_site
 from report_helpers import texts
 from synthetic_runs import STEP, check, decode, metric, rec, results, write_run
 
@@ -27,9 +28,9 @@ def _gpu_records(status: str = "OK") -> list[dict]:
 def test_the_line_holds_the_fastest_methods_own_figures() -> None:
     line = front.lines(results(*_gpu_records()))[0]
     assert line.case.best.method == "fused"
-    assert line.speedup_text == "15.3× [15.1, 15.5]"
+    assert line.case.best.speedup_text == "15.3× [15.1, 15.5]"
     assert line.mbu_text == "MBU 45.9%"  # fused's own, not eager's 0.0417 from ceilings
-    assert line.binding_text == "bandwidth-bound" and not line.failed_source
+    assert line.bound.text == "bandwidth-bound" and not line.failed_source
 
 
 def test_no_eager_figure_under_the_fastest_methods_name() -> None:
@@ -37,7 +38,7 @@ def test_no_eager_figure_under_the_fastest_methods_name() -> None:
     recs[0]["metrics"] = [m for m in recs[0]["metrics"] if m["name"] != "mbu"]
     recs[1]["metrics"] = [m for m in recs[1]["metrics"] if m["params"]["method"] == "eager"]
     line = front.lines(results(*recs))[0]
-    assert line.mbu is None and line.binding is None and line.mbu_text == line.binding_text == ""
+    assert line.mbu is None and line.bound.binding is None and line.mbu_text == line.bound.text == ""
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from report_helpers import gpu_fixture
 
 from lab.__main__ import main
-from report import readme_tables
+from report.pages import headline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,7 @@ def made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (run / "results.json").write_text(json.dumps(copy.deepcopy(gpu_fixture.build())))
     readme = tmp_path / "README.md"
     readme.write_text("# Title\n\n<!-- headline:begin x -->\n<!-- headline:end -->\n")
-    readme_tables.write(readme, ["runs/a"])
+    headline.write(readme, ["runs/a"])
     monkeypatch.chdir(tmp_path)
     return readme
 
@@ -58,6 +58,6 @@ def test_an_edited_block_fails_the_check_with_the_run(made: Path, capsys) -> Non
 
 def test_the_readmes_own_form_passes_on_this_repository(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """`python -m lab headline <the run the README's marker names> --check README.md`, from the repository root."""
-    _, _, runs = readme_tables.find_block((ROOT / "README.md").read_text())
+    _, _, runs = headline.find_block((ROOT / "README.md").read_text())
     monkeypatch.chdir(ROOT)
     assert main(["headline", *runs, "--check", "README.md"]) == 0, capsys.readouterr().err

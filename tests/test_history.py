@@ -1,4 +1,4 @@
-"""report.history: each headline figure over the runs of one host and profile, marked by compare's interval rule.
+"""report.pages.history: each headline figure over the runs of one host and profile, marked by compare's interval rule.
 
 Synthetic runs (the GPU fixture, edited): four runs of one host and profile whose eager step at B=1 moves by
 disjoint 95% intervals up (a regression), back down (an improvement), then within an overlapping interval
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from lab.contract.results import write_json_atomic
-from report import history
-from report.discover import load_runs
+from report.pages import history
+from report.site.discover import load_runs
 from report_helpers import gpu_fixture, texts
 
 # (name, start day, eager B=1 fp32 median, its 95% interval)
@@ -128,7 +128,7 @@ def test_the_only_run_of_its_host_says_it_has_no_history(runs: Path) -> None:
 
 @pytest.mark.slow
 def test_the_site_has_a_history_page_and_a_section_on_each_run_page(runs: Path, tmp_path: Path) -> None:
-    from report.render import render_site
+    from report.site.build import render_site
 
     site = render_site([runs], tmp_path / "site")
     assert site.history == tmp_path / "site" / "history.html"
@@ -153,8 +153,8 @@ def test_two_machines_that_share_a_hostname_are_two_hosts(runs: Path) -> None:
 
 
 def test_the_front_page_charts_each_figure_with_its_intervals_and_marks(runs: Path, tmp_path: Path) -> None:
-    from report import charts
-    from report.render import render_site
+    from report.draw import charts
+    from report.site.build import render_site
 
     group = next(s for s in _series(runs) if s.host.startswith("fixture-host ("))
     chart = charts.history(group)

@@ -1,4 +1,4 @@
-"""report.hoststate: one sentence per run on what the host's CPU speed did (from the H200 rounds of 2026-12-02), and
+"""report.sections.host: one sentence per run on what the host's CPU speed did (from the H200 rounds of 2026-12-02), and
 the flags a run raised about itself, beside its headline on the front page and in `lab headline`."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import pytest
 
 from lab.contract import hostspeed as stats
 from lab.contract.results import from_dict
-from report import hoststate, readme_tables, render_site
+from report.sections import host
+from report.pages import headline
+from report import render_site
 from report_helpers import texts
 from synthetic_runs import STEP, check, decode, metric, raw, rec, write_run
 
@@ -46,26 +48,26 @@ def _flagged_end() -> dict:
 
 
 def test_the_sentence_says_how_far_the_host_moved_and_who_followed_it() -> None:
-    text = hoststate.sentence(from_dict(raw(_h200_decode()), "x/results.json").experiments)
+    text = host.sentence(from_dict(raw(_h200_decode()), "x/results.json").experiments)
     assert text.startswith("the host's CPU speed varied 1.9× (p5–p95) during this run; ")
     assert "eager (0.90 [0.84, 0.96]) followed it" in text and "graph (0.00 [0.00, 0.00]) did not" in text
 
 
 def test_a_run_without_the_index_says_so() -> None:
-    assert hoststate.sentence(from_dict(raw(decode({"eager": 3.0})), "x/results.json").experiments) == \
-        hoststate.NO_INDEX
+    assert host.sentence(from_dict(raw(decode({"eager": 3.0})), "x/results.json").experiments) == \
+        host.NO_INDEX
 
 
 def test_the_flags_name_the_overloaded_host_the_unsteady_warm_up_and_the_unclean_instrument() -> None:
     r = from_dict(raw(_flagged_end(), manifest={"host": {"overloaded": True, "load_start": [14.2, 9.0, 5.0]}}),
                   "x/results.json")
-    flags = hoststate.flags(r.experiments, r.manifest)
+    flags = host.flags(r.experiments, r.manifest)
     assert flags == ["host overloaded at the start (load 14.2)",
                      "unsteady warm-up (end): the 25.0 s budget ran out; the host index moved 1.90×",
                      f"instrument not clean: {PAIRED} (8 paired rounds: ratio 1.120x [1.08, 1.16])",
                      "host: the fresh-process eager step moved 1.65x over the run"]
     calm = from_dict(raw(_h200_decode(), manifest={"host": {"overloaded": False}}), "x/results.json")
-    assert hoststate.flags(calm.experiments, calm.manifest) == []
+    assert host.flags(calm.experiments, calm.manifest) == []
 
 
 @pytest.fixture(scope="module")
@@ -88,15 +90,15 @@ def test_the_front_page_carries_the_sentence_and_the_flags_beside_the_headline(s
     assert "followed it" in texts(cases, "host-state")[0]
     assert texts(cases, "run-flag")[0] == "⚑ host overloaded at the start"
     assert any("instrument not clean" in t for t in texts(cases, "run-flag"))
-    assert texts(_row(html, "older"), "host-state") == [hoststate.NO_INDEX]
+    assert texts(_row(html, "older"), "host-state") == [host.NO_INDEX]
 
 
 def test_lab_headline_carries_them_too(site: tuple[Path, str]) -> None:
     root, _ = site
-    text = readme_tables.render([root / "flagged"])
+    text = headline.render([root / "flagged"])
     assert "\nHost: the host's CPU speed varied 1.9× (p5–p95) during this run; " in text
     assert "⚑ host overloaded at the start  \n" in text and f"⚑ instrument not clean: {PAIRED}" in text
-    assert "\nHost: " + hoststate.NO_INDEX + ".\n" in readme_tables.render([root / "older"])
+    assert "\nHost: " + host.NO_INDEX + ".\n" in headline.render([root / "older"])
 
 
 def test_the_run_page_section_sets_each_method_against_the_index() -> None:
@@ -105,14 +107,14 @@ def test_the_run_page_section_sets_each_method_against_the_index() -> None:
     d["metrics"] += [metric("speedup_at_reference", 4.58, "x", **p), metric("speedup_at_reference_ci_low", 4.51, "x", **p),
                      metric("speedup_at_reference_ci_high", 4.65, "x", **p),
                      metric("host_index_cost", 0.021, "fraction", **STEP)]
-    sec = hoststate.section(from_dict(raw(d), "x/results.json"))
+    sec = host.section(from_dict(raw(d), "x/results.json"))
     assert sec is not None and sec.intro.startswith("The host's CPU speed varied 1.9× (p5–p95) during this run; ")
     assert "cuda_graph_decode batch=1, dtype=float32: 2.1%" in sec.intro
     [table] = sec.tables
     rows = {r[1].text: [c.text for c in r] for r in table.rows}
     assert rows["eager"][3] == "0.902× [0.844, 0.956]" and rows["graph"][3] == "3.44e-04× [5.08e-05, 6.60e-04]"
     assert rows["graph"][7] == "4.58× [4.51, 4.65]" and rows["eager"][7] == "—"
-    assert hoststate.section(from_dict(raw(decode({"eager": 3.0})), "x/results.json")) is None
+    assert host.section(from_dict(raw(decode({"eager": 3.0})), "x/results.json")) is None
 
 
 def test_the_sentence_names_the_other_methods_and_gives_figures_for_eager_and_graph_replay() -> None:
@@ -120,5 +122,5 @@ def test_the_sentence_names_the_other_methods_and_gives_figures_for_eager_and_gr
     p = {"method": "fused", "readback": False, **STEP}
     d["metrics"] += [metric("host_index_ms", [1.0, 1.5, 2.0], "ms", **p), metric("host_sensitivity", 0.01, "x", **p),
                      metric("host_sensitivity_ci_low", 0.0, "x", **p), metric("host_sensitivity_ci_high", 0.02, "x", **p)]
-    text = hoststate.sentence(from_dict(raw(d), "x/results.json").experiments)
+    text = host.sentence(from_dict(raw(d), "x/results.json").experiments)
     assert "graph (0.00 [0.00, 0.00]), fused did not" in text

@@ -1,4 +1,4 @@
-"""report.kernelbytes: the hand-fused step kernel by kernel in "where the time goes", from the stored notes only."""
+"""report.sections.fused_kernels: the hand-fused step kernel by kernel in "where the time goes", from the stored notes only."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import copy
 from lab.contract import notes as N
 from lab.contract.results import from_dict
 from lab.step.fused import breakdown, traffic as T
-from report import kernelbytes
-from report.steps import pct
-from report.tables import fmt
+from report.sections import fused_kernels
+from report.sections.steps import pct
+from report.draw.tables import fmt
 from report_helpers import gpu_fixture
 from synthetic_runs import decode, results
 
@@ -33,7 +33,7 @@ def _run(**notes: dict):
 
 def test_a_table_per_note_with_each_kernels_time_bytes_bandwidth_and_share() -> None:
     note = _note()
-    tables = kernelbytes.tables(_run(**{"fused_kernels.fused.b1.float32": note}))
+    tables = fused_kernels.tables(_run(**{"fused_kernels.fused.b1.float32": note}))
     assert [t.id for t in tables] == ["fused-kernels-fused-b1-float32"] and not tables[0].collapsed
     rows = {r[0].text: [c.text for c in r] for r in tables[0].rows}
     assert list(rows) == ["ln_qkv", "attention", "proj", "ln_fc", "fc2", "lm_head", "argmax", "all kernels"]
@@ -49,7 +49,7 @@ def test_a_table_per_note_with_each_kernels_time_bytes_bandwidth_and_share() -> 
 
 
 def test_a_pdl_table_is_folded_under_its_caveat() -> None:
-    tables = kernelbytes.tables(_run(**{"fused_kernels.fused-pdl.b1.float32": _note("fused-pdl", pdl=True),
+    tables = fused_kernels.tables(_run(**{"fused_kernels.fused-pdl.b1.float32": _note("fused-pdl", pdl=True),
                                         "fused_kernels.fused.b1.float32": _note()}))
     assert [t.id for t in tables] == ["fused-kernels-fused-b1-float32", "fused-kernels-fused-pdl-b1-float32"]
     pdl = tables[1]
@@ -58,7 +58,7 @@ def test_a_pdl_table_is_folded_under_its_caveat() -> None:
 
 def test_a_profile_that_did_not_match_shows_its_bytes_and_why() -> None:
     note = _note(seq=[("triton_poi_fused_0", 1.0)])
-    table = kernelbytes.tables(_run(**{"fused_kernels.fused.b1.float32": note}))[0]
+    table = fused_kernels.tables(_run(**{"fused_kernels.fused.b1.float32": note}))[0]
     assert f"No times: {note['why']}." in table.caption
     row = [c.text for c in table.rows[3]]
     assert row[2] == "—" and row[3] == "9.47 MB" and row[4] == "—" and row[5] == "—"
@@ -66,14 +66,14 @@ def test_a_profile_that_did_not_match_shows_its_bytes_and_why() -> None:
 
 def test_a_note_of_another_shape_is_left_out() -> None:
     bad = {k: v for k, v in _note().items() if k != "kernels"}
-    assert kernelbytes.tables(_run(**{"fused_kernels.fused.b1.float32": bad, "top_kernels.fused.b1.float32": []})) == []
+    assert fused_kernels.tables(_run(**{"fused_kernels.fused.b1.float32": bad, "top_kernels.fused.b1.float32": []})) == []
 
 
 def test_the_gpu_fixture_shows_fp32_and_bf16_and_the_pdl_caveat() -> None:
     data = copy.deepcopy(gpu_fixture.build())
     for rec in data["experiments"]:
         assert N.problems(rec["id"], rec["notes"]) == [], rec["id"]
-    tables = kernelbytes.tables(from_dict(data, "fixture/results.json"))
+    tables = fused_kernels.tables(from_dict(data, "fixture/results.json"))
     assert [t.id for t in tables] == ["fused-kernels-fused-b1-float32", "fused-kernels-fused-pdl-b1-float32",
                                       "fused-kernels-fused-b1-bfloat16"]
     fp32, pdl, bf16 = tables

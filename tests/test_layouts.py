@@ -1,11 +1,11 @@
-"""report.layouts: the fused gemm path's library-call forms per projection, as the build recorded them (a note made
+"""report.sections.fused_layouts: the fused gemm path's library-call forms per projection, as the build recorded them (a note made
 by lab.step.fused.layout's own classes), and the untimed default on a host that could not time them."""
 
 from __future__ import annotations
 
 from lab.contract import notes as N
 from lab.step.fused.layout import Choice, Pick, Trial
-from report import layouts, timegoes
+from report.sections import breakdown, fused_layouts
 from synthetic_runs import decode, results
 
 P = {"batch": 16, "dtype": "float32"}
@@ -31,16 +31,16 @@ def _results(note: dict):
 def test_each_projection_shows_every_forms_median_and_the_choice() -> None:
     note = _note()
     assert N.FUSED_LAYOUTS.problem(note) is None
-    (table,) = layouts.tables(_results(note))
+    (table,) = fused_layouts.tables(_results(note))
     assert table.columns == ["projection", "product (B × in → out)", "default", "chosen", "lt-t", "blas-n", "lt-n"]
     rows = {r[0].text: r for r in table.rows}
     assert [c.text for c in rows["fc"][1:4]] == ["16 × 768 → 3072", "lt-t", "blas-n"]
     assert "good" in rows["fc"][3].cls and "good" not in rows["proj"][3].cls  # a choice away from the default
     assert rows["fc"][6].text.startswith("failed: RuntimeError") and rows["proj"][6].text == "—"
     assert "timed with CUDA events" in table.caption
-    assert table in timegoes.kernel_tables(_results(note))  # shown where the time goes
+    assert table in breakdown.kernel_tables(_results(note))  # shown where the time goes
 
 
 def test_an_untimed_build_says_why_and_that_the_default_was_used() -> None:
-    (table,) = layouts.tables(_results(_note(timed=False)))
+    (table,) = fused_layouts.tables(_results(_note(timed=False)))
     assert "not timed: no CUDA: the declared default" in table.caption

@@ -105,7 +105,7 @@ def test_import_names_are_turned_into_the_distributions_pip_installs() -> None:
 
 def test_a_missing_module_of_the_lab_itself_stays_a_bug(capsys, monkeypatch) -> None:
     assert missing_dependency(ModuleNotFoundError("No module named 'lab.nothing'", name="lab.nothing")) is None
-    assert missing_dependency(ImportError("cannot import name 'x' from 'report.front'", name="report.front")) is None
+    assert missing_dependency(ImportError("cannot import name 'x' from 'report.pages.front'", name="report.pages.front")) is None
     assert missing_dependency(ImportError("raised by hand")) is None
     import lab.__main__ as entry
     import lab.commands.env as env_command

@@ -92,8 +92,8 @@ def test_every_catalogue_metric_is_declared_and_every_declaration_is_used() -> N
 
 
 def test_every_metric_the_report_uses_is_produced_by_an_experiment() -> None:
-    files = sorted((REPO_ROOT / "report").glob("*.py"))
-    used = {f.name: metric_references(f) for f in files}
+    files = sorted((REPO_ROOT / "report").rglob("*.py"))
+    used = {str(f.relative_to(REPO_ROOT)): metric_references(f) for f in files}
     assert set().union(*used.values()) >= {"step_ms", "bound_ms", "binding", "setup_s", "first_call_s", "tokens_equal",
                                            "mbu", "break_even_steps", "predicted_speedup_launch"}
     made = produced()
@@ -105,7 +105,7 @@ def test_report_and_compare_spell_no_metric_or_method_name_themselves() -> None:
     """A metric or method name written as a string in report/ or compare is a second place for it."""
     ids = set(BY_ID)
     names = (set(REGISTRY) | set(METHOD_ORDER) | {v.value for v in Variant}) - ids  # ids double as names
-    for path in sorted((REPO_ROOT / "report").glob("*.py")) + [REPO_ROOT / "lab" / "contract" / "marks.py"]:
+    for path in sorted((REPO_ROOT / "report").rglob("*.py")) + [REPO_ROOT / "lab" / "contract" / "marks.py"]:
         tree = ast.parse(path.read_text())
         not_names = set()  # a CSS class (cls="speedup"), a substring test ("speedup" in name), a table's header
         for node in ast.walk(tree):

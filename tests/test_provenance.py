@@ -1,4 +1,4 @@
-"""report.provenance: the lab's commit and tree state as a run recorded them, on the front page, the run's
+"""report.site.provenance: the lab's commit and tree state as a run recorded them, on the front page, the run's
 header and the README's headline block."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from report import readme_tables, render_site
-from report.provenance import tree_state
+from report.pages import headline
+from report import render_site
+from report.site.provenance import tree_state
 from synthetic_runs import decode, results, write_run
 
 
@@ -31,9 +32,9 @@ def test_the_front_page_the_run_header_and_the_readme_block_state_it(tmp_path: P
     site = render_site([run], tmp_path / "site")
     assert "lab abcdef0 + uncommitted changes" in site.index.read_text()
     assert "lab abcdef0 + uncommitted changes" in (site.out / site.run_pages[0].file).read_text()
-    block = readme_tables.render([run], shown=["runs/r"])
+    block = headline.render([run], shown=["runs/r"])
     assert "Measured by `runs/r`: lab abcdef0 + uncommitted changes." in block
     data = json.loads((run / "results.json").read_text())
     data["manifest"]["lab"]["dirty"] = False
     (run / "results.json").write_text(json.dumps(data))
-    assert "Measured by `runs/r`: lab abcdef0, clean tree." in readme_tables.render([run], shown=["runs/r"])
+    assert "Measured by `runs/r`: lab abcdef0, clean tree." in headline.render([run], shown=["runs/r"])

@@ -1,4 +1,4 @@
-"""Publishing is safe from anyone's run folders (report.publish, report.sitefiles, report.sanitise): paths from a
+"""Publishing is safe from anyone's run folders (report.site.traces, report.site.files, report.site.sanitise): paths from a
 result file stay inside its run folder, links are never followed, tlparse's HTML runs no script, a bad file skips
 only its run, and a failed or empty render never destroys the previous site."""
 
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from lab.run.manifest import REPO_ROOT
-from report import render_site, sitefiles
-from report.sanitise import sanitise
+from report import render_site
+from report.site import files
+from report.site.sanitise import sanitise
 
 from cli_helpers import cli, one_line_error
 
@@ -238,7 +239,7 @@ def test_a_full_disk_leaves_the_previous_site_whole(tmp_path: Path, capsys, monk
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         handle.write(data)
 
-    monkeypatch.setattr(sitefiles, "_write_all", full)
+    monkeypatch.setattr(files, "_write_all", full)
     err = one_line_error(capsys, "report", str(good), str(make_run(runs)), "--out", str(out))
     assert "No space left on device" in err and f"--out {out}" in err and "unchanged" in err
     assert tree(out) == before and all(v.rstrip().endswith(b"</html>") for k, v in before.items())
@@ -247,15 +248,15 @@ def test_a_full_disk_leaves_the_previous_site_whole(tmp_path: Path, capsys, monk
 
 def test_write_page_never_leaves_half_a_page(tmp_path: Path, monkeypatch) -> None:
     page = tmp_path / "index.html"
-    sitefiles.write_page(page, "<html>old</html>")
+    files.write_page(page, "<html>old</html>")
 
     def full(handle, data: bytes) -> None:
         handle.write(data[:3])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(sitefiles, "_write_all", full)
-    with pytest.raises(sitefiles.WriteError):
-        sitefiles.write_page(page, "<html>new</html>")
+    monkeypatch.setattr(files, "_write_all", full)
+    with pytest.raises(files.WriteError):
+        files.write_page(page, "<html>new</html>")
     assert page.read_text() == "<html>old</html>" and [p.name for p in tmp_path.iterdir()] == ["index.html"]
 
 

@@ -35,8 +35,8 @@ def test_compare_puts_image_against_reference_differences_first(tmp_path):
     """A run in the cuda image beside the H200 reference: Python, transformers and the image lead the comparison."""
     import copy
 
-    from report.compare import compare, load_side
-    from report.compare_output import format_text
+    from report.pages.compare import compare, load_side
+    from report.pages.compare_text import format_text
 
     ref_path = REPO / "manifests/reference/h200-2026-11-29-gpu/manifest.json"
     image = copy.deepcopy(json.loads(ref_path.read_text()))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from report import render_site
-from report.tables import fmt
+from report.draw.tables import fmt
 from report_helpers import FIXTURES, gpu_fixture, lay_out_runs
 
 CHROMIUM = os.environ.get("LAB_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -195,7 +195,7 @@ def test_comparison_in_chromium(browser, site) -> None:
 
 def test_history_in_chromium(browser, site) -> None:
     """The two runs of the GPU fixture's host and profile: eager's step at batch 1 as each stored it, and the mark."""
-    from report import history
+    from report.pages import history
 
     assert site.history is not None
     page, problems = open_page(browser, site.history)

@@ -16,7 +16,7 @@ import pytest
 from lab.contract import profiles, schema_doc
 from lab.run import runner
 from lab.contract import results as R
-from report.compare import load_side
+from report.pages.compare import load_side
 from report_helpers import gpu_fixture, repeats
 from lab.run.manifest import REPO_ROOT
 from lab.contract.manifest_schema import check_manifest

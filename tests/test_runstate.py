@@ -70,8 +70,8 @@ def test_resume_refuses_a_changed_lab_source_unless_allowed(tmp_path, fake, monk
 def test_a_run_resumed_with_another_source_says_so_where_it_shows_its_tree(tmp_path, fake, monkeypatch,
                                                                           capsys) -> None:
     """Issue 30: a resumed run with --allow-source-change still said "dirty: no" on its run page."""
-    from report.provenance import tree_state
-    from report.sections import environment
+    from report.site.provenance import tree_state
+    from report.sections.section import environment
 
     _first_start(tmp_path, fake)
     assert "source changed" not in tree_state(load(tmp_path))

@@ -1,4 +1,4 @@
-"""Incomplete runs are visible (report.runstatus): a run killed before it finished says "incomplete" on the front
+"""Incomplete runs are visible (report.sections.runstatus): a run killed before it finished says "incomplete" on the front
 page and its own page, with the experiments asked for and never recorded; a run started several times lists each
 start and what changed between them."""
 
@@ -13,7 +13,7 @@ import pytest
 from lab.contract.results import load
 from lab.run.manifest import REPO_ROOT
 from report import render_site
-from report.runstatus import status
+from report.sections.runstatus import status
 
 from report_helpers import table, texts
 

@@ -32,7 +32,7 @@ def test_the_run_page_shows_each_start_with_its_load(tmp_path: Path) -> None:
     site = render_site([run], tmp_path / "site")
     html = (site.out / site.run_pages[0].file).read_text()
     starts = table(html, id="starts")
-    assert row(starts, "1")[4][0] == "0.25, 0.50, 0.75"  # one table of starts (report.runstatus): load, cores, ...
+    assert row(starts, "1")[4][0] == "0.25, 0.50, 0.75"  # one table of starts (report.sections.runstatus): load, cores, ...
     second = [cell for cell, _ in row(starts, "2")]
     assert second[4] == "5.50, 4.00, 3.00" and second[5] == "2"
     assert second[6] == "graph_breaks" and second[7] == "lab.source_sha256"

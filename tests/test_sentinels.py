@@ -1,9 +1,9 @@
-"""report.sentinels: the run's own step beside the fresh-process sentinel, and the host's dispatch facts."""
+"""report.sections.instrument: the run's own step beside the fresh-process sentinel, and the host's dispatch facts."""
 
 from __future__ import annotations
 
-from report import sentinels
-from report.tables import fmt
+from report.sections import instrument
+from report.draw.tables import fmt
 from synthetic_runs import check, decode, metric, rec, results
 
 SP = {"n": 5, "median": 3.3, "q1": 3.2, "q3": 3.4, "min": 3.1, "max": 3.6, "rel_iqr": 0.06, "noisy": False,
@@ -28,7 +28,7 @@ def _run(passed: bool):
 
 
 def test_in_run_eager_beside_the_sentinel() -> None:
-    section = sentinels.instrument(_run(False))
+    section = instrument.instrument(_run(False))
     table = next(t for t in section.tables if t.id == "sentinel-table")
     row = [c.text for c in table.rows[0]]
     assert row == ["eager", fmt(3.3, "ms"), fmt(3.9, "ms"), fmt(3.36, "ms"), fmt(1.182, "x"), fmt(1.018, "x"), "—"]
@@ -49,7 +49,7 @@ def test_the_paired_verdict_with_its_interval_and_the_hosts_warnings() -> None:
               checks=[check(paired, True, "8 paired rounds", **p)],
               notes={"host_warnings": ["the fresh-process eager step moved 1.48x over the run"]})
     start = rec("sentinel", [metric("sentinel_step_ms", 3.3, "ms", SP, when="start", **p)])
-    section = sentinels.instrument(results(start, decode({"eager": 3.9, "graph": 0.7}), end))
+    section = instrument.instrument(results(start, decode({"eager": 3.9, "graph": 0.7}), end))
     table = next(t for t in section.tables if t.id == "sentinel-table")
     drift, verdict = table.rows[0][5], table.rows[0][6]
     assert verdict.text == fmt(1.012, "x") and "bad" not in verdict.cls
@@ -59,13 +59,13 @@ def test_the_paired_verdict_with_its_interval_and_the_hosts_warnings() -> None:
 
 
 def test_the_flag_lists_only_failed_sentinel_checks() -> None:
-    assert sentinels.flags(_run(True)) == []
-    assert sentinels.flags(_run(False)) == ["in-run eager within 10% of the fresh-process sentinel: failed "
+    assert instrument.flags(_run(True)) == []
+    assert instrument.flags(_run(False)) == ["in-run eager within 10% of the fresh-process sentinel: failed "
                                             "(cuda_graph_decode 3.9 ms against the sentinel's 3.3 ms (1.182x))"]
 
 
 def test_the_hosts_dispatch_facts() -> None:
-    table = sentinels.dispatch_table(_run(True))
+    table = instrument.dispatch_table(_run(True))
     kv = {r[0].text: r[1].text for r in table.rows}
     assert kv["CPU"] == "Xeon 8480" and kv["CPU clock"] == "2,100 MHz" and kv["host load at the end"] == "[1.1, 0.7, 0.4]"
     assert kv["one eager launch, fresh process (µs per op)"] == fmt(4.12, "us")
@@ -73,4 +73,4 @@ def test_the_hosts_dispatch_facts() -> None:
 
 
 def test_a_run_without_sentinel_or_dispatch_has_no_section() -> None:
-    assert sentinels.instrument(results(decode({"eager": 3.9, "graph": 0.7}))) is None
+    assert instrument.instrument(results(decode({"eager": 3.9, "graph": 0.7}))) is None

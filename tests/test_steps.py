@@ -1,10 +1,10 @@
-"""report.steps: the fastest correct method by the stored verdict, its own MBU and bound, its interval, and the
+"""report.sections.steps: the fastest correct method by the stored verdict, its own MBU and bound, its interval, and the
 decode step of a sweep run (model_scaling's 124M row)."""
 
 from __future__ import annotations
 
-from report import steps
-from report.steps import cases, own_mbu, pct, step_rows
+from report.sections import steps
+from report.sections.steps import cases, own_mbu, pct, step_rows
 from synthetic_runs import STEP, decode, metric, rec, results
 
 
@@ -40,10 +40,14 @@ def test_mbu_is_the_methods_own_never_eagers() -> None:
     # no mbu of its own in either experiment: none, not eager's
     res = results(decode({"eager": 3.0, "graph": 0.6}, correct={"eager": True, "graph": True}), ceilings)
     assert own_mbu(res, cases(step_rows(res))[0].best) is None
-    # ceilings' row for the method itself, where cuda_graph_decode stored none
-    ceilings["metrics"].append(metric("mbu", 0.2, "fraction", method="graph", **STEP))
+    # ceilings' row for the method itself, where cuda_graph_decode stored none and ceilings measured that same step
+    ceilings["metrics"] += [metric("mbu", 0.2, "fraction", method="graph", **STEP),
+                            metric("measured_ms", 0.6, "ms", method="graph", **STEP)]
     res = results(decode({"eager": 3.0, "graph": 0.6}, correct={"eager": True, "graph": True}), ceilings)
     assert own_mbu(res, cases(step_rows(res))[0].best).value == 0.2
+    # ceilings measured another step time (its own timing): its MBU is not shown beside this one
+    res = results(decode({"eager": 3.0, "graph": 0.65}, correct={"eager": True, "graph": True}), ceilings)
+    assert own_mbu(res, cases(step_rows(res))[0].best) is None
 
 
 def test_the_speedup_is_printed_with_its_stored_interval() -> None:

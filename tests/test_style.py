@@ -1,10 +1,10 @@
-"""report.style: one colour and marker per method, declared once; one name per method across lab versions."""
+"""report.draw.style: one colour and marker per method, declared once; one name per method across lab versions."""
 
 from __future__ import annotations
 
 from lab.contract.names import Method
 
-from report import style
+from report.draw import style
 
 
 def test_every_declared_method_has_its_own_colour() -> None:

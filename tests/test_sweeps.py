@@ -1,4 +1,4 @@
-"""report/sweeps.py: the committed smoke fixture renders every sweep's section, with its conclusion, chart and units."""
+"""report/sections/sweeps.py: the committed smoke fixture renders every sweep's section, with its conclusion, chart and units."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ UNITS = {"peer_generate": "median ms per token", "model_scaling": "speedup over 
 
 def test_the_committed_smoke_fixture_renders_every_sweep_section(tmp_path: Path) -> None:
     """From stored records alone (no traces folder): a section per sweep with its conclusion, a chart, units."""
-    from report import publish, sweeps
-    from report.discover import load_runs
+    from report.site import traces
+    from report.sections import sweeps
+    from report.site.discover import load_runs
 
     fixture = REPO_ROOT / "tests" / "fixtures" / "report_runs" / "cpu-smoke"
     runs, skipped = load_runs([fixture])
@@ -33,4 +34,4 @@ def test_the_committed_smoke_fixture_renders_every_sweep_section(tmp_path: Path)
         assert UNITS[rid] in sec.charts[0].svg, rid  # the axes say what they measure, in what unit
     assert sweeps.headline(runs[0].results) == runs[0].results.record("peer_generate").metric(
         M.CONCLUSION.name).value
-    assert publish.publish(runs[0], tmp_path) == []  # the fixture keeps no traces: no pages, no error
+    assert traces.publish(runs[0], tmp_path) == []  # the fixture keeps no traces: no pages, no error

@@ -1,5 +1,5 @@
 """`python -m lab compare A B [--json]`: manifest fields that differ, why it moved (ranked for each class of
-figure that moved: report/why.py), and every shared result with ratio, mark and reason."""
+figure that moved: report/pages/why_moved.py), and every shared result with ratio, mark and reason."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 
 
 def main(args: argparse.Namespace) -> int:
-    from report.compare import FACTOR, compare, load_side
-    from report.compare_output import format_text, safe, to_json
+    from report.pages.compare import FACTOR, compare, load_side
+    from lab.untrusted import safe
+    from report.pages.compare_text import format_text, to_json
     from lab.contract.results import ResultsError
 
     factor = FACTOR if args.factor is None else args.factor

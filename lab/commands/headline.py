@@ -1,6 +1,6 @@
 """`python -m lab headline RUN [RUN ...] [--write README.md | --check README.md]`: the README's headline tables.
 
-Made from a run's results.json (see report/readme_tables.py for the tables and the markers): printed, written
+Made from a run's results.json (see report/pages/headline.py for the tables and the markers): printed, written
 between the README's `headline` markers, or checked against the runs the markers name. `--check` takes the
 runs from the marker; RUN with it, as the README writes it, asks whether the tables are those of RUN: the
 runs the marker names must then be RUN (the same folders or results.json files), else the check fails.
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
     p = sub.add_parser("headline", help="the README's headline tables from a run (print, --write or --check)")
     p.add_argument("runs", nargs="*", help="run directories or results.json files (merged in order)")
     what = p.add_mutually_exclusive_group()
@@ -31,9 +31,9 @@ def _run_dir(path: Path) -> Path:
 
 
 def _check(readme: Path, runs: list[str]) -> int:
-    from report import readme_tables
+    from report.pages import headline
 
-    same, named = readme_tables.check(readme)
+    same, named = headline.check(readme)
     if runs:
         marker = [_run_dir(readme.parent / r) for r in named.split()]
         if marker != [_run_dir(Path(r)) for r in runs]:
@@ -47,7 +47,7 @@ def _check(readme: Path, runs: list[str]) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from report import readme_tables
+    from report.pages import headline
     from lab.contract.results import ResultsError
 
     try:
@@ -56,10 +56,10 @@ def main(args: argparse.Namespace) -> int:
         if not args.runs:
             raise ValueError("name at least one run directory or results.json (or --check README)")
         if args.write:
-            changed = readme_tables.write(args.write, args.runs, root=Path.cwd())
+            changed = headline.write(args.write, args.runs, root=Path.cwd())
             print(f"{args.write}: headline tables {'rewritten' if changed else 'unchanged'} from {' '.join(args.runs)}")
             return 0
-        print(readme_tables.render(args.runs), end="")
+        print(headline.render(args.runs), end="")
         return 0
     except ResultsError as exc:
         raise ValueError(str(exc)) from None

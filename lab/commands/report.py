@@ -2,7 +2,7 @@
 
 Without RUN_DIR it reads every run under manifests/ (committed reference runs) and runs/ (local
 ones). A file that cannot be read is reported on one line naming it, and the other runs still render.
-The site is built beside --out and swapped in only when complete (report.sitefiles): a render that
+The site is built beside --out and swapped in only when complete (report.site.files): a render that
 fails or finds no run leaves the previous site as it was. Rendering into the folder of an earlier report
 removes the pages this report did not write (`run-*.html`, `compare.html`, `history.html`, `traces/`):
 no stale page survives; other files there are left alone.
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 def main(args: argparse.Namespace) -> int:
     from lab.untrusted import safe
     from report import render_site
-    from report.discover import DEFAULT_ROOTS, default_paths
+    from report.site.discover import DEFAULT_ROOTS, default_paths
 
     out: Path = args.out
     if out.exists() and not out.is_dir():

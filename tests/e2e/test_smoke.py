@@ -99,7 +99,7 @@ def test_smoke_sweeps_run_and_state_what_they_skip(smoke_run: Path) -> None:
 
 @pytest.mark.slow
 def test_report_shows_each_sweep_with_chart_conclusion_and_trace_pages(smoke_run: Path, tmp_path: Path) -> None:
-    from report.render import render_site
+    from report.site.build import render_site
 
     site = render_site([smoke_run], tmp_path / "site")
     html = site.pages[0].read_text()

@@ -14,9 +14,9 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report.sections import Section, why_absent
-from report.steps import cases, step_rows
-from report.tables import Cell, Table, fmt, num, pivot, sort_key, timing_cell
+from report.sections.section import Section, why_absent
+from report.sections.steps import cases, step_rows
+from report.draw.tables import Cell, Table, fmt, num, pivot, sort_key, timing_cell
 
 NOT_STORED = "not stored"
 
@@ -30,8 +30,9 @@ def stale_break_even(rec: Record | None, method: str, batch: Any, dtype: Any) ->
     compilation (its setup below that compile's) in a run whose lab did not yet add the reused compile to it (no
     `break_even_includes` note) counted only its capture."""
     own, compiled = (q.maybe(rec, M.SETUP_S, method=m, batch=batch, dtype=dtype) for m in (method, Method.COMPILE_DEFAULT))
+    includes = rec.notes.get(N.BREAK_EVEN_INCLUDES.key_for(batch=batch, dtype=dtype)) if rec else None
     if (rec is None or method not in REUSES_COMPILE or own is None or compiled is None or not own.value < compiled.value
-            or method in (rec.notes.get(N.BREAK_EVEN_INCLUDES.key_for(batch=batch, dtype=dtype)) or {})):
+            or (isinstance(includes, dict) and method in includes)):
         return ""
     return (f"stale: counts only the capture ({fmt(own.value, units.S)}), not the {fmt(compiled.value, units.S)} "
             "compile it reused (this run's lab did not add it)")
@@ -56,7 +57,7 @@ def method_costs(rec: Record | None) -> Table:
     setups = q.all(rec, M.SETUP_S)
     for m in sorted(setups, key=lambda m: (str(m.params.get(P.DTYPE)) != "float32", str(m.params.get(P.DTYPE)),
                                            method_rank(m.params.get(P.METHOD)), sort_key(m.params.get(P.BATCH)))):
-        p = {k: m.params[k] for k in ("method", "batch", "dtype") if k in m.params}
+        p: dict[str, Any] = {k: m.params[k] for k in ("method", "batch", "dtype") if k in m.params}
         step = q.maybe(rec, M.STEP_MS, readback=False, **p)
         eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {"method": Method.EAGER}))
         saving, be = q.maybe(rec, M.SAVING_MS_PER_STEP, **p), q.maybe(rec, M.BREAK_EVEN_STEPS, **p)
@@ -73,14 +74,9 @@ def compile_tables(rec: Record | None) -> list[Table]:
     """compile_cost: every first call (target, depth, cache phase, trial), then the stored break-even per phase."""
     first_calls = Table(columns=["target", "layers", "phase", "trial", "first call"], id="first-calls",
                         caption="torch.compile first call, cold vs warm cache, each in a fresh process (compile_cost)")
-    seen = set()
-    for m in sorted(q.all(rec, M.FIRST_CALL_S),
+    for m in sorted(q.all(rec, M.FIRST_CALL_S),  # an earlier lab's repeats are dropped at load (lab.contract.results)
                     key=lambda m: (str(m.params.get(P.TARGET)), sort_key(m.params.get("n_layer")),
                                    str(m.params.get(P.PHASE)), sort_key(m.params.get("trial")))):
-        key = json_key(m.params)
-        if key in seen:  # runs of earlier lab versions recorded the full depth twice
-            continue
-        seen.add(key)
         first_calls.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get("n_layer")), cls="num"),
                                  Cell(fmt(m.params.get(P.PHASE))), Cell(fmt(m.params.get("trial"))),
                                  num(m.value, m.unit)])
@@ -96,10 +92,6 @@ def compile_tables(rec: Record | None) -> list[Table]:
     steady.caption = "Steady-state call time in the warm child (compile_cost)"
     steady.collapsed = True
     return [first_calls, pays, steady]
-
-
-def json_key(params: dict[str, Any]) -> str:
-    return ",".join(f"{k}={params[k]}" for k in sorted(params))
 
 
 def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | None:

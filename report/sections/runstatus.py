@@ -16,7 +16,7 @@ from lab.contract.catalogue import resolve
 from lab.contract.profiles import get as get_profile
 from lab.contract.results import Results
 
-from report.tables import Cell, Table
+from report.draw.tables import Cell, Table
 
 COMPLETE = "complete"
 WHY = {"running": "still under way, or killed before it could record the rest",

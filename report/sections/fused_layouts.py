@@ -9,13 +9,13 @@ from lab.contract import notes as N
 from lab.contract import units
 from lab.contract.results import Results
 
-from report.kernelbytes import fused_notes
-from report.style import display
-from report.tables import Cell, Table, fmt, num
+from report.sections.fused_kernels import fused_notes
+from report.draw.style import display
+from report.draw.tables import Cell, Table, fmt, num
 
 
 def found(results: Results) -> list[dict[str, Any]]:
-    """Every stored fused-layouts note (report.kernelbytes.fused_notes' order)."""
+    """Every stored fused-layouts note (report.sections.fused_kernels.fused_notes' order)."""
     return fused_notes(results, N.FUSED_LAYOUTS)
 
 

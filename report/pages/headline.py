@@ -14,12 +14,14 @@ Tables, each from the metrics the lab recorded (a value the run did not record i
    (speedup_ci_low / speedup_ci_high) where the run stores one, and the rounds each batch was timed over;
 2. the distance to the floor per method at batch 1, fp32 and bf16: step time, kernels per step,
    GPU-busy time and the gaps between kernels (cuda_graph_decode), the bytes a step must read
-   (ceilings: the workload's, the same for every method), the byte floor (bytes / measured copy
-   bandwidth), MBU from the method's own step time (`mbu`), and correctness: fp32 tokens equal to
-   eager's, teacher-forced argmax agreement and largest logit error against fp32 eager;
-3. MBU per method and batch, each from the method's own step time;
+   (ceilings: the workload's, the same for every method), the byte floor (ceilings' bound_bandwidth_ms), MBU, and
+   correctness: fp32 tokens equal to eager's, teacher-forced argmax agreement and largest logit error against
+   fp32 eager;
+3. MBU per method and batch;
 4. the ceilings the bounds use.
-Above them, what the host's CPU speed did during the run and the flags the run raised about itself (report.hoststate):
+MBU and bounds are the values the run page shows (report.sections.steps: stored_mbu, bound_of): stored, never worked
+out here; a bound above a stored step of its method is "not meaningful".
+Above them, what the host's CPU speed did during the run and the flags the run raised about itself (report.sections.host):
 an overloaded host, an unsteady warm-up, an instrument not clean, the host's warnings.
 
 Standard library only (plus lab.contract.results to read the files): the README can be remade without torch.
@@ -28,6 +30,7 @@ Standard library only (plus lab.contract.results to read the files): the README 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -37,8 +40,9 @@ from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Record, load
 
-from report import hoststate
-from report.provenance import tree_state
+from report.sections import host
+from report.sections.steps import answer, bound_of, cases, step_rows, stored_mbu
+from report.site.provenance import tree_state
 
 BEGIN = re.compile(r"<!-- headline:begin(?P<runs>[^>]*)-->")
 END = "<!-- headline:end -->"
@@ -53,16 +57,15 @@ class Run:
         if not self.paths:
             raise ValueError("headline: name at least one run directory or results.json")
         self.records: dict[str, Record] = {}
-        self.profiles: list[str] = []
-        self.trees: list[str] = []  # per path: the lab's commit and its tree's state (report.front.tree_state)
-        self.flags: list[str] = []  # what the runs flagged about themselves (report.hoststate.flags), each once
-        for path in self.paths:
-            results = load(path)
-            self.profiles.append(results.run.profile)
+        self.trees: list[str] = []  # per path: the lab's commit and its tree's state (report.pages.front.tree_state)
+        self.flags: list[str] = []  # what the runs flagged about themselves (report.sections.host.flags), each once
+        loaded = [load(path) for path in self.paths]
+        for results in loaded:
             self.trees.append(tree_state(results))
-            self.flags += [f for f in hoststate.flags(results.experiments, results.manifest) if f not in self.flags]
+            self.flags += [f for f in host.flags(results.experiments, results.manifest) if f not in self.flags]
             for rec in results.experiments:
                 self.records.setdefault(rec.id, rec)
+        self.results = replace(loaded[0], experiments=list(self.records.values()))  # merged, as one run
 
     def value(self, exp: Experiment, name: str, **params: Any) -> Any:
         """The value of the one metric whose params include these, or None (absent, NOT_RUN; several: QueryError)."""
@@ -111,18 +114,16 @@ def step_table(run: Run) -> list[str]:
     for m in methods:
         cells = [f"`{m}`"]
         for b in batches:
-            ms, eager = steps.get((m, b, False)), steps.get((Method.EAGER, b, False))
-            ci = _interval(run, m, b) if m != Method.EAGER else ""
-            cells.append(DASH if ms is None else f"{ms:.3f} ({eager / ms:.2f}×{ci})" if eager else f"{ms:.3f}")
+            ms = steps.get((m, b, False))
+            sp = run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_VS_EAGER.name, method=m, batch=b, dtype="float32",
+                           readback=False) if m != Method.EAGER else None
+            cells.append(DASH if ms is None else f"{ms:.3f} ({sp:.2f}×{_interval(run, m, b)})" if sp else f"{ms:.3f}")
         rows.append(cells)
     for m in sorted({m for m, _, rb in steps if rb}, key=method_rank):
         rows.append([f"`{m}`, token read back"] + [_f(steps.get((m, b, True)), ".3f") for b in batches])
-    lines = [f"GPT-2 124M, fp32, median ms per step (speedup over eager{_ci_note(run)}), {_config(run, batches)}:", ""]
+    note = " [its 95% interval]" if run.values(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW.name) else ""
+    lines = [f"GPT-2 124M, fp32, median ms per step (speedup over eager{note}), {_config(run, batches)}:", ""]
     return lines + _table(["method"] + [f"B={b}" for b in batches], rows)
-
-
-def _ci_note(run: Run) -> str:
-    return " [its 95% interval]" if run.values(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW.name) else ""
 
 
 def rounds(run: Run, dtype: str = "float32") -> dict[int, int]:
@@ -151,25 +152,24 @@ def _config(run: Run, batches: list[int]) -> str:
 
 
 def floor(run: Run, batch: int, dtype: str) -> tuple[float | None, float | None]:
-    """(bytes a step must read, the floor they take at the measured copy bandwidth in ms) at this batch and dtype.
-
-    The bytes are the workload's (every weight once and the attended cache), the same for every method: ceilings
-    stores them beside each step it bounds."""
-    nbytes = next((float(v) for p, v in run.values(Experiment.CEILINGS, M.BYTES_PER_STEP.name)
-                   if p.get(P.BATCH) == batch and p.get(P.DTYPE) == dtype and v is not None), None)
-    bw = run.value(Experiment.CEILINGS, M.BANDWIDTH_GBPS.name, kind="copy")
-    return nbytes, (None if nbytes is None or not bw else nbytes / (bw * 1e9) * 1e3)
+    """(bytes a step must read, the floor they take at the measured copy bandwidth in ms) at this batch and dtype, as
+    ceilings stored them: the workload's bytes, the same for every method."""
+    def first(name: str) -> float | None:
+        return next((float(v) for p, v in run.values(Experiment.CEILINGS, name)
+                     if p.get(P.BATCH) == batch and p.get(P.DTYPE) == dtype and v is not None), None)
+    return first(M.BYTES_PER_STEP.name), first(M.BOUND_BANDWIDTH_MS.name)
 
 
 def mbu(run: Run, method: str, batch: int, dtype: str) -> float | None:
-    """The method's own MBU: stored by cuda_graph_decode from its step time, else the floor over its stored step
-    time (a run made before the experiment stored MBU per method); never ceilings' eager."""
-    stored = run.value(Experiment.CUDA_GRAPH_DECODE, M.MBU.name, method=method, batch=batch, dtype=dtype)
-    if stored is not None:
-        return float(stored)
-    ms = run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name, method=method, batch=batch, dtype=dtype, readback=False)
-    floor_ms = floor(run, batch, dtype)[1]
-    return None if ms is None or floor_ms is None or ms <= 0 else round(floor_ms / ms, 4)
+    """The method's MBU beside its step, as the run page shows it (report.sections.steps.stored_mbu)."""
+    step = run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name, method=method, batch=batch, dtype=dtype, readback=False)
+    found = stored_mbu(run.records.values(), method, batch, dtype, step)
+    return None if found is None else float(found.value)
+
+
+def _bound(run: Run, method: str, batch: int, dtype: str, value: float | None) -> str:
+    """A bound in ms, or 'not meaningful' where a stored step of the method is below it (steps.bound_of)."""
+    return _f(value, ".3f") if bound_of(run.records.values(), method, batch, dtype).allows(value) else "not meaningful"
 
 
 def floor_table(run: Run) -> list[str]:
@@ -188,10 +188,11 @@ def floor_table(run: Run) -> list[str]:
                 f"`{m}`", f"{'fp32' if dtype == 'float32' else 'bf16'} B={batch}",
                 _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name, readback=False, **p), ".3f"),
                 _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.KERNELS_PER_STEP.name, **p), ".0f"),
-                _f(run.value(Experiment.CEILINGS, M.BOUND_LAUNCH_MS.name, **p), ".3f"),
+                _bound(run, m, batch, dtype, run.value(Experiment.CEILINGS, M.BOUND_LAUNCH_MS.name, **p)),
                 _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.GPU_BUSY_US.name, **p), ".0f"),
                 _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.GAP_US.name, **p), ".0f"),
-                _f(None if nbytes is None else nbytes / 1e6, ".0f"), _f(floor_ms, ".3f"), _pct(mbu(run, m, batch, dtype)),
+                _f(None if nbytes is None else nbytes / 1e6, ".0f"), _bound(run, m, batch, dtype, floor_ms),
+                _pct(mbu(run, m, batch, dtype)),
                 _pct(run.value(Experiment.CUDA_GRAPH_DECODE, M.TOKEN_AGREEMENT.name, **p)),
                 _pct(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_AGREEMENT.name, **p)),
                 _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"), ])
@@ -202,8 +203,8 @@ def floor_table(run: Run) -> list[str]:
     return (["Distance to the floor, per step at batch 1: kernels and the launch bound (kernels × the measured cost "
              "of one launch or graph node), GPU-busy time (union of the kernels' intervals, profiler) and the gaps "
              "(step time − busy), the bytes a step must read (every weight once + the attended cache, the same for "
-             "every method), the floor those bytes take at the measured copy bandwidth, and MBU = floor / the "
-             "method's own step time:", ""]
+             "every method), the floor those bytes take at the measured copy bandwidth, and MBU as the run stored it "
+             "(cuda_graph_decode's from the method's own step, else ceilings'; — where neither did):", ""]
             + _table(header, rows)
             + ["", f"¹ Tokens equal to eager's of the same dtype over the whole decode; {M.FREE_RUNNING_NOTE}. "
                    "² Fed fp32 eager's token at every step, argmax and logits against fp32 eager's."])
@@ -218,8 +219,8 @@ def mbu_table(run: Run) -> list[str]:
     if not any(v is not None for v in cells.values()):
         return []
     rows = [[f"`{m}`"] + [_pct(cells[(m, b)]) for b in batches] for m in methods]
-    return ["", "MBU per batch, fp32, each method from its own step time (bytes a step must read / step time / copy "
-                "bandwidth):", ""] + _table(["method"] + [f"B={b}" for b in batches], rows)
+    return ["", "MBU per batch, fp32, as the run stored it (bytes a step must read / step time / copy bandwidth; "
+                "— where it stored none):", ""] + _table(["method"] + [f"B={b}" for b in batches], rows)
 
 
 def ceilings_line(run: Run) -> list[str]:
@@ -240,9 +241,12 @@ def render(paths: Iterable[str | Path], shown: list[str] | None = None) -> str:
     names = " ".join(shown or run.paths)
     parts = [f"<!-- made by `python -m lab headline {names} --write README.md`: do not edit by hand -->", ""]
     parts += [f"Measured by {'; '.join(f'`{n}`: {t}' for n, t in zip(shown or run.paths, run.trees))}.", ""]
-    parts += [f"Host: {hoststate.sentence(run.records.values())}.", ""]
+    parts += [f"Host: {host.sentence(run.records.values())}.", ""]
     parts += [f"⚑ {flag}" + ("  " if i < len(run.flags) - 1 else "") for i, flag in enumerate(run.flags)]
     parts += [""] if run.flags else []
+    found = cases(step_rows(run.results))  # the run page's answer, the same sentence: one value per figure
+    parts += ["Fastest correct method per batch and dtype (`correct` as stored; else tokens equal to eager's):", ""] + [
+        f"- {answer(run.results, c)}" for c in found] + [""] if found else []
     parts += step_table(run) + [""] + floor_table(run) + mbu_table(run) + ceilings_line(run)
     return "\n".join(parts).rstrip() + "\n"
 

@@ -2,15 +2,13 @@
 experiment's own conclusion with the rule that drew it.
 
 `sections(run)` gives one Section per sweep experiment present in the run (none when the run has no
-sweep); each section's trace table links to the compile-trace pages report.publish writes, where the run
+sweep); each section's trace table links to the compile-trace pages report.site.traces writes, where the run
 kept them. Nothing here recomputes a derived figure: speedups, crossovers, scores and conclusions are read
 as the experiments stored them.
 """
 
 from __future__ import annotations
 
-import io
-import re
 from typing import Any, Callable
 
 import matplotlib
@@ -25,49 +23,12 @@ from lab.contract.catalogue import CATALOGUE  # noqa: E402
 from lab.contract.names import Experiment, method_rank, Param as P, Status  # noqa: E402
 from lab.contract.results import Record  # noqa: E402
 
-from report.charts import Chart  # noqa: E402
-from report.publish import NOTE_TRACES, trace_href, trace_source  # noqa: E402
-from report.sections import Section, why_absent  # noqa: E402
-from report.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell  # noqa: E402
+from report.draw.charts import Chart, _draw, _log_axis  # noqa: E402
+from report.site.traces import NOTE_TRACES, trace_href, trace_source  # noqa: E402
+from report.sections.section import Section, noted, why_absent  # noqa: E402
+from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell  # noqa: E402
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
-STYLE = {"svg.fonttype": "none", "text.parse_math": False, "font.family": "sans-serif", "font.size": 9,
-         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}
-
-
-# ---------------------------------------------------------------------------- helpers
-
-def _chart(chart_id: str, title: str, caption: str, draw: Callable[[], Any]) -> Chart | None:
-    """A matplotlib figure as inline SVG; a chart that cannot be drawn says why instead of breaking the page."""
-    try:
-        with plt.rc_context(STYLE):
-            fig = draw()
-            if fig is None:
-                return None
-            buf = io.StringIO()
-            with plt.rc_context({"svg.hashsalt": chart_id}):
-                fig.savefig(buf, format="svg", bbox_inches="tight")
-            plt.close(fig)
-    except Exception as exc:  # a chart must never take the page down
-        plt.close("all")
-        return Chart(chart_id, title, caption, error=f"could not draw this chart ({type(exc).__name__}: {exc})")
-    svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]
-    svg = re.sub(r'<svg([^>]*?) width="([^"]*)" height="[^"]*"',
-                 lambda m: f'<svg{m.group(1)} class="chart-svg" style="max-width:{m.group(2)}"', svg, count=1)
-    return Chart(chart_id, title, caption, svg=svg)
-
-
-def _log(ax: Any, axis: str = "y", base: int = 10) -> None:
-    """A log axis labelled with plain numbers (mathtext is off, so matplotlib's default labels would show raw)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    if base == 10:
-        target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    target.set_minor_formatter(NullFormatter())
 
 
 def _values(rec: Record | None, spec: M.MetricSpec, **params: Any) -> list[Any]:
@@ -83,11 +44,11 @@ def _conclusion(rec: Record) -> str:
 
 def _trace_table(run: Any, rec: Record) -> Table:
     """The compile traces the record lists; an item links to its page only where the run kept the trace (a
-    path that is not safe raises report.publish.TraceError: the run is skipped, never half-published)."""
+    path that is not safe raises report.site.traces.TraceError: the run is skipped, never half-published)."""
     table = Table(columns=["compiled item", "compilations", "recompilations", "graph breaks", "failures", "tlparse"],
                   caption="Compile traces: what Dynamo and Inductor did for each compiled item (a link: its page; "
                           "no link: the run folder did not keep the trace)")
-    for item, info in sorted((rec.notes.get(NOTE_TRACES) or {}).items()):
+    for item, info in sorted(noted(rec, NOTE_TRACES, dict).items()):
         kept = trace_source(run, rec.id, item, info) is not None
         href = f"{trace_href(run, info)}/index.html" if kept else ""
         table.rows.append([Cell(item, href=href), num(info.get("compile_count")), num(info.get("recompile_count")),
@@ -96,14 +57,14 @@ def _trace_table(run: Any, rec: Record) -> Table:
     return table
 
 
-def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[list[Table], list[Chart | None]]]) -> Section:
+def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[list[Table], list[Chart]]]) -> Section:
     rec = q.experiment(run.results, rid)
     if rec is None or rec.status != Status.OK:
         return Section(f"sweep-{rid}", title, empty=why_absent(run.results, rid))
     tables, charts = build(rec)
     traces = _trace_table(run, rec)
     sec = Section(f"sweep-{rid}", title, _conclusion(rec), [t for t in tables + [traces] if t])
-    sec.charts = [c for c in charts if c is not None]
+    sec.charts = charts
     if not sec.tables and not sec.charts:
         sec.empty = f"{rid} ran but recorded none of the metrics this section shows."
     return sec
@@ -111,7 +72,7 @@ def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[lis
 
 # ---------------------------------------------------------------------------- peer_generate
 
-def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
     batches = sorted({m.params.get(P.BATCH) for m in steps} | {m.params.get(P.BATCH) for m in
                                                               q.all(rec, M.OUTCOME)}, key=sort_key)
@@ -123,7 +84,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         rows.setdefault((m.params.get("impl", ""), str(who)), {})[m.params.get(P.BATCH)] = timing_cell(m, extra=extra)
     for m in q.all(rec, M.OUTCOME):
         if m.value != Status.OK:
-            rows.setdefault((m.params.get("impl", ""), str(m.params.get("variant"))), {})[m.params.get(P.BATCH)] = \
+            rows.setdefault((str(m.params.get("impl", "")), str(m.params.get("variant"))), {})[m.params.get(P.BATCH)] = \
                 Cell(str(m.value), cls="bad", title=str(rec.notes.get(N.ERRORS.key_for(
                     variant=m.params.get("variant"), batch=m.params.get(P.BATCH)), "")))
     table = Table(columns=["implementation", "method / variant"] + [f"batch {b}" for b in batches],
@@ -140,7 +101,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         costs.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value, m.unit),
                            num(setup.value if setup else None, M.SETUP_S.unit), Cell(fmt(eq.value) if eq else "—")])
 
-    def draw() -> Any:
+    def draw(data: dict[str, Any]) -> Any:
         if not steps:
             return None
         labels = [f"{impl}: {who}" for impl, who in sorted(rows, key=lambda k: (k[0] != "lab", method_rank(k[1])))]
@@ -156,22 +117,23 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart | None]]:
             ax.bar([i + j * width for i in range(len(labels))], vals, width, label=f"batch {b}")
         ax.set_xticks([i + width * (len(batches) - 1) / 2 for i in range(len(labels))], labels, rotation=20,
                       ha="right")
-        _log(ax, "y")
+        _log_axis(ax, "y")
         ax.set_ylabel("median ms per token (log)")
         ax.set_title("The lab's step vs transformers' generate, same weights (missing bar: did not run OK)")
         ax.legend(fontsize=7, frameon=False)
         return fig
 
-    return [table, costs], [_chart("chart-peer", "ms per token", "Lower is better. Lab: one fixed-shape step per "
-                                   "token, token read back each step; transformers: time between tokens inside "
-                                   "generate, after warm-up calls.", draw)]
+    return [table, costs], _draw("chart-peer", "ms per token", "Lower is better. Lab: one fixed-shape step per "
+                                 "token, token read back each step; transformers: time between tokens inside "
+                                 "generate, after warm-up calls.", draw)
 
 
 # ---------------------------------------------------------------------------- model_scaling
 
-def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
-    params_of = {key["size"]: v for k, v in rec.notes.items() if (key := N.PARAMETERS.parse(k)) is not None}
+    params_of = {key["size"]: float(v) for k, v in rec.notes.items()
+                 if (key := N.PARAMETERS.parse(k)) is not None and isinstance(v, (int, float))}
     cases = sorted({(m.params.get(P.DTYPE), m.params.get(P.BATCH)) for m in steps}, key=lambda k: (str(k[0]),
                                                                                                   sort_key(k[1])))
     methods = sorted({m.params.get(P.METHOD) for m in steps}, key=method_rank)
@@ -199,7 +161,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         gains.rows.append([Cell(str(p.get(P.METHOD))), Cell(str(p.get(P.DTYPE))), Cell(fmt(p.get(P.BATCH)), cls="num"),
                            Cell(str(p.get("smallest"))), Cell(str(p.get("largest"))), num(m.value, m.unit)])
 
-    def draw() -> Any:
+    def draw(data: dict[str, Any]) -> Any:
         sp = _values(rec, M.SPEEDUP_VS_EAGER)
         if not sp:
             return None
@@ -212,7 +174,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
                 if pts:
                     left.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
                               label=f"{method}, {dtype}, b{batch}")
-        _log(left, "x")
+        _log_axis(left, "x")
         left.set_xlabel("parameters, millions (log)")
         left.set_ylabel("speedup over eager, x")
         left.set_title("Gain vs model size")
@@ -223,7 +185,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
             pts = sorted((x / 1e6, s.value) for x, s in here if s is not None)
             if pts:
                 right.scatter([x for x, _ in pts], [y for _, y in pts], label=str(method))
-        _log(right, "x")
+        _log_axis(right, "x")
         right.set_xlabel("MFLOP per kernel (log)")
         right.set_ylabel("speedup over eager, x")
         right.set_title("Gain vs arithmetic per launch")
@@ -232,19 +194,19 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         fig.tight_layout()
         return fig
 
-    return [table, gains], [_chart("chart-scaling", "Speedup over eager by model size",
-                                   "Left: each method's speedup over eager against parameters, one line per dtype and "
-                                   "batch. Right: the same speedups against the FLOPs each kernel launch carries.",
-                                   draw)]
+    return [table, gains], _draw("chart-scaling", "Speedup over eager by model size",
+                                 "Left: each method's speedup over eager against parameters, one line per dtype and "
+                                 "batch. Right: the same speedups against the FLOPs each kernel launch carries.",
+                                 draw)
 
 
 # ---------------------------------------------------------------------------- context_scaling
 
-def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
     cross = Table(columns=["batch", "fill", "crossover (slots)", "what happened", "fixed / best growing, by length"],
                   caption="Where the fixed-shape step stops beating the best growing-cache step")
-    notes = rec.notes.get(N.CROSSOVERS.key) or {}
+    notes = noted(rec, N.CROSSOVERS.key, dict)
     for m in q.all(rec, M.CROSSOVER_MAX_LEN):
         n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get(P.BATCH), fill=m.params.get("fill"))) or {}
         ratios = ", ".join(f"{k}: {v}" for k, v in (n.get("fixed_over_best_growing") or {}).items())
@@ -252,7 +214,7 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
                            num(m.value), Cell(str(n.get("how", ""))), Cell(ratios)])
     batches = sorted({m.params.get(P.BATCH) for m in steps}, key=sort_key)
 
-    def draw() -> Any:
+    def draw(data: dict[str, Any]) -> Any:
         if not steps:
             return None
         fig, axes = plt.subplots(1, len(batches), figsize=(4.6 * len(batches), 3.6), squeeze=False)
@@ -270,9 +232,9 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
             for m in q.all(rec, M.CROSSOVER_MAX_LEN, batch=batch):
                 if is_number(m.value):
                     ax.axvline(m.value, color=colors.get(m.params.get("fill"), "0.5"), linewidth=0.8, alpha=0.6)
-            _log(ax, "x", 2)
+            _log_axis(ax, "x", 2)
             ax.set_xticks(sorted({m.params.get("max_len") for m in here}, key=sort_key))
-            _log(ax, "y")
+            _log_axis(ax, "y")
             ax.set_xlabel("cache length, slots (log2)")
             ax.set_ylabel("median ms per step (log)")
             ax.set_title(f"batch {batch}")
@@ -280,27 +242,26 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         fig.tight_layout()
         return fig
 
-    return [cross], [_chart("chart-context", "Step time vs cache length",
-                            "Solid: the fixed-shape step (attends every slot); dashed: the growing step eager; dotted: "
-                            "compiled with dynamic shapes; colour: how full the cache is; vertical lines: crossovers.",
-                            draw)]
+    return [cross], _draw("chart-context", "Step time vs cache length",
+                          "Solid: the fixed-shape step (attends every slot); dashed: the growing step eager; dotted: "
+                          "compiled with dynamic shapes; colour: how full the cache is; vertical lines: crossovers.",
+                          draw)
 
 
 # ---------------------------------------------------------------------------- graph_buckets
 
-def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
-    ladders = rec.notes.get(N.LADDERS.key) or {}
+def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
+    ladders = noted(rec, N.LADDERS.key, dict)
     table = Table(columns=["ladder", "captured graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
                   caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)")
     for name in ladders:
-        get = lambda spec: q.maybe(rec, spec, ladder=name)  # noqa: E731
-        cells = [get(s) for s in (M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.WASTE_FRACTION,
+        cells = [q.maybe(rec, s, ladder=name) for s in (M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.WASTE_FRACTION,
                                   M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE)]
         table.rows.append([Cell(name, title=str(ladders[name]))] + [num(c.value, c.unit) if c else Cell("—")
                                                                     for c in cells])
     steps = sorted(_values(rec, M.STEP_MS), key=lambda m: sort_key(m.params.get("bucket")))
 
-    def draw() -> Any:
+    def draw(data: dict[str, Any]) -> Any:
         if not steps:
             return None
         fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [1.6, 1]})
@@ -323,33 +284,33 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart | None]]:
             waste = q.maybe(rec, M.WASTE_FRACTION, ladder=n)
             text = f"{waste.value:.0%} padded" if waste else ""
             text += f"\n{mem.value:,.0f} MiB" if mem else ""
-            right.annotate(text, (i, exp[i].value if exp[i] else 0), ha="center", va="bottom", fontsize=7)
+            right.annotate(text, (i, e.value if (e := exp[i]) else 0), ha="center", va="bottom", fontsize=7)
         right.set_title("Ladders")
         fig.tight_layout()
         return fig
 
-    return [table], [_chart("chart-buckets", "Bucket ladders", "Left: step time of each batch size's graph (eager "
-                            "where nothing can be captured), the buckets of each ladder marked. Right: the mean step "
-                            "time of a uniform mix of batch sizes padded to each ladder's buckets, with the share of "
-                            "padded rows and the graphs' memory.", draw)]
+    return [table], _draw("chart-buckets", "Bucket ladders", "Left: step time of each batch size's graph (eager "
+                          "where nothing can be captured), the buckets of each ladder marked. Right: the mean step "
+                          "time of a uniform mix of batch sizes padded to each ladder's buckets, with the share of "
+                          "padded rows and the graphs' memory.", draw)
 
 
 # ---------------------------------------------------------------------------- data_dependent_branch
 
-def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
+def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
     dyn = Table(columns=["version", "batch", "Dynamo graphs", "breaks", "one graph (fullgraph)", "break reasons"],
                 caption="What Dynamo makes of each version of the step (torch._dynamo.explain)")
     for m in q.all(rec, M.GRAPHS):
         p = m.params
         breaks = q.maybe(rec, M.GRAPH_BREAKS, **p)
         full = q.maybe(rec, M.STEP_COMPILES, **p)
-        reasons = rec.notes.get(N.BREAK_REASONS.key_for(version=p.get("version"), batch=p.get(P.BATCH))) or []
-        err = rec.notes.get(N.FULLGRAPH_ERROR.key_for(version=p.get("version"), batch=p.get(P.BATCH))) or ""
+        reasons = noted(rec, N.BREAK_REASONS.key_for(version=p.get("version"), batch=p.get(P.BATCH)), list)
+        err = noted(rec, N.FULLGRAPH_ERROR.key_for(version=p.get("version"), batch=p.get(P.BATCH)), str)
         dyn.rows.append([Cell(str(p.get("version"))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value),
                          num(breaks.value if breaks else None), Cell(fmt(full.value) if full else "—", title=err),
                          Cell("; ".join(reasons) + (f" — fullgraph: {err}" if err else ""), cls="reason")])
     for m in q.all(rec, M.CAPTURES):
-        err = rec.notes.get(N.CAPTURE_ERROR.key_for(batch=m.params.get(P.BATCH)), "")
+        err = noted(rec, N.CAPTURE_ERROR.key_for(batch=m.params.get(P.BATCH)), str)
         dyn.rows.append([Cell(str(m.params.get("variant"))), Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell("—"),
                          Cell("—"), Cell("captured" if m.value else "capture failed", cls="good" if m.value else "bad"),
                          Cell(err, cls="reason")])
@@ -365,7 +326,7 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
                           timing_cell(m, extra=f"{fmt(sp.value)}x vs eager host check" if sp else ""),
                           Cell(fmt(eq.value) if eq else "reference")])
 
-    def draw() -> Any:
+    def draw(data: dict[str, Any]) -> Any:
         if not steps:
             return None
         fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -373,17 +334,17 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart | None]]:
         labels = [f"{m.params.get('variant')} (b{m.params.get('batch')})" for m in ordered]
         colors = ["#c0504d" if "host" in str(m.params.get("variant")) else "#4f81bd" for m in ordered]
         ax.barh(labels, [m.value for m in ordered], color=colors)
-        _log(ax, "x")
+        _log_axis(ax, "x")
         ax.set_xlabel("median ms per step (log)")
         ax.set_title("Host-checked (red) vs torch.where (blue)")
         return fig
 
-    return [dyn, cost], [_chart("chart-branch", "Cost of the end-of-sequence check",
-                                "Median step time of each variant; red: the step with a Python branch on a device "
-                                "value, blue: the torch.where rewrite.", draw)]
+    return [dyn, cost], _draw("chart-branch", "Cost of the end-of-sequence check",
+                              "Median step time of each variant; red: the step with a Python branch on a device "
+                              "value, blue: the torch.where rewrite.", draw)
 
 
-BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart | None]]]]] = {
+BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart]]]]] = {
     Experiment.PEER_GENERATE: ("transformers' generate beside the lab's step", _peer),
     Experiment.MODEL_SCALING: ("Model size: does the graph gain shrink?", _scaling),
     Experiment.CONTEXT_SCALING: ("Context length: fixed-shape vs growing cache", _context),
@@ -399,6 +360,6 @@ def headline(results: Any) -> str | None:
 
 
 def sections(run: Any) -> list[Section]:
-    """A section per sweep experiment in the run (`run`: report.discover.Run); none when it has no sweep."""
+    """A section per sweep experiment in the run (`run`: report.site.discover.Run); none when it has no sweep."""
     present = {r.id for r in run.results.experiments}
     return [_section(run, rid, *BUILDERS[rid]) for rid in SWEEP_IDS if rid in present and rid in BUILDERS]

@@ -13,9 +13,9 @@ from typing import Any
 
 from lab.atomic import clean
 from lab.untrusted import safe
-from report.compare import IGNORED_FIELDS, Comparison, Side
-from report.hosts import machine_of
-from report.why import CLASSES
+from report.pages.compare import IGNORED_FIELDS, Comparison, Side
+from report.site.hosts import machine_of
+from report.pages.why_moved import CLASSES
 from lab.contract.marks import MARKS
 
 
@@ -93,20 +93,20 @@ def format_text(c: Comparison) -> str:
     counts = ", ".join(f"{n} {m}" for m in MARKS if (n := sum(r.mark == m for r in c.metrics)))
     lines += ["", f"Metrics both runs have: {len(c.metrics)} ({counts or 'none'}; factor {c.factor:g})",
               f"  {'mark':<15} {'A':>12} {'B':>12} {'B/A':>7}  metric [unit] (reason)"]
-    for r in sorted(c.metrics, key=lambda r: MARKS.index(r.mark)):
-        ratio = "-" if r.ratio is None else f"{r.ratio:.3f}" if abs(r.ratio) < 1000 else f"{r.ratio:.3g}"
-        reason = f"  ({r.reason})" if r.reason else ""
-        lines.append(f"  {r.mark:<15} {_short(r.a, 12):>12} {_short(r.b, 12):>12} {ratio:>7}  "
-                     f"{r.experiment}.{r.name}{{{_params(r.params)}}} [{r.unit}]{reason}")
-    for label, only in (("A", c.only_a), ("B", c.only_b)):
-        if only:
-            lines.append(f"Metrics only in {label}: " + ", ".join(f"{k} ({n})" for k, n in only.items()))
+    for m in sorted(c.metrics, key=lambda m: MARKS.index(m.mark)):
+        ratio = "-" if m.ratio is None else f"{m.ratio:.3f}" if abs(m.ratio) < 1000 else f"{m.ratio:.3g}"
+        reason = f"  ({m.reason})" if m.reason else ""
+        lines.append(f"  {m.mark:<15} {_short(m.a, 12):>12} {_short(m.b, 12):>12} {ratio:>7}  "
+                     f"{m.experiment}.{m.name}{{{_params(m.params)}}} [{m.unit}]{reason}")
+    for label, per_id in (("A", c.only_a), ("B", c.only_b)):
+        if per_id:
+            lines.append(f"Metrics only in {label}: " + ", ".join(f"{k} ({n})" for k, n in per_id.items()))
     return "\n".join(safe(line) for line in lines) + "\n"
 
 
 def records(c: Comparison) -> list[dict[str, Any]]:
     """Every mark as one record: kind (metric, status, check), experiment, metric, params, a, b, ratio, mark, reason;
-    a metric's also its class (report.why: what can explain its move)."""
+    a metric's also its class (report.pages.why_moved: what can explain its move)."""
     out: list[dict[str, Any]] = []
     for s in c.statuses:
         out.append({"kind": "status", "experiment": s.experiment, "metric": None, "params": {}, "unit": "",

@@ -27,8 +27,8 @@ from lab.contract.intervals import Interval, of
 from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report.sections import Section
-from report.tables import Cell, Table, fmt, params_text, timing_cell
+from report.sections.section import Section
+from report.draw.tables import Cell, Table, fmt, params_text, timing_cell
 
 INSTRUMENT = (Experiment.SENTINEL, Experiment.SENTINEL_END)
 # where the B=1 fp32 sensitivities are read, in this order (inductor: the CPU profile's decode step, fp32)

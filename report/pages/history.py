@@ -1,10 +1,10 @@
 """History, in the manner of asv and PyTorch's HUD: each headline figure over the runs of one host and profile.
 
-The runs a folder holds are grouped by host and profile, a host being a machine (report.hosts: its
+The runs a folder holds are grouped by host and profile, a host being a machine (report.site.hosts: its
 hostname with its CPU model and cores, GPU and driver; two machines that share a hostname are two
 hosts), and each group is ordered by the lab's commit date (the manifest's `lab.commit_date`) where
 every run of the group records one, else by the run's start time; the page says which. The headline
-figures are the front page's (report.steps picks them, so "fastest correct" means the same here):
+figures are the front page's (report.sections.steps picks them, so "fastest correct" means the same here):
 at batch 1 for each dtype, eager's step, the fastest correct method's step and its speedup over
 eager with its 95% interval, and that method's MBU; the eager launch cost (ceilings); and the
 fresh-process sentinel's eager step at the start of the run where the run has one.
@@ -27,12 +27,12 @@ from lab.contract.marks import judge
 from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report.compare import interval_of, value_of
-from report.discover import Run
-from report.hosts import machine, slug
-from report.sections import Section
-from report.steps import Case, cases, step_rows
-from report.tables import Cell, Table, fmt
+from report.pages.compare import interval_of, value_of
+from report.site.discover import Run
+from report.site.hosts import machine, slug
+from report.sections.section import Section
+from report.sections.steps import Case, cases, own_mbu, step_rows
+from report.draw.tables import Cell, Table, fmt
 
 HISTORY_FILE = "history.html"
 WORDS = {"better": "improvement", "worse": "regression"}
@@ -84,47 +84,38 @@ def _case(results: Results, dtype: str) -> Case | None:
     return next((c for c in cases(step_rows(results)) if c.batch == 1 and c.dtype == dtype), None)
 
 
-def _found(results: Results, rid: str, metric: Metric | None) -> Found:
-    rec = q.experiment(results, rid)
-    return None if metric is None or rec is None else (metric, rec)
+def _found(results: Results, metric: Metric | None) -> Found:
+    """The metric with the record that holds it (compare's interval rule reads its interval there)."""
+    return next(((metric, r) for r in results.experiments if any(m is metric for m in r.metrics)), None) \
+        if metric is not None else None
 
 
 def _one(results: Results, rid: str, spec: M.MetricSpec, **params: Any) -> Found:
-    rec = q.experiment(results, rid)
-    hit = q.maybe(rec, spec, **params)
-    return (hit, rec) if hit is not None and rec is not None else None
-
-
-def _mbu(results: Results, dtype: str) -> Found:
-    """The fastest correct method's own MBU at B=1 (stored by cuda_graph_decode), else ceilings' for that method."""
-    c = _case(results, dtype)
-    if c is None:
-        return None
-    p = {"method": c.best.method, "batch": 1, "dtype": dtype}
-    return _one(results, c.best.source, M.MBU, **p) or _one(results, Experiment.CEILINGS, M.MBU, **p)
+    return _found(results, q.maybe(q.experiment(results, rid), spec, **params))
 
 
 def _step(results: Results, dtype: str, which: str) -> Found:
-    """At B=1 in `dtype`: eager's step ("baseline"), the fastest correct method's step ("best"), or its speedup over
-    eager ("ratio")."""
+    """At B=1 in `dtype`: eager's step ("baseline"), the fastest correct method's step ("best"), its speedup over
+    eager ("ratio") or its MBU ("share", the one the run page shows: report.sections.steps.own_mbu)."""
     c = _case(results, dtype)
     if c is None:
         return None
-    if which == "baseline":
-        return _found(results, c.eager.source, c.eager.step)
-    if which == "best":
-        return _found(results, c.best.source, c.best.step)
-    return _found(results, c.best.source, c.best.speedup) if c.best.method != c.eager.method else None
+    if which in ("baseline", "best"):
+        return _found(results, (c.eager if which == "baseline" else c.best).step)
+    if which == "share":
+        return _found(results, own_mbu(results, c.best))
+    return _found(results, c.best.speedup) if c.best.method != c.eager.method else None
 
 
 def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
     """The headline figures, each a label and where a run stores it."""
     out: list[tuple[str, Getter]] = []
+    def step(d: str, which: str) -> Getter:
+        return lambda r: _step(r, d, which)
+
     for d in dtypes:
-        out += [(f"eager step, B=1 {d}", lambda r, d=d: _step(r, d, "baseline")),
-                (f"fastest correct method's step, B=1 {d}", lambda r, d=d: _step(r, d, "best")),
-                (f"its speedup over eager, B=1 {d}", lambda r, d=d: _step(r, d, "ratio")),
-                (f"its MBU, B=1 {d}", lambda r, d=d: _mbu(r, d))]
+        out += [(f"eager step, B=1 {d}", step(d, "baseline")), (f"fastest correct method's step, B=1 {d}", step(d, "best")),
+                (f"its speedup over eager, B=1 {d}", step(d, "ratio")), (f"its MBU, B=1 {d}", step(d, "share"))]
     out += [("eager launch cost", lambda r: _one(r, Experiment.CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
             ("sentinel eager step at start, B=1 float32",
              lambda r: _one(r, Experiment.SENTINEL, M.SENTINEL_STEP_MS, method=Method.EAGER, batch=1, dtype="float32",

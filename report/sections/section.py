@@ -15,11 +15,11 @@ from lab.contract.names import Experiment, Status
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
-from report.compare import flatten
-from report.provenance import mixed_sources
+from report.pages.compare import flatten
+from report.site.provenance import mixed_sources
 from lab.contract.results import Check, Record, Results
 
-from report.tables import Cell, Table, fmt, metric_tables, notes_text, num, params_text, pivot
+from report.draw.tables import Cell, Table, fmt, metric_tables, notes_text, num, params_text, pivot
 
 DYNAMO_COUNTS = (M.DYNAMO_GRAPHS, M.GRAPH_BREAKS, M.RECOMPILES, M.CUDAGRAPH_SKIPS)
 
@@ -30,7 +30,7 @@ class Section:
     title: str
     intro: str = ""
     tables: list[Table] = field(default_factory=list)
-    charts: list[Any] = field(default_factory=list)  # report.charts.Chart
+    charts: list[Any] = field(default_factory=list)  # report.draw.charts.Chart
     empty: str = ""  # why there is nothing to show
     panel: Panel | None = None  # shown first, right under the answer (where the step's time goes)
     minor: bool = False  # shown after the sweeps: reference material (checks, environment, what did not run), or a
@@ -44,7 +44,7 @@ class Section:
 
 @dataclass
 class Panel:
-    """A block a section opens with: charts (report.charts.Chart) and tables under one heading, in order."""
+    """A block a section opens with: charts (report.draw.charts.Chart) and tables under one heading, in order."""
 
     id: str
     title: str
@@ -56,7 +56,14 @@ class Panel:
         return [b for b in self.blocks if isinstance(b, Table)]
 
 
-def why_absent(results: Results, *ids: Experiment) -> str:
+def noted(rec: Record | None, key: str, kind: type[Any]) -> Any:
+    """The note `key` of `rec` when it is of the shape its declaration gives (dict, list, str), else that kind's empty
+    value: a note of another shape or none is shown as not recorded."""
+    value = rec.notes.get(key) if rec is not None else None
+    return value if isinstance(value, kind) else kind()
+
+
+def why_absent(results: Results, *ids: Experiment | str) -> str:
     """One sentence per experiment saying why it gave nothing to show here."""
     parts = []
     for rid in ids:

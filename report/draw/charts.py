@@ -11,11 +11,13 @@ import io
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import matplotlib
 
 matplotlib.use("Agg")
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lab.contract import query as q  # noqa: E402
@@ -23,25 +25,19 @@ from lab.contract import metrics as M  # noqa: E402
 from lab.contract.names import Experiment, method_rank, Param as P  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
-from report.compare import interval_of  # noqa: E402
-from report.costs import first_call_behind  # noqa: E402
-from report.history import Series  # noqa: E402
-from report.hosts import slug  # noqa: E402
-from report.steps import floor_ms  # noqa: E402
-from report.style import FLOOR_LINE, display, style  # noqa: E402
-from report.tables import fmt, is_number, sort_key  # noqa: E402
+from report.pages.compare import interval_of  # noqa: E402
+from report.sections.costs import first_call_behind  # noqa: E402
+from report.pages.history import Series  # noqa: E402
+from report.site.hosts import slug  # noqa: E402
+from report.sections.steps import bound_of, floor_ms  # noqa: E402
+from report.draw.style import FLOOR_LINE, display, style  # noqa: E402
+from report.draw.tables import fmt, is_number, sort_key  # noqa: E402
 
 
-STYLE = {
-    "svg.fonttype": "none",  # text stays text: small files, selectable labels
-    "text.parse_math": False,
-    "font.family": "sans-serif",
-    "font.size": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-}
+STYLE: dict[RcKeyType, Any] = {"svg.fonttype": "none",  # text stays text: small files, selectable labels
+                                "text.parse_math": False, "font.family": "sans-serif", "font.size": 9,
+                                "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+                                "grid.alpha": 0.3}
 
 
 @dataclass
@@ -66,19 +62,17 @@ def _svg(fig: Any, salt: str) -> str:
                   lambda m: f'<svg{m.group(1)} class="chart-svg" style="max-width:{m.group(2)}"', text, count=1)
 
 
-def _draw(chart_id: str, title: str, caption: str, draw: Callable[[dict[str, Any]], Any]) -> Chart | None:
-    """Run one drawing function under the report's style; None when it had nothing to draw. The function fills
+def _draw(chart_id: str, title: str, caption: str, draw: Callable[[dict[str, Any]], Any]) -> list[Chart]:
+    """Run one drawing function under the report's style: its chart, none when it had nothing to draw. It fills
     `data` with what it drew (series label -> points, marked values), which the tests compare with the records."""
     data: dict[str, Any] = {}
     try:
         with plt.rc_context(STYLE):
             fig = draw(data)
-            if fig is None:
-                return None
-            return Chart(chart_id, title, caption, svg=_svg(fig, chart_id), data=data)
+            return [] if fig is None else [Chart(chart_id, title, caption, svg=_svg(fig, chart_id), data=data)]
     except Exception as exc:  # a chart must never take the page down with it
         plt.close("all")
-        return Chart(chart_id, title, caption, error=f"could not draw this chart ({type(exc).__name__}: {exc})")
+        return [Chart(chart_id, title, caption, error=f"could not draw this chart ({type(exc).__name__}: {exc})")]
 
 
 def _log_axis(ax: Any, axis: str, base: int = 10, ticks: list[Any] | None = None) -> None:
@@ -121,7 +115,7 @@ def step_time(results: Results) -> list[Chart]:
     """Step time per dtype, each batch its own panel (methods never coincide into one blob): a horizontal bar per
     method in its declared colour on a linear axis from 0, that method's largest bound as a black tick, and the
     dtype's weight-read floor (bytes / bandwidth) as a dotted line."""
-    cgd, ceil = q.experiment(results, Experiment.CUDA_GRAPH_DECODE), q.experiment(results, Experiment.CEILINGS)
+    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     steps = [m for m in q.all(cgd, M.STEP_MS, readback=False)
              if "method" in m.params and "batch" in m.params and is_number(m.value)]
     charts = []
@@ -145,12 +139,13 @@ def step_time(results: Results) -> list[Chart]:
                     ax.annotate(fmt(m.value, "ms"), (m.value, y), xytext=(3, 0), textcoords="offset points",
                                 va="center", fontsize=7)
                     data["series"].setdefault(str(method), []).append((b, m.value))
-                    bound = q.maybe(ceil, M.BOUND_MS, method=method, batch=b, dtype=dtype)
+                    verdict = bound_of(results.experiments, str(method), b, dtype)
+                    bound = None if verdict.why_not else verdict.bound
                     if bound is not None and is_number(bound.value):
                         ax.plot([bound.value], [y], marker="|", markersize=12, markeredgewidth=2, color="black",
                                 linestyle="none", path_effects=[withStroke(linewidth=4, foreground="white")])
                         data["bounds"].setdefault(str(method), []).append((b, bound.value))
-                floor, _ = floor_ms(results, b, dtype)
+                floor = floor_ms(results, b, dtype)
                 if floor is not None:
                     ax.axvline(floor, color=FLOOR_LINE, linestyle=":", linewidth=1.6)
                     data["floor"][b] = floor
@@ -165,13 +160,11 @@ def step_time(results: Results) -> list[Chart]:
             fig.tight_layout()
             return fig
 
-        chart = _draw(f"chart-step-{dtype}", f"Step time per method and batch ({dtype})",
-                      "Each batch its own panel and each method its own colour (the same on every chart of the "
-                      "report). Black tick: the method's largest lower bound (launch, bandwidth or compute); dotted: "
-                      f"the {dtype} weight-read floor, the bytes a step must read at the measured copy bandwidth.",
-                      draw)
-        if chart:
-            charts.append(chart)
+        charts += _draw(f"chart-step-{dtype}", f"Step time per method and batch ({dtype})",
+                        "Each batch its own panel and each method its own colour (the same on every chart of the "
+                        "report). Black tick: the method's largest lower bound (launch, bandwidth or compute); dotted: "
+                        f"the {dtype} weight-read floor, the bytes a step must read at the measured copy bandwidth.",
+                        draw)
     return charts
 
 
@@ -228,12 +221,10 @@ def compile_cost(results: Results) -> list[Chart]:
             fig.tight_layout()
             return fig
 
-        chart = _draw(f"chart-compile-{target}", f"Cold against warm compile ({target})",
-                      "Left: the first call from an empty and from a populated cache. Right: the time compiling has "
-                      "saved after N calls (the saving per call measured in that phase's process); below zero the "
-                      "compile has not paid yet, and each line crosses zero at the stored break-even.", draw)
-        if chart:
-            charts.append(chart)
+        charts += _draw(f"chart-compile-{target}", f"Cold against warm compile ({target})",
+                        "Left: the first call from an empty and from a populated cache. Right: the time compiling has "
+                        "saved after N calls (the saving per call measured in that phase's process); below zero the "
+                        "compile has not paid yet, and each line crosses zero at the stored break-even.", draw)
     return charts
 
 
@@ -267,9 +258,8 @@ def setup_cost(results: Results) -> list[Chart]:
         fig.tight_layout()
         return fig
 
-    chart = _draw("chart-setup", "Compile and capture cost per method", "First call of each method: compile "
-                  "and/or warm-up plus capture, seconds on a log axis; one dot per batch (bf16 marked).", draw)
-    return [chart] if chart else []
+    return _draw("chart-setup", "Compile and capture cost per method", "First call of each method: compile "
+                 "and/or warm-up plus capture, seconds on a log axis; one dot per batch (bf16 marked).", draw)
 
 
 def fusion(results: Results) -> list[Chart]:
@@ -282,11 +272,12 @@ def fusion(results: Results) -> list[Chart]:
     def draw(data: dict[str, Any]) -> Any:
         fig, ax = plt.subplots(figsize=(6.5, 3.6))
         for residency in sorted({str(m.params.get("residency")) for m in sp}):
-            pts = sorted(((m.params[P.N_OPS], m.value) for m in sp if str(m.params.get("residency")) == residency),
+            pts: list[tuple[Any, Any]] = sorted(((m.params[P.N_OPS], m.value) for m in sp
+                                                 if str(m.params.get("residency")) == residency),
                          key=lambda p: sort_key(p[0]))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"measured, {residency}")
             data.setdefault("series", {})[residency] = pts
-        ceil = sorted(((m.params[P.N_OPS], m.value) for m in q.all(rec, M.CEILING_X)
+        ceil: list[tuple[Any, Any]] = sorted(((m.params[P.N_OPS], m.value) for m in q.all(rec, M.CEILING_X)
                        if "n_ops" in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")
@@ -297,9 +288,8 @@ def fusion(results: Results) -> list[Chart]:
         ax.set_title("Fusion: speedup against chain length")
         return fig
 
-    chart = _draw("chart-fusion", "Fusion", "Speedup of the compiled (fused) chain over eager; the dashed line is "
-                  "the ceiling from bytes moved (N× for N ops).", draw)
-    return [chart] if chart else []
+    return _draw("chart-fusion", "Fusion", "Speedup of the compiled (fused) chain over eager; the dashed line is "
+                 "the ceiling from bytes moved (N× for N ops).", draw)
 
 
 def recompiles(results: Results) -> list[Chart]:
@@ -329,9 +319,8 @@ def recompiles(results: Results) -> list[Chart]:
         fig.tight_layout()
         return fig
 
-    chart = _draw("chart-recompiles", "Recompiles", "How many times Dynamo compiled each variant; the dashed line "
-                  "is this torch's recompile limit.", draw)
-    return [chart] if chart else []
+    return _draw("chart-recompiles", "Recompiles", "How many times Dynamo compiled each variant; the dashed line "
+                 "is this torch's recompile limit.", draw)
 
 
 def amdahl(results: Results) -> list[Chart]:
@@ -361,16 +350,15 @@ def amdahl(results: Results) -> list[Chart]:
         ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         return fig
 
-    chart = _draw("chart-amdahl", "Amdahl against the launch-aware prediction", "Bars at 0: not predicted or not "
-                  "measured in this run (the table says which).", draw)
-    return [chart] if chart else []
+    return _draw("chart-amdahl", "Amdahl against the launch-aware prediction", "Bars at 0: not predicted or not "
+                 "measured in this run (the table says which).", draw)
 
 
 MARK_COLOUR = {"regression": "#b42318", "improvement": "#137a3a"}  # else the accent
 
 
 def history(s: Series) -> Chart | None:
-    """One host and profile's headline figures over its runs in order (report.history): each run's stored value with
+    """One host and profile's headline figures over its runs in order (report.pages.history): each run's stored value with
     its stored 95% interval as a bar, coloured by its mark against the previous run (compare's rule on the
     intervals: a regression red, an improvement green). None: fewer than two runs hold any figure."""
     figs = {label: pts for label, pts in s.points.items()
@@ -392,9 +380,10 @@ def history(s: Series) -> Chart | None:
         axes[-1, 0].set_xticks(range(len(s.runs)), [r.name for r in s.runs], rotation=20, ha="right")
         return fig
 
-    return _draw(f"history-chart-{slug(s.host)}-{s.profile}", f"{s.host} · profile {s.profile}",
-                 f"each headline figure over the runs, ordered by {s.order}; bars: the stored 95% interval; red: a "
-                 "regression, green: an improvement against the previous run (compare's rule)", draw)
+    return next(iter(_draw(
+        f"history-chart-{slug(s.host)}-{s.profile}", f"{s.host} · profile {s.profile}", f"each headline figure over "
+        f"the runs, ordered by {s.order}; bars: the stored 95% interval; red: a regression, green: an improvement "
+        "against the previous run (compare's rule)", draw)), None)
 
 
 def all_charts(results: Results) -> dict[str, list[Chart]]:

@@ -13,16 +13,16 @@
 
     site/history.html        each headline figure over the runs of one host and profile, in commit-date order,
                              each point an improvement, regression or the same against the previous run by
-                             compare's rule (report.history), written where a host and profile has several
+                             compare's rule (report.pages.history), written where a host and profile has several
                              runs; each run page has its own group's table
 
-    site/traces/<run>/...    the compile-trace pages of each run that kept them (report.publish)
+    site/traces/<run>/...    the compile-trace pages of each run that kept them (report.site.traces)
 
 Pages are self-contained (CSS inline, charts as inline SVG): they open from disk with no network.
 Jinja2 autoescapes everything; the only unescaped content is the SVG matplotlib wrote. Publishing is safe
 from anyone's run folders: each run renders in isolation (a bad file skips that run, one line naming it),
 every page is written atomically, and the site is built beside `out` and swapped in only when complete
-(report.sitefiles).
+(report.site.files).
 """
 
 from __future__ import annotations
@@ -34,35 +34,36 @@ from typing import Any, Callable
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from report.compare import Comparison, Side, compare
-from report.why import CLASSES
 from lab.contract.marks import MARKS
 from lab.contract.results import Results
 
-from report import charts, costs, front as front_page, history, publish, sections, sentinels, steps, sweeps, \
-    timecharts, workloads
-from report.discover import Run, SkippedFile, load_runs
-from report import hoststate
-from report.hosts import machine
-from report.sitefiles import TRACES, Staging, WriteError, write_page
-from report.tables import Table, fmt, params_text
+from report.draw import charts
+from report.draw.tables import Table, fmt, params_text
+from report.pages import front as front_page, history
+from report.pages.compare import Comparison, Side, compare
+from report.pages.why_moved import CLASSES
+from report.sections import breakdown_charts, ceilings, costs, host, instrument, section, sweeps, workloads
+from report.site import traces as trace_pages
+from report.site.discover import Run, SkippedFile, load_runs
+from report.site.files import TRACES, Staging, WriteError, write_page
+from report.site.hosts import machine
 
 WHY_SHOWN = 10  # the differing fields a why-it-moved table shows before "N more"
 
 # The run page's sections, in order: each a function from a run's results to a Section (None: nothing to show).
 # A module with sections of its own registers them with one line here.
-SECTIONS: list[Callable[[Results], sections.Section | None]] = [
-    timecharts.step_section,  # report.steps' section, opening with where the time goes
-    sentinels.instrument,
-    hoststate.section,
-    steps.ceilings,
+SECTIONS: list[Callable[[Results], section.Section | None]] = [
+    breakdown_charts.step_section,  # report.sections.steps' section, opening with where the time goes
+    instrument.instrument,
+    host.section,
+    ceilings.ceilings,
     costs.costs,
     workloads.amdahl,
     workloads.fusion,
-    sections.dynamo,
-    sections.correctness,
-    sections.environment,
-    sections.not_run,
+    section.dynamo,
+    section.correctness,
+    section.environment,
+    section.not_run,
 ]
 
 
@@ -74,8 +75,8 @@ class RunPage:
     front: front_page.FrontRow
     device: str
     overview: Table
-    sections: list[sections.Section]
-    experiments: list[sections.ExperimentView]
+    sections: list[section.Section]
+    experiments: list[section.ExperimentView]
     failed: list[tuple[Any, Any]]  # (record, check) of every failed check
 
 
@@ -121,9 +122,9 @@ def run_page(run: Run) -> RunPage:
     secs = first + sweeps.sections(run) + [s for s in secs if s.minor and not s.blank] + [s for s in secs if s.blank]
     file = f"run-{run.slug}.html"
     return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=front_page.front_row(run, file),
-                   device=front_page.device_text(res), overview=sections.overview(res),
+                   device=front_page.device_text(res), overview=section.overview(res),
                    sections=secs,
-                   experiments=sections.experiments(res), failed=sections.failed_checks(res))
+                   experiments=section.experiments(res), failed=section.failed_checks(res))
 
 
 # ---------------------------------------------------------------------------- comparisons
@@ -153,7 +154,7 @@ def _started(run: Run) -> str:
 
 def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
     """Every run's baseline, newest run first: `baseline` where given; else the previous run of the same host (the
-    same machine: report.hosts) and profile, else the newest other run of the same profile; else none, with the
+    same machine: report.site.hosts) and profile, else the newest other run of the same profile; else none, with the
     sentence why."""
     ordered = sorted(runs, key=_started, reverse=True)
     if baseline is not None:
@@ -163,14 +164,14 @@ def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
     out = []
     for run in ordered:
         profile, here = run.results.run.profile, machine(run.results)
-        host = here.label
+        label = here.label
         same_profile = [r for r in ordered if r is not run and r.results.run.profile == profile]
         same_host = [r for r in same_profile if machine(r.results).key == here.key]
         earlier = [r for r in same_host if _started(r) < _started(run)]
         if earlier:
-            out.append(Baseline(run, earlier[0], f"the previous run of host {host} with profile {profile}"))
+            out.append(Baseline(run, earlier[0], f"the previous run of host {label} with profile {profile}"))
         elif same_profile:
-            none = f"no earlier run of host {host}" if same_host else f"no other run of host {host}"
+            none = f"no earlier run of host {label}" if same_host else f"no other run of host {label}"
             out.append(Baseline(run, same_profile[0], f"{none} with profile {profile}: the newest other run of "
                                                       f"profile {profile}"))
         else:
@@ -180,16 +181,13 @@ def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
     return out
 
 
-def side(run: Run) -> Side:
-    return Side(run.path, run.results.manifest, run.results, name=run.name)
-
-
 def comparisons(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
     """`baselines`, each run that has one compared with it."""
     out = baselines(runs, baseline)
     for b in out:
         if b.base is not None:
-            b.comparison = compare(side(b.base), side(b.run))
+            before, after = (Side(r.path, r.results.manifest, r.results, name=r.name) for r in (b.base, b.run))
+            b.comparison = compare(before, after)
     return out
 
 
@@ -241,10 +239,10 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
         try:  # one odd run must not sink the others: a run is published whole or not at all
             page = run_page(run)
             env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)  # renders, or skips
-            traces = publish.publish(run, out)
+            traces = trace_pages.publish(run, out)
         except WriteError:
             raise
-        except publish.TraceError as exc:
+        except trace_pages.TraceError as exc:
             shutil.rmtree(out / TRACES / run.slug, ignore_errors=True)
             skipped.append(SkippedFile(str(run.path), f"{exc} (run not rendered)"))
             continue

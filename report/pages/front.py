@@ -1,5 +1,5 @@
 """The front page: one row per run a performance engineer reads in five seconds, newest first, then the headline
-figures of every run side by side. Every number is a stored one (report.steps, report.costs pick which)."""
+figures of every run side by side. Every number is a stored one (report.sections.steps, report.sections.costs pick which)."""
 
 from __future__ import annotations
 
@@ -12,23 +12,19 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, Status
 from lab.contract.results import Metric, Results
 
-from report import hoststate
-from report.costs import first_call_behind, stale_break_even
-from report.discover import Run
-from report.hosts import machine
-from report.provenance import tree_state
-from report.runstatus import Status as RunStatus, status
-from report.sections import failed_checks
-from report.sentinels import flags as sentinel_flags
-from report.steps import Case, StepRow, cases, ceiling, is_eager, own_mbu, pct, step_rows
-from report.sweeps import headline as peer_headline
-from report.tables import Cell, Table, fmt, num, sort_key
+from report.sections import host
+from report.sections.costs import first_call_behind, stale_break_even
+from report.site.discover import Run
+from report.site.hosts import machine
+from report.site.provenance import tree_state
+from report.sections.runstatus import Status as RunStatus, status
+from report.sections.section import failed_checks
+from report.sections.instrument import flags as sentinel_flags
+from report.sections.steps import Bound, Case, StepRow, cases, is_eager, own_mbu, pct, row_bound, step_rows
+from report.sections.sweeps import headline as peer_headline
+from report.draw.tables import Cell, Table, fmt, num, sort_key
 
 DECODE_CORE = "decode_core"  # compile_cost's target: the split decode step's compiled core
-
-
-def host_name(results: Results) -> str:
-    return machine(results).hostname
 
 
 def device_name(results: Results) -> str:
@@ -52,13 +48,12 @@ class Line:
     """One batch and dtype of a run: eager against the fastest correct method, with stored figures."""
 
     case: Case
-    speedup: Metric | None
     mbu: Metric | None
-    binding: Metric | None
+    bound: Bound
     setup: Metric | None
     break_even: Metric | None
     capture: list[StepRow] = field(default_factory=list)  # graph replay, compile + graph: what capture buys here
-    stale: str = ""  # why the stored break-even is known wrong (report.costs.stale_break_even)
+    stale: str = ""  # why the stored break-even is known wrong (report.sections.costs.stale_break_even)
 
     @property
     def gains(self) -> list[tuple[str, str, str]]:
@@ -73,11 +68,6 @@ class Line:
         return f"B={fmt(self.case.batch)} {self.case.dtype}"
 
     @property
-    def speedup_text(self) -> str:
-        """The stored speedup with its stored 95% interval: '11.4× [11.3, 11.5]'."""
-        return self.case.best.speedup_text
-
-    @property
     def failed_source(self) -> bool:
         """The figures come from a FAILED experiment (the cases that passed were measured; badged, not hidden)."""
         return self.case.best.status == Status.FAILED or self.case.eager.status == Status.FAILED
@@ -86,11 +76,6 @@ class Line:
     def mbu_text(self) -> str:
         """'MBU 23.2%': the fastest method's own, from its own step time (never eager's beside another method)."""
         return f"MBU {pct(self.mbu.value)}" if self.mbu is not None else ""
-
-    @property
-    def binding_text(self) -> str:
-        """'launch-bound': the bound ceilings stored for the fastest method itself."""
-        return f"{self.binding.value}-bound" if self.binding is not None else ""
 
 
 @dataclass
@@ -107,10 +92,10 @@ class FrontRow:
     failed: list[str] = field(default_factory=list)
     peer: str | None = None  # the lab's best step beside transformers' best generate (peer_generate's conclusion)
     sentinel: list[str] = field(default_factory=list)  # failed sentinel checks, with their numbers
-    status: RunStatus | None = None  # incomplete, with what was asked for and not recorded (report.runstatus)
+    status: RunStatus | None = None  # incomplete, with what was asked for and not recorded (report.sections.runstatus)
     tree: str = ""  # the lab's commit and whether its tree was clean (tree_state)
-    host_state: str = ""  # what the host's speed did, in one sentence (report.hoststate.sentence)
-    flags: list[str] = field(default_factory=list)  # what the run flagged about itself (report.hoststate.flags)
+    host_state: str = ""  # what the host's speed did, in one sentence (report.sections.host.sentence)
+    flags: list[str] = field(default_factory=list)  # what the run flagged about itself (report.sections.host.flags)
 
     @property
     def started(self) -> str:
@@ -133,7 +118,7 @@ def lines(results: Results) -> list[Line]:
         be = q.maybe(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
         capture = [r for m in CAPTURE for r in rows if (r.source, r.batch, r.dtype, r.method) ==
                    (best.source, c.batch, c.dtype, m)]
-        out.append(Line(c, best.speedup, own_mbu(results, best), ceiling(results, M.BINDING, best), setup, be,
+        out.append(Line(c, own_mbu(results, best), row_bound(results, best), setup, be,
                         capture, stale_break_even(cgd, best.method, c.batch, c.dtype) if be is not None else ""))
     return out
 
@@ -154,12 +139,12 @@ def compile_summary(results: Results) -> list[str]:
 
 def front_row(run: Run, file: str) -> FrontRow:
     r = run.results
-    return FrontRow(run=run, file=file, host=host_name(r), label=str(r.manifest.get("label") or ""),
+    return FrontRow(run=run, file=file, host=machine(r).hostname, label=str(r.manifest.get("label") or ""),
                     device=device_name(r), torch=str((r.manifest.get("torch") or {}).get("version", "?")),
                     lines=lines(r), compile=compile_summary(r), counts=counts(r),
                     failed=[f"{rec.id}: {c.name}" for rec, c in failed_checks(r)], peer=peer_headline(r),
                     status=status(r), sentinel=sentinel_flags(r), tree=tree_state(r),
-                    host_state=hoststate.sentence(r.experiments), flags=hoststate.flags(r.experiments, r.manifest))
+                    host_state=host.sentence(r.experiments), flags=host.flags(r.experiments, r.manifest))
 
 
 
@@ -185,7 +170,7 @@ def _host_figures() -> list[tuple[str, Getter]]:
         return get
 
     return [
-        ("host", lambda r: host_name(r) + (f" · {r.manifest['label']}" if r.manifest.get("label") else "")),
+        ("host", lambda r: machine(r).hostname + (f" · {r.manifest['label']}" if r.manifest.get("label") else "")),
         ("device", device_name), ("torch", lambda r: (r.manifest.get("torch") or {}).get("version")),
         ("profile", lambda r: r.run.profile), ("started", lambda r: r.run.started_at), ("lab", tree_state),
         ("cost of one eager launch", ceil(M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
@@ -228,9 +213,9 @@ def side_by_side(rows: list[FrontRow]) -> Table:
         tag = f"B={fmt(batch)} {dtype}"
         figures: list[tuple[str, Callable[[Line], Any]]] = [
             ("eager step", lambda ln: ln.case.eager.step), ("fastest correct method", lambda ln: ln.case.best.label),
-            ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.speedup_text or None),
+            ("its step", lambda ln: ln.case.best.step), ("its speedup", lambda ln: ln.case.best.speedup_text or None),
             ("its MBU", lambda ln: pct(ln.mbu.value) if ln.mbu else None),
-            ("its binding bound", lambda ln: ln.binding.value if ln.binding else None),
+            ("its binding bound", lambda ln: ln.bound.text.removesuffix("-bound") or None),
         ]
         for label, get_line in figures:
             table.rows.append([Cell(f"{label}, {tag}")] + [_cell(get_line(ln) if ln else None) for ln in here])

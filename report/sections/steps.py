@@ -8,14 +8,16 @@ GPT-2 124M row at batch 1 in fp32, the decode step the other runs time).
 
 "Fastest correct" selects by the `correct` metric the experiment stored (lab.step.correctness: exact tokens for
 eager's kernels in fp32, teacher forcing otherwise); a run of an earlier lab version that stored none is judged
-by its old rule, tokens equal to eager's. A method's MBU and binding bound are its own: cuda_graph_decode's `mbu`
-from that method's step time, else ceilings' row for that method; eager's figure is never shown for another.
+by its old rule, tokens equal to eager's. A method's MBU and binding bound are its own, one value wherever they are
+shown (the run page, the front page, `lab headline`): `stored_mbu` (cuda_graph_decode's `mbu` from that method's step
+time, else ceilings' where it measured that same step) and `bound_of` (ceilings' row for that method, "not
+meaningful" where a stored step of it is below the bound); eager's figure is never shown for another.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from lab.contract import query as q
 from lab.contract import metrics as M
@@ -23,9 +25,9 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, method_rank, Param as P, Status
 from lab.contract.results import Metric, Record, Results
 
-from report.sections import Section, why_absent
-from report.style import display
-from report.tables import Cell, Table, fmt, is_number, num, params_text, sort_key, timing_cell
+from report.sections.section import Section, why_absent
+from report.draw.style import display
+from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell
 
 SCALING_SIZE = "gpt2-124M"  # the sweep's row that is the decode step of the other runs
 
@@ -82,7 +84,7 @@ def _correct(rec: Record, method: Any, **p: Any) -> bool | None:
     return te.value if te else None
 
 
-def _interval(rec: Record, **p: Any) -> tuple[Any, Any] | None:
+def _interval(rec: Record | None, **p: Any) -> tuple[Any, Any] | None:
     low, high = q.maybe(rec, M.SPEEDUP_CI_LOW, **p), q.maybe(rec, M.SPEEDUP_CI_HIGH, **p)
     return (low.value, high.value) if low is not None and high is not None else None
 
@@ -97,33 +99,25 @@ class Case:
     best: StepRow
 
 
-def _decode_rows(rec: Record) -> list[StepRow]:
+def _decode_rows(rec: Record, **where: Any) -> list[StepRow]:
+    """A record's step times per method, batch and dtype: cuda_graph_decode's, or model_scaling's at one size."""
     rows = []
-    for m in q.all(rec, M.STEP_MS, readback=False):
+    for m in q.all(rec, M.STEP_MS, **where):
         p = m.params
         if "method" not in p or "batch" not in p or not is_number(m.value):
             continue
-        own = {"method": p[P.METHOD], "batch": p[P.BATCH], "dtype": p.get(P.DTYPE)}
-        rows.append(StepRow(Experiment.CUDA_GRAPH_DECODE, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
-                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, p[P.METHOD], batch=p[P.BATCH],
-                                                                          dtype=p.get(P.DTYPE)),
-                            _interval(rec, **p), rec.status, own))
+        own: dict[str, Any] = {k: p[k] for k in (P.METHOD, P.BATCH, P.DTYPE, P.SIZE) if k in p}
+        rows.append(StepRow(rec.id, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
+                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, **own), _interval(rec, **p),
+                            rec.status, own))
     return rows
 
 
 def _scaling_rows(rec: Record) -> list[StepRow]:
     """model_scaling's GPT-2 124M step at batch 1 in fp32 (the smallest size where 124M was not run)."""
     sizes = [m.params.get(P.SIZE) for m in q.all(rec, M.STEP_MS)]
-    size = SCALING_SIZE if SCALING_SIZE in sizes else (sizes[0] if sizes else None)
-    rows = []
-    for m in q.all(rec, M.STEP_MS, size=size, batch=1, dtype="float32"):
-        p = m.params
-        if "method" not in p or not is_number(m.value):
-            continue
-        rows.append(StepRow(Experiment.MODEL_SCALING, "", 1, "float32", str(p[P.METHOD]), m, q.maybe(rec, M.SPEEDUP_VS_EAGER, **p),
-                            _correct(rec, p[P.METHOD], size=size, batch=1, dtype="float32"), _interval(rec, **p),
-                            rec.status, dict(p)))
-    return rows
+    return _decode_rows(rec, size=SCALING_SIZE if SCALING_SIZE in sizes else (sizes[0] if sizes else None), batch=1,
+                        dtype="float32")
 
 
 def _inductor_rows(rec: Record, dtype: str) -> list[StepRow]:
@@ -148,7 +142,7 @@ def step_rows(results: Results) -> list[StepRow]:
     inductor's."""
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     if cgd is not None and cgd.status in (Status.OK, Status.FAILED):
-        rows = _decode_rows(cgd)
+        rows = _decode_rows(cgd, readback=False)
         if rows:
             return rows
     ind = q.experiment(results, Experiment.INDUCTOR)
@@ -186,28 +180,98 @@ def ceiling(results: Results, spec: M.MetricSpec, row: StepRow) -> Metric | None
     return q.maybe(q.experiment(results, Experiment.CEILINGS), spec, method=method, batch=row.batch, dtype=row.dtype)
 
 
+def stored_mbu(records: Iterable[Record], method: str, batch: Any, dtype: Any, step_ms: Any) -> Metric | None:
+    """The MBU to print beside a step of `step_ms`, the one value every page and `lab headline` print for this method,
+    batch and dtype: cuda_graph_decode's (from its own step time) where it stored one, else ceilings' where ceilings
+    measured that same step time (`measured_ms`); none beside another step. Never a value worked out here."""
+    recs = list(records)
+    p = {"method": method, "batch": batch, "dtype": dtype}
+    found = q.maybe(q.experiment(recs, Experiment.CUDA_GRAPH_DECODE), M.MBU, **p)
+    if found is not None and is_number(found.value):
+        return found
+    ceil = q.experiment(recs, Experiment.CEILINGS)
+    found, measured = q.maybe(ceil, M.MBU, **p), q.maybe(ceil, M.MEASURED_MS, **p)
+    return found if found is not None and measured is not None and measured.value == step_ms else None
+
+
 def own_mbu(results: Results, row: StepRow) -> Metric | None:
-    """The row's method's own MBU: stored by its experiment from its own step time, else ceilings' row for it."""
-    if row.source in (Experiment.CUDA_GRAPH_DECODE, Experiment.MODEL_SCALING) and row.params is not None:
-        found = q.maybe(q.experiment(results, row.source), M.MBU, **row.params)
-        if found is not None and is_number(found.value):
-            return found
-    return ceiling(results, M.MBU, row)
+    """The row's method's own MBU (`stored_mbu`; model_scaling's for its row; none for a compiled CPU step)."""
+    if row.source == Experiment.MODEL_SCALING and row.params is not None:
+        return q.maybe(q.experiment(results, row.source), M.MBU, **row.params)
+    if row.source == Experiment.INDUCTOR and not is_eager(row.method):
+        return None  # ceilings bounds the eager step and cuda_graph_decode's methods only
+    return stored_mbu(results.experiments, Method.EAGER if is_eager(row.method) else row.method, row.batch, row.dtype,
+                      row.step.value)
 
 
-def floor_ms(results: Results, batch: Any, dtype: str, method: str | None = None) -> tuple[float | None, str]:
-    """The weight-read floor of a step at this batch and dtype (ms) and where it was read."""
-    ceil = q.experiment(results, Experiment.CEILINGS)
-    found = [m for m in q.all(ceil, M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype) if is_number(m.value)]
+TIMES_THE_STEP = (Experiment.CUDA_GRAPH_DECODE, Experiment.INDUCTOR, Experiment.CEILINGS)  # what ceilings bounds
+
+
+@dataclass
+class Bound:
+    """What ceilings stored of one method, batch and dtype: which bound binds, the bound and measured ÷ bound, and
+    why the bound is not meaningful ('' where it is): a measured step of that method, batch and dtype below it."""
+
+    binding: Metric | None
+    bound: Metric | None
+    ratio: Metric | None
+    lowest: float | None = None  # the lowest step time stored for it (every experiment that times the step)
+    why_not: str = ""
+
+    def allows(self, value: Any) -> bool:
+        """Whether a bound of `value` ms can be shown: no stored step of the method is faster than it."""
+        return self.lowest is None or not is_number(value) or value <= self.lowest
+
+    @property
+    def text(self) -> str:
+        """'launch-bound', 'bound not meaningful: ...', or '' where ceilings stored nothing."""
+        if self.why_not:
+            return f"bound not meaningful: {self.why_not}"
+        return f"{self.binding.value}-bound" if self.binding is not None else ""
+
+    def cell(self) -> Cell:
+        """The binding bound in a table: its kind, 'not meaningful' (why in its title), or '—'."""
+        if self.why_not:
+            return Cell("not meaningful", cls="muted", title=self.text)
+        return Cell(str(self.binding.value) if self.binding is not None else "—")
+
+
+def bound_of(records: Iterable[Record], method: str, batch: Any, dtype: Any) -> Bound:
+    """ceilings' bound of `method` (eager for its variants) at this batch and dtype, set against every step time the
+    run stored for it (cuda_graph_decode's, inductor's, ceilings' own): the one verdict the pages and `lab headline`
+    show."""
+    recs, method = list(records), Method.EAGER if is_eager(method) else method
+    ceil = q.experiment(recs, Experiment.CEILINGS)
+    binding, bound, ratio = (q.maybe(ceil, s, method=method, batch=batch, dtype=dtype)
+                             for s in (M.BINDING, M.BOUND_MS, M.MEASURED_OVER_BOUND))
+    steps = [(rid, m) for rid in TIMES_THE_STEP for m in q.all(q.experiment(recs, rid), M.STEP_MS)
+             if is_number(m.value) and not m.params.get(P.READBACK) and m.params.get(P.BATCH, 1) == batch
+             and m.params.get(P.DTYPE, dtype) == dtype and (is_eager(m.params.get(P.METHOD)) if method == Method.EAGER
+                                                             else m.params.get(P.METHOD) == method)]
+    if bound is None or not steps:
+        return Bound(binding, bound, ratio)
+    rid, low = min(steps, key=lambda s: float(s[1].value))
+    if not is_number(bound.value) or low.value >= bound.value:
+        return Bound(binding, bound, ratio, float(low.value))
+    noisy = [f"{method}'s IQR is {pct(m.spread.rel_iqr)} in {r}" for r, m in steps if m.spread and m.spread.noisy]
+    return Bound(binding, bound, ratio, float(low.value), "; ".join([
+        f"{method}'s step in {rid} ({fmt(low.value, units.MS)}) is below its {fmt(bound.value, units.MS)} bound"] + noisy))
+
+
+def row_bound(results: Results, row: StepRow) -> Bound:
+    """`bound_of` for a step row (none for a row ceilings does not bound: a compiled CPU step, a sweep's)."""
+    if ceiling(results, M.BINDING, row) is None and ceiling(results, M.BOUND_MS, row) is None:
+        return Bound(None, None, None)
+    return bound_of(results.experiments, row.method, row.batch, row.dtype)
+
+
+def floor_ms(results: Results, batch: Any, dtype: str, method: str | None = None) -> float | None:
+    """The weight-read floor of a step at this batch and dtype (ms): ceilings' `bound_bandwidth_ms` (the bytes a step
+    must read at the measured copy bandwidth: the same for every method), the method's own row where it has one."""
+    found = [m for m in q.all(q.experiment(results, Experiment.CEILINGS), M.BOUND_BANDWIDTH_MS, batch=batch, dtype=dtype)
+             if is_number(m.value)]
     own = [m for m in found if m.params.get(P.METHOD) == method] or found
-    if own:
-        return float(own[0].value), "ceilings: bytes_per_step ÷ bandwidth"
-    nbytes = [m for m in q.all(ceil, M.BYTES_PER_STEP, batch=batch, dtype=dtype) if is_number(m.value)]
-    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
-    bw = [m for m in q.all(cgd, M.BANDWIDTH_GBPS) if is_number(m.value) and m.value]
-    if nbytes and bw:
-        return float(nbytes[0].value) / (float(bw[0].value) * 1e9) * 1e3, "bytes_per_step ÷ cuda_graph_decode's bandwidth"
-    return None, ""
+    return float(own[0].value) if own else None
 
 
 def answer(results: Results, case: Case) -> str:
@@ -219,8 +283,8 @@ def answer(results: Results, case: Case) -> str:
     text += f"{best.label} {fmt(best.step.value, units.MS)} against eager {fmt(eager.step.value, units.MS)}"
     if best.speedup_text:
         text += f": {best.speedup_text}"
-    binding, mbu = ceiling(results, M.BINDING, best), own_mbu(results, best)
-    extra = [f"{binding.value}-bound" if binding else "", f"MBU {pct(mbu.value)}" if mbu else ""]
+    mbu = own_mbu(results, best)
+    extra = [row_bound(results, best).text, f"MBU {pct(mbu.value)}" if mbu else ""]
     return text + (f" ({', '.join(e for e in extra if e)})" if any(extra) else "")
 
 
@@ -230,45 +294,36 @@ def _best_table(results: Results, found: list[Case]) -> Table:
                   caption="Eager against the fastest correct method, per batch and dtype (MBU and bound: that "
                           "method's own)", id="best-table")
     for c in found:
-        binding, mbu = ceiling(results, M.BINDING, c.best), own_mbu(results, c.best)
+        bound, mbu = row_bound(results, c.best), own_mbu(results, c.best)
         table.rows.append([Cell(fmt(c.batch), cls="num"), Cell(c.dtype), timing_cell(c.eager.step),
                            Cell(c.best.label), timing_cell(c.best.step),
                            Cell(c.best.speedup_text or "—", cls="num"),
                            Cell(pct(mbu.value) if mbu else "—", cls="num"),
-                           Cell(f"{binding.value}" if binding else "—")])
+                           bound.cell()])
     return table
 
 
-def _decode_tables(rec: Record) -> list[Table]:
+def _decode_tables(rec: Record | None) -> list[Table]:
     """cuda_graph_decode: method × batch per dtype and readback, each cell the median, stored speedup, spread."""
-    steps = [m for m in q.all(rec, M.STEP_MS) if "method" in m.params and "batch" in m.params]
-    groups: dict[tuple[str, bool], list[Metric]] = {}
-    for m in steps:
-        groups.setdefault((str(m.params.get(P.DTYPE)), bool(m.params.get(P.READBACK))), []).append(m)
+    groups: dict[tuple[str, bool], list[StepRow]] = {}
+    for r in _decode_rows(rec) if rec is not None else []:
+        groups.setdefault((r.dtype, bool(r.step.params.get(P.READBACK))), []).append(r)
     tables = []
-    for (dtype, readback), metrics in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] != "float32",
-                                                                              kv[0][0])):
-        batches = sorted({m.params[P.BATCH] for m in metrics}, key=sort_key)
-        methods = sorted({m.params[P.METHOD] for m in metrics}, key=method_rank)
+    for (dtype, readback), rows in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] != "float32", kv[0][0])):
+        batches = sorted({r.batch for r in rows}, key=sort_key)
         table = Table(columns=["method"] + [f"batch {b}" for b in batches], cls="speedup", collapsed=readback,
                       caption=f"Median ms per decode step, dtype {dtype}, "
                               f"{'reading the token back each step' if readback else 'no readback'}")
-        for method in methods:
-            row = [Cell(str(method))]
+        for method in sorted({r.method for r in rows}, key=method_rank):
+            cells = [Cell(method)]
             for b in batches:
-                here = [m for m in metrics if m.params[P.METHOD] == method and m.params[P.BATCH] == b]
-                if not here:
-                    row.append(Cell("—"))
-                    continue
-                sp = q.maybe(rec, M.SPEEDUP_VS_EAGER, **here[0].params)
-                ci = _interval(rec, **here[0].params)
-                shown = f"{fmt(sp.value)}×" + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci and all(map(is_number, ci))
-                                               else "") if sp else ""
-                cell = timing_cell(here[0], extra=f"{shown} vs eager" if sp else "")
-                if ci is not None and all(map(is_number, ci)):  # the interval rule: faster only when shown
-                    cell.cls += " good" if ci[0] > 1 else (" bad" if ci[1] < 1 else "")
-                row.append(cell)
-            table.rows.append(row)
+                hit = next((r for r in rows if (r.method, r.batch) == (method, b)), None)
+                cell = timing_cell(hit.step, extra=f"{hit.speedup_text} vs eager" if hit.speedup_text else "") \
+                    if hit else Cell("—")
+                if hit is not None and hit.ci is not None and all(map(is_number, hit.ci)):  # faster only when shown
+                    cell.cls += " good" if hit.ci[0] > 1 else (" bad" if hit.ci[1] < 1 else "")
+                cells.append(cell)
+            table.rows.append(cells)
         tables.append(table)
     return tables
 
@@ -321,69 +376,3 @@ def steps(results: Results) -> Section:
     return Section("steps", "Step time: the fastest correct method", intro, tables,
                    empty="" if tables else why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.INDUCTOR),
                    minor=not rows or rows[0].source == Experiment.MODEL_SCALING)
-
-
-# ---------------------------------------------------------------------------- ceilings
-
-def _bounds_row(rec: Record, dtype: Any, method: Any, batch: Any) -> list[Cell]:
-    p = {"method": method, "batch": batch} | ({"dtype": dtype} if dtype is not None else {})
-
-    def get(spec: M.MetricSpec) -> Metric | None:
-        return q.maybe(rec, spec, **p)
-
-    binding = get(M.BINDING)
-    nbytes = get(M.BYTES_PER_STEP)
-    row = [Cell(fmt(dtype)), Cell(str(method)), Cell(fmt(batch), cls="num"),
-           num(get(M.KERNELS_PER_STEP).value if get(M.KERNELS_PER_STEP) else None),
-           num(nbytes.value / 1e6 if nbytes and is_number(nbytes.value) else None)]
-    for kind, spec in (("launch", M.BOUND_LAUNCH_MS), ("bandwidth", M.BOUND_BANDWIDTH_MS),
-                       ("compute", M.BOUND_COMPUTE_MS)):
-        m = get(spec)
-        binds = binding is not None and binding.value == kind
-        row.append(num(m.value if m else None, units.MS, cls="num binds" if binds else "num"))
-    row.append(Cell(fmt(binding.value) if binding else "—", cls="binds" if binding else ""))
-    for spec in (M.MEASURED_MS, M.MEASURED_OVER_BOUND, M.ACHIEVED_GBPS, M.MBU):
-        m = get(spec)
-        row.append(num(m.value if m else None, m.unit if m else ""))
-    return row
-
-
-BOUNDS_COLUMNS = ["dtype", "method", "batch", "kernels/step", "MB/step", "launch bound", "bandwidth bound",
-                  "compute bound", "binds", "measured", "measured / bound", "achieved", "MBU"]
-
-
-def ceilings(results: Results) -> Section:
-    rec = q.experiment(results, Experiment.CEILINGS)
-    host = Table(columns=["ceiling", "params", "value"], caption="Ceilings measured on this host")
-    for spec in (M.LAUNCH_US_PER_OP, M.BANDWIDTH_GBPS, M.MATMUL_TFLOPS):
-        for m in q.all(rec, spec):
-            host.rows.append([Cell(spec.name), Cell(params_text(m.params)), num(m.value, m.unit)])
-    keys = {(m.params.get(P.DTYPE), m.params[P.METHOD], m.params[P.BATCH]) for m in (rec.metrics if rec else [])
-            if m.name == M.BOUND_MS.name and "method" in m.params and "batch" in m.params}
-    order = sorted(keys, key=lambda k: (str(k[0]) != "float32", str(k[0]), method_rank(k[1]), sort_key(k[2])))
-    found = cases(step_rows(results))
-    summary = Table(columns=BOUNDS_COLUMNS, caption="Eager and the fastest correct method: which bound binds, how far "
-                    "the step is from it, and the share of the weight-read floor reached (MBU)", id="bounds-summary")
-    full = Table(columns=BOUNDS_COLUMNS, caption="Every method and batch: the three lower bounds on a step",
-                 id="bounds-table", collapsed=bool(found))
-    shown = set()
-    for c in found:
-        for r in (c.eager, c.best):
-            key = (r.dtype, Method.EAGER if is_eager(r.method) else r.method, r.batch)
-            if key in keys and key not in shown:
-                shown.add(key)
-                summary.rows.append(_bounds_row(rec, *key))
-    for key in order:
-        full.rows.append(_bounds_row(rec, *key))
-    lines = []
-    for c in found:
-        for r in ([c.eager] if c.best is c.eager else [c.eager, c.best]):
-            binding, ratio, bound = (ceiling(results, s, r) for s in (M.BINDING, M.MEASURED_OVER_BOUND, M.BOUND_MS))
-            if binding and ratio and bound:
-                lines.append(f"B={fmt(c.batch)}, {c.dtype}, {r.label}: {binding.value}-bound; the measured step is "
-                             f"{fmt(ratio.value)}× its {fmt(bound.value, units.MS)} bound")
-    lines.append("A step cannot be faster than its largest bound: launches × cost per launch, bytes ÷ bandwidth, "
-                 "FLOPs ÷ peak. The bound that binds is highlighted.")
-    tables = [t for t in (summary, host, full) if t]
-    return Section(Experiment.CEILINGS, "Ceilings and which bound binds", "\n".join(lines), tables,
-                   empty="" if tables else why_absent(results, Experiment.CEILINGS))

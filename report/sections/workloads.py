@@ -7,14 +7,10 @@ from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
 from lab.contract.names import Experiment, Method, Param as P, Status
-from lab.contract.results import Results
+from lab.contract.results import Metric, Results
 
-from report.sections import Section, why_absent
-from report.tables import Cell, Table, fmt, num, pivot
-
-PREDICTION_COLUMNS = [M.FUSIBLE_FRACTION, M.K, M.PREDICTED_SPEEDUP, M.PREDICTED_SPEEDUP_LAUNCH, M.MEASURED_SPEEDUP,
-                      M.MEASURED_OVER_PREDICTED, M.MEASURED_OVER_PREDICTED_LAUNCH]
-
+from report.sections.section import Section, why_absent
+from report.draw.tables import Cell, Table, fmt, num, pivot
 
 def amdahl(results: Results) -> Section:
     rec = q.experiment(results, Experiment.AMDAHL)
@@ -25,15 +21,15 @@ def amdahl(results: Results) -> Section:
                   caption="Predicted and measured compile speedup (amdahl)")
     lines = []
     for w in workloads:
-        def get(spec: M.MetricSpec, **extra: object):
+        def get(spec: M.MetricSpec, **extra: object) -> Metric | None:
             return q.maybe(rec, spec, workload=w, **extra)
 
         ke, kc = get(M.KERNELS, method=Method.EAGER), get(M.KERNELS, method=Method.COMPILE_DEFAULT)
         launch, kt = get(M.LAUNCH_US_PER_OP), get(M.KERNEL_TIME_PER_STEP_US, method=Method.EAGER)
         amd, lau, meas = get(M.PREDICTED_SPEEDUP), get(M.PREDICTED_SPEEDUP_LAUNCH), get(M.MEASURED_SPEEDUP)
         table.rows.append([
-            Cell(w), num(get(M.FUSIBLE_FRACTION).value if get(M.FUSIBLE_FRACTION) else None),
-            num(get(M.K).value if get(M.K) else None, units.X if get(M.K) else ""),
+            Cell(w), num(f.value if (f := get(M.FUSIBLE_FRACTION)) else None),
+            num(k.value if (k := get(M.K)) else None, units.X if k else ""),
             Cell(f"{fmt(ke.value) if ke else '—'} → {fmt(kc.value) if kc else '—'}", cls="num"),
             *[num(m.value, m.unit) if m else Cell("—") for m in (launch, kt, amd, lau, meas)],
             *[num(m.value, m.unit) if m else Cell("—") for m in (get(M.MEASURED_OVER_PREDICTED),

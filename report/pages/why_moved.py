@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from lab.contract import metrics as M
+from lab.contract import query as q
 from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Results
 
@@ -130,7 +131,7 @@ class ExplainRow:
 
     @property
     def differs(self) -> bool:
-        return self.a != self.b
+        return bool(self.a != self.b)
 
 
 def _pick(flat: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:
@@ -156,12 +157,8 @@ def _index_text(results: Results) -> Any:
 
 def _launch(results: Results) -> Any:
     """The cost of one eager launch as ceilings measured it in the run (ABSENT: not measured)."""
-    for rec in results.experiments:
-        if rec.id == Experiment.CEILINGS:
-            for m in rec.metrics:
-                if m.name == M.LAUNCH_US_PER_OP.name and m.params.get(P.MODE) == Method.EAGER:
-                    return m.value
-    return ABSENT
+    m = q.maybe(q.experiment(results, Experiment.CEILINGS), M.LAUNCH_US_PER_OP, mode=Method.EAGER)
+    return ABSENT if m is None else m.value
 
 
 # What the runs measured that can explain a move (from their results, not their manifests).

@@ -16,9 +16,9 @@ from lab.contract import units
 from lab.contract.names import Experiment, method_rank
 from lab.contract.results import Results
 
-from report.steps import pct
-from report.style import display
-from report.tables import Cell, Table, fmt, is_number, num, sort_key
+from report.sections.steps import pct
+from report.draw.style import display
+from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key
 
 
 def fused_notes(results: Results, spec: N.NoteSpec) -> list[dict[str, Any]]:
@@ -51,7 +51,7 @@ def fit_line(note: dict[str, Any]) -> str:
         return ""
     kernels = ", ".join(str(k) for k in f.get(N.KERNEL_ROWS, []))
     bw = f.get("bandwidth_gbps")
-    rate = (f"bytes ÷ {fmt(bw / 1e3)} TB/s" if is_number(bw) else "a time that does not grow with the bytes")
+    rate = (f"bytes ÷ {fmt(float(bw) / 1e3)} TB/s" if isinstance(bw, (int, float)) else "a time that does not grow with the bytes")
     return (f"Fit over the layer kernels' {fmt(f.get('points'))} calls ({kernels}, least squares): time per call ≈ "
             f"{fmt(f['fixed_us'], units.US)} + {rate}; the fixed part is {pct(f.get('fixed_share'))} of their time, "
             "so halving the bytes (bf16) cannot halve it.")

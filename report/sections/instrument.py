@@ -13,8 +13,8 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Check, Metric, Record, Results
 
-from report.sections import Section
-from report.tables import Cell, Table, fmt, num, timing_cell
+from report.sections.section import Section
+from report.draw.tables import Cell, Table, fmt, num, timing_cell
 
 METHODS = (Method.EAGER, Method.GRAPH)
 DISPATCH_FIELDS = (("CPU", "cpu_model", ""), ("CPU clock", "cpu_mhz", "MHz"),
@@ -85,9 +85,10 @@ def sentinel_table(results: Results) -> Table:
         ratio, drift = q.maybe(end, M.IN_RUN_OVER_SENTINEL, method=method), q.maybe(end, M.SENTINEL_DRIFT, method=method)
         row = [Cell(str(method)), _interval_cell(start), _interval_cell(mine), _interval_cell(stop)]
         paired = q.maybe(end, M.IN_RUN_OVER_FRESH, method=method)
-        for m, is_it in ((ratio, lambda c: "fresh-process sentinel" in c.name), (drift, lambda c: "moved" in c.name),
-                         (paired, lambda c: "interleaved" in c.name)):
-            verdict = [c for _, c in sentinel_checks(results) if c.params.get(P.METHOD) == method and is_it(c)]
+        verdicts: list[tuple[Metric | None, str]] = [(ratio, "fresh-process sentinel"), (drift, "moved"),
+                                                     (paired, "interleaved")]
+        for m, named in verdicts:
+            verdict = [c for _, c in sentinel_checks(results) if c.params.get(P.METHOD) == method and named in c.name]
             bad = any(not c.passed for c in verdict)
             sub = "; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)
             ci = _stored_ci(end, M.IN_RUN_OVER_FRESH, method=method) if m is paired and m is not None else ""
@@ -147,9 +148,9 @@ def instrument(results: Results) -> Section | None:
     failed = flags(results)
     lines = failed[:] if failed else (["The run's own eager step is within the sentinel's tolerance: the instrument "
                                        "did not move what it measured."] if sentinel else [])
-    warnings = [w for rid in (Experiment.SENTINEL, Experiment.SENTINEL_END) if (rec := q.experiment(results, rid)) is not None
-                for w in rec.notes.get(N.HOST_WARNINGS.key) or [] if isinstance(w, str)]
-    lines += [f"Host warning: {w}." for w in warnings]
+    notes = [rec.notes.get(N.HOST_WARNINGS.key) for rid in (Experiment.SENTINEL, Experiment.SENTINEL_END)
+             if (rec := q.experiment(results, rid)) is not None]
+    lines += [f"Host warning: {w}." for v in notes if isinstance(v, list) for w in v if isinstance(w, str)]
     lines.append("The sentinel is a child process that imports torch, builds the run's GPT-2 and times eager and "
                  "graph replay at batch 1 in fp32, before and after every other experiment (sentinel, sentinel_end).")
     return Section("instrument", "The instrument: in-run eager against the fresh-process sentinel", "\n".join(lines),

@@ -1,6 +1,6 @@
 """The charts of where a decode step's time goes: one stacked bar per method and batch (floor, the rest of the
 GPU-busy time, gaps) and the distribution of each method's step samples (a box per method), each batch its own
-panel so methods never hide behind one another. Colours and markers from report.style; linear axes from 0."""
+panel so methods never hide behind one another. Colours and markers from report.draw.style; linear axes from 0."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from lab.contract.names import method_rank
 
 from lab.contract.results import Results
 
-from report import steps, timegoes
-from report.charts import Chart, _draw, _grid, _legend_below
-from report.sections import Panel, Section
-from report.style import FLOOR_COLOR, FLOOR_LINE, GAP_HATCH, display, pale, style
-from report.tables import fmt, sort_key
-from report.timegoes import Split, groups
+from report.sections import breakdown, steps
+from report.draw.charts import Chart, _draw, _grid, _legend_below
+from report.sections.section import Panel, Section
+from report.draw.style import FLOOR_COLOR, FLOOR_LINE, GAP_HATCH, display, pale, style
+from report.draw.tables import fmt, sort_key
+from report.sections.breakdown import Split, groups
 
 # boxplot's horizontal switch: `orientation` from matplotlib 3.10 (where `vert` is deprecated), `vert` before
 HORIZONTAL: dict[str, Any] = ({"orientation": "horizontal"} if tuple(int(x) for x in
@@ -63,13 +63,11 @@ def stacked(found: list[Split]) -> list[Chart]:
             fig.tight_layout()
             return fig
 
-        chart = _draw(f"chart-time-{dtype}", f"Where the time goes ({dtype})",
-                      "Each bar is one method's median step at that batch: grey, the weight-read floor (the bytes "
-                      "the step must read at the measured copy bandwidth; where the GPU was busy for less than it, "
-                      "the busy time); solid, the rest of the GPU-busy time (the union of the kernels' intervals, "
-                      "profiler); hatched, the gaps in which no kernel runs (launch work and bubbles).", draw)
-        if chart:
-            charts.append(chart)
+        charts += _draw(f"chart-time-{dtype}", f"Where the time goes ({dtype})",
+                        "Each bar is one method's median step at that batch: grey, the weight-read floor (the bytes "
+                        "the step must read at the measured copy bandwidth; where the GPU was busy for less than it, "
+                        "the busy time); solid, the rest of the GPU-busy time (the union of the kernels' intervals, "
+                        "profiler); hatched, the gaps in which no kernel runs (launch work and bubbles).", draw)
     return charts
 
 
@@ -101,28 +99,26 @@ def boxes(found: dict[tuple[Any, str], dict[str, list[float]]]) -> list[Chart]:
             fig.tight_layout()
             return fig
 
-        chart = _draw(f"chart-samples-{dtype}", f"How each method's steps spread ({dtype})",
-                      "The stored per-step samples of each method (no readback): the box spans the quartiles, the "
-                      "black line is the median, the whiskers reach 1.5 × the interquartile range and the points "
-                      "beyond them are single slow (or fast) steps.", draw)
-        if chart:
-            charts.append(chart)
+        charts += _draw(f"chart-samples-{dtype}", f"How each method's steps spread ({dtype})",
+                        "The stored per-step samples of each method (no readback): the box spans the quartiles, the "
+                        "black line is the median, the whiskers reach 1.5 × the interquartile range and the points "
+                        "beyond them are single slow (or fast) steps.", draw)
     return charts
 
 
 def panel(results: Results) -> Panel | None:
     """The step section's first block: stacked bars, the distance-to-floor table, the top kernels, the samples."""
-    found = timegoes.splits(results)
+    found = breakdown.splits(results)
     if not any(s.parts is not None for s in found):
         return None
     profiled = [s for s in found if s.parts is not None]
-    blocks: list[Any] = [*stacked(profiled), timegoes.floor_table(found), *boxes(timegoes.samples(results)),
-                         *timegoes.kernel_tables(results)]
-    return Panel("where-time-goes", "Where the time goes", timegoes.answer(results, found), blocks)
+    blocks: list[Any] = [*stacked(profiled), breakdown.floor_table(found), *boxes(breakdown.samples(results)),
+                         *breakdown.kernel_tables(results)]
+    return Panel("where-time-goes", "Where the time goes", breakdown.answer(results, found), blocks)
 
 
 def step_section(results: Results) -> Section:
-    """The step section (report.steps) opening with where the time goes."""
+    """The step section (report.sections.steps) opening with where the time goes."""
     section = steps.steps(results)
     section.panel = panel(results)
     return section

@@ -161,9 +161,7 @@ def pivot(record: Record | None, row_keys: list[str], names: list[MetricSpec] | 
                 if all(key[i] == m.params[row_keys[i]] for i in present):
                     cells.setdefault(m.name, m)
     for key in sorted(rows, key=lambda k: tuple(sort_key(v) for v in k)):
-        cells = [Cell(fmt(v)) for v in key]
-        for n in names:
-            m = rows[key].get(n)
-            cells.append(Cell("—") if m is None else (timing_cell(m) if m.spread else num(m.value, m.unit)))
-        table.rows.append(cells)
+        found = [rows[key].get(n) for n in names]
+        table.rows.append([Cell(fmt(v)) for v in key] + [Cell("—") if f is None else (
+            timing_cell(f) if f.spread else num(f.value, f.unit)) for f in found])
     return table

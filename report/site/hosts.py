@@ -50,10 +50,11 @@ def machine(results: Results) -> Machine:
 
 def machine_of(m: dict[str, Any]) -> Machine:
     """The machine a manifest describes (a side of `lab compare` may be a manifest alone)."""
-    host = m.get("host") if isinstance(m.get("host"), dict) else {}
-    cpu = m.get("cpu") if isinstance(m.get("cpu"), dict) else {}
-    gpu = m.get("gpu") if isinstance(m.get("gpu"), dict) else {}
-    smi = gpu.get("nvidia_smi") if isinstance(gpu.get("nvidia_smi"), dict) else {}
+    def part(d: dict[str, Any], key: str) -> dict[str, Any]:
+        return d[key] if isinstance(d.get(key), dict) else {}
+
+    host, cpu, gpu = part(m, "host"), part(m, "cpu"), part(m, "gpu")
+    smi = part(gpu, "nvidia_smi")
     gpus = smi.get("gpus") if isinstance(smi.get("gpus"), list) else []
     first = gpus[0] if gpus and isinstance(gpus[0], dict) else {}
     return Machine(hostname=_text(host.get("real_hostname") or host.get("hostname")), cpu=_text(cpu.get("model")),

@@ -2,9 +2,9 @@
 and the gaps in which no kernel runs; the kernels that take it; and how the steps' times spread.
 
 All stored figures: cuda_graph_decode's `step_ms` (no readback), `gpu_busy_us`, `gap_us` (the step minus the
-GPU-busy time), `mbu` (from the method's own step), the `top_kernels.<method>.b<batch>.<dtype>` notes and the raw
-step samples; the floor is ceilings' `bound_bandwidth_ms` (the bytes a step must read, `bytes_per_step`, at the
-measured copy bandwidth), else `bytes_per_step` over the bandwidth cuda_graph_decode recorded.
+GPU-busy time), the method's MBU (report.sections.steps.stored_mbu), the `top_kernels.<method>.b<batch>.<dtype>` notes
+and the raw step samples; the floor is ceilings' `bound_bandwidth_ms` (the bytes a step must read, `bytes_per_step`,
+at the measured copy bandwidth), not shown where a stored step of the method is below it (steps.bound_of).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from lab.contract import units
 from lab.contract.names import Experiment, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report import kernelbytes, layouts
-from report.steps import cases, floor_ms, pct, step_rows
-from report.style import display
-from report.tables import Cell, Table, fmt, is_number, num, sort_key
+from report.sections import fused_kernels, fused_layouts
+from report.sections.steps import bound_of, cases, floor_ms, pct, step_rows, stored_mbu
+from report.draw.style import display
+from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key
 
 TOP_KERNELS = "top_kernels."
 TOP_SHOWN = 5  # kernels per method in the table (the note keeps 8)
@@ -38,7 +38,7 @@ class Split:
     busy_us: float | None
     gap_us: float | None
     floor_ms: float | None
-    floor_source: str
+    floor_note: str  # why no floor is shown, where one is stored
     mbu: Metric | None
 
     @property
@@ -61,12 +61,14 @@ def splits(results: Results) -> list[Split]:
         if p[P.METHOD] is None or not is_number(m.value):
             continue
         busy, gap = q.maybe(rec, M.GPU_BUSY_US, **p), q.maybe(rec, M.GAP_US, **p)
-        floor, source = floor_ms(results, p[P.BATCH], str(p[P.DTYPE]), str(p[P.METHOD]))
-        mbu = q.maybe(rec, M.MBU, **p)
+        floor = floor_ms(results, p[P.BATCH], str(p[P.DTYPE]), str(p[P.METHOD]))
+        bound = bound_of(results.experiments, str(p[P.METHOD]), p[P.BATCH], p[P.DTYPE])
+        shown = floor if bound.allows(floor) else None
         out.append(Split(str(p[P.METHOD]), p[P.BATCH], str(p[P.DTYPE]), float(m.value),
                          busy.value if busy and is_number(busy.value) else None,
-                         gap.value if gap and is_number(gap.value) else None, floor, source,
-                         mbu if mbu and is_number(mbu.value) else None))
+                         gap.value if gap and is_number(gap.value) else None, shown,
+                         "" if shown == floor else f"not meaningful: {fmt(floor, units.MS)}, above a stored step of it",
+                         stored_mbu(results.experiments, str(p[P.METHOD]), p[P.BATCH], p[P.DTYPE], m.value)))
     return sorted(out, key=lambda s: (s.dtype != "float32", s.dtype, sort_key(s.batch), method_rank(s.method)))
 
 
@@ -77,15 +79,13 @@ def groups(found: list[Split]) -> list[tuple[str, Any, list[Split]]]:
 
 
 def floor_table(found: list[Split]) -> Table:
-    table = Table(columns=["batch", "dtype", "method", "floor", "GPU-busy", "gap", "step", "step ÷ floor", "MBU"],
+    table = Table(columns=["batch", "dtype", "method", "floor", "GPU-busy", "gap", "step", "MBU"],
                   id="floor-table", caption="Distance to the floor: the weight-read floor (bytes_per_step at the "
                   "measured copy bandwidth), the GPU-busy time, the gaps and the step (cuda_graph_decode, ceilings)")
     for s in found:
-        over = s.step_ms / s.floor_ms if s.floor_ms else None
         table.rows.append([Cell(fmt(s.batch), cls="num"), Cell(s.dtype), Cell(display(s.method)),
-                           num(s.floor_ms, units.MS, title=s.floor_source), num(s.busy_us, units.US),
+                           num(s.floor_ms, units.MS, title=s.floor_note), num(s.busy_us, units.US),
                            num(s.gap_us, units.US), num(s.step_ms, units.MS),
-                           num(over, units.X if over is not None else ""),
                            Cell(pct(s.mbu.value) if s.mbu else "—", cls="num")])
     return table
 
@@ -107,8 +107,8 @@ def top_kernels(rec: Record | None) -> dict[tuple[Any, str], dict[str, list[dict
 
 def kernel_tables(results: Results) -> list[Table]:
     """One table per batch and dtype: each method's top kernels with count, GPU time and share of its busy time;
-    then the hand-fused step kernel by kernel (report.kernelbytes: time, bytes, achieved bandwidth, the fit) and how
-    its gemm path called the library (report.layouts)."""
+    then the hand-fused step kernel by kernel (report.sections.fused_kernels: time, bytes, achieved bandwidth, the fit) and how
+    its gemm path called the library (report.sections.fused_layouts)."""
     rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     tables = []
     for i, ((batch, dtype), per_method) in enumerate(sorted(top_kernels(rec).items(), key=lambda kv: (
@@ -125,7 +125,7 @@ def kernel_tables(results: Results) -> list[Table]:
                                    Cell(str(k.get("name", "?")), cls="kernel"), num(k.get("count")),
                                    num(us, units.US), Cell(pct(share), cls="num")])
         tables.append(table)
-    return tables + kernelbytes.tables(results) + layouts.tables(results)
+    return tables + fused_kernels.tables(results) + fused_layouts.tables(results)
 
 
 def samples(results: Results) -> dict[tuple[Any, str], dict[str, list[float]]]:
@@ -145,11 +145,11 @@ def answer(results: Results, found: list[Split]) -> str:
     by_key = {(s.method, s.batch, s.dtype): s for s in found}
     for c in cases(step_rows(results)):
         s = by_key.get((c.best.method, c.batch, c.dtype))
-        if s is None or s.parts is None:
+        if s is None or s.busy_us is None or s.gap_us is None:
             continue
-        parts = s.parts
-        floor = f"the floor {fmt(s.floor_ms, units.MS)}" if s.floor_ms is not None else "no floor stored"
-        lines.append(f"B={fmt(c.batch)}, {c.dtype}, {display(s.method)}: {fmt(s.step_ms, units.MS)} = {floor} + "
-                     f"{fmt(parts['above'], units.MS)} more GPU-busy + {fmt(parts['gap'], units.MS)} of gaps"
-                     + (f" (MBU {pct(s.mbu.value)})" if s.mbu else ""))
+        floor = f"the floor {fmt(s.floor_ms, units.MS)} of it" if s.floor_ms is not None else "no floor shown"
+        lines.append(f"B={fmt(c.batch)}, {c.dtype}, {display(s.method)}: step {fmt(s.step_ms, units.MS)}, GPU-busy "
+                     f"{fmt(s.busy_us, units.US)} ({floor}), gaps {fmt(s.gap_us, units.US)}"
+                     + (" (the kernels' busy time exceeds the step)" if s.gap_us < 0 else "")
+                     + (f", MBU {pct(s.mbu.value)}" if s.mbu else ""))
     return "\n".join(lines)

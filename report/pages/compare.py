@@ -12,11 +12,11 @@ comparable); the rules are in `lab.contract.marks`. Beyond metrics:
   counted per experiment (never silently dropped).
 
 Manifest fields are flattened (`gpu.nvidia_smi.gpus[0].driver_version`); `created_at` is ignored
-because it always differs. "Why it moved" (report.why) lists the manifest fields that can explain
+because it always differs. "Why it moved" (report.pages.why_moved) lists the manifest fields that can explain
 a move (device, driver, torch/Triton/CUDA, CPU and its dispatch speed, threads, host load, GPU clocks
 and power, image, compile cache state), the ones that differ first, ranked for each class of the
 figures that moved: the host's dispatch first for eager and launch-bound figures, the GPU, driver,
-torch/CUDA and Triton first for kernel-bound ones. Text and JSON output: report.compare_output.
+torch/CUDA and Triton first for kernel-bound ones. Text and JSON output: report.pages.compare_text.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from lab.contract.marks import FACTOR, MARKS, Mark, Value, judge
 from lab.contract.names import Param as P, Status
 from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Metric, Record, Results, ResultsError, from_dict
 from lab.contract.schema import read_json
-from report.why import ABSENT, CLASSES, ExplainRow, FigureClass, explain, figure_class, flatten
+from report.pages.why_moved import ABSENT, CLASSES, ExplainRow, FigureClass, explain, figure_class, flatten
 
 __all__ = ["FACTOR", "MARKS", "Side", "load_side", "flatten", "manifest_diff", "explain", "compare", "Comparison",
            "MetricRow", "StatusRow", "CheckRow", "FieldDiff", "ExplainRow", "figure_class", "value_of"]
@@ -121,7 +121,7 @@ class MetricRow:
     ratio: float | None
     mark: Mark
     reason: str = ""
-    cls: FigureClass = "other"  # what can explain its move (report.why.figure_class)
+    cls: FigureClass = "other"  # what can explain its move (report.pages.why_moved.figure_class)
 
 
 @dataclass
@@ -160,7 +160,7 @@ class Comparison:
     only_b: dict[str, int] = field(default_factory=dict)
     experiments_only_a: list[str] = field(default_factory=list)  # experiments only A has (a run made with --only)
     experiments_only_b: list[str] = field(default_factory=list)
-    # For each class of the figures that moved (report.why.CLASSES), the fields ranked for it.
+    # For each class of the figures that moved (report.pages.why_moved.CLASSES), the fields ranked for it.
     why_by_class: dict[str, list[ExplainRow]] = field(default_factory=dict)
 
     def count(self, mark: str) -> int:
@@ -273,8 +273,8 @@ def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record,
     cb = {(c.name, params_key(c.params)): c for c in rb.checks}
     for key, check in ca.items():
         if key in cb and check.passed != cb[key].passed:
-            mark: Mark = "newly failing" if check.passed else "fixed"
-            out.checks.append(CheckRow(rid, check.name, check.params, check.passed, cb[key].passed, mark,
+            out.checks.append(CheckRow(rid, check.name, check.params, check.passed, cb[key].passed,
+                                       "newly failing" if check.passed else "fixed",
                                        cb[key].detail or check.detail))
 
 

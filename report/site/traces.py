@@ -3,12 +3,12 @@
 A trace is listed in a record's notes (`compile_traces[ITEM].path`, lab.measure.compiletrace) as a folder
 relative to the run folder. `trace_source` accepts it only when the path is relative, has no `..`, passes
 through no symbolic link and resolves inside the run folder; anything else raises TraceError naming
-results.json and the field, and the run is skipped (report.render renders each run in isolation). A trace
+results.json and the field, and the run is skipped (report.site.build renders each run in isolation). A trace
 whose folder or summary.json is simply absent (the committed reference runs keep none) gets no page and no
 link. `publish(run, out)` writes a page per trace under `out/traces/<run>/<experiment>/<item>/` from its
 summary.json (malformed: TraceError naming the file), and copies tlparse's pages beside it: regular files
 only (a symbolic link or anything else is listed as not copied, never followed), of a few harmless kinds,
-each HTML page rebuilt by report.sanitise. Nothing is written outside `out`.
+each HTML page rebuilt by report.site.sanitise. Nothing is written outside `out`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from lab import untrusted
 from lab.contract import notes as N
 from lab.contract.schema import parse_json
 
-from report.sanitise import sanitise
-from report.sitefiles import MARKER, TRACES, write_bytes, write_page
+from report.site.sanitise import sanitise
+from report.site.files import MARKER, TRACES, write_bytes, write_page
 
 NOTE_TRACES = N.COMPILE_TRACES.key
 SUMMARY = "summary.json"
@@ -192,7 +192,7 @@ def publish(run: Any, out: Path) -> list[Path]:
                 continue
             summary = read_summary(src / SUMMARY)
             dest = out / trace_href(run, info)
-            tl, refused = src / "tlparse", []
+            tl, refused = src / "tlparse", list[str]()
             shown = summary["tlparse_ran"] and tl.is_dir() and not tl.is_symlink()
             if shown:
                 copied, refused = copy_tlparse(tl, dest / "tlparse")

@@ -1,0 +1,1 @@
+"""The sections of a run's page, each from the stored records."""
