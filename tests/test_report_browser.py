@@ -262,7 +262,7 @@ def test_h200_run_page_opens_with_where_the_time_goes(browser, h200_site) -> Non
         assert r[4] == fmt(stored(data, "cuda_graph_decode", "gpu_busy_us", **p), "us")
         assert r[5] == fmt(stored(data, "cuda_graph_decode", "gap_us", **p), "us")
         assert r[6] == fmt(stored(data, "cuda_graph_decode", "step_ms", readback=False, **p), "ms")
-        assert r[8] == f"{fmt(stored(data, 'cuda_graph_decode', 'mbu', **p) * 100)}%"
+        assert r[7] == f"{fmt(stored(data, 'cuda_graph_decode', 'mbu', **p) * 100)}%"  # the stored MBU, no second one
     kernels = rows(page, "top-kernels-b1-float32")
     top_eager = data["experiments"][1]["notes"]["top_kernels.eager.b1.float32"][0]
     assert kernels[0][:4] == ["eager", "1", top_eager["name"], fmt(top_eager["count"])]
