@@ -9,6 +9,7 @@ import pytest
 from lab.contract import profiles
 from lab.contract.catalogue import BY_ID
 from lab.experiments import selection
+from lab.contract.reasons import Code
 from lab.contract.results import Metric, Reason, Record, Skipped, Spread
 from lab.run.context import Context
 
@@ -32,7 +33,8 @@ def test_selection_picks_winner_tie_and_not_measured() -> None:
                     metrics=[_timing("eager", 1.0), _timing("compile-default", 0.2)],
                     skipped=[Skipped("graph and compile+graph", "no_cuda", "needs CUDA")])
     recipe = Record(id="manual_graph_recipe", title="", status="NOT_RUN", reason=Reason("no_cuda", "no GPU"))
-    results = SimpleNamespace(experiments=[decode, gemm, launch, recipe])
+    fusion = Record(id="fusion", title="", status="FAILED")  # a stored run's failure without a reason
+    results = SimpleNamespace(experiments=[decode, gemm, launch, recipe, fusion])
     rec = Record(id="selection", title="", status="OK")
     ctx = Context(BY_ID["selection"], profiles.get("smoke"), None, rec, results, None)  # checks every metric recorded
     selection.run(ctx)
@@ -45,4 +47,5 @@ def test_selection_picks_winner_tie_and_not_measured() -> None:
     assert "no_cuda" in rec.notes["evidence.launch_overhead.-"]
     skipped = {s.item: s.code for s in rec.skipped}
     assert skipped["manual_graph_recipe"] == "no_cuda" and skipped["fusion"] == "not_measured"
+    assert {s.code for s in rec.skipped} <= {c.value for c in Code}  # machine-readable, never a status spelled small
     assert not any(m.params.get("case", "").endswith("readback=True") for m in rec.metrics)

@@ -170,7 +170,7 @@ def run(ctx: Context[Options]) -> None:
             ctx.skip(wid, Code.NOT_MEASURED, f"{what}: not in this run; run `python -m lab run --only {wid},selection`")
             continue
         if rec.status != Status.OK:
-            code = rec.reason.code if rec.reason else rec.status.lower()
+            code = rec.reason.code if rec.reason else Code.NOT_MEASURED  # a stored run's FAILED without a reason
             msg = rec.reason.message if rec.reason else rec.status
             ctx.skip(wid, code, f"{what}: {rec.status}: {msg}")
             continue

@@ -14,6 +14,7 @@ from typing import Any
 
 from lab.contract import query as q
 from lab.contract import metrics as M
+from lab.contract import notes as N
 from lab.contract import units
 from lab.contract.names import Experiment, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
@@ -23,7 +24,6 @@ from report.sections.steps import bound_of, cases, floor_ms, pct, step_rows, sto
 from report.draw.style import display
 from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key
 
-TOP_KERNELS = "top_kernels."
 TOP_SHOWN = 5  # kernels per method in the table (the note keeps 8)
 
 
@@ -94,12 +94,11 @@ def top_kernels(rec: Record | None) -> dict[tuple[Any, str], dict[str, list[dict
     """(batch, dtype) -> method -> the kernels that took the most GPU time, from the notes."""
     out: dict[tuple[Any, str], dict[str, list[dict[str, Any]]]] = {}
     for key, value in (rec.notes if rec else {}).items():
-        if not key.startswith(TOP_KERNELS) or not isinstance(value, list):
+        found = N.TOP_KERNELS.parse(key)
+        shape = (found or {}).get("shape", "").split(".")
+        if found is None or not isinstance(value, list) or len(shape) != 2 or not shape[0].startswith("b"):
             continue
-        parts = key[len(TOP_KERNELS):].rsplit(".", 2)
-        if len(parts) != 3 or not parts[1].startswith("b"):
-            continue
-        method, b, dtype = parts
+        method, (b, dtype) = found["method"], shape
         batch: Any = int(b[1:]) if b[1:].isdigit() else b[1:]
         out.setdefault((batch, dtype), {})[method] = [k for k in value if isinstance(k, dict)]
     return out
