@@ -117,7 +117,7 @@ def step_time(results: Results) -> list[Chart]:
     dtype's weight-read floor (bytes / bandwidth) as a dotted line."""
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     steps = [m for m in q.all(cgd, M.STEP_MS, readback=False)
-             if "method" in m.params and "batch" in m.params and is_number(m.value)]
+             if P.METHOD in m.params and P.BATCH in m.params and is_number(m.value)]
     charts = []
     for dtype in sorted({str(m.params.get(P.DTYPE)) for m in steps}, key=lambda d: (d != "float32", d)):
         here = [m for m in steps if str(m.params.get(P.DTYPE)) == dtype]
@@ -246,7 +246,7 @@ def setup_cost(results: Results) -> list[Chart]:
             ax.plot([m.value for m in pts], [y] * len(pts), color=st.color, marker=st.marker, linestyle="none",
                     markersize=6, alpha=0.85)
             for m in pts:
-                label = f"B={m.params.get('batch')}" + ("" if m.params.get(P.DTYPE) in (None, "float32") else " bf16")
+                label = f"B={m.params.get(P.BATCH)}" + ("" if m.params.get(P.DTYPE) in (None, "float32") else " bf16")
                 ax.annotate(label, (m.value, y), xytext=(0, 5), textcoords="offset points", fontsize=6, ha="center")
             data.setdefault("series", {})[str(meth)] = [(m.params.get(P.BATCH), m.params.get(P.DTYPE), m.value)
                                                         for m in pts]
@@ -265,20 +265,20 @@ def setup_cost(results: Results) -> list[Chart]:
 def fusion(results: Results) -> list[Chart]:
     """Fusion speedup against chain length, in and out of cache, with the N× ceiling."""
     rec = q.experiment(results, Experiment.FUSION)
-    sp = [m for m in q.all(rec, M.SPEEDUP) if is_number(m.value) and "n_ops" in m.params]
+    sp = [m for m in q.all(rec, M.SPEEDUP) if is_number(m.value) and P.N_OPS in m.params]
     if not sp:
         return []
 
     def draw(data: dict[str, Any]) -> Any:
         fig, ax = plt.subplots(figsize=(6.5, 3.6))
-        for residency in sorted({str(m.params.get("residency")) for m in sp}):
+        for residency in sorted({str(m.params.get(P.RESIDENCY)) for m in sp}):
             pts: list[tuple[Any, Any]] = sorted(((m.params[P.N_OPS], m.value) for m in sp
-                                                 if str(m.params.get("residency")) == residency),
+                                                 if str(m.params.get(P.RESIDENCY)) == residency),
                          key=lambda p: sort_key(p[0]))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"measured, {residency}")
             data.setdefault("series", {})[residency] = pts
         ceil: list[tuple[Any, Any]] = sorted(((m.params[P.N_OPS], m.value) for m in q.all(rec, M.CEILING_X)
-                       if "n_ops" in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
+                       if P.N_OPS in m.params and is_number(m.value)), key=lambda p: sort_key(p[0]))
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")
         _log_axis(ax, "x", 2, sorted({m.params[P.N_OPS] for m in sp}, key=sort_key))

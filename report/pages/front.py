@@ -9,7 +9,7 @@ from typing import Any, Callable
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, Method, Status
+from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.results import Metric, Results
 
 from report.sections import host
@@ -113,7 +113,7 @@ def lines(results: Results) -> list[Line]:
     rows = step_rows(results)
     for c in cases(rows):
         best = c.best
-        p = {"method": best.method, "batch": c.batch, "dtype": c.dtype}
+        p = {P.METHOD: best.method, P.BATCH: c.batch, P.DTYPE: c.dtype}
         setup = q.maybe(cgd, M.SETUP_S, **p) if best.source == Experiment.CUDA_GRAPH_DECODE and not is_eager(best.method) else None
         be = q.maybe(cgd, M.BREAK_EVEN_STEPS, **p) if setup is not None else None
         capture = [r for m in CAPTURE for r in rows if (r.source, r.batch, r.dtype, r.method) ==

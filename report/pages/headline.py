@@ -99,7 +99,7 @@ def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
 
 def _interval(run: Run, method: str, batch: int, dtype: str = "float32") -> str:
     """' [10.6, 11.7]': the stored 95% interval of the method's speedup over eager, or '' where none is stored."""
-    p = {"method": method, "batch": batch, "dtype": dtype, "readback": False}
+    p = {P.METHOD: method, P.BATCH: batch, P.DTYPE: dtype, P.READBACK: False}
     low, high = (run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW.name, **p), run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_HIGH.name, **p))
     return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
 
@@ -183,7 +183,7 @@ def floor_table(run: Run) -> list[str]:
                           if p.get(P.DTYPE) == dtype and p.get(P.BATCH) == batch}, key=method_rank)
         nbytes, floor_ms = floor(run, batch, dtype)
         for m in methods:
-            p = {"method": m, "batch": batch, "dtype": dtype}
+            p = {P.METHOD: m, P.BATCH: batch, P.DTYPE: dtype}
             rows.append([
                 f"`{m}`", f"{'fp32' if dtype == 'float32' else 'bf16'} B={batch}",
                 _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name, readback=False, **p), ".3f"),

@@ -98,7 +98,7 @@ def figure_class(name: str, params: dict[str, Any], binding: str | None = None) 
     (None where ceilings bounded no such step)."""
     if binding == "launch" or name in _DISPATCH:
         return "dispatch"
-    if name in _STEP and "method" in params:
+    if name in _STEP and P.METHOD in params:
         return "dispatch" if _eager(params[P.METHOD]) else "kernel"
     if name in _KERNEL:
         return "kernel"

@@ -57,7 +57,7 @@ def splits(results: Results) -> list[Split]:
     rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     out = []
     for m in q.all(rec, M.STEP_MS, readback=False):
-        p = {k: m.params.get(k) for k in ("method", "batch", "dtype")}
+        p = {k: m.params.get(k) for k in (P.METHOD, P.BATCH, P.DTYPE)}
         if p[P.METHOD] is None or not is_number(m.value):
             continue
         busy, gap = q.maybe(rec, M.GPU_BUSY_US, **p), q.maybe(rec, M.GAP_US, **p)
@@ -98,7 +98,7 @@ def top_kernels(rec: Record | None) -> dict[tuple[Any, str], dict[str, list[dict
         shape = (found or {}).get("shape", "").split(".")
         if found is None or not isinstance(value, list) or len(shape) != 2 or not shape[0].startswith("b"):
             continue
-        method, (b, dtype) = found["method"], shape
+        method, (b, dtype) = found[P.METHOD], shape
         batch: Any = int(b[1:]) if b[1:].isdigit() else b[1:]
         out.setdefault((batch, dtype), {})[method] = [k for k in value if isinstance(k, dict)]
     return out
@@ -133,7 +133,7 @@ def samples(results: Results) -> dict[tuple[Any, str], dict[str, list[float]]]:
     out: dict[tuple[Any, str], dict[str, list[float]]] = {}
     for s in rec.samples if rec else []:
         p = s.params
-        if s.name == M.STEP_MS.name and p.get(P.READBACK) is False and "method" in p and s.values:
+        if s.name == M.STEP_MS.name and p.get(P.READBACK) is False and P.METHOD in p and s.values:
             out.setdefault((p.get(P.BATCH), str(p.get(P.DTYPE))), {})[str(p[P.METHOD])] = list(s.values)
     return out
 

@@ -25,7 +25,7 @@ COLUMNS = ["dtype", "method", "batch", "kernels/step", "MB/step", "launch bound"
 
 
 def _row(results: Results, rec: Record | None, dtype: Any, method: Any, batch: Any) -> list[Cell]:
-    p = {"method": method, "batch": batch} | ({"dtype": dtype} if dtype is not None else {})
+    p = {P.METHOD: method, P.BATCH: batch} | ({P.DTYPE: dtype} if dtype is not None else {})
     bound = bound_of(results.experiments, str(method), batch, dtype)
     kernels, nbytes = q.maybe(rec, M.KERNELS_PER_STEP, **p), q.maybe(rec, M.BYTES_PER_STEP, **p)
     row = [Cell(fmt(dtype)), Cell(str(method)), Cell(fmt(batch), cls="num"), num(kernels.value if kernels else None),

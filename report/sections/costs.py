@@ -57,9 +57,9 @@ def method_costs(rec: Record | None) -> Table:
     setups = q.all(rec, M.SETUP_S)
     for m in sorted(setups, key=lambda m: (str(m.params.get(P.DTYPE)) != "float32", str(m.params.get(P.DTYPE)),
                                            method_rank(m.params.get(P.METHOD)), sort_key(m.params.get(P.BATCH)))):
-        p: dict[str, Any] = {k: m.params[k] for k in ("method", "batch", "dtype") if k in m.params}
+        p: dict[str, Any] = {k: m.params[k] for k in (P.METHOD, P.BATCH, P.DTYPE) if k in m.params}
         step = q.maybe(rec, M.STEP_MS, readback=False, **p)
-        eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {"method": Method.EAGER}))
+        eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {P.METHOD: Method.EAGER}))
         saving, be = q.maybe(rec, M.SAVING_MS_PER_STEP, **p), q.maybe(rec, M.BREAK_EVEN_STEPS, **p)
         table.rows.append([Cell(str(p.get(P.METHOD))), Cell(fmt(p.get(P.BATCH)), cls="num"), Cell(fmt(p.get(P.DTYPE))),
                            num(m.value, m.unit), timing_cell(step) if step else Cell("—"),
@@ -75,10 +75,10 @@ def compile_tables(rec: Record | None) -> list[Table]:
     first_calls = Table(columns=["target", "layers", "phase", "trial", "first call"], id="first-calls",
                         caption="torch.compile first call, cold vs warm cache, each in a fresh process (compile_cost)")
     for m in sorted(q.all(rec, M.FIRST_CALL_S),  # an earlier lab's repeats are dropped at load (lab.contract.results)
-                    key=lambda m: (str(m.params.get(P.TARGET)), sort_key(m.params.get("n_layer")),
-                                   str(m.params.get(P.PHASE)), sort_key(m.params.get("trial")))):
-        first_calls.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get("n_layer")), cls="num"),
-                                 Cell(fmt(m.params.get(P.PHASE))), Cell(fmt(m.params.get("trial"))),
+                    key=lambda m: (str(m.params.get(P.TARGET)), sort_key(m.params.get(P.N_LAYER)),
+                                   str(m.params.get(P.PHASE)), sort_key(m.params.get(P.TRIAL)))):
+        first_calls.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get(P.N_LAYER)), cls="num"),
+                                 Cell(fmt(m.params.get(P.PHASE))), Cell(fmt(m.params.get(P.TRIAL))),
                                  num(m.value, m.unit)])
     pays = Table(columns=["target", "phase", "saving per call", "break-even calls"], id="compile-break-even",
                  caption="Break-even of the compile: the saving per call measured in that phase's process, and the "
@@ -88,7 +88,7 @@ def compile_tables(rec: Record | None) -> list[Table]:
         pays.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get(P.PHASE))),
                           num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
                           break_even_cell(m)])
-    steady = pivot(rec, ["method", "target"], [M.STEADY_MS])
+    steady = pivot(rec, [P.METHOD, P.TARGET], [M.STEADY_MS])
     steady.caption = "Steady-state call time in the warm child (compile_cost)"
     steady.collapsed = True
     return [first_calls, pays, steady]
@@ -98,10 +98,10 @@ def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | N
     """The first call a phase's break-even was paid against: the full depth's (the most layers), or for a target
     timed in trials the last trial (the process whose saving was measured)."""
     calls = q.all(rec, M.FIRST_CALL_S, phase=phase, target=target)
-    plain = [m for m in calls if "trial" not in m.params]
+    plain = [m for m in calls if P.TRIAL not in m.params]
     if plain:
-        return max(plain, key=lambda m: sort_key(m.params.get("n_layer")))
-    return max(calls, key=lambda m: sort_key(m.params.get("trial"))) if calls else None
+        return max(plain, key=lambda m: sort_key(m.params.get(P.N_LAYER)))
+    return max(calls, key=lambda m: sort_key(m.params.get(P.TRIAL))) if calls else None
 
 
 def compile_answer(rec: Record | None) -> list[str]:
@@ -124,7 +124,7 @@ def compile_answer(rec: Record | None) -> list[str]:
 def costs(results: Results) -> Section:
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     methods = method_costs(cgd)
-    graph_cost = pivot(q.experiment(results, Experiment.GRAPH_COST), ["batch"],
+    graph_cost = pivot(q.experiment(results, Experiment.GRAPH_COST), [P.BATCH],
                        [M.CAPTURE_S, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.STATE_MIB, M.GRAPH_POOL_MIB])
     graph_cost.caption = "Manual CUDA graph: capture cost, memory and break-even (graph_cost)"
     cc = q.experiment(results, Experiment.COMPILE_COST)
@@ -133,7 +133,7 @@ def costs(results: Results) -> Section:
     for c in cases(step_rows(results)):
         if c.best.source != Experiment.CUDA_GRAPH_DECODE or c.best is c.eager:
             continue
-        p = {"method": c.best.method, "batch": c.batch, "dtype": c.dtype}
+        p = {P.METHOD: c.best.method, P.BATCH: c.batch, P.DTYPE: c.dtype}
         setup, be = q.maybe(cgd, M.SETUP_S, **p), q.maybe(cgd, M.BREAK_EVEN_STEPS, **p)
         if setup is not None:
             stale = stale_break_even(cgd, c.best.method, c.batch, c.dtype)

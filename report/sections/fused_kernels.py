@@ -13,7 +13,7 @@ from typing import Any
 from lab.contract import query as q
 from lab.contract import notes as N
 from lab.contract import units
-from lab.contract.names import Experiment, method_rank
+from lab.contract.names import Experiment, method_rank, Param as P
 from lab.contract.results import Results
 
 from report.sections.steps import pct
@@ -27,8 +27,8 @@ def fused_notes(results: Results, spec: N.NoteSpec) -> list[dict[str, Any]]:
     rec = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     notes = [v for k, v in (rec.notes if rec else {}).items()
              if spec.parse(k) is not None and isinstance(v, dict) and spec.problem(v) is None]
-    return sorted(notes, key=lambda n: (str(n["params"].get("dtype")) != "float32", str(n["params"].get("dtype")),
-                                        sort_key(n["params"].get("batch")), method_rank(str(n["method"]))))
+    return sorted(notes, key=lambda n: (str(n["params"].get(P.DTYPE)) != "float32", str(n["params"].get(P.DTYPE)),
+                                        sort_key(n["params"].get(P.BATCH)), method_rank(str(n[P.METHOD]))))
 
 
 def found(results: Results) -> list[dict[str, Any]]:
@@ -61,7 +61,7 @@ def caption(note: dict[str, Any]) -> str:
     p = note["params"]
     total = (f"{fmt(note.get('kernel_us'), units.US)} of kernels in a {fmt(note.get('step_us'), units.US)} step"
              if is_number(note.get("step_us")) else f"{fmt(note.get('kernel_us'), units.US)} of kernels")
-    head = (f"{display(note['method'])}, batch {fmt(p.get('batch'))}, {p.get('dtype')}, {note.get('path')} path, "
+    head = (f"{display(note[P.METHOD])}, batch {fmt(p.get(P.BATCH))}, {p.get(P.DTYPE)}, {note.get('path')} path, "
             f"kernel by kernel (profiler, one step at position {fmt(note.get('position'))}, attention reading "
             f"{fmt(note.get('kv_slots'))} cache slots): {total}.")
     why = str(note.get("why") or "")
@@ -75,7 +75,7 @@ def caption(note: dict[str, Any]) -> str:
 def table(note: dict[str, Any], collapsed: bool = False) -> Table:
     p = note["params"]
     t = Table(columns=["kernel", "calls", "µs per call", "bytes per call", "achieved TB/s", "share of the step"],
-              caption=caption(note), id=f"fused-kernels-{note['method']}-b{p.get('batch')}-{p.get('dtype')}",
+              caption=caption(note), id=f"fused-kernels-{note[P.METHOD]}-b{p.get(P.BATCH)}-{p.get(P.DTYPE)}",
               cls="kernels", collapsed=collapsed)
     for r in note[N.KERNEL_ROWS]:
         split = (f"weights {_mb(r.get('weight_bytes_per_call'))}, KV cache {_mb(r.get('kv_bytes_per_call'))}, "

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.contract import notes as N
-from lab.contract import units
+from lab.contract import notes as N, units
+from lab.contract.names import Param as P
 from lab.contract.results import Results
 
 from report.sections.fused_kernels import fused_notes
@@ -34,9 +34,9 @@ def table(note: dict[str, Any]) -> Table:
     how = ("each form timed with CUDA events when the method was built (median µs a call); the fastest kept"
            if note.get("timed") else f"not timed: {note.get('why') or 'no reason recorded'}; the declared default used")
     t = Table(columns=["projection", "product (B × in → out)", "default", "chosen", *forms],
-              caption=f"How {display(str(note['method']))}'s gemm path called the library, batch {fmt(p.get('batch'))}, "
-                      f"{p.get('dtype')}: {how}" + ("; TF32 allowed" if note.get("allow_tf32") else ""),
-              id=f"fused-layouts-{note['method']}-b{p.get('batch')}-{p.get('dtype')}", cls="kernels", collapsed=True)
+              caption=f"How {display(str(note[P.METHOD]))}'s gemm path called the library, batch {fmt(p.get(P.BATCH))}, "
+                      f"{p.get(P.DTYPE)}: {how}" + ("; TF32 allowed" if note.get("allow_tf32") else ""),
+              id=f"fused-layouts-{note[P.METHOD]}-b{p.get(P.BATCH)}-{p.get(P.DTYPE)}", cls="kernels", collapsed=True)
     for name, pick in projections.items():
         if not isinstance(pick, dict):
             continue

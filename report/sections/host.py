@@ -54,8 +54,8 @@ def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | N
                     continue
                 ci = of(*(getattr(q.maybe(rec, end, **p), "value", None) for end in (M.HOST_SENSITIVITY_CI_LOW,
                                                                                      M.HOST_SENSITIVITY_CI_HIGH)))
-                step = f", {p['step']} step" if "step" in p else ""
-                found.append((f"{p.get('method')}{step}", float(m.value), ci))
+                step = f", {p[P.STEP]} step" if P.STEP in p else ""
+                found.append((f"{p.get(P.METHOD)}{step}", float(m.value), ci))
             if found:
                 return found
     return []
@@ -100,9 +100,9 @@ def _warmup_flags(rec: Record) -> list[str]:
         moved = value.get("host_moved")
         why = f"; the host index moved {moved:.2f}×" if isinstance(moved, (int, float)) else ""
         if value.get("out_of_budget"):
-            out.append(f"unsteady warm-up ({parts['when']}): the {value.get('budget_s')} s budget ran out{why}")
+            out.append(f"unsteady warm-up ({parts[P.WHEN]}): the {value.get('budget_s')} s budget ran out{why}")
         elif value.get("warmup_steady") is False or value.get("drifting"):
-            out.append(f"unsteady warm-up ({parts['when']}){why}")
+            out.append(f"unsteady warm-up ({parts[P.WHEN]}){why}")
     return out
 
 
@@ -160,7 +160,7 @@ def host_table(rec: Record) -> Table:
                   caption=f"{rec.id}: each method's rounds against the host-speed index taken around them")
     for m in q.all(rec, M.HOST_INDEX_MS):
         p = m.params
-        shape = {k: v for k, v in p.items() if k != "method"}
+        shape = {k: v for k, v in p.items() if k != P.METHOD}
         speedup = M.SPEEDUP_VS_EAGER if _within(rec, M.SPEEDUP_VS_EAGER.name, p) is not None else M.SPEEDUP
         step = q.maybe(rec, M.STEP_MS, **p)
         table.rows.append([Cell(params_text(shape)), Cell(str(p.get(P.METHOD, "—"))), _index_cell(m),

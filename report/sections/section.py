@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.contract import query as q
-from lab.contract.names import Experiment, Status
+from lab.contract.names import Experiment, Param as P, Status
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract import units
@@ -147,18 +147,18 @@ def _with_reasons(table: Table, rec: Record | None, note: N.NoteSpec) -> Table:
 
 def dynamo(results: Results) -> Section:
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
-    counts = _with_reasons(pivot(cgd, ["method"], list(DYNAMO_COUNTS)), cgd, N.CUDAGRAPH_SKIP_REASONS)
+    counts = _with_reasons(pivot(cgd, [P.METHOD], list(DYNAMO_COUNTS)), cgd, N.CUDAGRAPH_SKIP_REASONS)
     counts.caption = "Compiled decode step: graphs, breaks, recompiles, CUDA-graph skips (cuda_graph_decode)"
     gb = q.experiment(results, Experiment.GRAPH_BREAKS)
-    breaks = _with_reasons(pivot(gb, ["function"], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS]), gb, N.FUNCTION_REASONS)
+    breaks = _with_reasons(pivot(gb, [P.FUNCTION], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS]), gb, N.FUNCTION_REASONS)
     breaks.caption = "torch._dynamo.explain on functions that break (graph_breaks)"
     rc = q.experiment(results, Experiment.RECOMPILES)
-    recompiles = pivot(rc, ["dynamic"], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT])
+    recompiles = pivot(rc, [P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT])
     limit = q.maybe(rc, M.RECOMPILE_LIMIT)
     recompiles.caption = "One function, 12 batch sizes (recompiles)" + (
         f"; limit {limit.params.get('name', '')} = {fmt(limit.value)}" if limit else "")
     dr = q.experiment(results, Experiment.DECODE_RECOMPILES)
-    decode = pivot(dr, ["step", "dynamic"], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT, M.OP_NODES_FIRST_GRAPH])
+    decode = pivot(dr, [P.STEP, P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT, M.OP_NODES_FIRST_GRAPH])
     decode.caption = "Growing-cache vs fixed-shape decode step, 20 calls (decode_recompiles)"
     tables = [t for t in (counts, breaks, recompiles, decode) if t]
     return Section("dynamo", "Dynamo: graphs, breaks, recompiles, skips", "", tables,
@@ -184,7 +184,7 @@ def _checks_table(pairs: list[tuple[Record, Check]], caption: str, **kw: Any) ->
 
 def correctness(results: Results) -> Section:
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
-    agree = pivot(cgd, ["method", "batch", "dtype"], [M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF])
+    agree = pivot(cgd, [P.METHOD, P.BATCH, P.DTYPE], [M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF])
     for row in agree.rows:
         if row[3].text == "no":
             row[3].cls = "bad"

@@ -104,7 +104,7 @@ def _decode_rows(rec: Record, **where: Any) -> list[StepRow]:
     rows = []
     for m in q.all(rec, M.STEP_MS, **where):
         p = m.params
-        if "method" not in p or "batch" not in p or not is_number(m.value):
+        if P.METHOD not in p or P.BATCH not in p or not is_number(m.value):
             continue
         own: dict[str, Any] = {k: p[k] for k in (P.METHOD, P.BATCH, P.DTYPE, P.SIZE) if k in p}
         rows.append(StepRow(rec.id, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
@@ -124,7 +124,7 @@ def _inductor_rows(rec: Record, dtype: str) -> list[StepRow]:
     rows = []
     for m in q.all(rec, M.STEP_MS):
         p = m.params
-        if "method" not in p or "step" not in p or not is_number(m.value):
+        if P.METHOD not in p or P.STEP not in p or not is_number(m.value):
             continue
         method = str(p[P.METHOD])
         speedups = [s for s in q.all(rec, M.SPEEDUP_VS_EAGER, step=p[P.STEP], batch=p.get(P.BATCH))
@@ -185,7 +185,7 @@ def stored_mbu(records: Iterable[Record], method: str, batch: Any, dtype: Any, s
     batch and dtype: cuda_graph_decode's (from its own step time) where it stored one, else ceilings' where ceilings
     measured that same step time (`measured_ms`); none beside another step. Never a value worked out here."""
     recs = list(records)
-    p = {"method": method, "batch": batch, "dtype": dtype}
+    p = {P.METHOD: method, P.BATCH: batch, P.DTYPE: dtype}
     found = q.maybe(q.experiment(recs, Experiment.CUDA_GRAPH_DECODE), M.MBU, **p)
     if found is not None and is_number(found.value):
         return found

@@ -78,15 +78,15 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
                                                               q.all(rec, M.OUTCOME)}, key=sort_key)
     rows: dict[tuple[str, str], dict[Any, Cell]] = {}
     for m in steps:
-        who = m.params.get(P.METHOD) or m.params.get("variant")
+        who = m.params.get(P.METHOD) or m.params.get(P.VARIANT)
         sp = q.maybe(rec, M.SPEEDUP_VS_PEER, method=who, batch=m.params.get(P.BATCH)) if m.params.get(P.METHOD) else None
-        extra = f"{fmt(sp.value)}x vs {sp.params.get('peer')}" if sp else ""
-        rows.setdefault((m.params.get("impl", ""), str(who)), {})[m.params.get(P.BATCH)] = timing_cell(m, extra=extra)
+        extra = f"{fmt(sp.value)}x vs {sp.params.get(P.PEER)}" if sp else ""
+        rows.setdefault((m.params.get(P.IMPL, ""), str(who)), {})[m.params.get(P.BATCH)] = timing_cell(m, extra=extra)
     for m in q.all(rec, M.OUTCOME):
         if m.value != Status.OK:
-            rows.setdefault((str(m.params.get("impl", "")), str(m.params.get("variant"))), {})[m.params.get(P.BATCH)] = \
+            rows.setdefault((str(m.params.get(P.IMPL, "")), str(m.params.get(P.VARIANT))), {})[m.params.get(P.BATCH)] = \
                 Cell(str(m.value), cls="bad", title=str(rec.notes.get(N.ERRORS.key_for(
-                    variant=m.params.get("variant"), batch=m.params.get(P.BATCH)), "")))
+                    variant=m.params.get(P.VARIANT), batch=m.params.get(P.BATCH)), "")))
     table = Table(columns=["implementation", "method / variant"] + [f"batch {b}" for b in batches],
                   caption="Median ms per token (lab: per step, token read back each step); lab rows show the speedup "
                           "over transformers' best variant at that batch")
@@ -98,7 +98,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
         p = m.params
         setup = q.maybe(rec, M.SETUP_S, **p)
         eq = q.maybe(rec, M.TOKENS_EQUAL, **p)
-        costs.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value, m.unit),
+        costs.rows.append([Cell(str(p.get(P.VARIANT))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value, m.unit),
                            num(setup.value if setup else None, M.SETUP_S.unit), Cell(fmt(eq.value) if eq else "—")])
 
     def draw(data: dict[str, Any]) -> Any:
@@ -111,8 +111,8 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
             vals = []
             for label in labels:
                 impl, who = label.split(": ", 1)
-                hit = [m.value for m in steps if m.params.get("impl") == impl and m.params.get(P.BATCH) == b
-                       and str(m.params.get(P.METHOD) or m.params.get("variant")) == who]
+                hit = [m.value for m in steps if m.params.get(P.IMPL) == impl and m.params.get(P.BATCH) == b
+                       and str(m.params.get(P.METHOD) or m.params.get(P.VARIANT)) == who]
                 vals.append(hit[0] if hit else 0)
             ax.bar([i + j * width for i in range(len(labels))], vals, width, label=f"batch {b}")
         ax.set_xticks([i + width * (len(batches) - 1) / 2 for i in range(len(labels))], labels, rotation=20,
@@ -132,7 +132,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
 
 def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
-    params_of = {key["size"]: float(v) for k, v in rec.notes.items()
+    params_of = {key[P.SIZE]: float(v) for k, v in rec.notes.items()
                  if (key := N.PARAMETERS.parse(k)) is not None and isinstance(v, (int, float))}
     cases = sorted({(m.params.get(P.DTYPE), m.params.get(P.BATCH)) for m in steps}, key=lambda k: (str(k[0]),
                                                                                                   sort_key(k[1])))
@@ -142,7 +142,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
     keys = sorted({(m.params.get(P.SIZE), m.params.get(P.DTYPE), m.params.get(P.BATCH)) for m in steps},
                   key=lambda k: (str(k[1]), sort_key(k[2]), params_of.get(k[0], 0)))
     for size, dtype, batch in keys:
-        p = {"size": size, "dtype": dtype, "batch": batch}
+        p: dict[str, Any] = {P.SIZE: size, P.DTYPE: dtype, P.BATCH: batch}
         row = [Cell(str(size)), Cell(str(dtype)), Cell(fmt(batch), cls="num")]
         for method in methods:
             m = q.maybe(rec, M.STEP_MS, **p, method=method)
@@ -159,7 +159,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
     for m in q.all(rec, M.GAIN_RATIO):
         p = m.params
         gains.rows.append([Cell(str(p.get(P.METHOD))), Cell(str(p.get(P.DTYPE))), Cell(fmt(p.get(P.BATCH)), cls="num"),
-                           Cell(str(p.get("smallest"))), Cell(str(p.get("largest"))), num(m.value, m.unit)])
+                           Cell(str(p.get(P.SMALLEST))), Cell(str(p.get(P.LARGEST))), num(m.value, m.unit)])
 
     def draw(data: dict[str, Any]) -> Any:
         sp = _values(rec, M.SPEEDUP_VS_EAGER)
@@ -208,9 +208,9 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
                   caption="Where the fixed-shape step stops beating the best growing-cache step")
     notes = noted(rec, N.CROSSOVERS.key, dict)
     for m in q.all(rec, M.CROSSOVER_MAX_LEN):
-        n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get(P.BATCH), fill=m.params.get("fill"))) or {}
+        n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get(P.BATCH), fill=m.params.get(P.FILL))) or {}
         ratios = ", ".join(f"{k}: {v}" for k, v in (n.get("fixed_over_best_growing") or {}).items())
-        cross.rows.append([Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell(fmt(m.params.get("fill"))),
+        cross.rows.append([Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell(fmt(m.params.get(P.FILL))),
                            num(m.value), Cell(str(n.get("how", ""))), Cell(ratios)])
     batches = sorted({m.params.get(P.BATCH) for m in steps}, key=sort_key)
 
@@ -220,20 +220,20 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
         fig, axes = plt.subplots(1, len(batches), figsize=(4.6 * len(batches), 3.6), squeeze=False)
         for ax, batch in zip(axes[0], batches):
             here = [m for m in steps if m.params.get(P.BATCH) == batch]
-            fills = sorted({m.params.get("fill") for m in here}, key=sort_key)
+            fills = sorted({m.params.get(P.FILL) for m in here}, key=sort_key)
             colors = {f: plt.get_cmap("viridis")(i / max(1, len(fills) - 1)) for i, f in enumerate(fills)}
-            for variant in sorted({m.params.get("variant") for m in here}):
+            for variant in sorted({m.params.get(P.VARIANT) for m in here}):
                 style = "-" if str(variant).startswith("fixed") else ("--" if "eager" in str(variant) else ":")
                 for fill in fills:
-                    pts = sorted((m.params.get("max_len"), m.value) for m in here
-                                 if m.params.get("variant") == variant and m.params.get("fill") == fill)
+                    pts = sorted((m.params.get(P.MAX_LEN), m.value) for m in here
+                                 if m.params.get(P.VARIANT) == variant and m.params.get(P.FILL) == fill)
                     ax.plot([x for x, _ in pts], [y for _, y in pts], linestyle=style, marker="o", markersize=3,
                             color=colors[fill], label=f"{variant}, {fill:.0%} full")
             for m in q.all(rec, M.CROSSOVER_MAX_LEN, batch=batch):
                 if is_number(m.value):
-                    ax.axvline(m.value, color=colors.get(m.params.get("fill"), "0.5"), linewidth=0.8, alpha=0.6)
+                    ax.axvline(m.value, color=colors.get(m.params.get(P.FILL), "0.5"), linewidth=0.8, alpha=0.6)
             _log_axis(ax, "x", 2)
-            ax.set_xticks(sorted({m.params.get("max_len") for m in here}, key=sort_key))
+            ax.set_xticks(sorted({m.params.get(P.MAX_LEN) for m in here}, key=sort_key))
             _log_axis(ax, "y")
             ax.set_xlabel("cache length, slots (log2)")
             ax.set_ylabel("median ms per step (log)")
@@ -259,16 +259,16 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
                                   M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE)]
         table.rows.append([Cell(name, title=str(ladders[name]))] + [num(c.value, c.unit) if c else Cell("—")
                                                                     for c in cells])
-    steps = sorted(_values(rec, M.STEP_MS), key=lambda m: sort_key(m.params.get("bucket")))
+    steps = sorted(_values(rec, M.STEP_MS), key=lambda m: sort_key(m.params.get(P.BUCKET)))
 
     def draw(data: dict[str, Any]) -> Any:
         if not steps:
             return None
         fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [1.6, 1]})
-        left.plot([m.params.get("bucket") for m in steps], [m.value for m in steps], color="0.3",
-                  label=f"{steps[0].params.get('method')} step")
+        left.plot([m.params.get(P.BUCKET) for m in steps], [m.value for m in steps], color="0.3",
+                  label=f"{steps[0].params.get(P.METHOD)} step")
         for i, (name, sizes) in enumerate(ladders.items()):
-            pts = [(m.params.get("bucket"), m.value) for m in steps if m.params.get("bucket") in set(sizes)]
+            pts = [(m.params.get(P.BUCKET), m.value) for m in steps if m.params.get(P.BUCKET) in set(sizes)]
             left.scatter([x for x, _ in pts], [y for _, y in pts], s=12 + 8 * i, marker="os^"[i % 3], alpha=0.7,
                          label=f"{name} buckets")
         left.set_xlabel("batch size (bucket)")
@@ -304,24 +304,24 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
         p = m.params
         breaks = q.maybe(rec, M.GRAPH_BREAKS, **p)
         full = q.maybe(rec, M.STEP_COMPILES, **p)
-        reasons = noted(rec, N.BREAK_REASONS.key_for(version=p.get("version"), batch=p.get(P.BATCH)), list)
-        err = noted(rec, N.FULLGRAPH_ERROR.key_for(version=p.get("version"), batch=p.get(P.BATCH)), str)
-        dyn.rows.append([Cell(str(p.get("version"))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value),
+        reasons = noted(rec, N.BREAK_REASONS.key_for(version=p.get(P.VERSION), batch=p.get(P.BATCH)), list)
+        err = noted(rec, N.FULLGRAPH_ERROR.key_for(version=p.get(P.VERSION), batch=p.get(P.BATCH)), str)
+        dyn.rows.append([Cell(str(p.get(P.VERSION))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value),
                          num(breaks.value if breaks else None), Cell(fmt(full.value) if full else "—", title=err),
                          Cell("; ".join(reasons) + (f" — fullgraph: {err}" if err else ""), cls="reason")])
     for m in q.all(rec, M.CAPTURES):
         err = noted(rec, N.CAPTURE_ERROR.key_for(batch=m.params.get(P.BATCH)), str)
-        dyn.rows.append([Cell(str(m.params.get("variant"))), Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell("—"),
+        dyn.rows.append([Cell(str(m.params.get(P.VARIANT))), Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell("—"),
                          Cell("—"), Cell("captured" if m.value else "capture failed", cls="good" if m.value else "bad"),
                          Cell(err, cls="reason")])
     steps = _values(rec, M.STEP_MS)
     cost = Table(columns=["variant", "batch", "setup", "step", "tokens equal the eager host-checked step's"],
                  caption="Cost of each variant (the torch.where loop reads the done mask back every few steps)")
-    for m in sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get("variant")))):
+    for m in sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get(P.VARIANT)))):
         p = m.params
         setup, eq = q.maybe(rec, M.SETUP_S, **p), q.maybe(rec, M.TOKENS_EQUAL, **p)
         sp = q.maybe(rec, M.SPEEDUP_VS_EAGER, **p)
-        cost.rows.append([Cell(str(p.get("variant"))), Cell(fmt(p.get(P.BATCH)), cls="num"),
+        cost.rows.append([Cell(str(p.get(P.VARIANT))), Cell(fmt(p.get(P.BATCH)), cls="num"),
                           num(setup.value if setup else None, M.SETUP_S.unit),
                           timing_cell(m, extra=f"{fmt(sp.value)}x vs eager host check" if sp else ""),
                           Cell(fmt(eq.value) if eq else "reference")])
@@ -330,9 +330,9 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
         if not steps:
             return None
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        ordered = sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get("variant"))))
-        labels = [f"{m.params.get('variant')} (b{m.params.get('batch')})" for m in ordered]
-        colors = ["#c0504d" if "host" in str(m.params.get("variant")) else "#4f81bd" for m in ordered]
+        ordered = sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get(P.VARIANT))))
+        labels = [f"{m.params.get(P.VARIANT)} (b{m.params.get(P.BATCH)})" for m in ordered]
+        colors = ["#c0504d" if "host" in str(m.params.get(P.VARIANT)) else "#4f81bd" for m in ordered]
         ax.barh(labels, [m.value for m in ordered], color=colors)
         _log_axis(ax, "x")
         ax.set_xlabel("median ms per step (log)")

@@ -51,7 +51,7 @@ def fusion(results: Results) -> Section | None:
     rec = q.experiment(results, Experiment.FUSION)
     if rec is None or rec.status != Status.OK:
         return None
-    table = pivot(rec, ["n_ops", "residency"], [M.SPEEDUP, M.CEILING_X])
+    table = pivot(rec, [P.N_OPS, P.RESIDENCY], [M.SPEEDUP, M.CEILING_X])
     table.caption = "Compiled (fused) chain over eager, against the bytes ceiling"
     return Section(Experiment.FUSION, "Fusion", "", [table] if table else [],
                    empty="" if table else "fusion ran but recorded no speedup metrics.")
