@@ -4,10 +4,9 @@ typo is an import-time AttributeError, not a lookup that silently finds nothing.
 
 Scope: ids and statuses anywhere in lab/ (but lab/contract, which declares them) and report/. Param names as
 keys (a dict literal's key, a subscript, `.get`/`.pop`/`.setdefault`'s first argument) in lab/experiments, the wing
-that records metrics and selects them by their params; the other wings of lab/ pass params through without
-naming them, and the words they spell as keys are their own records' fields (a manifest's "version", an image's
-"variant", a scheduler's "kind", a compile trace's "function"). report/ is not in the param scan yet (issue 28): its
-modules are being moved into folders on another branch, and are converted after that merge.
+that records metrics and selects them by their params, and in report/, which reads them; the other wings of lab/
+pass params through without naming them, and the words they spell as keys are their own records' fields (a
+manifest's "version", an image's "variant", a scheduler's "kind", a compile trace's "function").
 """
 
 from __future__ import annotations
@@ -15,11 +14,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from lab.contract.names import Experiment, Param, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("report", "lab")
-PARAMS_SCANNED = ("lab/experiments",)
+PARAMS_SCANNED = ("lab/experiments", "report")
 UNSCANNED = ("lab/contract",)  # declares the names
 _STATUSES = ("OK", "FAILED", "NOT_RUN")
 # (literals, files, why those strings are not an experiment id, a status or a param name there)
@@ -44,6 +45,13 @@ NOT_KEYS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("OK",), ("lab/commands/base_image.py", "lab/commands/image_check.py"), "an image check's outcome or verdict"),
     (("version",), ("lab/experiments/toolchain.py",), "the compiler's version in the toolchain's compiler note"),
     (("dtype",), ("lab/experiments/manual_graph_recipe.py",), "a wrong input (a tensor of another dtype), not a param"),
+    (("dtype",), ("report/sections/steps.py",), "the run profile's field in the manifest"),
+    (("version",), ("report/pages/compare_text.py", "report/pages/front.py"), "the manifest's torch version"),
+    (("kind",), ("report/pages/compare_text.py",), "a compare mark's kind (metric, status, check)"),
+    (("steps",), ("report/draw/charts.py", "report/pages/headline.py"),
+     "the run page's section id, or the decode config note's field"),
+    (("function",), ("report/sections/fused_kernels.py", "report/site/traces.py"),
+     "a kernel row's or a compile trace's field"),
 )
 EXEMPT = {(f, text) for texts, files, _ in NOT_KEYS for f in files for text in texts}
 KEYS = {e.value for e in Experiment} | {s.value for s in Status}
@@ -98,6 +106,13 @@ def test_the_scan_sees_a_literal_id_a_status_and_a_param_name(tmp_path: Path) ->
     assert sorted(spelled(probe, params=True)) == [(2, "OK"), (2, "ceilings"), (3, "batch"), (3, "dtype"),
                                                    (3, "method")]
 
+
+def test_the_scan_reads_param_names_in_report_and_lab_experiments_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for rel in ("report/pages/probe.py", "lab/experiments/probe.py", "lab/run/probe.py"):
+        (tmp_path / rel).parent.mkdir(parents=True)
+        (tmp_path / rel).write_text('x = m.params.get("batch")\n')
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert _found() == {("report/pages/probe.py", 1, "batch"), ("lab/experiments/probe.py", 1, "batch")}
 
 def test_no_module_spells_an_experiment_id_a_status_or_a_param_name() -> None:
     found = _found()
