@@ -7,7 +7,7 @@ import pytest
 from lab.contract import metrics as M
 from lab.contract import query as q
 from lab.contract.catalogue import CATALOGUE
-from lab.contract.names import Experiment, Status
+from lab.contract.names import Experiment, Param, Status
 from lab.contract.results import STATUSES, Check, Metric, Reason, Record
 
 
@@ -32,6 +32,8 @@ def test_one_maybe_all_select_by_included_params_and_refuse_two() -> None:
         q.maybe(rec, M.STEP_MS, method="eager")  # never settled by taking the first
     with pytest.raises(q.QueryError, match="0 metrics"):
         q.one(rec, M.STEP_MS, method="graph")
+    with pytest.raises(q.QueryError, match=r"with \{'method': 'graph'\}"):  # a Param key prints as the reader wrote it
+        q.one(rec, M.STEP_MS, **{Param.METHOD: "graph"})
     assert rec.find(M.STEP_MS.name, readback=False) is a  # Record's own lookups ask the same way
 
 

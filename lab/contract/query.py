@@ -54,6 +54,11 @@ class QueryError(KeyError):
     """No metric where one was required, or several where at most one may be."""
 
 
+def _plain(params: dict[str, Any]) -> dict[str, Any]:
+    """The params as the reader wrote them: keys given as `Param` members print as their names' strings."""
+    return {str(k): v for k, v in params.items()}
+
+
 def all(rec: _Record[M] | None, name: object, **params: Any) -> builtins.list[M]:  # noqa: A001
     """The metrics named `name` (a declared MetricSpec, or its name: compared as str) whose params include the given ones."""
     name = str(name)
@@ -65,7 +70,7 @@ def maybe(rec: _Record[M] | None, name: object, **params: Any) -> M | None:
     """The one metric named `name` whose params include the given ones; None where there is none."""
     found = all(rec, name, **params)
     if len(found) > 1:
-        raise QueryError(f"{rec.id if rec else '?'}: {len(found)} metrics named {str(name)!r} with {params}")
+        raise QueryError(f"{rec.id if rec else '?'}: {len(found)} metrics named {str(name)!r} with {_plain(params)}")
     return found[0] if found else None
 
 
@@ -73,7 +78,7 @@ def one(rec: _Record[M] | None, name: object, **params: Any) -> M:
     """The one metric named `name` whose params include the given ones; QueryError where there is none."""
     found = maybe(rec, name, **params)
     if found is None:
-        raise QueryError(f"{rec.id if rec else '?'}: 0 metrics named {str(name)!r} with {params}")
+        raise QueryError(f"{rec.id if rec else '?'}: 0 metrics named {str(name)!r} with {_plain(params)}")
     return found
 
 
