@@ -160,12 +160,6 @@ def leave(code: int, grace_s: float = GRACE_S, exit_handlers: bool = True) -> No
     compile_cost child whose warm cache left Inductor's compile workers unused spent 7.7 s there, starting and
     then stopping them)."""
     _flush()
-    if not exit_handlers:
-        line = held([], end_children())
-        if line:
-            print(line, file=sys.stderr)
-        _flush()
-        os._exit(code)
 
     def watchdog() -> None:
         threads = live_threads()
@@ -175,11 +169,12 @@ def leave(code: int, grace_s: float = GRACE_S, exit_handlers: bool = True) -> No
         _flush()
         os._exit(code)
 
-    timer = threading.Timer(grace_s, watchdog)
-    timer.daemon = True
-    timer.name = "lab-exit-watchdog"
-    timer.start()
-    _run_exit_handlers()  # a thread that never ends stops here: the watchdog names it
+    if exit_handlers:
+        timer = threading.Timer(grace_s, watchdog)
+        timer.daemon = True
+        timer.name = "lab-exit-watchdog"
+        timer.start()
+        _run_exit_handlers()  # a thread that never ends stops here: the watchdog names it
     line = held([], end_children())
     if line:
         print(line, file=sys.stderr)

@@ -149,11 +149,8 @@ def step_time(results: Results) -> list[Chart]:
                 if floor is not None:
                     ax.axvline(floor, color=FLOOR_LINE, linestyle=":", linewidth=1.6)
                     data["floor"][b] = floor
-                ax.set_yticks(list(ys), [display(m.params[P.METHOD]) for m in rows[b]], fontsize=7.5)
-                ax.set_xlim(0, max(m.value for m in rows[b]) * 1.22)
-                ax.set_xlabel("median ms per decode step")
-                ax.set_title(f"batch {fmt(b)}, {dtype}", fontsize=9)
-                ax.grid(axis="y", visible=False)
+                bar_panel(ax, list(ys), [display(m.params[P.METHOD]) for m in rows[b]],
+                          max(m.value for m in rows[b]), "median ms per decode step", f"batch {fmt(b)}, {dtype}")
             _legend_below(fig, [Line2D([], [], color=FLOOR_LINE, linestyle=":", label=f"weight-read floor ({dtype})"),
                                 Line2D([], [], color="black", marker="|", markersize=10, linestyle="none",
                                        label="the method's largest bound (ceilings)")])
@@ -166,6 +163,16 @@ def step_time(results: Results) -> list[Chart]:
                         f"the {dtype} weight-read floor, the bytes a step must read at the measured copy bandwidth.",
                         draw)
     return charts
+
+
+def bar_panel(ax: Any, ys: list[Any], labels: list[str], longest: float, xlabel: str, title: str) -> None:
+    """The finish of one batch's panel of horizontal bars, a method a row (the step and the where-the-time-goes
+    charts): the methods' names, room right of the longest bar for its label, no grid across the rows."""
+    ax.set_yticks(ys, labels, fontsize=7.5)
+    ax.set_xlim(0, longest * 1.22)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", visible=False)
 
 
 def compile_cost(results: Results) -> list[Chart]:

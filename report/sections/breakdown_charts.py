@@ -14,7 +14,7 @@ from lab.contract.names import method_rank
 from lab.contract.results import Results
 
 from report.sections import breakdown, steps
-from report.draw.charts import Chart, _draw, _grid, _legend_below
+from report.draw.charts import Chart, _draw, _grid, _legend_below, bar_panel
 from report.sections.section import Panel, Section
 from report.draw.style import FLOOR_COLOR, FLOOR_LINE, GAP_HATCH, display, pale, style
 from report.draw.tables import fmt, sort_key
@@ -50,11 +50,8 @@ def stacked(found: list[Split]) -> list[Chart]:
                     ax.annotate(fmt(s.step_ms, "ms"), (parts["floor"] + parts["above"] + parts["gap"], y),
                                 xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
                     bars[s.method] = dict(parts, step=s.step_ms)
-                ax.set_yticks(ys, [display(s.method) for s in rows], fontsize=7.5)
-                ax.set_xlim(0, max(s.step_ms for s in rows) * 1.22)
-                ax.set_xlabel("ms per decode step")
-                ax.set_title(f"batch {fmt(batch)}, {dtype}", fontsize=9)
-                ax.grid(axis="y", visible=False)
+                bar_panel(ax, list(ys), [display(s.method) for s in rows], max(s.step_ms for s in rows),
+                          "ms per decode step", f"batch {fmt(batch)}, {dtype}")
                 data["bars"][f"b{batch}"] = bars
             _legend_below(fig, [Patch(facecolor=FLOOR_COLOR, edgecolor=FLOOR_LINE, label="floor: bytes ÷ bandwidth"),
                                 Patch(facecolor="0.45", label="GPU-busy above the floor (method's colour)"),
