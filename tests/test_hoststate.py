@@ -53,6 +53,24 @@ def test_the_sentence_says_how_far_the_host_moved_and_who_followed_it() -> None:
     assert "eager (0.90 [0.84, 0.96]) followed it" in text and "graph (0.00 [0.00, 0.00]) did not" in text
 
 
+def test_where_the_timing_cannot_tell_the_fresh_process_s_tens_of_rounds_answer_for_eager_and_graph() -> None:
+    """A calm minute's 5 rounds leave eager's elasticity anywhere ([-7.0, 4.7] on the H200); the sentinel's warm-up
+    and kept rounds, while the host moved, tell it: the sentence takes the narrower interval, and says where from."""
+    d = decode({"eager": 2.8, "graph": 0.7}, correct={"eager": True, "graph": True})
+    for method, est in (("eager", (0.47, -7.0, 4.7)), ("graph", (0.0005, -0.02, 0.01))):
+        p = {"method": method, "readback": False, **STEP}
+        d["metrics"] += [metric("host_index_ms", [0.44, 0.46, 0.45], "ms", **p)] + [
+            metric(name, v, "x", **p) for name, v in zip(("host_sensitivity", "host_sensitivity_ci_low",
+                                                          "host_sensitivity_ci_high"), est)]
+    fresh = {"method": "eager", "batch": 1, "dtype": "float32", "when": "start"}
+    sentinel = rec("sentinel", [metric(name, v, "x", **fresh) for name, v in
+                                zip(("host_sensitivity", "host_sensitivity_ci_low", "host_sensitivity_ci_high"),
+                                    (0.76, 0.54, 0.99))])
+    text = host.sentence(from_dict(raw(d, sentinel), "x/results.json").experiments)
+    assert "eager, fresh process (0.76 [0.54, 0.99]) followed it" in text
+    assert "graph (0.00 [-0.02, 0.01]) did not" in text  # the timing's own interval was the narrower
+
+
 def test_a_run_without_the_index_says_so() -> None:
     assert host.sentence(from_dict(raw(decode({"eager": 3.0})), "x/results.json").experiments) == \
         host.NO_INDEX

@@ -13,6 +13,7 @@ from lab.contract.names import Method
 from lab.contract.profiles import TINY
 from lab.contract.results import Metric, Record
 from lab.experiments import sentinel, sentinel_end
+from lab.host import cpuplace
 from lab.step.model import resolve_weights
 
 
@@ -195,10 +196,11 @@ class _Child:
     def __init__(self, host: list[float], ms: float) -> None:
         self.host, self.ms, self.calls = host, ms, 0
 
-    def __call__(self) -> tuple[list[float], float, float]:
+    def __call__(self) -> dict:
         self.calls += 1
         slow = self.host[0]
-        return [self.ms * slow] * 4, 20 * slow, 20 * slow
+        return {"samples": [self.ms * slow] * 4, "index": [20 * slow, 20 * slow],
+                "host": {"cpu": 3, "wait_ms": 0.5, "others_ms": 0.0, "steal_ms": None}}
 
 
 def _ctx_end():
@@ -251,7 +253,10 @@ def test_the_paired_rounds_alternate_and_judge_the_instrument_not_the_host(own_m
     assert rec.metric(M.IN_RUN_OVER_FRESH_CI_LOW.name, **params).value is not None
     [check] = rec.checks
     assert check.passed is clean and not check.fatal and "8 paired rounds" in check.detail
-    assert "the host index moved 2.00x" in check.detail
+    assert "the host index moved 2.00x" in check.detail and "in-run over fresh 1.00x (the loop's own" in check.detail
+    assert "not pinned to one CPU" in check.detail and "waited for the CPU" in check.detail
+    assert N.check("sentinel_end", N.PAIRED_ROUNDS.key, rec.notes[N.PAIRED_ROUNDS.key]) is None
+    assert [r["wait_ms"] for r in rec.notes[N.PAIRED_ROUNDS.key]["rounds"]["fresh"]] == [0.5] * 8
     assert N.check("sentinel_end", N.HOST_INDEX.key_for(shape="paired"), rec.notes["host_index.paired"]) is None
 
 
@@ -277,7 +282,7 @@ def test_a_take_notes_the_host_index_of_every_round():
     index = HostIndex(now=p.now, work=lambda: None)
     take = sentinel.steady_take(p.calls(), now=p.now, index=index, **RULE)
     summary = take.summary()
-    assert len(summary["index_ms"]["warmup"]) == take.warmups[0].rounds
+    assert len(summary["index_ms"][f"warmup.{Method.EAGER}"]) == take.warmups[0].rounds
     assert len(summary["index_ms"][Method.EAGER]) == RULE["rounds"] and summary["host_moved"] is None
     assert not N.WARMUP.problem(summary)
 
@@ -300,15 +305,18 @@ def test_the_real_child_takes_turns_with_the_parents_eager_on_the_cpu(tiny):
     mine = stepmethods.build(Method.EAGER, w, prompt, 32, warmup=1)
     with turns.Turns(sentinel.CHILD, kwargs, timeout_s=120) as child:
         ready = child.wait()["ready"]
-        assert not N.WARMUP.problem(ready["warmup"]) and ready["warmup"]["index_ms"]["warmup"]
+        assert not N.WARMUP.problem(ready["warmup"]) and ready["warmup"]["index_ms"][f"warmup.{Method.EAGER}"]
 
-        def fresh():
-            answer = child.ask({"round": True})
-            return answer["samples"], answer["index"][0], answer["index"][1]
-
-        paired = sentinel_end.alternate(lambda: mine.decode(6, HostClock(), readback=False), fresh, pairs=3)
+        cpu = cpuplace.thread_cpu()
+        with cpuplace.pinned(cpu) as on:
+            pinned = child.ask({"pin": on})["pinned"] if on is not None else None
+            paired = sentinel_end.alternate(lambda: mine.decode(6, HostClock(), readback=False),
+                                            lambda: sentinel_end.ask_round(child), pairs=3)
         res = child.finish()
     assert res.ok and len(paired.fresh) == len(paired.in_run) == 3 and all(len(r) == 6 for r in paired.fresh)
+    if on is not None:  # Linux: the child took the parent's CPU, and each side's rounds say where they ran
+        assert pinned == on and {r["cpu"] for side in paired.host.values() for r in side} == {on}
+        assert all(r["wait_ms"] >= 0 and r["others_ms"] >= 0 for side in paired.host.values() for r in side)
     assert all(x > 0 for x in paired.index.per_round("fresh") + paired.index.per_round("in-run"))
     assert paired.ratio() > 0
 
@@ -350,3 +358,54 @@ def test_sentinel_end_pairs_the_runs_own_eager_with_the_fresh_child_on_the_cpu(m
     assert rec.metric(M.IN_RUN_OVER_FRESH_CI_LOW.name, **p).value is not None
     assert rec.metric(M.SENTINEL_STEP_MS.name, method=Method.EAGER, when="end").value > 0
     assert N.WARMUP.key_for(when="end") in rec.notes and "host_index.paired" in rec.notes
+
+
+def test_the_fresh_process_tells_eager_that_follows_the_host_from_graph_replay_that_does_not(monkeypatch):
+    """A host whose speed moves 2x during the warm-up (a slow stretch every seventh round): eager's rounds take as
+    much longer as the index's loop, graph replay's do not. The sentinel's warm-up and kept rounds, each indexed,
+    give eager an elasticity near 1 and graph replay one near 0, each with an interval that excludes the other."""
+    from lab.contract import profiles
+    from lab.contract.catalogue import BY_ID
+    from lab.measure.hostspeed import HostIndex
+    from lab.run.childproc import ChildResult
+    from lab.run.context import Context
+
+    t, turn = [0.0], [0]
+    slow = lambda: 2.0 if (turn[0] // 2) % 7 in (3, 4) else 1.0  # noqa: E731 - the host's slowness this turn
+
+    def work() -> None:
+        t[0] += 0.001 * slow()
+
+    def eager() -> list[float]:
+        turn[0] += 1
+        t[0] += 0.5
+        return [3.0 * slow() * (1 + 0.01 * (turn[0] % 3))] * 4
+
+    def graph() -> list[float]:
+        turn[0] += 1
+        t[0] += 0.1
+        return [0.7 * (1 + 0.001 * (turn[0] % 5))] * 4
+
+    take = sentinel.steady_take({Method.EAGER: eager, Method.GRAPH: graph}, now=lambda: t[0],
+                                index=HostIndex(now=lambda: t[0], work=work), **RULE | {"agree": 1.0})
+    note = take.summary()
+    assert set(note["warmup_rounds_ms"]) == {Method.EAGER, Method.GRAPH} and not N.WARMUP.problem(note)
+    points = sentinel.host_points(note)
+    assert {m: len(p[0]) for m, p in points.items()} == {m: take.warmups[0].rounds - 1 + 5 for m in points}
+    monkeypatch.setattr(sentinel, "run_child", lambda target, kwargs, timeout_s: ChildResult(
+        target, 0, None, False, 1.0, {"rounds": take.rounds, "warmup": note, "launch_us_eager": [4.0]}, "", ""))
+    ctx = Context(BY_ID["sentinel"], profiles.get("smoke"), None, Record("sentinel", "", "OK"),
+                  SimpleNamespace(experiments=[], manifest=None), None)
+    sentinel.measure(ctx, "start")
+    got = {}
+    for method in (Method.EAGER, Method.GRAPH):
+        p = {"method": method, "batch": 1, "dtype": "float32", "when": "start"}
+        got[method] = [ctx.record.metric(name, **p).value for name in (M.HOST_SENSITIVITY.name,
+                                                                        M.HOST_SENSITIVITY_CI_LOW.name,
+                                                                        M.HOST_SENSITIVITY_CI_HIGH.name)]
+    assert got[Method.EAGER][0] == pytest.approx(1.0, abs=0.05) and got[Method.EAGER][1] > 0.5
+    assert abs(got[Method.GRAPH][0]) < 0.05 and got[Method.GRAPH][2] < 0.5
+
+
+def test_an_older_warm_up_note_gives_no_points():
+    assert sentinel.host_points({"round_medians_ms": {Method.EAGER: [3.0]}, "index_ms": {"warmup": [1.0]}}) == {}

@@ -47,11 +47,12 @@ _HOST = (M.HOST_INDEX_MS, M.HOST_INDEX_COST, M.HOST_INDEX_REFERENCE_MS, M.HOST_S
          M.HOST_SENSITIVITY_CI_HIGH, M.STEP_MS_AT_REFERENCE, M.STEP_MS_AT_REFERENCE_CI_LOW,
          M.STEP_MS_AT_REFERENCE_CI_HIGH, M.SPEEDUP_AT_REFERENCE, M.SPEEDUP_AT_REFERENCE_CI_LOW,
          M.SPEEDUP_AT_REFERENCE_CI_HIGH)
+_SENSITIVITY = (M.HOST_SENSITIVITY, M.HOST_SENSITIVITY_CI_LOW, M.HOST_SENSITIVITY_CI_HIGH)  # the fresh process's
 
 CATALOGUE: tuple[ExperimentSpec, ...] = (
     # first: the decode step in a fresh process, before the run has measured (or profiled) anything
     ExperimentSpec("sentinel", "Eager and graph replay at batch 1 in a fresh process: the run's clean baseline", "020",
-                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP)),
+                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP, *_SENSITIVITY)),
     # chapter 000: the core of the lab
     ExperimentSpec("toolchain", "Which C++ compiler Inductor would use, Python headers, Triton, MSVC", "000", ("host",),
                    (M.CXX_COMPILER_FOUND, M.CXX_OFF_PATH, M.PYTHON_HEADERS, M.TRITON_IMPORTABLE, M.CUDA_AVAILABLE,
@@ -149,7 +150,7 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     # last: the fresh-process step again, and the run's own baseline judged against it
     ExperimentSpec("sentinel_end", "The fresh-process step at the end, paired with the run's own eager: the instrument's "
                    "verdict, and the host's drift", "020",
-                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP,
+                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP, *_SENSITIVITY,
                                M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT, M.IN_RUN_OVER_FRESH,
                                M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH)),
 )

@@ -133,6 +133,11 @@ HOST_WARNINGS = NoteSpec("host_warnings", list, "what the host did that the run 
                                                "never as a failed check: its speed moved while a fresh process warmed "
                                                "up, or between the start and the end of the run",
                          ("sentinel", "sentinel_end"))
+PAIRED_ROUNDS = NoteSpec("paired_rounds", dict, "sentinel_end's paired rounds: the CPU both processes were pinned to "
+                                                "(per side; None: not pinned) and, per side and round, what the host "
+                                                "and the process did meanwhile (lab.host.procstat: the CPU, the "
+                                                "thread's run-queue wait, the other threads' CPU time, the steal)",
+                         ("sentinel_end",), fields=("pinned", "rounds"))
 HOST_INDEX = NoteSpec("host_index.{shape}", dict, "the host-speed index of one timing (lab.measure.hostspeed): the "
                                                    "workload, its cost over the turns' time, and every raw sample "
                                                    "(ms) before and after each method's turn, per round",

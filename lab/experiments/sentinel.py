@@ -48,8 +48,9 @@ from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.options import option
 from lab.experiments.common.sweep import provenance
-from lab.host import cpuplace
+from lab.host import cpuplace, procstat
 from lab.contract import hostspeed
+from lab.experiments.common import hostspeed as hostspeed_record
 from lab.measure.hostspeed import HostIndex
 from lab.measure.timing import WarmUp, rotating_rounds, still_improving, warm_until_steady
 from lab.run import turns
@@ -89,7 +90,8 @@ class Take:
     drifting: tuple[str, ...]
     budget_s: float = math.inf
     out_of_budget: bool = False  # the warm-up budget ran out (before the warm-up settled, or before a retake)
-    index: HostIndex | None = None  # the host-speed index around every round, warm-up ("warmup") and kept (by method)
+    index: HostIndex | None = None  # the host-speed index around every turn, warm-up ("warmup.{method}") and kept
+    warm_rounds: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # every warm-up round's median
 
     @property
     def retakes(self) -> int:
@@ -105,7 +107,7 @@ class Take:
                 "warmup_medians_ms": [round(x, 5) for x in self.warmups[-1].medians],
                 "round_medians_ms": self.medians(), "drifting": list(self.drifting),
                 "budget_s": self.budget_s if math.isfinite(self.budget_s) else None, "out_of_budget": self.out_of_budget,
-                **self.host()}
+                "warmup_rounds_ms": {m: [round(x, 5) for x in xs] for m, xs in self.warm_rounds.items()}, **self.host()}
 
     def host(self) -> dict[str, Any]:
         """What the host's speed did meanwhile: the index of each round (warm-up and kept, ms) and how far it moved
@@ -130,11 +132,12 @@ def steady_take(calls: dict[str, Callable[[], list[float]]], *, rounds: int, min
     reason: the steadiness check judges from it whether the host moved or the process did."""
     start = now()
 
-    def warm_round() -> float:
-        med = statistics.median(calls[lead]() if index is None else index.turn("warmup", calls[lead]))
-        for other in (m for m in calls if m != lead):
-            calls[other]()
-        return med
+    warm: dict[str, list[float]] = {m: [] for m in calls}
+
+    def warm_round() -> float:  # every method's turn, each between index samples; the lead's median judged
+        for m in sorted(calls, key=lambda m: m != lead):
+            warm[m].append(statistics.median(calls[m]() if index is None else index.turn(f"warmup.{m}", calls[m])))
+        return warm[lead][-1]
 
     warmups: list[WarmUp] = []
     while True:
@@ -146,7 +149,7 @@ def steady_take(calls: dict[str, Callable[[], list[float]]], *, rounds: int, min
         spent = now() - start >= budget_s
         if not drifting or len(warmups) > retakes or spent:
             out = spent and (bool(drifting) and len(warmups) <= retakes or not warmups[-1].steady)
-            return Take(samples, tuple(warmups), drifting, budget_s, out, index)
+            return Take(samples, tuple(warmups), drifting, budget_s, out, index, warm)
 
 
 def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt_len: int, max_len: int, steps: int,
@@ -199,13 +202,19 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
 
 def serve(chan: turns.Channel, eager: Callable[[], list[float]], ready: dict[str, Any]) -> None:
     """The paired fresh process: say it is ready (with its take), then answer each request with one round of eager
-    between two fresh samples of the host index, until the parent is done."""
+    between two fresh samples of the host index and what the host did meanwhile (lab.host.procstat), until the
+    parent is done; a request {"pin": cpu} binds the child's thread to that CPU first."""
     chan.answer({"ready": ready})
     index = HostIndex()
-    while chan.request() is not None:
+    while (request := chan.request()) is not None:
+        if "pin" in request:  # the paired rounds run on the parent's CPU (lab.experiments.sentinel_end)
+            chan.answer({"pinned": cpuplace.pin_thread(request["pin"])})
+            continue
+        start = procstat.snapshot()
         samples = index.turn("fresh", eager, share=False)
+        host = procstat.between(start, procstat.snapshot())
         before, after = index.turns["fresh"][-1]
-        chan.answer({"samples": samples, "index": [before, after]})
+        chan.answer({"samples": samples, "index": [before, after], "host": host})
 
 
 def host_moved(warmup: dict[str, Any], agree: float) -> bool:
@@ -288,6 +297,24 @@ def record_take(ctx: Any, value: dict[str, Any], when: str) -> None:
     if "placement" in value:
         ctx.note(N.PLACEMENT.key_for(when=when), value["placement"])
     steadiness(ctx, value["warmup"], when, o.agree)
+    for method, (index, medians) in host_points(value["warmup"]).items():
+        hostspeed_record.put(ctx, M.HOST_SENSITIVITY, hostspeed.sensitivity(index, medians), 4, method=method,
+                             batch=1, dtype="float32", when=when)
+
+
+def host_points(warmup: dict[str, Any]) -> dict[str, tuple[list[float], list[float]]]:
+    """Per method, (index, round median) of every round the fresh process timed: its warm-up rounds but the first
+    (the process's own start, not the host's) and its kept rounds. Why the warm-up too: a warm-up lasts 6-12 s, tens
+    of rounds against the 5 kept, and a shared host's speed moves within it (1.7-1.9x on an H200 host), so the
+    elasticity of eager and of graph replay is told apart with an interval, where 5 rounds on a calm minute cannot;
+    the drift of a slow start would count as the host's only where the index moved with it. {} for an older note."""
+    index, warm, kept = warmup.get("index_ms") or {}, warmup.get("warmup_rounds_ms") or {}, warmup["round_medians_ms"]
+    out = {}
+    for method, medians in warm.items():
+        w_index, k_index = index.get(f"warmup.{method}", []), index.get(method, [])[-len(kept.get(method, [])):]
+        if len(w_index) == len(medians) and len(k_index) == len(kept.get(method, [])):
+            out[method] = (w_index[1:] + k_index, medians[1:] + kept[method])
+    return out
 
 
 def run(ctx: Context[Options]) -> None:

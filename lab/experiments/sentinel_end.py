@@ -7,7 +7,13 @@ alternates rounds of eager with the run's own process, which has compiled, captu
 minutes: `pairs` pairs, the child's round first in even pairs and the run's first in odd ones, each
 round between two samples of the host-speed index (lab.measure.hostspeed). Both see the same host at
 the same minute, so a host that got slower slows both; what is left is what the run did to its own
-process.
+process. Both are pinned to one CPU for the pairs (the one the run's thread is on; restored after):
+on an H200 host the run's thread and the child's sat on different CPUs, and in the same minute the
+index's own loop ran 1.7x slower on the run's (0.75-0.83 ms against 0.45), so the paired ratio
+measured the two cores, not the lab. Each round also says what the host and the process did meanwhile
+(lab.host.procstat: the thread's run-queue wait, the CPU time of the process's other threads, the
+hypervisor's steal), in the `paired_rounds` note and the check's detail: a slower in-run side whose
+other threads were busy is the lab's doing, one that waited for its CPU is the host's.
 
 - `in_run_over_fresh` (params method eager, batch 1, fp32): the run's median step over the child's,
   with its 95% interval (a bootstrap over the pairs, paired: lab.contract.intervals.ratio_interval).
@@ -42,6 +48,7 @@ from lab.contract.reasons import Code
 from lab.contract import query
 from lab.experiments import sentinel
 from lab.experiments.sentinel import METHODS, sentinel_ms
+from lab.host import cpuplace, procstat
 from lab.measure import profiler_guard
 from lab.measure.hostspeed import HostIndex
 from lab.run import turns
@@ -58,11 +65,14 @@ class Options(sentinel.Options):
 
 @dataclass
 class Paired:
-    """The run's own rounds and the fresh child's, in pair order, and the host index around each."""
+    """The run's own rounds and the fresh child's, in pair order, the host index around each, what the host did in each
+    (lab.host.procstat, per side) and the CPU both sides were pinned to (None: not pinned)."""
 
     in_run: list[list[float]] = field(default_factory=list)
     fresh: list[list[float]] = field(default_factory=list)
     index: HostIndex = field(default_factory=HostIndex)
+    host: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"in-run": [], "fresh": []})
+    pinned: dict[str, int | None] = field(default_factory=dict)
 
     def ratio(self) -> float:
         return statistics.median(x for r in self.in_run for x in r) / statistics.median(x for r in self.fresh for x in r)
@@ -70,39 +80,75 @@ class Paired:
     def interval(self) -> intervals.Interval | None:
         return intervals.ratio_interval(self.in_run, self.fresh)
 
+    def note(self) -> dict[str, Any]:
+        """The `paired_rounds` note: the pinning and, per side and round, what the host did."""
+        return {"pinned": self.pinned, "rounds": self.host}
 
-def alternate(own: Callable[[], list[float]], fresh: Callable[[], tuple[list[float], float, float]], pairs: int,
+    def host_text(self) -> str:
+        """The per-round host figures, side by side, as medians: run-queue wait, the run's other threads, steal."""
+        parts = []
+        for key, what in (("wait_ms", "waited for the CPU"), ("others_ms", "other threads used"),
+                          ("steal_ms", "the hypervisor stole")):
+            medians = {side: _median_of(rounds, key) for side, rounds in self.host.items()}
+            if all(v is not None for v in medians.values()):
+                parts.append(f"{what} {medians['in-run']:.3g} ms (in-run) / {medians['fresh']:.3g} ms (fresh)")
+        return "; per round, the median thread " + ", ".join(parts) if parts else ""
+
+
+def _median_of(rounds: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rounds if isinstance(r.get(key), (int, float))]
+    return statistics.median(values) if values else None
+
+
+def alternate(own: Callable[[], list[float]], fresh: Callable[[], dict[str, Any]], pairs: int,
               index: HostIndex | None = None) -> Paired:
     """`pairs` pairs of rounds: the fresh child's first in even pairs, the run's own first in odd ones (so a host
-    that drifts within a pair favours neither). `fresh` returns its samples and its index before and after."""
+    that drifts within a pair favours neither). `fresh` returns the child's answer: its samples, its index before
+    and after (`index`) and what the host did (`host`, optional)."""
     out = Paired(index=index or HostIndex())
     for i in range(pairs):
         for side in (("fresh", "in-run") if i % 2 == 0 else ("in-run", "fresh")):
             if side == "fresh":
                 with console.timed(f"fresh eager, pair {i + 1}"):  # the console keeps quiet while the child times
-                    samples, before, after = fresh()
-                out.index.add("fresh", before, after)
-                out.fresh.append(samples)
+                    answer = fresh()
+                out.index.add("fresh", *answer["index"])
+                out.fresh.append(answer["samples"])
+                out.host["fresh"].append(answer.get("host") or {})
             else:
                 with console.timed(f"in-run eager, pair {i + 1}"):
+                    start = procstat.snapshot()  # outside the index's samples and the round's timing
                     out.in_run.append(out.index.turn("in-run", own, share=False))
+                    out.host["in-run"].append(procstat.between(start, procstat.snapshot()))
     return out
 
 
 def record_paired(ctx: Context[Options], paired: Paired) -> bool:
-    """`in_run_over_fresh` with its interval, the index note, and the verdict on the instrument."""
+    """`in_run_over_fresh` with its interval, the index and rounds notes, and the verdict on the instrument."""
     ratio = ctx.speedup(M.IN_RUN_OVER_FRESH, paired.in_run, paired.fresh, **PAIRED)
     ci = paired.interval()
     ctx.note(N.HOST_INDEX.key_for(shape="paired"), paired.index.note())
-    moved = hostspeed.spread_ratio(paired.index.per_round("in-run") + paired.index.per_round("fresh"))
+    ctx.note(N.PAIRED_ROUNDS.key, paired.note())
+    in_run_index, fresh_index = paired.index.per_round("in-run"), paired.index.per_round("fresh")
+    moved = hostspeed.spread_ratio(in_run_index + fresh_index)
     clean = hostspeed.in_run_clean(ratio, ci)
     inside = "" if ci is None else f" {ci.text()}"
     host = "" if moved is None else f"; the host index moved {moved:.2f}x (p95/p5) over the pairs"
+    if in_run_index and fresh_index:
+        host += (f", in-run over fresh {statistics.median(in_run_index) / statistics.median(fresh_index):.2f}x "
+                 "(the loop's own paired ratio)")
+    cpu = paired.pinned.get("in-run")
+    where = (f"; both sides pinned to CPU {cpu}" if cpu is not None and paired.pinned.get("fresh") == cpu else
+             "; not pinned to one CPU")
     detail = (f"{len(paired.in_run)} paired rounds: in-run {statistics.median(x for r in paired.in_run for x in r):.4g}"
               f" ms, fresh {statistics.median(x for r in paired.fresh for x in r):.4g} ms, ratio {ratio:.3f}x{inside}"
-              f"{host}")
+              f"{host}{where}{paired.host_text()}")
     return ctx.check("in-run eager within 5% of an interleaved fresh process (or its interval holds 1)", clean,
                      detail=detail, fatal=False, **PAIRED)
+
+
+def ask_round(child: turns.Turns) -> dict[str, Any]:
+    """One eager round of the paired child (lab.experiments.sentinel.serve's answer)."""
+    return child.ask({"round": True})
 
 
 def _own_eager(ctx: Any) -> Callable[[], list[float]]:
@@ -130,12 +176,10 @@ def measure_paired(ctx: Any) -> Paired | None:
             own = _own_eager(ctx)
             own()  # the run's own build warmed (its process is warm already)
             profiler_guard.check_clean("the paired rounds of sentinel_end")
-
-            def fresh() -> tuple[list[float], float, float]:
-                answer = child.ask({"round": True})
-                return answer["samples"], answer["index"][0], answer["index"][1]
-
-            paired = alternate(own, fresh, ctx.options.pairs)
+            with cpuplace.pinned(cpuplace.thread_cpu()) as cpu:  # both sides on one CPU: the same core's speed
+                pinned = {"in-run": cpu, "fresh": None if cpu is None else child.ask({"pin": cpu})["pinned"]}
+                paired = alternate(own, lambda: ask_round(child), ctx.options.pairs)
+            paired.pinned = pinned
         except turns.ChildGone as exc:
             res = child.finish()
             ctx.check("the sentinel child measured the step (end)", False, detail=f"{exc}: {res.describe()}",
@@ -158,7 +202,7 @@ def _index_median(records: list[Any], when: str) -> float | None:
     for rec in records:
         warm = rec.notes.get(N.WARMUP.key_for(when=when)) if rec.id in (Experiment.SENTINEL, Experiment.SENTINEL_END) else None
         if warm and warm.get("index_ms"):
-            kept = [x for name, xs in warm["index_ms"].items() if name != "warmup" for x in xs]
+            kept = [x for name, xs in warm["index_ms"].items() if not name.startswith("warmup") for x in xs]
             return statistics.median(kept) if kept else None
     return None
 

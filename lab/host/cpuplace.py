@@ -17,10 +17,11 @@ Everything is read from Linux's /proc and /sys; elsewhere each field is None (ne
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 BIND_ENV = "LAB_CPU_BIND"
 NODE_ROOT = Path("/sys/devices/system/node")
@@ -133,6 +134,30 @@ def allowed() -> tuple[int, ...] | None:
     """The CPUs this thread may run on."""
     getter = getattr(os, "sched_getaffinity", None)
     return None if getter is None else tuple(sorted(getter(0)))
+
+
+def pin_thread(cpu: int | None) -> int | None:
+    """Bind the calling thread to `cpu` alone; the CPU bound to, or None where it cannot be (no CPU given, no
+    sched_setaffinity on this platform, or `cpu` not allowed to this thread)."""
+    setter = getattr(os, "sched_setaffinity", None)
+    now = allowed()
+    if cpu is None or setter is None or now is None or cpu not in now:
+        return None
+    setter(0, {cpu})
+    return cpu
+
+
+@contextlib.contextmanager
+def pinned(cpu: int | None) -> Iterator[int | None]:
+    """The calling thread on `cpu` alone inside the block (`pin_thread`), its former CPUs restored after; yields the
+    CPU, or None where it could not pin (then nothing was changed)."""
+    before = allowed()
+    on = pin_thread(cpu)
+    try:
+        yield on
+    finally:
+        if on is not None and before is not None:
+            os.sched_setaffinity(0, set(before))
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,37 @@ def index_samples(records: Iterable[Record]) -> list[float]:
             for x in m.value if isinstance(x, (int, float)) and not isinstance(x, bool)]
 
 
+def _width(ci: Interval | None) -> float:
+    return float("inf") if ci is None else ci.high - ci.low
+
+
+def _fresh(records: list[Record]) -> dict[str, tuple[str, float, Interval | None]]:
+    """Eager's and graph replay's elasticity in the fresh process (the sentinels' warm-up and kept rounds, at the
+    start and at the end): per method the estimate with the narrower interval."""
+    out: dict[str, tuple[str, float, Interval | None]] = {}
+    for rec in (r for r in records if r.id in INSTRUMENT):
+        for m in q.all(rec, M.HOST_SENSITIVITY):
+            if m.value is None:
+                continue
+            ci = of(*(getattr(q.maybe(rec, end, **m.params), "value", None) for end in (M.HOST_SENSITIVITY_CI_LOW,
+                                                                                         M.HOST_SENSITIVITY_CI_HIGH)))
+            method = str(m.params.get(P.METHOD))
+            if method not in out or _width(ci) < _width(out[method][2]):
+                out[method] = (f"{method}, fresh process", float(m.value), ci)
+    return out
+
+
 def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
-    """(method, elasticity, interval) at batch 1 in fp32 without readback, from the first source that has them."""
+    """(method, elasticity, interval) at batch 1 in fp32 without readback, from the first source that has them; for
+    eager and graph replay the fresh process's instead where its interval is narrower (its tens of warm-up rounds
+    against the timing's few)."""
+    fresh = _fresh(records)
+    found = _timed(records)
+    out = [fresh[m] if m in fresh and _width(fresh[m][2]) < _width(ci) else (m, v, ci) for m, v, ci in found]
+    return out + [v for m, v in fresh.items() if m not in {f[0] for f in found}]
+
+
+def _timed(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
     for source in SOURCES:
         for rec in (r for r in records if r.id == source):
             found = []

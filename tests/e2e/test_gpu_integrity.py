@@ -23,7 +23,8 @@ from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.profiles import GPT2
 from lab.experiments import sentinel
-from lab.experiments.sentinel_end import Paired, alternate
+from lab.experiments.sentinel_end import Paired, alternate, ask_round
+from lab.host import cpuplace
 from lab.run import runner, turns
 from lab.step.model import resolve_weights
 
@@ -48,11 +49,10 @@ def paired_after_profile(device: str, methods: list[str], model: dict | None = N
             turns.Turns(sentinel.CHILD, _kwargs(device, methods, False, model), timeout_s=limit) as fresh:
         after_profile, clean = profiled.wait()["ready"], fresh.wait()["ready"]
 
-        def fresh_round() -> tuple[list[float], float, float]:
-            answer = fresh.ask({"round": True})
-            return answer["samples"], answer["index"][0], answer["index"][1]
-
-        paired = alternate(lambda: profiled.ask({"round": True})["samples"], fresh_round, PAIRS)
+        with cpuplace.pinned(cpuplace.thread_cpu()) as cpu:  # both children on one CPU, as sentinel_end pins its pair
+            for child in (profiled, fresh) if cpu is not None else ():
+                child.ask({"pin": cpu})
+            paired = alternate(lambda: ask_round(profiled)["samples"], lambda: ask_round(fresh), PAIRS)
     return paired, after_profile, clean
 
 

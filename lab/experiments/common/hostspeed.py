@@ -19,7 +19,8 @@ from lab.contract.hostspeed import Estimate
 from lab.measure.hostspeed import HostIndex
 
 
-def _put(ctx: Any, spec: M.MetricSpec, est: Estimate | None, digits: int, **params: Any) -> None:
+def put(ctx: Any, spec: M.MetricSpec, est: Estimate | None, digits: int, **params: Any) -> None:
+    """`spec` and its interval's two ends, where the experiment declares it (None where nothing could be fitted)."""
     if spec not in ctx.spec.metrics or spec.interval is None:
         return
     low, high = (M.REGISTRY[n] for n in spec.interval)
@@ -48,10 +49,10 @@ def record(ctx: Any, params: dict[str, Any], note_shape: str, turns: dict[str, t
         medians = [statistics.median(r) for r in per_round]
         fitted[name] = (idx, medians)
         ctx.metric(M.HOST_INDEX_MS, idx, **p)
-        _put(ctx, M.HOST_SENSITIVITY, stats.sensitivity(idx, medians), 4, **p)
+        put(ctx, M.HOST_SENSITIVITY, stats.sensitivity(idx, medians), 4, **p)
         at_ref = None if reference is None else stats.at_reference(idx, medians, reference)
-        _put(ctx, M.STEP_MS_AT_REFERENCE, at_ref, 5, **p)
+        put(ctx, M.STEP_MS_AT_REFERENCE, at_ref, 5, **p)
     for base, name in speedups:
         if base in fitted and name in fitted:
             speedup = None if reference is None else stats.speedup_at_reference(fitted[base], fitted[name], reference)
-            _put(ctx, M.SPEEDUP_AT_REFERENCE, speedup, 4, **turns[name][0])
+            put(ctx, M.SPEEDUP_AT_REFERENCE, speedup, 4, **turns[name][0])
