@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from lab.contract import intervals as I
@@ -72,3 +74,26 @@ def test_a_stored_speedups_interval_is_read_back_by_its_declaration() -> None:
         stored_interval(rec, M.SPEEDUP_VS_EAGER, method="graph", batch=64)  # nothing stored
     with pytest.raises(KeyError, match="declares no interval"):
         stored_interval(rec, M.STEP_MS, **p)
+
+
+def test_pair_ratio_compares_each_pair_so_a_few_slow_rounds_on_one_side_do_not_decide_it():
+    """Two identical processes taking turns on a host whose speed flips: 7 of 12 rounds of one side and 5 of the
+    other's landed on a slow stretch (2x), most of them the same pairs'. Their pooled medians differ by 2x; the
+    per-pair ratio is 1, and its interval holds it."""
+    from lab.contract import intervals
+
+    slow_a, slow_b = {0, 2, 3, 5, 8, 10, 11}, {2, 3, 6, 8, 11}
+    a = [[3.0 * (2 if i in slow_a else 1) * (1 + 0.002 * (i % 3))] * 4 for i in range(12)]
+    b = [[3.0 * (2 if i in slow_b else 1) * (1 + 0.002 * (i % 2))] * 4 for i in range(12)]
+    pooled = statistics.median(x for r in a for x in r) / statistics.median(x for r in b for x in r)
+    assert pooled == pytest.approx(2.0, abs=0.02)
+    value, ci = intervals.pair_ratio(a, b)
+    assert value == pytest.approx(1.0, abs=0.01) and ci is not None and ci.contains(1.0)
+
+
+def test_pair_ratio_of_one_pair_has_no_interval_and_of_none_is_an_error():
+    from lab.contract import intervals
+
+    assert intervals.pair_ratio([[2.0, 2.0]], [[1.0]]) == (2.0, None)
+    with pytest.raises(ValueError, match="no pair"):
+        intervals.pair_ratio([[]], [[1.0]])

@@ -120,6 +120,25 @@ def median_interval(rounds: Sequence[Sequence[float]], resamples: int = RESAMPLE
     return _percentiles(stats)
 
 
+def pair_ratio(numerator: Sequence[Sequence[float]], denominator: Sequence[Sequence[float]],
+               resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, Interval | None]:
+    """The median over pairs of (pair i's numerator round median / its denominator round median), with its 95%
+    interval, a bootstrap over pairs; for two processes that took turns round by round (lab.experiments.sentinel_end).
+    Why per pair and not the two sides' pooled medians: a host whose speed flips within seconds slows a few rounds
+    of one side and not the other, and the pooled medians follow how many slow rounds each side drew; each pair's
+    ratio compares two rounds a moment apart. Three fresh processes pinned to one H200 CPU, 12 rounds of 64 steps
+    each: pooled 1.113 [1.009, 1.352] for two of them, per pair 1.036; 30 rounds of 32 steps: both within 1.5%."""
+    pairs = [statistics.median(a) / statistics.median(b) for a, b in zip(numerator, denominator, strict=True)
+             if a and b and statistics.median(b) > 0]
+    if not pairs:
+        raise ValueError("pair_ratio: no pair has samples on both sides")
+    if len(pairs) < 2:
+        return pairs[0], None
+    rng = random.Random(seed)
+    stats = [statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(resamples)]
+    return statistics.median(pairs), _percentiles(stats)
+
+
 def ratio_interval(numerator: Sequence[Sequence[float]], denominator: Sequence[Sequence[float]],
                    resamples: int = RESAMPLES, seed: int = SEED, paired: bool | None = None) -> Interval | None:
     """The 95% interval of median(numerator) / median(denominator): a speedup is eager's rounds over a method's.

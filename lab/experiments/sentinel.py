@@ -154,9 +154,10 @@ def steady_take(calls: dict[str, Callable[[], list[float]]], *, rounds: int, min
 
 def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt_len: int, max_len: int, steps: int,
           rounds: int, min_s: float, window: int, agree: float, max_rounds: int, retakes: int, budget_s: float,
-          methods: tuple[str, ...] = METHODS, profile_then_time: bool = False) -> dict[str, Any]:
+          methods: tuple[str, ...] = METHODS, profile_then_time: bool = False,
+          pair_steps: int | None = None) -> dict[str, Any]:
     """In a fresh process: the run's GPT-2 at batch 1 in fp32, eager and graph replay, warmed until steady
-    (`steady_take`)."""
+    (`steady_take`). Started by lab.run.turns, it then serves eager rounds of `pair_steps` steps (default `steps`)."""
     import torch
 
     from lab.contract.profiles import ModelSpec
@@ -196,7 +197,8 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
         out["after_profile"] = rotating_rounds(calls, rounds)
     chan = turns.channel()
     if chan is not None:  # started by lab.run.turns.Turns: alternate eager rounds with the parent (sentinel_end)
-        serve(chan, timed_lead, out)
+        lead_built = built[lead]
+        serve(chan, lambda: lead_built.decode(pair_steps or steps, clock, readback=False), out)
     return out
 
 

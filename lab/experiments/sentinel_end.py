@@ -15,8 +15,11 @@ measured the two cores, not the lab. Each round also says what the host and the 
 hypervisor's steal), in the `paired_rounds` note and the check's detail: a slower in-run side whose
 other threads were busy is the lab's doing, one that waited for its CPU is the host's.
 
-- `in_run_over_fresh` (params method eager, batch 1, fp32): the run's median step over the child's,
-  with its 95% interval (a bootstrap over the pairs, paired: lab.contract.intervals.ratio_interval).
+- `in_run_over_fresh` (params method eager, batch 1, fp32): the median over pairs of the run's round
+  median over the child's, with its 95% interval (a bootstrap over the pairs:
+  lab.contract.intervals.pair_ratio); `pairs` pairs of `pair_steps` steps each (24 of 32: many short
+  pairs, as the host's speed flips within seconds; three fresh processes pinned to one CPU agreed within
+  1.5% so, where 12 rounds of 64 steps had put two of them 11% apart by their pooled medians).
   The instrument is clean when the ratio is within 5% of 1 or its interval holds 1
   (lab.contract.hostspeed.in_run_clean); otherwise the non-fatal check "in-run eager within 5% of an
   interleaved fresh process" fails: that is the lab's doing (a profiler's residue, a leak).
@@ -60,7 +63,9 @@ PAIRED: dict[str, Any] = {P.METHOD: Method.EAGER, P.BATCH: 1, P.DTYPE: "float32"
 
 @dataclass(frozen=True)
 class Options(sentinel.Options):
-    pairs: int = option(8, "pairs of eager rounds, the fresh child's and the run's own, alternating")
+    pairs: int = option(24, "pairs of eager rounds, the fresh child's and the run's own, alternating")
+    pair_steps: int = option(32, "decode steps in each paired round: shorter rounds, more pairs (the ratio is taken "
+                                 "per pair, and a host's speed flips within seconds)")
 
 
 @dataclass
@@ -75,14 +80,17 @@ class Paired:
     pinned: dict[str, int | None] = field(default_factory=dict)
 
     def ratio(self) -> float:
-        return statistics.median(x for r in self.in_run for x in r) / statistics.median(x for r in self.fresh for x in r)
+        """The median over pairs of the run's round over the child's (lab.contract.intervals.pair_ratio)."""
+        return intervals.pair_ratio(self.in_run, self.fresh)[0]
 
     def interval(self) -> intervals.Interval | None:
-        return intervals.ratio_interval(self.in_run, self.fresh)
+        return intervals.pair_ratio(self.in_run, self.fresh)[1]
 
     def note(self) -> dict[str, Any]:
-        """The `paired_rounds` note: the pinning and, per side and round, what the host did."""
-        return {"pinned": self.pinned, "rounds": self.host}
+        """The `paired_rounds` note: the pinning, per side and round what the host did, and every step (ms)."""
+        return {"pinned": self.pinned, "rounds": self.host,
+                "samples_ms": {"in-run": [[round(x, 5) for x in r] for r in self.in_run],
+                               "fresh": [[round(x, 5) for x in r] for r in self.fresh]}}
 
     def host_text(self) -> str:
         """The per-round host figures, side by side, as medians: run-queue wait, the run's other threads, steal."""
@@ -124,8 +132,11 @@ def alternate(own: Callable[[], list[float]], fresh: Callable[[], dict[str, Any]
 
 def record_paired(ctx: Context[Options], paired: Paired) -> bool:
     """`in_run_over_fresh` with its interval, the index and rounds notes, and the verdict on the instrument."""
-    ratio = ctx.speedup(M.IN_RUN_OVER_FRESH, paired.in_run, paired.fresh, **PAIRED)
-    ci = paired.interval()
+    ratio, ci = intervals.pair_ratio(paired.in_run, paired.fresh)
+    ends = (None, None) if ci is None else (ci.low, ci.high)
+    for spec, value in zip((M.IN_RUN_OVER_FRESH, M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH),
+                           (ratio, *ends)):
+        ctx.metric(spec, None if value is None else round(value, 4), **PAIRED)
     ctx.note(N.HOST_INDEX.key_for(shape="paired"), paired.index.note())
     ctx.note(N.PAIRED_ROUNDS.key, paired.note())
     in_run_index, fresh_index = paired.index.per_round("in-run"), paired.index.per_round("fresh")
@@ -140,7 +151,8 @@ def record_paired(ctx: Context[Options], paired: Paired) -> bool:
     where = (f"; both sides pinned to CPU {cpu}" if cpu is not None and paired.pinned.get("fresh") == cpu else
              "; not pinned to one CPU")
     detail = (f"{len(paired.in_run)} paired rounds: in-run {statistics.median(x for r in paired.in_run for x in r):.4g}"
-              f" ms, fresh {statistics.median(x for r in paired.fresh for x in r):.4g} ms, ratio {ratio:.3f}x{inside}"
+              f" ms, fresh {statistics.median(x for r in paired.fresh for x in r):.4g} ms, ratio {ratio:.3f}x per pair"
+              f"{inside}"
               f"{host}{where}{paired.host_text()}")
     return ctx.check("in-run eager within 5% of an interleaved fresh process (or its interval holds 1)", clean,
                      detail=detail, fatal=False, **PAIRED)
@@ -162,14 +174,15 @@ def _own_eager(ctx: Any) -> Callable[[], list[float]]:
     g = torch.Generator().manual_seed(1001)
     prompt = torch.randint(0, prof.model.vocab_size, (1, prof.prompt_len), generator=g).to(ctx.device)
     m = stepmethods.build(Method.EAGER, w, prompt, prof.max_len, warmup=3)
-    steps = sentinel.steps_of(ctx)
+    steps = min(ctx.options.pair_steps, sentinel.steps_of(ctx))
     return lambda: m.decode(steps, ctx.clock, readback=False)
 
 
 def measure_paired(ctx: Any) -> Paired | None:
     """Start the child, record its take (`when=end`), then alternate eager rounds with it; None if it failed."""
     ctx.progress("sentinel (end): a fresh process, then eager rounds alternating with the run's own")
-    with turns.Turns(sentinel.CHILD, sentinel.child_kwargs(ctx), timeout_s=ctx.options.timeout_s) as child:
+    kwargs = sentinel.child_kwargs(ctx) | {"pair_steps": min(ctx.options.pair_steps, sentinel.steps_of(ctx))}
+    with turns.Turns(sentinel.CHILD, kwargs, timeout_s=ctx.options.timeout_s) as child:
         try:
             ready = child.wait()["ready"]
             sentinel.record_take(ctx, ready, "end")

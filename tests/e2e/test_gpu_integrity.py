@@ -23,13 +23,15 @@ from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.profiles import GPT2
 from lab.experiments import sentinel
+from lab.experiments import sentinel_end
 from lab.experiments.sentinel_end import Paired, alternate, ask_round
 from lab.host import cpuplace
 from lab.run import runner, turns
 from lab.step.model import resolve_weights
 
 pytestmark = [pytest.mark.cuda, pytest.mark.cuda_e2e]
-STEPS, ROUNDS, PAIRS = 64, 5, 8
+STEPS, ROUNDS = 64, 5
+PAIRS, PAIR_STEPS = sentinel_end.Options().pairs, sentinel_end.Options().pair_steps  # as sentinel_end pairs
 
 
 def _kwargs(device: str, methods: list[str], profile_then_time: bool, model: dict | None = None) -> dict:
@@ -37,7 +39,7 @@ def _kwargs(device: str, methods: list[str], profile_then_time: bool, model: dic
     `ROUNDS` kept rounds of `STEPS` steps."""
     return {"model": model or dataclasses.asdict(GPT2), "provenance": resolve_weights(GPT2, "random"),
             "device": device, "prompt_len": 16, "max_len": 256, "steps": STEPS, "methods": methods,
-            "profile_then_time": profile_then_time, **(sentinel.rule(sentinel.Options()) | {"rounds": ROUNDS})}
+            "profile_then_time": profile_then_time, "pair_steps": PAIR_STEPS, **(sentinel.rule(sentinel.Options()) | {"rounds": ROUNDS})}
 
 
 def paired_after_profile(device: str, methods: list[str], model: dict | None = None) -> tuple[Paired, dict, dict]:
