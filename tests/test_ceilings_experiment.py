@@ -54,6 +54,28 @@ def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
         # through the division (measured * 0.5e-5 / bound**2) plus half a unit of the second.
         tolerance = measured * 0.5e-5 / bound ** 2 + 0.5e-3 + 1e-12  # (+ float noise)
         assert b.metric("measured_over_bound", **row).value == pytest.approx(measured / bound, rel=0, abs=tolerance)
+    _one_mbu_per_step(rec, bctx, profile)
+
+
+def _one_mbu_per_step(cgd, bctx, profile) -> None:
+    """One MBU per (method, batch, dtype) in a run with both experiments (issue 28): the method's own, stored by
+    cuda_graph_decode, = the bytes of the slots a step attends (ceilings' bytes_per_step) / its step / the copy
+    bandwidth; ceilings stores none for cuda_graph_decode's steps."""
+    from lab.step import ceilings
+
+    ceil, w = bctx.record, bctx.gpt2("float32")[1]
+    mbus = [(m.params["method"], m.params["batch"], m.params["dtype"]) for r in (cgd, ceil) for m in r.metrics
+            if m.name == "mbu"]
+    assert mbus and len(mbus) == len(set(mbus)) and not [m for m in ceil.metrics if m.name == "mbu"], mbus
+    steps = cgd.notes["config"]["steps"]
+    bandwidth = cgd.metric("bandwidth_GBps", kind="copy").value  # stored to 0.01 GB/s
+    for method, batch, dtype in mbus:
+        p = {"method": method, "batch": batch, "dtype": dtype}
+        nbytes = ceil.metric("bytes_per_step", **p).value
+        assert nbytes == ceilings.decode_bytes(w, batch, profile.prompt_len, steps) == ceilings.step_bytes(
+            w, batch, profile.prompt_len + (steps - 1) / 2 + 1) < ceilings.step_bytes(w, batch, profile.max_len)
+        step = cgd.metric("step_ms", readback=False, **p).value
+        assert cgd.metric("mbu", **p).value == pytest.approx(nbytes / (step / 1e3) / 1e9 / bandwidth, rel=2e-3, abs=1e-4)
 
 
 def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_their_checks() -> None:
@@ -82,6 +104,7 @@ def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_the
     for method in ("eager", "compile-default"):
         assert rec.metric("bound_ms", method=method, batch=1, dtype="float32").value > 0
     assert not [m for m in rec.metrics if m.params.get("method") == "fused"]
+    assert not [m for m in rec.metrics if m.name == "mbu"]  # a step cuda_graph_decode timed: its one MBU is there
     assert {s.item: s.code for s in rec.skipped}["bounds fused batch 1 float32"] == "check_failed"
 
 

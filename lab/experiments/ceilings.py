@@ -4,8 +4,8 @@ Measured in this run on the profile's device: the cost of one tiny eager op and 
 replayed CUDA graph, the device copy bandwidth, fp32 and bf16 matmul peaks (the best of several
 repeats is the ceiling; all samples are kept). Then, for each method and batch of this run's
 cuda_graph_decode (or, where that did not run, the eager step measured here): kernels per step,
-bytes and FLOPs per step, the three bounds, which binds, measured / bound, and MBU (the bytes a
-step must read / its measured time / the copy bandwidth: the distance to the byte floor).
+bytes and FLOPs per step, the three bounds, which binds, measured / bound; MBU only for a step timed
+here (lab.step.ceilings.mbu: cuda_graph_decode stores its methods' own, one value per step).
 
 The bytes a step must read are every weight once plus the K and V of the cache slots it attends,
 averaged over the timed decode (`lab.step.ceilings.attended_slots`: 80.5 slots for a 16-token prompt and
@@ -165,7 +165,7 @@ def run(ctx: Context[Options]) -> None:
         graphed = _uses_graphs(rec, row[P.METHOD], row[P.BATCH], dtype)
         basis = "graph_node" if (graphed and launch_node is not None) else "eager"
         per_kernel = launch_node if basis == "graph_node" else launch_eager
-        nbytes = ceilings.step_bytes(w, row[P.BATCH], slots)
+        nbytes = ceilings.decode_bytes(w, row[P.BATCH], prof.prompt_len, steps)
         flops = ceilings.step_flops(w, row[P.BATCH], slots)
         b = ceilings.bounds(int(row["kernels"]), per_kernel, nbytes, bandwidth, flops, peaks[dtype])
         params = {P.METHOD: row[P.METHOD], P.BATCH: row[P.BATCH], P.DTYPE: dtype}
@@ -182,4 +182,5 @@ def run(ctx: Context[Options]) -> None:
         ctx.metric(M.MEASURED_OVER_BOUND, round(row["ms"] / b.bound_ms, 3), **params)
         achieved = nbytes / (row["ms"] / 1e3) / 1e9
         ctx.metric(M.ACHIEVED_GBPS, round(achieved, 2), **params)
-        ctx.metric(M.MBU, round(achieved / bandwidth, 4), **params)
+        if rec is None:  # a step it timed itself; cuda_graph_decode's steps have their one MBU there (issue 28)
+            ctx.metric(M.MBU, ceilings.mbu(nbytes, row["ms"], bandwidth), **params)

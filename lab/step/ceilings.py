@@ -2,7 +2,7 @@
 
 A step's time is at least the largest of three bounds:
 - launch:    kernels per step x the cost of issuing one (an eager op, or a node of a replayed graph);
-- bandwidth: bytes the step must read (weights once, the whole KV buffer) / measured copy bandwidth;
+- bandwidth: bytes the step must read (weights once, the K and V it attends: decode_bytes) / measured copy bandwidth;
 - compute:   FLOPs per step / measured matmul peak for the dtype.
 The measured step divided by the largest bound says how far from this host's limits a method is.
 The ceilings are measured in the same run, on the same device; nothing is taken from a datasheet.
@@ -31,6 +31,17 @@ def step_bytes(w: Weights, batch: int, slots: float) -> int:
     weights = w.nbytes() - w.wpe.numel() * w.wpe.element_size() + batch * w.n_embd * elem
     cache = 2 * w.n_layer * batch * slots * w.n_embd * elem
     return int(round(weights + cache))
+
+
+def decode_bytes(w: Weights, batch: int, prompt_len: int, steps: int) -> int:
+    """The lab's one count of the bytes a decode step must read (bytes_per_step, MBU's numerator): `step_bytes` at the
+    slots a step attends, averaged over the timed decode of `steps` steps after a `prompt_len`-token prompt."""
+    return step_bytes(w, batch, attended_slots(prompt_len, steps))
+
+
+def mbu(nbytes: int, step_ms: float, bandwidth_gbps: float) -> float:
+    """The lab's one MBU, as stored: `decode_bytes` / the step's own median time / the copy bandwidth."""
+    return round(nbytes / (step_ms / 1e3) / 1e9 / bandwidth_gbps, 4)
 
 
 def step_flops(w: Weights, batch: int, slots: float) -> int:
