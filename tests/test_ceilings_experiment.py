@@ -108,6 +108,34 @@ def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_the
     assert {s.item: s.code for s in rec.skipped}["bounds fused batch 1 float32"] == "check_failed"
 
 
+def test_a_bound_above_the_step_it_bounds_is_flagged_not_a_bound() -> None:
+    """A step measured below its bound (a noisy step or ceiling): ceilings says so with a failed non-fatal check on
+    that case, the experiment stays OK, and the pages print "bound not meaningful" (report.sections.steps.bound_of)."""
+    from lab.contract import metrics as M
+    from lab.contract import profiles
+    from lab.experiments import ceilings as ceilings_exp
+    from lab.host.toolchain import probe
+    from lab.run.runner import _finish_status
+    from report.sections.steps import bound_of
+
+    ctx_for = one_run(profiles.get("smoke"), probe())
+    cgd = ctx_for("cuda_graph_decode")
+    for method, ms in (("eager", 1e4), ("graph", 1e-4)):
+        p = {"method": method, "batch": 1, "dtype": "float32"}
+        cgd.timing(M.STEP_MS, [ms, ms * 1.01, ms * 0.99], readback=False, **p)
+        cgd.metric(M.KERNELS_PER_STEP, 100, **p)
+    b = ctx_for("ceilings")
+    ceilings_exp.run(b)
+    _finish_status(b.record)
+    checks = {c.params["method"]: c for c in b.record.checks if "not below its bound" in c.name}
+    assert b.record.status == "OK" and checks["eager"].passed and not checks["graph"].passed
+    assert not checks["graph"].fatal and "not a bound here" in checks["graph"].detail
+    assert b.record.metric("measured_over_bound", method="graph", batch=1, dtype="float32").value < 1
+    results = [cgd.record, b.record]
+    assert bound_of(results, "graph", 1, "float32").text.startswith("bound not meaningful: graph's step in ")
+    assert not bound_of(results, "eager", 1, "float32").why_not
+
+
 def one_run(profile, tc):
     """ctx_for(experiment id): a Context whose record joins one run's results, as the runner would make it (the
     later experiments of the run see the earlier ones' records)."""

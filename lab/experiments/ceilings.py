@@ -180,6 +180,9 @@ def run(ctx: Context[Options]) -> None:
         ctx.metric(M.BINDING, b.binding, **params)
         ctx.metric(M.MEASURED_MS, row["ms"], **params)
         ctx.metric(M.MEASURED_OVER_BOUND, round(row["ms"] / b.bound_ms, 3), **params)
+        ctx.check(f"{row[P.METHOD]}'s step is not below its bound (batch {row[P.BATCH]}, {dtype})", row["ms"] >= b.bound_ms,
+                  detail=f"{row['ms']:.4g} ms measured, {b.bound_ms:.4g} ms {b.binding} bound: not a bound here (a noisy "
+                         "step or ceiling)", fatal=False, **params)  # the report says so where it shows it (bound_of)
         achieved = nbytes / (row["ms"] / 1e3) / 1e9
         ctx.metric(M.ACHIEVED_GBPS, round(achieved, 2), **params)
         if rec is None:  # a step it timed itself; cuda_graph_decode's steps have their one MBU there (issue 28)
