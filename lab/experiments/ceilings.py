@@ -7,10 +7,8 @@ cuda_graph_decode (or, where that did not run, the eager step measured here): ke
 bytes and FLOPs per step, the three bounds, which binds, measured / bound; MBU only for a step timed
 here (lab.step.ceilings.mbu: cuda_graph_decode stores its methods' own, one value per step).
 
-The bytes a step must read are every weight once plus the K and V of the cache slots it attends,
-averaged over the timed decode (`lab.step.ceilings.attended_slots`: 80.5 slots for a 16-token prompt and
-128 steps); the fixed-shape eager step reads all max_len slots (masked), which is work it chose,
-not work the step needs.
+The bytes a step must read: lab.step.ceilings.decode_bytes (the slots it attends, 80.5 for a 16-token prompt and 128
+steps; the fixed-shape step reads all max_len of them, masked: work it chose, not work the step needs).
 """
 
 from __future__ import annotations
@@ -150,8 +148,7 @@ def run(ctx: Context[Options]) -> None:
         steps = _own_steps(ctx)
     slots = ceilings.attended_slots(prof.prompt_len, steps)
     ctx.note(N.ATTENDED_SLOTS.key, {"slots": slots, "prompt_len": prof.prompt_len, P.STEPS: steps,
-                                "why": "bytes_per_step counts every weight once and the K and V of the cache slots a "
-                                       "step attends, averaged over the timed decode"})
+                                    "why": "bytes_per_step: lab.step.ceilings.decode_bytes, the slots a step attends"})
     weights = {"float32": ctx.gpt2("float32")[1]}
     for row in rows:
         dtype = row[P.DTYPE]
@@ -181,9 +178,7 @@ def run(ctx: Context[Options]) -> None:
         ctx.metric(M.MEASURED_MS, row["ms"], **params)
         ctx.metric(M.MEASURED_OVER_BOUND, round(row["ms"] / b.bound_ms, 3), **params)
         ctx.check(f"{row[P.METHOD]}'s step is not below its bound (batch {row[P.BATCH]}, {dtype})", row["ms"] >= b.bound_ms,
-                  detail=f"{row['ms']:.4g} ms measured, {b.bound_ms:.4g} ms {b.binding} bound: not a bound here (a noisy "
-                         "step or ceiling)", fatal=False, **params)  # the report says so where it shows it (bound_of)
-        achieved = nbytes / (row["ms"] / 1e3) / 1e9
-        ctx.metric(M.ACHIEVED_GBPS, round(achieved, 2), **params)
+                  f"{row['ms']:.4g} ms, bound {b.bound_ms:.4g} ms: not a bound here (noisy)", False, **params)
+        ctx.metric(M.ACHIEVED_GBPS, round(nbytes / (row["ms"] / 1e3) / 1e9, 2), **params)
         if rec is None:  # a step it timed itself; cuda_graph_decode's steps have their one MBU there (issue 28)
             ctx.metric(M.MBU, ceilings.mbu(nbytes, row["ms"], bandwidth), **params)

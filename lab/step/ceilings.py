@@ -23,10 +23,8 @@ from lab.measure.timing import Clock, clock_for, time_calls
 # ---------------------------------------------------------------------------- step arithmetic
 
 def step_bytes(w: Weights, batch: int, slots: float) -> int:
-    """Bytes one step must read: every weight once (the position table: one row per sequence; the
-    token table is read whole by the tied lm_head) and the K and V of the `slots` cache slots it
-    attends (the fixed-shape step reads all max_len of them, masked; only the reached ones must be
-    read: pass the mean over a decode, `attended_slots`)."""
+    """Bytes one step must read: every weight once (the position table: one row per sequence; the token table is read
+    whole by the tied lm_head) and the K and V of the `slots` cache slots it attends (`decode_bytes`: their mean)."""
     elem = w.wte.element_size()
     weights = w.nbytes() - w.wpe.numel() * w.wpe.element_size() + batch * w.n_embd * elem
     cache = 2 * w.n_layer * batch * slots * w.n_embd * elem

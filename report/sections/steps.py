@@ -181,10 +181,9 @@ def ceiling(results: Results, spec: M.MetricSpec, row: StepRow) -> Metric | None
 
 
 def stored_mbu(records: Iterable[Record], method: str, batch: Any, dtype: Any, step_ms: Any) -> Metric | None:
-    """The MBU to print beside a step of `step_ms`, the one value every page and `lab headline` print for this method,
-    batch and dtype (lab.step.ceilings.mbu, stored once): cuda_graph_decode's, from its own step, else ceilings' for
-    that same step (`measured_ms`: a step ceilings timed). A run older than issue 28 stored both for cuda_graph_decode's
-    step, its own counting all max_len cache slots: ceilings' is shown, the stale one never. Never worked out here."""
+    """The one MBU every page and `lab headline` print beside a step of `step_ms` (lab.step.ceilings.mbu, stored once):
+    cuda_graph_decode's, else ceilings' for that same step (`measured_ms`); where a run older than issue 28 stored both
+    for cuda_graph_decode's step, ceilings' (cuda_graph_decode's counted all max_len slots: stale, never shown)."""
     recs, p = list(records), {P.METHOD: method, P.BATCH: batch, P.DTYPE: dtype}
     cgd, ceil = (q.experiment(recs, e) for e in (Experiment.CUDA_GRAPH_DECODE, Experiment.CEILINGS))
     own, step = q.maybe(cgd, M.MBU, **p), q.maybe(cgd, M.STEP_MS, **p, readback=False)
