@@ -32,8 +32,7 @@ def step_bytes(w: Weights, batch: int, slots: float) -> int:
 
 
 def decode_bytes(w: Weights, batch: int, prompt_len: int, steps: int) -> int:
-    """The lab's one count of the bytes a decode step must read (bytes_per_step, MBU's numerator): `step_bytes` at the
-    slots a step attends, averaged over the timed decode of `steps` steps after a `prompt_len`-token prompt."""
+    """bytes_per_step, MBU's numerator, the lab's one count: `step_bytes` at the slots a step attends in the timed decode."""
     return step_bytes(w, batch, attended_slots(prompt_len, steps))
 
 
