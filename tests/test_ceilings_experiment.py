@@ -54,6 +54,28 @@ def test_decode_comparison_and_its_bounds_run_on_cpu(tmp_path) -> None:
         # through the division (measured * 0.5e-5 / bound**2) plus half a unit of the second.
         tolerance = measured * 0.5e-5 / bound ** 2 + 0.5e-3 + 1e-12  # (+ float noise)
         assert b.metric("measured_over_bound", **row).value == pytest.approx(measured / bound, rel=0, abs=tolerance)
+    _one_mbu_per_step(rec, bctx, profile)
+
+
+def _one_mbu_per_step(cgd, bctx, profile) -> None:
+    """One MBU per (method, batch, dtype) in a run with both experiments (issue 28): the method's own, stored by
+    cuda_graph_decode, = the bytes of the slots a step attends (ceilings' bytes_per_step) / its step / the copy
+    bandwidth; ceilings stores none for cuda_graph_decode's steps."""
+    from lab.step import ceilings
+
+    ceil, w = bctx.record, bctx.gpt2("float32")[1]
+    mbus = [(m.params["method"], m.params["batch"], m.params["dtype"]) for r in (cgd, ceil) for m in r.metrics
+            if m.name == "mbu"]
+    assert mbus and len(mbus) == len(set(mbus)) and not [m for m in ceil.metrics if m.name == "mbu"], mbus
+    steps = cgd.notes["config"]["steps"]
+    bandwidth = cgd.metric("bandwidth_GBps", kind="copy").value  # stored to 0.01 GB/s
+    for method, batch, dtype in mbus:
+        p = {"method": method, "batch": batch, "dtype": dtype}
+        nbytes = ceil.metric("bytes_per_step", **p).value
+        assert nbytes == ceilings.decode_bytes(w, batch, profile.prompt_len, steps) == ceilings.step_bytes(
+            w, batch, profile.prompt_len + (steps - 1) / 2 + 1) < ceilings.step_bytes(w, batch, profile.max_len)
+        step = cgd.metric("step_ms", readback=False, **p).value
+        assert cgd.metric("mbu", **p).value == pytest.approx(nbytes / (step / 1e3) / 1e9 / bandwidth, rel=2e-3, abs=1e-4)
 
 
 def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_their_checks() -> None:
@@ -82,7 +104,36 @@ def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_the
     for method in ("eager", "compile-default"):
         assert rec.metric("bound_ms", method=method, batch=1, dtype="float32").value > 0
     assert not [m for m in rec.metrics if m.params.get("method") == "fused"]
+    assert not [m for m in rec.metrics if m.name == "mbu"]  # a step cuda_graph_decode timed: its one MBU is there
     assert {s.item: s.code for s in rec.skipped}["bounds fused batch 1 float32"] == "check_failed"
+
+
+def test_a_bound_above_the_step_it_bounds_is_flagged_not_a_bound() -> None:
+    """A step measured below its bound (a noisy step or ceiling): ceilings says so with a failed non-fatal check on
+    that case, the experiment stays OK, and the pages print "bound not meaningful" (report.sections.steps.bound_of)."""
+    from lab.contract import metrics as M
+    from lab.contract import profiles
+    from lab.experiments import ceilings as ceilings_exp
+    from lab.host.toolchain import probe
+    from lab.run.runner import _finish_status
+    from report.sections.steps import bound_of
+
+    ctx_for = one_run(profiles.get("smoke"), probe())
+    cgd = ctx_for("cuda_graph_decode")
+    for method, ms in (("eager", 1e4), ("graph", 1e-4)):
+        p = {"method": method, "batch": 1, "dtype": "float32"}
+        cgd.timing(M.STEP_MS, [ms, ms * 1.01, ms * 0.99], readback=False, **p)
+        cgd.metric(M.KERNELS_PER_STEP, 100, **p)
+    b = ctx_for("ceilings")
+    ceilings_exp.run(b)
+    _finish_status(b.record)
+    checks = {c.params["method"]: c for c in b.record.checks if "not below its bound" in c.name}
+    assert b.record.status == "OK" and checks["eager"].passed and not checks["graph"].passed
+    assert not checks["graph"].fatal and "not a bound here" in checks["graph"].detail
+    assert b.record.metric("measured_over_bound", method="graph", batch=1, dtype="float32").value < 1
+    results = [cgd.record, b.record]
+    assert bound_of(results, "graph", 1, "float32").text.startswith("bound not meaningful: graph's step in ")
+    assert not bound_of(results, "eager", 1, "float32").why_not
 
 
 def one_run(profile, tc):

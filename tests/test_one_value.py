@@ -257,3 +257,28 @@ def test_the_noisy_cpu_bound_says_it_is_not_meaningful(shown: dict[str, Shown]) 
 def test_a_negative_gap_keeps_its_sign_in_the_sentence(shown: dict[str, Shown]) -> None:
     gap = shown["h200-negative-gap"].figures[(("fused-pdl-prefetch", "1", "bfloat16"), "gap")]
     assert [t for t, _ in gap] == ["-2.37 us", "-2.37 us"], gap
+
+
+@pytest.mark.parametrize("name", ["gpu-fixture", "h200-fixture"])
+def test_the_gpu_fixtures_store_one_mbu_per_step_by_the_one_definition(name: str) -> None:
+    """Each GPU fixture in the shape the lab stores now: one MBU per (method, batch, dtype) in the run, cuda_graph_decode's
+    from the method's own step = ceilings' bytes_per_step (weights + the attended slots) / step / copy bandwidth
+    (lab.step.ceilings.mbu), so the pages have one value to show."""
+    from lab.step.ceilings import mbu
+
+    data = gpu_fixture.build() if name == "gpu-fixture" else json.loads(
+        (FIXTURES / "report_runs" / name / "results.json").read_text())
+    rec = {r["id"]: r for r in data["experiments"]}
+    key = ("method", "batch", "dtype")
+    stored = [(r["id"], tuple(m["params"][k] for k in key), m["value"]) for r in rec.values() for m in r["metrics"]
+              if m["name"] == "mbu" and r["id"] in ("cuda_graph_decode", "ceilings")]
+    own = {k: v for rid, k, v in stored if rid == "cuda_graph_decode"}
+    assert own and len({k for _, k, _ in stored}) == len(stored) == len(own), "an MBU stored twice for one step"
+    bandwidth = next(m["value"] for m in rec["ceilings"]["metrics"] if m["name"] == "bandwidth_GBps")
+    for k, value in own.items():
+        p = dict(zip(key, k))
+        nbytes = next(m["value"] for m in rec["ceilings"]["metrics"] if m["name"] == "bytes_per_step"
+                      and all(m["params"].get(n, v) == v for n, v in p.items() if n != "method"))
+        step = next(m["value"] for m in rec["cuda_graph_decode"]["metrics"] if m["name"] == "step_ms"
+                    and m["params"] == p | {"readback": False})
+        assert value == pytest.approx(mbu(nbytes, step, bandwidth), abs=1e-4), (k, value)

@@ -93,7 +93,7 @@ def test_front_row_answers_with_stored_figures(index_html: str) -> None:
     eager = gpu("cuda_graph_decode", "step_ms", method="eager", readback=False, **p)["value"]
     best = gpu("cuda_graph_decode", "step_ms", method="compile+graph", readback=False, **p)["value"]
     speedup = gpu("cuda_graph_decode", "speedup_vs_eager", method="compile+graph", readback=False, **p)["value"]
-    mbu = gpu("ceilings", "mbu", method="compile+graph", **p)["value"]
+    mbu = gpu("cuda_graph_decode", "mbu", method="compile+graph", **p)["value"]
     # first what graph capture buys over eager (this fixture stores no interval: said), then the fastest correct
     graph = gpu("cuda_graph_decode", "speedup_vs_eager", method="graph", readback=False, **p)["value"]
     assert cases["B=1 float32"] == (f"B=1 float32 graph {fmt(graph)}× (no interval stored) · compile+graph "
@@ -220,9 +220,8 @@ def test_ceilings_tables_show_stored_measured_ratio_and_mbu(gpu_html: str, cpu_h
         assert r[8][0] == gpu("ceilings", "binding", **p)["value"]
         assert [c[0] for c in r[9:12]] == [fmt(gpu("ceilings", n, **p)["value"], unit) for n, unit in (
             ("measured_ms", "ms"), ("measured_over_bound", "x"), ("achieved_GBps", "GB/s"))]
-        # MBU in percent as every page writes it; ceilings' here, where cuda_graph_decode stored none (the method's own
-        # where it did: tests/test_one_value.py)
-        assert r[12][0] == f"{fmt(gpu('ceilings', 'mbu', **p)['value'] * 100)}%"
+        # MBU in percent as every page writes it: the method's own, stored once, by cuda_graph_decode (never ceilings')
+        assert r[12][0] == f"{fmt(gpu('cuda_graph_decode', 'mbu', **p)['value'] * 100)}%"
     eager1 = by_key[("float32", "eager", "1")]
     assert "binds" in eager1[5][1] and "binds" not in eager1[6][1]
     host = table(gpu_html, caption="Ceilings measured on this host")

@@ -107,7 +107,7 @@ def test_front_page_in_chromium(browser, site) -> None:
                   fmt(stored(data, "cuda_graph_decode", "step_ms", method="compile+graph", readback=False, **p), "ms"),
                   fmt(stored(data, "cuda_graph_decode", "speedup_vs_eager", method="compile+graph", readback=False,
                              **p)) + "×",
-                  "MBU " + fmt(stored(data, "ceilings", "mbu", method="compile+graph", **p) * 100) + "%",
+                  "MBU " + fmt(stored(data, "cuda_graph_decode", "mbu", method="compile+graph", **p) * 100) + "%",
                   "launch-bound"):
         assert value in case, (value, case)
     be = stored(data, "cuda_graph_decode", "break_even_steps", method="compile+graph", **p)

@@ -50,6 +50,22 @@ def test_mbu_is_the_methods_own_never_eagers() -> None:
     assert own_mbu(res, cases(step_rows(res))[0].best) is None
 
 
+def test_a_stale_mbu_of_a_run_older_than_the_one_definition_is_never_shown() -> None:
+    """Before issue 28 both experiments stored an MBU for cuda_graph_decode's step, cuda_graph_decode's counting all
+    max_len cache slots (stale): ceilings' for that same step (the attended slots) is the one shown, on every page."""
+    ceilings = rec("ceilings", [metric("mbu", 0.2, "fraction", method="graph", **STEP),
+                                metric("measured_ms", 0.6, "ms", method="graph", **STEP)])
+    res = results(decode({"eager": 3.0, "graph": 0.6}, correct={"eager": True, "graph": True}, mbu={"graph": 0.21}),
+                  ceilings)
+    assert own_mbu(res, cases(step_rows(res))[0].best).value == 0.2
+    assert steps.stored_mbu(res.experiments, "graph", 1, "float32", 0.6).value == 0.2
+    # ceilings bounded another step of graph (its own timing, older lab versions): the method's own is shown
+    ceilings["metrics"][1]["value"] = 0.62
+    res = results(decode({"eager": 3.0, "graph": 0.6}, correct={"eager": True, "graph": True}, mbu={"graph": 0.21}),
+                  ceilings)
+    assert [steps.stored_mbu(res.experiments, "graph", 1, "float32", t).value for t in (0.6, 0.62)] == [0.21, 0.21]
+
+
 def test_the_speedup_is_printed_with_its_stored_interval() -> None:
     res = results(decode({"eager": 3.0, "graph": 0.6}, correct={"eager": True, "graph": True},
                          ci={"graph": (4.9, 5.12)}))

@@ -323,7 +323,7 @@ MATMUL_TFLOPS_SAMPLES = declare("matmul_TFLOPs_samples", units.TFLOPS, H,
 LAUNCH_COST_BASIS = declare("launch_cost_basis", units.NONE, N,
                             "which per-kernel cost the launch bound uses: eager or graph_node", kind=TEXT)
 BYTES_PER_STEP = declare("bytes_per_step", units.BYTES, N, "bytes a step must read: every weight once and the K and V "
-                         "of the cache slots it attends, averaged over the timed decode")
+                         "of the cache slots it attends, averaged over the timed decode (lab.step.ceilings.decode_bytes)")
 FLOPS_PER_STEP = declare("flops_per_step", units.FLOP, N, "floating-point operations a step must do (attention over "
                          "the attended slots, averaged over the timed decode)")
 BOUND_LAUNCH_MS = declare("bound_launch_ms", units.MS, L, "lower bound on a step: kernels x per-kernel launch cost",
@@ -340,9 +340,9 @@ MEASURED_OVER_BOUND = declare("measured_over_bound", units.X, L, "measured step 
                               "the ceiling (1 is at it)", comparable=_MODEL, derived_from=("step_ms", "bound_ms"))
 ACHIEVED_GBPS = declare("achieved_GBps", units.GBPS, H, "bytes moved per second at the measured time",
                         comparable=_BYTES + _MODEL, derived_from=("step_ms",))
-MBU = declare("mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes the step must read (weights + attended "
-              "cache) / measured step time / the measured copy bandwidth (1 is the byte floor)", comparable=_MODEL,
-              derived_from=("step_ms", "bytes_per_step", "bandwidth_GBps"))
+MBU = declare("mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes_per_step / the step's own median time / "
+              "the copy bandwidth (lab.step.ceilings.mbu; 1 is the byte floor), stored once by the experiment that "
+              "timed the step", comparable=_MODEL, derived_from=("step_ms", "bytes_per_step", "bandwidth_GBps"))
 ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time", comparable=_GEMM,
                           derived_from=("step_ms",))
 

@@ -117,8 +117,9 @@ def run(ctx: Context[Options]) -> None:
                 ctx.note(N.PARAMETERS.key_for(size), parameters(spec))
             weights_key = (size, dtype)
         params = {P.SIZE: size, P.DTYPE: dtype, P.BATCH: batch}
-        ctx.metric(M.BYTES_PER_STEP, ceilings.step_bytes(w, batch, prof.max_len), **params)
-        ctx.metric(M.FLOPS_PER_STEP, ceilings.step_flops(w, batch, prof.max_len), **params)
+        ctx.metric(M.BYTES_PER_STEP, ceilings.decode_bytes(w, batch, prof.prompt_len, o.steps), **params)
+        ctx.metric(M.FLOPS_PER_STEP, ceilings.step_flops(w, batch, ceilings.attended_slots(prof.prompt_len, o.steps)),
+                   **params)
         torch._dynamo.reset()  # a fresh static graph per shape, and no recompile limit across shapes
         w32 = w if dtype == "float32" else random_weights(spec, ctx.device, "float32")  # teacher forcing's reference
         found = measure_methods(ctx, w, tuple(o.methods), params, batch=batch, max_len=prof.max_len,

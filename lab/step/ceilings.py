@@ -2,7 +2,7 @@
 
 A step's time is at least the largest of three bounds:
 - launch:    kernels per step x the cost of issuing one (an eager op, or a node of a replayed graph);
-- bandwidth: bytes the step must read (weights once, the whole KV buffer) / measured copy bandwidth;
+- bandwidth: bytes the step must read (weights once, the K and V it attends: decode_bytes) / measured copy bandwidth;
 - compute:   FLOPs per step / measured matmul peak for the dtype.
 The measured step divided by the largest bound says how far from this host's limits a method is.
 The ceilings are measured in the same run, on the same device; nothing is taken from a datasheet.
@@ -23,14 +23,22 @@ from lab.measure.timing import Clock, clock_for, time_calls
 # ---------------------------------------------------------------------------- step arithmetic
 
 def step_bytes(w: Weights, batch: int, slots: float) -> int:
-    """Bytes one step must read: every weight once (the position table: one row per sequence; the
-    token table is read whole by the tied lm_head) and the K and V of the `slots` cache slots it
-    attends (the fixed-shape step reads all max_len of them, masked; only the reached ones must be
-    read: pass the mean over a decode, `attended_slots`)."""
+    """Bytes one step must read: every weight once (the position table: one row per sequence; the token table is read
+    whole by the tied lm_head) and the K and V of the `slots` cache slots it attends (`decode_bytes`: their mean)."""
     elem = w.wte.element_size()
     weights = w.nbytes() - w.wpe.numel() * w.wpe.element_size() + batch * w.n_embd * elem
     cache = 2 * w.n_layer * batch * slots * w.n_embd * elem
     return int(round(weights + cache))
+
+
+def decode_bytes(w: Weights, batch: int, prompt_len: int, steps: int) -> int:
+    """bytes_per_step, MBU's numerator, the lab's one count: `step_bytes` at the slots a step attends in the timed decode."""
+    return step_bytes(w, batch, attended_slots(prompt_len, steps))
+
+
+def mbu(nbytes: int, step_ms: float, bandwidth_gbps: float) -> float:
+    """The lab's one MBU, as stored: `decode_bytes` / the step's own median time / the copy bandwidth."""
+    return round(nbytes / (step_ms / 1e3) / 1e9 / bandwidth_gbps, 4)
 
 
 def step_flops(w: Weights, batch: int, slots: float) -> int:

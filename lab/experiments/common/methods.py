@@ -280,7 +280,7 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         record(ctx, M.RECOMPILES_DURING_TIMING, frames, shape)
         ctx.check(f"no compile during timed rounds ({shape.label()})", frames == 0, detail=f"{frames} frames compiled",
                   **shape.params)
-    nbytes = ceilings.step_bytes(ms.weights, shape.batch, shape.max_len)
+    nbytes = ceilings.decode_bytes(ms.weights, shape.batch, shape.prompt_len, shape.steps)
     turns: dict[str, tuple[dict[str, Any], list[list[float]]]] = {}  # host index: per key, its params and rounds
     for (name, rb), key in labels.items():
         per_round = samples[key]
@@ -292,7 +292,7 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         record(ctx, M.ROUND_MEDIANS_MS, [round(statistics.median(r), 5) for r in per_round], shape, method=name,
                **extra)
         if bandwidth_gbps and not rb:
-            record(ctx, M.MBU, round(nbytes / (sp.median / 1e3) / 1e9 / bandwidth_gbps, 4), shape, method=name)
+            record(ctx, M.MBU, ceilings.mbu(nbytes, sp.median, bandwidth_gbps), shape, method=name)
     for (name, rb), per_round in ms.rounds.items():
         eager = ms.rounds.get((Method.EAGER, rb))
         if eager is None or (name == Method.EAGER and not eager_speedup):
@@ -312,7 +312,7 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
 def profile(ctx: Any, ms: MethodSet) -> None:
     """Kernels, GPU time, GPU-busy time and the gap of each method: after every timing of the process."""
     shape = ms.shape
-    flops = ceilings.step_flops(ms.weights, shape.batch, shape.max_len)
+    flops = ceilings.step_flops(ms.weights, shape.batch, ceilings.attended_slots(shape.prompt_len, shape.steps))
     for name, m in ms.built.items():
         m.start()
         before = dynamo_counters()
