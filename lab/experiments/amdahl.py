@@ -41,7 +41,7 @@ import torch
 from lab.step import decode
 from lab.contract import intervals
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, time_method_rounds
+from lab.measure.timing import compile_first_call, time_methods
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, Param as P
@@ -150,10 +150,8 @@ def _measure(ctx: Context[Options], workload: str, fn: Callable[..., Any], args:
         ctx.metric(M.SETUP_S, round(compiled.setup_s, 3), workload=workload)
         with torch.no_grad():
             reset()
-            samples = time_method_rounds({Method.EAGER: lambda: fn(*args),
-                                          Method.COMPILE_DEFAULT: lambda: compiled.fn(*args)},
-                                         ctx.clock, rounds=o.rounds,
-                                         iters=o.iters, warmup=1)
+            methods = {Method.EAGER: lambda: fn(*args), Method.COMPILE_DEFAULT: lambda: compiled.fn(*args)}
+            samples = time_methods(methods, ctx.clock, o.rounds, o.iters, warmup=1)
     with torch.no_grad():
         reset()
         prof = profile_step(lambda: fn(*args), dev, steps=3, warmup=1)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, time_method_rounds
+from lab.measure.timing import compile_first_call, time_methods
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract import notes as N
 from lab.contract.names import Method
@@ -90,7 +90,7 @@ def run(ctx: Context[Options]) -> None:
                 ctx.check(f"compiled equals eager (n_ops={n}, {res})", ok, n_ops=n, residency=res)
                 methods: dict[str, Any] = {Method.EAGER: lambda x=x: chain(x),
                                            Method.COMPILE_DEFAULT: lambda x=x, cf=cf: cf(x)}
-                samples = time_method_rounds(methods, ctx.clock, rounds=rounds, iters=iters[res], warmup=1)
+                samples = time_methods(methods, ctx.clock, rounds, iters[res], warmup=1)
                 ms = {}
                 for method, xs in samples.items():
                     ms[method] = ctx.timing(M.STEP_MS, xs, method=method, n_ops=n, residency=res).median

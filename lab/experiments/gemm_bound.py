@@ -15,7 +15,7 @@ import torch
 
 from lab.contract import intervals
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, time_method_rounds
+from lab.measure.timing import compile_first_call, time_methods
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.step.model import torch_dtype
 from lab.contract import notes as N
@@ -83,9 +83,8 @@ def run(ctx: Context[Options]) -> None:
         tol = 1e-4 if dtype == torch.float32 else 2e-2
         rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
         ctx.check("compiled equals eager (relative error)", rel < tol, detail=f"{rel:.2e} (limit {tol:.0e})")
-        samples = time_method_rounds({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)},
-                                     ctx.clock, rounds=o.rounds,
-                                     iters=o.iters, warmup=1)
+        samples = time_methods({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)},
+                               ctx.clock, o.rounds, o.iters, warmup=1)
         # the profiles after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method, f in ((Method.EAGER, model), (Method.COMPILE_DEFAULT, c.fn)):
             prof = profile_step(lambda f=f: f(x), dev, steps=3, warmup=1)

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, inductor_skip, time_method_rounds
+from lab.experiments.common.sweep import inductor_skip
+from lab.measure.timing import compile_first_call, time_methods
 from lab.measure.dynamo_tools import explain, quiet_dynamo
 from lab.contract import notes as N
 from lab.contract.names import Method
@@ -128,8 +129,7 @@ def run(ctx: Context[Options]) -> None:
             ctx.check(f"{v}: compiled equals eager", all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
                                                         for a, b in zip(got, want)), version=v)
     with quiet_dynamo():
-        samples = time_method_rounds(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                                     warmup=ctx.profile.warmup)
+        samples = time_methods(methods, ctx.clock, ctx.profile.rounds, ctx.options.iters, ctx.profile.warmup)
     for key, per_round in samples.items():
         version, method = key.split("/")
         ctx.timing(M.STEP_MS, per_round, version=version, method=method, rows=rows, dim=dim)

@@ -14,7 +14,8 @@ from typing import Any, Callable
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, cuda_skip, inductor_skip, time_method_rounds
+from lab.experiments.common.sweep import cuda_skip, inductor_skip
+from lab.measure.timing import compile_first_call, time_methods
 from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract import notes as N
 from lab.contract.names import Method
@@ -70,8 +71,7 @@ def run(ctx: Context[Options]) -> None:
         for method, f in methods.items():
             out = f()
             ctx.check(f"{method} equals eager", torch.allclose(out, ref, rtol=1e-5, atol=1e-6), method=method)
-        samples = time_method_rounds(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                                     warmup=ctx.profile.warmup)
+        samples = time_methods(methods, ctx.clock, ctx.profile.rounds, ctx.options.iters, ctx.profile.warmup)
         # the profile after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method in (Method.EAGER, Method.COMPILE_DEFAULT):
             if method in methods:

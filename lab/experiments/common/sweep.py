@@ -26,6 +26,7 @@ from lab.step.model import LayerWeights, Weights, torch_dtype
 from lab.contract.profiles import GPT2, TINY, ModelSpec
 from lab.contract import query
 from lab.contract.names import Experiment, Param as P
+from lab.contract.reasons import Code
 
 # GPT-2's published shapes (layers, width, heads); vocabulary 50257, 1024 positions. The tiny ones are
 # for the smoke profile: the same code on a model a CPU steps through in milliseconds.
@@ -137,6 +138,23 @@ def inductor_missing(ctx: Any) -> Any:
     """The toolchain's reason Inductor cannot compile for this run's device (a Reason), or None when it can."""
     toolchain = getattr(ctx, "toolchain", None)
     return None if toolchain is None else toolchain.reason_for("inductor", ctx.device.type)
+
+
+def inductor_skip(ctx: Any, item: str) -> bool:
+    """Record `item` as skipped (with the toolchain's reason) when Inductor cannot compile here; True if skipped."""
+    reason = inductor_missing(ctx)
+    if reason is not None:
+        ctx.skip(item, reason.code, reason.message)
+    return reason is not None
+
+
+def cuda_skip(ctx: Any, item: str) -> bool:
+    """Record `item` as skipped when the run is not on a CUDA device (graph replay needs one); True if skipped."""
+    skip: bool = ctx.device.type != "cuda"
+    if skip:
+        ctx.skip(item, Code.NO_CUDA, "CUDA graph capture and replay need a CUDA device: run the gpu profile on a host "
+                                  "with an NVIDIA GPU and a CUDA build of torch")
+    return skip
 
 
 def provenance(ctx: Any) -> dict[str, Any]:
