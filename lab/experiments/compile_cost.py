@@ -116,27 +116,25 @@ def child_first_call(target: str, model: dict[str, Any], n_layer: int, device: s
     import torch
     from torch._dynamo.utils import counters
 
-    from lab.measure.timing import clock_for, first_call, rotating_rounds, sync, time_calls
+    from lab.measure.timing import clock_for, first_call, flat, sync, time_methods
 
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
     fn, args, shapes = _build(target, model, n_layer, device, dtype, batch, max_len, prompt_len)
     fn(*args)  # eager once: lazy initialisation is not compile time
     sync(device)
+    # compiled by hand, not by compile_first_call: that one turns on C++ kernel profiling, a config the cache keys see
     compiled = torch.compile(fn)
     counters.clear()
     _, first_call_s = first_call(compiled, *args, device=device)
     hits = cache_counters()
-    clock = clock_for(device)
-    samples = rotating_rounds({
-        Method.EAGER: lambda: time_calls(lambda: fn(*args), steady_steps, clock, warmup=warmup),
-        Method.COMPILE_DEFAULT: lambda: time_calls(lambda: compiled(*args), steady_steps, clock, warmup=warmup),
-    }, rounds)
+    samples = time_methods({Method.EAGER: lambda: fn(*args), Method.COMPILE_DEFAULT: lambda: compiled(*args)},
+                           clock_for(device), rounds, steady_steps, warmup)
     import torch._inductor.config as inductor_config
 
     cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
     return {"first_call_s": first_call_s, "counters": hits, "shapes": shapes,
-            "steady": {m: [s for r in per for s in r] for m, per in samples.items()},
+            "steady": {m: flat(per) for m, per in samples.items()},
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "fx_graph_cache": bool(inductor_config.fx_graph_cache), "cache_dir": cache_dir,
             "cache_files": sum(len(f) for _, _, f in os.walk(cache_dir)) if cache_dir else 0}

@@ -135,6 +135,7 @@ def run(ctx: Context[Options]) -> None:
     if "compile" in growing and missing is not None:
         growing.remove("compile")
         ctx.skip("growing compile", missing.code, missing.message)
+    # by hand: the method table's rows are fixed-shape steps; this is the growing step, one dynamic graph per batch
     compiled = torch.compile(_entry(), dynamic=True) if "compile" in growing else None
     ready: set[int] = set()
     ms: dict[tuple[int, float, int, str], float] = {}

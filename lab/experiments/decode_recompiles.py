@@ -3,6 +3,7 @@
 The growing step's cache gets one slot longer every call and its position is a Python int, so a
 guard fails every call; the fixed step keeps every shape and reads the position from a device
 buffer, so it compiles once. Counted with CountingBackend (graphs run eagerly, no compiler needed).
+Compiled by hand, not through the method table: what is measured is the compiles under each `dynamic` setting.
 """
 
 from __future__ import annotations

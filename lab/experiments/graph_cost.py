@@ -17,7 +17,7 @@ from lab.step.graphs import GraphedStep
 from lab.contract.names import Experiment, Method
 from lab.contract.options import NoOptions
 from lab.contract import query
-from lab.measure.timing import rotating_rounds
+from lab.measure.timing import flat, rotating_rounds
 from lab.run.context import Context
 
 Options = NoOptions  # no knobs: the profile's batches, warm-up and steps
@@ -64,10 +64,8 @@ def run(ctx: Context[Options]) -> None:
             steps = min(prof.decode_steps, prof.max_len - prof.prompt_len - 2)
             samples = rotating_rounds({Method.EAGER: lambda: eager.decode(steps, ctx.clock, False),
                                        Method.GRAPH: lambda: replay.decode(steps, ctx.clock, False)}, 3)
-            eager_ms = ctx.timing(M.STEP_MS, [x for r in samples[Method.EAGER] for x in r], method=Method.EAGER,
-                                  batch=batch).median
-            graph_ms = ctx.timing(M.STEP_MS, [x for r in samples[Method.GRAPH] for x in r], method=Method.GRAPH,
-                                  batch=batch).median
+            eager_ms = ctx.timing(M.STEP_MS, flat(samples[Method.EAGER]), method=Method.EAGER, batch=batch).median
+            graph_ms = ctx.timing(M.STEP_MS, flat(samples[Method.GRAPH]), method=Method.GRAPH, batch=batch).median
         saving = eager_ms - graph_ms
         ctx.metric(M.SAVING_MS_PER_STEP, round(saving, 5), batch=batch, source=source)
         be = break_even_calls(graphed.capture_s, eager_ms, graph_ms)

@@ -187,7 +187,7 @@ def _recompiles(fn: Callable[..., Any], args: tuple[Any, ...], calls: int) -> Ch
 
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(fn, backend=CountingBackend())
+    compiled = torch.compile(fn, backend=CountingBackend())  # by hand: counting frames, not timing a compile
     with recompile_reasons() as reasons, quiet_dynamo(), redirect_stdout(io.StringIO()), torch.no_grad():
         compiled(*args)
         first = int(counters["frames"].get("ok", 0))
