@@ -18,7 +18,6 @@ import torch
 from lab.contract import metrics as M
 from lab.experiments.common.sweep import inductor_skip
 from lab.measure.timing import compile_first_call, flat, time_methods
-from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract import notes as N
 from lab.contract.names import Method, Variant
 from lab.contract.options import option
@@ -78,9 +77,7 @@ def run(ctx: Context[Options]) -> None:
         ALLOCATING: lambda: allocating(x, k), PLANNED: lambda: planned(x, k, bufs), IN_PLACE: lambda: in_place(x, k, buf),
     }
     if not inductor_skip(ctx, Method.COMPILE_DEFAULT):
-        torch._dynamo.reset()
-        with quiet_dynamo():
-            c = compile_first_call(allocating, (x, k), dev, dynamic=False)
+        c = compile_first_call(allocating, (x, k), dev, reset=True, dynamic=False)
         ctx.metric(M.SETUP_S, round(c.setup_s, 3), method=Method.COMPILE_DEFAULT)
         methods[Method.COMPILE_DEFAULT] = lambda: c.fn(x, k)
     with torch.no_grad():

@@ -42,7 +42,6 @@ from lab.step import decode
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.measure.timing import compile_first_call, time_methods
-from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, Param as P
 from lab.measure.opprofile import profile_step
@@ -143,10 +142,8 @@ def _measure(ctx: Context[Options], workload: str, fn: Callable[..., Any], args:
     o = ctx.options
     compiled, samples = None, None
     if measured_override is None and compile_it:  # timed first: the profiles come after (lab.measure.profiler_guard)
-        torch._dynamo.reset()
         reset()
-        with quiet_dynamo():
-            compiled = compile_first_call(fn, args, dev)
+        compiled = compile_first_call(fn, args, dev, reset=True)
         ctx.metric(M.SETUP_S, round(compiled.setup_s, 3), workload=workload)
         with torch.no_grad():
             reset()

@@ -16,7 +16,6 @@ import torch
 from lab.contract import intervals
 from lab.contract import metrics as M
 from lab.measure.timing import compile_first_call, time_methods
-from lab.measure.dynamo_tools import quiet_dynamo
 from lab.step.model import torch_dtype
 from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
@@ -74,8 +73,7 @@ def run(ctx: Context[Options]) -> None:
     x = torch.randn(batch, dim, device=dev, dtype=dtype)
     flops = layers * 2 * 2 * batch * dim * 4 * dim
     ctx.note(N.SHAPE.key, {P.BATCH: batch, P.DIM: dim, "layers": layers, P.DTYPE: str(dtype), "flops_per_call": flops})
-    with quiet_dynamo():
-        c = compile_first_call(model, (x,), dev)
+    c = compile_first_call(model, (x,), dev)
     ctx.metric(M.SETUP_S, round(c.setup_s, 3), method=Method.COMPILE_DEFAULT)
     with torch.no_grad():
         ref, got = model(x), c.fn(x)

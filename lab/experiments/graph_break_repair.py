@@ -119,9 +119,7 @@ def run(ctx: Context[Options]) -> None:
     methods: dict[str, Any] = {f"{v}/{Method.EAGER}": (lambda f=f: _quiet_call(f, h, s)) for v, f in VERSIONS.items()}
     if not inductor_skip(ctx, "compiled timing of both versions"):
         for v, f in VERSIONS.items():
-            torch._dynamo.reset()
-            with quiet_dynamo(), redirect_stdout(io.StringIO()):
-                c = compile_first_call(f, (h, s), dev)
+            c = compile_first_call(f, (h, s), dev, reset=True)
             ctx.metric(M.SETUP_S, round(c.setup_s, 3), version=v, method=Method.COMPILE_DEFAULT)
             methods[f"{v}/{Method.COMPILE_DEFAULT}"] = lambda cf=c.fn: _quiet_call(cf, h, s)
             got = _quiet_call(c.fn, h, s)

@@ -12,6 +12,7 @@ import torch
 
 from lab.step import decode, methods as stepmethods
 from lab.contract import metrics as M
+from lab.experiments.common.sweep import prompt_for
 from lab.measure.breakeven import break_even_calls
 from lab.step.graphs import GraphedStep
 from lab.contract.names import Experiment, Method
@@ -38,8 +39,7 @@ def run(ctx: Context[Options]) -> None:
     prof = ctx.profile
     _, w = ctx.gpt2("float32")
     for batch in prof.batches:
-        g = torch.Generator().manual_seed(2000 + batch)
-        prompt = torch.randint(0, prof.model.vocab_size, (batch, prof.prompt_len), generator=g).to(ctx.device)
+        prompt = prompt_for(prof.model.vocab_size, batch, prof.prompt_len, ctx.device, 2000 + batch)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         alloc0 = torch.cuda.memory_allocated()

@@ -32,6 +32,7 @@ from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common import hostspeed
+from lab.experiments.common.sweep import prompt_for
 from lab.measure.timing import first_call, time_calls
 from lab.run.context import Context
 
@@ -132,11 +133,6 @@ def bisect(cases: list[OpCase], compile_call: Callable[[OpCase], Any] = default_
 
 # ---------------------------------------------------------------------------- decoding helpers
 
-def prompt_for(ctx: Context[Options], batch: int, seed: int = 20) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
-
-
 def decode_logits(step: Callable[[decode.DecodeState, Any], torch.Tensor], w: Any, prompt: torch.Tensor, steps: int,
                   max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits [steps, B, V], tokens [B, steps]) of `steps` calls of `step` after a prefill."""
@@ -177,7 +173,7 @@ def run(ctx: Context[Options]) -> None:
     _, w = ctx.gpt2()
     T = ctx.profile.prompt_len
     max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)
-    prompt = prompt_for(ctx, batch)
+    prompt = prompt_for(ctx.profile.model.vocab_size, batch, T, ctx.device, 20)
     ctx.note(N.SETTINGS.key, {P.STEPS: steps, "equiv_steps": equiv_steps, P.BATCH: batch, "steps_per_round": per_round,
                           "rounds": rounds, "warmup": warmup, P.MAX_LEN: max_len, P.DTYPE: str(w.dtype),
                           "threads": torch.get_num_threads(), "device": str(ctx.device),

@@ -16,7 +16,6 @@ import torch
 from lab.contract import metrics as M
 from lab.experiments.common.sweep import cuda_skip, inductor_skip
 from lab.measure.timing import compile_first_call, time_methods
-from lab.measure.dynamo_tools import quiet_dynamo
 from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
@@ -51,9 +50,7 @@ def run(ctx: Context[Options]) -> None:
     methods: dict[str, Callable[[], Any]] = {Method.EAGER: lambda: fn(x)}
     compiled = None
     if not inductor_skip(ctx, f"{Method.COMPILE_DEFAULT} and {Method.COMPILE_GRAPH}"):
-        torch._dynamo.reset()
-        with quiet_dynamo():
-            compiled = compile_first_call(fn, (x,), dev, dynamic=False)
+        compiled = compile_first_call(fn, (x,), dev, reset=True, dynamic=False)
         ctx.metric(M.SETUP_S, round(compiled.setup_s, 3), method=Method.COMPILE_DEFAULT)
         methods[Method.COMPILE_DEFAULT] = lambda: compiled.fn(x)
     if not cuda_skip(ctx, f"{Method.GRAPH} and {Method.COMPILE_GRAPH}"):

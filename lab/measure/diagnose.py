@@ -306,7 +306,6 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
     dev = torch.device(device).type
     args = tuple(args)
     say = progress or (lambda _m: None)
-    quiet = redirect_stdout(io.StringIO())
 
     def eager_call() -> Any:
         with torch.no_grad(), redirect_stdout(io.StringIO()):
@@ -327,12 +326,7 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
         why_not = inductor_reason
     else:
         say("compiling (Inductor)")
-        torch._dynamo.reset()
-        with quiet:
-            from lab.measure.dynamo_tools import quiet_dynamo
-
-            with quiet_dynamo():
-                c = compile_first_call(fn, args, dev)
+        c = compile_first_call(fn, args, dev, reset=True)
         setup_s = c.setup_s
 
         def compiled_call() -> Any:

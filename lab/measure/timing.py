@@ -32,7 +32,9 @@ with the same code on the CPU and the GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import math
 import statistics
 import time
@@ -46,6 +48,7 @@ from lab.contract import intervals
 from lab.contract.results import Spread
 from lab.measure import profiler_guard
 from lab.measure.hostspeed import HostIndex
+from lab.measure.dynamo_tools import quiet_dynamo
 from lab.measure.opprofile import enable_cpp_kernel_profile
 
 NOISY_REL_IQR = 0.10  # an IQR above 10% of the median flags the measurement as noisy
@@ -181,12 +184,16 @@ class Compiled:
 
 
 def compile_first_call(fn: Callable[..., Any], args: tuple[Any, ...], device: torch.device | str,
-                       label: str = "", **compile_kwargs: Any) -> Compiled:
-    """torch.compile `fn` and make the first call (timed, synchronised); generated C++ kernels are profilable.
+                       label: str = "", reset: bool = False, **compile_kwargs: Any) -> Compiled:
+    """torch.compile `fn` and make the first call (timed, synchronised, Dynamo's warnings and what the call prints kept
+    quiet); generated C++ kernels are profilable. `reset`: torch._dynamo.reset() first, a compile from nothing.
     The console says "compiling <fn's name>, <label> (first call)": `label` tells apart compiles of one function."""
+    if reset:
+        torch._dynamo.reset()
     compiled = torch.compile(fn, **compile_kwargs)
     name = getattr(fn, "__name__", type(fn).__name__) + (f", {label}" if label else "")
-    with enable_cpp_kernel_profile(), torch.no_grad(), console.activity(f"compiling {name} (first call)"):
+    with (enable_cpp_kernel_profile(), torch.no_grad(), console.activity(f"compiling {name} (first call)"),
+          quiet_dynamo(), contextlib.redirect_stdout(io.StringIO())):
         _, seconds = first_call(compiled, *args, device=device)
     return Compiled(compiled, seconds)
 
