@@ -19,6 +19,7 @@ and dtype, not on values.
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -188,12 +189,6 @@ def _cold_warm(ctx: Context[Options], root: str, target: str, n_layer: int, tag:
     return cold, warm, cache_dir
 
 
-def _median(xs: list[float]) -> float:
-    import statistics
-
-    return statistics.median(xs)
-
-
 def run(ctx: Context[Options]) -> None:
     import torch
 
@@ -221,10 +216,7 @@ def run(ctx: Context[Options]) -> None:
                 ctx.skip(f"depth {n}", Code.DEPTH_EXCEEDS_MODEL, f"the profile's model has {full} layers; choose "
                                                                 f"depths up to {full}")
                 continue
-            else:
-                c, wm, _ = _cold_warm(ctx, root, "decode_core", n, f"decode_core[{n}]")
-                res = (c, wm)
-            for phase, r in zip(("cold", "warm"), res):
+            for phase, r in zip(("cold", "warm"), _cold_warm(ctx, root, "decode_core", n, f"decode_core[{n}]")):
                 ctx.metric(M.FIRST_CALL_S, r["first_call_s"], phase=phase, target="decode_core", n_layer=n)
 
         # 3. the small MLP: cold trials, one warm, and (optionally) the cache offered another setting
@@ -251,11 +243,10 @@ def run(ctx: Context[Options]) -> None:
 
 def _record_steady(ctx: Context[Options], target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
     """steady_ms from the warm child; break-even per phase from the saving measured in that phase's process."""
-    medians: dict[str, float] = {}
-    for method in STEADY:
-        medians[method] = ctx.timing(M.STEADY_MS, warm["steady"][method], method=method, target=target).median
+    medians = {method: ctx.timing(M.STEADY_MS, warm["steady"][method], method=method, target=target).median
+               for method in STEADY}
     for phase, res in (("cold", cold), ("warm", warm)):
-        eager_ms, comp_ms = (_median(res["steady"][m]) for m in STEADY)
+        eager_ms, comp_ms = (statistics.median(res["steady"][m]) for m in STEADY)
         ctx.metric(M.SAVING_MS_PER_CALL, eager_ms - comp_ms, phase=phase, target=target)
         calls = break_even_calls(res["first_call_s"], eager_ms, comp_ms)
         ctx.metric(M.BREAK_EVEN_CALLS, calls, phase=phase, target=target)
