@@ -243,8 +243,8 @@ def run(ctx: Context[Options]) -> None:
 
 def _record_steady(ctx: Context[Options], target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
     """steady_ms from the warm child; break-even per phase from the saving measured in that phase's process."""
-    medians = {method: ctx.timing(M.STEADY_MS, warm["steady"][method], method=method, target=target).median
-               for method in STEADY}
+    medians: dict[str, float] = {method: ctx.timing(M.STEADY_MS, warm["steady"][method], method=method,
+                                                    target=target).median for method in STEADY}
     for phase, res in (("cold", cold), ("warm", warm)):
         eager_ms, comp_ms = (statistics.median(res["steady"][m]) for m in STEADY)
         ctx.metric(M.SAVING_MS_PER_CALL, eager_ms - comp_ms, phase=phase, target=target)
