@@ -25,7 +25,7 @@ from lab.step import ceilings
 from lab.step.model import LayerWeights, Weights, torch_dtype
 from lab.contract.profiles import GPT2, TINY, ModelSpec
 from lab.contract import query
-from lab.contract.names import Experiment, Param as P
+from lab.contract.names import Experiment
 from lab.contract.reasons import Code
 
 # GPT-2's published shapes (layers, width, heads); vocabulary 50257, 1024 positions. The tiny ones are
@@ -117,11 +117,10 @@ class Budget:
 def copy_bandwidth(ctx: Any) -> float:
     """This host's copy bandwidth in GB/s: the ceilings experiment's of this run, else measured here (recorded)."""
     rec = query.ok(ctx.results.experiments, Experiment.CEILINGS) if ctx.results is not None else None
-    if rec is not None:
-        found = [m for m in rec.metrics if m.name == M.BANDWIDTH_GBPS.name and m.params.get(P.KIND) == "copy"]
-        if found and found[0].value:
-            ctx.metric(M.BANDWIDTH_GBPS, found[0].value, kind="copy", source=Experiment.CEILINGS)
-            return float(found[0].value)
+    found = query.maybe(rec, M.BANDWIDTH_GBPS, kind="copy")
+    if found is not None and found.value:
+        ctx.metric(M.BANDWIDTH_GBPS, found.value, kind="copy", source=Experiment.CEILINGS)
+        return float(found.value)
     nbytes = (1 << 30) if ctx.device.type == "cuda" else (64 << 20)
     best = max(ceilings.copy_bandwidth_gbps(ctx.device, nbytes, clock=ctx.clock))
     ctx.metric(M.BANDWIDTH_GBPS, round(best, 2), kind="copy", source="measured here", bytes=nbytes)
