@@ -99,8 +99,8 @@ def test_the_measured_speedup_is_stored_with_its_paired_interval(monkeypatch) ->
     """Compiled here: eager's rounds over the compiled step's, rotating rounds paired (lab.contract.intervals)."""
     eager = [[2.0 * d, 2.1 * d] for d in (1.0, 1.4, 0.9)]
     compiled = [[1.0 * d, 1.05 * d] for d in (1.0, 1.4, 0.9)]
-    monkeypatch.setattr(amdahl, "compile_first_call", lambda fn, args, dev: SimpleNamespace(fn=fn, setup_s=0.5))
-    monkeypatch.setattr(amdahl, "time_method_rounds", lambda methods, clock, rounds, iters, warmup:
+    monkeypatch.setattr(amdahl, "compile_first_call", lambda fn, args, dev, **kw: SimpleNamespace(fn=fn, setup_s=0.5))
+    monkeypatch.setattr(amdahl, "time_methods", lambda methods, clock, rounds, iters, warmup:
                         {Method.EAGER: eager, Method.COMPILE_DEFAULT: compiled})
     record = Record("amdahl", "a", "OK")
     fn, args = _workload()

@@ -404,8 +404,7 @@ class Stamped(io.StringIO):
 def _slow_and_quiet(clock: FakeClock):
     """A stand-in with the silences the lab had: work that says nothing (ceilings: 135 s), a long activity
     (inductor's eager reference: 32 s), counted items slower than the interval (fixed_step_equivalence)."""
-    from lab.measure.bench import time_methods
-    from lab.measure.timing import HostClock
+    from lab.measure.timing import HostClock, time_methods
 
     def run(ctx) -> None:
         time_methods({"eager": lambda: clock.advance(35)}, HostClock(), rounds=1, iters=1, warmup=0)

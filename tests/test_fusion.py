@@ -15,14 +15,14 @@ from lab.contract import profiles
 from lab.contract.catalogue import BY_ID
 from lab.contract.results import Record
 from lab.experiments import fusion
-from lab.measure import bench
+from lab.measure import timing
 from lab.run.context import Context
 
 
 def test_each_compile_line_names_its_residency(monkeypatch: pytest.MonkeyPatch) -> None:
     """One compile per chain and residency: as many distinct lines, each naming the residency it compiles for."""
     monkeypatch.setenv("LAB_PROGRESS_EVERY_S", "0")  # every activity's start is said
-    monkeypatch.setattr(bench.torch, "compile", lambda fn, **kwargs: fn)  # the lines, not Inductor, are tested
+    monkeypatch.setattr(timing.torch, "compile", lambda fn, **kwargs: fn)  # the lines, not Inductor, are tested
     options = fusion.Options(n_ops=(1, 2), cache_bytes=4096, memory_bytes=8192, rounds=1, iters_cache=1,
                              iters_memory=1)
     ctx = Context(BY_ID["fusion"], profiles.get("smoke"), None, Record("fusion", "fusion", "OK"),

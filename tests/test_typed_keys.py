@@ -27,7 +27,7 @@ _STATUSES = ("OK", "FAILED", "NOT_RUN")
 NOT_KEYS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("inductor",), ("lab/commands/diagnose.py", "lab/containers/probe.py", "lab/experiments/diagnose.py",
                      "lab/experiments/common/methods.py", "lab/experiments/common/sweep.py", "lab/host/compile_cache.py",
-                     "lab/host/toolchain.py", "lab/measure/bench.py", "lab/run/manifest.py", "lab/step/methods.py"),
+                     "lab/host/toolchain.py", "lab/run/manifest.py", "lab/step/methods.py"),
      "torch.compile's backend, the toolchain's need or Dynamo's counter group of that name"),
     (("graph_breaks",), ("report/site/traces.py", "lab/experiments/common/methods.py", "lab/measure/compiletrace.py",
                          "lab/measure/diagnose.py", "lab/step/methods.py"),

@@ -16,8 +16,8 @@ from typing import Any, Callable
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, inductor_skip, time_methods
-from lab.measure.dynamo_tools import quiet_dynamo
+from lab.experiments.common.sweep import inductor_skip
+from lab.measure.timing import compile_first_call, flat, time_methods
 from lab.contract import notes as N
 from lab.contract.names import Method, Variant
 from lab.contract.options import option
@@ -77,9 +77,7 @@ def run(ctx: Context[Options]) -> None:
         ALLOCATING: lambda: allocating(x, k), PLANNED: lambda: planned(x, k, bufs), IN_PLACE: lambda: in_place(x, k, buf),
     }
     if not inductor_skip(ctx, Method.COMPILE_DEFAULT):
-        torch._dynamo.reset()
-        with quiet_dynamo():
-            c = compile_first_call(allocating, (x, k), dev, dynamic=False)
+        c = compile_first_call(allocating, (x, k), dev, reset=True, dynamic=False)
         ctx.metric(M.SETUP_S, round(c.setup_s, 3), method=Method.COMPILE_DEFAULT)
         methods[Method.COMPILE_DEFAULT] = lambda: c.fn(x, k)
     with torch.no_grad():
@@ -88,9 +86,8 @@ def run(ctx: Context[Options]) -> None:
             ctx.check(f"{m} equals allocating", torch.allclose(f(), ref, rtol=1e-5, atol=1e-5), method=m)
             if dev.type == "cuda":
                 ctx.metric(M.ALLOCATIONS_PER_STEP, allocations_per_call(f), method=m)
-        samples = time_methods(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                               warmup=ctx.profile.warmup)
-    ms = {m: ctx.timing(M.STEP_MS, xs, method=m, k=k, numel=numel).median for m, xs in samples.items()}
+        samples = time_methods(methods, ctx.clock, ctx.profile.rounds, ctx.options.iters, ctx.profile.warmup)
+    ms = {m: ctx.timing(M.STEP_MS, flat(xs), method=m, k=k, numel=numel).median for m, xs in samples.items()}
     if dev.type != "cuda":
         ctx.note(N.ALLOCATIONS.key, {ALLOCATING: k, PLANNED: 0, IN_PLACE: 0,
                                           "why": "by construction: the CPU allocator keeps no counter"})
@@ -98,8 +95,8 @@ def run(ctx: Context[Options]) -> None:
     ctx.metric(M.US_PER_INTERMEDIATE, (ms[ALLOCATING] - ms[IN_PLACE]) * 1e3 / k, removed_by=IN_PLACE)
     # A direct probe of the allocator: allocate and free one tensor of the same size.
     with torch.no_grad():
-        empty = time_methods({"empty": lambda: [torch.empty(numel, device=dev) for _ in range(k)]}, ctx.clock,
-                             rounds=ctx.profile.rounds, iters=ctx.options.iters, warmup=2)["empty"]
+        empty = flat(time_methods({"empty": lambda: [torch.empty(numel, device=dev) for _ in range(k)]}, ctx.clock,
+                                  ctx.profile.rounds, ctx.options.iters)["empty"])
     ctx.timing(M.EMPTY_MS, empty, k=k, numel=numel)
     ctx.metric(M.US_PER_EMPTY, sorted(empty)[len(empty) // 2] * 1e3 / k)
     torch._dynamo.reset()

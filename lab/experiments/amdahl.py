@@ -41,8 +41,7 @@ import torch
 from lab.step import decode
 from lab.contract import intervals
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, time_method_rounds
-from lab.measure.dynamo_tools import quiet_dynamo
+from lab.measure.timing import compile_first_call, time_methods
 from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, Param as P
 from lab.measure.opprofile import profile_step
@@ -89,29 +88,22 @@ def launch_aware_speedup(n_eager: float, n_compiled: float, launch_us: float, ke
 
 def launch_cost_us(records: list[Any]) -> float | None:
     """The cost of one eager launch this run's ceilings measured, or None without a ceilings record."""
-    rec = query.ok(records, Experiment.CEILINGS)
-    for m in rec.metrics if rec else []:
-        if m.name == M.LAUNCH_US_PER_OP.name and m.params.get(P.MODE) == "eager":
-            return float(m.value)
-    return None
+    m = query.maybe(query.ok(records, Experiment.CEILINGS), M.LAUNCH_US_PER_OP, mode="eager")
+    return None if m is None else float(m.value)
 
 
 def _lead_compiled_kernels(records: list[Any], dtype: str) -> float | None:
-    rec = query.ok(records, Experiment.CUDA_GRAPH_DECODE)
-    for m in rec.metrics if rec else []:
-        if (m.name == M.KERNELS_PER_STEP.name and m.params.get(P.METHOD) == Method.COMPILE_DEFAULT
-                and m.params.get(P.BATCH) == 1 and m.params.get(P.DTYPE) == dtype):
-            return float(m.value)
-    return None
+    m = query.maybe(query.ok(records, Experiment.CUDA_GRAPH_DECODE), M.KERNELS_PER_STEP,
+                    method=Method.COMPILE_DEFAULT, batch=1, dtype=dtype)
+    return None if m is None else float(m.value)
 
 
 def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float, str]:
     """(k, where it came from): the fusion record's measured speedup, else the module's 3×."""
-    rec = query.ok(records, Experiment.FUSION)
-    for m in rec.metrics if rec else []:
-        if m.name == M.SPEEDUP.name and m.params.get(P.N_OPS) == n_ops and m.params.get(P.RESIDENCY) == residency:
-            return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
-                                             f"({float(m.value):.2f}x, floored at 1)"
+    m = query.maybe(query.ok(records, Experiment.FUSION), M.SPEEDUP, n_ops=n_ops, residency=residency)
+    if m is not None:
+        return max(float(m.value), 1.0), f"measured: fusion speedup at n_ops={n_ops}, {residency} " \
+                                         f"({float(m.value):.2f}x, floored at 1)"
     return DEFAULT_K, f"assumed: no fusion record with n_ops={n_ops}, {residency} in this run (module text's 3x)"
 
 
@@ -143,17 +135,13 @@ def _measure(ctx: Context[Options], workload: str, fn: Callable[..., Any], args:
     o = ctx.options
     compiled, samples = None, None
     if measured_override is None and compile_it:  # timed first: the profiles come after (lab.measure.profiler_guard)
-        torch._dynamo.reset()
         reset()
-        with quiet_dynamo():
-            compiled = compile_first_call(fn, args, dev)
+        compiled = compile_first_call(fn, args, dev, reset=True)
         ctx.metric(M.SETUP_S, round(compiled.setup_s, 3), workload=workload)
         with torch.no_grad():
             reset()
-            samples = time_method_rounds({Method.EAGER: lambda: fn(*args),
-                                          Method.COMPILE_DEFAULT: lambda: compiled.fn(*args)},
-                                         ctx.clock, rounds=o.rounds,
-                                         iters=o.iters, warmup=1)
+            methods = {Method.EAGER: lambda: fn(*args), Method.COMPILE_DEFAULT: lambda: compiled.fn(*args)}
+            samples = time_methods(methods, ctx.clock, o.rounds, o.iters, warmup=1)
     with torch.no_grad():
         reset()
         prof = profile_step(lambda: fn(*args), dev, steps=3, warmup=1)

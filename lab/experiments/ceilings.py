@@ -24,6 +24,7 @@ from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.contract import query
+from lab.experiments.common.sweep import prompt_for
 from lab.measure.stepprofile import count_kernels
 from lab.measure.timing import rotating_rounds
 from lab.run.context import Context
@@ -68,8 +69,7 @@ def _own_measurements(ctx: Context[Options], w) -> list[dict]:
     methods = (Method.EAGER, Method.GRAPH) if ctx.device.type == "cuda" else (Method.EAGER,)
     timed = []
     for batch in ctx.track(prof.batches, "batches (eager and graph, timed)"):
-        g = torch.Generator().manual_seed(3000 + batch)
-        prompt = torch.randint(0, prof.model.vocab_size, (batch, prof.prompt_len), generator=g).to(ctx.device)
+        prompt = prompt_for(prof.model.vocab_size, batch, prof.prompt_len, ctx.device, 3000 + batch)
         built = {m: stepmethods.build(m, w, prompt, prof.max_len, warmup=prof.warmup) for m in methods}
         samples = rotating_rounds({m: (lambda b=b: b.decode(steps, ctx.clock, False)) for m, b in built.items()},
                                   max(2, prof.rounds - 2))

@@ -19,6 +19,7 @@ and dtype, not on values.
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -116,27 +117,25 @@ def child_first_call(target: str, model: dict[str, Any], n_layer: int, device: s
     import torch
     from torch._dynamo.utils import counters
 
-    from lab.measure.timing import clock_for, first_call, rotating_rounds, sync, time_calls
+    from lab.measure.timing import clock_for, first_call, flat, sync, time_methods
 
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
     fn, args, shapes = _build(target, model, n_layer, device, dtype, batch, max_len, prompt_len)
     fn(*args)  # eager once: lazy initialisation is not compile time
     sync(device)
+    # compiled by hand, not by compile_first_call: that one turns on C++ kernel profiling, a config the cache keys see
     compiled = torch.compile(fn)
     counters.clear()
     _, first_call_s = first_call(compiled, *args, device=device)
     hits = cache_counters()
-    clock = clock_for(device)
-    samples = rotating_rounds({
-        Method.EAGER: lambda: time_calls(lambda: fn(*args), steady_steps, clock, warmup=warmup),
-        Method.COMPILE_DEFAULT: lambda: time_calls(lambda: compiled(*args), steady_steps, clock, warmup=warmup),
-    }, rounds)
+    samples = time_methods({Method.EAGER: lambda: fn(*args), Method.COMPILE_DEFAULT: lambda: compiled(*args)},
+                           clock_for(device), rounds, steady_steps, warmup)
     import torch._inductor.config as inductor_config
 
     cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
     return {"first_call_s": first_call_s, "counters": hits, "shapes": shapes,
-            "steady": {m: [s for r in per for s in r] for m, per in samples.items()},
+            "steady": {m: flat(per) for m, per in samples.items()},
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "fx_graph_cache": bool(inductor_config.fx_graph_cache), "cache_dir": cache_dir,
             "cache_files": sum(len(f) for _, _, f in os.walk(cache_dir)) if cache_dir else 0}
@@ -190,12 +189,6 @@ def _cold_warm(ctx: Context[Options], root: str, target: str, n_layer: int, tag:
     return cold, warm, cache_dir
 
 
-def _median(xs: list[float]) -> float:
-    import statistics
-
-    return statistics.median(xs)
-
-
 def run(ctx: Context[Options]) -> None:
     import torch
 
@@ -223,10 +216,7 @@ def run(ctx: Context[Options]) -> None:
                 ctx.skip(f"depth {n}", Code.DEPTH_EXCEEDS_MODEL, f"the profile's model has {full} layers; choose "
                                                                 f"depths up to {full}")
                 continue
-            else:
-                c, wm, _ = _cold_warm(ctx, root, "decode_core", n, f"decode_core[{n}]")
-                res = (c, wm)
-            for phase, r in zip(("cold", "warm"), res):
+            for phase, r in zip(("cold", "warm"), _cold_warm(ctx, root, "decode_core", n, f"decode_core[{n}]")):
                 ctx.metric(M.FIRST_CALL_S, r["first_call_s"], phase=phase, target="decode_core", n_layer=n)
 
         # 3. the small MLP: cold trials, one warm, and (optionally) the cache offered another setting
@@ -253,11 +243,10 @@ def run(ctx: Context[Options]) -> None:
 
 def _record_steady(ctx: Context[Options], target: str, cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, float]:
     """steady_ms from the warm child; break-even per phase from the saving measured in that phase's process."""
-    medians: dict[str, float] = {}
-    for method in STEADY:
-        medians[method] = ctx.timing(M.STEADY_MS, warm["steady"][method], method=method, target=target).median
+    medians: dict[str, float] = {method: ctx.timing(M.STEADY_MS, warm["steady"][method], method=method,
+                                                    target=target).median for method in STEADY}
     for phase, res in (("cold", cold), ("warm", warm)):
-        eager_ms, comp_ms = (_median(res["steady"][m]) for m in STEADY)
+        eager_ms, comp_ms = (statistics.median(res["steady"][m]) for m in STEADY)
         ctx.metric(M.SAVING_MS_PER_CALL, eager_ms - comp_ms, phase=phase, target=target)
         calls = break_even_calls(res["first_call_s"], eager_ms, comp_ms)
         ctx.metric(M.BREAK_EVEN_CALLS, calls, phase=phase, target=target)

@@ -34,7 +34,7 @@ from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
-from lab.measure.timing import first_call, rotating_rounds
+from lab.measure.timing import first_call, flat, rotating_rounds, time_calls
 from lab.run.context import Context
 
 Growing = Literal["eager", "compile"]
@@ -103,20 +103,15 @@ def _time_growing(step: Callable[..., Any], w: Weights, prompt: torch.Tensor, st
     """Per-step ms of `steps` growing-cache steps after a fresh prefill (a few untimed steps first)."""
     with torch.no_grad():
         logits, past = decode.growing_prefill(w, prompt)
-        tok = logits.argmax(-1, keepdim=True)
-        pos = prompt.shape[1]
-        for _ in range(warmup):  # a recompile, if any, happens here and not in the samples
-            logits, past = step(tok, pos, past, w)
-            tok, pos = logits.argmax(-1, keepdim=True), pos + 1
-        clock.sync()
-        marks, toks = [clock.mark()], []
-        for _ in range(steps):
-            logits, past = step(tok, pos, past, w)
-            tok, pos = logits.argmax(-1, keepdim=True), pos + 1
-            toks.append(tok)
-            marks.append(clock.mark())
-        clock.sync()
-    return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])], torch.cat(toks, 1).cpu()
+        toks, at = [logits.argmax(-1, keepdim=True)], [prompt.shape[1], past]
+
+        def one() -> None:  # a recompile, if any, happens in the untimed warm-up and not in the samples
+            logits, at[1] = step(toks[-1], at[0], at[1], w)
+            toks.append(logits.argmax(-1, keepdim=True))
+            at[0] += 1
+
+        samples = time_calls(one, steps, clock, warmup=warmup)
+    return samples, torch.cat(toks[1 + warmup:], 1).cpu()
 
 
 def _fixed_tokens(m: stepmethods.StepMethod, prompt_len: int, warmup: int, steps: int) -> torch.Tensor:
@@ -140,6 +135,7 @@ def run(ctx: Context[Options]) -> None:
     if "compile" in growing and missing is not None:
         growing.remove("compile")
         ctx.skip("growing compile", missing.code, missing.message)
+    # by hand: the method table's rows are fixed-shape steps; this is the growing step, one dynamic graph per batch
     compiled = torch.compile(_entry(), dynamic=True) if "compile" in growing else None
     ready: set[int] = set()
     ms: dict[tuple[int, float, int, str], float] = {}
@@ -176,7 +172,7 @@ def run(ctx: Context[Options]) -> None:
                     variants[f"growing {g}"] = timed
                 samples = rotating_rounds(variants, o.rounds)
                 for name, per_round in samples.items():
-                    sp = ctx.timing(M.STEP_MS, [x for r in per_round for x in r], **params, fill=fill, variant=name)
+                    sp = ctx.timing(M.STEP_MS, flat(per_round), **params, fill=fill, variant=name)
                     ms[(batch, fill, max_len, name)] = sp.median
                 if "eager" in tokens:  # correctness outside the timed samples: fixed vs growing eager, same steps
                     equal = bool(torch.equal(_fixed_tokens(m, p, prof.warmup, n), tokens["eager"]))
@@ -197,16 +193,7 @@ def _time_fixed(m: stepmethods.StepMethod, n: int, warmup: int, clock: Any) -> l
     """Per-step ms of n fixed-shape steps after a fresh prefill and `warmup` untimed steps (as the growing side)."""
     m.start()
     with torch.no_grad():
-        for _ in range(warmup):
-            m.call()
-    clock.sync()
-    marks = [clock.mark()]
-    with torch.no_grad():
-        for _ in range(n):
-            m.call()
-            marks.append(clock.mark())
-    clock.sync()
-    return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
+        return time_calls(m.call, n, clock, warmup=warmup)
 
 
 _ENTRY: list[Callable[..., Any]] = []

@@ -43,7 +43,7 @@ from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, prompt_for, provenance
-from lab.measure.timing import first_call, rotating_rounds
+from lab.measure.timing import first_call, rotating_rounds, time_calls
 from lab.run.context import Context
 
 HOST, WHERE = "host check", "torch.where"
@@ -123,22 +123,23 @@ def _start(v: Variant, w: Weights, prompt: torch.Tensor, eos: int) -> None:
 def _run(v: Variant, w: Weights, prompt: torch.Tensor, eos: int, steps: int, clock: Any) -> list[float]:
     """Per-step ms: the host-checked loop learns about the stop inside its step; the where loop every k steps."""
     _start(v, w, prompt, eos)
-    clock.sync()
-    marks = [clock.mark()]
+    done = [0]
+
+    def one() -> None:
+        v.call()
+        done[0] += 1
+        if done[0] % v.check_every == 0:
+            # The host learns whether every row is done (a device sync). A serving loop would stop when it
+            # is; here the timing runs use an EOS id that never comes and the correctness run goes on past
+            # the stop (finished rows keep emitting EOS), so every variant runs the same steps.
+            v.state.done.all().item()
+
     with torch.no_grad():
-        for i in range(steps):
-            v.call()
-            if (i + 1) % v.check_every == 0:
-                # The host learns whether every row is done (a device sync). A serving loop would stop when it
-                # is; here the timing runs use an EOS id that never comes and the correctness run goes on past
-                # the stop (finished rows keep emitting EOS), so every variant runs the same steps.
-                v.state.done.all().item()
-            marks.append(clock.mark())
-    clock.sync()
-    return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
+        return time_calls(one, steps, clock)
 
 
 def _compiled(version: str, fullgraph: bool) -> Callable[..., Any]:
+    """Compiled by hand, not by stepmethods.build: the step runs on an EosState (a stop flag), which build does not make."""
     spec = stepmethods.MethodSpec(Method.COMPILE_DEFAULT, compiled=True, fullgraph=fullgraph, step=STEPS[version])
     return torch.compile(stepmethods.compile_entry(spec, dynamic=False), fullgraph=fullgraph, dynamic=False)
 
@@ -327,9 +328,8 @@ def run(ctx: Context[Options]) -> None:
                       variant=name)
         samples = rotating_rounds({n: (lambda v=v: _run(v, w, prompt, -1, o.steps, ctx.clock))
                                    for n, v in variants.items()}, o.rounds)
-        ms = {}
-        for name, per_round in samples.items():
-            ms[name] = ctx.timing(M.STEP_MS, per_round, batch=batch, variant=name).median
+        ms = {name: ctx.timing(M.STEP_MS, per_round, batch=batch, variant=name).median
+              for name, per_round in samples.items()}
         for name in ms:
             if name != ref.name:
                 ctx.speedup(M.SPEEDUP_VS_EAGER, samples[ref.name], samples[name], batch=batch, variant=name)

@@ -3,6 +3,7 @@
 The growing step's cache gets one slot longer every call and its position is a Python int, so a
 guard fails every call; the fixed step keeps every shape and reads the position from a device
 buffer, so it compiles once. Counted with CountingBackend (graphs run eagerly, no compiler needed).
+Compiled by hand, not through the method table: what is measured is the compiles under each `dynamic` setting.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.measure.dynamo_tools import CountingBackend, explain, limit_hit, quiet_dynamo, recompile_reasons
 from lab.contract import notes as N
+from lab.experiments.common.sweep import prompt_for
 from lab.contract.options import option
 from lab.run.context import Context
 
@@ -25,11 +27,6 @@ from lab.run.context import Context
 @dataclass(frozen=True)
 class Options:
     calls: int = option(20, "calls of each compiled step", minimum=1)
-
-
-def _prompt(ctx: Context[Options], batch: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(1)
-    return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
 
 
 def _measure(label: str, ctx: Context[Options], call: Callable[..., Any], calls: int, dynamic: bool | None = None) -> CountingBackend:
@@ -57,7 +54,7 @@ def _measure(label: str, ctx: Context[Options], call: Callable[..., Any], calls:
 def run(ctx: Context[Options]) -> None:
     calls = ctx.options.calls
     _, w = ctx.gpt2()
-    prompt = _prompt(ctx, 1).to(ctx.device)
+    prompt = prompt_for(ctx.profile.model.vocab_size, 1, ctx.profile.prompt_len, ctx.device, 1)
     max_len = ctx.profile.prompt_len + calls + 2
 
     def growing(backend: CountingBackend, n: int, dynamic: bool | None) -> None:

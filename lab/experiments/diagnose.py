@@ -30,14 +30,6 @@ class Options:
     iters: int = option(10, "timed calls per round", minimum=1)
 
 
-def _in_rounds(samples: list[float], rounds: int) -> list[list[float]]:
-    """Diagnose's per-call samples back in their rounds (time_methods flattens `rounds` rounds of equal length)."""
-    per = len(samples) // rounds if rounds > 0 else 0
-    if per == 0 or per * rounds != len(samples):
-        return [samples]
-    return [samples[i * per:(i + 1) * per] for i in range(rounds)]
-
-
 def run(ctx: Context[Options]) -> None:
     dev = ctx.device.type
     reason = ctx.toolchain.reason_for("inductor", dev)
@@ -51,11 +43,10 @@ def run(ctx: Context[Options]) -> None:
                      rounds=ctx.options.rounds, iters=ctx.options.iters,
                      progress=lambda m: ctx.progress(f"{name}: {m}"))  # called before the loop moves on
         ctx.metric(M.VERDICT, d.verdict, target=name)
-        rounds = {method: _in_rounds(xs, ctx.options.rounds) for method, xs in d.samples.items()}
-        for method, per_round in rounds.items():
+        for method, per_round in d.samples.items():
             ctx.timing(M.STEP_MS, per_round, target=name, method=method)
         if d.compiled_ms is not None:
-            ctx.speedup(M.SPEEDUP, rounds[Method.EAGER], rounds[Method.COMPILE_DEFAULT], target=name)
+            ctx.speedup(M.SPEEDUP, d.samples[Method.EAGER], d.samples[Method.COMPILE_DEFAULT], target=name)
         k = d.check(2).data  # kernels per call, keyed eager / compiled by lab.measure.diagnose
         ctx.metric(M.KERNELS, k["eager"], target=name, method=Method.EAGER)
         if k.get("compiled") is not None:

@@ -17,6 +17,7 @@ from lab.step import decode
 from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract.options import option
+from lab.experiments.common.sweep import prompt_for
 from lab.console import Steps
 from lab.run.context import Context
 from lab.step.model import Weights
@@ -33,8 +34,7 @@ class Options:
 
 
 def prompts(ctx: Context[Options], batch: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
+    return prompt_for(ctx.profile.model.vocab_size, batch, ctx.profile.prompt_len, torch.device("cpu"), seed)
 
 
 def _distinct_ok(ctx: Context[Options], name: str, tokens: torch.Tensor) -> None:

@@ -9,16 +9,13 @@ Kernel counts before and after come from the profiler (device kernels on CUDA, o
 
 from __future__ import annotations
 
-import io
-from contextlib import redirect_stdout
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, time_method_rounds
-from lab.measure.dynamo_tools import quiet_dynamo
+from lab.measure.timing import compile_first_call, time_methods
 from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
@@ -75,12 +72,11 @@ def run(ctx: Context[Options]) -> None:
         chain = make_chain(n)
         torch._dynamo.reset()
         compiled: dict[str, Any] = {}
-        with quiet_dynamo(), redirect_stdout(io.StringIO()):
-            # static shapes, one compile per size: a dynamic kernel cannot decide at compile time that a
-            # cache-sized tensor is too small to split across threads, and pays for it on every call
-            for res, x in inputs.items():
-                compiled[res] = compile_first_call(chain, (x,), dev, label=f"{res}-resident input", dynamic=False)
-                ctx.metric(M.SETUP_S, round(compiled[res].setup_s, 3), n_ops=n, residency=res)
+        # static shapes, one compile per size: a dynamic kernel cannot decide at compile time that a
+        # cache-sized tensor is too small to split across threads, and pays for it on every call
+        for res, x in inputs.items():
+            compiled[res] = compile_first_call(chain, (x,), dev, label=f"{res}-resident input", dynamic=False)
+            ctx.metric(M.SETUP_S, round(compiled[res].setup_s, 3), n_ops=n, residency=res)
         c = compiled["cache"]
         with torch.no_grad():
             small = inputs["cache"]
@@ -90,7 +86,7 @@ def run(ctx: Context[Options]) -> None:
                 ctx.check(f"compiled equals eager (n_ops={n}, {res})", ok, n_ops=n, residency=res)
                 methods: dict[str, Any] = {Method.EAGER: lambda x=x: chain(x),
                                            Method.COMPILE_DEFAULT: lambda x=x, cf=cf: cf(x)}
-                samples = time_method_rounds(methods, ctx.clock, rounds=rounds, iters=iters[res], warmup=1)
+                samples = time_methods(methods, ctx.clock, rounds, iters[res], warmup=1)
                 ms = {}
                 for method, xs in samples.items():
                     ms[method] = ctx.timing(M.STEP_MS, xs, method=method, n_ops=n, residency=res).median

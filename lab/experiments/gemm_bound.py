@@ -15,8 +15,7 @@ import torch
 
 from lab.contract import intervals
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, time_method_rounds
-from lab.measure.dynamo_tools import quiet_dynamo
+from lab.measure.timing import compile_first_call, time_methods
 from lab.step.model import torch_dtype
 from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
@@ -74,8 +73,7 @@ def run(ctx: Context[Options]) -> None:
     x = torch.randn(batch, dim, device=dev, dtype=dtype)
     flops = layers * 2 * 2 * batch * dim * 4 * dim
     ctx.note(N.SHAPE.key, {P.BATCH: batch, P.DIM: dim, "layers": layers, P.DTYPE: str(dtype), "flops_per_call": flops})
-    with quiet_dynamo():
-        c = compile_first_call(model, (x,), dev)
+    c = compile_first_call(model, (x,), dev)
     ctx.metric(M.SETUP_S, round(c.setup_s, 3), method=Method.COMPILE_DEFAULT)
     with torch.no_grad():
         ref, got = model(x), c.fn(x)
@@ -83,9 +81,8 @@ def run(ctx: Context[Options]) -> None:
         tol = 1e-4 if dtype == torch.float32 else 2e-2
         rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
         ctx.check("compiled equals eager (relative error)", rel < tol, detail=f"{rel:.2e} (limit {tol:.0e})")
-        samples = time_method_rounds({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)},
-                                     ctx.clock, rounds=o.rounds,
-                                     iters=o.iters, warmup=1)
+        samples = time_methods({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)},
+                               ctx.clock, o.rounds, o.iters, warmup=1)
         # the profiles after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method, f in ((Method.EAGER, model), (Method.COMPILE_DEFAULT, c.fn)):
             prof = profile_step(lambda f=f: f(x), dev, steps=3, warmup=1)

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, inductor_skip, time_method_rounds
+from lab.experiments.common.sweep import inductor_skip
+from lab.measure.timing import compile_first_call, time_methods
 from lab.measure.dynamo_tools import explain, quiet_dynamo
 from lab.contract import notes as N
 from lab.contract.names import Method
@@ -118,9 +119,7 @@ def run(ctx: Context[Options]) -> None:
     methods: dict[str, Any] = {f"{v}/{Method.EAGER}": (lambda f=f: _quiet_call(f, h, s)) for v, f in VERSIONS.items()}
     if not inductor_skip(ctx, "compiled timing of both versions"):
         for v, f in VERSIONS.items():
-            torch._dynamo.reset()
-            with quiet_dynamo(), redirect_stdout(io.StringIO()):
-                c = compile_first_call(f, (h, s), dev)
+            c = compile_first_call(f, (h, s), dev, reset=True)
             ctx.metric(M.SETUP_S, round(c.setup_s, 3), version=v, method=Method.COMPILE_DEFAULT)
             methods[f"{v}/{Method.COMPILE_DEFAULT}"] = lambda cf=c.fn: _quiet_call(cf, h, s)
             got = _quiet_call(c.fn, h, s)
@@ -128,8 +127,7 @@ def run(ctx: Context[Options]) -> None:
             ctx.check(f"{v}: compiled equals eager", all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
                                                         for a, b in zip(got, want)), version=v)
     with quiet_dynamo():
-        samples = time_method_rounds(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                                     warmup=ctx.profile.warmup)
+        samples = time_methods(methods, ctx.clock, ctx.profile.rounds, ctx.options.iters, ctx.profile.warmup)
     for key, per_round in samples.items():
         version, method = key.split("/")
         ctx.timing(M.STEP_MS, per_round, version=version, method=method, rows=rows, dim=dim)

@@ -40,7 +40,7 @@ from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import conclude, free_device_memory, prompt_for
-from lab.measure.timing import rotating_rounds
+from lab.measure.timing import flat, rotating_rounds, time_calls
 from lab.run.context import Context
 
 Ladder = Literal["per-size", "pow2", "vllm"]
@@ -117,14 +117,8 @@ def _time(call, state: DecodeState, start_pos: int, steps: int, clock, graphed: 
     state.pos.fill_(start_pos)  # the step is the same work at every position: restart instead of re-prefilling
     if graphed is not None:
         graphed.sync_position()
-    clock.sync()
-    marks = [clock.mark()]
     with torch.no_grad():
-        for _ in range(steps):
-            call()
-            marks.append(clock.mark())
-    clock.sync()
-    return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
+        return time_calls(call, steps, clock)
 
 
 def _capture_ladder(ctx: Context[Options], state: DecodeState, w, sizes: list[int], shared: bool) -> tuple[dict[int, GraphedStep], float,
@@ -188,7 +182,7 @@ def run(ctx: Context[Options]) -> None:
         calls = {b: (lambda b=b, g=graphs.get(b): _time(_caller(state, w, b, g), state, prof.prompt_len, o.steps,
                                                         ctx.clock, g)) for b in todo}
         for b, per_round in rotating_rounds(calls, o.rounds).items():
-            ms[b] = ctx.timing(M.STEP_MS, [x for r in per_round for x in r], bucket=b, method=method).median
+            ms[b] = ctx.timing(M.STEP_MS, flat(per_round), bucket=b, method=method).median
         kept.update({b: g for b, g in graphs.items() if b in _check_buckets(o, ladders)})
         del graphs, calls  # the next ladder's memory is measured with this one's graphs gone
         free_device_memory(ctx.device)

@@ -12,12 +12,13 @@ import torch
 
 from lab.step import decode, methods as stepmethods
 from lab.contract import metrics as M
+from lab.experiments.common.sweep import prompt_for
 from lab.measure.breakeven import break_even_calls
 from lab.step.graphs import GraphedStep
 from lab.contract.names import Experiment, Method
 from lab.contract.options import NoOptions
 from lab.contract import query
-from lab.measure.timing import rotating_rounds
+from lab.measure.timing import flat, rotating_rounds
 from lab.run.context import Context
 
 Options = NoOptions  # no knobs: the profile's batches, warm-up and steps
@@ -38,8 +39,7 @@ def run(ctx: Context[Options]) -> None:
     prof = ctx.profile
     _, w = ctx.gpt2("float32")
     for batch in prof.batches:
-        g = torch.Generator().manual_seed(2000 + batch)
-        prompt = torch.randint(0, prof.model.vocab_size, (batch, prof.prompt_len), generator=g).to(ctx.device)
+        prompt = prompt_for(prof.model.vocab_size, batch, prof.prompt_len, ctx.device, 2000 + batch)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         alloc0 = torch.cuda.memory_allocated()
@@ -64,10 +64,8 @@ def run(ctx: Context[Options]) -> None:
             steps = min(prof.decode_steps, prof.max_len - prof.prompt_len - 2)
             samples = rotating_rounds({Method.EAGER: lambda: eager.decode(steps, ctx.clock, False),
                                        Method.GRAPH: lambda: replay.decode(steps, ctx.clock, False)}, 3)
-            eager_ms = ctx.timing(M.STEP_MS, [x for r in samples[Method.EAGER] for x in r], method=Method.EAGER,
-                                  batch=batch).median
-            graph_ms = ctx.timing(M.STEP_MS, [x for r in samples[Method.GRAPH] for x in r], method=Method.GRAPH,
-                                  batch=batch).median
+            eager_ms = ctx.timing(M.STEP_MS, flat(samples[Method.EAGER]), method=Method.EAGER, batch=batch).median
+            graph_ms = ctx.timing(M.STEP_MS, flat(samples[Method.GRAPH]), method=Method.GRAPH, batch=batch).median
         saving = eager_ms - graph_ms
         ctx.metric(M.SAVING_MS_PER_STEP, round(saving, 5), batch=batch, source=source)
         be = break_even_calls(graphed.capture_s, eager_ms, graph_ms)

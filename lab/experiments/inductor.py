@@ -10,7 +10,8 @@ indexed step and that its core is one graph with no breaks, and times eager agai
 over interleaved rounds. Correctness (logits and tokens) is checked outside the timed loops.
 
 Works on the profile's device: C++ kernels on the CPU, Triton kernels on CUDA (timed with CUDA
-events through ctx.clock).
+events through ctx.clock). Compiled by hand, not through the method table: the compile's failure and the split
+step's compiled core are what is measured.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common import hostspeed
-from lab.measure.hostspeed import HostIndex
-from lab.measure.timing import first_call, rotating_rounds, time_calls
+from lab.experiments.common.sweep import prompt_for
+from lab.measure.timing import first_call, time_calls
 from lab.run.context import Context
 
 SPLIT_TOLERANCE = 1e-5  # eager split step vs eager indexed step: the same arithmetic, reordered writes only
@@ -132,11 +133,6 @@ def bisect(cases: list[OpCase], compile_call: Callable[[OpCase], Any] = default_
 
 # ---------------------------------------------------------------------------- decoding helpers
 
-def prompt_for(ctx: Context[Options], batch: int, seed: int = 20) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, ctx.profile.model.vocab_size, (batch, ctx.profile.prompt_len), generator=g)
-
-
 def decode_logits(step: Callable[[decode.DecodeState, Any], torch.Tensor], w: Any, prompt: torch.Tensor, steps: int,
                   max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits [steps, B, V], tokens [B, steps]) of `steps` calls of `step` after a prefill."""
@@ -177,7 +173,7 @@ def run(ctx: Context[Options]) -> None:
     _, w = ctx.gpt2()
     T = ctx.profile.prompt_len
     max_len = max(ctx.profile.max_len, T + max(steps, warmup + per_round) + 2)
-    prompt = prompt_for(ctx, batch)
+    prompt = prompt_for(ctx.profile.model.vocab_size, batch, T, ctx.device, 20)
     ctx.note(N.SETTINGS.key, {P.STEPS: steps, "equiv_steps": equiv_steps, P.BATCH: batch, "steps_per_round": per_round,
                           "rounds": rounds, "warmup": warmup, P.MAX_LEN: max_len, P.DTYPE: str(w.dtype),
                           "threads": torch.get_num_threads(), "device": str(ctx.device),
@@ -269,21 +265,11 @@ def run(ctx: Context[Options]) -> None:
         return once
 
     ctx.progress(f"timing {len(methods)} methods, {rounds} rounds of {per_round} steps")
-    keys = {f"{m} {s}": (m, s) for m, s in methods}
-    index = HostIndex()
-    rounds_out = rotating_rounds({label: timer(methods[key]) for label, key in keys.items()}, rounds, index=index)
-    medians: dict[tuple[Method, str], float] = {}
-    for label, per in rounds_out.items():
-        method, step_name = keys[label]
-        medians[method, step_name] = ctx.timing(M.STEP_MS, per, method=method, step=step_name, batch=batch).median
-    by_key = {keys[label]: per for label, per in rounds_out.items()}
-    turns = {label: ({P.METHOD: keys[label][0], P.STEP: keys[label][1], P.BATCH: batch}, per)
-             for label, per in rounds_out.items()}
-    labels = {key: label for label, key in keys.items()}
-    speedups = [(labels[Method.EAGER, step_name], label) for (method, step_name), label in labels.items()
-                if method != Method.EAGER and (Method.EAGER, step_name) in labels]
-    hostspeed.record(ctx, {P.BATCH: batch}, f"b{batch}", turns, index, speedups)
+    turns: hostspeed.Turns = {f"{m} {s}": ({P.METHOD: m, P.STEP: s, P.BATCH: batch}, timer(step))
+                              for (m, s), step in methods.items()}
+    samples = hostspeed.timed(ctx, turns, rounds, {P.BATCH: batch}, f"b{batch}")
     for step_name in ("indexed", "split"):
-        if (Method.COMPILE_DEFAULT, step_name) in medians:
-            ctx.speedup(M.SPEEDUP_VS_EAGER, by_key[Method.EAGER, step_name], by_key[Method.COMPILE_DEFAULT, step_name],
-                        method=Method.COMPILE_DEFAULT, step=step_name, batch=batch)
+        if f"{Method.COMPILE_DEFAULT} {step_name}" in samples:
+            ctx.speedup(M.SPEEDUP_VS_EAGER, samples[f"{Method.EAGER} {step_name}"][0],
+                        samples[f"{Method.COMPILE_DEFAULT} {step_name}"][0], method=Method.COMPILE_DEFAULT,
+                        step=step_name, batch=batch)

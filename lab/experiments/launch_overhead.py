@@ -14,8 +14,8 @@ from typing import Any, Callable
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import compile_first_call, cuda_skip, inductor_skip, time_method_rounds
-from lab.measure.dynamo_tools import quiet_dynamo
+from lab.experiments.common.sweep import cuda_skip, inductor_skip
+from lab.measure.timing import compile_first_call, time_methods
 from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.measure.opprofile import profile_step
@@ -50,9 +50,7 @@ def run(ctx: Context[Options]) -> None:
     methods: dict[str, Callable[[], Any]] = {Method.EAGER: lambda: fn(x)}
     compiled = None
     if not inductor_skip(ctx, f"{Method.COMPILE_DEFAULT} and {Method.COMPILE_GRAPH}"):
-        torch._dynamo.reset()
-        with quiet_dynamo():
-            compiled = compile_first_call(fn, (x,), dev, dynamic=False)
+        compiled = compile_first_call(fn, (x,), dev, reset=True, dynamic=False)
         ctx.metric(M.SETUP_S, round(compiled.setup_s, 3), method=Method.COMPILE_DEFAULT)
         methods[Method.COMPILE_DEFAULT] = lambda: compiled.fn(x)
     if not cuda_skip(ctx, f"{Method.GRAPH} and {Method.COMPILE_GRAPH}"):
@@ -70,8 +68,7 @@ def run(ctx: Context[Options]) -> None:
         for method, f in methods.items():
             out = f()
             ctx.check(f"{method} equals eager", torch.allclose(out, ref, rtol=1e-5, atol=1e-6), method=method)
-        samples = time_method_rounds(methods, ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                                     warmup=ctx.profile.warmup)
+        samples = time_methods(methods, ctx.clock, ctx.profile.rounds, ctx.options.iters, ctx.profile.warmup)
         # the profile after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method in (Method.EAGER, Method.COMPILE_DEFAULT):
             if method in methods:

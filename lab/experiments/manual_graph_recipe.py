@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from lab.contract import metrics as M
-from lab.measure.bench import time_method_rounds
+from lab.measure.timing import time_methods
 from lab.contract.names import Method, Variant
 from lab.contract.options import option
 from lab.contract.reasons import Code
@@ -65,10 +65,9 @@ def run(ctx: Context[Options]) -> None:
                   and not torch.allclose(graphed.static_out, eager), fatal=True)
 
         x = fresh
-        samples = time_method_rounds({Method.EAGER: lambda: model(x), Method.GRAPH: lambda: graphed(x),
+        samples = time_methods({Method.EAGER: lambda: model(x), Method.GRAPH: lambda: graphed(x),
                                 Variant.GRAPH_NO_CLONE: lambda: graphed(x, clone=False)},
-                                     ctx.clock, rounds=ctx.profile.rounds, iters=ctx.options.iters,
-                                     warmup=ctx.profile.warmup)
+                               ctx.clock, ctx.profile.rounds, ctx.options.iters, ctx.profile.warmup)
     for m, xs in samples.items():
         ctx.timing(M.STEP_MS, xs, method=m)
     ctx.speedup(M.SPEEDUP, samples[Method.EAGER], samples[Method.GRAPH], method=Method.GRAPH)

@@ -28,11 +28,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from lab.measure.bench import compile_first_call, time_methods
 from lab.contract import metrics as M
 from lab.contract.names import Method
 from lab.measure.opprofile import StepProfile, profile_step
-from lab.measure.timing import HostClock, clock_for, spread, sync, time_calls
+from lab.measure.timing import HostClock, clock_for, compile_first_call, flat, spread, sync, time_calls, time_methods
 
 HOST_BOUND_BUSY = 0.5  # GPU busy under half the step: the host is the bottleneck
 GEMM_BOUND_SHARE = 0.6  # matrix products above 60% of kernel time: little left to fuse
@@ -62,7 +61,7 @@ class Diagnosis:
     eager_ms: float | None = None
     compiled_ms: float | None = None
     setup_s: float | None = None
-    samples: dict[str, list[float]] = field(default_factory=dict)  # raw per-call ms per method
+    samples: dict[str, list[list[float]]] = field(default_factory=dict)  # raw per-call ms per method, per round
 
     @property
     def speedup(self) -> float | None:
@@ -188,7 +187,7 @@ def _recompiles(fn: Callable[..., Any], args: tuple[Any, ...], calls: int) -> Ch
 
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(fn, backend=CountingBackend())
+    compiled = torch.compile(fn, backend=CountingBackend())  # by hand: counting frames, not timing a compile
     with recompile_reasons() as reasons, quiet_dynamo(), redirect_stdout(io.StringIO()), torch.no_grad():
         compiled(*args)
         first = int(counters["frames"].get("ok", 0))
@@ -238,15 +237,14 @@ def _kernels(eager: StepProfile, compiled: StepProfile | None, why_not: str | No
                  f"{eager.kernels:.0f} → {compiled.kernels:.0f} {unit} per step; {gemm}", data)
 
 
-def _steady(samples: dict[str, list[float]], rounds: int, setup_s: float | None, naive_ms: float | None) -> Check:
+def _steady(samples: dict[str, list[list[float]]], rounds: int, setup_s: float | None, naive_ms: float | None) -> Check:
     data: dict[str, Any] = {M.SETUP_S.name: setup_s}
     parts = []
     steady = True
-    for name, xs in samples.items():
-        per = max(len(xs) // rounds, 1)
-        first, last = median(xs[:per]), median(xs[-per:])
+    for name, per_round in samples.items():
+        first, last = median(per_round[0]), median(per_round[-1])
         drift = abs(last - first) / first if first else 0.0
-        sp = spread(xs)
+        sp = spread(flat(per_round))
         data[name] = {"median_ms": sp.median, "rel_iqr": sp.rel_iqr, "noisy": sp.noisy, "drift": drift}
         steady &= drift <= DRIFT
         parts.append(f"{name} {sp.median:.3f} ms (IQR {sp.rel_iqr:.0%}, drift {drift:.0%})")
@@ -308,7 +306,6 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
     dev = torch.device(device).type
     args = tuple(args)
     say = progress or (lambda _m: None)
-    quiet = redirect_stdout(io.StringIO())
 
     def eager_call() -> Any:
         with torch.no_grad(), redirect_stdout(io.StringIO()):
@@ -329,12 +326,7 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
         why_not = inductor_reason
     else:
         say("compiling (Inductor)")
-        torch._dynamo.reset()
-        with quiet:
-            from lab.measure.dynamo_tools import quiet_dynamo
-
-            with quiet_dynamo():
-                c = compile_first_call(fn, args, dev)
+        c = compile_first_call(fn, args, dev, reset=True)
         setup_s = c.setup_s
 
         def compiled_call() -> Any:
@@ -343,7 +335,7 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
 
         methods[Method.COMPILE_DEFAULT] = compiled_call
     say("timing (rotating rounds)")
-    samples = time_methods(methods, clock_for(dev), rounds=rounds, iters=iters, warmup=warmup)
+    samples = time_methods(methods, clock_for(dev), rounds, iters, warmup)
     naive = None
     if dev == "cuda":  # what a host timer without synchronize() reads: launch rate, not work
         sync(dev)
@@ -355,8 +347,8 @@ def diagnose(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.de
     if Method.COMPILE_DEFAULT in methods:
         say("profiling compiled")
         compiled_prof = profile_step(methods[Method.COMPILE_DEFAULT], dev, steps=steps, warmup=warmup)
-    eager_ms = median(samples[Method.EAGER])
-    compiled_ms = median(samples[Method.COMPILE_DEFAULT]) if Method.COMPILE_DEFAULT in samples else None
+    eager_ms = median(flat(samples[Method.EAGER]))
+    compiled_ms = median(flat(samples[Method.COMPILE_DEFAULT])) if Method.COMPILE_DEFAULT in samples else None
     checks = [_host_device(eager_prof, eager_ms, dev), _kernels(eager_prof, compiled_prof, why_not, dev), brk, rec,
               _steady(samples, rounds, setup_s, naive)]
     speedup = eager_ms / compiled_ms if compiled_ms else None

@@ -7,7 +7,12 @@
   and after and timed on the host: its cost is host work (tracing, code generation, compiling),
   which device events would only see as an idle stream.
 - `rotating_rounds`: several rounds with the methods in rotating order, so drift and thermal state
-  hit every method alike.
+  hit every method alike; with a `HostIndex`, each turn between two samples of the host-speed index.
+- `time_methods`: the lab's one way to time a set of methods: `time_calls` of each in `rotating_rounds`,
+  the raw samples kept per round (what `ctx.timing` and `ctx.speedup` take to give their intervals).
+  A method that times itself (a decode marking every step: `StepMethod.decode`) goes to `rotating_rounds`.
+- `compile_first_call`: torch.compile a function and time its first call apart (`setup_s`), never mixed
+  into the steady samples.
 - `spread`: median, quartiles and a noise flag derived from the samples (as torch.utils.benchmark).
 - `warm_until_steady` and `still_improving`: the warm-up rule of a fresh process (time, agreement, no more
   improvement) and the drift test on the rounds kept after it (the sentinel's: lab.experiments.sentinel).
@@ -27,11 +32,14 @@ with the same code on the CPU and the GPU.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -40,6 +48,8 @@ from lab.contract import intervals
 from lab.contract.results import Spread
 from lab.measure import profiler_guard
 from lab.measure.hostspeed import HostIndex
+from lab.measure.dynamo_tools import quiet_dynamo
+from lab.measure.opprofile import enable_cpp_kernel_profile
 
 NOISY_REL_IQR = 0.10  # an IQR above 10% of the median flags the measurement as noisy
 
@@ -130,9 +140,11 @@ def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int =
     return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
 
 
-def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
-                    on_round: Callable[[int, str], None] | None = None,
-                    index: HostIndex | None = None) -> dict[str, list[list[float]]]:
+K = TypeVar("K", bound=Hashable)
+
+
+def rotating_rounds(methods: Mapping[K, Callable[[], list[float]]], rounds: int,
+                    index: HostIndex | None = None) -> dict[K, list[list[float]]]:
     """Run each method once per round, the order rotated by one each round. Returns samples per round. Each
     method's turn is a timed section named "<method> in round <n>" (lab.console.timed). With `index`, each turn runs
     between two samples of the host-speed index (lab.measure.hostspeed), kept there by the method's name.
@@ -140,22 +152,50 @@ def rotating_rounds(methods: dict[str, Callable[[], list[float]]], rounds: int,
     Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached, and
     checked again before every round."""
     names = list(methods)
-    out: dict[str, list[list[float]]] = {n: [] for n in names}
+    out: dict[K, list[list[float]]] = {n: [] for n in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)] if names else []
         profiler_guard.check_clean(f"round {r + 1} of {', '.join(map(str, names))}")
         for name in order:
-            if on_round:
-                on_round(r, name)
-            if index is None:
-                with console.timed(f"{name} in round {r + 1}"):
-                    out[name].append(methods[name]())
-                continue
             with console.timed(f"{name} in round {r + 1}"):
-                out[name].append(index.turn(str(name), methods[name]))
+                out[name].append(methods[name]() if index is None else index.turn(str(name), methods[name]))
     if index is not None:
         index.close()
     return out
+
+
+def time_methods(methods: Mapping[K, Callable[[], object]], clock: Clock, rounds: int, iters: int, warmup: int = 2,
+                 index: HostIndex | None = None) -> dict[K, list[list[float]]]:
+    """Per-call ms of each method, one list per round: `rounds` rounds in rotating order (`rotating_rounds`, with the
+    host-speed `index` if given), `iters` timed calls after `warmup` untimed ones per turn (`time_calls`)."""
+    return rotating_rounds({name: functools.partial(time_calls, f, iters, clock, warmup) for name, f in methods.items()},
+                           rounds, index=index)
+
+
+def flat(per_round: Sequence[Sequence[float]]) -> list[float]:
+    """The samples of all rounds in one list (a timing recorded without its rounds' interval)."""
+    return [x for r in per_round for x in r]
+
+
+@dataclass
+class Compiled:
+    fn: Callable[..., Any]
+    setup_s: float  # the first call: tracing, lowering, code generation, C++/Triton compilation
+
+
+def compile_first_call(fn: Callable[..., Any], args: tuple[Any, ...], device: torch.device | str,
+                       label: str = "", reset: bool = False, **compile_kwargs: Any) -> Compiled:
+    """torch.compile `fn` and make the first call (timed, synchronised, Dynamo's warnings and what the call prints kept
+    quiet); generated C++ kernels are profilable. `reset`: torch._dynamo.reset() first, a compile from nothing.
+    The console says "compiling <fn's name>, <label> (first call)": `label` tells apart compiles of one function."""
+    if reset:
+        torch._dynamo.reset()
+    compiled = torch.compile(fn, **compile_kwargs)
+    name = getattr(fn, "__name__", type(fn).__name__) + (f", {label}" if label else "")
+    with (enable_cpp_kernel_profile(), torch.no_grad(), console.activity(f"compiling {name} (first call)"),
+          quiet_dynamo(), contextlib.redirect_stdout(io.StringIO())):
+        _, seconds = first_call(compiled, *args, device=device)
+    return Compiled(compiled, seconds)
 
 
 def spread(samples: Sequence[float], rounds: Sequence[Sequence[float]] | None = None) -> Spread:

@@ -23,6 +23,7 @@ is owned (lab.locks): one left by a killed run is removed when the next run star
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -141,23 +142,17 @@ def kill_group(proc: subprocess.Popen[Any]) -> None:
             proc.kill()
         return
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(proc.pid, signal.SIGSTOP)  # it forks no more while its descendants are found and killed
-        except OSError:
-            pass
         for _ in range(10):
             found = descendants(proc.pid)
             if not found:
                 break
             for pid in found:
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def descendants(root: int) -> list[int]:
@@ -200,15 +195,11 @@ def reap_descendants() -> None:
         if not children:
             return
         for pid in children:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         for pid in children:
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
 
 
 def _tail(path: Path) -> str:

@@ -41,7 +41,7 @@ from lab.step.graphs import GraphedStep
 from lab.step.model import Weights
 from lab.contract.names import Method
 from lab.measure.opprofile import enable_cpp_kernel_profile
-from lab.measure.timing import Clock, first_call
+from lab.measure.timing import Clock, first_call, time_calls
 
 StepFn = Callable[[DecodeState, Weights], torch.Tensor]
 
@@ -300,21 +300,19 @@ class StepMethod:
             self.graphed.sync_position()
 
     def decode(self, steps: int, clock: Clock, readback: bool) -> list[float]:
-        """Per-step milliseconds of `steps` steps after a fresh prefill."""
+        """Per-step milliseconds of `steps` steps after a fresh prefill (lab.measure.timing.time_calls)."""
         self.start()
-        clock.sync()
-        marks = [clock.mark()]
-        last = None
+        last: list[Any] = [None]
+
+        def step() -> None:
+            last[0] = self.call()
+            if readback:
+                self.state.tok.to("cpu")  # a real engine reads each token back (stop check)
         with torch.no_grad():
-            for _ in range(steps):
-                last = self.call()
-                if readback:
-                    self.state.tok.to("cpu")  # a real engine reads each token back (stop check)
-                marks.append(clock.mark())
+            samples = time_calls(step, steps, clock)
             # keep the last logits before another method's replay can overwrite a graph's output
-            self.logits = last.detach().clone() if isinstance(last, torch.Tensor) else None
-        clock.sync()
-        return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
+            self.logits = last[0].detach().clone() if isinstance(last[0], torch.Tensor) else None
+        return samples
 
     def tokens(self) -> torch.Tensor:
         return self.state.out.detach().cpu().clone()

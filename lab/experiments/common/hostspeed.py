@@ -1,4 +1,8 @@
-"""Recording what the host's CPU speed did to one shape's timing of step methods (lab.experiments.common.methods).
+"""Timing step methods with the host-speed index, and recording what the host's CPU speed did to them.
+
+`timed` is the lab's one way to time step methods that keep a host index (lab.experiments.common.methods, inductor):
+rotating rounds (lab.measure.timing.rotating_rounds), each turn between two samples of the index, each method's
+`step_ms` with its interval from the rounds, then `record`.
 
 Beside each method's `round_medians_ms`: `host_index_ms`, the index of each of its rounds (lab.measure.hostspeed);
 per method `host_sensitivity` with its interval and `step_ms_at_reference` with its interval; per method but eager
@@ -10,13 +14,37 @@ note. The statistics are lab.contract.hostspeed's. An experiment records only wh
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Callable
 
 from lab.contract import hostspeed as stats
 from lab.contract import metrics as M
 from lab.contract import notes
 from lab.contract.hostspeed import Estimate
+from lab.contract.names import Method, Param as P
+from lab.contract.results import Spread
 from lab.measure.hostspeed import HostIndex
+from lab.measure.timing import rotating_rounds
+
+Turns = dict[str, tuple[dict[str, Any], Callable[[], list[float]]]]
+
+
+def timed(ctx: Any, turns: Turns, rounds: int, params: dict[str, Any],
+          note_shape: str) -> dict[str, tuple[list[list[float]], Spread]]:
+    """Per name (the index keeps its turns under it): the method's per-round samples and its `step_ms` recorded under
+    the params given with its turn. The speedup at the reference of each method is taken against eager's turn of the
+    same other params. `params`, `note_shape`: the timing's, as `record` takes them."""
+    index = HostIndex()
+    samples = rotating_rounds({name: fn for name, (_, fn) in turns.items()}, rounds, index=index)
+    spreads = {name: ctx.timing(M.STEP_MS, samples[name], **p) for name, (p, _) in turns.items()}
+
+    def rest(p: dict[str, Any]) -> str:
+        return repr({k: v for k, v in p.items() if k != P.METHOD})
+
+    eager = {rest(p): name for name, (p, _) in turns.items() if p[P.METHOD] == Method.EAGER}
+    speedups = [(eager[rest(p)], name) for name, (p, _) in turns.items()
+                if p[P.METHOD] != Method.EAGER and rest(p) in eager]
+    record(ctx, params, note_shape, {name: (p, samples[name]) for name, (p, _) in turns.items()}, index, speedups)
+    return {name: (samples[name], spreads[name]) for name in turns}
 
 
 def put(ctx: Any, spec: M.MetricSpec, est: Estimate | None, digits: int, **params: Any) -> None:

@@ -26,6 +26,7 @@ only the metrics its experiment's catalogue entry declares:
 
 from __future__ import annotations
 
+import functools
 import statistics
 import traceback
 from dataclasses import dataclass, field
@@ -40,8 +41,6 @@ from lab.experiments.common import hostspeed
 from lab.measure import compiletrace, stepprofile
 from lab.measure.breakeven import break_even_calls
 from lab.measure.dynamo_tools import dynamo_counters
-from lab.measure.hostspeed import HostIndex
-from lab.measure.timing import rotating_rounds
 from lab.step import ceilings, correctness, teacher
 from lab.step import methods as stepmethods
 from lab.step.model import Weights
@@ -268,26 +267,22 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
     if not built:
         return
     before = dynamo_counters()
-    pairs = {(n, rb): (lambda m=m, rb=rb: m.decode(shape.steps, ctx.clock, readback=rb))
-             for n, m in built.items() for rb in readbacks
-             if not rb or readback_methods is None or n in readback_methods}
+    pairs = [(n, rb) for n in built for rb in readbacks if not rb or readback_methods is None or n in readback_methods]
     ctx.progress(f"{shape.label()}: timing {len(built)} methods, {rounds} rounds")
-    index = HostIndex()
-    labels = {(n, rb): f"{n}|{rb}" for n, rb in pairs}  # each turn's name in the host index's note
-    samples = rotating_rounds({labels[k]: fn for k, fn in pairs.items()}, rounds, index=index)
+    turns: hostspeed.Turns = {  # each turn's name in the host index's note, its metrics' params, the turn
+        f"{n}|{rb}": ({**shape.params, P.METHOD: n, **({P.READBACK: rb} if shape.readback_param else {})},
+                      functools.partial(built[n].decode, shape.steps, ctx.clock, readback=rb)) for n, rb in pairs}
+    samples = hostspeed.timed(ctx, turns, rounds, shape.params, _note_shape(shape))
     frames = stepmethods.compiled_frames(before, dynamo_counters())
     if M.RECOMPILES_DURING_TIMING in ctx.spec.metrics:
         record(ctx, M.RECOMPILES_DURING_TIMING, frames, shape)
         ctx.check(f"no compile during timed rounds ({shape.label()})", frames == 0, detail=f"{frames} frames compiled",
                   **shape.params)
     nbytes = ceilings.decode_bytes(ms.weights, shape.batch, shape.prompt_len, shape.steps)
-    turns: dict[str, tuple[dict[str, Any], list[list[float]]]] = {}  # host index: per key, its params and rounds
-    for (name, rb), key in labels.items():
-        per_round = samples[key]
+    for name, rb in pairs:
+        per_round, sp = samples[f"{name}|{rb}"]
         extra: dict[str, Any] = {P.READBACK: rb} if shape.readback_param else {}
-        turns[key] = ({**shape.params, P.METHOD: name, **extra}, per_round)
         ms.rounds[(name, rb)] = per_round
-        sp = ctx.timing(M.STEP_MS, per_round, **shape.params, method=name, **extra)
         ms.ms[(name, rb)] = sp.median
         record(ctx, M.ROUND_MEDIANS_MS, [round(statistics.median(r), 5) for r in per_round], shape, method=name,
                **extra)
@@ -304,9 +299,6 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
             eager_ms, step_ms = ms.ms[(Method.EAGER, rb)], ms.ms[(name, rb)]
             record(ctx, M.SAVING_MS_PER_STEP, round(eager_ms - step_ms, 5), shape, method=name)
             record(ctx, M.BREAK_EVEN_STEPS, break_even_calls(ms.setup_s(name), eager_ms, step_ms), shape, method=name)
-    speedups = [(labels[(Method.EAGER, rb)], key) for (n, rb), key in labels.items()
-                if n != Method.EAGER and (Method.EAGER, rb) in labels]
-    hostspeed.record(ctx, shape.params, _note_shape(shape), turns, index, speedups)
 
 
 def profile(ctx: Any, ms: MethodSet) -> None:

@@ -25,7 +25,8 @@ from lab.step import ceilings
 from lab.step.model import LayerWeights, Weights, torch_dtype
 from lab.contract.profiles import GPT2, TINY, ModelSpec
 from lab.contract import query
-from lab.contract.names import Experiment, Param as P
+from lab.contract.names import Experiment
+from lab.contract.reasons import Code
 
 # GPT-2's published shapes (layers, width, heads); vocabulary 50257, 1024 positions. The tiny ones are
 # for the smoke profile: the same code on a model a CPU steps through in milliseconds.
@@ -116,11 +117,10 @@ class Budget:
 def copy_bandwidth(ctx: Any) -> float:
     """This host's copy bandwidth in GB/s: the ceilings experiment's of this run, else measured here (recorded)."""
     rec = query.ok(ctx.results.experiments, Experiment.CEILINGS) if ctx.results is not None else None
-    if rec is not None:
-        found = [m for m in rec.metrics if m.name == M.BANDWIDTH_GBPS.name and m.params.get(P.KIND) == "copy"]
-        if found and found[0].value:
-            ctx.metric(M.BANDWIDTH_GBPS, found[0].value, kind="copy", source=Experiment.CEILINGS)
-            return float(found[0].value)
+    found = query.maybe(rec, M.BANDWIDTH_GBPS, kind="copy")
+    if found is not None and found.value:
+        ctx.metric(M.BANDWIDTH_GBPS, found.value, kind="copy", source=Experiment.CEILINGS)
+        return float(found.value)
     nbytes = (1 << 30) if ctx.device.type == "cuda" else (64 << 20)
     best = max(ceilings.copy_bandwidth_gbps(ctx.device, nbytes, clock=ctx.clock))
     ctx.metric(M.BANDWIDTH_GBPS, round(best, 2), kind="copy", source="measured here", bytes=nbytes)
@@ -137,6 +137,23 @@ def inductor_missing(ctx: Any) -> Any:
     """The toolchain's reason Inductor cannot compile for this run's device (a Reason), or None when it can."""
     toolchain = getattr(ctx, "toolchain", None)
     return None if toolchain is None else toolchain.reason_for("inductor", ctx.device.type)
+
+
+def inductor_skip(ctx: Any, item: str) -> bool:
+    """Record `item` as skipped (with the toolchain's reason) when Inductor cannot compile here; True if skipped."""
+    reason = inductor_missing(ctx)
+    if reason is not None:
+        ctx.skip(item, reason.code, reason.message)
+    return reason is not None
+
+
+def cuda_skip(ctx: Any, item: str) -> bool:
+    """Record `item` as skipped when the run is not on a CUDA device (graph replay needs one); True if skipped."""
+    skip: bool = ctx.device.type != "cuda"
+    if skip:
+        ctx.skip(item, Code.NO_CUDA, "CUDA graph capture and replay need a CUDA device: run the gpu profile on a host "
+                                  "with an NVIDIA GPU and a CUDA build of torch")
+    return skip
 
 
 def provenance(ctx: Any) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from lab.measure import profiler_guard
-from lab.measure.timing import clock_for, rotating_rounds, time_calls
+from lab.measure.timing import clock_for, time_methods
 from lab.step.decode import DecodeState
 from lab.step.fused import configs as C, layout as LY
 from lab.step.fused.kernels import KERNELS
@@ -113,8 +113,7 @@ def cuda_timer(device: torch.device, rounds: int = LY.ROUNDS, calls: int = LY.CA
     clock = clock_for(device)
 
     def timer(bursts: Any) -> dict[str, list[float]]:
-        got = rotating_rounds({f: (lambda b=b: time_calls(b, calls, clock, warmup=1)) for f, b in bursts.items()},
-                              rounds)
+        got = time_methods(bursts, clock, rounds, calls, warmup=1)
         return {f: [statistics.median(r) * 1e3 for r in per_round] for f, per_round in got.items()}
 
     return timer
