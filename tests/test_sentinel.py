@@ -222,39 +222,46 @@ def _clock_index(host: list[float]):
 
 
 @pytest.mark.parametrize("own_ms, clean", [(3.0, True), (3.9, False)])
-def test_the_paired_rounds_alternate_and_judge_the_instrument_not_the_host(own_ms: float, clean: bool):
-    """The host slows by 2x half-way: both sides slow alike, so the paired ratio is the run's own doing alone."""
+def test_the_cycles_rotate_and_judge_the_instrument_not_the_host(own_ms: float, clean: bool):
+    """Two fresh children (3.0 and 3.09 ms: two processes differ by themselves) and the run's own eager take turns;
+    the host slows by 2x half-way: every side slows alike, so the paired ratio is the run's own doing alone, and
+    the children's own ratio is the instrument's resolution."""
+    import math
+
     host = [1.0]
     order: list[str] = []
-    child = _Child(host, 3.0)
+    children = {"fresh": _Child(host, 3.0), "fresh-2": _Child(host, 3.09)}
 
     def turn(side: str) -> None:
-        host[0] = 2.0 if len(order) >= 8 else 1.0  # the second half of the pairs on a host twice as slow
+        host[0] = 2.0 if len(order) >= 12 else 1.0  # the second half of the cycles on a host twice as slow
         order.append(side)
 
-    def fresh():
-        turn("fresh")
-        return child()
+    def ask(side: str):
+        turn(side)
+        return children[side]()
 
     def own() -> list[float]:
         turn("in-run")
         return [own_ms * host[0]] * 4
 
-    paired = sentinel_end.alternate(own, fresh, pairs=8, index=_clock_index(host))
-    assert order[:4] == ["fresh", "in-run", "in-run", "fresh"] and len(order) == 16
-    assert len(paired.in_run) == len(paired.fresh) == 8
+    fresh = {side: (lambda side=side: ask(side)) for side in children}
+    paired = sentinel_end.alternate(own, fresh, cycles=8, index=_clock_index(host))
+    assert order[:6] == ["fresh", "in-run", "fresh-2", "in-run", "fresh-2", "fresh"] and len(order) == 24
+    assert len(paired.in_run) == len(paired.fresh) == len(paired.rounds["fresh-2"]) == 8
     assert paired.index.per_round("fresh")[-1] == 40.0 and paired.index.per_round("in-run")[-1] == 40.0
     ctx = _ctx_end()
     assert sentinel_end.record_paired(ctx, paired) is clean
     rec = ctx.record
     params = {"method": Method.EAGER, "batch": 1, "dtype": "float32"}
-    ratio = rec.metric(M.IN_RUN_OVER_FRESH.name, **params).value
-    assert ratio == pytest.approx(own_ms / 3.0, rel=1e-3)
+    assert rec.metric(M.IN_RUN_OVER_FRESH.name, **params).value == pytest.approx(own_ms / math.sqrt(3.0 * 3.09),
+                                                                                  rel=1e-3)
     assert rec.metric(M.IN_RUN_OVER_FRESH_CI_LOW.name, **params).value is not None
+    assert rec.metric(M.FRESH_OVER_FRESH.name, **params).value == pytest.approx(3.0 / 3.09, rel=1e-3)
     [check] = rec.checks
-    assert check.passed is clean and not check.fatal and "8 paired rounds" in check.detail
-    assert "the host index moved 2.00x" in check.detail and "in-run over fresh 1.00x (the loop's own" in check.detail
-    assert "not pinned to one CPU" in check.detail and "waited for the CPU" in check.detail
+    assert check.passed is clean and not check.fatal and "8 cycles" in check.detail
+    assert "the host index moved 2.00x" in check.detail and "two fresh processes differed 0.971x" in check.detail
+    assert "the index's own in-run over fresh 1.00x per cycle" in check.detail
+    assert "not pinned" in check.detail and "waited for the CPU" in check.detail
     assert N.check("sentinel_end", N.PAIRED_ROUNDS.key, rec.notes[N.PAIRED_ROUNDS.key]) is None
     assert [r["wait_ms"] for r in rec.notes[N.PAIRED_ROUNDS.key]["rounds"]["fresh"]] == [0.5] * 8
     assert N.check("sentinel_end", N.HOST_INDEX.key_for(shape="paired"), rec.notes["host_index.paired"]) is None
@@ -311,14 +318,14 @@ def test_the_real_child_takes_turns_with_the_parents_eager_on_the_cpu(tiny):
         with cpuplace.pinned(cpu) as on:
             pinned = child.ask({"pin": on})["pinned"] if on is not None else None
             paired = sentinel_end.alternate(lambda: mine.decode(6, HostClock(), readback=False),
-                                            lambda: sentinel_end.ask_round(child), pairs=3)
+                                            {"fresh": lambda: sentinel_end.ask_round(child)}, cycles=3)
         res = child.finish()
     assert res.ok and len(paired.fresh) == len(paired.in_run) == 3 and all(len(r) == 6 for r in paired.fresh)
     if on is not None:  # Linux: the child took the parent's CPU, and each side's rounds say where they ran
         assert pinned == on and {r["cpu"] for side in paired.host.values() for r in side} == {on}
         assert all(r["wait_ms"] >= 0 and r["others_ms"] >= 0 for side in paired.host.values() for r in side)
     assert all(x > 0 for x in paired.index.per_round("fresh") + paired.index.per_round("in-run"))
-    assert paired.ratio() > 0
+    assert paired.ratio()[0] > 0
 
 
 def test_without_posix_pipes_the_end_sentinel_runs_alone_and_says_why(monkeypatch):
@@ -356,6 +363,8 @@ def test_sentinel_end_pairs_the_runs_own_eager_with_the_fresh_child_on_the_cpu(m
     p = {"method": Method.EAGER, "batch": 1, "dtype": "float32"}
     assert rec.metric(M.IN_RUN_OVER_FRESH.name, **p).value > 0
     assert rec.metric(M.IN_RUN_OVER_FRESH_CI_LOW.name, **p).value is not None
+    assert rec.metric(M.FRESH_OVER_FRESH.name, **p).value > 0  # the second, gated child took its turns too
+    assert set(rec.notes[N.PAIRED_ROUNDS.key]["samples_ms"]) == {"fresh", "in-run", "fresh-2"}
     assert rec.metric(M.SENTINEL_STEP_MS.name, method=Method.EAGER, when="end").value > 0
     assert N.WARMUP.key_for(when="end") in rec.notes and "host_index.paired" in rec.notes
 

@@ -152,7 +152,8 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    "verdict, and the host's drift", "020",
                    ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP, *_SENSITIVITY,
                                M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT, M.IN_RUN_OVER_FRESH,
-                               M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH)),
+                               M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH, M.FRESH_OVER_FRESH,
+                               M.FRESH_OVER_FRESH_CI_LOW, M.FRESH_OVER_FRESH_CI_HIGH)),
 )
 
 BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}

@@ -201,14 +201,21 @@ SPEEDUP_AT_REFERENCE_CI_LOW = declare("speedup_at_reference_ci_low", units.X, N,
                                       "speedup_at_reference (rounds paired)", derived_from=("step_ms",))
 SPEEDUP_AT_REFERENCE_CI_HIGH = declare("speedup_at_reference_ci_high", units.X, N, "high end of the 95% interval of "
                                        "speedup_at_reference", derived_from=("step_ms",))
-IN_RUN_OVER_FRESH = declare("in_run_over_fresh", units.X, N, "the run's own eager step over a fresh process's, the two "
-                            "alternating rounds under the same host conditions (paired): 1 is an instrument that does "
+IN_RUN_OVER_FRESH = declare("in_run_over_fresh", units.X, N, "the run's own eager step over fresh processes', taking "
+                            "turns round by round under the same host conditions (paired): 1 is an instrument that does "
                             "not move what it measures (no direction)", interval=("in_run_over_fresh_ci_low",
                                                                                   "in_run_over_fresh_ci_high"))
 IN_RUN_OVER_FRESH_CI_LOW = declare("in_run_over_fresh_ci_low", units.X, N, "low end of the 95% interval of "
                                    "in_run_over_fresh (a bootstrap over the paired rounds)")
 IN_RUN_OVER_FRESH_CI_HIGH = declare("in_run_over_fresh_ci_high", units.X, N, "high end of the 95% interval of "
                                     "in_run_over_fresh")
+FRESH_OVER_FRESH = declare("fresh_over_fresh", units.X, N, "one fresh process's eager step over a second's, taking turns "
+                           "with the run's (paired, per round): how far two processes that did nothing differ, the "
+                           "resolution of in_run_over_fresh (no direction)",
+                           interval=("fresh_over_fresh_ci_low", "fresh_over_fresh_ci_high"))
+FRESH_OVER_FRESH_CI_LOW = declare("fresh_over_fresh_ci_low", units.X, N, "low end of the 95% interval of fresh_over_fresh")
+FRESH_OVER_FRESH_CI_HIGH = declare("fresh_over_fresh_ci_high", units.X, N, "high end of the 95% interval of "
+                                   "fresh_over_fresh")
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
                   "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"),
                   derived_from=("step_ms",))

@@ -155,9 +155,10 @@ def steady_take(calls: dict[str, Callable[[], list[float]]], *, rounds: int, min
 def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt_len: int, max_len: int, steps: int,
           rounds: int, min_s: float, window: int, agree: float, max_rounds: int, retakes: int, budget_s: float,
           methods: tuple[str, ...] = METHODS, profile_then_time: bool = False,
-          pair_steps: int | None = None) -> dict[str, Any]:
+          pair_steps: int | None = None, gate: bool = False) -> dict[str, Any]:
     """In a fresh process: the run's GPT-2 at batch 1 in fp32, eager and graph replay, warmed until steady
-    (`steady_take`). Started by lab.run.turns, it then serves eager rounds of `pair_steps` steps (default `steps`)."""
+    (`steady_take`). Started by lab.run.turns, it then serves eager rounds of `pair_steps` steps (default `steps`);
+    with `gate` it first waits for a request before it touches the device (sentinel_end's second fresh process)."""
     import torch
 
     from lab.contract.profiles import ModelSpec
@@ -166,6 +167,12 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
     from lab.step import methods as stepmethods
     from lab.step.model import build_model, extract_weights
 
+    chan = turns.channel()
+    if gate and chan is not None:  # a second fresh process imports while the first warms up, then waits for "go"
+        import transformers  # noqa: F401 - its import is the slow part of building the model
+
+        if chan.request() is None:  # the parent is done before it needed this one
+            return {}
     spec = ModelSpec(**model)
     w = extract_weights(build_model(spec, provenance, device=device), torch.float32, device)
     g = torch.Generator().manual_seed(1001)
@@ -195,7 +202,6 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
             b.start()
             count_kernels(b.call, torch.device(device))
         out["after_profile"] = rotating_rounds(calls, rounds)
-    chan = turns.channel()
     if chan is not None:  # started by lab.run.turns.Turns: alternate eager rounds with the parent (sentinel_end)
         lead_built = built[lead]
         serve(chan, lambda: lead_built.decode(pair_steps or steps, clock, readback=False), out)

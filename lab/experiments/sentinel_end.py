@@ -1,41 +1,48 @@
-"""sentinel_end: the run's own eager judged by a fresh process that takes turns with it, and what the host did.
+"""sentinel_end: the run's own eager judged by fresh processes that take turns with it, and what the host did.
 
 The same child as `sentinel` (lab.experiments.sentinel) warms up and measures eager and graph replay
 at batch 1 in fp32 after every other experiment (`sentinel_step_ms` with `when=end`, its `warmup.end`
-note, its check "the sentinel's rounds were steady (end)"). Then it stays alive (lab.run.turns) and
-alternates rounds of eager with the run's own process, which has compiled, captured and profiled for
-minutes: `pairs` pairs, the child's round first in even pairs and the run's first in odd ones, each
-round between two samples of the host-speed index (lab.measure.hostspeed). Both see the same host at
-the same minute, so a host that got slower slows both; what is left is what the run did to its own
-process. Both are pinned to one CPU for the pairs (the one the run's thread is on; restored after):
-on an H200 host the run's thread and the child's sat on different CPUs, and in the same minute the
-index's own loop ran 1.7x slower on the run's (0.75-0.83 ms against 0.45), so the paired ratio
-measured the two cores, not the lab. Each round also says what the host and the process did meanwhile
-(lab.host.procstat: the thread's run-queue wait, the CPU time of the process's other threads, the
-hypervisor's steal), in the `paired_rounds` note and the check's detail: a slower in-run side whose
-other threads were busy is the lab's doing, one that waited for its CPU is the host's.
+note, its check "the sentinel's rounds were steady (end)"). A second fresh process imports meanwhile
+and warms up (eager, half the budget) only after that take, so that no two processes share the GPU
+while one is measured. Then both stay alive (lab.run.turns) and take turns with the run's own process,
+which has compiled, captured and profiled for minutes: `pairs` cycles of one eager round of
+`pair_steps` steps a side, the order rotated every cycle, each round between two samples of the
+host-speed index (lab.measure.hostspeed). All see the same host at the same minute, so a host that
+got slower slows all; what is left is what the run did to its own process. All are pinned to one CPU
+for the cycles (the run's thread's; restored after): on an H200 host the run's thread and the child's
+sat on different CPUs, and in the same minute the index's own loop ran 1.7x slower on the run's, so
+the ratio measured two cores, not the lab. Each round also says what the host and the process did
+(lab.host.procstat: the thread's run-queue wait, the CPU time of its process's other threads, the
+hypervisor's steal) in the `paired_rounds` note, with every step, and in the check's detail.
 
-- `in_run_over_fresh` (params method eager, batch 1, fp32): the median over pairs of the run's round
-  median over the child's, with its 95% interval (a bootstrap over the pairs:
-  lab.contract.intervals.pair_ratio); `pairs` pairs of `pair_steps` steps each (24 of 32: many short
-  pairs, as the host's speed flips within seconds; three fresh processes pinned to one CPU agreed within
-  1.5% so, where 12 rounds of 64 steps had put two of them 11% apart by their pooled medians).
-  The instrument is clean when the ratio is within 5% of 1 or its interval holds 1
-  (lab.contract.hostspeed.in_run_clean); otherwise the non-fatal check "in-run eager within 5% of an
-  interleaved fresh process" fails: that is the lab's doing (a profiler's residue, a leak).
+Why two fresh processes: two processes that did nothing differ by themselves. Pinned to one H200
+CPU, 30 cycles of 32 steps: three fresh processes within 1.5% of each other in one trial, 4.7%
+(0.953 [0.916, 0.971]) and 4.4% apart in another; a process that had run one CPU-only profiler session
+was 18-30% slower, one that had run a CPU+CUDA session (CUPTI torn down) was not. So the control is the
+two fresh processes' geometric mean per cycle (a process's own luck weighs half), and their own ratio,
+`fresh_over_fresh` with its interval, is the instrument's resolution, stated beside the verdict.
+
+- `in_run_over_fresh` (params method eager, batch 1, fp32): the median over cycles of the run's round
+  median over the control's, with its 95% interval (a bootstrap over the cycles:
+  lab.contract.intervals.pair_ratio: per cycle, as the host's speed flips within seconds; 12 rounds of
+  64 steps had put two fresh processes 11% apart by their pooled medians, 3.6% per pair). The
+  instrument is clean when the ratio is within 5% of 1 or its interval holds 1
+  (lab.contract.hostspeed.in_run_clean); otherwise the non-fatal check "in-run eager within 5% of
+  interleaved fresh processes" fails: that is the lab's doing (a profiler's residue, a leak).
 - `in_run_over_sentinel` (eager, graph): cuda_graph_decode's own step over the start sentinel's, and
   `sentinel_drift`, the end sentinel's over the start's: data, not checks. Minutes apart on a shared
   host they measure the host as much as the lab (an H200 host moved eager 2x from minute to minute
   while graph replay did not move); a drift beyond 10% is reported as a host warning, with the host
   index at both ends, never as a failed check.
 
-Why the simplest paired design (one child, alternating rounds at the end) and not a child alive for the
-whole run: the comparison needs the two processes side by side, not the whole run's timeline, and a
-child that lived through the run would share the GPU with every experiment.
+Why at the end and not children alive for the whole run: the comparison needs the processes side by
+side, not the run's timeline, and a child that lived through the run would share the GPU with every
+experiment.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -63,34 +70,49 @@ PAIRED: dict[str, Any] = {P.METHOD: Method.EAGER, P.BATCH: 1, P.DTYPE: "float32"
 
 @dataclass(frozen=True)
 class Options(sentinel.Options):
-    pairs: int = option(24, "pairs of eager rounds, the fresh child's and the run's own, alternating")
+    pairs: int = option(24, "cycles of eager rounds, one of each fresh child and of the run's own, in rotating order")
     pair_steps: int = option(32, "decode steps in each paired round: shorter rounds, more pairs (the ratio is taken "
                                  "per pair, and a host's speed flips within seconds)")
 
 
+IN_RUN, FRESH, SECOND = "in-run", "fresh", "fresh-2"  # the sides: the run's own process, the fresh children
+
+
 @dataclass
 class Paired:
-    """The run's own rounds and the fresh child's, in pair order, the host index around each, what the host did in each
-    (lab.host.procstat, per side) and the CPU both sides were pinned to (None: not pinned)."""
+    """Each side's rounds in cycle order, the host index around each, what the host did in each (lab.host.procstat)
+    and the CPU each side was pinned to (None: not pinned)."""
 
-    in_run: list[list[float]] = field(default_factory=list)
-    fresh: list[list[float]] = field(default_factory=list)
+    rounds: dict[str, list[list[float]]] = field(default_factory=dict)
     index: HostIndex = field(default_factory=HostIndex)
-    host: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"in-run": [], "fresh": []})
+    host: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     pinned: dict[str, int | None] = field(default_factory=dict)
 
-    def ratio(self) -> float:
-        """The median over pairs of the run's round over the child's (lab.contract.intervals.pair_ratio)."""
-        return intervals.pair_ratio(self.in_run, self.fresh)[0]
+    @property
+    def in_run(self) -> list[list[float]]:
+        return self.rounds.get(IN_RUN, [])
 
-    def interval(self) -> intervals.Interval | None:
-        return intervals.pair_ratio(self.in_run, self.fresh)[1]
+    @property
+    def fresh(self) -> list[list[float]]:
+        """The control, one value a cycle: the fresh child's round median, or with a second fresh child the geometric
+        mean of the two (a process's own luck, a few percent, weighs half)."""
+        if SECOND not in self.rounds:
+            return self.rounds.get(FRESH, [])
+        return [[math.sqrt(statistics.median(a) * statistics.median(b))]
+                for a, b in zip(self.rounds[FRESH], self.rounds[SECOND], strict=True)]
+
+    def ratio(self) -> tuple[float, intervals.Interval | None]:
+        """The median over cycles of the run's round over the control's (lab.contract.intervals.pair_ratio)."""
+        return intervals.pair_ratio(self.in_run, self.fresh)
+
+    def resolution(self) -> tuple[float, intervals.Interval | None] | None:
+        """The two fresh children's own paired ratio (None with one child)."""
+        return intervals.pair_ratio(self.rounds[FRESH], self.rounds[SECOND]) if SECOND in self.rounds else None
 
     def note(self) -> dict[str, Any]:
         """The `paired_rounds` note: the pinning, per side and round what the host did, and every step (ms)."""
         return {"pinned": self.pinned, "rounds": self.host,
-                "samples_ms": {"in-run": [[round(x, 5) for x in r] for r in self.in_run],
-                               "fresh": [[round(x, 5) for x in r] for r in self.fresh]}}
+                "samples_ms": {side: [[round(x, 5) for x in r] for r in rs] for side, rs in self.rounds.items()}}
 
     def host_text(self) -> str:
         """The per-round host figures, side by side, as medians: run-queue wait, the run's other threads, steal."""
@@ -99,7 +121,7 @@ class Paired:
                           ("steal_ms", "the hypervisor stole")):
             medians = {side: _median_of(rounds, key) for side, rounds in self.host.items()}
             if all(v is not None for v in medians.values()):
-                parts.append(f"{what} {medians['in-run']:.3g} ms (in-run) / {medians['fresh']:.3g} ms (fresh)")
+                parts.append(f"{what} " + " / ".join(f"{v:.3g} ms ({side})" for side, v in medians.items()))
         return "; per round, the median thread " + ", ".join(parts) if parts else ""
 
 
@@ -108,53 +130,61 @@ def _median_of(rounds: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def alternate(own: Callable[[], list[float]], fresh: Callable[[], dict[str, Any]], pairs: int,
+def alternate(own: Callable[[], list[float]], fresh: dict[str, Callable[[], dict[str, Any]]], cycles: int,
               index: HostIndex | None = None) -> Paired:
-    """`pairs` pairs of rounds: the fresh child's first in even pairs, the run's own first in odd ones (so a host
-    that drifts within a pair favours neither). `fresh` returns the child's answer: its samples, its index before
-    and after (`index`) and what the host did (`host`, optional)."""
+    """`cycles` cycles of one round a side, the order rotated every cycle (a child first, the run's own next, ...; so
+    a host that drifts within a cycle favours no side). Each of `fresh` returns its child's answer: its samples, its
+    index before and after (`index`) and what the host did (`host`, optional)."""
     out = Paired(index=index or HostIndex())
-    for i in range(pairs):
-        for side in (("fresh", "in-run") if i % 2 == 0 else ("in-run", "fresh")):
-            if side == "fresh":
-                with console.timed(f"fresh eager, pair {i + 1}"):  # the console keeps quiet while the child times
-                    answer = fresh()
-                out.index.add("fresh", *answer["index"])
-                out.fresh.append(answer["samples"])
-                out.host["fresh"].append(answer.get("host") or {})
-            else:
-                with console.timed(f"in-run eager, pair {i + 1}"):
+    sides = [FRESH, IN_RUN, *(s for s in fresh if s != FRESH)]
+    for i in range(cycles):
+        for side in sides[i % len(sides):] + sides[:i % len(sides)]:
+            with console.timed(f"{side} eager, cycle {i + 1}"):  # the console keeps quiet while a child times too
+                if side == IN_RUN:
                     start = procstat.snapshot()  # outside the index's samples and the round's timing
-                    out.in_run.append(out.index.turn("in-run", own, share=False))
-                    out.host["in-run"].append(procstat.between(start, procstat.snapshot()))
+                    samples = out.index.turn(IN_RUN, own, share=False)
+                    host = procstat.between(start, procstat.snapshot())
+                else:
+                    answer = fresh[side]()
+                    out.index.add(side, *answer["index"])
+                    samples, host = answer["samples"], answer.get("host") or {}
+            out.rounds.setdefault(side, []).append(samples)
+            out.host.setdefault(side, []).append(host)
     return out
 
 
-def record_paired(ctx: Context[Options], paired: Paired) -> bool:
-    """`in_run_over_fresh` with its interval, the index and rounds notes, and the verdict on the instrument."""
-    ratio, ci = intervals.pair_ratio(paired.in_run, paired.fresh)
+def _put(ctx: Context[Options], spec: M.MetricSpec, value: float, ci: intervals.Interval | None) -> None:
     ends = (None, None) if ci is None else (ci.low, ci.high)
-    for spec, value in zip((M.IN_RUN_OVER_FRESH, M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH),
-                           (ratio, *ends)):
-        ctx.metric(spec, None if value is None else round(value, 4), **PAIRED)
+    assert spec.interval is not None
+    for name, v in zip((spec.name, *spec.interval), (value, *ends)):
+        ctx.metric(M.REGISTRY[name], None if v is None else round(v, 4), **PAIRED)
+
+
+def record_paired(ctx: Context[Options], paired: Paired) -> bool:
+    """`in_run_over_fresh` (and `fresh_over_fresh`) with intervals, the index and rounds notes, and the verdict."""
+    ratio, ci = paired.ratio()
+    _put(ctx, M.IN_RUN_OVER_FRESH, ratio, ci)
     ctx.note(N.HOST_INDEX.key_for(shape="paired"), paired.index.note())
     ctx.note(N.PAIRED_ROUNDS.key, paired.note())
-    in_run_index, fresh_index = paired.index.per_round("in-run"), paired.index.per_round("fresh")
-    moved = hostspeed.spread_ratio(in_run_index + fresh_index)
+    own_index, fresh_index = paired.index.per_round(IN_RUN), paired.index.per_round(FRESH)
+    moved = hostspeed.spread_ratio([x for side in paired.rounds for x in paired.index.per_round(side)])
     clean = hostspeed.in_run_clean(ratio, ci)
     inside = "" if ci is None else f" {ci.text()}"
-    host = "" if moved is None else f"; the host index moved {moved:.2f}x (p95/p5) over the pairs"
-    if in_run_index and fresh_index:
-        host += (f", in-run over fresh {statistics.median(in_run_index) / statistics.median(fresh_index):.2f}x "
-                 "(the loop's own paired ratio)")
-    cpu = paired.pinned.get("in-run")
-    where = (f"; both sides pinned to CPU {cpu}" if cpu is not None and paired.pinned.get("fresh") == cpu else
-             "; not pinned to one CPU")
-    detail = (f"{len(paired.in_run)} paired rounds: in-run {statistics.median(x for r in paired.in_run for x in r):.4g}"
-              f" ms, fresh {statistics.median(x for r in paired.fresh for x in r):.4g} ms, ratio {ratio:.3f}x per pair"
-              f"{inside}"
-              f"{host}{where}{paired.host_text()}")
-    return ctx.check("in-run eager within 5% of an interleaved fresh process (or its interval holds 1)", clean,
+    host = "" if moved is None else f"; the host index moved {moved:.2f}x (p95/p5) over the cycles"
+    if own_index and fresh_index:
+        loop = statistics.median(a / b for a, b in zip(own_index, fresh_index))
+        host += f", the index's own in-run over fresh {loop:.2f}x per cycle"
+    twin = paired.resolution()
+    if twin is not None:
+        _put(ctx, M.FRESH_OVER_FRESH, *twin)
+        inside += (f"; two fresh processes differed {twin[0]:.3f}x" + ("" if twin[1] is None else f" {twin[1].text()}")
+                   + " (the instrument's resolution)")
+    cpus = set(paired.pinned.values())
+    where = f"; every side pinned to CPU {cpus.pop()}" if len(cpus) == 1 and None not in cpus else "; not pinned"
+    detail = (f"{len(paired.in_run)} cycles: in-run {statistics.median(x for r in paired.in_run for x in r):.4g} ms, "
+              f"fresh {statistics.median(x for r in paired.fresh for x in r):.4g} ms, ratio {ratio:.3f}x per cycle"
+              f"{inside}{host}{where}{paired.host_text()}")
+    return ctx.check("in-run eager within 5% of interleaved fresh processes (or its interval holds 1)", clean,
                      detail=detail, fatal=False, **PAIRED)
 
 
@@ -179,26 +209,34 @@ def _own_eager(ctx: Any) -> Callable[[], list[float]]:
 
 
 def measure_paired(ctx: Any) -> Paired | None:
-    """Start the child, record its take (`when=end`), then alternate eager rounds with it; None if it failed."""
-    ctx.progress("sentinel (end): a fresh process, then eager rounds alternating with the run's own")
-    kwargs = sentinel.child_kwargs(ctx) | {"pair_steps": min(ctx.options.pair_steps, sentinel.steps_of(ctx))}
-    with turns.Turns(sentinel.CHILD, kwargs, timeout_s=ctx.options.timeout_s) as child:
+    """Start the two children, record the first's take (`when=end`), let the second warm up after it, then take turns
+    with both; None if a child failed."""
+    ctx.progress("sentinel (end): two fresh processes, then eager rounds taking turns with the run's own")
+    steps = min(ctx.options.pair_steps, sentinel.steps_of(ctx))
+    kwargs = sentinel.child_kwargs(ctx) | {"pair_steps": steps}
+    second = kwargs | {"gate": True, "methods": [Method.EAGER], "min_s": ctx.options.warmup_s / 2,
+                       "budget_s": ctx.options.budget_s / 2}
+    with turns.Turns(sentinel.CHILD, kwargs, timeout_s=ctx.options.timeout_s) as child, \
+            turns.Turns(sentinel.CHILD, second, timeout_s=ctx.options.timeout_s) as twin:
         try:
-            ready = child.wait()["ready"]
-            sentinel.record_take(ctx, ready, "end")
+            sentinel.record_take(ctx, child.wait()["ready"], "end")
+            twin.ask({"go": True})  # it imported meanwhile; it touches the GPU only now, after the take
             own = _own_eager(ctx)
             own()  # the run's own build warmed (its process is warm already)
             profiler_guard.check_clean("the paired rounds of sentinel_end")
-            with cpuplace.pinned(cpuplace.thread_cpu()) as cpu:  # both sides on one CPU: the same core's speed
-                pinned = {"in-run": cpu, "fresh": None if cpu is None else child.ask({"pin": cpu})["pinned"]}
-                paired = alternate(own, lambda: ask_round(child), ctx.options.pairs)
+            with cpuplace.pinned(cpuplace.thread_cpu()) as cpu:  # every side on one CPU: the same core's speed
+                pinned = {IN_RUN: cpu, **{side: None if cpu is None else c.ask({"pin": cpu})["pinned"]
+                                          for side, c in ((FRESH, child), (SECOND, twin))}}
+                paired = alternate(own, {FRESH: lambda: ask_round(child), SECOND: lambda: ask_round(twin)},
+                                   ctx.options.pairs)
             paired.pinned = pinned
         except turns.ChildGone as exc:
             res = child.finish()
-            ctx.check("the sentinel child measured the step (end)", False, detail=f"{exc}: {res.describe()}",
-                      fatal=True)
+            ctx.check("the sentinel child measured the step (end)", False, detail=f"{exc}: {res.describe()}; second "
+                      f"child: {twin.finish().describe()}", fatal=True)
             return None
         child.finish()
+        twin.finish()
     return paired
 
 

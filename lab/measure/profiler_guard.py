@@ -19,7 +19,10 @@ What the lab does, three layers deep:
    of them), so even a residue the lab cannot see does not reach their own timings; a CPU test
    (`strict()`: every session counts as a residue) fails if any experiment times after profiling.
 
-A profile with CPU activity only attaches no CUPTI and leaves no residue (recorded all the same).
+A profile with CPU activity only attaches no CUPTI, and the guard does not count it as a residue; but on an H200
+host (torch 2.11, 2026-12-02) a CUDA process that had run one CPU-only session of 50 ops was 18-30% slower at
+eager than fresh processes taking turns with it on the same CPU, while one that had run a CPU+CUDA session with
+CUPTI torn down was not. GPU runs profile with CUDA activity only; on a CPU host the effect is not measured.
 The lab's fresh-process sentinel (lab.experiments.sentinel) measures the same step outside the run at
 its start and end, so a residue this module cannot see would still show as in-run over sentinel.
 """

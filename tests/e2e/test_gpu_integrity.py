@@ -54,7 +54,7 @@ def paired_after_profile(device: str, methods: list[str], model: dict | None = N
         with cpuplace.pinned(cpuplace.thread_cpu()) as cpu:  # both children on one CPU, as sentinel_end pins its pair
             for child in (profiled, fresh) if cpu is not None else ():
                 child.ask({"pin": cpu})
-            paired = alternate(lambda: ask_round(profiled)["samples"], lambda: ask_round(fresh), PAIRS)
+            paired = alternate(lambda: ask_round(profiled)["samples"], {"fresh": lambda: ask_round(fresh)}, PAIRS)
     return paired, after_profile, clean
 
 
@@ -68,7 +68,7 @@ def test_eager_after_its_kernel_profile_is_within_5_percent_of_an_interleaved_fr
     processes run one after the other before, which an H200 host whose speed moved 2x failed (2026-12-02: 2.745
     ms after the profile, 4.249 ms in the fresh process started next)."""
     paired, profiled, fresh = paired_after_profile("cuda", [Method.EAGER])
-    ratio, ci = paired.ratio(), paired.interval()
+    ratio, ci = paired.ratio()
     before = _median(profiled["rounds"][Method.EAGER])
     after = _median(profiled["after_profile"][Method.EAGER])
     assert hostspeed.in_run_clean(ratio, ci), (ratio, ci, before, after, profiled["warmup"], fresh["warmup"])
