@@ -418,3 +418,52 @@ def test_the_fresh_process_tells_eager_that_follows_the_host_from_graph_replay_t
 
 def test_an_older_warm_up_note_gives_no_points():
     assert sentinel.host_points({"round_medians_ms": {Method.EAGER: [3.0]}, "index_ms": {"warmup": [1.0]}}) == {}
+
+
+def test_a_second_fresh_process_that_dies_leaves_the_verdict_on_one_and_says_so(monkeypatch):
+    """The second fresh process ends before it warms up: the paired rounds go on with the first alone, and a
+    non-fatal check says the verdict has no resolution; nothing is lost."""
+    from lab.run import turns
+    from lab.run.childproc import ChildResult
+
+    p = _Process(lambda n: 2.7)
+    take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
+    ready = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": [4.0]}
+
+    class FakeTurns:
+        made: list = []
+
+        def __init__(self, target, kwargs, timeout_s):
+            self.second = bool(kwargs.get("gate"))
+            FakeTurns.made.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def wait(self):
+            return {"ready": ready}
+
+        def ask(self, request):
+            if self.second:
+                raise turns.ChildGone("the child ended without answering")
+            if "pin" in request:
+                return {"pinned": request["pin"]}
+            return {"samples": [3.0] * 4, "index": [1.0, 1.0], "host": {}}
+
+        def finish(self):
+            return ChildResult("t", 1, None, False, 1.0, None, "", "boom")
+
+    monkeypatch.setattr(turns, "Turns", FakeTurns)
+    monkeypatch.setattr(sentinel_end, "_own_eager", lambda ctx: (lambda: [3.0] * 4))
+    monkeypatch.setattr(sentinel, "child_kwargs", lambda ctx: {"steps": 64})
+    monkeypatch.setattr(sentinel, "steps_of", lambda ctx: 64)
+    ctx = _ctx_end()
+    paired = sentinel_end.measure_paired(ctx)
+    assert paired is not None and set(paired.rounds) == {"fresh", "in-run"} and len(paired.in_run) == 24
+    assert paired.resolution() is None and len(FakeTurns.made) == 2
+    failed = [(c.name, c.fatal) for c in ctx.record.checks if not c.passed]
+    assert failed == [("the second fresh process warmed up (end)", False)]
+    assert sentinel_end.record_paired(ctx, paired) is True

@@ -42,6 +42,7 @@ experiment.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -220,20 +221,26 @@ def measure_paired(ctx: Any) -> Paired | None:
             turns.Turns(sentinel.CHILD, second, timeout_s=ctx.options.timeout_s) as twin:
         try:
             sentinel.record_take(ctx, child.wait()["ready"], "end")
-            twin.ask({"go": True})  # it imported meanwhile; it touches the GPU only now, after the take
+            fresh = {FRESH: child}
+            try:
+                twin.ask({"go": True})  # it imported meanwhile; it touches the GPU only now, after the take
+                fresh[SECOND] = twin
+            except turns.ChildGone as exc:  # the verdict then rests on one fresh process, and says so
+                ctx.check("the second fresh process warmed up (end)", False, fatal=False,
+                          detail=f"{exc}: {twin.finish().describe()}; the verdict has no resolution")
             own = _own_eager(ctx)
             own()  # the run's own build warmed (its process is warm already)
             profiler_guard.check_clean("the paired rounds of sentinel_end")
             with cpuplace.pinned(cpuplace.thread_cpu()) as cpu:  # every side on one CPU: the same core's speed
                 pinned = {IN_RUN: cpu, **{side: None if cpu is None else c.ask({"pin": cpu})["pinned"]
-                                          for side, c in ((FRESH, child), (SECOND, twin))}}
-                paired = alternate(own, {FRESH: lambda: ask_round(child), SECOND: lambda: ask_round(twin)},
+                                          for side, c in fresh.items()}}
+                paired = alternate(own, {side: functools.partial(ask_round, c) for side, c in fresh.items()},
                                    ctx.options.pairs)
             paired.pinned = pinned
         except turns.ChildGone as exc:
             res = child.finish()
-            ctx.check("the sentinel child measured the step (end)", False, detail=f"{exc}: {res.describe()}; second "
-                      f"child: {twin.finish().describe()}", fatal=True)
+            ctx.check("the sentinel child measured the step (end)", False, detail=f"{exc}: {res.describe()}",
+                      fatal=True)
             return None
         child.finish()
         twin.finish()
