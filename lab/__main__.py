@@ -99,6 +99,14 @@ def missing_dependency(exc: ImportError) -> str | None:
             f"pyproject.toml asks for; {GET_DEPENDENCIES}")
 
 
+def _user_error(line: str, debug: bool) -> int:
+    """One line the user can act on (the traceback too under LAB_DEBUG=1): exit status 2."""
+    if debug:
+        traceback.print_exc()
+    print(f"error: {line}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     debug = os.environ.get("LAB_DEBUG") == "1"
     try:
@@ -111,20 +119,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             print(f"error: {BUG_REPORT}", file=sys.stderr)
             return 1
-        if debug:
-            traceback.print_exc()
-        print(f"error: {line}", file=sys.stderr)
-        return 2
+        return _user_error(line, debug)
     except PermissionError as exc:  # before OSError: the fix depends on where the lab runs
-        if debug:
-            traceback.print_exc()
-        print(f"error: {permission_denied(exc.filename)}", file=sys.stderr)
-        return 2
+        return _user_error(permission_denied(exc.filename), debug)
     except (ValueError, OSError) as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"error: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return _user_error(one_line(exc), debug)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", None)
         what = f"stopped by {exc}" if signum else "interrupted"

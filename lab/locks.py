@@ -78,10 +78,6 @@ class OwnerLock:
         self.path = Path(path)
         self._fd: int | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def acquire(self, **extra: Any) -> dict[str, Any] | None:
         """Take the lock: None when taken, else what the holder wrote (possibly {} if it is still writing).
 

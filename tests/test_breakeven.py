@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.measure.breakeven import amortised_ms_per_call, amortised_seconds, break_even_calls
+from lab.measure.breakeven import break_even_calls
 
 
 def test_break_even_matches_the_chapter() -> None:
@@ -20,9 +20,3 @@ def test_break_even_never_when_nothing_is_saved() -> None:
     with pytest.raises(ValueError):
         break_even_calls(-1.0, 1.0, 0.5)
 
-
-def test_amortised() -> None:
-    assert amortised_seconds(10.0, 5.0, 2000) == pytest.approx(20.0)
-    assert amortised_ms_per_call(10.0, 5.0, 2000) == pytest.approx(10.0)
-    with pytest.raises(ValueError):
-        amortised_ms_per_call(1.0, 1.0, 0)

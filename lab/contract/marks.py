@@ -55,7 +55,7 @@ from typing import Any, Literal
 from lab.contract import units as U
 from lab.contract.intervals import Interval, Relation, of, relation
 from lab.contract import metrics as M
-from lab.contract.metrics import Direction, MetricSpec
+from lab.contract.metrics import Direction, MetricSpec, is_number
 
 Mark = Literal["better", "worse", "same", "changed", "not comparable", "newly failing", "fixed"]
 MARKS: tuple[str, ...] = ("better", "worse", "newly failing", "fixed", "not comparable", "changed", "same")
@@ -91,10 +91,6 @@ class Value:
             return of(self.ci_low, self.ci_high)
         except ValueError:  # a stored interval whose ends are the wrong way round: not an interval
             return None
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def dig(obj: Any, path: str) -> Any:

@@ -74,11 +74,12 @@ class MetricSpec:
         if self.kind is Kind.TEXT:
             return isinstance(value, str)
         if self.kind is Kind.NUMBERS:
-            return isinstance(value, list) and all(_is_number(v) for v in value)
-        return value is None or _is_number(value)
+            return isinstance(value, list) and all(is_number(v) for v in value)
+        return value is None or is_number(value)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A number: an int or a float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -76,32 +76,6 @@ def jobs(targets: list[Target], image_prefix: str, claim: str, gpus: int, cpus: 
     return out
 
 
-def to_yaml(value: Any, indent: int = 0) -> str:
-    """Block-style YAML for dicts, lists and scalars (strings as JSON strings: valid YAML)."""
-    pad = " " * indent
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        lines = []
-        for key, item in value.items():
-            if isinstance(item, (dict, list)) and item:
-                lines.append(f"{pad}{json.dumps(str(key))}:\n{to_yaml(item, indent + 2)}")
-            else:
-                lines.append(f"{pad}{json.dumps(str(key))}: {to_yaml(item)}")
-        return "\n".join(lines)
-    if isinstance(value, list):
-        if not value:
-            return "[]"
-        lines = []
-        for item in value:
-            if isinstance(item, (dict, list)) and item:
-                body = to_yaml(item, indent + 2)
-                lines.append(f"{pad}- {body.lstrip()}")
-            else:
-                lines.append(f"{pad}- {to_yaml(item)}")
-        return "\n".join(lines)
-    return json.dumps(value)
-
-
 def manifest(docs: list[dict[str, Any]]) -> str:
-    return "".join(f"---\n{to_yaml(d)}\n" for d in docs)
+    """The documents as one YAML stream, each written as JSON (valid YAML: kubectl reads it as is)."""
+    return "".join(f"---\n{json.dumps(d, indent=2)}\n" for d in docs)

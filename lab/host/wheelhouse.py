@@ -249,12 +249,9 @@ def resolve(requirements: Sequence[str], target: Target, out: Path, pip: Sequenc
 
 
 def sha256(path: Path) -> str:
-    """A file's sha256 in hex, read 1 MiB at a time (the wheels here, and the wheelhouse files a lock hashes)."""
-    digest = hashlib.sha256()
+    """A file's sha256 in hex, read in blocks (the wheels here, and the wheelhouse files a lock hashes)."""
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def download(chosen: Sequence[dict[str, Any]], target: Target, out: Path, pip: Sequence[str]) -> list[Wheel]:

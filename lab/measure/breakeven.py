@@ -16,17 +16,3 @@ def break_even_calls(setup_s: float, baseline_ms: float, fast_ms: float) -> int 
     if saving_ms <= 0:
         return None
     return math.ceil(setup_s * 1e3 / saving_ms)
-
-
-def amortised_seconds(setup_s: float, per_call_ms: float, calls: int) -> float:
-    """Total seconds for `calls` calls when a one-off `setup_s` comes first."""
-    if calls < 0:
-        raise ValueError("calls must be non-negative")
-    return setup_s + calls * per_call_ms / 1e3
-
-
-def amortised_ms_per_call(setup_s: float, per_call_ms: float, calls: int) -> float:
-    """Mean milliseconds per call over `calls` calls, the setup spread across them."""
-    if calls <= 0:
-        raise ValueError("calls must be positive")
-    return amortised_seconds(setup_s, per_call_ms, calls) * 1e3 / calls

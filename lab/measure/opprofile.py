@@ -65,10 +65,6 @@ class StepProfile:
     by_name: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (ms per step, count per step)
 
     @property
-    def other_ms(self) -> float:
-        return max(self.kernel_ms - self.matmul_ms, 0.0)
-
-    @property
     def matmul_share(self) -> float:
         return self.matmul_ms / self.kernel_ms if self.kernel_ms > 0 else 0.0
 

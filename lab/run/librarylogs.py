@@ -172,10 +172,11 @@ def _torch_logger_names() -> list[str]:
 
 
 class _Records(logging.Handler):
-    """Records what torch's loggers say (each record once, however many of its loggers it passes)."""
+    """Records what torch's loggers say (each record once, however many of its loggers it passes); at WARNING, it is
+    where a record of a logger without handlers goes (Python's lastResort prints it): recorded instead."""
 
-    def __init__(self, collected: Collected) -> None:
-        super().__init__(logging.NOTSET)
+    def __init__(self, collected: Collected, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
         self.collected = collected
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -201,7 +202,7 @@ def _logging_caught(collected: Collected) -> Iterator[None]:
     for lg in loggers:
         lg.addHandler(handler)
     _mute_torch_stream_handlers()
-    logging.lastResort = _LastResort(handler)
+    logging.lastResort = _Records(collected, logging.WARNING)
     try:
         yield
     finally:
@@ -210,17 +211,6 @@ def _logging_caught(collected: Collected) -> Iterator[None]:
             lg.removeHandler(handler)
         for h in _torch_stream_handlers():
             h.removeFilter(_MUTE)
-
-
-class _LastResort(logging.Handler):
-    """Where a record of a logger without handlers goes (Python's lastResort prints it): recorded instead."""
-
-    def __init__(self, target: _Records) -> None:
-        super().__init__(logging.WARNING)
-        self.target = target
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.target.emit(record)
 
 
 # ---------------------------------------------------------------------------- warnings

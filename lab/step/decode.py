@@ -69,11 +69,6 @@ class DecodeState:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.buffers().values())
 
-    def generated(self, prompt_len: int) -> torch.Tensor:
-        """The tokens generated so far (after the prompt, up to the current position)."""
-        end = int(self.pos.item()) + 1
-        return self.out[:, prompt_len:end]
-
 
 def new_state(w: Weights, batch: int, max_len: int) -> DecodeState:
     dev, dt = w.device, w.dtype

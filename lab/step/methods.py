@@ -113,7 +113,6 @@ METHODS: dict[str, MethodSpec] = {row.name: row for row in (
     MethodSpec(Method.FUSED_PDL, graphed=True, bind=_fused(pdl=True), needs=("triton", "sm90")),
     MethodSpec(Method.FUSED_PDL_PREFETCH, graphed=True, bind=_fused(pdl=True, prefetch=True), needs=("triton", "sm90")),
 )}
-ALL_METHODS: tuple[str, ...] = tuple(METHODS)
 COMPILED_METHODS: tuple[str, ...] = tuple(n for n, row in METHODS.items() if row.compiled)
 
 
