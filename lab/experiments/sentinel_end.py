@@ -55,9 +55,11 @@ from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.options import option
+from lab.contract.hostspeed import Estimate
 from lab.contract.reasons import Code
 from lab.contract import query
 from lab.experiments import sentinel
+from lab.experiments.common.hostspeed import put
 from lab.experiments.sentinel import METHODS, sentinel_ms
 from lab.host import cpuplace, procstat
 from lab.measure import profiler_guard
@@ -154,17 +156,10 @@ def alternate(own: Callable[[], list[float]], fresh: dict[str, Callable[[], dict
     return out
 
 
-def _put(ctx: Context[Options], spec: M.MetricSpec, value: float, ci: intervals.Interval | None) -> None:
-    ends = (None, None) if ci is None else (ci.low, ci.high)
-    assert spec.interval is not None
-    for name, v in zip((spec.name, *spec.interval), (value, *ends)):
-        ctx.metric(M.REGISTRY[name], None if v is None else round(v, 4), **PAIRED)
-
-
 def record_paired(ctx: Context[Options], paired: Paired) -> bool:
     """`in_run_over_fresh` (and `fresh_over_fresh`) with intervals, the index and rounds notes, and the verdict."""
     ratio, ci = paired.ratio()
-    _put(ctx, M.IN_RUN_OVER_FRESH, ratio, ci)
+    put(ctx, M.IN_RUN_OVER_FRESH, Estimate(ratio, ci), 4, **PAIRED)
     ctx.note(N.HOST_INDEX.key_for(shape="paired"), paired.index.note())
     ctx.note(N.PAIRED_ROUNDS.key, paired.note())
     own_index, fresh_index = paired.index.per_round(IN_RUN), paired.index.per_round(FRESH)
@@ -177,7 +172,7 @@ def record_paired(ctx: Context[Options], paired: Paired) -> bool:
         host += f", the index's own in-run over fresh {loop:.2f}x per cycle"
     twin = paired.resolution()
     if twin is not None:
-        _put(ctx, M.FRESH_OVER_FRESH, *twin)
+        put(ctx, M.FRESH_OVER_FRESH, Estimate(*twin), 4, **PAIRED)
         inside += (f"; two fresh processes differed {twin[0]:.3f}x" + ("" if twin[1] is None else f" {twin[1].text()}")
                    + " (the instrument's resolution)")
     cpus = set(paired.pinned.values())

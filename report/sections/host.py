@@ -42,6 +42,12 @@ def index_samples(records: Iterable[Record]) -> list[float]:
             for x in m.value if isinstance(x, (int, float)) and not isinstance(x, bool)]
 
 
+def _ci(rec: Record, params: dict[str, Any]) -> Interval | None:
+    """The stored interval of a host_sensitivity with these params."""
+    return of(*(getattr(q.maybe(rec, end, **params), "value", None) for end in (M.HOST_SENSITIVITY_CI_LOW,
+                                                                                 M.HOST_SENSITIVITY_CI_HIGH)))
+
+
 def _width(ci: Interval | None) -> float:
     return float("inf") if ci is None else ci.high - ci.low
 
@@ -54,8 +60,7 @@ def _fresh(records: list[Record]) -> dict[str, tuple[str, float, Interval | None
         for m in q.all(rec, M.HOST_SENSITIVITY):
             if m.value is None:
                 continue
-            ci = of(*(getattr(q.maybe(rec, end, **m.params), "value", None) for end in (M.HOST_SENSITIVITY_CI_LOW,
-                                                                                         M.HOST_SENSITIVITY_CI_HIGH)))
+            ci = _ci(rec, m.params)
             method = str(m.params.get(P.METHOD))
             if method not in out or _width(ci) < _width(out[method][2]):
                 out[method] = (f"{method}, fresh process", float(m.value), ci)
@@ -81,8 +86,7 @@ def _timed(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
                 if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get(P.BATCH) != 1
                         or p.get(P.DTYPE, "float32") != "float32" or p.get(P.READBACK, False)):
                     continue
-                ci = of(*(getattr(q.maybe(rec, end, **p), "value", None) for end in (M.HOST_SENSITIVITY_CI_LOW,
-                                                                                     M.HOST_SENSITIVITY_CI_HIGH)))
+                ci = _ci(rec, p)
                 step = f", {p[P.STEP]} step" if P.STEP in p else ""
                 found.append((f"{p.get(P.METHOD)}{step}", float(m.value), ci))
             if found:
