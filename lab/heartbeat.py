@@ -10,9 +10,10 @@ decides every write it makes (`due`), from its thread or at the edge of a timed 
   run on the measuring thread itself, so nothing it writes overlaps a timing) it speaks already after
   GAP_SHARE of the interval: a section shorter than the rest of the interval never needs a write inside it;
 - inside a timed section it writes only when the silence reaches the interval (waiting longer would break
-  the promise). Every write inside one, the heartbeat's or anyone's (`shown`), is counted against the
-  outermost section under way (`take_disturbed`); the runner puts the count in the experiment's record with
-  a failed non-fatal check naming the timings it fell in (lab.run.runner), so no disturbed number is silent.
+  the promise). Every write inside one while samples are taken (`enter(sampling=True)`: time_calls' marked
+  loop, not its warm-up nor the rest of a method's turn), the heartbeat's or anyone's (`shown`), is counted
+  against the outermost section under way (`take_disturbed`); the runner puts the count in the experiment's
+  record with a failed non-fatal check naming the timings it fell in (lab.run.runner), so no disturbed number is silent.
 
 A timed section is `lab.measure.timing.time_calls` or one method's turn in `rotating_rounds` (entered through
 lab.console.timed). Every write, redraw and section edge takes LOCK, so a write of the thread that is under
@@ -72,7 +73,7 @@ def now() -> float:
 @dataclass
 class _Silence:
     last_shown: float = field(default_factory=now)  # when the console last wrote a line or redrew its display
-    sections: list[str] = field(default_factory=list)  # the timed sections under way, outermost first
+    sections: list[tuple[str, bool]] = field(default_factory=list)  # (label, samples taken) under way, outermost first
     disturbed: Counter[str] = field(default_factory=Counter)  # writes inside them, by the outermost's label
 
 
@@ -90,8 +91,8 @@ def shown() -> None:
     """The console wrote or redrew now: the silence starts again, and inside a timed section the write counts."""
     with LOCK:
         STATE.last_shown = now()
-        if STATE.sections:
-            STATE.disturbed[STATE.sections[0]] += 1
+        if any(sampling for _, sampling in STATE.sections):
+            STATE.disturbed[STATE.sections[0][0]] += 1
 
 
 def quiet() -> float:
@@ -104,9 +105,10 @@ def timing() -> bool:
     return bool(STATE.sections)
 
 
-def enter(label: str) -> None:
+def enter(label: str, sampling: bool = True) -> None:
+    """A timed section begins; `sampling`: samples are taken inside it (a write counts only inside such a one)."""
     with LOCK:
-        STATE.sections.append(label)
+        STATE.sections.append((label, sampling))
 
 
 def leave() -> None:

@@ -540,6 +540,21 @@ def test_the_heartbeat_writes_inside_a_timing_once_the_promise_would_break_and_c
     assert heartbeat.take_disturbed() == {"eager in round 1": 2}
 
 
+def test_a_write_in_a_turns_untimed_warm_up_is_not_counted(watched) -> None:
+    """A turn whose time_calls spends 25 s in its untimed warm-up (a recompile, say) and 1 s sampling: the heartbeat
+    keeps its promise inside the turn (lines at 10 and 20 s), but no sample was taken meanwhile, so nothing is
+    counted; a write while sampling still is."""
+    from lab.measure.timing import HostClock, rotating_rounds, time_calls
+
+    clock, stream = watched
+    start = clock()
+    durations = iter([25.0, 1.0])
+    rotating_rounds({"growing compile": lambda: time_calls(lambda: clock.advance(next(durations)), 1, HostClock(),
+                                                           warmup=1)}, rounds=1)
+    assert [t - start for t, _ in stream.lines][:3] == [0, 10, 20], stream.lines
+    assert heartbeat.take_disturbed() == {}
+
+
 def test_writes_inside_a_timing_reach_the_experiments_record(watched, monkeypatch) -> None:
     """The runner puts the count in the record: a note by section and a failed check that is not fatal."""
     from lab.contract.catalogue import BY_ID

@@ -77,3 +77,13 @@ def test_the_shortest_interval_is_a_second(clock, monkeypatch: pytest.MonkeyPatc
     assert heartbeat.due(live=False, edge=True) and not heartbeat.due(live=False)
     clock[0] = 1.0
     assert heartbeat.due(live=False)
+
+
+def test_a_section_that_takes_no_samples_counts_nothing_until_one_inside_does(clock) -> None:
+    heartbeat.enter("growing compile in round 1", sampling=False)
+    heartbeat.shown()  # the turn's warm-up: not counted
+    heartbeat.enter("timing one", sampling=True)
+    heartbeat.shown()  # its samples: counted against the turn
+    heartbeat.leave()
+    heartbeat.leave()
+    assert heartbeat.take_disturbed() == {"growing compile in round 1": 1}

@@ -30,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     again = p.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="passed to `run`: finish the unfinished run in --out")
     again.add_argument("--force", action="store_true", help="passed to `run`: move the run in --out aside first")
+    p.add_argument("--stop-after", metavar="SECONDS", help="passed to `run`: stop between experiments before this")
     p.add_argument("-v", "--verbose", action="store_true", help="passed to `run`: show library output live")
     p.add_argument("--strict", action="store_true", help="passed to `run`: exit 1 when an experiment or check failed")
     where = p.add_mutually_exclusive_group()
@@ -48,6 +49,8 @@ def run_args(args: argparse.Namespace, profile: str) -> list[str]:
         out += ["--set", item]
     if args.label:
         out += ["--label", args.label]
+    if args.stop_after:
+        out += ["--stop-after", args.stop_after]
     out += [flag for flag, on in (("--resume", args.resume), ("--force", args.force), ("-v", args.verbose),
                                   ("--strict", args.strict)) if on]
     return out

@@ -128,15 +128,16 @@ def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int =
     Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached."""
     what = f"timing {getattr(fn, '__name__', 'a call')}"
     profiler_guard.check_clean(what)
-    with console.timed(what):
+    with console.timed(what, sampling=False):
         for _ in range(warmup):
             fn()
         clock.sync()
-        marks = [clock.mark()]
-        for _ in range(iters):
-            fn()
-            marks.append(clock.mark())
-        clock.sync()
+        with console.timed(what):  # a write counts only from the first mark to the last (a recompile in warm-up not)
+            marks = [clock.mark()]
+            for _ in range(iters):
+                fn()
+                marks.append(clock.mark())
+            clock.sync()
     return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
 
 
@@ -146,7 +147,8 @@ K = TypeVar("K", bound=Hashable)
 def rotating_rounds(methods: Mapping[K, Callable[[], list[float]]], rounds: int,
                     index: HostIndex | None = None) -> dict[K, list[list[float]]]:
     """Run each method once per round, the order rotated by one each round. Returns samples per round. Each
-    method's turn is a timed section named "<method> in round <n>" (lab.console.timed). With `index`, each turn runs
+    method's turn is a timed section named "<method> in round <n>" (lab.console.timed; a write counts against it
+    when it lands in a sampling loop of time_calls inside, not in a warm-up or prefill). With `index`, each turn runs
     between two samples of the host-speed index (lab.measure.hostspeed), kept there by the method's name.
 
     Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached, and
@@ -157,7 +159,7 @@ def rotating_rounds(methods: Mapping[K, Callable[[], list[float]]], rounds: int,
         order = names[r % len(names):] + names[:r % len(names)] if names else []
         profiler_guard.check_clean(f"round {r + 1} of {', '.join(map(str, names))}")
         for name in order:
-            with console.timed(f"{name} in round {r + 1}"):
+            with console.timed(f"{name} in round {r + 1}", sampling=False):  # its samples' time_calls counts
                 out[name].append(methods[name]() if index is None else index.turn(str(name), methods[name]))
     if index is not None:
         index.close()

@@ -85,7 +85,7 @@ def test_image_run_require_container_is_a_one_line_error_without_torch(bare_env,
 
 
 def test_image_run_passes_the_run_options_on():
-    """What `nox -s gpu_lab -- --label NAME --resume ...` asks for reaches `lab run`, in a container or on the host."""
+    """What `nox -s gpu_lab -- --label NAME --resume --stop-after S ...` asks for reaches `lab run`, in a container or on the host."""
     import argparse
 
     from lab.commands import image_run
@@ -93,9 +93,9 @@ def test_image_run_passes_the_run_options_on():
     parser = argparse.ArgumentParser()
     image_run.add_parser(parser.add_subparsers())
     args = parser.parse_args(["image-run", "--profile", "gpu", "--only", "ceilings", "--set", "a.b=1", "--label",
-                              "h200", "--resume", "-v", "--strict"])
+                              "h200", "--resume", "--stop-after", "240", "-v", "--strict"])
     assert image_run.run_args(args, "gpu") == ["run", "--profile", "gpu", "--only", "ceilings", "--set", "a.b=1",
-                                               "--label", "h200", "--resume", "-v", "--strict"]
+                                               "--label", "h200", "--stop-after", "240", "--resume", "-v", "--strict"]
     plain = parser.parse_args(["image-run", "--profile", "cpu"])
     assert image_run.run_args(plain, "cpu") == ["run", "--profile", "cpu"]
 
