@@ -579,7 +579,7 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
     assert got["cpu-2026-11-29-full"] == ("cpu-2026-11-29-inductor", "the previous run of host vm (AMD EPYC, 2 cores) "
                                                                       "with profile cpu")
     assert got["cpu-2026-11-29-inductor"][0] == "cpu-2026-11-29-full"
-    assert got["h200-2026-11-29-gpu"] == (None, "no other run of profile gpu among the runs rendered: nothing to set "
+    assert got["h200-2026-12-02-gpu"] == (None, "no other run of profile gpu among the runs rendered: nothing to set "
                                                 "it against (a run of the same profile, from this host or another, "
                                                 "would be)")
 

@@ -82,7 +82,7 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- distance to the floor, MBU, intervals
 
-H200 = ROOT / "manifests" / "reference" / "h200-2026-11-29-gpu"
+H200 = ROOT / "manifests" / "reference" / "h200-2026-12-02-gpu"
 
 
 def _stored(path: Path, exp: str, name: str, **params) -> object:
@@ -103,9 +103,8 @@ def _cells(text: str, first: str, second: str | None = None) -> list[str]:
 
 
 def test_the_floor_and_mbu_are_the_stored_ones_on_the_h200_reference() -> None:
-    """The floor is ceilings' stored bound_bandwidth_ms; MBU is what the run stored beside that step (cuda_graph_decode's,
-    else ceilings' for the step ceilings measured itself): the reference stored none for cuda_graph_decode's steps, so
-    "—", never a value worked out here (the run page shows the same: tests/test_one_value.py)."""
+    """The floor is ceilings' stored bound_bandwidth_ms; MBU is what cuda_graph_decode stored beside that step, never
+    a value worked out here (the run page shows the same: tests/test_one_value.py)."""
     text = headline.render([H200])
     nbytes = _stored(H200, "ceilings", "bytes_per_step", batch=1, dtype="float32")
     floor_ms = _stored(H200, "ceilings", "bound_bandwidth_ms", batch=1, dtype="float32")
@@ -113,15 +112,13 @@ def test_the_floor_and_mbu_are_the_stored_ones_on_the_h200_reference() -> None:
         step = _stored(H200, "cuda_graph_decode", "step_ms", method=method, batch=1, dtype="float32", readback=False)
         busy = _stored(H200, "cuda_graph_decode", "gpu_busy_us", method=method, batch=1, dtype="float32")
         gap = _stored(H200, "cuda_graph_decode", "gap_us", method=method, batch=1, dtype="float32")
+        mbu = _stored(H200, "cuda_graph_decode", "mbu", method=method, batch=1, dtype="float32")
         row = _cells(text, f"`{method}`", "fp32 B=1")
         assert row[2] == f"{step:.3f}" and row[5] == f"{busy:.0f}" and row[6] == f"{gap:.0f}"
         assert row[7] == f"{nbytes / 1e6:.0f}" and row[8] == f"{floor_ms:.3f}"
-        assert row[9] == "—", method
-    # ceilings timed eager itself (3.99 ms, not cuda_graph_decode's 3.89): its MBU belongs beside its own step only
-    assert _stored(H200, "ceilings", "measured_ms", method="eager", batch=1, dtype="float32") != _stored(
-        H200, "cuda_graph_decode", "step_ms", method="eager", batch=1, dtype="float32", readback=False)
-    assert "MBU per batch" not in text  # nothing stored to tabulate
-    assert "rounds: 5 at B=1, 3 at B=8, 3 at B=16, 3 at B=64" in text  # not "5 rounds" for every batch
+        assert row[9] == f"{float(mbu) * 100:.1f}%", method
+        assert _cells(text.split("MBU per batch", 1)[1], f"`{method}`")[1] == row[9]
+    assert "rounds: 5 at B=1, 3 at B=64" in text  # not "5 rounds" for every batch
 
 
 def test_a_stored_mbu_and_a_stored_interval_are_used(tmp_path: Path) -> None:
@@ -139,9 +136,9 @@ def test_a_stored_mbu_and_a_stored_interval_are_used(tmp_path: Path) -> None:
 def test_check_passes_after_write_on_the_readme(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text((ROOT / "README.md").read_text())
-    headline.write(readme, ["manifests/reference/h200-2026-11-29-gpu"], root=ROOT)
-    assert headline.check(readme, root=ROOT) == (True, "manifests/reference/h200-2026-11-29-gpu")
-    assert "| `fused-pdl-prefetch` | fp32 B=1 | 0.255 |" in readme.read_text()
+    headline.write(readme, ["manifests/reference/h200-2026-12-02-gpu"], root=ROOT)
+    assert headline.check(readme, root=ROOT) == (True, "manifests/reference/h200-2026-12-02-gpu")
+    assert "| `fused-pdl-prefetch` | fp32 B=1 | 0.252 |" in readme.read_text()
 
 
 def test_the_readme_prose_quotes_the_stored_reference() -> None:
@@ -149,7 +146,7 @@ def test_the_readme_prose_quotes_the_stored_reference() -> None:
     import json
 
     readme = (ROOT / "README.md").read_text()
-    ref = json.loads((ROOT / "manifests" / "reference" / "h200-2026-11-29-gpu" / "results.json").read_text())
+    ref = json.loads((ROOT / "manifests" / "reference" / "h200-2026-12-02-gpu" / "results.json").read_text())
     cost = next(r for r in ref["experiments"] if r["id"] == "compile_cost")
     first = {m["params"]["phase"]: m["value"] for m in cost["metrics"]
              if m["name"] == "first_call_s" and m["params"].get("target") == "decode_core"}

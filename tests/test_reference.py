@@ -17,14 +17,14 @@ def test_the_cuda_image_differs_from_the_h200_reference_in_python_and_says_so():
     """What the resolve step reports for the cuda image: Debian 12's Python 3.11 against the H200's 3.12."""
     resolved = "\n".join(f"{p.name}=={p.version}" for p in parse_lock(LOCKS["cuda"]).values())
     described = describe("cuda", "3.11.2", resolved)
-    assert described["reference"] == "manifests/reference/h200-2026-11-29-gpu/manifest.json"
+    assert described["reference"] == "manifests/reference/h200-2026-12-02-gpu/manifest.json"
     fields = {d["field"]: d for d in described["differs"]}
     assert fields["python.version"] == {"field": "python.version", "image": "3.11.2", "reference": "3.12.3"}
     assert "libraries.transformers" not in fields and "torch.version" not in fields  # 5.17.0 and 2.11.0 match
 
 
 def test_environment_diff_compares_public_versions():
-    ref = json.loads((REPO / "manifests/reference/h200-2026-11-29-gpu/manifest.json").read_text())
+    ref = json.loads((REPO / "manifests/reference/h200-2026-12-02-gpu/manifest.json").read_text())
     diff = environment_diff("3.12.1", {"torch": "2.11.0", "transformers": "5.24.0", "triton": "3.6.0",
                                        "numpy": ref["libraries"]["numpy"], "jinja2": ref["libraries"]["jinja2"],
                                        "matplotlib": ref["libraries"]["matplotlib"]}, ref)
@@ -38,7 +38,7 @@ def test_compare_puts_image_against_reference_differences_first(tmp_path):
     from report.pages.compare import compare, load_side
     from report.pages.compare_text import format_text
 
-    ref_path = REPO / "manifests/reference/h200-2026-11-29-gpu/manifest.json"
+    ref_path = REPO / "manifests/reference/h200-2026-12-02-gpu/manifest.json"
     image = copy.deepcopy(json.loads(ref_path.read_text()))
     image["python"]["version"] = "3.11.2"
     image["libraries"]["transformers"] = "5.24.0"

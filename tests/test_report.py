@@ -335,10 +335,13 @@ def test_every_committed_run_shows_only_stored_figures(tmp_path: Path, run_dir: 
             else:
                 assert r[7][0] == ("never (no saving)" if be[0]["value"] is None else fmt(be[0]["value"], "steps"))
         for dtype in {m["params"]["dtype"] for m in ids["cuda_graph_decode"]["metrics"] if "dtype" in m["params"]}:
-            floor = drawn[f"chart-step-{dtype}"].data["series"]["floor"]
+            floor = drawn[f"chart-step-{dtype}"].data["floor"]  # batch -> ceilings' stored floor
             batches = sorted({m["params"]["batch"] for m in ids["cuda_graph_decode"]["metrics"]
                               if m["name"] == "step_ms" and m["params"].get("dtype") == dtype})
-            assert [b for b, _ in floor] == batches
+            assert sorted(floor) == batches
+            for b in batches:
+                assert floor[b] == stored(data, "ceilings", "bound_bandwidth_ms", method="eager", batch=b,
+                                          dtype=dtype)["value"]
     if "ceilings" in ids:
         t = table(html, id="bounds-table")
         for m in (m for m in ids["ceilings"]["metrics"] if m["name"] == "measured_over_bound"):
@@ -525,6 +528,6 @@ def test_fusion_table_fills_per_n_ops_ceiling(gpu_html: str) -> None:
 
 
 def test_the_committed_runs_load() -> None:
-    assert {p.name for p in REFERENCE_RUNS} >= {"cpu-2026-11-29-full", "h200-2026-11-29-gpu"}
+    assert {p.name for p in REFERENCE_RUNS} >= {"cpu-2026-11-29-full", "h200-2026-12-02-gpu"}
     for p in REFERENCE_RUNS:
         load(p)

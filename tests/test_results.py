@@ -264,9 +264,8 @@ def test_every_committed_run_loads_losslessly_and_records_no_metric_twice(path: 
 
 
 def test_the_gpu_fixtures_record_no_metric_twice() -> None:
-    import h200_fixture  # tests/fixtures, on the path with report_helpers
-
-    assert not repeats(gpu_fixture.build()["experiments"]) and not repeats(h200_fixture.build()["experiments"])
+    h200 = json.loads((Path(__file__).parent / "fixtures" / "report_runs" / "h200-fixture" / "results.json").read_text())
+    assert not repeats(gpu_fixture.build()["experiments"]) and not repeats(h200["experiments"])
 
 
 def test_loading_drops_an_exact_repeat_and_refuses_one_that_differs(tmp_path: Path) -> None:
@@ -284,7 +283,7 @@ def test_loading_drops_an_exact_repeat_and_refuses_one_that_differs(tmp_path: Pa
 
 def test_the_committed_runs_are_all_there() -> None:
     names = {p.parent.name for p in COMMITTED}
-    assert {"cpu-2026-11-29-full", "h200-2026-11-29-gpu", "h200-2026-11-29-sweep", "cpu-smoke"} <= names
+    assert {"cpu-2026-11-29-full", "h200-2026-12-02-gpu", "h200-2026-12-02-sweep", "cpu-smoke"} <= names
 
 
 def test_compare_refuses_a_bare_manifest_of_the_wrong_shape(tmp_path: Path) -> None:

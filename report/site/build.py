@@ -117,9 +117,12 @@ def run_page(run: Run) -> RunPage:
         if sec.charts and sec.empty:
             sec.empty = ""
         secs.append(sec)
-    # the sweeps (their own charts, tables and conclusions) before the sections with nothing of their own here
+    # the step times, then the sweeps (their own charts, tables and conclusions), then the rest: a sweep run opens
+    # with its sweeps, not with the sentinels that frame them
     first = [s for s in secs if not (s.minor or s.blank)]
-    secs = first + sweeps.sections(run) + [s for s in secs if s.minor and not s.blank] + [s for s in secs if s.blank]
+    steps = [s for s in first if s.id == "steps"]
+    secs = steps + sweeps.sections(run) + [s for s in first if s.id != "steps"] + \
+        [s for s in secs if s.minor and not s.blank] + [s for s in secs if s.blank]
     file = f"run-{run.slug}.html"
     return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=front_page.front_row(run, file),
                    device=front_page.device_text(res), overview=section.overview(res),
