@@ -306,13 +306,14 @@ def _rows(a: str, b: str) -> dict[tuple, object]:
 
 
 def test_the_two_committed_cpu_references() -> None:
-    rows = _rows("cpu-2026-11-29-inductor", "cpu-2026-11-29-full")
-    setup = rows[("inductor", "setup_s", '{"step": "indexed"}')]
-    assert (setup.a, setup.b, setup.mark) == (pytest.approx(25.25, abs=0.01), pytest.approx(3.27, abs=0.01),
-                                              "not comparable")
-    assert setup.reason == "compile_cache.state is not recorded in A and B"
+    """The inductor-only run of 2026-11-29 against the full cpu run of 2026-12-02, the same host and torch."""
+    rows = _rows("cpu-2026-11-29-inductor", "cpu-2026-12-02-full")
+    cold = rows[("compile_cost", "first_call_s", '{"n_layer": 12, "phase": "cold", "target": "decode_core"}')]
+    assert (cold.a, cold.b, cold.mark) == (pytest.approx(37.73, abs=0.01), pytest.approx(24.78, abs=0.01), "better")
+    rel = rows[("inductor", "max_logit_rel_diff", '{"step": "compiled split vs eager", "steps": 40}')]
+    assert rel.mark == "not comparable" and rel.reason.startswith("units differ")
     warm = rows[("compile_cost", "break_even_calls", '{"phase": "warm", "target": "decode_core"}')]
-    assert (warm.a, warm.b, warm.mark) == (504, 660, "worse")
+    assert (warm.a, warm.b, warm.mark) == (504, 994, "worse")
     never = rows[("compile_cost", "break_even_calls", '{"phase": "cold", "target": "mlp"}')]
     assert (never.a, never.b, never.mark) == (None, None, "same")
     for r in rows.values():  # marked only where the declaration gives a direction
@@ -324,7 +325,7 @@ def test_the_two_committed_cpu_references() -> None:
 
 
 def test_an_h200_run_against_a_cpu_run() -> None:
-    rows = _rows("cpu-2026-11-29-full", h200_reference().name)
+    rows = _rows("cpu-2026-12-02-full", h200_reference().name)
     fusion = rows[("fusion", "step_ms", '{"method": "eager", "n_ops": 4, "residency": "memory"}')]
     assert fusion.mark == "not comparable" and fusion.reason.startswith("bytes_moved differs")
     tflops = rows[("gemm_bound", "achieved_TFLOPs", '{"method": "eager"}')]
@@ -354,20 +355,20 @@ def test_cli_prints_why_it_moved_fields_and_marks(tmp_path: Path, capsys) -> Non
 
 def test_cli_json_records(tmp_path: Path, capsys) -> None:
     a = REFERENCE / "cpu-2026-11-29-inductor"
-    assert lab_main(["compare", str(a), str(REFERENCE / "cpu-2026-11-29-full"), "--json"]) == 0
+    assert lab_main(["compare", str(a), str(REFERENCE / "cpu-2026-12-02-full"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["a"]["path"].endswith("cpu-2026-11-29-inductor/results.json") and data["factor"] == 1.1
     recs = data["records"]
     assert recs and all(set(r) - {"class"} == {"kind", "experiment", "metric", "params", "unit", "a", "b", "ratio",
                                                "mark", "reason"} for r in recs)
     assert all(r["class"] in ("dispatch", "kernel", "other") for r in recs if r["kind"] == "metric")
-    setup = next(r for r in recs if r["metric"] == "setup_s" and r["params"] == {"step": "indexed"})
-    assert setup["mark"] == "not comparable" and setup["ratio"] is None and "compile_cache.state" in setup["reason"]
+    rel = next(r for r in recs if r["metric"] == "max_logit_rel_diff" and r["params"]["step"] == "compiled split vs eager")
+    assert rel["mark"] == "not comparable" and rel["ratio"] is None and "units differ" in rel["reason"]
     be = next(r for r in recs if r["metric"] == "break_even_calls" and r["params"] == {"phase": "cold",
                                                                                       "target": "decode_core"})
-    assert (be["a"], be["b"], be["mark"]) == (4440, 3613, "better") and be["ratio"] == pytest.approx(3613 / 4440)
+    assert (be["a"], be["b"], be["mark"]) == (4440, 7476, "worse") and be["ratio"] == pytest.approx(7476 / 4440)
     assert data["counts"]["not comparable"] == sum(r["mark"] == "not comparable" for r in recs)
-    c = compare(load_side(a), load_side(REFERENCE / "cpu-2026-11-29-full"))
+    c = compare(load_side(a), load_side(REFERENCE / "cpu-2026-12-02-full"))
     assert records(c) == json.loads(to_json(c))["records"]
 
 
@@ -576,9 +577,9 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
     runs, _ = load_runs([REFERENCE])
     got = {b.run.name: (b.base.name if b.base else None, b.why) for b in baselines(runs)}
     assert set(got) == {r.name for r in runs}
-    assert got["cpu-2026-11-29-full"] == ("cpu-2026-11-29-inductor", "the previous run of host vm (AMD EPYC, 2 cores) "
+    assert got["cpu-2026-12-02-full"] == ("cpu-2026-11-29-inductor", "the previous run of host vm (AMD EPYC, 2 cores) "
                                                                       "with profile cpu")
-    assert got["cpu-2026-11-29-inductor"][0] == "cpu-2026-11-29-full"
+    assert got["cpu-2026-11-29-inductor"][0] == "cpu-2026-12-02-full"
     assert got["h200-2026-12-02-gpu"] == (None, "no other run of profile gpu among the runs rendered: nothing to set "
                                                 "it against (a run of the same profile, from this host or another, "
                                                 "would be)")

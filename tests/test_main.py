@@ -36,7 +36,7 @@ sys.argv = ["lab", *sys.argv[2:]]
 runpy.run_module("lab", run_name="__main__", alter_sys=True)
 """
 
-REFERENCE = "manifests/reference/cpu-2026-11-29-full"
+REFERENCE = "manifests/reference/cpu-2026-12-02-full"
 
 
 def lab_without(package: str, *args: str) -> subprocess.CompletedProcess:

@@ -528,6 +528,6 @@ def test_fusion_table_fills_per_n_ops_ceiling(gpu_html: str) -> None:
 
 
 def test_the_committed_runs_load() -> None:
-    assert {p.name for p in REFERENCE_RUNS} >= {"cpu-2026-11-29-full", "h200-2026-12-02-gpu"}
+    assert {p.name for p in REFERENCE_RUNS} >= {"cpu-2026-12-02-full", "h200-2026-12-02-gpu"}
     for p in REFERENCE_RUNS:
         load(p)

@@ -283,7 +283,7 @@ def test_loading_drops_an_exact_repeat_and_refuses_one_that_differs(tmp_path: Pa
 
 def test_the_committed_runs_are_all_there() -> None:
     names = {p.parent.name for p in COMMITTED}
-    assert {"cpu-2026-11-29-full", "h200-2026-12-02-gpu", "h200-2026-12-02-sweep", "cpu-smoke"} <= names
+    assert {"cpu-2026-12-02-full", "h200-2026-12-02-gpu", "h200-2026-12-02-sweep", "cpu-smoke"} <= names
 
 
 def test_compare_refuses_a_bare_manifest_of_the_wrong_shape(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from lab.containers.lock import normalize, parse_freeze
 from lab.containers.variants import REPO_ROOT
 
-REFERENCES = {"cpu": "manifests/reference/cpu-2026-11-29-full", "cuda": "manifests/reference/h200-2026-12-02-gpu"}
+REFERENCES = {"cpu": "manifests/reference/cpu-2026-12-02-full", "cuda": "manifests/reference/h200-2026-12-02-gpu"}
 # The libraries a timing depends on, as the manifest names them (`torch.version`, `libraries.<name>`).
 KEY_LIBRARIES = ("torch", "triton", "transformers", "numpy", "jinja2", "matplotlib")
 
