@@ -113,13 +113,6 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         return int(args._main(args) or 0)
-    except ImportError as exc:
-        line = missing_dependency(exc)
-        if line is None:
-            traceback.print_exc()
-            print(f"error: {BUG_REPORT}", file=sys.stderr)
-            return 1
-        return _user_error(line, debug)
     except PermissionError as exc:  # before OSError: the fix depends on where the lab runs
         return _user_error(permission_denied(exc.filename), debug)
     except (ValueError, OSError) as exc:
@@ -129,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         what = f"stopped by {exc}" if signum else "interrupted"
         print(f"{what}: results measured so far are saved", file=sys.stderr)
         return 128 + signum if signum else 130
-    except Exception:
+    except Exception as exc:  # a missing dependency the user can install, else a bug of the lab's
+        line = missing_dependency(exc) if isinstance(exc, ImportError) else None
+        if line is not None:
+            return _user_error(line, debug)
         traceback.print_exc()
         print(f"error: {BUG_REPORT}", file=sys.stderr)
         return 1

@@ -38,7 +38,7 @@ def clean(value: Any) -> Any:
     return value
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process's umask (os.umask can only be read by setting it)."""
     mask = os.umask(0o022)
     os.umask(mask)
@@ -57,7 +57,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         if hasattr(os, "fchmod"):  # POSIX (Windows files have no such mode bits)
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

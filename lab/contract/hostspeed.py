@@ -37,7 +37,7 @@ import math
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from lab.contract import intervals
 from lab.contract.intervals import Interval
@@ -113,16 +113,21 @@ def _percentiles(stats: list[float]) -> Interval | None:
     return Interval(xs[int(tail * (len(xs) - 1))], xs[round((1 - tail) * (len(xs) - 1))])
 
 
-def sensitivity(index: Sequence[float], times: Sequence[float], resamples: int = intervals.RESAMPLES,
-                seed: int = intervals.SEED) -> Estimate | None:
-    """The elasticity of the step time on the host index, with its pairs-bootstrap 95% interval."""
+def _bootstrapped(index: Sequence[float], times: Sequence[float], resamples: int, seed: int,
+                  of: Callable[[Fit], float]) -> Estimate | None:
+    """`of` the rounds' fit, with its pairs-bootstrap 95% interval (`of` each resample's fit); None: no fit."""
     points = _pairs(index, times)
     whole = fit(index, times)
     if whole is None:
         return None
-    slopes = [f.slope for f in (_fit([points[i] for i in pick]) for pick in _picks(len(points), resamples, seed))
-              if f is not None]
-    return Estimate(whole.slope, _percentiles(slopes))
+    fits = (_fit([points[i] for i in pick]) for pick in _picks(len(points), resamples, seed))
+    return Estimate(of(whole), _percentiles([of(f) for f in fits if f is not None]))
+
+
+def sensitivity(index: Sequence[float], times: Sequence[float], resamples: int = intervals.RESAMPLES,
+                seed: int = intervals.SEED) -> Estimate | None:
+    """The elasticity of the step time on the host index, with its pairs-bootstrap 95% interval."""
+    return _bootstrapped(index, times, resamples, seed, lambda f: f.slope)
 
 
 def reference_index(samples: Sequence[float]) -> float | None:
@@ -137,13 +142,7 @@ def at_reference(index: Sequence[float], times: Sequence[float], reference: floa
                  resamples: int = intervals.RESAMPLES, seed: int = intervals.SEED) -> Estimate | None:
     """The step time the fit (its slope held to [0, 1]: `Fit.bounded`) puts at the reference index, with its
     pairs-bootstrap 95% interval."""
-    points = _pairs(index, times)
-    whole = fit(index, times)
-    if whole is None:
-        return None
-    values = [f.bounded().at(reference) for f in (_fit([points[i] for i in pick])
-                                                  for pick in _picks(len(points), resamples, seed)) if f is not None]
-    return Estimate(whole.bounded().at(reference), _percentiles(values))
+    return _bootstrapped(index, times, resamples, seed, lambda f: f.bounded().at(reference))
 
 
 def speedup_at_reference(base: tuple[Sequence[float], Sequence[float]], method: tuple[Sequence[float], Sequence[float]],

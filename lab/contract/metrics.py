@@ -118,6 +118,17 @@ def spec(name: str) -> MetricSpec | None:
     return REGISTRY.get(name)
 
 
+def _with_interval(name: str, unit: str, direction: Direction, help: str, low_note: str = "",
+                   comparable: tuple[str, ...] = (), derived_from: tuple[str, ...] = ()) -> tuple[MetricSpec, ...]:
+    """A metric and the two that hold its 95% interval (NAME_ci_low, NAME_ci_high, same derivation), in that order;
+    `low_note` ends the low end's help (how the interval was drawn)."""
+    low, high = f"{name}_ci_low", f"{name}_ci_high"
+    return (declare(name, unit, direction, help, comparable=comparable, interval=(low, high),
+                    derived_from=derived_from),
+            declare(low, unit, N, f"low end of the 95% interval of {name}{low_note}", derived_from=derived_from),
+            declare(high, unit, N, f"high end of the 95% interval of {name}", derived_from=derived_from))
+
+
 L, H, N = Direction.LOWER, Direction.HIGHER, Direction.NONE
 NUMBERS, BOOL, TEXT = Kind.NUMBERS, Kind.BOOL, Kind.TEXT
 
@@ -178,45 +189,24 @@ HOST_INDEX_COST = declare("host_index_cost", units.FRACTION, L, "the host-speed 
                           "turns it was taken around (the instrument's cost: at most 5%)")
 HOST_INDEX_REFERENCE_MS = declare("host_index_reference_ms", units.MS, N, "the reference host speed of a timing: the "
                                   "10th percentile of its rounds' host index (the host near its fastest)")
-HOST_SENSITIVITY = declare("host_sensitivity", units.X, N, "the elasticity of the method's step time on the host-speed "
-                           "index: the slope of log(round median) on log(round index); 1 follows the host's CPU speed "
-                           "wholly, 0 not at all (a property of the method on this host, no direction)",
-                           interval=("host_sensitivity_ci_low", "host_sensitivity_ci_high"))
-HOST_SENSITIVITY_CI_LOW = declare("host_sensitivity_ci_low", units.X, N, "low end of the 95% interval of "
-                                  "host_sensitivity (a pairs bootstrap over rounds)")
-HOST_SENSITIVITY_CI_HIGH = declare("host_sensitivity_ci_high", units.X, N, "high end of the 95% interval of "
-                                   "host_sensitivity")
-STEP_MS_AT_REFERENCE = declare("step_ms_at_reference", units.MS, L, "the method's step time at the timing's reference "
-                               "host speed (host_index_reference_ms), from its log-log fit on the host index",
-                               comparable=_MODEL, interval=("step_ms_at_reference_ci_low", "step_ms_at_reference_ci_high"),
-                               derived_from=("step_ms",))
-STEP_MS_AT_REFERENCE_CI_LOW = declare("step_ms_at_reference_ci_low", units.MS, N, "low end of the 95% interval of "
-                                      "step_ms_at_reference", derived_from=("step_ms",))
-STEP_MS_AT_REFERENCE_CI_HIGH = declare("step_ms_at_reference_ci_high", units.MS, N, "high end of the 95% interval of "
-                                       "step_ms_at_reference", derived_from=("step_ms",))
-SPEEDUP_AT_REFERENCE = declare("speedup_at_reference", units.X, H, "eager's step time over the method's, both at the "
-                               "timing's reference host speed (beside the observed speedup_vs_eager)", comparable=_MODEL,
-                               interval=("speedup_at_reference_ci_low", "speedup_at_reference_ci_high"),
-                               derived_from=("step_ms",))
-SPEEDUP_AT_REFERENCE_CI_LOW = declare("speedup_at_reference_ci_low", units.X, N, "low end of the 95% interval of "
-                                      "speedup_at_reference (rounds paired)", derived_from=("step_ms",))
-SPEEDUP_AT_REFERENCE_CI_HIGH = declare("speedup_at_reference_ci_high", units.X, N, "high end of the 95% interval of "
-                                       "speedup_at_reference", derived_from=("step_ms",))
-IN_RUN_OVER_FRESH = declare("in_run_over_fresh", units.X, N, "the run's own eager step over fresh processes', taking "
-                            "turns round by round under the same host conditions (paired): 1 is an instrument that does "
-                            "not move what it measures (no direction)", interval=("in_run_over_fresh_ci_low",
-                                                                                  "in_run_over_fresh_ci_high"))
-IN_RUN_OVER_FRESH_CI_LOW = declare("in_run_over_fresh_ci_low", units.X, N, "low end of the 95% interval of "
-                                   "in_run_over_fresh (a bootstrap over the paired rounds)")
-IN_RUN_OVER_FRESH_CI_HIGH = declare("in_run_over_fresh_ci_high", units.X, N, "high end of the 95% interval of "
-                                    "in_run_over_fresh")
-FRESH_OVER_FRESH = declare("fresh_over_fresh", units.X, N, "one fresh process's eager step over a second's, taking turns "
-                           "with the run's (paired, per round): how far two processes that did nothing differ, the "
-                           "resolution of in_run_over_fresh (no direction)",
-                           interval=("fresh_over_fresh_ci_low", "fresh_over_fresh_ci_high"))
-FRESH_OVER_FRESH_CI_LOW = declare("fresh_over_fresh_ci_low", units.X, N, "low end of the 95% interval of fresh_over_fresh")
-FRESH_OVER_FRESH_CI_HIGH = declare("fresh_over_fresh_ci_high", units.X, N, "high end of the 95% interval of "
-                                   "fresh_over_fresh")
+HOST_SENSITIVITY, HOST_SENSITIVITY_CI_LOW, HOST_SENSITIVITY_CI_HIGH = _with_interval(
+    "host_sensitivity", units.X, N, "the elasticity of the method's step time on the host-speed index: the slope of "
+    "log(round median) on log(round index); 1 follows the host's CPU speed wholly, 0 not at all (a property of the "
+    "method on this host, no direction)", " (a pairs bootstrap over rounds)")
+STEP_MS_AT_REFERENCE, STEP_MS_AT_REFERENCE_CI_LOW, STEP_MS_AT_REFERENCE_CI_HIGH = _with_interval(
+    "step_ms_at_reference", units.MS, L, "the method's step time at the timing's reference host speed "
+    "(host_index_reference_ms), from its log-log fit on the host index", comparable=_MODEL, derived_from=("step_ms",))
+SPEEDUP_AT_REFERENCE, SPEEDUP_AT_REFERENCE_CI_LOW, SPEEDUP_AT_REFERENCE_CI_HIGH = _with_interval(
+    "speedup_at_reference", units.X, H, "eager's step time over the method's, both at the timing's reference host "
+    "speed (beside the observed speedup_vs_eager)", " (rounds paired)", comparable=_MODEL, derived_from=("step_ms",))
+IN_RUN_OVER_FRESH, IN_RUN_OVER_FRESH_CI_LOW, IN_RUN_OVER_FRESH_CI_HIGH = _with_interval(
+    "in_run_over_fresh", units.X, N, "the run's own eager step over fresh processes', taking turns round by round "
+    "under the same host conditions (paired): 1 is an instrument that does not move what it measures (no direction)",
+    " (a bootstrap over the paired rounds)")
+FRESH_OVER_FRESH, FRESH_OVER_FRESH_CI_LOW, FRESH_OVER_FRESH_CI_HIGH = _with_interval(
+    "fresh_over_fresh", units.X, N, "one fresh process's eager step over a second's, taking turns with the run's "
+    "(paired, per round): how far two processes that did nothing differ, the resolution of in_run_over_fresh "
+    "(no direction)")
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
                   "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"),
                   derived_from=("step_ms",))

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from lab.atomic import umask
 from lab.locks import OWNER_NAME, OwnerLock, clean_abandoned_tempdirs
 
 PAGE_PATTERNS = ("index.html", "compare.html", "history.html", "run-*.html")
@@ -30,12 +31,6 @@ MARKER = ".written-by-lab-report"  # in traces/: an old traces/ folder is remove
 
 class WriteError(OSError):
     """Writing into the site failed (a full disk, a read-only folder): a site problem, never a run's."""
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _write_all(handle: object, data: bytes) -> None:
@@ -52,7 +47,7 @@ def write_bytes(path: Path, data: bytes) -> None:
         raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from None
     try:
         if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as handle:
             _write_all(handle, data)
             handle.flush()
