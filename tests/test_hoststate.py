@@ -71,6 +71,17 @@ def test_where_the_timing_cannot_tell_the_fresh_process_s_tens_of_rounds_answer_
     assert "graph (0.00 [-0.02, 0.01]) did not" in text  # the timing's own interval was the narrower
 
 
+def test_a_sweep_names_each_method_once() -> None:
+    """model_scaling times every method at four sizes: the sentence speaks for its first case, once per method (the
+    committed H200 sweep once listed eager's fresh-process figure three times)."""
+    from lab.contract.results import load
+
+    sweep = Path(__file__).parents[1] / "manifests" / "reference" / "h200-2026-12-02-sweep" / "results.json"
+    text = host.sentence(load(sweep).experiments)
+    assert text.count("eager, fresh process") == 1 and text.count("graph, fresh process") == 1, text
+    assert text.count("compile+graph") == 1 and text.count("fused-pdl-prefetch") == 1, text
+
+
 def test_a_run_without_the_index_says_so() -> None:
     assert host.sentence(from_dict(raw(decode({"eager": 3.0})), "x/results.json").experiments) == \
         host.NO_INDEX

@@ -87,8 +87,9 @@ def _timed(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
                         or p.get(P.DTYPE, "float32") != "float32" or p.get(P.READBACK, False)):
                     continue
                 ci = _ci(rec, p)
-                step = f", {p[P.STEP]} step" if P.STEP in p else ""
-                found.append((f"{p.get(P.METHOD)}{step}", float(m.value), ci))
+                label = f"{p.get(P.METHOD)}" + (f", {p[P.STEP]} step" if P.STEP in p else "")
+                if label not in {f[0] for f in found}:  # a sweep's first case (its first size) speaks for it
+                    found.append((label, float(m.value), ci))
             if found:
                 return found
     return []
