@@ -80,7 +80,7 @@ def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | N
 def _timed(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
     for source in SOURCES:
         for rec in (r for r in records if r.id == source):
-            found = []
+            found: list[tuple[str, float, Interval | None]] = []
             for m in rec.metrics:
                 p = m.params
                 if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get(P.BATCH) != 1
