@@ -80,18 +80,17 @@ def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | N
 def _timed(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
     for source in SOURCES:
         for rec in (r for r in records if r.id == source):
-            found: list[tuple[str, float, Interval | None]] = []
+            found: dict[str, tuple[float, Interval | None]] = {}
             for m in rec.metrics:
                 p = m.params
                 if (m.name != M.HOST_SENSITIVITY.name or m.value is None or p.get(P.BATCH) != 1
                         or p.get(P.DTYPE, "float32") != "float32" or p.get(P.READBACK, False)):
                     continue
-                ci = _ci(rec, p)
                 label = f"{p.get(P.METHOD)}" + (f", {p[P.STEP]} step" if P.STEP in p else "")
-                if label not in {f[0] for f in found}:  # a sweep's first case (its first size) speaks for it
-                    found.append((label, float(m.value), ci))
+                if label not in found:  # a sweep's first case (its first size) speaks for it
+                    found[label] = (float(m.value), _ci(rec, p))
             if found:
-                return found
+                return [(label, value, ci) for label, (value, ci) in found.items()]
     return []
 
 
