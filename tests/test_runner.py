@@ -351,3 +351,34 @@ def test_a_bad_stop_after_is_one_line_and_exit_2(tmp_path: Path, capsys, value: 
                          f"--stop-after={value}")
     assert f"--stop-after {value!r}" in err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_what_an_experiment_keeps_open_lives_to_a_later_one_and_is_closed_at_the_runs_end(tmp_path: Path, fake,
+                                                                                           interrupt: bool) -> None:
+    """An experiment keeps something open for a later one (the sentinel's fresh processes, lab.run.context
+    ModelCache.keep): the later one finds it still open; the run's end closes it, an interrupted run too."""
+    import contextlib
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def opened():
+        events.append("open")
+        yield "child"
+        events.append("closed")
+
+    def first(ctx) -> None:
+        assert ctx.keep("probe", opened()) == "child"
+
+    def later(ctx) -> None:
+        events.append(f"found {ctx.kept('probe')}, {events[-1]}")
+        if interrupt:
+            raise KeyboardInterrupt
+
+    fake("graph_breaks", first)
+    fake("recompiles", later)
+    fake("decode_recompiles", one_compile)
+    with contextlib.suppress(KeyboardInterrupt):
+        runner.run(SMOKE, tmp_path, only=THREE)
+    assert events == ["open", "found child, open", "closed"]

@@ -21,7 +21,7 @@ import contextlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 BIND_ENV = "LAB_CPU_BIND"
 NODE_ROOT = Path("/sys/devices/system/node")
@@ -147,6 +147,13 @@ def pin_thread(cpu: int | None) -> int | None:
     return cpu
 
 
+def release(cpus: Iterable[int] | None) -> None:
+    """Bind the calling thread to `cpus` again (what `allowed` said before a `pin_thread`); None: nothing to do."""
+    setter = getattr(os, "sched_setaffinity", None)
+    if cpus is not None and setter is not None:
+        setter(0, set(cpus))
+
+
 @contextlib.contextmanager
 def pinned(cpu: int | None) -> Iterator[int | None]:
     """The calling thread on `cpu` alone inside the block (`pin_thread`), its former CPUs restored after; yields the
@@ -156,8 +163,8 @@ def pinned(cpu: int | None) -> Iterator[int | None]:
     try:
         yield on
     finally:
-        if on is not None and before is not None:
-            os.sched_setaffinity(0, set(before))
+        if on is not None:
+            release(before)
 
 
 @dataclass(frozen=True)

@@ -53,12 +53,26 @@ def _plain(value: Any) -> Any:
 
 
 class ModelCache:
-    """One GPT-2 per (dtype, device) per run: building the 124M model takes seconds."""
+    """What a run keeps between experiments: one GPT-2 per (dtype, device) (building the 124M model takes seconds),
+    and what an experiment keeps open for a later one (`keep`: lab.experiments.sentinel's two fresh processes),
+    closed by `close` at the run's end, however it ends."""
 
     def __init__(self, profile: Profile, provenance: dict[str, Any]) -> None:
         self.profile = profile
         self.provenance = provenance
         self._cache: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._open = contextlib.ExitStack()
+        self.kept: dict[str, Any] = {}
+
+    def keep(self, key: str, manager: contextlib.AbstractContextManager[T]) -> T:
+        """Enter `manager` and keep what it gives under `key` until `close`."""
+        value = self._open.enter_context(manager)
+        self.kept[key] = value
+        return value
+
+    def close(self) -> None:
+        self.kept.clear()
+        self._open.close()
 
     def get(self, dtype: str | None = None, device: str | None = None) -> tuple[Any, Any]:
         from lab.step.model import build_model, extract_weights, torch_dtype
@@ -227,6 +241,14 @@ class Context(Generic[Opts]):
         self.progress(f"skipped {item}: {code}")
 
     # ---- helpers
+    def kept(self, key: str) -> Any:
+        """What an earlier experiment of this run kept open under `key` (lab.run.context.ModelCache.keep); None."""
+        return None if self._models is None else self._models.kept.get(key)
+
+    def keep(self, key: str, manager: contextlib.AbstractContextManager[T]) -> T | None:
+        """Keep `manager` open for a later experiment of this run (None outside a run: nothing to keep it in)."""
+        return None if self._models is None else self._models.keep(key, manager)
+
     def gpt2(self, dtype: str | None = None) -> tuple[Any, Any]:
         """(transformers model, lab Weights) of the profile's GPT-2, on the profile's device."""
         return self._models.get(dtype)

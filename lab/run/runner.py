@@ -312,6 +312,7 @@ def _run_loop(specs: list[ExperimentSpec], kept: dict[str, Record], profile: Pro
         raise
     finally:
         out.experiment_ended()  # (the heartbeat says nothing more of an experiment the run stopped in)
+        models.close()  # what an experiment kept open for a later one (lab.experiments.sentinel's processes)
         capture.close()
     if stop is not None:  # resumable: nothing of the run's end (the host's final load, the summary) yet
         runsay.stopped(stop)

@@ -8,7 +8,9 @@ extra file descriptors (named in LAB_CHILD_TURNS); its function calls `channel()
 and answer it, one JSON line each. Its stdout and stderr go to files (a chatty child cannot fill a
 pipe and stall), its process group is killed when the parent is done, on a timeout or on an error, as
 run_child's is. The protocol is one line per request and one answer per request (and the child's
-first line, its "ready"). POSIX only (`supported`): Windows cannot pass the two descriptors.
+first line, its "ready"). The time limit is per answer (the ready line, each request's, the end): a child may
+stay alive, idle, for a whole run between two requests (lab.experiments.sentinel keeps two from the run's start
+to its end). POSIX only (`supported`): Windows cannot pass the two descriptors.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def channel() -> Channel | None:
 
 
 class Turns:
-    """The parent's end: start the child, `ask` it for a turn, `finish` for its return value and how it ended.
+    """The parent's end: start the child, `ask` it for a turn, `finish` for its return value and how it ended; each
+    answer within `timeout_s` of its request (the first, of the start).
 
     Use as a context manager: the child's group is killed on the way out whatever happened."""
 
@@ -88,7 +91,7 @@ class Turns:
         env[PARENT_ENV] = str(os.getpid())
         env[TURNS_ENV] = f"{to_child_r},{from_child_w}"
         cmd = [sys.executable, "-m", "lab.run.childproc", self.target, json.dumps(self.kwargs), str(self._result)]
-        self._start = time.perf_counter()
+        self._start = self._asked = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=self._err, text=True, env=env, cwd=str(REPO_ROOT),
                                      pass_fds=(to_child_r, from_child_w), start_new_session=os.name == "posix")
         os.close(to_child_r)
@@ -98,10 +101,11 @@ class Turns:
         return self
 
     def _left(self) -> float:
-        return self.timeout_s - (time.perf_counter() - self._start)
+        return self.timeout_s - (time.perf_counter() - self._asked)
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send one request and wait for its answer (ChildGone: the child ended or the time limit passed)."""
+        self._asked = time.perf_counter()
         try:
             self._writer.write(json.dumps(request) + "\n")
             self._writer.flush()
@@ -121,7 +125,8 @@ class Turns:
         return answer
 
     def finish(self) -> ChildResult:
-        """Tell the child to stop, wait for it (within the time left) and return how it ended, with its value."""
+        """Tell the child to stop, wait for it (within its time limit) and return how it ended, with its value."""
+        self._asked = time.perf_counter()
         try:
             self._writer.write(json.dumps({"stop": True}) + "\n")
             self._writer.close()
