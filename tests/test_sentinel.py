@@ -13,6 +13,7 @@ from lab.contract.names import Method
 from lab.contract.profiles import TINY
 from lab.contract.results import Metric, Record
 from lab.experiments import sentinel, sentinel_end
+from lab.experiments.common import paired as pairing
 from lab.host import cpuplace
 from lab.step.model import resolve_weights
 
@@ -245,7 +246,7 @@ def test_the_cycles_rotate_and_judge_the_instrument_not_the_host(own_ms: float, 
         return [own_ms * host[0]] * 4
 
     fresh = {side: (lambda side=side: ask(side)) for side in children}
-    paired = sentinel_end.alternate(own, fresh, cycles=8, index=_clock_index(host))
+    paired = pairing.alternate(own, fresh, cycles=8, index=_clock_index(host))
     assert order[:6] == ["fresh", "in-run", "fresh-2", "in-run", "fresh-2", "fresh"] and len(order) == 24
     assert len(paired.in_run) == len(paired.fresh) == len(paired.rounds["fresh-2"]) == 8
     assert paired.index.per_round("fresh")[-1] == 40.0 and paired.index.per_round("in-run")[-1] == 40.0
@@ -265,6 +266,26 @@ def test_the_cycles_rotate_and_judge_the_instrument_not_the_host(own_ms: float, 
     assert N.check("sentinel_end", N.PAIRED_ROUNDS.key, rec.notes[N.PAIRED_ROUNDS.key]) is None
     assert [r["wait_ms"] for r in rec.notes[N.PAIRED_ROUNDS.key]["rounds"]["fresh"]] == [0.5] * 8
     assert N.check("sentinel_end", N.HOST_INDEX.key_for(shape="paired"), rec.notes["host_index.paired"]) is None
+
+
+@pytest.mark.parametrize("end_ms, clean", [(3.2, True), (3.7, False)])
+def test_the_verdict_is_the_change_since_the_start_against_the_same_processes(end_ms: float, clean: bool):
+    """The run's process is 5% slower than the fresh ones already at the start (its own luck, its threads): at the
+    end 3.2 ms against the same two is no change, and the check passes where the end's ratio alone (1.05x) would be
+    at the edge; 3.7 ms is the run's doing (1.16x) and fails. The start's own ratio is said in the detail."""
+    children = {"fresh": _Child([1.0], 3.0), "fresh-2": _Child([1.0], 3.09)}
+
+    def cycles(own_ms: float) -> pairing.Paired:
+        return pairing.alternate(lambda: [own_ms] * 4, {side: c for side, c in children.items()}, cycles=8)
+
+    start, end = cycles(3.2), cycles(end_ms)
+    ctx = _ctx_end()
+    assert sentinel_end.record_paired(ctx, end, pairing.Paired.from_note(start.note())) is clean
+    p = {"method": Method.EAGER, "batch": 1, "dtype": "float32"}
+    assert ctx.record.metric(M.IN_RUN_CHANGE.name, **p).value == pytest.approx(end_ms / 3.2, rel=1e-3)
+    [check] = ctx.record.checks
+    assert check.name.startswith("in-run eager within 5% of where it started") and check.passed is clean
+    assert "at the start the run's process was 1.051x the same fresh processes" in check.detail
 
 
 def test_a_warm_up_that_ran_out_while_the_host_moved_is_a_host_warning_not_a_failed_check():
@@ -317,8 +338,13 @@ def test_the_real_child_takes_turns_with_the_parents_eager_on_the_cpu(tiny):
         cpu = cpuplace.thread_cpu()
         with cpuplace.pinned(cpu) as on:
             pinned = child.ask({"pin": on})["pinned"] if on is not None else None
-            paired = sentinel_end.alternate(lambda: mine.decode(6, HostClock(), readback=False),
-                                            {"fresh": lambda: sentinel_end.ask_round(child)}, cycles=3)
+            paired = pairing.alternate(lambda: mine.decode(6, HostClock(), readback=False),
+                                       {"fresh": lambda: pairing.ask_round(child)}, cycles=3)
+            if on is not None:  # freed again, it warms up and takes again as at the run's end
+                assert child.ask({"pin": None})["pinned"] is None
+            again = child.ask({"take": True})["ready"]
+            assert not N.WARMUP.problem(again["warmup"]) and len(again["rounds"][Method.EAGER]) == 3
+            assert len(pairing.ask_round(child)["samples"]) == 6  # and serves rounds after it
         res = child.finish()
     assert res.ok and len(paired.fresh) == len(paired.in_run) == 3 and all(len(r) == 6 for r in paired.fresh)
     if on is not None:  # Linux: the child took the parent's CPU, and each side's rounds say where they ran
@@ -335,16 +361,16 @@ def test_without_posix_pipes_the_end_sentinel_runs_alone_and_says_why(monkeypatc
     seen: list[str] = []
     monkeypatch.setattr(turns, "supported", lambda: False)
     monkeypatch.setattr(sentinel, "measure", lambda c, when: seen.append(when))
-    monkeypatch.setattr(sentinel_end, "measure_paired", lambda c: pytest.fail("no pipes to pair through"))
+    monkeypatch.setattr(sentinel, "measure_paired", lambda c, when: pytest.fail("no pipes to pair through"))
     sentinel_end.run(ctx)
     assert seen == ["end"] and [s.item for s in ctx.record.skipped] == ["in_run_over_fresh"]
 
 
 @pytest.mark.slow
-def test_sentinel_end_pairs_the_runs_own_eager_with_the_fresh_child_on_the_cpu(monkeypatch):
-    """The experiment's own path on the smoke profile (eager only: graph replay needs CUDA): the child's take is
-    recorded at the end, the run's own eager alternates with it, and the paired verdict is stored with its
-    interval."""
+def test_the_sentinels_pair_the_runs_own_eager_with_the_same_fresh_children_at_both_ends_on_the_cpu(monkeypatch):
+    """The experiments' own path on the smoke profile (eager only: graph replay needs CUDA). The start sentinel's
+    two children take, take turns with the run's own eager, and are kept open by the run; the end sentinel asks the
+    same two to take again and take turns again, and judges the run's change; the run's end closes them."""
     from lab.contract import profiles
     from lab.contract.catalogue import BY_ID
     from lab.run.context import Context, ModelCache
@@ -353,20 +379,40 @@ def test_sentinel_end_pairs_the_runs_own_eager_with_the_fresh_child_on_the_cpu(m
     kwargs = sentinel.child_kwargs
     monkeypatch.setattr(sentinel, "child_kwargs", lambda ctx: kwargs(ctx) | {"methods": [Method.EAGER], "min_s": 0.2,
                                                                              "budget_s": 10.0, "max_rounds": 6})
-    ctx = Context(BY_ID["sentinel_end"], profile, None, Record("sentinel_end", "", "OK"),
-                  SimpleNamespace(experiments=[], manifest=None), ModelCache(profile, {"source": "random"}),
-                  options=sentinel_end.Options(steps=8, rounds=2, pairs=4, timeout_s=120))
-    paired = sentinel_end.measure_paired(ctx)
-    assert paired is not None and len(paired.in_run) == len(paired.fresh) == 4
-    assert sentinel_end.record_paired(ctx, paired) in (True, False)
-    rec = ctx.record
+    monkeypatch.setattr(sentinel_end, "drift", lambda ctx: None)  # (graph replay's figures: CUDA only)
+    models = ModelCache(profile, {"source": "random"})
+    results = SimpleNamespace(experiments=[], manifest=None)
+    options = sentinel.Options(steps=8, rounds=2, pairs=4, timeout_s=120)
+
+    def context(eid: str) -> Context:
+        return Context(BY_ID[eid], profile, None, Record(eid, "", "OK"), results, models, options=options)
+
+    start = context("sentinel")
+    out = sentinel.measure_paired(start, "start")
+    assert out is not None and len(out.in_run) == len(out.fresh) == 4
+    pairing.record(start, out)
+    results.experiments.append(start.record)
+    kept = [models.kept[key] for key in sentinel.KEPT]
+    assert all(c.proc.poll() is None for c in kept)  # alive, waiting for the end
+    end = context("sentinel_end")
+    sentinel_end.run(end)
     p = {"method": Method.EAGER, "batch": 1, "dtype": "float32"}
-    assert rec.metric(M.IN_RUN_OVER_FRESH.name, **p).value > 0
-    assert rec.metric(M.IN_RUN_OVER_FRESH_CI_LOW.name, **p).value is not None
-    assert rec.metric(M.FRESH_OVER_FRESH.name, **p).value > 0  # the second, gated child took its turns too
-    assert set(rec.notes[N.PAIRED_ROUNDS.key]["samples_ms"]) == {"fresh", "in-run", "fresh-2"}
+    for rec in (start.record, end.record):
+        assert rec.metric(M.IN_RUN_OVER_FRESH.name, **p).value > 0
+        assert rec.metric(M.FRESH_OVER_FRESH.name, **p).value > 0  # the second, gated child took its turns too
+        assert set(rec.notes[N.PAIRED_ROUNDS.key]["samples_ms"]) == {"fresh", "in-run", "fresh-2"}
+        assert N.check(rec.id, N.PAIRED_ROUNDS.key, rec.notes[N.PAIRED_ROUNDS.key]) is None
+    rec = end.record
+    change = rec.metric(M.IN_RUN_CHANGE.name, **p).value
+    ratio = rec.metric(M.IN_RUN_OVER_FRESH.name, **p).value / start.record.metric(M.IN_RUN_OVER_FRESH.name, **p).value
+    assert change == pytest.approx(ratio, rel=2e-3)
+    [verdict] = [c for c in rec.checks if "where it started" in c.name]
+    assert "at the start the run's process was" in verdict.detail
     assert rec.metric(M.SENTINEL_STEP_MS.name, method=Method.EAGER, when="end").value > 0
     assert N.WARMUP.key_for(when="end") in rec.notes and "host_index.paired" in rec.notes
+    assert all(c.proc.poll() is not None for c in kept)  # the end finished them
+    models.close()
+    assert models.kept == {}
 
 
 def test_the_fresh_process_tells_eager_that_follows_the_host_from_graph_replay_that_does_not(monkeypatch):
@@ -457,11 +503,11 @@ def test_a_second_fresh_process_that_dies_leaves_the_verdict_on_one_and_says_so(
             return ChildResult("t", 1, None, False, 1.0, None, "", "boom")
 
     monkeypatch.setattr(turns, "Turns", FakeTurns)
-    monkeypatch.setattr(sentinel_end, "_own_eager", lambda ctx: (lambda: [3.0] * 4))
+    monkeypatch.setattr(pairing, "own_eager", lambda ctx, steps: (lambda: [3.0] * 4))
     monkeypatch.setattr(sentinel, "child_kwargs", lambda ctx: {"steps": 64})
     monkeypatch.setattr(sentinel, "steps_of", lambda ctx: 64)
     ctx = _ctx_end()
-    paired = sentinel_end.measure_paired(ctx)
+    paired = sentinel.measure_paired(ctx, "end")
     assert paired is not None and set(paired.rounds) == {"fresh", "in-run"} and len(paired.in_run) == 24
     assert paired.resolution() is None and len(FakeTurns.made) == 2
     failed = [(c.name, c.fatal) for c in ctx.record.checks if not c.passed]

@@ -31,7 +31,7 @@ def test_in_run_eager_beside_the_sentinel() -> None:
     section = instrument.instrument(_run(False))
     table = next(t for t in section.tables if t.id == "sentinel-table")
     row = [c.text for c in table.rows[0]]
-    assert row == ["eager", fmt(3.3, "ms"), fmt(3.9, "ms"), fmt(3.36, "ms"), fmt(1.182, "x"), fmt(1.018, "x"), "—"]
+    assert row == ["eager", fmt(3.3, "ms"), fmt(3.9, "ms"), fmt(3.36, "ms"), fmt(1.182, "x"), fmt(1.018, "x"), "—", "—"]
     assert "95% [3.25, 3.36]" in table.rows[0][1].sub
     assert "bad" in table.rows[0][4].cls and "bad" not in table.rows[0][5].cls
     assert "1.182x" in section.intro
@@ -56,6 +56,31 @@ def test_the_paired_verdict_with_its_interval_and_the_hosts_warnings() -> None:
     assert verdict.sub == f"95% [0.991, 1.03] · pass: {paired}"
     assert drift.text == fmt(1.48, "x") and "bad" not in drift.cls and not drift.sub  # data, not a check
     assert "Host warning: the fresh-process eager step moved 1.48x over the run." in section.intro
+
+
+def test_the_change_over_the_run_against_the_same_processes_is_the_verdict_beside_both_ends() -> None:
+    """A run whose process was 6% slower than its fresh processes already at the start, and 7% at the end: the paired
+    cell shows the end with the start beneath it, the change cell the verdict (1.01x, passed)."""
+    p = {"method": "eager", "batch": 1, "dtype": "float32"}
+    moved = "in-run eager within 5% of where it started, against the same fresh processes (or its interval holds 1)"
+    start = rec("sentinel", [metric("sentinel_step_ms", 3.3, "ms", SP, when="start", **p),
+                             metric("in_run_over_fresh", 1.06, "x", **p),
+                             metric("in_run_over_fresh_ci_low", 1.05, "x", **p),
+                             metric("in_run_over_fresh_ci_high", 1.07, "x", **p)])
+    end = rec("sentinel_end", [metric("sentinel_step_ms", 3.3, "ms", when="end", **p),
+                               metric("in_run_over_fresh", 1.07, "x", **p),
+                               metric("in_run_over_fresh_ci_low", 1.06, "x", **p),
+                               metric("in_run_over_fresh_ci_high", 1.08, "x", **p),
+                               metric("in_run_change", 1.0094, "x", **p),
+                               metric("in_run_change_ci_low", 0.995, "x", **p),
+                               metric("in_run_change_ci_high", 1.024, "x", **p)],
+              checks=[check(moved, True, "1.009x over the run", **p)])
+    table = next(t for t in instrument.instrument(results(start, decode({"eager": 3.9}), end)).tables
+                 if t.id == "sentinel-table")
+    paired, change = table.rows[0][6], table.rows[0][7]
+    assert paired.text == fmt(1.07, "x") and paired.sub == "95% [1.06, 1.08]; at the start 1.06 x (95% [1.05, 1.07])"
+    assert change.text == fmt(1.0094, "x") and change.sub == f"95% [0.995, 1.02] · pass: {moved}"
+    assert "bad" not in change.cls
 
 
 def test_the_flag_lists_only_failed_sentinel_checks() -> None:

@@ -48,11 +48,14 @@ _HOST = (M.HOST_INDEX_MS, M.HOST_INDEX_COST, M.HOST_INDEX_REFERENCE_MS, M.HOST_S
          M.STEP_MS_AT_REFERENCE_CI_HIGH, M.SPEEDUP_AT_REFERENCE, M.SPEEDUP_AT_REFERENCE_CI_LOW,
          M.SPEEDUP_AT_REFERENCE_CI_HIGH)
 _SENSITIVITY = (M.HOST_SENSITIVITY, M.HOST_SENSITIVITY_CI_LOW, M.HOST_SENSITIVITY_CI_HIGH)  # the fresh process's
+_PAIRED = (M.IN_RUN_OVER_FRESH, M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH, M.FRESH_OVER_FRESH,
+           M.FRESH_OVER_FRESH_CI_LOW, M.FRESH_OVER_FRESH_CI_HIGH)  # the run's own eager and fresh ones, taking turns
 
 CATALOGUE: tuple[ExperimentSpec, ...] = (
     # first: the decode step in a fresh process, before the run has measured (or profiled) anything
     ExperimentSpec("sentinel", "Eager and graph replay at batch 1 in a fresh process: the run's clean baseline", "020",
-                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP, *_SENSITIVITY)),
+                   ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP, *_SENSITIVITY,
+                               *_PAIRED)),
     # chapter 000: the core of the lab
     ExperimentSpec("toolchain", "Which C++ compiler Inductor would use, Python headers, Triton, MSVC", "000", ("host",),
                    (M.CXX_COMPILER_FOUND, M.CXX_OFF_PATH, M.PYTHON_HEADERS, M.TRITON_IMPORTABLE, M.CUDA_AVAILABLE,
@@ -151,9 +154,8 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     ExperimentSpec("sentinel_end", "The fresh-process step at the end, paired with the run's own eager: the instrument's "
                    "verdict, and the host's drift", "020",
                    ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP, *_SENSITIVITY,
-                               M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT, M.IN_RUN_OVER_FRESH,
-                               M.IN_RUN_OVER_FRESH_CI_LOW, M.IN_RUN_OVER_FRESH_CI_HIGH, M.FRESH_OVER_FRESH,
-                               M.FRESH_OVER_FRESH_CI_LOW, M.FRESH_OVER_FRESH_CI_HIGH)),
+                               M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT, *_PAIRED, M.IN_RUN_CHANGE,
+                               M.IN_RUN_CHANGE_CI_LOW, M.IN_RUN_CHANGE_CI_HIGH)),
 )
 
 BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}

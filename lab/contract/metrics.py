@@ -207,6 +207,10 @@ FRESH_OVER_FRESH, FRESH_OVER_FRESH_CI_LOW, FRESH_OVER_FRESH_CI_HIGH = _with_inte
     "fresh_over_fresh", units.X, N, "one fresh process's eager step over a second's, taking turns with the run's "
     "(paired, per round): how far two processes that did nothing differ, the resolution of in_run_over_fresh "
     "(no direction)")
+IN_RUN_CHANGE, IN_RUN_CHANGE_CI_LOW, IN_RUN_CHANGE_CI_HIGH = _with_interval(
+    "in_run_change", units.X, N, "in_run_over_fresh at the run's end over the same at its start, against the same two "
+    "fresh processes: what the run did to its own process, the processes' own constant parts cancelled (no "
+    "direction)", " (the two ends' cycles drawn each on its own)")
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
                   "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"),
                   derived_from=("step_ms",))

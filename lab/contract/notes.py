@@ -133,16 +133,17 @@ HOST_WARNINGS = NoteSpec("host_warnings", list, "what the host did that the run 
                                                "never as a failed check: its speed moved while a fresh process warmed "
                                                "up, or between the start and the end of the run",
                          ("sentinel", "sentinel_end"))
-PAIRED_ROUNDS = NoteSpec("paired_rounds", dict, "sentinel_end's paired rounds: the CPU both processes were pinned to "
-                                                "(per side; None: not pinned) and, per side and round, what the host "
-                                                "and the process did meanwhile (lab.host.procstat: the CPU, the "
-                                                "thread's run-queue wait, the other threads' CPU time, the steal)",
-                         ("sentinel_end",), fields=("pinned", "rounds"))
+PAIRED_ROUNDS = NoteSpec("paired_rounds", dict, "the paired rounds of the run's start or end: the CPU every process "
+                                                "was pinned to (per side; None: not pinned), per side and round what "
+                                                "the host and the process did meanwhile (lab.host.procstat: the CPU, "
+                                                "the thread's run-queue wait, the other threads' CPU time, the steal) "
+                                                "and every step (ms)",
+                         ("sentinel", "sentinel_end"), fields=("pinned", "rounds"))
 HOST_INDEX = NoteSpec("host_index.{shape}", dict, "the host-speed index of one timing (lab.measure.hostspeed): the "
                                                    "workload, its cost over the turns' time, and every raw sample "
                                                    "(ms) before and after each method's turn, per round",
-                      ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor", "sentinel_end"),
-                      fields=("workload", "loop", "cost", "turns"))
+                      ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor", "sentinel",
+                       "sentinel_end"), fields=("workload", "loop", "cost", "turns"))
 KERNEL_ROWS = "kernels"  # the fused_kernels note's per-kernel rows, and its fit's list of the kernels fitted
 FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused step kernel by kernel, from one "
                                                                    "profiled step (lab.step.fused.breakdown): calls, "

@@ -36,7 +36,9 @@ two samples of the index (`serve`): the paired rounds sentinel_end judges the ru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
 import statistics
 import time
@@ -51,6 +53,8 @@ from lab.experiments.common.sweep import provenance
 from lab.host import cpuplace, procstat
 from lab.contract import hostspeed
 from lab.experiments.common import hostspeed as hostspeed_record
+from lab.experiments.common import paired
+from lab.measure import profiler_guard
 from lab.measure.hostspeed import HostIndex
 from lab.measure.timing import WarmUp, rotating_rounds, still_improving, warm_until_steady
 from lab.run import turns
@@ -72,7 +76,10 @@ class Options:
     retakes: int = option(2, "at most this many retakes when the kept rounds were still improving")
     budget_s: float = option(12.0, "the warm-ups and retakes together stop after this many seconds: a host whose speed "
                                    "keeps moving is reported unsteady, not waited out")
-    timeout_s: float = option(240.0, "the child's time limit")
+    timeout_s: float = option(240.0, "the child's time limit (for each of its answers)")
+    pairs: int = option(24, "cycles of eager rounds, one of each fresh child and of the run's own, in rotating order")
+    pair_steps: int = option(32, "decode steps in each paired round: shorter rounds, more pairs (the ratio is taken "
+                                 "per pair, and a host's speed flips within seconds)")
 
 
 def rule(o: Any) -> dict[str, Any]:
@@ -190,11 +197,16 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
         return samples
 
     calls[lead] = lead_round
-    take = steady_take(calls, rounds=rounds, min_s=min_s, window=window, agree=agree, max_rounds=max_rounds,
-                       retakes=retakes, budget_s=budget_s, lead=lead, index=HostIndex())
-    launch = ceilings.launch_us_eager(torch.device(device))
-    where = cpuplace.placement().as_dict() | {"round_cpus": round_cpus}
-    out = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": launch, "placement": where}
+
+    def take_now() -> dict[str, Any]:  # the take, the launch cost and where its rounds ran
+        round_cpus.clear()
+        take = steady_take(calls, rounds=rounds, min_s=min_s, window=window, agree=agree, max_rounds=max_rounds,
+                           retakes=retakes, budget_s=budget_s, lead=lead, index=HostIndex())
+        launch = ceilings.launch_us_eager(torch.device(device))
+        where = cpuplace.placement().as_dict() | {"round_cpus": list(round_cpus)}
+        return {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": launch, "placement": where}
+
+    out = take_now()
     if profile_then_time:  # the residue test: profile each method once, then time them again in this process
         from lab.measure.stepprofile import count_kernels
 
@@ -204,19 +216,26 @@ def child(model: dict[str, Any], provenance: dict[str, Any], device: str, prompt
         out["after_profile"] = rotating_rounds(calls, rounds)
     if chan is not None:  # started by lab.run.turns.Turns: alternate eager rounds with the parent (sentinel_end)
         lead_built = built[lead]
-        serve(chan, lambda: lead_built.decode(pair_steps or steps, clock, readback=False), out)
+        serve(chan, lambda: lead_built.decode(pair_steps or steps, clock, readback=False), out, take_now)
     return out
 
 
-def serve(chan: turns.Channel, eager: Callable[[], list[float]], ready: dict[str, Any]) -> None:
+def serve(chan: turns.Channel, eager: Callable[[], list[float]], ready: dict[str, Any],
+          take: Callable[[], dict[str, Any]] | None = None) -> None:
     """The paired fresh process: say it is ready (with its take), then answer each request with one round of eager
     between two fresh samples of the host index and what the host did meanwhile (lab.host.procstat), until the
-    parent is done; a request {"pin": cpu} binds the child's thread to that CPU first."""
+    parent is done; a request {"pin": cpu} binds the child's thread to that CPU alone (null: to those it had),
+    {"take": true} warms up and
+    takes again (the run's end: the same process that took at its start, lab.experiments.sentinel_end)."""
     chan.answer({"ready": ready})
-    index = HostIndex()
+    index, free = HostIndex(), cpuplace.allowed()
     while (request := chan.request()) is not None:
-        if "pin" in request:  # the paired rounds run on the parent's CPU (lab.experiments.sentinel_end)
+        if "pin" in request:  # the paired rounds run on the parent's CPU; {"pin": null} frees the thread again
+            cpuplace.release(free)
             chan.answer({"pinned": cpuplace.pin_thread(request["pin"])})
+            continue
+        if request.get("take") and take is not None:
+            chan.answer({"ready": take()})
             continue
         start = procstat.snapshot()
         samples = index.turn("fresh", eager, share=False)
@@ -325,10 +344,75 @@ def host_points(warmup: dict[str, Any]) -> dict[str, tuple[list[float], list[flo
     return out
 
 
+KEPT = ("sentinel.fresh", "sentinel.fresh-2")  # the two fresh processes, kept open from the run's start to its end
+
+
+def measure_paired(ctx: Any, when: str) -> paired.Paired | None:
+    """The fresh processes' take (recorded at `when`), then `pairs` cycles of eager rounds taking turns with the run's
+    own, every side pinned to the run's thread's CPU (restored after); None if the first child failed.
+
+    At the start two children are started and kept open for the end (lab.run.context.ModelCache.keep: closed when
+    the run ends, however it ends; each answer has `timeout_s`); the second imports meanwhile and warms up only after
+    the first's take, so that no two processes share the GPU while one is measured. Between the two ends they only
+    wait for a request. At the end the same two take again and take turns again; where none were kept (a run of
+    sentinel_end alone, a resumed run) two new ones are started and finished here."""
+    o = ctx.options
+    ctx.progress(f"sentinel ({when}): fresh processes, then eager rounds taking turns with the run's own")
+    steps = min(o.pair_steps, steps_of(ctx))
+    kwargs = child_kwargs(ctx) | {"pair_steps": steps}
+    second = kwargs | {"gate": True, "methods": [Method.EAGER], "min_s": o.warmup_s / 2, "budget_s": o.budget_s / 2}
+    kept = [ctx.kept(key) for key in KEPT] if when == "end" else [None, None]
+    with contextlib.ExitStack() as local:
+        sides, here = [], False  # here: started here and finished here (not kept from the start, nor for the end)
+        for key, found, kw in zip(KEPT, kept, (kwargs, second)):
+            if found is None:  # kept for the end where this is the start of a run
+                new = turns.Turns(CHILD, kw, timeout_s=o.timeout_s)
+                found = ctx.keep(key, new) if when == "start" else None
+                if found is None:
+                    found, here = local.enter_context(new), True
+            sides.append(found)
+        child, twin = sides
+        done = here or when != "start"  # finished here: no later turn
+        try:
+            record_take(ctx, (child.wait() if kept[0] is None else child.ask({"take": True}))["ready"], when)
+            fresh = {paired.FRESH: child}
+            try:  # the second touches the GPU only now, after the first's take
+                twin.ask({"take": True} if kept[1] is not None else {"go": True})
+                fresh[paired.SECOND] = twin
+            except turns.ChildGone as exc:  # the verdict then rests on one fresh process, and says so
+                ctx.check(f"the second fresh process warmed up ({when})", False, fatal=False,
+                          detail=f"{exc}: {twin.finish().describe()}; the verdict has no resolution")
+            own = paired.own_eager(ctx, steps)
+            own()  # the run's own build warmed (its process is warm already)
+            profiler_guard.check_clean(f"the paired rounds of the sentinel ({when})")
+            with cpuplace.pinned(cpuplace.thread_cpu()) as cpu:  # every side on one CPU: the same core's speed
+                pinned = {paired.IN_RUN: cpu, **{side: None if cpu is None else c.ask({"pin": cpu})["pinned"]
+                                                 for side, c in fresh.items()}}
+                out = paired.alternate(own, {side: functools.partial(paired.ask_round, c) for side, c in fresh.items()},
+                                       o.pairs)
+            out.pinned = pinned
+            for c in fresh.values():
+                if cpu is not None and not done:  # free again while they wait for the end
+                    c.ask({"pin": None})
+        except turns.ChildGone as exc:
+            ctx.check(f"the sentinel child measured the step ({when})", False, detail=f"{exc}: "
+                      f"{child.finish().describe()}", fatal=True)
+            return None
+        if done:
+            child.finish()
+            twin.finish()
+    return out
+
+
 def run(ctx: Context[Options]) -> None:
     if ctx.device.type != "cuda":  # the catalogue says so too; kept for a direct call
         raise RuntimeError("the sentinel measures a CUDA step")
-    measure(ctx, "start")
+    if not turns.supported():  # Windows: the fresh process's take alone (sentinel_end says why there is no verdict)
+        measure(ctx, "start")
+        return
+    out = measure_paired(ctx, "start")
+    if out is not None:
+        paired.record(ctx, out)
 
 
 def sentinel_ms(records: list[Any], method: str, when: str) -> float | None:

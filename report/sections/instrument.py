@@ -69,14 +69,16 @@ def _stored_ci(rec: Record | None, spec: M.MetricSpec, **params: Any) -> str:
 
 
 def sentinel_table(results: Results) -> Table:
-    end = q.experiment(results, Experiment.SENTINEL_END)
+    begin, end = q.experiment(results, Experiment.SENTINEL), q.experiment(results, Experiment.SENTINEL_END)
     table = Table(columns=["method", "sentinel at the start", "in this run (cuda_graph_decode)", "sentinel at the end",
-                           "in-run ÷ sentinel", "end ÷ start (drift)", "in-run ÷ fresh, paired"], id="sentinel-table",
+                           "in-run ÷ sentinel", "end ÷ start (drift)", "in-run ÷ fresh, paired",
+                           "its change over the run"], id="sentinel-table",
                   caption="The run's own step at batch 1, fp32, beside the same step timed in a fresh process with "
-                          "nothing else loaded, at the start and at the end of the run; the last column is the "
-                          "verdict: the run's own eager and the end's fresh process alternating rounds (paired, with "
-                          "its 95% interval). The ratios across minutes measure the host as much as the lab: data, "
-                          "and a host warning where the host moved")
+                          "nothing else loaded, at the start and at the end of the run. The last columns are the "
+                          "verdict: the run's own eager and two fresh processes alternating rounds (paired, with its "
+                          "95% interval) at the end and, beneath, at the start; then the end's over the start's, "
+                          "against the same two processes: what the run did to its own process. The ratios across "
+                          "minutes measure the host as much as the lab: data, and a host warning where the host moved")
     for method in METHODS:
         start, stop, mine = _sentinel(results, method, "start"), _sentinel(results, method, "end"), in_run(results,
                                                                                                               method)
@@ -84,14 +86,19 @@ def sentinel_table(results: Results) -> Table:
             continue
         ratio, drift = q.maybe(end, M.IN_RUN_OVER_SENTINEL, method=method), q.maybe(end, M.SENTINEL_DRIFT, method=method)
         row = [Cell(str(method)), _interval_cell(start), _interval_cell(mine), _interval_cell(stop)]
-        paired = q.maybe(end, M.IN_RUN_OVER_FRESH, method=method)
-        verdicts: list[tuple[Metric | None, str]] = [(ratio, "fresh-process sentinel"), (drift, "moved"),
-                                                     (paired, "interleaved")]
-        for m, named in verdicts:
+        paired, began = q.maybe(end, M.IN_RUN_OVER_FRESH, method=method), q.maybe(begin, M.IN_RUN_OVER_FRESH, method=method)
+        change = q.maybe(end, M.IN_RUN_CHANGE, method=method)
+        verdicts: list[tuple[Metric | None, str, M.MetricSpec | None]] = [
+            (ratio, "fresh-process sentinel", None), (drift, "moved", None), (paired, "interleaved", M.IN_RUN_OVER_FRESH),
+            (change, "where it started", M.IN_RUN_CHANGE)]
+        for m, named, spec in verdicts:
             verdict = [c for _, c in sentinel_checks(results) if c.params.get(P.METHOD) == method and named in c.name]
             bad = any(not c.passed for c in verdict)
             sub = "; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)
-            ci = _stored_ci(end, M.IN_RUN_OVER_FRESH, method=method) if m is paired and m is not None else ""
+            ci = _stored_ci(end, spec, method=method) if m is not None and spec is not None else ""
+            if m is paired and began is not None:
+                inside = _stored_ci(begin, M.IN_RUN_OVER_FRESH, method=method)
+                ci += f"; at the start {fmt(began.value, units.X)}" + (f" ({inside})" if inside else "")
             row.append(num(m.value if m else None, units.X if m else "", cls="num bad" if bad else "num",
                            sub=" · ".join(t for t in (ci, sub) if t)))
         table.rows.append(row)

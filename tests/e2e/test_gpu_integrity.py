@@ -23,15 +23,14 @@ from lab.contract import notes as N
 from lab.contract.names import Method
 from lab.contract.profiles import GPT2
 from lab.experiments import sentinel
-from lab.experiments import sentinel_end
-from lab.experiments.sentinel_end import Paired, alternate, ask_round
+from lab.experiments.common.paired import Paired, alternate, ask_round
 from lab.host import cpuplace
 from lab.run import runner, turns
 from lab.step.model import resolve_weights
 
 pytestmark = [pytest.mark.cuda, pytest.mark.cuda_e2e]
 STEPS, ROUNDS = 64, 5
-PAIRS, PAIR_STEPS = sentinel_end.Options().pairs, sentinel_end.Options().pair_steps  # as sentinel_end pairs
+PAIRS, PAIR_STEPS = sentinel.Options().pairs, sentinel.Options().pair_steps  # as the sentinels pair
 
 
 def _kwargs(device: str, methods: list[str], profile_then_time: bool, model: dict | None = None) -> dict:
@@ -86,7 +85,10 @@ def test_the_sentinel_experiments_run_and_judge(tmp_path: Path):
     assert start.status == "OK" and end.status == "OK", (start.reason, end.reason)
     assert {m.params["method"] for m in start.metrics if m.name == "sentinel_step_ms"} == set(sentinel.METHODS)
     assert {m.name for m in end.metrics} >= {"sentinel_drift", "in_run_over_sentinel", "sentinel_step_ms",
-                                            "in_run_over_fresh", "in_run_over_fresh_ci_low", "in_run_over_fresh_ci_high"}
+                                            "in_run_over_fresh", "in_run_over_fresh_ci_low", "in_run_over_fresh_ci_high",
+                                            "in_run_change", "in_run_change_ci_low", "in_run_change_ci_high"}
+    assert {m.name for m in start.metrics} >= {"in_run_over_fresh", "fresh_over_fresh"}  # the same two, at the start
+    assert [c.name for c in end.checks if "where it started" in c.name]  # judged against the run's start
     assert "host_index.paired" in end.notes and end.notes[N.WARMUP.key_for(when="end")]["index_ms"]
     assert not [c for c in start.checks + end.checks if not c.passed and "moved" in c.name]  # the host's, not a check
     assert N.WARMUP.key_for(when="start") in start.notes and N.WARMUP.key_for(when="end") in end.notes
