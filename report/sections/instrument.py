@@ -159,6 +159,7 @@ def instrument(results: Results) -> Section | None:
              if (rec := q.experiment(results, rid)) is not None]
     lines += [f"Host warning: {w}." for v in notes if isinstance(v, list) for w in v if isinstance(w, str)]
     lines.append("The sentinel is a child process that imports torch, builds the run's GPT-2 and times eager and "
-                 "graph replay at batch 1 in fp32, before and after every other experiment (sentinel, sentinel_end).")
+                 "graph replay at batch 1 in fp32, before and after every other experiment (sentinel, sentinel_end); "
+                 "it and a second one take turns with the run's own eager at both ends, the same two processes.")
     return Section("instrument", "The instrument: in-run eager against the fresh-process sentinel", "\n".join(lines),
                    [t for t in (sentinel, dispatch) if t])
