@@ -62,8 +62,7 @@ def method_costs(rec: Record | None) -> Table:
         eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {P.METHOD: Method.EAGER}))
         saving, be = q.maybe(rec, M.SAVING_MS_PER_STEP, **p), q.maybe(rec, M.BREAK_EVEN_STEPS, **p)
         table.rows.append([Cell(str(p.get(P.METHOD))), Cell(fmt(p.get(P.BATCH)), cls="num"), Cell(fmt(p.get(P.DTYPE))),
-                           num(m.value, m.unit), timing_cell(step) if step else Cell("—"),
-                           timing_cell(eager) if eager else Cell("—"),
+                           num(m.value, m.unit), timing_cell(step), timing_cell(eager),
                            num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
                            break_even_cell(be, stale_break_even(rec, str(p.get(P.METHOD)), p.get(P.BATCH),
                                                                 p.get(P.DTYPE)))])

@@ -198,9 +198,8 @@ def host_table(rec: Record) -> Table:
         step = q.maybe(rec, M.STEP_MS, **p)
         table.rows.append([Cell(params_text(shape)), Cell(str(p.get(P.METHOD, "—"))), _index_cell(m),
                            _with_interval(rec, M.HOST_SENSITIVITY, p),
-                           timing_cell(step) if step is not None else Cell("—"),
-                           _with_interval(rec, M.STEP_MS_AT_REFERENCE, p), _with_interval(rec, speedup, p),
-                           _with_interval(rec, M.SPEEDUP_AT_REFERENCE, p)])
+                           timing_cell(step), _with_interval(rec, M.STEP_MS_AT_REFERENCE, p),
+                           _with_interval(rec, speedup, p), _with_interval(rec, M.SPEEDUP_AT_REFERENCE, p)])
     return table
 
 

@@ -27,7 +27,7 @@ from lab.contract.results import Metric, Record, Results
 
 from report.sections.section import Section, why_absent
 from report.draw.style import display
-from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell
+from report.draw.tables import Cell, Table, fmt, is_number, sort_key, timing_cell, value_cell
 
 SCALING_SIZE = "gpt2-124M"  # the sweep's row that is the decode step of the other runs
 
@@ -317,8 +317,8 @@ def _decode_tables(rec: Record | None) -> list[Table]:
             cells = [Cell(method)]
             for b in batches:
                 hit = next((r for r in rows if (r.method, r.batch) == (method, b)), None)
-                cell = timing_cell(hit.step, extra=f"{hit.speedup_text} vs eager" if hit.speedup_text else "") \
-                    if hit else Cell("—")
+                vs = f"{hit.speedup_text} vs eager" if hit and hit.speedup_text else ""
+                cell = timing_cell(hit.step if hit else None, extra=vs)
                 if hit is not None and hit.ci is not None and all(map(is_number, hit.ci)):  # faster only when shown
                     cell.cls += " good" if hit.ci[0] > 1 else (" bad" if hit.ci[1] < 1 else "")
                 cells.append(cell)
@@ -335,8 +335,7 @@ def _inductor_table(results: Results, rows: list[StepRow]) -> Table:
         setups = [] if is_eager(r.method) else [s for s in q.all(rec, M.SETUP_S, step=r.kind)
                                                  if s.params.get(P.METHOD, r.method) == r.method]
         table.rows.append([Cell(r.kind), Cell(fmt(r.batch), cls="num"), Cell(r.method), timing_cell(r.step),
-                           num(r.speedup.value if r.speedup else None, units.X if r.speedup else ""),
-                           num(setups[0].value if setups else None, units.S if setups else "")])
+                           value_cell(r.speedup, units.X), value_cell(setups[0] if setups else None, units.S)])
     return table
 
 
