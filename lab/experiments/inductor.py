@@ -151,10 +151,8 @@ def compare(ctx: Context[Options], step_name: str, got: tuple[torch.Tensor, torc
     same = torch.equal(got[1], want[1])
     agree = float((got[1] == want[1]).float().mean())
     n = int(got[0].shape[0])
-    ctx.metric(M.MAX_LOGIT_DIFF, diff, step=step_name, steps=n)
-    ctx.metric(M.TOKENS_EQUAL, same, step=step_name, steps=n)
-    ctx.metric(M.TOKEN_AGREEMENT, agree, step=step_name, steps=n)
-    ctx.metric(M.MAX_LOGIT_REL_DIFF, rel, step=step_name, steps=n)
+    ctx.metrics({M.MAX_LOGIT_DIFF: diff, M.TOKENS_EQUAL: same, M.TOKEN_AGREEMENT: agree, M.MAX_LOGIT_REL_DIFF: rel},
+                step=step_name, steps=n)
     # Random weights at init_std 0.3 give logits in the hundreds: an absolute tolerance would say
     # more about the weights than about the compiler, so the compiled check is relative.
     value = diff if relative is False else rel
