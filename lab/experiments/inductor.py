@@ -194,8 +194,7 @@ def run(ctx: Context[Options]) -> None:
     x = F.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
     ex = explain(decode.decode_core, x, state.slots == pos, state.slots > pos,
                  tuple(c.clone() for c in state.caches), w)
-    ctx.metric(M.DYNAMO_GRAPHS, ex.graphs, function="decode_core")
-    ctx.metric(M.GRAPH_BREAKS, ex.breaks, function="decode_core")
+    ctx.metrics({M.DYNAMO_GRAPHS: ex.graphs, M.GRAPH_BREAKS: ex.breaks}, function="decode_core")
     ctx.check("decode_core is one graph with no breaks", ex.graphs == 1 and ex.breaks == 0,
               detail=f"{ex.graphs} graph(s), {ex.breaks} break(s)" + (f": {ex.reasons[0]}" if ex.reasons else ""))
     torch._dynamo.reset()
