@@ -9,7 +9,7 @@ from typing import Any, Callable
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, Method, Param as P, Status
+from lab.contract.names import Experiment, Method, is_eager, Param as P, Status
 from lab.contract.results import Metric, Results
 
 from report.sections import host
@@ -20,7 +20,7 @@ from report.site.provenance import tree_state
 from report.sections.runstatus import Status as RunStatus, status
 from report.sections.section import failed_checks
 from report.sections.instrument import flags as sentinel_flags
-from report.sections.steps import Bound, Case, StepRow, cases, is_eager, own_mbu, pct, row_bound, step_rows
+from report.sections.steps import Bound, Case, StepRow, cases, own_mbu, pct, row_bound, step_rows
 from report.sections.sweeps import headline as peer_headline
 from report.draw.tables import Cell, Table, fmt, num, sort_key
 
@@ -146,10 +146,6 @@ def front_row(run: Run, file: str) -> FrontRow:
                     status=status(r), sentinel=sentinel_flags(r), tree=tree_state(r),
                     host_state=host.sentence(r.experiments), flags=host.flags(r.experiments, r.manifest))
 
-
-
-def newest_first(runs: list[Run]) -> list[Run]:
-    return sorted(runs, key=lambda run: run.results.run.started_at or "", reverse=True)
 
 
 # ---------------------------------------------------------------------------- side by side

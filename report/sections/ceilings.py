@@ -13,12 +13,12 @@ from typing import Any
 from lab.contract import metrics as M
 from lab.contract import query as q
 from lab.contract import units
-from lab.contract.names import Experiment, Method, method_rank, Param as P
+from lab.contract.names import Experiment, Method, is_eager, method_rank, Param as P
 from lab.contract.results import Record, Results
 
 from report.draw.tables import Cell, Table, fmt, is_number, num, params_text, sort_key, value_cell
 from report.sections.section import Section, why_absent
-from report.sections.steps import bound_of, cases, is_eager, pct, row_bound, step_rows, stored_mbu
+from report.sections.steps import bound_of, cases, pct, row_bound, step_rows, stored_mbu
 
 COLUMNS = ["dtype", "method", "batch", "kernels/step", "MB/step", "launch bound", "bandwidth bound",
            "compute bound", "binds", "measured", "measured / bound", "achieved", "MBU"]

@@ -40,10 +40,6 @@ def _mb(nbytes: Any) -> str:
     return f"{fmt(nbytes / 1e6)} MB" if is_number(nbytes) else "—"
 
 
-def _tbps(gbps: Any) -> Cell:
-    return num(gbps / 1e3 if is_number(gbps) else None)
-
-
 def fit_line(note: dict[str, Any]) -> str:
     """The fit in one sentence: why half the bytes (bf16) does not halve the time; '' where there is none."""
     f = note.get("fit")
@@ -82,8 +78,8 @@ def table(note: dict[str, Any], collapsed: bool = False) -> Table:
                  f"activations {_mb(r.get('activation_bytes_per_call'))}")
         t.rows.append([Cell(str(r.get("kernel")), cls="kernel", title=str(r.get("function") or "library call")),
                        num(r.get("calls")), num(r.get("us_per_call"), units.US),
-                       Cell(_mb(r.get("bytes_per_call")), cls="num", title=split), _tbps(r.get("gbps")),
-                       Cell(pct(r.get("share")), cls="num")])
+                       Cell(_mb(r.get("bytes_per_call")), cls="num", title=split),
+                       num(r["gbps"] / 1e3 if is_number(r.get("gbps")) else None), Cell(pct(r.get("share")), cls="num")])
     step = note.get("step_us")
     kernel_us = note.get("kernel_us")
     share = kernel_us / step if is_number(kernel_us) and is_number(step) and step else None

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, Method, method_rank, Param as P, Status
+from lab.contract.names import Experiment, Method, is_eager, method_rank, Param as P, Status
 from lab.contract.results import Metric, Record, Results
 
 from report.sections.section import Section, why_absent
@@ -30,11 +30,6 @@ from report.draw.style import display
 from report.draw.tables import Cell, Table, fmt, is_number, sort_key, timing_cell, value_cell
 
 SCALING_SIZE = "gpt2-124M"  # the sweep's row that is the decode step of the other runs
-
-
-def is_eager(method: Any) -> bool:
-    """Eager, or an eager variant named after it (inductor's 'eager-split' in runs of earlier lab versions)."""
-    return str(method) == Method.EAGER or str(method).startswith(f"{Method.EAGER}-")
 
 
 @dataclass

@@ -238,7 +238,7 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
     site = Site(out=out, index=out / "index.html", skipped=skipped)
     pages: list[RunPage] = []
     env.globals["has_history"] = False
-    for run in front_page.newest_first(runs):
+    for run in sorted(runs, key=_started, reverse=True):  # newest first
         try:  # one odd run must not sink the others: a run is published whole or not at all
             page = run_page(run)
             env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)  # renders, or skips
