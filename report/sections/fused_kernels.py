@@ -31,11 +31,6 @@ def fused_notes(results: Results, spec: N.NoteSpec) -> list[dict[str, Any]]:
                                         sort_key(n["params"].get(P.BATCH)), method_rank(str(n[P.METHOD]))))
 
 
-def found(results: Results) -> list[dict[str, Any]]:
-    """Every stored fused-kernels note (fused_notes' order)."""
-    return fused_notes(results, N.FUSED_KERNELS)
-
-
 def _mb(nbytes: Any) -> str:
     return f"{fmt(nbytes / 1e6)} MB" if is_number(nbytes) else "—"
 
@@ -90,4 +85,4 @@ def table(note: dict[str, Any], collapsed: bool = False) -> Table:
 
 def tables(results: Results) -> list[Table]:
     """One table per stored note: the plain variant's open, the PDL variants' folded under their caveat."""
-    return [table(n, collapsed=bool(n.get("pdl"))) for n in found(results)]
+    return [table(n, collapsed=bool(n.get("pdl"))) for n in fused_notes(results, N.FUSED_KERNELS)]
