@@ -26,7 +26,7 @@ from lab.contract.names import Experiment, method_rank, Param as P  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
 from report.pages.compare import interval_of  # noqa: E402
-from report.sections.costs import first_call_behind  # noqa: E402
+from report.sections.costs import phase_figures  # noqa: E402
 from report.pages.history import Series  # noqa: E402
 from report.site.hosts import slug  # noqa: E402
 from report.sections.steps import bound_of, floor_ms  # noqa: E402
@@ -192,10 +192,8 @@ def compile_cost(results: Results) -> list[Chart]:
     charts = []
     for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         phases = []
-        for phase in ("cold", "warm"):
-            be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
+        for phase, (fc, be) in phase_figures(rec, target).items():
             saving = q.maybe(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
-            fc = first_call_behind(rec, phase, target)
             if be is not None and saving is not None and is_number(saving.value):
                 phases.append((phase, be, saving, fc))
         if not phases:

@@ -103,14 +103,18 @@ def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | N
     return max(calls, key=lambda m: sort_key(m.params.get(P.TRIAL))) if calls else None
 
 
+def phase_figures(rec: Record | None, target: str) -> dict[str, tuple[Metric | None, Metric | None]]:
+    """Per cache phase (cold, warm): the first call its break-even was paid against, and the stored break-even."""
+    return {p: (first_call_behind(rec, p, target), q.maybe(rec, M.BREAK_EVEN_CALLS, phase=p, target=target))
+            for p in ("cold", "warm")}
+
+
 def compile_answer(rec: Record | None) -> list[str]:
     """One line per target: the full-depth first call cold and warm, and the stored break-even of each phase."""
     lines = []
     for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         parts = []
-        for phase in ("cold", "warm"):
-            fc = first_call_behind(rec, phase, target)
-            be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
+        for phase, (fc, be) in phase_figures(rec, target).items():
             if be is None:
                 continue
             pay = "never pays" if be.value is None else f"pays after {fmt(be.value)} calls"
