@@ -58,16 +58,6 @@ def _interval_cell(m: Metric | None) -> Cell:
     return cell
 
 
-def _stored_ci(rec: Record | None, spec: M.MetricSpec, **params: Any) -> str:
-    """'95% [0.98, 1.03]' from the interval metrics stored beside `spec` ("" where none)."""
-    if spec.interval is None:
-        return ""
-    low, high = (q.maybe(rec, name, **params) for name in spec.interval)
-    if low is None or high is None or low.value is None or high.value is None:
-        return ""
-    return f"95% [{fmt(low.value)}, {fmt(high.value)}]"
-
-
 def sentinel_table(results: Results) -> Table:
     end = q.experiment(results, Experiment.SENTINEL_END)
     table = Table(columns=["method", "sentinel at the start", "in this run (cuda_graph_decode)", "sentinel at the end",
@@ -91,7 +81,8 @@ def sentinel_table(results: Results) -> Table:
             verdict = [c for _, c in sentinel_checks(results) if c.params.get(P.METHOD) == method and named in c.name]
             bad = any(not c.passed for c in verdict)
             sub = "; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)
-            ci = _stored_ci(end, M.IN_RUN_OVER_FRESH, method=method) if m is paired and m is not None else ""
+            ends = q.interval(end, M.IN_RUN_OVER_FRESH, method=method) if m is paired and m is not None else None
+            ci = f"95% [{fmt(ends[0])}, {fmt(ends[1])}]" if ends is not None and None not in ends else ""
             row.append(num(m.value if m else None, units.X if m else "", cls="num bad" if bad else "num",
                            sub=" · ".join(t for t in (ci, sub) if t)))
         table.rows.append(row)

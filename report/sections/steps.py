@@ -79,11 +79,6 @@ def _correct(rec: Record, method: Any, **p: Any) -> bool | None:
     return te.value if te else None
 
 
-def _interval(rec: Record | None, **p: Any) -> tuple[Any, Any] | None:
-    low, high = q.maybe(rec, M.SPEEDUP_CI_LOW, **p), q.maybe(rec, M.SPEEDUP_CI_HIGH, **p)
-    return (low.value, high.value) if low is not None and high is not None else None
-
-
 @dataclass
 class Case:
     """One batch and dtype: eager and the fastest method whose tokens equal eager's."""
@@ -103,8 +98,8 @@ def _decode_rows(rec: Record, **where: Any) -> list[StepRow]:
             continue
         own: dict[str, Any] = {k: p[k] for k in (P.METHOD, P.BATCH, P.DTYPE, P.SIZE) if k in p}
         rows.append(StepRow(rec.id, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
-                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, **own), _interval(rec, **p),
-                            rec.status, own))
+                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, **own),
+                            q.interval(rec, M.SPEEDUP_VS_EAGER, **p), rec.status, own))
     return rows
 
 
@@ -127,7 +122,7 @@ def _inductor_rows(rec: Record, dtype: str) -> list[StepRow]:
         # inductor's tokens-equal checks are fatal: an OK record means the compiled steps matched eager
         sp = speedups[0] if speedups else None
         rows.append(StepRow(Experiment.INDUCTOR, str(p[P.STEP]), p.get(P.BATCH, 1), dtype, method, m, sp, rec.status == Status.OK,
-                            _interval(rec, **sp.params) if sp else None, rec.status))
+                            q.interval(rec, M.SPEEDUP_VS_EAGER, **sp.params) if sp else None, rec.status))
     return rows
 
 
