@@ -37,11 +37,6 @@ DISTRIBUTIONS = {"yaml": "pyyaml", "PIL": "pillow", "dateutil": "python-dateutil
 ORDER = ("run", "list", "env", "decode", "report", "compare", "diagnose")
 
 
-def _command_modules() -> list[str]:
-    found = [m.name for m in pkgutil.iter_modules(commands_pkg.__path__) if not m.name.startswith("_")]
-    return sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
-
-
 def image_epilog() -> str | None:
     """Inside one of the lab's images (LAB_IMAGE set): how to run it so that results reach the host."""
     image = os.environ.get("LAB_IMAGE")
@@ -58,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description=__import__("lab").__doc__,
                                      epilog=image_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in _command_modules():
+    found = [m.name for m in pkgutil.iter_modules(commands_pkg.__path__) if not m.name.startswith("_")]
+    for name in sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
         module = importlib.import_module(f"lab.commands.{name}")
         p = module.add_parser(sub)
         p.set_defaults(_main=module.main)

@@ -362,10 +362,6 @@ def experiment_ended() -> None:
     STATE.experiment, STATE.thread = "", None
 
 
-def _failed_checks(record: Any) -> list[Any]:
-    return [c for c in record.checks if not c.passed]
-
-
 def experiment_finished(record: Any) -> None:
     """The record's status line (a reason's fix sentence once per run), its failed checks, its library output."""
     style = STATUS_STYLE[record.status]
@@ -381,7 +377,7 @@ def experiment_finished(record: Any) -> None:
             head.append(f" ({reason.code}: {reason.message})")
             STATE.reasons_seen.add(key)
     _print(head)
-    failed = _failed_checks(record)
+    failed = [c for c in record.checks if not c.passed]
     if failed and not (record.reason is not None and str(record.reason.code) == "check_failed" and len(failed) == 1):
         for check in failed[:5]:
             detail = f" ({check.detail})" if check.detail else ""

@@ -24,7 +24,7 @@ from lab.containers import engine
 from lab.containers.context import stage_context
 from lab.containers.pipconf import PipSettings
 from lab.containers.variants import BASE_TAG, CONTEXT_DIR, REPO_ROOT, STAGE_REPO
-from lab.host.wheelhouse import sha256
+from lab.host.wheelhouse import normalize, sha256
 
 # Installed in an image but not from the lock: the lab itself (from the build context, --no-deps).
 NOT_LOCKED = frozenset({"graph-lab"})
@@ -37,11 +37,6 @@ LOCK_INPUTS: dict[str, dict[str, str]] = {
     "cuda": {"TORCH_SPEC": "torch==2.11.0", "TORCH_INDEX_URL": "",
              "EXTRA_SPECS": "triton==3.6.0 transformers==5.17.0"},
 }
-
-
-def normalize(name: str) -> str:
-    """PEP 503 normalised project name: 'Typing_Extensions' -> 'typing-extensions'."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -132,10 +127,6 @@ def lock_from_report(report: dict[str, Any], local_file: Callable[[str], Path | 
     return "\n".join(lines) + "\n"
 
 
-def lock_path(family: str) -> Path:
-    return REPO_ROOT / "docker" / f"lock-{family}.txt"
-
-
 def lock_header(family: str, python: str) -> str:
     inputs = " ".join(v for k, v in LOCK_INPUTS.get(family, {}).items() if k != "TORCH_INDEX_URL" and v)
     return (f"# The {family} images' packages, every one pinned with its sha256 (installed with --require-hashes).\n"
@@ -165,7 +156,7 @@ def write_lock(family: str, tag: str, wheelhouses: list[str]) -> Path:
         found = [Path(h) / name for h in wheelhouses if (Path(h) / name).is_file()]
         return found[0] if found else None
 
-    path = lock_path(family)
+    path = REPO_ROOT / "docker" / f"lock-{family}.txt"
     path.write_text(lock_from_report(report, local_file, lock_header(family, python_of(tag))))
     return path
 

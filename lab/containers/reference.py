@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.containers.lock import normalize, parse_freeze
+from lab.containers.lock import parse_freeze
+from lab.host.wheelhouse import normalize
 from lab.containers.variants import REPO_ROOT
 
 REFERENCES = {"cpu": "manifests/reference/cpu-2026-12-02-full", "cuda": "manifests/reference/h200-2026-12-02-gpu"}

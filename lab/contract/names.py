@@ -80,6 +80,11 @@ def method_rank(name: object) -> tuple[int, str]:
     return (METHOD_ORDER.index(name) if name in METHOD_ORDER else len(METHOD_ORDER), str(name))
 
 
+def is_eager(method: object) -> bool:
+    """Eager, or an eager variant named after it (inductor's 'eager-split' in runs of earlier lab versions)."""
+    return str(method) == Method.EAGER or str(method).startswith(f"{Method.EAGER}-")
+
+
 class Experiment(StrEnum):
     """The catalogue's ids (lab.contract.catalogue, which a test holds to this list): a `str`, so results.json
     is unchanged and a record's `id` compares equal to its member."""

@@ -3,7 +3,7 @@
 
 - `all(rec, name, **params)`: every metric named `name` whose params include the given ones;
 - `maybe(...)`: that metric, or None where there is none;
-- `one(...)`: that metric, or QueryError where there is none;
+- `one(...)`: that metric, or QueryError where there is none; `interval(rec, spec, ...)`: its stored 95% interval;
 both raise QueryError where several match (a second match is a figure recorded twice, or a question that
 names too few params: it is never settled by taking the first). `rec` may be None (the experiment is not in
 the run), which holds nothing.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import builtins
 from typing import Any, Iterable, Mapping, Protocol, Sequence, TypeVar
 
+from lab.contract.metrics import MetricSpec
 from lab.contract.names import Experiment, Param, Status
 
 M = TypeVar("M", bound="_Metric")
@@ -32,6 +33,8 @@ class _Metric(Protocol):  # the shapes asked about: results' Metric, Record and 
     def name(self) -> str: ...
     @property
     def params(self) -> Mapping[str, Any]: ...
+    @property
+    def value(self) -> Any: ...
 
 
 class _Record(Protocol[M_co]):
@@ -80,6 +83,13 @@ def one(rec: _Record[M] | None, name: object, **params: Any) -> M:
     if found is None:
         raise QueryError(f"{rec.id if rec else '?'}: 0 metrics named {str(name)!r} with {_plain(params)}")
     return found
+
+
+def interval(rec: _Record[M] | None, spec: MetricSpec, **params: Any) -> tuple[Any, Any] | None:
+    """The values of the two metrics that hold `spec`'s 95% interval (its declaration's `interval`), recorded with
+    these params; None where either is not stored."""
+    ends = [maybe(rec, name, **params) for name in spec.interval or ()]
+    return (ends[0].value, ends[1].value) if len(ends) == 2 and ends[0] is not None and ends[1] is not None else None
 
 
 def _records(run: _Run[R] | Iterable[R]) -> Iterable[R]:

@@ -152,8 +152,7 @@ def _measure(ctx: Context[Options], workload: str, fn: Callable[..., Any], args:
     f = prof.fusible_fraction
     k, source = k_from_fusion(ctx.results.experiments, o.k_n_ops, residency)
     pred = predicted_speedup(f, k)
-    ctx.metric(M.FUSIBLE_FRACTION, f, workload=workload)
-    ctx.metric(M.MATMUL_SHARE, prof.matmul_share, workload=workload)
+    ctx.metrics({M.FUSIBLE_FRACTION: f, M.MATMUL_SHARE: prof.matmul_share}, workload=workload)
     ctx.metric(M.KERNELS, prof.kernels, workload=workload, method=Method.EAGER)
     ctx.metric(M.K, k, workload=workload)
     ctx.note(N.K_SOURCE.key_for(workload), source)
@@ -163,9 +162,8 @@ def _measure(ctx: Context[Options], workload: str, fn: Callable[..., Any], args:
     n_compiled: float | None = None
     if measured_override is not None:
         measured, ci = measured_override
-        ctx.metric(M.MEASURED_SPEEDUP, measured, workload=workload)
-        ctx.metric(M.SPEEDUP_CI_LOW, None if ci is None else ci.low, workload=workload)
-        ctx.metric(M.SPEEDUP_CI_HIGH, None if ci is None else ci.high, workload=workload)
+        ctx.metrics({M.MEASURED_SPEEDUP: measured, M.SPEEDUP_CI_LOW: None if ci is None else ci.low,
+                     M.SPEEDUP_CI_HIGH: None if ci is None else ci.high}, workload=workload)
         ctx.note(N.MEASURED_SOURCE.key_for(workload), "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
         n_compiled = _lead_compiled_kernels(ctx.results.experiments, ctx.profile.dtype)
         if n_compiled is not None:

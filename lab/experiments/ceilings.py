@@ -166,17 +166,11 @@ def run(ctx: Context[Options]) -> None:
         flops = ceilings.step_flops(w, row[P.BATCH], slots)
         b = ceilings.bounds(int(row["kernels"]), per_kernel, nbytes, bandwidth, flops, peaks[dtype])
         params = {P.METHOD: row[P.METHOD], P.BATCH: row[P.BATCH], P.DTYPE: dtype}
-        ctx.metric(M.KERNELS_PER_STEP, row["kernels"], **params)
-        ctx.metric(M.LAUNCH_COST_BASIS, basis, **params)
-        ctx.metric(M.BYTES_PER_STEP, nbytes, **params)
-        ctx.metric(M.FLOPS_PER_STEP, flops, **params)
-        ctx.metric(M.BOUND_LAUNCH_MS, round(b.launch_ms, 5), **params)
-        ctx.metric(M.BOUND_BANDWIDTH_MS, round(b.bandwidth_ms, 5), **params)
-        ctx.metric(M.BOUND_COMPUTE_MS, round(b.compute_ms, 5), **params)
-        ctx.metric(M.BOUND_MS, round(b.bound_ms, 5), **params)
-        ctx.metric(M.BINDING, b.binding, **params)
-        ctx.metric(M.MEASURED_MS, row["ms"], **params)
-        ctx.metric(M.MEASURED_OVER_BOUND, round(row["ms"] / b.bound_ms, 3), **params)
+        ctx.metrics({M.KERNELS_PER_STEP: row["kernels"], M.LAUNCH_COST_BASIS: basis, M.BYTES_PER_STEP: nbytes,
+                     M.FLOPS_PER_STEP: flops, M.BOUND_LAUNCH_MS: round(b.launch_ms, 5),
+                     M.BOUND_BANDWIDTH_MS: round(b.bandwidth_ms, 5), M.BOUND_COMPUTE_MS: round(b.compute_ms, 5),
+                     M.BOUND_MS: round(b.bound_ms, 5), M.BINDING: b.binding, M.MEASURED_MS: row["ms"],
+                     M.MEASURED_OVER_BOUND: round(row["ms"] / b.bound_ms, 3)}, **params)
         bounded = row["ms"] >= b.bound_ms  # else not a bound here: the pages say so (report.sections.steps.bound_of)
         ctx.check(f"{row[P.METHOD]}'s step is not below its bound (batch {row[P.BATCH]}, {dtype})", bounded, f"{row['ms']:.4g}"
                   f" ms, {b.binding} bound {b.bound_ms:.4g} ms" + ("" if bounded else ": not a bound here (noisy)"), False, **params)

@@ -217,8 +217,7 @@ def _dynamo_report(ctx: Context[Options], w: Weights, prompt: torch.Tensor, batc
         state = new_eos_state(w, batch, ctx.profile.max_len, -1)
         decode.prefill(state, w, prompt)
         ex = explain(step, state, w)
-        ctx.metric(M.GRAPHS, ex.graphs, batch=batch, version=version)
-        ctx.metric(M.GRAPH_BREAKS, ex.breaks, batch=batch, version=version)
+        ctx.metrics({M.GRAPHS: ex.graphs, M.GRAPH_BREAKS: ex.breaks}, batch=batch, version=version)
         ctx.note(N.BREAK_REASONS.key_for(version, batch), ex.reasons)
         out[version] = {"graphs": ex.graphs, "breaks": ex.breaks, "reasons": ex.reasons}
     torch._dynamo.reset()

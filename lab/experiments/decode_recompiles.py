@@ -39,12 +39,9 @@ def _measure(label: str, ctx: Context[Options], call: Callable[..., Any], calls:
     compiles = int(frames.get("ok", backend.graph_count))
     hit = limit_hit({k: dict(v) for k, v in counters.items()})
     mode = {None: "automatic", False: "False", True: "True"}[dynamic]
-    ctx.metric(M.COMPILES, compiles, step=label, dynamic=mode, calls=calls)
-    ctx.metric(M.GRAPHS, backend.graph_count, step=label, dynamic=mode, calls=calls)
-    ctx.metric(M.LIMIT_HIT, hit, step=label, dynamic=mode)
-    ctx.metric(M.OP_NODES_FIRST_GRAPH, backend.graphs[0].call_nodes if backend.graphs else 0, step=label,
-               dynamic=mode)
-    ctx.metric(M.SYMBOLIC_GRAPHS, sum(g.symbolic for g in backend.graphs), step=label, dynamic=mode)
+    ctx.metrics({M.COMPILES: compiles, M.GRAPHS: backend.graph_count}, step=label, dynamic=mode, calls=calls)
+    ctx.metrics({M.LIMIT_HIT: hit, M.OP_NODES_FIRST_GRAPH: backend.graphs[0].call_nodes if backend.graphs else 0,
+                 M.SYMBOLIC_GRAPHS: sum(g.symbolic for g in backend.graphs)}, step=label, dynamic=mode)
     ctx.note(N.STEP_RECOMPILE_REASONS.key_for(label, mode), [r.splitlines()[-1].strip() for r in reasons][:6])
     ctx.progress(f"{label} (dynamic={mode}): {plural(compiles, 'compile')}, {plural(backend.graph_count, 'graph')}, "
                  f"limit hit: {hit}")
@@ -89,8 +86,7 @@ def run(ctx: Context[Options]) -> None:
         logits, past = decode.growing_prefill(w, prompt)
         e_grow = explain(decode.growing_step, logits.argmax(-1, keepdim=True), prompt.shape[1], past, w)
     for label, e in (("fixed", e_fixed), ("growing", e_grow)):
-        ctx.metric(M.GRAPH_BREAKS, e.breaks, step=label)
-        ctx.metric(M.EXPLAIN_OPS, e.ops, step=label)
+        ctx.metrics({M.GRAPH_BREAKS: e.breaks, M.EXPLAIN_OPS: e.ops}, step=label)
         ctx.note(N.STEP_BREAK_REASONS.key_for(label), e.reasons)
     for mode in ("automatic", "False"):
         fixed_compiles = ctx.record.metric(M.COMPILES.name, step="fixed", dynamic=mode).value

@@ -51,9 +51,8 @@ def run(ctx: Context[Options]) -> None:
         ctx.metric(M.KERNELS, k["eager"], target=name, method=Method.EAGER)
         if k.get("compiled") is not None:
             ctx.metric(M.KERNELS, k["compiled"], target=name, method=Method.COMPILE_DEFAULT)
-        ctx.metric(M.MATMUL_SHARE, k[M.MATMUL_SHARE.name], target=name)
-        ctx.metric(M.GRAPH_BREAKS, d.check(3).data[M.GRAPH_BREAKS.name], target=name)
-        ctx.metric(M.RECOMPILES, d.check(4).data[M.RECOMPILES.name], target=name)
+        ctx.metrics({M.MATMUL_SHARE: k[M.MATMUL_SHARE.name], M.GRAPH_BREAKS: d.check(3).data[M.GRAPH_BREAKS.name],
+                     M.RECOMPILES: d.check(4).data[M.RECOMPILES.name]}, target=name)
         if dev == "cuda":
             ctx.metric(M.HOST_SHARE, d.check(1).data[M.HOST_SHARE.name], target=name)
         ctx.note(N.DIAGNOSE_REPORT.key_for(name), d.render().splitlines())

@@ -86,8 +86,7 @@ def run(ctx: Context[Options]) -> None:
         # the profiles after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method, f in ((Method.EAGER, model), (Method.COMPILE_DEFAULT, c.fn)):
             prof = profile_step(lambda f=f: f(x), dev, steps=3, warmup=1)
-            ctx.metric(M.KERNELS, prof.kernels, method=method)
-            ctx.metric(M.GEMM_SHARE, prof.matmul_share, method=method)
+            ctx.metrics({M.KERNELS: prof.kernels, M.GEMM_SHARE: prof.matmul_share}, method=method)
             ctx.note(N.TOP.key_for(method), prof.top(6))
     ms = {m: ctx.timing(M.STEP_MS, xs, method=m, batch=batch, dim=dim).median for m, xs in samples.items()}
     sp = ctx.speedup(M.SPEEDUP, samples[Method.EAGER], samples[Method.COMPILE_DEFAULT])

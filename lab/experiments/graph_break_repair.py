@@ -86,8 +86,7 @@ def run(ctx: Context[Options]) -> None:
     for name, fn in VERSIONS.items():
         with redirect_stdout(io.StringIO()):
             e = explain(fn, h0, s0)
-        ctx.metric(M.GRAPHS, e.graphs, version=name)
-        ctx.metric(M.GRAPH_BREAKS, e.breaks, version=name)
+        ctx.metrics({M.GRAPHS: e.graphs, M.GRAPH_BREAKS: e.breaks}, version=name)
         ctx.note(N.FUNCTION_REASONS.key_for(name), e.reasons)
     ctx.check("repaired step: one graph, no break", ctx.record.metric(M.GRAPH_BREAKS.name, version="repaired").value == 0,
               detail=str(ctx.record.notes[N.FUNCTION_REASONS.key_for("repaired")]))

@@ -65,9 +65,7 @@ def run(ctx: Context[Options]) -> None:
     for fn in FUNCTIONS:
         with redirect_stdout(io.StringIO()):  # uses_print prints while traced and run
             e = explain(fn, x)
-        ctx.metric(M.GRAPHS, e.graphs, function=fn.__name__)
-        ctx.metric(M.GRAPH_BREAKS, e.breaks, function=fn.__name__)
-        ctx.metric(M.OPS, e.ops, function=fn.__name__)
+        ctx.metrics({M.GRAPHS: e.graphs, M.GRAPH_BREAKS: e.breaks, M.OPS: e.ops}, function=fn.__name__)
         ctx.note(N.FUNCTION_REASONS.key_for(fn.__name__), e.reasons)
         expect_breaks = 0 if fn is control else 1
         ctx.check(f"{fn.__name__}: {expect_breaks} break(s), {expect_breaks + 1} graph(s)",

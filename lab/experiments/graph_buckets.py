@@ -167,8 +167,7 @@ def run(ctx: Context[Options]) -> None:
     pool_mib: dict[str, float] = {}
     method = Method.GRAPH if cuda else Method.EAGER
     for name, sizes in ladders.items():
-        ctx.metric(M.BUCKET_GRAPHS, len(sizes), ladder=name)
-        ctx.metric(M.WASTE_FRACTION, round(waste(sizes, mix), 5), ladder=name)
+        ctx.metrics({M.BUCKET_GRAPHS: len(sizes), M.WASTE_FRACTION: round(waste(sizes, mix), 5)}, ladder=name)
         if cuda:
             ctx.progress(f"capturing ladder {name} ({len(sizes)} graphs)")
             graphs, capture_s[name], pool_mib[name] = _capture_ladder(ctx, state, w, sizes, o.shared_pool)
@@ -230,8 +229,7 @@ def _check_padding(ctx: Context[Options], o, w, state: DecodeState, prompts: tor
         end = ctx.profile.prompt_len + o.steps + 1
         agree = (got[:, :end] == own.out[:, :end].cpu()).float().mean().item()
         params = {P.BATCH: n, P.BUCKET: b, P.LADDER: coarse_name}
-        ctx.metric(M.TOKEN_AGREEMENT, round(agree, 6), **params)
-        ctx.metric(M.TOKENS_EQUAL, agree == 1.0, **params)
+        ctx.metrics({M.TOKEN_AGREEMENT: round(agree, 6), M.TOKENS_EQUAL: agree == 1.0}, **params)
         ctx.check(f"padding batch {n} to {b} changes no real row's tokens", agree == 1.0, fatal=False,
                   detail=f"agreement {agree:.4f} (kernels chosen for another batch size may round differently)",
                   **params)

@@ -47,13 +47,11 @@ def run(ctx: Context[Options]) -> None:
         state_bytes = torch.cuda.memory_allocated() - alloc0
         decode.prefill(state, w, prompt)
         graphed = GraphedStep(decode.decode_step, state, w, warmup=prof.warmup)
-        ctx.metric(M.CAPTURE_S, round(graphed.capture_s, 4), batch=batch)
-        ctx.metric(M.WARMUP_S, round(graphed.warmup_s, 4), batch=batch)
-        ctx.metric(M.CAPTURE_ONLY_S, round(graphed.capture_only_s, 4), batch=batch)
-        ctx.metric(M.STATE_MIB, round(state.nbytes() / MIB, 3), batch=batch)
-        ctx.metric(M.STATE_ALLOCATED_MIB, round(state_bytes / MIB, 3), batch=batch)
-        ctx.metric(M.GRAPH_POOL_MIB, round(graphed.pool_bytes / MIB, 3), batch=batch)
-        ctx.metric(M.WEIGHTS_MIB, round(w.nbytes() / MIB, 3), batch=batch)
+        ctx.metrics({M.CAPTURE_S: round(graphed.capture_s, 4), M.WARMUP_S: round(graphed.warmup_s, 4),
+                     M.CAPTURE_ONLY_S: round(graphed.capture_only_s, 4), M.STATE_MIB: round(state.nbytes() / MIB, 3),
+                     M.STATE_ALLOCATED_MIB: round(state_bytes / MIB, 3),
+                     M.GRAPH_POOL_MIB: round(graphed.pool_bytes / MIB, 3), M.WEIGHTS_MIB: round(w.nbytes() / MIB, 3)},
+                    batch=batch)
         eager_ms = _step_ms_from_run(ctx, Method.EAGER, batch)
         graph_ms = _step_ms_from_run(ctx, Method.GRAPH, batch)
         source: str = Experiment.CUDA_GRAPH_DECODE

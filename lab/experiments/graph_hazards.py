@@ -116,9 +116,8 @@ def _past_end(ctx: Context[Options]) -> None:
         outcomes[f"{kind}_cuda_child"] = {**child.as_dict(), "died": died, "value": child.value,
                                           "device_assert": "device-side assert" in child.stderr_tail,
                                           "message": last_error_line(child.stderr_tail)}
-        ctx.metric(M.CHILD_DIED, died, method=kind, device=dev)
-        ctx.metric(M.CHILD_EXIT_CODE, child.exit_code, method=kind, device=dev)
-        ctx.metric(M.DEVICE_ASSERT_SEEN, "device-side assert" in child.stderr_tail, method=kind, device=dev)
+        ctx.metrics({M.CHILD_DIED: died, M.CHILD_EXIT_CODE: child.exit_code,
+                     M.DEVICE_ASSERT_SEEN: "device-side assert" in child.stderr_tail}, method=kind, device=dev)
         ctx.progress(f"{kind} past the end on {dev}: {child.describe()}")
     ctx.check("graph replay past the cache end kills its process", outcomes["graph_cuda_child"]["died"],
               detail=outcomes["graph_cuda_child"]["how_it_ended"], fatal=False)

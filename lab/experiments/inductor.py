@@ -151,10 +151,8 @@ def compare(ctx: Context[Options], step_name: str, got: tuple[torch.Tensor, torc
     same = torch.equal(got[1], want[1])
     agree = float((got[1] == want[1]).float().mean())
     n = int(got[0].shape[0])
-    ctx.metric(M.MAX_LOGIT_DIFF, diff, step=step_name, steps=n)
-    ctx.metric(M.TOKENS_EQUAL, same, step=step_name, steps=n)
-    ctx.metric(M.TOKEN_AGREEMENT, agree, step=step_name, steps=n)
-    ctx.metric(M.MAX_LOGIT_REL_DIFF, rel, step=step_name, steps=n)
+    ctx.metrics({M.MAX_LOGIT_DIFF: diff, M.TOKENS_EQUAL: same, M.TOKEN_AGREEMENT: agree, M.MAX_LOGIT_REL_DIFF: rel},
+                step=step_name, steps=n)
     # Random weights at init_std 0.3 give logits in the hundreds: an absolute tolerance would say
     # more about the weights than about the compiler, so the compiled check is relative.
     value = diff if relative is False else rel
@@ -196,8 +194,7 @@ def run(ctx: Context[Options]) -> None:
     x = F.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
     ex = explain(decode.decode_core, x, state.slots == pos, state.slots > pos,
                  tuple(c.clone() for c in state.caches), w)
-    ctx.metric(M.DYNAMO_GRAPHS, ex.graphs, function="decode_core")
-    ctx.metric(M.GRAPH_BREAKS, ex.breaks, function="decode_core")
+    ctx.metrics({M.DYNAMO_GRAPHS: ex.graphs, M.GRAPH_BREAKS: ex.breaks}, function="decode_core")
     ctx.check("decode_core is one graph with no breaks", ex.graphs == 1 and ex.breaks == 0,
               detail=f"{ex.graphs} graph(s), {ex.breaks} break(s)" + (f": {ex.reasons[0]}" if ex.reasons else ""))
     torch._dynamo.reset()

@@ -253,8 +253,7 @@ def _record_variant(ctx: Context[Options], variant: str, result: dict[str, Any],
             theirs = torch.tensor(entry["tokens"])
             k = min(theirs.shape[1], ref.shape[1])
             agree = (theirs[:, :k] == ref[:, :k]).float().mean().item()
-            ctx.metric(M.TOKEN_AGREEMENT, round(agree, 6), **params)
-            ctx.metric(M.TOKENS_EQUAL, agree == 1.0, **params)
+            ctx.metrics({M.TOKEN_AGREEMENT: round(agree, 6), M.TOKENS_EQUAL: agree == 1.0}, **params)
             ctx.check(f"transformers {variant} tokens equal the lab's fixed step's (batch {batch})", agree == 1.0,
                       detail=f"agreement {agree:.4f} over {k} tokens", fatal=False, **params)
     return ms

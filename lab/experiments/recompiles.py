@@ -42,10 +42,8 @@ def run(ctx: Context[Options]) -> None:
     calls = [(torch.randn(b, 32, device=ctx.device), w) for b in sizes]
     for label, dynamic in MODES.items():
         c = count_compiles(block, calls, dynamic=dynamic)
-        ctx.metric(M.COMPILES, c.compiles, dynamic=label)
-        ctx.metric(M.GRAPHS, c.graphs, dynamic=label)
-        ctx.metric(M.SYMBOLIC_GRAPHS, c.symbolic_graphs, dynamic=label)
-        ctx.metric(M.LIMIT_HIT, c.limit_hit, dynamic=label)
+        ctx.metrics({M.COMPILES: c.compiles, M.GRAPHS: c.graphs, M.SYMBOLIC_GRAPHS: c.symbolic_graphs,
+                     M.LIMIT_HIT: c.limit_hit}, dynamic=label)
         ctx.note(N.GRAPH_INPUT_SHAPES.key_for(label), c.graph_shapes)
         ctx.note(N.RECOMPILE_REASONS.key_for(label), [r.splitlines()[-1].strip() for r in c.reasons][:12])
         ctx.progress(f"dynamic={label}: {plural(c.compiles, 'compile')}, limit hit: {c.limit_hit}")

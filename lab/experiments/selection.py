@@ -186,8 +186,7 @@ def run(ctx: Context[Options]) -> None:
             if choice.speedup_vs_eager is not None:
                 ctx.metric(M.SPEEDUP_VS_EAGER, choice.speedup_vs_eager, workload=wid, case=case)
                 low, high = _stored_interval(rec, choice)
-                ctx.metric(M.SPEEDUP_CI_LOW, low, workload=wid, case=case)
-                ctx.metric(M.SPEEDUP_CI_HIGH, high, workload=wid, case=case)
+                ctx.metrics({M.SPEEDUP_CI_LOW: low, M.SPEEDUP_CI_HIGH: high}, workload=wid, case=case)
             if choice.margin is not None:
                 ctx.metric(M.MARGIN_VS_RUNNER_UP, choice.margin, workload=wid, case=case)
             ctx.metric(M.TIE_WITH_EAGER, choice.tie_with_eager, workload=wid, case=case)

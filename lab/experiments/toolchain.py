@@ -28,11 +28,9 @@ def run(ctx: Context[Options]) -> None:
     ctx.note(N.TOOLCHAIN.key, tc.as_dict())
     ctx.note(N.COMPILER.key, {"name": tc.cxx.compiler, "path": tc.cxx.path, "version": tc.cxx.version,
                           "search": tc.cxx.search, "CXX": tc.cxx.cxx_env, "inductor_agrees": tc.cxx.inductor_agrees})
-    ctx.metric(M.CXX_COMPILER_FOUND, tc.cxx.compiler is not None)
-    ctx.metric(M.CXX_OFF_PATH, len(tc.cxx.off_path))
-    ctx.metric(M.PYTHON_HEADERS, tc.cxx.python_h is not None)
-    ctx.metric(M.TRITON_IMPORTABLE, tc.triton.importable)
-    ctx.metric(M.CUDA_AVAILABLE, tc.cuda.available)
+    ctx.metrics({M.CXX_COMPILER_FOUND: tc.cxx.compiler is not None, M.CXX_OFF_PATH: len(tc.cxx.off_path),
+                 M.PYTHON_HEADERS: tc.cxx.python_h is not None, M.TRITON_IMPORTABLE: tc.triton.importable,
+                 M.CUDA_AVAILABLE: tc.cuda.available})
     if tc.cxx.msvc is not None:
         ctx.note(N.MSVC.key, tc.cxx.msvc)
     if tc.cxx.inductor_agrees is not None:

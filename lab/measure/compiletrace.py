@@ -297,10 +297,6 @@ def run_tlparse(raw_dir: Path, dest: Path, timeout_s: float = 120) -> dict[str, 
     return {"ran": True, "kept": kept, "dropped": dropped, "files_in_trace": len(logs)}
 
 
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
-
-
 def store(raw_dir: Path, dest: Path, item: str) -> dict[str, Any]:
     """Keep the small part of the raw trace under dest; returns the summary (also in dest/summary.json).
     tlparse's pages are kept while the experiment's traces stay under MAX_EXPERIMENT_BYTES."""
@@ -311,7 +307,7 @@ def store(raw_dir: Path, dest: Path, item: str) -> dict[str, Any]:
     summary = {"item": item, "torch": torch.__version__, "raw_bytes": sum(p.stat().st_size for p in
                                                                            raw_dir.glob("*.log")),
                **summarise(records)}
-    used = folder_bytes(dest.parent)
+    used = sum(p.stat().st_size for p in dest.parent.rglob("*") if p.is_file())  # dest.parent exists (mkdir)
     summary["tlparse"] = run_tlparse(raw_dir, dest) if used < MAX_EXPERIMENT_BYTES else {
         "ran": False, "error": f"this experiment's traces already hold {used:,} B (cap {MAX_EXPERIMENT_BYTES:,} B): "
                                "the summary is kept, tlparse's pages are not"}

@@ -43,12 +43,8 @@ def is_matmul(name: str) -> bool:
 _OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::")  # aten::add, mkldnn::_linear_pointwise, ...
 
 
-def _is_generated_kernel(name: str) -> bool:
-    return "cpp_fused" in name or name.startswith("cpp_")
-
-
 def _is_op(name: str) -> bool:
-    return _OP.match(name) is not None or _is_generated_kernel(name)
+    return _OP.match(name) is not None or "cpp_fused" in name or name.startswith("cpp_")  # Inductor's C++ kernels
 
 
 @dataclass

@@ -186,6 +186,11 @@ class Context(Generic[Opts]):
         params = self._storable(f"metric {spec.name!r}'s params", params)
         return self._once(Metric(name=spec.name, value=value, unit=spec.unit, params=params))
 
+    def metrics(self, values: dict[MetricSpec, Any], /, **params: Any) -> None:
+        """Record several declared metrics under the same params, in the order given (`metric` each)."""
+        for spec, value in values.items():
+            self.metric(spec, value, **params)
+
     def timing(self, spec: MetricSpec, samples: Sequence[float] | Sequence[Sequence[float]], /,
                **params: Any) -> Spread:
         """A timing: the median as the metric's value, its spread, and the raw samples kept.

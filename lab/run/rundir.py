@@ -53,10 +53,6 @@ def _why(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def _holds_run(out: Path) -> bool:
-    return (out / RESULTS_NAME).exists() or (out / MANIFEST_NAME).exists()
-
-
 def remove_stray_temporaries(out: Path) -> list[Path]:
     """Remove what a killed atomic save of results.json or manifest.json left (`.NAME.*.tmp`); the caller holds the
     directory's lock. Returns what was removed."""
@@ -120,7 +116,7 @@ def claim(out: Path, resume: bool = False, force: bool = False) -> Claim:
     lock = _lock(out)
     try:
         removed = remove_stray_temporaries(out)
-        if not _holds_run(out):
+        if not ((out / RESULTS_NAME).exists() or (out / MANIFEST_NAME).exists()):
             return Claim(out, lock, removed=removed)
         if resume and not (out / RESULTS_NAME).exists():  # only the manifest: no record was ever saved
             return Claim(out, lock, removed=removed, manifest_only=True)

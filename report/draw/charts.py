@@ -26,7 +26,7 @@ from lab.contract.names import Experiment, method_rank, Param as P  # noqa: E402
 from lab.contract.results import Results  # noqa: E402
 
 from report.pages.compare import interval_of  # noqa: E402
-from report.sections.costs import first_call_behind  # noqa: E402
+from report.sections.costs import phase_figures  # noqa: E402
 from report.pages.history import Series  # noqa: E402
 from report.site.hosts import slug  # noqa: E402
 from report.sections.steps import bound_of, floor_ms  # noqa: E402
@@ -89,7 +89,17 @@ def _log_axis(ax: Any, axis: str, base: int = 10, ticks: list[Any] | None = None
     target.set_minor_formatter(NullFormatter())
 
 
+def _labels(ax: Any, x: str = "", y: str = "", title: str = "", **legend: Any) -> None:
+    """An axis's labels and title (those given), then its legend where `legend` holds its options (frameless)."""
+    for text, put in ((x, ax.set_xlabel), (y, ax.set_ylabel), (title, ax.set_title)):
+        if text:
+            put(text)
+    if legend:
+        ax.legend(frameon=False, **legend)
+
+
 PANEL_COLUMNS = 2
+OUTSIDE: dict[str, Any] = {"fontsize": 7, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}  # legend right of it
 
 
 def _grid(n: int, rows_per_panel: list[int], width: float = 10.0) -> tuple[Any, list[Any]]:
@@ -182,10 +192,8 @@ def compile_cost(results: Results) -> list[Chart]:
     charts = []
     for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         phases = []
-        for phase in ("cold", "warm"):
-            be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
+        for phase, (fc, be) in phase_figures(rec, target).items():
             saving = q.maybe(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
-            fc = first_call_behind(rec, phase, target)
             if be is not None and saving is not None and is_number(saving.value):
                 phases.append((phase, be, saving, fc))
         if not phases:
@@ -198,9 +206,7 @@ def compile_cost(results: Results) -> list[Chart]:
             colors = {"cold": "#c0504d", "warm": "#4f81bd"}
             shown = [(p, fc) for p, _, _, fc in phases if fc is not None and is_number(fc.value)]
             bars.bar([p for p, _ in shown], [fc.value for _, fc in shown], color=[colors[p] for p, _ in shown])
-            bars.set_ylabel("first call (s)")
-            bars.set_xlabel("cache at the first call")
-            bars.set_title("compile cost")
+            _labels(bars, "cache at the first call", "first call (s)", "compile cost")
             lines.axhline(0, color="0.3", linewidth=1, label="eager (nothing saved)")
             data.update(break_even={}, first_call={p: fc.value for p, fc in shown}, series={})
             for phase, be, saving, fc in phases:
@@ -221,10 +227,7 @@ def compile_cost(results: Results) -> list[Chart]:
                 lines.plot(xs, ys, color=colors[phase], label=f"compiled, {phase} cache")
                 data["break_even"][phase] = be.value
                 data["series"][phase] = list(zip(xs, ys))
-            lines.set_xlabel("calls")
-            lines.set_ylabel("time saved by compiling (s)")
-            lines.set_title(f"{target}: time saved after N calls")
-            lines.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            _labels(lines, "calls", "time saved by compiling (s)", f"{target}: time saved after N calls", **OUTSIDE)
             fig.tight_layout()
             return fig
 
@@ -289,10 +292,8 @@ def fusion(results: Results) -> list[Chart]:
         if ceil:
             ax.plot([p[0] for p in ceil], [p[1] for p in ceil], linestyle="--", color="0.4", label="ceiling (bytes)")
         _log_axis(ax, "x", 2, sorted({m.params[P.N_OPS] for m in sp}, key=sort_key))
-        ax.set_xlabel("elementwise ops in the chain (count)")
-        ax.set_ylabel("compiled speedup over eager (×)")
-        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        ax.set_title("Fusion: speedup against chain length")
+        _labels(ax, "elementwise ops in the chain (count)", "compiled speedup over eager (×)",
+                "Fusion: speedup against chain length", **OUTSIDE)
         return fig
 
     return _draw("chart-fusion", "Fusion", "Speedup of the compiled (fused) chain over eager; the dashed line is "
@@ -319,9 +320,7 @@ def recompiles(results: Results) -> list[Chart]:
             if limit is not None and is_number(limit.value):
                 ax.axhline(limit.value, color="#c0504d", linestyle="--", linewidth=1)
                 shown += f"\n(dashed: limit {limit.value})"  # named in the title: no legend over the bars
-            ax.set_ylabel("frames compiled (count)")
-            ax.set_xlabel("setting")
-            ax.set_title(shown)
+            _labels(ax, "setting", "frames compiled (count)", shown)
             data.setdefault("series", {})[title] = list(zip(labels, [m.value for m in ms]))
         fig.tight_layout()
         return fig
@@ -351,10 +350,7 @@ def amdahl(results: Results) -> list[Chart]:
             data.setdefault("series", {})[label] = list(zip(workloads, vals))
         ax.axhline(1.0, color="0.3", linewidth=0.8)
         ax.set_xticks([i + width for i in range(len(workloads))], workloads)
-        ax.set_xlabel("workload")
-        ax.set_ylabel("compile speedup over eager (×)")
-        ax.set_title("Predicted against measured")
-        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        _labels(ax, "workload", "compile speedup over eager (×)", "Predicted against measured", **OUTSIDE)
         return fig
 
     return _draw("chart-amdahl", "Amdahl against the launch-aware prediction", "Bars at 0: not predicted or not "

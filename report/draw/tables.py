@@ -80,8 +80,15 @@ def spread_text(sp: Spread | None) -> str:
     return f"IQR {sp.rel_iqr * 100:.1f}% · n={sp.n}"
 
 
-def timing_cell(m: Metric, extra: str = "") -> Cell:
-    """A median with its spread underneath; noisy measurements are flagged, not hidden."""
+def value_cell(m: Metric | None, unit: str | None = None, **kw: Any) -> Cell:
+    """A stored value in its unit (`unit` where given), '—' where none is stored."""
+    return num(None, **kw) if m is None else num(m.value, m.unit if unit is None else unit, **kw)
+
+
+def timing_cell(m: Metric | None, extra: str = "") -> Cell:
+    """A median with its spread underneath; noisy measurements are flagged, not hidden ('—' where none)."""
+    if m is None:
+        return Cell("—")
     sp = m.spread
     text = fmt(m.value, m.unit)
     cls = "num"

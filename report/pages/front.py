@@ -9,18 +9,18 @@ from typing import Any, Callable
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, Method, Param as P, Status
+from lab.contract.names import Experiment, Method, is_eager, Param as P, Status
 from lab.contract.results import Metric, Results
 
 from report.sections import host
-from report.sections.costs import first_call_behind, stale_break_even
+from report.sections.costs import phase_figures, stale_break_even
 from report.site.discover import Run
 from report.site.hosts import machine
 from report.site.provenance import tree_state
 from report.sections.runstatus import Status as RunStatus, status
 from report.sections.section import failed_checks
 from report.sections.instrument import flags as sentinel_flags
-from report.sections.steps import Bound, Case, StepRow, cases, is_eager, own_mbu, pct, row_bound, step_rows
+from report.sections.steps import Bound, Case, StepRow, cases, own_mbu, pct, row_bound, step_rows
 from report.sections.sweeps import headline as peer_headline
 from report.draw.tables import Cell, Table, fmt, num, sort_key
 
@@ -127,9 +127,7 @@ def compile_summary(results: Results) -> list[str]:
     """compile_cost's decode core at full depth: first call and stored break-even, cold and warm."""
     rec = q.experiment(results, Experiment.COMPILE_COST)
     out = []
-    for phase in ("cold", "warm"):
-        fc = first_call_behind(rec, phase, DECODE_CORE)
-        be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=DECODE_CORE)
+    for phase, (fc, be) in phase_figures(rec, DECODE_CORE).items():
         if fc is None and be is None:
             continue
         pay = "—" if be is None else ("never pays" if be.value is None else f"{fmt(be.value)} calls")
@@ -148,10 +146,6 @@ def front_row(run: Run, file: str) -> FrontRow:
 
 
 
-def newest_first(runs: list[Run]) -> list[Run]:
-    return sorted(runs, key=lambda run: run.results.run.started_at or "", reverse=True)
-
-
 # ---------------------------------------------------------------------------- side by side
 
 Getter = Callable[[Results], Any]
@@ -161,13 +155,8 @@ def _host_figures() -> list[tuple[str, Getter]]:
     def ceil(spec: M.MetricSpec, **params: Any) -> Getter:
         return lambda r: q.maybe(q.experiment(r, Experiment.CEILINGS), spec, **params)
 
-    def cc(spec: M.MetricSpec, phase: str) -> Getter:
-        def get(r: Results) -> Any:
-            rec = q.experiment(r, Experiment.COMPILE_COST)
-            if spec is M.FIRST_CALL_S:
-                return first_call_behind(rec, phase, DECODE_CORE)
-            return q.maybe(rec, spec, phase=phase, target=DECODE_CORE)
-        return get
+    def cc(which: int, phase: str) -> Getter:  # 0: the first call, 1: the break-even (costs.phase_figures)
+        return lambda r: phase_figures(q.experiment(r, Experiment.COMPILE_COST), DECODE_CORE)[phase][which]
 
     return [
         ("host", lambda r: machine(r).hostname + (f" · {r.manifest['label']}" if r.manifest.get("label") else "")),
@@ -181,10 +170,8 @@ def _host_figures() -> list[tuple[str, Getter]]:
         ("copy bandwidth", ceil(M.BANDWIDTH_GBPS)),
         ("matmul peak, float32", ceil(M.MATMUL_TFLOPS, dtype="float32")),
         ("matmul peak, bfloat16", ceil(M.MATMUL_TFLOPS, dtype="bfloat16")),
-        ("compile decode core, cold", cc(M.FIRST_CALL_S, "cold")),
-        ("compile decode core, warm", cc(M.FIRST_CALL_S, "warm")),
-        ("break-even calls, cold", cc(M.BREAK_EVEN_CALLS, "cold")),
-        ("break-even calls, warm", cc(M.BREAK_EVEN_CALLS, "warm")),
+        ("compile decode core, cold", cc(0, "cold")), ("compile decode core, warm", cc(0, "warm")),
+        ("break-even calls, cold", cc(1, "cold")), ("break-even calls, warm", cc(1, "warm")),
         ("OK / NOT_RUN / FAILED", lambda r: " / ".join(str(v) for v in counts(r).values())),
         ("failed checks", lambda r: len(failed_checks(r))),
         ("sentinel checks failed", lambda r: len(sentinel_flags(r))),

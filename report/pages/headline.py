@@ -99,10 +99,9 @@ def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
 
 def _interval(run: Run, method: str, batch: int, dtype: str = "float32") -> str:
     """' [10.6, 11.7]': the stored 95% interval of the method's speedup over eager, or '' where none is stored."""
-    p = {P.METHOD: method, P.BATCH: batch, P.DTYPE: dtype, P.READBACK: False}
-    low, high = (run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW.name, **p), run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_HIGH.name, **p))
-    return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
-
+    ci = q.interval(run.records.get(Experiment.CUDA_GRAPH_DECODE), M.SPEEDUP_VS_EAGER, method=method, batch=batch,
+                    dtype=dtype, readback=False)
+    return "" if ci is None or None in ci else f" [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 def step_table(run: Run) -> list[str]:
     steps = _steps(run, "float32")

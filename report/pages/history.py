@@ -31,7 +31,7 @@ from report.pages.compare import interval_of, value_of
 from report.site.discover import Run
 from report.site.hosts import machine, slug
 from report.sections.section import Section
-from report.sections.steps import Case, cases, own_mbu, step_rows
+from report.sections.steps import cases, own_mbu, step_rows
 from report.draw.tables import Cell, Table, fmt
 
 HISTORY_FILE = "history.html"
@@ -80,10 +80,6 @@ class Series:
         return sum(p.mark == mark for pts in self.points.values() for p in pts)
 
 
-def _case(results: Results, dtype: str) -> Case | None:
-    return next((c for c in cases(step_rows(results)) if c.batch == 1 and c.dtype == dtype), None)
-
-
 def _found(results: Results, metric: Metric | None) -> Found:
     """The metric with the record that holds it (compare's interval rule reads its interval there)."""
     return next(((metric, r) for r in results.experiments if any(m is metric for m in r.metrics)), None) \
@@ -97,7 +93,7 @@ def _one(results: Results, rid: str, spec: M.MetricSpec, **params: Any) -> Found
 def _step(results: Results, dtype: str, which: str) -> Found:
     """At B=1 in `dtype`: eager's step ("baseline"), the fastest correct method's step ("best"), its speedup over
     eager ("ratio") or its MBU ("share", the one the run page shows: report.sections.steps.own_mbu)."""
-    c = _case(results, dtype)
+    c = next((c for c in cases(step_rows(results)) if c.batch == 1 and c.dtype == dtype), None)
     if c is None:
         return None
     if which in ("baseline", "best"):

@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal
 
 from lab.contract import metrics as M
 from lab.contract import query as q
-from lab.contract.names import Experiment, Method, Param as P
+from lab.contract.names import Experiment, Method, is_eager, Param as P
 from lab.contract.results import Results
 
 __all__ = ["ABSENT", "CLASSES", "EXPLAIN", "FIRST", "MEASURED", "ExplainRow", "FigureClass", "explain", "figure_class", "flatten"]
@@ -89,17 +89,13 @@ _STEP = frozenset(s.name for s in (M.STEP_MS, M.SENTINEL_STEP_MS, M.STEADY_MS, M
                                    M.GAP_US, M.BOUND_MS, M.STEP_MS_AT_REFERENCE))
 
 
-def _eager(method: Any) -> bool:
-    return str(method) == Method.EAGER or str(method).startswith(f"{Method.EAGER}-")
-
-
 def figure_class(name: str, params: dict[str, Any], binding: str | None = None) -> FigureClass:
     """The class of a figure (the module docstring): `binding` is ceilings' binding for its method, batch and dtype
     (None where ceilings bounded no such step)."""
     if binding == "launch" or name in _DISPATCH:
         return "dispatch"
     if name in _STEP and P.METHOD in params:
-        return "dispatch" if _eager(params[P.METHOD]) else "kernel"
+        return "dispatch" if is_eager(params[P.METHOD]) else "kernel"
     if name in _KERNEL:
         return "kernel"
     return "other"

@@ -13,12 +13,12 @@ from typing import Any
 from lab.contract import metrics as M
 from lab.contract import query as q
 from lab.contract import units
-from lab.contract.names import Experiment, Method, method_rank, Param as P
+from lab.contract.names import Experiment, Method, is_eager, method_rank, Param as P
 from lab.contract.results import Record, Results
 
-from report.draw.tables import Cell, Table, fmt, is_number, num, params_text, sort_key
+from report.draw.tables import Cell, Table, fmt, is_number, num, params_text, sort_key, value_cell
 from report.sections.section import Section, why_absent
-from report.sections.steps import bound_of, cases, is_eager, pct, row_bound, step_rows, stored_mbu
+from report.sections.steps import bound_of, cases, pct, row_bound, step_rows, stored_mbu
 
 COLUMNS = ["dtype", "method", "batch", "kernels/step", "MB/step", "launch bound", "bandwidth bound",
            "compute bound", "binds", "measured", "measured / bound", "achieved", "MBU"]
@@ -28,22 +28,20 @@ def _row(results: Results, rec: Record | None, dtype: Any, method: Any, batch: A
     p = {P.METHOD: method, P.BATCH: batch} | ({P.DTYPE: dtype} if dtype is not None else {})
     bound = bound_of(results.experiments, str(method), batch, dtype)
     kernels, nbytes = q.maybe(rec, M.KERNELS_PER_STEP, **p), q.maybe(rec, M.BYTES_PER_STEP, **p)
-    row = [Cell(fmt(dtype)), Cell(str(method)), Cell(fmt(batch), cls="num"), num(kernels.value if kernels else None),
+    row = [Cell(fmt(dtype)), Cell(str(method)), Cell(fmt(batch), cls="num"), value_cell(kernels, ""),
            num(nbytes.value / 1e6 if nbytes and is_number(nbytes.value) else None)]
     for kind, spec in (("launch", M.BOUND_LAUNCH_MS), ("bandwidth", M.BOUND_BANDWIDTH_MS),
                        ("compute", M.BOUND_COMPUTE_MS)):
         m = q.maybe(rec, spec, **p)
         binds = bound.binding is not None and bound.binding.value == kind and not bound.why_not
-        row.append(num(m.value if m else None, units.MS, cls="num binds" if binds else "num")
+        row.append(value_cell(m, units.MS, cls="num binds" if binds else "num")
                    if m is None or bound.allows(m.value) else Cell("not meaningful", cls="muted", title=bound.text))
     cell = bound.cell()
     cell.cls = "binds" if bound.binding is not None and not bound.why_not else cell.cls
     measured, achieved = q.maybe(rec, M.MEASURED_MS, **p), q.maybe(rec, M.ACHIEVED_GBPS, **p)
     ratio = None if bound.why_not else bound.ratio
     mbu = stored_mbu(results.experiments, str(method), batch, dtype, measured.value if measured else None)
-    return row + [cell, num(measured.value if measured else None, measured.unit if measured else ""),
-                  num(ratio.value if ratio else None, ratio.unit if ratio else ""),
-                  num(achieved.value if achieved else None, achieved.unit if achieved else ""),
+    return row + [cell, value_cell(measured), value_cell(ratio), value_cell(achieved),
                   Cell(pct(mbu.value) if mbu else "—", cls="num")]
 
 

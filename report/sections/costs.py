@@ -62,8 +62,7 @@ def method_costs(rec: Record | None) -> Table:
         eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {P.METHOD: Method.EAGER}))
         saving, be = q.maybe(rec, M.SAVING_MS_PER_STEP, **p), q.maybe(rec, M.BREAK_EVEN_STEPS, **p)
         table.rows.append([Cell(str(p.get(P.METHOD))), Cell(fmt(p.get(P.BATCH)), cls="num"), Cell(fmt(p.get(P.DTYPE))),
-                           num(m.value, m.unit), timing_cell(step) if step else Cell("—"),
-                           timing_cell(eager) if eager else Cell("—"),
+                           num(m.value, m.unit), timing_cell(step), timing_cell(eager),
                            num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
                            break_even_cell(be, stale_break_even(rec, str(p.get(P.METHOD)), p.get(P.BATCH),
                                                                 p.get(P.DTYPE)))])
@@ -104,14 +103,18 @@ def first_call_behind(rec: Record | None, phase: str, target: str) -> Metric | N
     return max(calls, key=lambda m: sort_key(m.params.get(P.TRIAL))) if calls else None
 
 
+def phase_figures(rec: Record | None, target: str) -> dict[str, tuple[Metric | None, Metric | None]]:
+    """Per cache phase (cold, warm): the first call its break-even was paid against, and the stored break-even."""
+    return {p: (first_call_behind(rec, p, target), q.maybe(rec, M.BREAK_EVEN_CALLS, phase=p, target=target))
+            for p in ("cold", "warm")}
+
+
 def compile_answer(rec: Record | None) -> list[str]:
     """One line per target: the full-depth first call cold and warm, and the stored break-even of each phase."""
     lines = []
     for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
         parts = []
-        for phase in ("cold", "warm"):
-            fc = first_call_behind(rec, phase, target)
-            be = q.maybe(rec, M.BREAK_EVEN_CALLS, phase=phase, target=target)
+        for phase, (fc, be) in phase_figures(rec, target).items():
             if be is None:
                 continue
             pay = "never pays" if be.value is None else f"pays after {fmt(be.value)} calls"

@@ -31,17 +31,8 @@ def fused_notes(results: Results, spec: N.NoteSpec) -> list[dict[str, Any]]:
                                         sort_key(n["params"].get(P.BATCH)), method_rank(str(n[P.METHOD]))))
 
 
-def found(results: Results) -> list[dict[str, Any]]:
-    """Every stored fused-kernels note (fused_notes' order)."""
-    return fused_notes(results, N.FUSED_KERNELS)
-
-
 def _mb(nbytes: Any) -> str:
     return f"{fmt(nbytes / 1e6)} MB" if is_number(nbytes) else "—"
-
-
-def _tbps(gbps: Any) -> Cell:
-    return num(gbps / 1e3 if is_number(gbps) else None)
 
 
 def fit_line(note: dict[str, Any]) -> str:
@@ -82,8 +73,8 @@ def table(note: dict[str, Any], collapsed: bool = False) -> Table:
                  f"activations {_mb(r.get('activation_bytes_per_call'))}")
         t.rows.append([Cell(str(r.get("kernel")), cls="kernel", title=str(r.get("function") or "library call")),
                        num(r.get("calls")), num(r.get("us_per_call"), units.US),
-                       Cell(_mb(r.get("bytes_per_call")), cls="num", title=split), _tbps(r.get("gbps")),
-                       Cell(pct(r.get("share")), cls="num")])
+                       Cell(_mb(r.get("bytes_per_call")), cls="num", title=split),
+                       num(r["gbps"] / 1e3 if is_number(r.get("gbps")) else None), Cell(pct(r.get("share")), cls="num")])
     step = note.get("step_us")
     kernel_us = note.get("kernel_us")
     share = kernel_us / step if is_number(kernel_us) and is_number(step) and step else None
@@ -94,4 +85,4 @@ def table(note: dict[str, Any], collapsed: bool = False) -> Table:
 
 def tables(results: Results) -> list[Table]:
     """One table per stored note: the plain variant's open, the PDL variants' folded under their caveat."""
-    return [table(n, collapsed=bool(n.get("pdl"))) for n in found(results)]
+    return [table(n, collapsed=bool(n.get("pdl"))) for n in fused_notes(results, N.FUSED_KERNELS)]

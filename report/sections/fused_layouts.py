@@ -14,11 +14,6 @@ from report.draw.style import display
 from report.draw.tables import Cell, Table, fmt, num
 
 
-def found(results: Results) -> list[dict[str, Any]]:
-    """Every stored fused-layouts note (report.sections.fused_kernels.fused_notes' order)."""
-    return fused_notes(results, N.FUSED_LAYOUTS)
-
-
 def _forms(projections: dict[str, Any]) -> list[str]:
     forms: list[str] = []
     for pick in projections.values():
@@ -56,4 +51,4 @@ def table(note: dict[str, Any]) -> Table:
 
 
 def tables(results: Results) -> list[Table]:
-    return [table(n) for n in found(results)]
+    return [table(n) for n in fused_notes(results, N.FUSED_LAYOUTS)]

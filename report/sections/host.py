@@ -94,10 +94,6 @@ def _timed(records: list[Record]) -> list[tuple[str, float, Interval | None]]:
     return []
 
 
-def _figure(value: float, ci: Interval | None) -> str:
-    return f"{value:.2f}" + ("" if ci is None else f" [{ci.low:.2f}, {ci.high:.2f}]")
-
-
 def sentence(records: Iterable[Record]) -> str:
     """'the host's CPU speed varied 1.9× (p5–p95) during this run; eager (0.90 [0.84, 0.96]) followed it, graph
     (0.00 [0.00, 0.00]) did not': the index's range, then each B=1 fp32 method by its elasticity's interval (the
@@ -113,7 +109,8 @@ def sentence(records: Iterable[Record]) -> str:
     groups: dict[bool | None, list[str]] = {True: [], False: [], None: []}
     for method, value, ci in _sensitivities(recs):
         shown = method.split(",")[0] in (Method.EAGER, Method.GRAPH)
-        groups[hostspeed.follows(ci)].append(f"{method} ({_figure(value, ci)})" if shown else method)
+        figure = f"{value:.2f}" + ("" if ci is None else f" [{ci.low:.2f}, {ci.high:.2f}]")
+        groups[hostspeed.follows(ci)].append(f"{method} ({figure})" if shown else method)
     parts = []
     if groups[True]:
         parts.append(f"{', '.join(groups[True])} followed it")
@@ -198,9 +195,8 @@ def host_table(rec: Record) -> Table:
         step = q.maybe(rec, M.STEP_MS, **p)
         table.rows.append([Cell(params_text(shape)), Cell(str(p.get(P.METHOD, "—"))), _index_cell(m),
                            _with_interval(rec, M.HOST_SENSITIVITY, p),
-                           timing_cell(step) if step is not None else Cell("—"),
-                           _with_interval(rec, M.STEP_MS_AT_REFERENCE, p), _with_interval(rec, speedup, p),
-                           _with_interval(rec, M.SPEEDUP_AT_REFERENCE, p)])
+                           timing_cell(step), _with_interval(rec, M.STEP_MS_AT_REFERENCE, p),
+                           _with_interval(rec, speedup, p), _with_interval(rec, M.SPEEDUP_AT_REFERENCE, p)])
     return table
 
 

@@ -58,14 +58,10 @@ def _interval_cell(m: Metric | None) -> Cell:
     return cell
 
 
-def _stored_ci(rec: Record | None, spec: M.MetricSpec, **params: Any) -> str:
-    """'95% [0.98, 1.03]' from the interval metrics stored beside `spec` ("" where none)."""
-    if spec.interval is None:
-        return ""
-    low, high = (q.maybe(rec, name, **params) for name in spec.interval)
-    if low is None or high is None or low.value is None or high.value is None:
-        return ""
-    return f"95% [{fmt(low.value)}, {fmt(high.value)}]"
+def _ci(rec: Record | None, spec: M.MetricSpec, **params: Any) -> str:
+    """'95% [0.98, 1.03]' from the interval stored beside `spec` ("" where none)."""
+    ends = q.interval(rec, spec, **params)
+    return f"95% [{fmt(ends[0])}, {fmt(ends[1])}]" if ends is not None and None not in ends else ""
 
 
 def sentinel_table(results: Results) -> Table:
@@ -95,9 +91,9 @@ def sentinel_table(results: Results) -> Table:
             verdict = [c for _, c in sentinel_checks(results) if c.params.get(P.METHOD) == method and named in c.name]
             bad = any(not c.passed for c in verdict)
             sub = "; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)
-            ci = _stored_ci(end, spec, method=method) if m is not None and spec is not None else ""
+            ci = _ci(end, spec, method=method) if m is not None and spec is not None else ""
             if m is paired and began is not None:
-                inside = _stored_ci(begin, M.IN_RUN_OVER_FRESH, method=method)
+                inside = _ci(begin, M.IN_RUN_OVER_FRESH, method=method)
                 ci += f"; at the start {fmt(began.value, units.X)}" + (f" ({inside})" if inside else "")
             row.append(num(m.value if m else None, units.X if m else "", cls="num bad" if bad else "num",
                            sub=" · ".join(t for t in (ci, sub) if t)))

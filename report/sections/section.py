@@ -121,13 +121,17 @@ def environment(results: Results) -> Section:
                    empty="" if summary else "The manifest has none of the usual fields.", minor=True)
 
 
+def _exp(rec: Record) -> Cell:
+    """The experiment's id, linked to its entry on the page."""
+    return Cell(rec.id, href=f"#exp-{rec.id}")
+
+
 def overview(results: Results) -> Table:
     table = Table(columns=["experiment", "title", "status", "reason", "duration"], cls="overview")
     for rec in results.experiments:
-        table.rows.append([
-            Cell(rec.id, href=f"#exp-{rec.id}"), Cell(rec.title), Cell(rec.status, cls=f"status {rec.status}"),
-            Cell(f"{rec.reason.code}: {rec.reason.message}" if rec.reason else ""), num(rec.duration_s, units.S),
-        ])
+        table.rows.append([_exp(rec), Cell(rec.title), Cell(rec.status, cls=f"status {rec.status}"),
+                           Cell(f"{rec.reason.code}: {rec.reason.message}" if rec.reason else ""),
+                           num(rec.duration_s, units.S)])
     return table
 
 
@@ -173,12 +177,14 @@ def failed_checks(results: Results) -> list[tuple[Record, Check]]:
     return [(rec, c) for rec in results.experiments for c in rec.checks if not c.passed]
 
 
+def _check_cells(c: Check) -> list[Cell]:
+    return [Cell(c.name), Cell(params_text(c.params)), Cell("pass" if c.passed else "FAIL",
+                                                             cls="good" if c.passed else "bad"), Cell(c.detail)]
+
+
 def _checks_table(pairs: list[tuple[Record, Check]], caption: str, **kw: Any) -> Table:
     table = Table(columns=["experiment", "check", "params", "result", "detail", "fatal"], caption=caption, **kw)
-    for rec, c in pairs:
-        table.rows.append([Cell(rec.id, href=f"#exp-{rec.id}"), Cell(c.name), Cell(params_text(c.params)),
-                           Cell("pass" if c.passed else "FAIL", cls="good" if c.passed else "bad"),
-                           Cell(c.detail), Cell(fmt(c.fatal))])
+    table.rows = [[_exp(rec), *_check_cells(c), Cell(fmt(c.fatal))] for rec, c in pairs]
     return table
 
 
@@ -207,27 +213,20 @@ def correctness(results: Results) -> Section:
 def not_run(results: Results) -> Section:
     records = Table(columns=["experiment", "reason code", "what would make it run"], id="not-run-table",
                     caption="Experiments that did not run", cls="notrun")
-    for rec in results.experiments:
-        if rec.status == Status.NOT_RUN:
-            records.rows.append([Cell(rec.id, href=f"#exp-{rec.id}"), Cell(rec.reason.code if rec.reason else "?",
-                                                                         cls="code"),
-                                 Cell(rec.reason.message if rec.reason else "")])
     parts = Table(columns=["experiment", "item", "reason code", "what would make it run"], id="skipped-table",
                   caption="Parts of experiments that did not run", cls="notrun")
-    for rec in results.experiments:
-        for s in rec.skipped:
-            parts.rows.append([Cell(rec.id, href=f"#exp-{rec.id}"), Cell(s.item), Cell(s.code, cls="code"),
-                               Cell(s.message)])
     failed = Table(columns=["experiment", "reason code", "error", "traceback"], id="failed-table",
                    caption="Experiments that failed", cls="failed")
     for rec in results.experiments:
+        code = Cell(rec.reason.code if rec.reason else "?", cls="code")
+        if rec.status == Status.NOT_RUN:
+            records.rows.append([_exp(rec), code, Cell(rec.reason.message if rec.reason else "")])
+        parts.rows += [[_exp(rec), Cell(s.item), Cell(s.code, cls="code"), Cell(s.message)] for s in rec.skipped]
         if rec.status == Status.FAILED:
             err = rec.error or {}
             message = err.get("message") or (rec.reason.message if rec.reason else "")
             where = f"{err.get('type')}: " if err.get("type") else ""
-            failed.rows.append([Cell(rec.id, href=f"#exp-{rec.id}"),
-                                Cell(rec.reason.code if rec.reason else "?", cls="code"),
-                                Cell(where + str(message), cls="error"),
+            failed.rows.append([_exp(rec), code, Cell(where + str(message), cls="error"),
                                 Cell(str(err.get("traceback") or err.get("stderr") or ""), pre=True)])
     intro = (f"{len(records.rows)} experiments NOT_RUN, {len(parts.rows)} parts skipped inside experiments, "
              f"{len(failed.rows)} FAILED. Nothing is left out: every record of the run is listed on this page.")
@@ -269,14 +268,9 @@ def library_table(rec: Record) -> Table:
 def experiments(results: Results) -> list[ExperimentView]:
     views = []
     for rec in results.experiments:
-        checks = Table(columns=["check", "params", "result", "detail"], caption="checks")
-        for c in rec.checks:
-            checks.rows.append([Cell(c.name), Cell(params_text(c.params)),
-                                Cell("pass" if c.passed else "FAIL", cls="good" if c.passed else "bad"),
-                                Cell(c.detail)])
-        skipped = Table(columns=["item", "reason code", "message"], caption="parts not run")
-        for s in rec.skipped:
-            skipped.rows.append([Cell(s.item), Cell(s.code, cls="code"), Cell(s.message)])
+        checks = Table(["check", "params", "result", "detail"], [_check_cells(c) for c in rec.checks], "checks")
+        skipped = Table(columns=["item", "reason code", "message"], caption="parts not run",
+                        rows=[[Cell(s.item), Cell(s.code, cls="code"), Cell(s.message)] for s in rec.skipped])
         views.append(ExperimentView(
             id=rec.id, title=rec.title, status=rec.status,
             reason=f"{rec.reason.code}: {rec.reason.message}" if rec.reason else "",

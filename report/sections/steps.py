@@ -22,19 +22,14 @@ from typing import Any, Iterable
 from lab.contract import query as q
 from lab.contract import metrics as M
 from lab.contract import units
-from lab.contract.names import Experiment, Method, method_rank, Param as P, Status
+from lab.contract.names import Experiment, Method, is_eager, method_rank, Param as P, Status
 from lab.contract.results import Metric, Record, Results
 
 from report.sections.section import Section, why_absent
 from report.draw.style import display
-from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell
+from report.draw.tables import Cell, Table, fmt, is_number, sort_key, timing_cell, value_cell
 
 SCALING_SIZE = "gpt2-124M"  # the sweep's row that is the decode step of the other runs
-
-
-def is_eager(method: Any) -> bool:
-    """Eager, or an eager variant named after it (inductor's 'eager-split' in runs of earlier lab versions)."""
-    return str(method) == Method.EAGER or str(method).startswith(f"{Method.EAGER}-")
 
 
 @dataclass
@@ -84,11 +79,6 @@ def _correct(rec: Record, method: Any, **p: Any) -> bool | None:
     return te.value if te else None
 
 
-def _interval(rec: Record | None, **p: Any) -> tuple[Any, Any] | None:
-    low, high = q.maybe(rec, M.SPEEDUP_CI_LOW, **p), q.maybe(rec, M.SPEEDUP_CI_HIGH, **p)
-    return (low.value, high.value) if low is not None and high is not None else None
-
-
 @dataclass
 class Case:
     """One batch and dtype: eager and the fastest method whose tokens equal eager's."""
@@ -108,8 +98,8 @@ def _decode_rows(rec: Record, **where: Any) -> list[StepRow]:
             continue
         own: dict[str, Any] = {k: p[k] for k in (P.METHOD, P.BATCH, P.DTYPE, P.SIZE) if k in p}
         rows.append(StepRow(rec.id, "", p[P.BATCH], str(p.get(P.DTYPE)), str(p[P.METHOD]), m,
-                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, **own), _interval(rec, **p),
-                            rec.status, own))
+                            q.maybe(rec, M.SPEEDUP_VS_EAGER, **p), _correct(rec, **own),
+                            q.interval(rec, M.SPEEDUP_VS_EAGER, **p), rec.status, own))
     return rows
 
 
@@ -132,7 +122,7 @@ def _inductor_rows(rec: Record, dtype: str) -> list[StepRow]:
         # inductor's tokens-equal checks are fatal: an OK record means the compiled steps matched eager
         sp = speedups[0] if speedups else None
         rows.append(StepRow(Experiment.INDUCTOR, str(p[P.STEP]), p.get(P.BATCH, 1), dtype, method, m, sp, rec.status == Status.OK,
-                            _interval(rec, **sp.params) if sp else None, rec.status))
+                            q.interval(rec, M.SPEEDUP_VS_EAGER, **sp.params) if sp else None, rec.status))
     return rows
 
 
@@ -317,8 +307,8 @@ def _decode_tables(rec: Record | None) -> list[Table]:
             cells = [Cell(method)]
             for b in batches:
                 hit = next((r for r in rows if (r.method, r.batch) == (method, b)), None)
-                cell = timing_cell(hit.step, extra=f"{hit.speedup_text} vs eager" if hit.speedup_text else "") \
-                    if hit else Cell("—")
+                vs = f"{hit.speedup_text} vs eager" if hit and hit.speedup_text else ""
+                cell = timing_cell(hit.step if hit else None, extra=vs)
                 if hit is not None and hit.ci is not None and all(map(is_number, hit.ci)):  # faster only when shown
                     cell.cls += " good" if hit.ci[0] > 1 else (" bad" if hit.ci[1] < 1 else "")
                 cells.append(cell)
@@ -335,8 +325,7 @@ def _inductor_table(results: Results, rows: list[StepRow]) -> Table:
         setups = [] if is_eager(r.method) else [s for s in q.all(rec, M.SETUP_S, step=r.kind)
                                                  if s.params.get(P.METHOD, r.method) == r.method]
         table.rows.append([Cell(r.kind), Cell(fmt(r.batch), cls="num"), Cell(r.method), timing_cell(r.step),
-                           num(r.speedup.value if r.speedup else None, units.X if r.speedup else ""),
-                           num(setups[0].value if setups else None, units.S if setups else "")])
+                           value_cell(r.speedup, units.X), value_cell(setups[0] if setups else None, units.S)])
     return table
 
 

@@ -23,10 +23,10 @@ from lab.contract.catalogue import CATALOGUE  # noqa: E402
 from lab.contract.names import Experiment, method_rank, Param as P, Status  # noqa: E402
 from lab.contract.results import Record  # noqa: E402
 
-from report.draw.charts import Chart, _draw, _log_axis  # noqa: E402
+from report.draw.charts import Chart, _draw, _labels, _log_axis  # noqa: E402
 from report.site.traces import NOTE_TRACES, trace_href, trace_source  # noqa: E402
 from report.sections.section import Section, noted, why_absent  # noqa: E402
-from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell  # noqa: E402
+from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell, value_cell  # noqa: E402
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
 
@@ -99,7 +99,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
         setup = q.maybe(rec, M.SETUP_S, **p)
         eq = q.maybe(rec, M.TOKENS_EQUAL, **p)
         costs.rows.append([Cell(str(p.get(P.VARIANT))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value, m.unit),
-                           num(setup.value if setup else None, M.SETUP_S.unit), Cell(fmt(eq.value) if eq else "—")])
+                           value_cell(setup, M.SETUP_S.unit), Cell(fmt(eq.value) if eq else "—")])
 
     def draw(data: dict[str, Any]) -> Any:
         if not steps:
@@ -118,9 +118,8 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
         ax.set_xticks([i + width * (len(batches) - 1) / 2 for i in range(len(labels))], labels, rotation=20,
                       ha="right")
         _log_axis(ax, "y")
-        ax.set_ylabel("median ms per token (log)")
-        ax.set_title("The lab's step vs transformers' generate, same weights (missing bar: did not run OK)")
-        ax.legend(fontsize=7, frameon=False)
+        _labels(ax, "", "median ms per token (log)",
+                "The lab's step vs transformers' generate, same weights (missing bar: did not run OK)", fontsize=7)
         return fig
 
     return [table, costs], _draw("chart-peer", "ms per token", "Lower is better. Lab: one fixed-shape step per "
@@ -150,7 +149,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
                                                                               M.KERNELS_PER_STEP))
             extra = " · ".join(t for t in (f"{fmt(sp.value)}x" if sp else "", f"MBU {fmt(mbu.value)}" if mbu else "",
                                            f"{fmt(k.value)} kernels" if k else "") if t)
-            row.append(timing_cell(m, extra=extra) if m else Cell("—"))
+            row.append(timing_cell(m, extra=extra))
         b = q.maybe(rec, M.BYTES_PER_STEP, **p)
         row.append(num(b.value / 1e6 if b else None))
         table.rows.append(row)
@@ -175,10 +174,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
                     left.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
                               label=f"{method}, {dtype}, b{batch}")
         _log_axis(left, "x")
-        left.set_xlabel("parameters, millions (log)")
-        left.set_ylabel("speedup over eager, x")
-        left.set_title("Gain vs model size")
-        left.legend(fontsize=6, frameon=False)
+        _labels(left, "parameters, millions (log)", "speedup over eager, x", "Gain vs model size", fontsize=6)
         fk = _values(rec, M.FLOPS_PER_KERNEL)
         for method in sorted({m.params.get(P.METHOD) for m in fk}, key=method_rank):
             here = [(m.value, q.maybe(rec, M.SPEEDUP_VS_EAGER, **m.params)) for m in fk if m.params.get(P.METHOD) == method]
@@ -186,11 +182,8 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
             if pts:
                 right.scatter([x for x, _ in pts], [y for _, y in pts], label=str(method))
         _log_axis(right, "x")
-        right.set_xlabel("MFLOP per kernel (log)")
-        right.set_ylabel("speedup over eager, x")
-        right.set_title("Gain vs arithmetic per launch")
-        if right.get_legend_handles_labels()[0]:
-            right.legend(fontsize=7, frameon=False)
+        _labels(right, "MFLOP per kernel (log)", "speedup over eager, x", "Gain vs arithmetic per launch",
+                **({"fontsize": 7} if right.get_legend_handles_labels()[0] else {}))
         fig.tight_layout()
         return fig
 
@@ -235,10 +228,7 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
             _log_axis(ax, "x", 2)
             ax.set_xticks(sorted({m.params.get(P.MAX_LEN) for m in here}, key=sort_key))
             _log_axis(ax, "y")
-            ax.set_xlabel("cache length, slots (log2)")
-            ax.set_ylabel("median ms per step (log)")
-            ax.set_title(f"batch {batch}")
-            ax.legend(fontsize=5.5, frameon=False)
+            _labels(ax, "cache length, slots (log2)", "median ms per step (log)", f"batch {batch}", fontsize=5.5)
         fig.tight_layout()
         return fig
 
@@ -257,8 +247,7 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
     for name in ladders:
         cells = [q.maybe(rec, s, ladder=name) for s in (M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.WASTE_FRACTION,
                                   M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE)]
-        table.rows.append([Cell(name, title=str(ladders[name]))] + [num(c.value, c.unit) if c else Cell("—")
-                                                                    for c in cells])
+        table.rows.append([Cell(name, title=str(ladders[name]))] + [value_cell(c) for c in cells])
     steps = sorted(_values(rec, M.STEP_MS), key=lambda m: sort_key(m.params.get(P.BUCKET)))
 
     def draw(data: dict[str, Any]) -> Any:
@@ -271,10 +260,7 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
             pts = [(m.params.get(P.BUCKET), m.value) for m in steps if m.params.get(P.BUCKET) in set(sizes)]
             left.scatter([x for x, _ in pts], [y for _, y in pts], s=12 + 8 * i, marker="os^"[i % 3], alpha=0.7,
                          label=f"{name} buckets")
-        left.set_xlabel("batch size (bucket)")
-        left.set_ylabel("median ms per step")
-        left.set_title("Step time per bucket")
-        left.legend(fontsize=7, frameon=False)
+        _labels(left, "batch size (bucket)", "median ms per step", "Step time per bucket", fontsize=7)
         names = list(ladders)
         exp = [q.maybe(rec, M.EXPECTED_STEP_MS, ladder=n) for n in names]
         right.bar(names, [e.value if e else 0 for e in exp], color="#4f81bd")
@@ -322,7 +308,7 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
         setup, eq = q.maybe(rec, M.SETUP_S, **p), q.maybe(rec, M.TOKENS_EQUAL, **p)
         sp = q.maybe(rec, M.SPEEDUP_VS_EAGER, **p)
         cost.rows.append([Cell(str(p.get(P.VARIANT))), Cell(fmt(p.get(P.BATCH)), cls="num"),
-                          num(setup.value if setup else None, M.SETUP_S.unit),
+                          value_cell(setup, M.SETUP_S.unit),
                           timing_cell(m, extra=f"{fmt(sp.value)}x vs eager host check" if sp else ""),
                           Cell(fmt(eq.value) if eq else "reference")])
 
@@ -335,8 +321,7 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
         colors = ["#c0504d" if "host" in str(m.params.get(P.VARIANT)) else "#4f81bd" for m in ordered]
         ax.barh(labels, [m.value for m in ordered], color=colors)
         _log_axis(ax, "x")
-        ax.set_xlabel("median ms per step (log)")
-        ax.set_title("Host-checked (red) vs torch.where (blue)")
+        _labels(ax, "median ms per step (log)", "", "Host-checked (red) vs torch.where (blue)")
         return fig
 
     return [dyn, cost], _draw("chart-branch", "Cost of the end-of-sequence check",

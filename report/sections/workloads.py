@@ -10,7 +10,7 @@ from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.results import Metric, Results
 
 from report.sections.section import Section, why_absent
-from report.draw.tables import Cell, Table, fmt, num, pivot
+from report.draw.tables import Cell, Table, fmt, pivot, value_cell
 
 def amdahl(results: Results) -> Section:
     rec = q.experiment(results, Experiment.AMDAHL)
@@ -28,12 +28,10 @@ def amdahl(results: Results) -> Section:
         launch, kt = get(M.LAUNCH_US_PER_OP), get(M.KERNEL_TIME_PER_STEP_US, method=Method.EAGER)
         amd, lau, meas = get(M.PREDICTED_SPEEDUP), get(M.PREDICTED_SPEEDUP_LAUNCH), get(M.MEASURED_SPEEDUP)
         table.rows.append([
-            Cell(w), num(f.value if (f := get(M.FUSIBLE_FRACTION)) else None),
-            num(k.value if (k := get(M.K)) else None, units.X if k else ""),
+            Cell(w), value_cell(get(M.FUSIBLE_FRACTION), ""), value_cell(get(M.K), units.X),
             Cell(f"{fmt(ke.value) if ke else '—'} → {fmt(kc.value) if kc else '—'}", cls="num"),
-            *[num(m.value, m.unit) if m else Cell("—") for m in (launch, kt, amd, lau, meas)],
-            *[num(m.value, m.unit) if m else Cell("—") for m in (get(M.MEASURED_OVER_PREDICTED),
-                                                                 get(M.MEASURED_OVER_PREDICTED_LAUNCH))]])
+            *[value_cell(m) for m in (launch, kt, amd, lau, meas, get(M.MEASURED_OVER_PREDICTED),
+                                      get(M.MEASURED_OVER_PREDICTED_LAUNCH))]])
         if amd is not None:
             text = f"{w}: Amdahl predicts {fmt(amd.value)}×"
             text += f", the launch-aware model {fmt(lau.value)}×" if lau else ", no launch-aware prediction"

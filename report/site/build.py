@@ -238,21 +238,18 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
     site = Site(out=out, index=out / "index.html", skipped=skipped)
     pages: list[RunPage] = []
     env.globals["has_history"] = False
-    for run in front_page.newest_first(runs):
+    for run in sorted(runs, key=_started, reverse=True):  # newest first
         try:  # one odd run must not sink the others: a run is published whole or not at all
             page = run_page(run)
             env.get_template("run.html").render(page=page, skipped=skipped, title=page.title)  # renders, or skips
             traces = trace_pages.publish(run, out)
         except WriteError:
             raise
-        except trace_pages.TraceError as exc:
+        except Exception as exc:  # a trace that cannot be published safely says so itself (TraceError)
             shutil.rmtree(out / TRACES / run.slug, ignore_errors=True)
-            skipped.append(SkippedFile(str(run.path), f"{exc} (run not rendered)"))
-            continue
-        except Exception as exc:
-            shutil.rmtree(out / TRACES / run.slug, ignore_errors=True)
-            skipped.append(SkippedFile(str(run.path), f"{run.path}: could not be rendered "
-                                                      f"({type(exc).__name__}: {exc})"))
+            why = f"{exc} (run not rendered)" if isinstance(exc, trace_pages.TraceError) else \
+                f"{run.path}: could not be rendered ({type(exc).__name__}: {exc})"
+            skipped.append(SkippedFile(str(run.path), why))
             continue
         site.traces += traces
         site.runs.append(run)

@@ -53,9 +53,8 @@ def put(ctx: Any, spec: M.MetricSpec, est: Estimate | None, digits: int, **param
         return
     low, high = (M.REGISTRY[n] for n in spec.interval)
     ci = None if est is None else est.interval
-    ctx.metric(spec, None if est is None else round(est.value, digits), **params)
-    ctx.metric(low, None if ci is None else round(ci.low, digits), **params)
-    ctx.metric(high, None if ci is None else round(ci.high, digits), **params)
+    values = (None, None, None) if est is None else (est.value, *((None, None) if ci is None else (ci.low, ci.high)))
+    ctx.metrics({s: None if v is None else round(v, digits) for s, v in zip((spec, low, high), values)}, **params)
 
 
 def record(ctx: Any, params: dict[str, Any], note_shape: str, turns: dict[str, tuple[dict[str, Any], list[list[float]]]],
@@ -68,8 +67,8 @@ def record(ctx: Any, params: dict[str, Any], note_shape: str, turns: dict[str, t
         return
     reference = stats.reference_index(index.all_rounds())
     cost = index.cost()
-    ctx.metric(M.HOST_INDEX_COST, None if cost is None else round(cost, 5), **params)
-    ctx.metric(M.HOST_INDEX_REFERENCE_MS, None if reference is None else round(reference, 5), **params)
+    ctx.metrics({M.HOST_INDEX_COST: None if cost is None else round(cost, 5),
+                 M.HOST_INDEX_REFERENCE_MS: None if reference is None else round(reference, 5)}, **params)
     ctx.note(notes.HOST_INDEX.key_for(shape=note_shape), index.note())
     fitted: dict[str, tuple[list[float], list[float]]] = {}
     for name, (p, per_round) in turns.items():

@@ -83,10 +83,9 @@ class MethodSet:
         return max(0.0, round(m.setup_s, 4) + (round(reused.setup_s, 4) if reused is not None else 0.0))
 
 
-def record(ctx: Any, spec: M.MetricSpec, value: Any, shape: Shape, **params: Any) -> None:
-    """A metric under the shape's params, if the experiment declares it (a sweep without MBU does not)."""
-    if spec in ctx.spec.metrics:
-        ctx.metric(spec, value, **shape.params, **params)
+def record(ctx: Any, values: dict[M.MetricSpec, Any], shape: Shape, **params: Any) -> None:
+    """Metrics under the shape's params, each if the experiment declares it (a sweep without MBU does not)."""
+    ctx.metrics({spec: value for spec, value in values.items() if spec in ctx.spec.metrics}, **shape.params, **params)
 
 
 def needs_cuda(name: str) -> bool:
@@ -153,12 +152,11 @@ def build(ctx: Any, w: Weights, names: tuple[str, ...], prompt: torch.Tensor, sh
 
 
 def _record_setup(ctx: Any, name: str, m: stepmethods.StepMethod, shape: Shape) -> None:
-    record(ctx, M.SETUP_S, round(m.setup_s, 4), shape, method=name)
+    record(ctx, {M.SETUP_S: round(m.setup_s, 4)}, shape, method=name)
     if name in stepmethods.COMPILED_METHODS and m.counters:
-        record(ctx, M.DYNAMO_GRAPHS, m.counters["graphs"], shape, method=name)
-        record(ctx, M.GRAPH_BREAKS, m.counters["graph_breaks"], shape, method=name)
-        record(ctx, M.COMPILED_FRAMES, m.counters["frames"], shape, method=name)
-        record(ctx, M.CUDAGRAPH_SKIPS, m.counters["cudagraph_skips"], shape, method=name)
+        record(ctx, {M.DYNAMO_GRAPHS: m.counters["graphs"], M.GRAPH_BREAKS: m.counters["graph_breaks"],
+                     M.COMPILED_FRAMES: m.counters["frames"], M.CUDAGRAPH_SKIPS: m.counters["cudagraph_skips"]},
+               shape, method=name)
         if m.skip_reasons:
             ctx.note(notes.CUDAGRAPH_SKIP_REASONS.key_for(name), sorted(set(m.skip_reasons)))
 
@@ -206,13 +204,12 @@ def check(ctx: Any, ms: MethodSet, *, w32: Weights | None = None, forced: bool =
         diff = (m.logits.float() - ref.logits.float()).abs().max().item() if m.logits is not None and \
             ref.logits is not None else None
         if name != ref_name or record_reference:
-            record(ctx, M.TOKEN_AGREEMENT, round(agree, 6), shape, method=name)
-            record(ctx, M.MAX_LOGIT_DIFF, diff, shape, method=name)
-            record(ctx, M.TOKENS_EQUAL, agree == 1.0, shape, method=name)
+            record(ctx, {M.TOKEN_AGREEMENT: round(agree, 6), M.MAX_LOGIT_DIFF: diff, M.TOKENS_EQUAL: agree == 1.0},
+                   shape, method=name)
     forced_figures, baseline = _teacher_forced(ctx, ms, w32, free, forced) if w32 is not None else ({}, None)
     for name in built:
         if name == ref_name and shape.dtype == "float32":  # the reference itself
-            record(ctx, M.CORRECT, True, shape, method=name)
+            record(ctx, {M.CORRECT: True}, shape, method=name)
             continue
         if correctness.exact_rule(name, shape.dtype) or (shape.dtype == "float32" and free[name] == 1.0):
             verdict = correctness.exact(free[name])
@@ -221,7 +218,7 @@ def check(ctx: Any, ms: MethodSet, *, w32: Weights | None = None, forced: bool =
         else:
             verdict = correctness.Verdict(free[name] == 1.0, "exact tokens (no teacher-forced reference)",
                                           f"free-running token agreement {free[name]:.4f}")
-        record(ctx, M.CORRECT, verdict.correct, shape, method=name)
+        record(ctx, {M.CORRECT: verdict.correct}, shape, method=name)
         fatal = shape.dtype == "float32"
         ctx.check(f"{name} is correct by the {verdict.rule} rule ({shape.label()})", verdict.correct,
                   detail=verdict.detail, fatal=fatal, **shape.params, method=name)
@@ -246,8 +243,8 @@ def _teacher_forced(ctx: Any, ms: MethodSet, w32: Weights, free: dict[str, float
     for name in need:
         r = teacher.teacher_forced(ms.built[name], ref)
         figures[name] = (r.agreement, r.max_logit_error)
-        record(ctx, M.TEACHER_FORCED_AGREEMENT, round(r.agreement, 6), shape, method=name)
-        record(ctx, M.TEACHER_FORCED_MAX_LOGIT_ERROR, r.max_logit_error, shape, method=name)
+        record(ctx, {M.TEACHER_FORCED_AGREEMENT: round(r.agreement, 6),
+                     M.TEACHER_FORCED_MAX_LOGIT_ERROR: r.max_logit_error}, shape, method=name)
         if r.first_disagreement is not None:
             ctx.note(notes.FIRST_DISAGREEMENT.key_for(name, ".".join(str(v) for v in shape.params.values())),
                      r.first_disagreement)
@@ -275,7 +272,7 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
     samples = hostspeed.timed(ctx, turns, rounds, shape.params, _note_shape(shape))
     frames = stepmethods.compiled_frames(before, dynamo_counters())
     if M.RECOMPILES_DURING_TIMING in ctx.spec.metrics:
-        record(ctx, M.RECOMPILES_DURING_TIMING, frames, shape)
+        record(ctx, {M.RECOMPILES_DURING_TIMING: frames}, shape)
         ctx.check(f"no compile during timed rounds ({shape.label()})", frames == 0, detail=f"{frames} frames compiled",
                   **shape.params)
     nbytes = ceilings.decode_bytes(ms.weights, shape.batch, shape.prompt_len, shape.steps)
@@ -284,10 +281,10 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         extra: dict[str, Any] = {P.READBACK: rb} if shape.readback_param else {}
         ms.rounds[(name, rb)] = per_round
         ms.ms[(name, rb)] = sp.median
-        record(ctx, M.ROUND_MEDIANS_MS, [round(statistics.median(r), 5) for r in per_round], shape, method=name,
+        record(ctx, {M.ROUND_MEDIANS_MS: [round(statistics.median(r), 5) for r in per_round]}, shape, method=name,
                **extra)
         if bandwidth_gbps and not rb:
-            record(ctx, M.MBU, ceilings.mbu(nbytes, sp.median, bandwidth_gbps), shape, method=name)
+            record(ctx, {M.MBU: ceilings.mbu(nbytes, sp.median, bandwidth_gbps)}, shape, method=name)
     for (name, rb), per_round in ms.rounds.items():
         eager = ms.rounds.get((Method.EAGER, rb))
         if eager is None or (name == Method.EAGER and not eager_speedup):
@@ -297,8 +294,8 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
             ctx.speedup(M.SPEEDUP_VS_EAGER, eager, per_round, **shape.params, method=name, **extra)
         if not rb and name != Method.EAGER:
             eager_ms, step_ms = ms.ms[(Method.EAGER, rb)], ms.ms[(name, rb)]
-            record(ctx, M.SAVING_MS_PER_STEP, round(eager_ms - step_ms, 5), shape, method=name)
-            record(ctx, M.BREAK_EVEN_STEPS, break_even_calls(ms.setup_s(name), eager_ms, step_ms), shape, method=name)
+            record(ctx, {M.SAVING_MS_PER_STEP: round(eager_ms - step_ms, 5),
+                         M.BREAK_EVEN_STEPS: break_even_calls(ms.setup_s(name), eager_ms, step_ms)}, shape, method=name)
 
 
 def profile(ctx: Any, ms: MethodSet) -> None:
@@ -314,15 +311,15 @@ def profile(ctx: Any, ms: MethodSet) -> None:
             ctx.check(f"{name} is not recompiled by the profiler ({shape.label()})", frames == 0,
                       detail=f"{frames} frames compiled while profiling one step", **shape.params, method=name)
         ms.kernels[name] = k["kernels"]
-        record(ctx, M.KERNELS_PER_STEP, k["kernels"], shape, method=name)
-        record(ctx, M.FLOPS_PER_KERNEL, round(flops / max(1, k["kernels"])), shape, method=name)
+        record(ctx, {M.KERNELS_PER_STEP: k["kernels"], M.FLOPS_PER_KERNEL: round(flops / max(1, k["kernels"]))},
+               shape, method=name)
         if k["device_us"] is not None:
-            record(ctx, M.KERNEL_TIME_PER_STEP_US, round(k["device_us"], 2), shape, method=name)
+            record(ctx, {M.KERNEL_TIME_PER_STEP_US: round(k["device_us"], 2)}, shape, method=name)
         if k["busy_us"] is not None:
-            record(ctx, M.GPU_BUSY_US, round(k["busy_us"], 2), shape, method=name)
+            record(ctx, {M.GPU_BUSY_US: round(k["busy_us"], 2)}, shape, method=name)
             step = ms.ms.get((name, False))
             if step is not None:
-                record(ctx, M.GAP_US, round(step * 1e3 - k["busy_us"], 2), shape, method=name)
+                record(ctx, {M.GAP_US: round(step * 1e3 - k["busy_us"], 2)}, shape, method=name)
         if M.KERNELS_PER_STEP in ctx.spec.metrics:
             ctx.note(notes.TOP_KERNELS.key_for(name, _note_shape(shape)), k["top"])
             if m.path is not None and k.get("sequence") is not None:  # the hand-fused step, profiled on a GPU

@@ -10,6 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from lab.step.fused.rows import _pdl_launch, _pdl_wait
+
 
 @triton.jit
 def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, scale, E: tl.constexpr,
@@ -41,10 +43,8 @@ def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, sc
     bh = pid // NS
     b = bh // H
     h = bh % H
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_launch(USE_PDL)
+    _pdl_wait(USE_PDL)
     d = tl.arange(0, BD)
     d_mask = d < DH
     slot = s * BS + tl.arange(0, BS)
@@ -124,10 +124,8 @@ def combine_kernel(part_o, part_m, part_l, att_ptr, B, NBB, E: tl.constexpr, H: 
     b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)  # batch fastest
     k = (tl.program_id(0) // NBB) * BK + tl.arange(0, BK)
     b_mask = b < B
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_launch(USE_PDL)
+    _pdl_wait(USE_PDL)
     a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k, E, H, DH, NS, BB, BK)
     tl.store(att_ptr + b[:, None] * E + k[None, :], a.to(att_ptr.dtype.element_ty),
              mask=b_mask[:, None] & (k < E)[None, :])

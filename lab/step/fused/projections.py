@@ -33,7 +33,8 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk
-from lab.step.fused.rows import _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _row_blocks
+from lab.step.fused.rows import (_gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _pdl_launch, _pdl_wait,
+                                  _row_blocks)
 
 
 # -------------------------------------------------------------------------------------- helpers
@@ -119,8 +120,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     """
     pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, 3 * E, BB, BN)  # batch fastest
     ke = tl.arange(0, BE)
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
+    _pdl_launch(USE_PDL)
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice)
         w_first = _load_w_raw(w_ptr, n, n_mask, E, BK)
         bias = _load_vec(bias_ptr, n, 3 * E)
@@ -128,8 +128,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
         beta = _load_vec(ln_b, ke, E)
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)  # weights: written by nobody, safe before the wait
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_wait(USE_PDL)
     pos = tl.load(pos_ptr)
     if EMBED:
         if pid_n == 0:  # one row block stores the embedded residual for the later kernels
@@ -171,15 +170,13 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
     _, b, n, b_mask, n_mask = _row_blocks(NBB, B, E, BB, BN)  # batch fastest
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
+    _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
         w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK)
     else:
         w = _load_w(w_ptr, n, n_mask, 0, E, BK)
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_wait(USE_PDL)
     if PREFETCH:
         a = _attention_chunk(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK)
         acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
@@ -207,8 +204,7 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
     """
     _, b, n, b_mask, n_mask = _row_blocks(NBB, B, F, BB, BN)  # batch fastest
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
+    _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
     if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters, before the wait
         w_first = _load_w_raw(w_ptr, n, n_mask, E, BK)
@@ -217,8 +213,7 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
         beta = _load_vec(ln_b, ke, E)
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_wait(USE_PDL)
     if PREFETCH:
         x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False)
         y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
@@ -244,15 +239,13 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
     _, b, n, b_mask, n_mask = _row_blocks(NBB, B, E, BB, BN)  # batch fastest
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
+    _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
         w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK)
     else:
         w = _load_w(w_ptr, n, n_mask, 0, F, BK)
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_wait(USE_PDL)
     if PREFETCH:
         k = tl.arange(0, BK)
         a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
@@ -285,11 +278,9 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     8 B per program of partial argmax. Launches per step: 1. Grid: cdiv(V, BN) * cdiv(B, BB).
     """
     pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, V, BB, BN)  # batch fastest
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
+    _pdl_launch(USE_PDL)
     w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK)
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_wait(USE_PDL)
     acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, wte_ptr, w_first, b, b_mask, n, n_mask,
                    E, eps, False, BB, BN, BK, BE)
     logits = acc.to(logits_ptr.dtype.element_ty)

@@ -22,6 +22,20 @@ import triton.language as tl
 # -------------------------------------------------------------------------------------- helpers
 
 @triton.jit
+def _pdl_launch(USE_PDL: tl.constexpr):
+    """Under PDL: the next kernel may launch now; it waits in its own gdc_wait (nothing without PDL)."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _pdl_wait(USE_PDL: tl.constexpr):
+    """Under PDL: wait for the previous kernel to finish and its writes to be visible (nothing without PDL)."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
 def _row_blocks(NBB, B, N, BB: tl.constexpr, BN: tl.constexpr):
     """This program's place in a 1-D grid of cdiv(N, BN) * NBB programs, batch fastest (the programs that share
     one block of BN output rows, one weight tile, run side by side): (pid_n, its BB batch rows b, its BN output
@@ -91,10 +105,8 @@ def argmax_advance_kernel(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos
     Bytes: reads 8 B per lm_head program per batch row (about 6 KB at batch 1); writes 16 B.
     Launches per step: 1. Grid: 1 program.
     """
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_launch(USE_PDL)
+    _pdl_wait(USE_PDL)
     pos = tl.load(pos_ptr)
     j = tl.arange(0, BP)
     for b0 in range(0, B, BB):
@@ -129,12 +141,10 @@ def add_ln_kernel(x_in, y_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, x
     k = tl.arange(0, BE)
     k_mask = k < E
     mask = b_mask[:, None] & k_mask[None, :]
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
+    _pdl_launch(USE_PDL)
     g = _load_vec(ln_w, k, E)  # parameters: written by nobody, safe before the wait
     beta = _load_vec(ln_b, k, E)
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_wait(USE_PDL)
     pos = tl.load(pos_ptr)
     rows = b[:, None] * E + k[None, :]
     x = _load_x(x_in, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED)
@@ -154,10 +164,8 @@ def gelu_kernel(h_ptr, N, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
     """
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = i < N
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_launch(USE_PDL)
+    _pdl_wait(USE_PDL)
     y = tl.load(h_ptr + i, mask=mask, other=0.0).to(tl.float32)
     tl.store(h_ptr + i, _gelu(y).to(h_ptr.dtype.element_ty), mask=mask)
 
@@ -172,10 +180,8 @@ def block_argmax_kernel(logits_ptr, part_val, part_idx, B, NBB, V: tl.constexpr,
     block and row. Grid: cdiv(V, BN) * cdiv(B, BB) programs, batch fastest.
     """
     pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, V, BB, BN)
-    if USE_PDL:  # the next kernel may launch now; it waits in its own gdc_wait
-        tl.extra.cuda.gdc_launch_dependents()
-    if USE_PDL:  # wait for the previous kernel to finish and its writes to be visible
-        tl.extra.cuda.gdc_wait()
+    _pdl_launch(USE_PDL)
+    _pdl_wait(USE_PDL)
     val = tl.load(logits_ptr + b[:, None] * V + n[None, :], mask=b_mask[:, None] & n_mask[None, :],
                   other=float("-inf")).to(tl.float32)
     best = tl.argmax(val, axis=1, tie_break_left=True)
