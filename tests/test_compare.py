@@ -472,7 +472,8 @@ def test_figure_classes() -> None:
     for name in ("bandwidth_GBps", "matmul_TFLOPs", "achieved_TFLOPs", "gpu_busy_us"):
         assert figure_class(name, {}) == "kernel", name
     assert figure_class("setup_s", {"method": "graph"}) == "other"
-    for name in ("host_index_ms", "host_sensitivity", "speedup_at_reference", "in_run_over_fresh"):
+    for name in ("host_index_ms", "host_sensitivity", "speedup_at_reference", "in_run_over_fresh",
+                 "in_run_change"):
         assert figure_class(name, {"method": "graph"}) == "dispatch", name
     assert figure_class("step_ms_at_reference", {"method": "eager"}) == "dispatch"
     assert figure_class("step_ms_at_reference", {"method": "graph"}) == "kernel"
