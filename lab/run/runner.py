@@ -216,15 +216,13 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     claim = rundir.claim(out_dir, resume=resume, force=force)
     try:
         with runstate.stop_signals_raise():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
-            previous = claim.previous
+            previous, earlier = claim.previous, {}
             if previous is not None:
                 specs = runstate.resume_selection(previous, profile.name, default, only, sweeps=profile.sweeps)
                 earlier = {r.id: r for r in previous.experiments if r.started_at}  # attempted in an earlier start
                 if stop_after is not None:  # what the experiments run again took there
                     stop_after.expected = run_budget.earlier_durations(list(earlier.values()))
                 options = resolve_all(specs, profile, set_text)
-            else:
-                earlier = {}
             runsay.cleaned(clean_abandoned_tempdirs())
             if profile.threads:
                 torch.set_num_threads(profile.threads)
