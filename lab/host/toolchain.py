@@ -268,12 +268,8 @@ def find_off_path_compilers(path_env: str | None = None, root: str = "/", cxx_en
     candidates = [cxx_env] if cxx_env and os.sep in cxx_env else []
     for pattern in OFF_PATH_GLOBS:
         candidates.extend(sorted(glob.glob(os.path.join(root, pattern))))
-    found: list[str] = []
-    for cand in candidates:
-        if os.path.isfile(cand) and os.access(cand, os.X_OK) and os.path.realpath(os.path.dirname(cand)) not in path_dirs:
-            if cand not in found:
-                found.append(cand)
-    return found
+    return [cand for cand in dict.fromkeys(candidates) if os.path.isfile(cand) and os.access(cand, os.X_OK)
+            and os.path.realpath(os.path.dirname(cand)) not in path_dirs]
 
 
 def _windows_off_path(view: HostView) -> tuple[list[str], dict[str, Any] | None]:
