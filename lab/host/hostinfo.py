@@ -119,11 +119,7 @@ def nvidia_smi() -> dict[str, Any] | None:
     out = run_text(["nvidia-smi", f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}", "--format=csv,noheader"])
     if out is None:
         return None
-    gpus = []
-    for line in out.splitlines():
-        values = [v.strip() for v in line.split(",")]
-        gpus.append(dict(zip(NVIDIA_SMI_FIELDS, values)))
-    return {"gpus": gpus}
+    return {"gpus": [dict(zip(NVIDIA_SMI_FIELDS, (v.strip() for v in line.split(",")))) for line in out.splitlines()]}
 
 
 def cpu_info() -> dict[str, Any]:

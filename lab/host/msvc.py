@@ -85,13 +85,8 @@ def win_join(*parts: str) -> str:
 
 def vswhere_candidates(environ: MutableMapping[str, str] | dict[str, str]) -> list[str]:
     """Where vswhere.exe lives: the Installer folder under Program Files (x86), or the one on PATH."""
-    out = []
-    for var in ("ProgramFiles(x86)", "ProgramFiles"):
-        base = environ.get(var)
-        if base:
-            out.append(win_join(base, "Microsoft Visual Studio", "Installer", "vswhere.exe"))
-    out.append(win_join("C:\\Program Files (x86)", "Microsoft Visual Studio", "Installer", "vswhere.exe"))
-    return list(dict.fromkeys(out))
+    bases = (environ.get("ProgramFiles(x86)"), environ.get("ProgramFiles"), "C:\\Program Files (x86)")
+    return list(dict.fromkeys(win_join(b, "Microsoft Visual Studio", "Installer", "vswhere.exe") for b in bases if b))
 
 
 def parse_vswhere(text: str) -> list[VsInstall]:
