@@ -314,7 +314,6 @@ def measure(ctx: Any, when: str) -> dict[str, Any] | None:
 def record_take(ctx: Any, value: dict[str, Any], when: str) -> None:
     """Record what the child returned: `sentinel_step_ms` per method, the launch cost, the warm-up and placement
     notes, the steadiness check."""
-    o = ctx.options
     for method, per_round in value["rounds"].items():
         ctx.timing(M.SENTINEL_STEP_MS, per_round, method=method, batch=1, dtype="float32", when=when)
     launch = value["launch_us_eager"]
@@ -323,7 +322,7 @@ def record_take(ctx: Any, value: dict[str, Any], when: str) -> None:
     ctx.note(N.WARMUP.key_for(when=when), value["warmup"])
     if "placement" in value:
         ctx.note(N.PLACEMENT.key_for(when=when), value["placement"])
-    steadiness(ctx, value["warmup"], when, o.agree)
+    steadiness(ctx, value["warmup"], when, ctx.options.agree)
     for method, (index, medians) in host_points(value["warmup"]).items():
         hostspeed_record.put(ctx, M.HOST_SENSITIVITY, hostspeed.sensitivity(index, medians), 4, method=method,
                              batch=1, dtype="float32", when=when)

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from lab.host.hostinfo import read_text
+
 BIND_ENV = "LAB_CPU_BIND"
 NODE_ROOT = Path("/sys/devices/system/node")
 CPU_ROOT = Path("/sys/devices/system/cpu")
@@ -62,18 +64,11 @@ def cpulist_text(cpus: tuple[int, ...] | None) -> str:
     return ",".join(parts) or "none"
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def numa_nodes(root: Path = NODE_ROOT) -> dict[int, tuple[int, ...]]:
     """NUMA node -> its CPUs ({} where /sys has no node folders)."""
     nodes: dict[int, tuple[int, ...]] = {}
     for folder in sorted(root.glob("node[0-9]*")):
-        text = _read(folder / "cpulist")
+        text = read_text(folder / "cpulist")
         if text is not None:
             nodes[int(folder.name[4:])] = parse_cpulist(text)
     return nodes
@@ -89,7 +84,7 @@ def pci_address(props: Any) -> str | None:
 
 def gpu_node(address: str | None, root: Path = PCI_ROOT) -> int | None:
     """The NUMA node of the PCI device at `address` (a single-node host's -1 is node 0); None if unknown."""
-    text = None if address is None else _read(root / address / "numa_node")
+    text = None if address is None else read_text(root / address / "numa_node")
     if text is None:
         return None
     try:
@@ -106,15 +101,15 @@ def first_nvidia_gpu(root: Path = PCI_ROOT) -> str | None:
     """The PCI address of the first NVIDIA GPU in bus order, read from sysfs without loading torch or CUDA
     (on a host of identical GPUs, CUDA's default order ties on the bus id, so this is device 0)."""
     for dev in sorted(root.glob("*")):
-        cls = _read(dev / "class") or ""
-        if _read(dev / "vendor") == NVIDIA_VENDOR and cls[:6] in DISPLAY_CLASSES:
+        cls = read_text(dev / "class") or ""
+        if read_text(dev / "vendor") == NVIDIA_VENDOR and cls[:6] in DISPLAY_CLASSES:
             return dev.name
     return None
 
 
 def thread_cpu(stat: Path = Path("/proc/thread-self/stat")) -> int | None:
     """The CPU the calling thread last ran on (field 39 of its stat line; the name field may hold spaces)."""
-    text = _read(stat)
+    text = read_text(stat)
     if text is None or ")" not in text:
         return None
     fields = text.rsplit(")", 1)[1].split()
@@ -126,7 +121,7 @@ def thread_cpu(stat: Path = Path("/proc/thread-self/stat")) -> int | None:
 
 def siblings(cpu: int, root: Path = CPU_ROOT) -> tuple[int, ...] | None:
     """The logical CPUs sharing `cpu`'s physical core (SMT siblings, `cpu` included)."""
-    text = _read(root / f"cpu{cpu}" / "topology" / "thread_siblings_list")
+    text = read_text(root / f"cpu{cpu}" / "topology" / "thread_siblings_list")
     return None if text is None else parse_cpulist(text)
 
 

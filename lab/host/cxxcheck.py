@@ -78,11 +78,8 @@ def _compile_and_run(key: tuple[Any, ...], compiler: str, lang: str) -> str | No
 def others(search_path: str, off_path: list[str], exclude: str | None) -> list[str]:
     """Other C++ compilers here (on `search_path`, then off it), for the sentence that says what to use instead."""
     found = [shutil.which(n, path=search_path) for n in ("g++", "clang++", "c++")] + list(off_path)
-    out: list[str] = []
-    for f in found:
-        if f and f != exclude and os.path.realpath(f) != os.path.realpath(exclude or "") and f not in out:
-            out.append(f)
-    return out
+    return [f for f in dict.fromkeys(found)
+            if f and f != exclude and os.path.realpath(f) != os.path.realpath(exclude or "")]
 
 
 def setting(variable: str | None, value: str | None) -> str:

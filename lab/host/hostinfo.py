@@ -25,6 +25,14 @@ NVIDIA_SMI_FIELDS = (
 )
 
 
+def read_text(path: Path) -> str | None:
+    """A file's stripped text, or None when it cannot be read (a /proc or /sys file this OS does not have)."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
 def run_text(cmd: list[str], cwd: Path | None = None) -> str | None:
     """A command's stripped stdout, or None when it cannot run or exits non-zero."""
     try:
@@ -63,13 +71,9 @@ def usable_cores() -> int | None:
 
 def cpu_mhz(cpuinfo: str | None = None) -> float | None:
     """The median of the cores' current clocks in MHz (/proc/cpuinfo's "cpu MHz"); None where the OS does not say."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
+    cpuinfo = read_text(Path("/proc/cpuinfo")) if cpuinfo is None else cpuinfo
     values = []
-    for line in cpuinfo.splitlines():
+    for line in (cpuinfo or "").splitlines():
         if line.startswith("cpu MHz"):
             try:
                 values.append(float(line.split(":", 1)[1]))
@@ -115,27 +119,16 @@ def nvidia_smi() -> dict[str, Any] | None:
     out = run_text(["nvidia-smi", f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}", "--format=csv,noheader"])
     if out is None:
         return None
-    gpus = []
-    for line in out.splitlines():
-        values = [v.strip() for v in line.split(",")]
-        gpus.append(dict(zip(NVIDIA_SMI_FIELDS, values)))
-    return {"gpus": gpus}
+    return {"gpus": [dict(zip(NVIDIA_SMI_FIELDS, (v.strip() for v in line.split(",")))) for line in out.splitlines()]}
 
 
 def cpu_info() -> dict[str, Any]:
     """The CPU's model, its logical cores and the ones this process may use, and the machine type."""
-    model = None
-    cpuinfo = ""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-        for line in cpuinfo.splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        model = platform.processor() or None
+    cpuinfo = read_text(Path("/proc/cpuinfo"))
+    models = (line.split(":", 1)[1].strip() for line in (cpuinfo or "").splitlines() if line.startswith("model name"))
+    model = next(models, None) if cpuinfo is not None else platform.processor() or None
     usable = usable_cores()
-    flags = cpu_flags(cpuinfo)
+    flags = cpu_flags(cpuinfo or "")
     return {"model": model, "logical_cores": os.cpu_count(), "usable_cores": usable, "machine": platform.machine(),
             "isa": [f for f in ISA_FLAGS if f in flags] if flags else None,
             "flags_sha256": hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest() if flags else None,
@@ -157,11 +150,7 @@ def cache_state(cache_dir: str | Path | None) -> dict[str, Any]:
 def container_info() -> dict[str, Any]:
     """Container or host. Images built by the lab set LAB_IMAGE, LAB_IMAGE_VARIANT (and the runner LAB_IMAGE_ID)."""
     markers = [p for p in ("/.dockerenv", "/run/.containerenv") if os.path.exists(p)]
-    cgroup = ""
-    try:
-        cgroup = Path("/proc/1/cgroup").read_text()
-    except OSError:
-        pass
+    cgroup = read_text(Path("/proc/1/cgroup")) or ""
     in_container = bool(markers) or any(k in cgroup for k in ("docker", "containerd", "kubepods", "libpod"))
     return {
         "in_container": in_container, "markers": markers,

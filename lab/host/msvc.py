@@ -57,10 +57,7 @@ class VsInstall:
         return win_join(self.path, "VC", "Auxiliary", "Build", "vcvars64.bat")
 
     def version_key(self) -> tuple[int, ...]:
-        parts = []
-        for p in self.version.split("."):
-            parts.append(int(p) if p.isdigit() else -1)
-        return tuple(parts)
+        return tuple(int(p) if p.isdigit() else -1 for p in self.version.split("."))
 
 
 @dataclass
@@ -88,13 +85,8 @@ def win_join(*parts: str) -> str:
 
 def vswhere_candidates(environ: MutableMapping[str, str] | dict[str, str]) -> list[str]:
     """Where vswhere.exe lives: the Installer folder under Program Files (x86), or the one on PATH."""
-    out = []
-    for var in ("ProgramFiles(x86)", "ProgramFiles"):
-        base = environ.get(var)
-        if base:
-            out.append(win_join(base, "Microsoft Visual Studio", "Installer", "vswhere.exe"))
-    out.append(win_join("C:\\Program Files (x86)", "Microsoft Visual Studio", "Installer", "vswhere.exe"))
-    return list(dict.fromkeys(out))
+    bases = (environ.get("ProgramFiles(x86)"), environ.get("ProgramFiles"), "C:\\Program Files (x86)")
+    return list(dict.fromkeys(win_join(b, "Microsoft Visual Studio", "Installer", "vswhere.exe") for b in bases if b))
 
 
 def parse_vswhere(text: str) -> list[VsInstall]:
@@ -105,12 +97,9 @@ def parse_vswhere(text: str) -> list[VsInstall]:
         return []
     if not isinstance(data, list):
         return []
-    found = []
-    for item in data:
-        if isinstance(item, dict) and item.get("installationPath"):
-            found.append(VsInstall(path=str(item["installationPath"]), name=str(item.get("displayName", "")),
-                                   version=str(item.get("installationVersion", ""))))
-    return found
+    return [VsInstall(path=str(item["installationPath"]), name=str(item.get("displayName", "")),
+                      version=str(item.get("installationVersion", "")))
+            for item in data if isinstance(item, dict) and item.get("installationPath")]
 
 
 def choose_install(installs: list[VsInstall], exists: Callable[[str], bool]) -> VsInstall | None:
@@ -176,8 +165,7 @@ def load_msvc_environment(runner: Runner = _subprocess_runner, exists: Callable[
         _LAST = result
         return result
     vswhere, installs = find_installs(runner, exists, env)
-    result = MsvcEnvironment(applicable=True, vswhere=vswhere,
-                             installs=[{"path": i.path, "name": i.name, "version": i.version} for i in installs])
+    result = MsvcEnvironment(applicable=True, vswhere=vswhere, installs=[asdict(i) for i in installs])
     if vswhere is None:
         result.reason = ("vswhere.exe not found, so no Visual Studio is installed: install the Visual Studio 2022 "
                          "Build Tools with the 'Desktop development with C++' workload")
@@ -216,5 +204,5 @@ def describe() -> dict[str, Any]:
         return MsvcEnvironment(applicable=False, reason=f"not Windows ({sys.platform})").as_dict()
     vswhere, installs = find_installs(_subprocess_runner, os.path.isfile, os.environ)  # pragma: no cover
     return MsvcEnvironment(applicable=True, vswhere=vswhere,  # pragma: no cover
-                           installs=[{"path": i.path, "name": i.name, "version": i.version} for i in installs],
+                           installs=[asdict(i) for i in installs],
                            cl=find_cl(os.environ.get("PATH", ""))).as_dict()

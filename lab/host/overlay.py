@@ -45,11 +45,8 @@ class Host:
         dirs = [*site.getsitepackages(), *(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))]
         if site.ENABLE_USER_SITE and site.getusersitepackages():
             dirs.append(site.getusersitepackages())
-        seen: list[str] = []
-        for d in dirs:
-            if d not in seen and Path(d).is_dir():
-                seen.append(d)
-        return cls(sys.executable, base, tuple(seen), f"{sys.version_info.major}.{sys.version_info.minor}")
+        seen = tuple(d for d in dict.fromkeys(dirs) if Path(d).is_dir())
+        return cls(sys.executable, base, seen, f"{sys.version_info.major}.{sys.version_info.minor}")
 
 
 def overlay_site(venv: Path, version: str) -> Path:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from lab.host.driver import driver_cuda_version, driver_reason, driver_version, min_driver
 from lab.host import cxxcheck
+from lab.host.hostinfo import version_of
 from lab.host.cxxcheck import try_compile_python_extension  # noqa: F401  (re-exported: the toolchain experiment's probe)
 from lab.contract.reasons import Code, Reason
 
@@ -182,17 +183,12 @@ class Toolchain:
 
     def reason_for(self, need: str, device: str) -> Reason | None:
         """The reason a requirement is not met on this host for a run on `device`, or None."""
-        if need == "cuda":
-            return self.cuda_reason()
-        if need == "cxx":
-            return self.cxx_reason()
-        if need == "triton":
-            return self.triton_reason()
-        if need == "inductor":
-            return self.cache_reason() or (self.triton_reason() if device == "cuda" else self.cxx_reason())
-        if need == "host":
-            return None
-        raise ValueError(f"unknown requirement {need!r}")
+        reasons: dict[str, Callable[[], Reason | None]] = {
+            "cuda": self.cuda_reason, "cxx": self.cxx_reason, "triton": self.triton_reason, "host": lambda: None,
+            "inductor": lambda: self.cache_reason() or (self.triton_reason() if device == "cuda" else self.cxx_reason())}
+        if need not in reasons:
+            raise ValueError(f"unknown requirement {need!r}")
+        return reasons[need]()
 
 
 # ---------------------------------------------------------------------------- what the probe looks at
@@ -272,12 +268,8 @@ def find_off_path_compilers(path_env: str | None = None, root: str = "/", cxx_en
     candidates = [cxx_env] if cxx_env and os.sep in cxx_env else []
     for pattern in OFF_PATH_GLOBS:
         candidates.extend(sorted(glob.glob(os.path.join(root, pattern))))
-    found: list[str] = []
-    for cand in candidates:
-        if os.path.isfile(cand) and os.access(cand, os.X_OK) and os.path.realpath(os.path.dirname(cand)) not in path_dirs:
-            if cand not in found:
-                found.append(cand)
-    return found
+    return [cand for cand in dict.fromkeys(candidates) if os.path.isfile(cand) and os.access(cand, os.X_OK)
+            and os.path.realpath(os.path.dirname(cand)) not in path_dirs]
 
 
 def _windows_off_path(view: HostView) -> tuple[list[str], dict[str, Any] | None]:
@@ -375,15 +367,7 @@ def _torch_triton_requirement() -> str | None:
 
 def probe_triton(importer: Callable[[], Any] | None = None) -> TritonInfo:
     """Import Triton; when it fails, say why, whether a distribution is installed, and what torch asks for."""
-    import importlib.metadata as metadata
-
-    installed = None
-    for dist in ("triton", "pytorch-triton", "triton-windows"):
-        try:
-            installed = metadata.version(dist)
-            break
-        except metadata.PackageNotFoundError:
-            continue
+    installed = next(filter(None, map(version_of, ("triton", "pytorch-triton", "triton-windows"))), None)
     try:
         if importer is None:
             import triton as module

@@ -116,8 +116,7 @@ class HostIndex:
 
     def note(self) -> dict[str, Any]:
         """The raw samples and the cost, for a record's `host_index.{shape}` note (lab.contract.notes.HOST_INDEX)."""
-        self.close()
-        cost = self.cost()
+        cost = self.cost()  # (it closes the last turns)
         every = [x for pairs in self.turns.values() for pair in pairs for x in pair]
         return {"workload": WORKLOAD, "loop": LOOP, "cost": None if cost is None else round(cost, 5),
                 "index_s": round(self.index_s, 4), "timed_s": round(self.timed_s, 4),

@@ -96,8 +96,9 @@ def clock_for(device: str | torch.device) -> Clock:
     return CudaClock() if torch.device(device).type == "cuda" else HostClock()
 
 
-def sync(device: str | torch.device) -> None:
-    if torch.device(device).type == "cuda":
+def sync(device: str | torch.device | None) -> None:
+    """Wait for `device`'s queued work (a CUDA device; nothing on the CPU or for None)."""
+    if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 
 
@@ -112,12 +113,10 @@ def first_call(fn: Callable[..., T], *args: Any, device: str | torch.device | No
     steady-state samples. `device`: the device whose queued work must be finished before the clock
     starts and before it stops (None: nothing to wait for). `clock`: injectable for tests."""
     host = clock or HostClock()
-    if device is not None:
-        sync(device)
+    sync(device)
     start = host.mark()
     result = fn(*args)
-    if device is not None:
-        sync(device)
+    sync(device)
     return result, host.elapsed_ms(start, host.mark()) / 1e3
 
 

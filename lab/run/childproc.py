@@ -93,44 +93,54 @@ def run_child(target: str, kwargs: dict[str, Any] | None = None, timeout_s: floa
     """Call `target` ("module:function") with `kwargs` in a fresh interpreter (see the module's docstring), in
     `cwd` (default: the lab's root; the child imports from there first)."""
     with owned_tempdir("child") as tmp:
-        result_path = tmp / "result.json"
-        child_env = dict(os.environ)
-        for key in drop_env:
-            child_env.pop(key, None)
-        if env:
-            child_env.update(env)
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), child_env.get("PYTHONPATH", "")) if p)
-        child_env[PARENT_ENV] = str(os.getpid())
-        cmd = [sys.executable, "-m", "lab.run.childproc", target, json.dumps(kwargs or {}), str(result_path)]
         out_path, err_path = tmp / "stdout", tmp / "stderr"
         start = time.perf_counter()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env, cwd=str(cwd or REPO_ROOT),
-                                    start_new_session=os.name == "posix")
+            proc = start_child(target, kwargs, tmp, out, err, env=env, drop_env=drop_env, cwd=cwd)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             proc.wait()
-            return ChildResult(target, None, None, True, time.perf_counter() - start, None,
-                               _tail(out_path), _tail(err_path))
+            return ended(target, proc, start, tmp, timed_out=True)
         except BaseException:  # Ctrl-C, SIGTERM (lab.run.runstate.Stopped): the child goes with us
             kill_group(proc)
             proc.wait()
             raise
         finally:
             kill_group(proc)  # whatever the child left running in its group
-        duration = time.perf_counter() - start
-        value = None
-        if proc.returncode == 0 and result_path.exists():
-            value = json.loads(result_path.read_text())
-        sig = None
-        if proc.returncode < 0:
-            try:
-                sig = signal.Signals(-proc.returncode).name
-            except ValueError:
-                sig = f"signal {-proc.returncode}"
-        return ChildResult(target, proc.returncode, sig, False, duration, value, _tail(out_path), _tail(err_path))
+        return ended(target, proc, start, tmp)
+
+
+def start_child(target: str, kwargs: dict[str, Any] | None, tmp: Path, stdout: Any, stderr: Any,
+                env: dict[str, str] | None = None, drop_env: tuple[str, ...] = (), cwd: Path | str | None = None,
+                pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[Any]:
+    """Start `python -m lab.run.childproc TARGET KWARGS TMP/result.json` leading its own session, the lab's root
+    first on its PYTHONPATH and the parent's pid in PARENT_ENV (`run_child`'s, and lab.run.turns.Turns's)."""
+    child_env = dict(os.environ)
+    for key in drop_env:
+        child_env.pop(key, None)
+    child_env.update(env or {})
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), child_env.get("PYTHONPATH", "")) if p)
+    child_env[PARENT_ENV] = str(os.getpid())
+    cmd = [sys.executable, "-m", "lab.run.childproc", target, json.dumps(kwargs or {}), str(tmp / "result.json")]
+    return subprocess.Popen(cmd, stdout=stdout, stderr=stderr, env=child_env, cwd=str(cwd or REPO_ROOT),
+                            pass_fds=pass_fds, start_new_session=os.name == "posix")
+
+
+def ended(target: str, proc: subprocess.Popen[Any], start: float, tmp: Path, timed_out: bool = False) -> ChildResult:
+    """How a child started by `start_child` in `tmp` ended: its exit status (None: `timed_out`) and the signal that
+    killed it, its value (TMP/result.json, where it exited 0), the tails of its output."""
+    result = tmp / "result.json"
+    value = json.loads(result.read_text()) if proc.returncode == 0 and not timed_out and result.exists() else None
+    sig = None
+    if proc.returncode < 0 and not timed_out:
+        try:
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = f"signal {-proc.returncode}"
+    return ChildResult(target, None if timed_out else proc.returncode, sig, timed_out, time.perf_counter() - start,
+                       value, _tail(tmp / "stdout"), _tail(tmp / "stderr"))
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:

@@ -98,9 +98,7 @@ def prerequisite_reason(spec: ExperimentSpec, profile: Profile, toolchain: Toolc
 def _finish_status(record: Record) -> None:
     failed = [c for c in record.checks if c.fatal and not c.passed]
     if record.status == Status.OK and failed:
-        record.status = Status.FAILED.value
-        names = ", ".join(c.name for c in failed[:5])
-        record.reason = Reason(Code.CHECK_FAILED, f"correctness check(s) failed: {names}")
+        _fail(record, Code.CHECK_FAILED, f"correctness check(s) failed: {', '.join(c.name for c in failed[:5])}")
 
 
 def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain, results: Results,
@@ -147,14 +145,20 @@ def run_experiment(spec: ExperimentSpec, profile: Profile, toolchain: Toolchain,
     return record
 
 
+def _fail(record: Record, code: Code, message: str, error: dict[str, Any] | None = None) -> None:
+    """The record FAILED for `code` (with the error's type, message and traceback, where there was one)."""
+    record.status, record.reason = Status.FAILED.value, Reason(code, message)
+    if error is not None:
+        record.error = error
+
+
 def _failed(record: Record, exc: BaseException) -> None:
-    record.status = Status.FAILED.value
     first = str(exc).splitlines()[0] if str(exc) else ""
     if isinstance(exc, SystemExit):
         first = f"the experiment called sys.exit({exc.code!r}); an experiment raises instead"
-    record.reason = Reason(Code.EXCEPTION, f"{type(exc).__name__}: {first}")
-    record.error = {"type": type(exc).__name__, "message": str(exc)[:2000],
-                    "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])}
+    _fail(record, Code.EXCEPTION, f"{type(exc).__name__}: {first}", {
+        "type": type(exc).__name__, "message": str(exc)[:2000],
+        "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-25:])})
 
 
 def _record_disturbed(record: Record, disturbed: dict[str, int]) -> None:
@@ -174,9 +178,8 @@ def _refuse_unrecordable(record: Record) -> None:
     problems = quarantine(record)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        record.status = Status.FAILED.value
-        record.reason = Reason(Code.EXCEPTION, f"a value could not be recorded: {problems[0]}{more}")
-        record.error = {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""}
+        _fail(record, Code.EXCEPTION, f"a value could not be recorded: {problems[0]}{more}",
+              {"type": "ResultsError", "message": "; ".join(problems)[:2000], "traceback": ""})
 
 
 def _refuse_misshapen_notes(record: Record) -> None:
@@ -184,8 +187,7 @@ def _refuse_misshapen_notes(record: Record) -> None:
     makes an OK record FAILED naming it; the note stays, for whoever reads the file."""
     problems = notes.problems(record.id, record.notes)
     if problems and record.status == Status.OK:
-        record.status = Status.FAILED.value
-        record.reason = Reason(Code.EXCEPTION, problems[0])
+        _fail(record, Code.EXCEPTION, problems[0])
 
 
 # ---------------------------------------------------------------------------- the run
@@ -214,15 +216,13 @@ def run(profile: Profile, out_dir: Path, only: list[str] | None = None, weights:
     claim = rundir.claim(out_dir, resume=resume, force=force)
     try:
         with runstate.stop_signals_raise():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
-            previous = claim.previous
+            previous, earlier = claim.previous, {}
             if previous is not None:
                 specs = runstate.resume_selection(previous, profile.name, default, only, sweeps=profile.sweeps)
                 earlier = {r.id: r for r in previous.experiments if r.started_at}  # attempted in an earlier start
                 if stop_after is not None:  # what the experiments run again took there
                     stop_after.expected = run_budget.earlier_durations(list(earlier.values()))
                 options = resolve_all(specs, profile, set_text)
-            else:
-                earlier = {}
             runsay.cleaned(clean_abandoned_tempdirs())
             if profile.threads:
                 torch.set_num_threads(profile.threads)

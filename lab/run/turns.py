@@ -15,19 +15,17 @@ to its end). POSIX only (`supported`): Windows cannot pass the two descriptors.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lab.locks import owned_tempdir
-from lab.run.childproc import PARENT_ENV, ChildResult, kill_group
-from lab.run.manifest import REPO_ROOT
+from lab.run.childproc import ChildResult, ended, kill_group, start_child
 
 TURNS_ENV = "LAB_CHILD_TURNS"  # "READ_FD,WRITE_FD" of the child's ends of the two pipes
 
@@ -81,19 +79,13 @@ class Turns:
 
     def __enter__(self) -> Turns:
         self._tmp_cm = owned_tempdir("child")
-        tmp = self._tmp_cm.__enter__()
-        self._result = tmp / "result.json"
+        self._tmp = tmp = self._tmp_cm.__enter__()
         self._out, self._err = (tmp / "stdout").open("w+"), (tmp / "stderr").open("w+")
         to_child_r, self._to_child_w = os.pipe()
         self._from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-        env[PARENT_ENV] = str(os.getpid())
-        env[TURNS_ENV] = f"{to_child_r},{from_child_w}"
-        cmd = [sys.executable, "-m", "lab.run.childproc", self.target, json.dumps(self.kwargs), str(self._result)]
         self._start = self._asked = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=self._err, text=True, env=env, cwd=str(REPO_ROOT),
-                                     pass_fds=(to_child_r, from_child_w), start_new_session=os.name == "posix")
+        self.proc = start_child(self.target, self.kwargs, tmp, self._out, self._err,
+                                env={TURNS_ENV: f"{to_child_r},{from_child_w}"}, pass_fds=(to_child_r, from_child_w))
         os.close(to_child_r)
         os.close(from_child_w)
         self._writer = os.fdopen(self._to_child_w, "w")
@@ -139,9 +131,8 @@ class Turns:
             timed_out = True
             kill_group(self.proc)
             self.proc.wait()
-        value = json.loads(self._result.read_text()) if self.proc.returncode == 0 and self._result.exists() else None
-        return ChildResult(self.target, None if timed_out else self.proc.returncode, None, timed_out,
-                           time.perf_counter() - self._start, value, _tail(self._out), _tail(self._err))
+        # a turn's child says its exit status, not the name of the signal that ended it
+        return dataclasses.replace(ended(self.target, self.proc, self._start, self._tmp, timed_out), signal=None)
 
     def __exit__(self, *exc: object) -> None:
         kill_group(self.proc)
@@ -156,8 +147,3 @@ class Turns:
                 pass
         self._tmp_cm.__exit__(None, None, None)
 
-
-def _tail(f: Any) -> str:
-    f.flush()
-    text = Path(f.name).read_text(errors="replace")
-    return text[-4000:]

@@ -90,11 +90,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
-    out = {}
-    for params, value in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name):
-        if params.get(P.DTYPE) == dtype and value is not None:
-            out[(str(params[P.METHOD]), int(params[P.BATCH]), bool(params.get(P.READBACK)))] = float(value)
-    return out
+    return {(str(params[P.METHOD]), int(params[P.BATCH]), bool(params.get(P.READBACK))): float(value)
+            for params, value in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)
+            if params.get(P.DTYPE) == dtype and value is not None}
 
 
 def _interval(run: Run, method: str, batch: int, dtype: str = "float32") -> str:

@@ -143,9 +143,7 @@ def _with_reasons(table: Table, rec: Record | None, note: N.NoteSpec) -> Table:
         return table
     table.columns.append("reasons")
     for row in table.rows:
-        table_key = row[0].text
-        text = notes_text(rec.notes.get(note.key_for(table_key)))
-        row.append(Cell(text, cls="reason"))
+        row.append(Cell(notes_text(rec.notes.get(note.key_for(row[0].text))), cls="reason"))
     return table
 
 
