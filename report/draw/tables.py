@@ -12,7 +12,8 @@ from typing import Any
 
 from lab.contract import units
 from lab.contract.metrics import MetricSpec
-from lab.contract.results import Metric, Record, Spread
+from lab.contract.names import Param as P
+from lab.contract.results import Metric, Record
 
 
 @dataclass
@@ -74,12 +75,6 @@ def num(value: Any, unit: str = "", **kw: Any) -> Cell:
     return Cell(fmt(value, unit), cls=kw.pop("cls", "num" if is_number(value) else ""), **kw)
 
 
-def spread_text(sp: Spread | None) -> str:
-    if sp is None:
-        return ""
-    return f"IQR {sp.rel_iqr * 100:.1f}% · n={sp.n}"
-
-
 def value_cell(m: Metric | None, unit: str | None = None, **kw: Any) -> Cell:
     """A stored value in its unit (`unit` where given), '—' where none is stored."""
     return num(None, **kw) if m is None else num(m.value, m.unit if unit is None else unit, **kw)
@@ -100,7 +95,7 @@ def timing_cell(m: Metric | None, extra: str = "") -> Cell:
             cls += " noisy"
             text += " ⚠"
             title = f"noisy: IQR {sp.rel_iqr * 100:.1f}% of the median. " + title
-    sub = " · ".join(s for s in (extra, spread_text(sp)) if s)
+    sub = " · ".join(s for s in (extra, f"IQR {sp.rel_iqr * 100:.1f}% · n={sp.n}" if sp else "") if s)
     return Cell(text, cls=cls, title=title, sub=sub)
 
 
@@ -113,6 +108,11 @@ def notes_text(value: Any) -> str:
     if isinstance(value, dict):
         return "; ".join(f"{k}: {notes_text(v)}" for k, v in value.items())
     return str(value)
+
+
+def param_cells(params: dict[str, Any], *keys: str) -> list[Cell]:
+    """A row's leading cells: the values of its `keys` params, a batch or a layer count right-aligned as a number."""
+    return [Cell(fmt(params.get(k)), cls="num" if k in (P.BATCH, P.N_LAYER) else "") for k in keys]
 
 
 def params_text(params: dict[str, Any]) -> str:
@@ -131,14 +131,10 @@ def metric_tables(record: Record) -> list[Table]:
 
     This is what makes experiments the report knows nothing specific about still show in full.
     """
-    groups: dict[str, list[Metric]] = {}
-    for m in record.metrics:
-        groups.setdefault(m.name, []).append(m)
     tables = []
-    for name, metrics in groups.items():
-        keys: list[str] = []
-        for m in metrics:
-            keys += [k for k in m.params if k not in keys]
+    for name in dict.fromkeys(m.name for m in record.metrics):
+        metrics = [m for m in record.metrics if m.name == name]
+        keys = list(dict.fromkeys(k for m in metrics for k in m.params))
         table = Table(columns=keys + ["value"], caption=name, cls="metrics")
         for m in metrics:
             row = [Cell(fmt(m.params.get(k)) if k in m.params else "") for k in keys]

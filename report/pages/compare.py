@@ -90,17 +90,11 @@ class FieldDiff:
     b: Any
 
 
-def _field_order(key: str) -> tuple[int, str]:
-    for i, prefix in enumerate(KEY_PREFIXES):
-        if key.startswith(prefix):
-            return i, key
-    return len(KEY_PREFIXES), key
-
-
 def manifest_diff(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] = IGNORED_FIELDS) -> list[FieldDiff]:
     """Flattened fields whose values differ (or exist on one side only), the telling ones first."""
     fa, fb = flatten(a), flatten(b)
-    keys = sorted((set(fa) | set(fb)) - set(ignore), key=_field_order)
+    keys = sorted((set(fa) | set(fb)) - set(ignore), key=lambda k: (
+        next((i for i, prefix in enumerate(KEY_PREFIXES) if k.startswith(prefix)), len(KEY_PREFIXES)), k))
     return [FieldDiff(k, fa.get(k, ABSENT), fb.get(k, ABSENT)) for k in keys if fa.get(k, ABSENT) != fb.get(k, ABSENT)]
 
 

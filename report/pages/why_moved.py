@@ -164,17 +164,6 @@ MEASURED: tuple[tuple[str, str, Callable[[Results], Any]], ...] = (
 )
 
 
-def _measured_rows(a: Results | None, b: Results | None, first: tuple[str, ...]) -> list[ExplainRow]:
-    if a is None or b is None:
-        return []
-    rows = []
-    for label, key, get in MEASURED:
-        va, vb = get(a), get(b)
-        if va is not ABSENT or vb is not ABSENT:
-            rows.append(ExplainRow(label, key, va, vb, label in first))
-    return rows
-
-
 def explain(a: dict[str, Any], b: dict[str, Any], cls: str = "other", a_results: Results | None = None,
             b_results: Results | None = None) -> list[ExplainRow]:
     """The fields that can explain a move (MEASURED from the runs' results where given, EXPLAIN from their
@@ -182,7 +171,10 @@ def explain(a: dict[str, Any], b: dict[str, Any], cls: str = "other", a_results:
     order, then the others; those both runs record before those only one does), then those that do not."""
     fa, fb = flatten(a), flatten(b)
     first = FIRST.get(cls, ())
-    rows: list[ExplainRow] = _measured_rows(a_results, b_results, first)
+    measured = [(label, key, get(a_results), get(b_results)) for label, key, get in MEASURED] \
+        if a_results is not None and b_results is not None else []
+    rows = [ExplainRow(label, key, va, vb, label in first) for label, key, va, vb in measured
+            if va is not ABSENT or vb is not ABSENT]
     for label, keys in EXPLAIN:
         if not keys[0].endswith("."):
             ka, va = _pick(fa, keys)

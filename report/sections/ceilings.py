@@ -47,10 +47,9 @@ def _row(results: Results, rec: Record | None, dtype: Any, method: Any, batch: A
 
 def ceilings(results: Results) -> Section:
     rec = q.experiment(results, Experiment.CEILINGS)
-    host = Table(columns=["ceiling", "params", "value"], caption="Ceilings measured on this host")
-    for spec in (M.LAUNCH_US_PER_OP, M.BANDWIDTH_GBPS, M.MATMUL_TFLOPS):
-        for m in q.all(rec, spec):
-            host.rows.append([Cell(spec.name), Cell(params_text(m.params)), num(m.value, m.unit)])
+    host = Table(columns=["ceiling", "params", "value"], caption="Ceilings measured on this host",
+                 rows=[[Cell(spec.name), Cell(params_text(m.params)), num(m.value, m.unit)]
+                       for spec in (M.LAUNCH_US_PER_OP, M.BANDWIDTH_GBPS, M.MATMUL_TFLOPS) for m in q.all(rec, spec)])
     keys: set[tuple[Any, Any, Any]] = {(m.params.get(P.DTYPE), m.params[P.METHOD], m.params[P.BATCH])
                                        for m in q.all(rec, M.BOUND_MS) if P.METHOD in m.params and P.BATCH in m.params}
     found = cases(step_rows(results))
@@ -58,7 +57,8 @@ def ceilings(results: Results) -> Section:
                     "step is from it, and the share of the weight-read floor reached (MBU, the method's own)",
                     id="bounds-summary")
     full = Table(columns=COLUMNS, caption="Every method and batch: the three lower bounds on a step",
-                 id="bounds-table", collapsed=bool(found))
+                 id="bounds-table", collapsed=bool(found), rows=[_row(results, rec, *key) for key in sorted(
+                     keys, key=lambda k: (str(k[0]) != "float32", str(k[0]), method_rank(k[1]), sort_key(k[2])))])
     shown: set[tuple[Any, Any, Any]] = set()
     for c in found:
         for r in (c.eager, c.best):
@@ -66,8 +66,6 @@ def ceilings(results: Results) -> Section:
             if key in keys and key not in shown:
                 shown.add(key)
                 summary.rows.append(_row(results, rec, *key))
-    for key in sorted(keys, key=lambda k: (str(k[0]) != "float32", str(k[0]), method_rank(k[1]), sort_key(k[2]))):
-        full.rows.append(_row(results, rec, *key))
     lines = []
     for c in found:
         for r in ([c.eager] if c.best is c.eager else [c.eager, c.best]):

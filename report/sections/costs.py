@@ -16,7 +16,7 @@ from lab.contract.results import Metric, Record, Results
 
 from report.sections.section import Section, why_absent
 from report.sections.steps import cases, step_rows
-from report.draw.tables import Cell, Table, fmt, num, pivot, sort_key, timing_cell
+from report.draw.tables import Cell, Table, fmt, num, param_cells, pivot, sort_key, timing_cell, value_cell
 
 NOT_STORED = "not stored"
 
@@ -61,9 +61,8 @@ def method_costs(rec: Record | None) -> Table:
         step = q.maybe(rec, M.STEP_MS, readback=False, **p)
         eager = q.maybe(rec, M.STEP_MS, readback=False, **(p | {P.METHOD: Method.EAGER}))
         saving, be = q.maybe(rec, M.SAVING_MS_PER_STEP, **p), q.maybe(rec, M.BREAK_EVEN_STEPS, **p)
-        table.rows.append([Cell(str(p.get(P.METHOD))), Cell(fmt(p.get(P.BATCH)), cls="num"), Cell(fmt(p.get(P.DTYPE))),
-                           num(m.value, m.unit), timing_cell(step), timing_cell(eager),
-                           num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
+        table.rows.append([*param_cells(p, P.METHOD, P.BATCH, P.DTYPE), num(m.value, m.unit), timing_cell(step),
+                           timing_cell(eager), value_cell(saving) if saving else Cell(NOT_STORED, cls="muted"),
                            break_even_cell(be, stale_break_even(rec, str(p.get(P.METHOD)), p.get(P.BATCH),
                                                                 p.get(P.DTYPE)))])
     return table
@@ -71,22 +70,19 @@ def method_costs(rec: Record | None) -> Table:
 
 def compile_tables(rec: Record | None) -> list[Table]:
     """compile_cost: every first call (target, depth, cache phase, trial), then the stored break-even per phase."""
+    calls = sorted(q.all(rec, M.FIRST_CALL_S),  # an earlier lab's repeats are dropped at load (lab.contract.results)
+                   key=lambda m: (str(m.params.get(P.TARGET)), sort_key(m.params.get(P.N_LAYER)),
+                                  str(m.params.get(P.PHASE)), sort_key(m.params.get(P.TRIAL))))
     first_calls = Table(columns=["target", "layers", "phase", "trial", "first call"], id="first-calls",
-                        caption="torch.compile first call, cold vs warm cache, each in a fresh process (compile_cost)")
-    for m in sorted(q.all(rec, M.FIRST_CALL_S),  # an earlier lab's repeats are dropped at load (lab.contract.results)
-                    key=lambda m: (str(m.params.get(P.TARGET)), sort_key(m.params.get(P.N_LAYER)),
-                                   str(m.params.get(P.PHASE)), sort_key(m.params.get(P.TRIAL)))):
-        first_calls.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get(P.N_LAYER)), cls="num"),
-                                 Cell(fmt(m.params.get(P.PHASE))), Cell(fmt(m.params.get(P.TRIAL))),
-                                 num(m.value, m.unit)])
+                        caption="torch.compile first call, cold vs warm cache, each in a fresh process (compile_cost)",
+                        rows=[[*param_cells(m.params, P.TARGET, P.N_LAYER, P.PHASE, P.TRIAL), num(m.value, m.unit)]
+                              for m in calls])
     pays = Table(columns=["target", "phase", "saving per call", "break-even calls"], id="compile-break-even",
                  caption="Break-even of the compile: the saving per call measured in that phase's process, and the "
-                         "calls after which the first call has paid for itself (compile_cost)")
-    for m in q.all(rec, M.BREAK_EVEN_CALLS):
-        saving = q.maybe(rec, M.SAVING_MS_PER_CALL, **m.params)
-        pays.rows.append([Cell(fmt(m.params.get(P.TARGET))), Cell(fmt(m.params.get(P.PHASE))),
-                          num(saving.value, saving.unit) if saving else Cell(NOT_STORED, cls="muted"),
-                          break_even_cell(m)])
+                         "calls after which the first call has paid for itself (compile_cost)",
+                 rows=[[*param_cells(m.params, P.TARGET, P.PHASE),
+                        value_cell(saving) if (saving := q.maybe(rec, M.SAVING_MS_PER_CALL, **m.params))
+                        else Cell(NOT_STORED, cls="muted"), break_even_cell(m)] for m in q.all(rec, M.BREAK_EVEN_CALLS)])
     steady = pivot(rec, [P.METHOD, P.TARGET], [M.STEADY_MS])
     steady.caption = "Steady-state call time in the warm child (compile_cost)"
     steady.collapsed = True

@@ -14,18 +14,10 @@ from report.draw.style import display
 from report.draw.tables import Cell, Table, fmt, num
 
 
-def _forms(projections: dict[str, Any]) -> list[str]:
-    forms: list[str] = []
-    for pick in projections.values():
-        for form in (pick.get("candidates") or {}) if isinstance(pick, dict) else ():
-            if form not in forms:
-                forms.append(form)
-    return forms
-
-
 def table(note: dict[str, Any]) -> Table:
     p, projections = note["params"], note["projections"] if isinstance(note["projections"], dict) else {}
-    forms = _forms(projections)
+    forms = list(dict.fromkeys(form for pick in projections.values() if isinstance(pick, dict)
+                               for form in pick.get("candidates") or {}))
     how = ("each form timed with CUDA events when the method was built (median µs a call); the fastest kept"
            if note.get("timed") else f"not timed: {note.get('why') or 'no reason recorded'}; the declared default used")
     t = Table(columns=["projection", "product (B × in → out)", "default", "chosen", *forms],

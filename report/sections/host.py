@@ -111,13 +111,8 @@ def sentence(records: Iterable[Record]) -> str:
         shown = method.split(",")[0] in (Method.EAGER, Method.GRAPH)
         figure = f"{value:.2f}" + ("" if ci is None else f" [{ci.low:.2f}, {ci.high:.2f}]")
         groups[hostspeed.follows(ci)].append(f"{method} ({figure})" if shown else method)
-    parts = []
-    if groups[True]:
-        parts.append(f"{', '.join(groups[True])} followed it")
-    if groups[False]:
-        parts.append(f"{', '.join(groups[False])} did not")
-    if groups[None]:
-        parts.append(f"for {', '.join(groups[None])} the rounds cannot tell")
+    said = ((True, "{} followed it"), (False, "{} did not"), (None, "for {} the rounds cannot tell"))
+    parts = [words.format(", ".join(groups[verdict])) for verdict, words in said if groups[verdict]]
     return text + ("; " + ", ".join(parts) if parts else "") + " (host_sensitivity at batch 1, fp32)" * bool(parts)
 
 

@@ -25,11 +25,9 @@ DISPATCH_FIELDS = (("CPU", "cpu_model", ""), ("CPU clock", "cpu_mhz", "MHz"),
 
 
 def _sentinel(results: Results, method: str, when: str) -> Metric | None:
-    for rid in (Experiment.SENTINEL, Experiment.SENTINEL_END):
-        found = q.maybe(q.experiment(results, rid), M.SENTINEL_STEP_MS, method=method, when=when)
-        if found is not None:
-            return found
-    return None
+    found = (q.maybe(q.experiment(results, rid), M.SENTINEL_STEP_MS, method=method, when=when)
+             for rid in (Experiment.SENTINEL, Experiment.SENTINEL_END))
+    return next((m for m in found if m is not None), None)
 
 
 def in_run(results: Results, method: str) -> Metric | None:

@@ -27,7 +27,7 @@ from lab.contract.results import Metric, Record, Results
 
 from report.sections.section import Section, why_absent
 from report.draw.style import display
-from report.draw.tables import Cell, Table, fmt, is_number, sort_key, timing_cell, value_cell
+from report.draw.tables import Cell, Table, fmt, is_number, param_cells, sort_key, timing_cell, value_cell
 
 SCALING_SIZE = "gpt2-124M"  # the sweep's row that is the decode step of the other runs
 
@@ -330,13 +330,10 @@ def _inductor_table(results: Results, rows: list[StepRow]) -> Table:
 
 
 def _ceilings_own_steps(results: Results) -> Table:
-    rec = q.experiment(results, Experiment.CEILINGS)
-    table = Table(columns=["method", "batch", "dtype", "median step"], caption="The eager decode step timed by "
-                  "ceilings at every batch of the profile (ceilings)")
-    for m in q.all(rec, M.STEP_MS):
-        table.rows.append([Cell(str(m.params.get(P.METHOD))), Cell(fmt(m.params.get(P.BATCH)), cls="num"),
-                           Cell(fmt(m.params.get(P.DTYPE))), timing_cell(m)])
-    return table
+    return Table(columns=["method", "batch", "dtype", "median step"], caption="The eager decode step timed by "
+                 "ceilings at every batch of the profile (ceilings)",
+                 rows=[[*param_cells(m.params, P.METHOD, P.BATCH, P.DTYPE), timing_cell(m)]
+                       for m in q.all(q.experiment(results, Experiment.CEILINGS), M.STEP_MS)])
 
 
 def steps(results: Results) -> Section:

@@ -26,7 +26,7 @@ from lab.contract.results import Record  # noqa: E402
 from report.draw.charts import Chart, _draw, _labels, _log_axis  # noqa: E402
 from report.site.traces import NOTE_TRACES, trace_href, trace_source  # noqa: E402
 from report.sections.section import Section, noted, why_absent  # noqa: E402
-from report.draw.tables import Cell, Table, fmt, is_number, num, sort_key, timing_cell, value_cell  # noqa: E402
+from report.draw.tables import Cell, Table, fmt, is_number, num, param_cells, sort_key, timing_cell, value_cell  # noqa: E402
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
 
@@ -93,13 +93,11 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
     for (impl, who), cells in sorted(rows.items(), key=lambda kv: (kv[0][0] != "lab", method_rank(kv[0][1]))):
         table.rows.append([Cell(impl), Cell(who)] + [cells.get(b, Cell("—")) for b in batches])
     costs = Table(columns=["variant", "batch", "first call", "setup beyond steady calls", "tokens equal the lab's"],
-                  caption="transformers: the first generate call (it compiles, where compiled) and the warm-up's extra")
-    for m in q.all(rec, M.FIRST_CALL_S):
-        p = m.params
-        setup = q.maybe(rec, M.SETUP_S, **p)
-        eq = q.maybe(rec, M.TOKENS_EQUAL, **p)
-        costs.rows.append([Cell(str(p.get(P.VARIANT))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value, m.unit),
-                           value_cell(setup, M.SETUP_S.unit), Cell(fmt(eq.value) if eq else "—")])
+                  caption="transformers: the first generate call (it compiles, where compiled) and the warm-up's extra",
+                  rows=[[*param_cells(m.params, P.VARIANT, P.BATCH), num(m.value, m.unit),
+                         value_cell(q.maybe(rec, M.SETUP_S, **m.params), M.SETUP_S.unit),
+                         Cell(fmt(eq.value) if (eq := q.maybe(rec, M.TOKENS_EQUAL, **m.params)) else "—")]
+                        for m in q.all(rec, M.FIRST_CALL_S)])
 
     def draw(data: dict[str, Any]) -> Any:
         if not steps:
@@ -154,11 +152,9 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
         row.append(num(b.value / 1e6 if b else None))
         table.rows.append(row)
     gains = Table(columns=["method", "dtype", "batch", "smallest", "largest", "speedup largest / smallest"],
-                  caption="gain_ratio: below 1, the method's gain over eager shrank as the model grew")
-    for m in q.all(rec, M.GAIN_RATIO):
-        p = m.params
-        gains.rows.append([Cell(str(p.get(P.METHOD))), Cell(str(p.get(P.DTYPE))), Cell(fmt(p.get(P.BATCH)), cls="num"),
-                           Cell(str(p.get(P.SMALLEST))), Cell(str(p.get(P.LARGEST))), num(m.value, m.unit)])
+                  caption="gain_ratio: below 1, the method's gain over eager shrank as the model grew",
+                  rows=[[*param_cells(m.params, P.METHOD, P.DTYPE, P.BATCH, P.SMALLEST, P.LARGEST), num(m.value, m.unit)]
+                        for m in q.all(rec, M.GAIN_RATIO)])
 
     def draw(data: dict[str, Any]) -> Any:
         sp = _values(rec, M.SPEEDUP_VS_EAGER)
@@ -203,8 +199,8 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
     for m in q.all(rec, M.CROSSOVER_MAX_LEN):
         n = notes.get(N.CROSSOVERS.entry_for(batch=m.params.get(P.BATCH), fill=m.params.get(P.FILL))) or {}
         ratios = ", ".join(f"{k}: {v}" for k, v in (n.get("fixed_over_best_growing") or {}).items())
-        cross.rows.append([Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell(fmt(m.params.get(P.FILL))),
-                           num(m.value), Cell(str(n.get("how", ""))), Cell(ratios)])
+        cross.rows.append([*param_cells(m.params, P.BATCH, P.FILL), num(m.value), Cell(str(n.get("how", ""))),
+                           Cell(ratios)])
     batches = sorted({m.params.get(P.BATCH) for m in steps}, key=sort_key)
 
     def draw(data: dict[str, Any]) -> Any:
@@ -292,13 +288,13 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
         full = q.maybe(rec, M.STEP_COMPILES, **p)
         reasons = noted(rec, N.BREAK_REASONS.key_for(version=p.get(P.VERSION), batch=p.get(P.BATCH)), list)
         err = noted(rec, N.FULLGRAPH_ERROR.key_for(version=p.get(P.VERSION), batch=p.get(P.BATCH)), str)
-        dyn.rows.append([Cell(str(p.get(P.VERSION))), Cell(fmt(p.get(P.BATCH)), cls="num"), num(m.value),
+        dyn.rows.append([*param_cells(p, P.VERSION, P.BATCH), num(m.value),
                          num(breaks.value if breaks else None), Cell(fmt(full.value) if full else "—", title=err),
                          Cell("; ".join(reasons) + (f" — fullgraph: {err}" if err else ""), cls="reason")])
     for m in q.all(rec, M.CAPTURES):
         err = noted(rec, N.CAPTURE_ERROR.key_for(batch=m.params.get(P.BATCH)), str)
-        dyn.rows.append([Cell(str(m.params.get(P.VARIANT))), Cell(fmt(m.params.get(P.BATCH)), cls="num"), Cell("—"),
-                         Cell("—"), Cell("captured" if m.value else "capture failed", cls="good" if m.value else "bad"),
+        dyn.rows.append([*param_cells(m.params, P.VARIANT, P.BATCH), Cell("—"), Cell("—"),
+                         Cell("captured" if m.value else "capture failed", cls="good" if m.value else "bad"),
                          Cell(err, cls="reason")])
     steps = _values(rec, M.STEP_MS)
     cost = Table(columns=["variant", "batch", "setup", "step", "tokens equal the eager host-checked step's"],
@@ -307,8 +303,7 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
         p = m.params
         setup, eq = q.maybe(rec, M.SETUP_S, **p), q.maybe(rec, M.TOKENS_EQUAL, **p)
         sp = q.maybe(rec, M.SPEEDUP_VS_EAGER, **p)
-        cost.rows.append([Cell(str(p.get(P.VARIANT))), Cell(fmt(p.get(P.BATCH)), cls="num"),
-                          value_cell(setup, M.SETUP_S.unit),
+        cost.rows.append([*param_cells(p, P.VARIANT, P.BATCH), value_cell(setup, M.SETUP_S.unit),
                           timing_cell(m, extra=f"{fmt(sp.value)}x vs eager host check" if sp else ""),
                           Cell(fmt(eq.value) if eq else "reference")])
 
