@@ -211,15 +211,14 @@ def compile_cost(results: Results) -> list[Chart]:
             data.update(break_even={}, first_call={p: fc.value for p, fc in shown}, series={})
             for phase, be, saving, fc in phases:
                 slope = saving.value / 1e3  # seconds saved per call
+                xs = [0, horizon]
                 if be.value is not None:
-                    xs = [0, horizon]
                     ys = [(x - be.value) * slope for x in xs]  # zero exactly at the stored break-even
                     lines.axvline(be.value, color=colors[phase], linestyle=":", linewidth=1)
                     lines.annotate(f"break-even {fmt(be.value)}", (be.value, 0), fontsize=7, xytext=(4, 6),
                                    textcoords="offset points", color=colors[phase])
                 else:  # it never pays: from the first call's cost, the line only falls (or stays) below zero
                     start = -fc.value if fc is not None and is_number(fc.value) else 0.0
-                    xs = [0, horizon]
                     ys = [start + x * slope for x in xs]
                     lines.annotate(f"never pays ({phase})", (horizon * 0.5, start + horizon * 0.5 * slope), fontsize=7,
                                    xytext=(0, 6 if phase == "cold" else -12), textcoords="offset points",

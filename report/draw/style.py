@@ -23,11 +23,6 @@ class Style:
     marker: str
     linestyle: str = "-"
 
-    def line(self) -> dict[str, Any]:
-        """Keyword arguments for matplotlib's plot()."""
-        return {"color": self.color, "marker": self.marker, "linestyle": self.linestyle, "markersize": 6,
-                "linewidth": 1.6}
-
 
 # One colour per method, from a palette readers with the common colour deficiencies can tell apart
 # (Okabe-Ito, then Tableau's), and a marker shape per family, so print in grey still separates them.

@@ -144,12 +144,11 @@ def metric_tables(record: Record) -> list[Table]:
     return tables
 
 
-def pivot(record: Record | None, row_keys: list[str], names: list[MetricSpec] | list[str],
-          labels: dict[str, str] | None = None) -> Table:
+def pivot(record: Record | None, row_keys: list[str], names: list[MetricSpec] | list[str], **kw: Any) -> Table:
     """Metrics `names` (declared MetricSpecs, or their names) side by side, one row per combination of the
-    `row_keys` params."""
+    `row_keys` params; `kw`: the table's caption, id, ..."""
     names = [str(n) for n in names]
-    table = Table(columns=row_keys + [(labels or {}).get(n, n) for n in names])
+    table = Table(columns=row_keys + names, **kw)
     if record is None:
         return table
     rows: dict[tuple[Any, ...], dict[str, Metric]] = {}

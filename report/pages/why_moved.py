@@ -131,13 +131,9 @@ class ExplainRow:
 
 
 def _pick(flat: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:
-    for key in keys:
-        if key in flat and flat[key] is not None:
-            return key, flat[key]
-    for key in keys:  # recorded, as null
-        if key in flat:
-            return key, None
-    return None, ABSENT
+    """The first key recorded with a value, else the first recorded as null, else (None, ABSENT)."""
+    key = next((k for k in keys if flat.get(k) is not None), None) or next((k for k in keys if k in flat), None)
+    return (None, ABSENT) if key is None else (key, flat[key])
 
 
 def _index_text(results: Results) -> Any:

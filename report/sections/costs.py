@@ -83,9 +83,8 @@ def compile_tables(rec: Record | None) -> list[Table]:
                  rows=[[*param_cells(m.params, P.TARGET, P.PHASE),
                         value_cell(saving) if (saving := q.maybe(rec, M.SAVING_MS_PER_CALL, **m.params))
                         else Cell(NOT_STORED, cls="muted"), break_even_cell(m)] for m in q.all(rec, M.BREAK_EVEN_CALLS)])
-    steady = pivot(rec, [P.METHOD, P.TARGET], [M.STEADY_MS])
-    steady.caption = "Steady-state call time in the warm child (compile_cost)"
-    steady.collapsed = True
+    steady = pivot(rec, [P.METHOD, P.TARGET], [M.STEADY_MS], collapsed=True,
+                   caption="Steady-state call time in the warm child (compile_cost)")
     return [first_calls, pays, steady]
 
 
@@ -124,8 +123,8 @@ def costs(results: Results) -> Section:
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
     methods = method_costs(cgd)
     graph_cost = pivot(q.experiment(results, Experiment.GRAPH_COST), [P.BATCH],
-                       [M.CAPTURE_S, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.STATE_MIB, M.GRAPH_POOL_MIB])
-    graph_cost.caption = "Manual CUDA graph: capture cost, memory and break-even (graph_cost)"
+                       [M.CAPTURE_S, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.STATE_MIB, M.GRAPH_POOL_MIB],
+                       caption="Manual CUDA graph: capture cost, memory and break-even (graph_cost)")
     cc = q.experiment(results, Experiment.COMPILE_COST)
     tables = [t for t in [methods, graph_cost, *compile_tables(cc)] if t]
     lines = []

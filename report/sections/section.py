@@ -111,9 +111,9 @@ def environment(results: Results) -> Section:
             if key == "lab.dirty" and (mixed := mixed_sources(results)):  # the manifest is the first start's
                 text = f"{text} at the first start{mixed}"
             summary.rows.append([Cell(label, title=key), Cell(text)])
-    full = Table(columns=["manifest field", "value"], cls="kv full", caption="The whole manifest, flattened")
-    for key, value in flat.items():
-        full.rows.append([Cell(key), Cell(fmt(value), pre=isinstance(value, str) and "\n" in value)])
+    full = Table(columns=["manifest field", "value"], cls="kv full", caption="The whole manifest, flattened",
+                 rows=[[Cell(key), Cell(fmt(value), pre=isinstance(value, str) and "\n" in value)]
+                       for key, value in flat.items()])
     run = results.run
     intro = (f"Profile {run.profile}, run {run.state}, started {run.started_at or '—'}, "
              f"wall {fmt(run.wall_s, 's')}, lab {results.lab_version or '—'}.")
@@ -127,12 +127,10 @@ def _exp(rec: Record) -> Cell:
 
 
 def overview(results: Results) -> Table:
-    table = Table(columns=["experiment", "title", "status", "reason", "duration"], cls="overview")
-    for rec in results.experiments:
-        table.rows.append([_exp(rec), Cell(rec.title), Cell(rec.status, cls=f"status {rec.status}"),
-                           Cell(f"{rec.reason.code}: {rec.reason.message}" if rec.reason else ""),
-                           num(rec.duration_s, units.S)])
-    return table
+    return Table(columns=["experiment", "title", "status", "reason", "duration"], cls="overview",
+                 rows=[[_exp(rec), Cell(rec.title), Cell(rec.status, cls=f"status {rec.status}"),
+                        Cell(f"{rec.reason.code}: {rec.reason.message}" if rec.reason else ""),
+                        num(rec.duration_s, units.S)] for rec in results.experiments])
 
 
 # ---------------------------------------------------------------------------- dynamo
@@ -148,20 +146,17 @@ def _with_reasons(table: Table, rec: Record | None, note: N.NoteSpec) -> Table:
 
 
 def dynamo(results: Results) -> Section:
-    cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
-    counts = _with_reasons(pivot(cgd, [P.METHOD], list(DYNAMO_COUNTS)), cgd, N.CUDAGRAPH_SKIP_REASONS)
-    counts.caption = "Compiled decode step: graphs, breaks, recompiles, CUDA-graph skips (cuda_graph_decode)"
-    gb = q.experiment(results, Experiment.GRAPH_BREAKS)
-    breaks = _with_reasons(pivot(gb, [P.FUNCTION], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS]), gb, N.FUNCTION_REASONS)
-    breaks.caption = "torch._dynamo.explain on functions that break (graph_breaks)"
-    rc = q.experiment(results, Experiment.RECOMPILES)
-    recompiles = pivot(rc, [P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT])
+    cgd, gb, rc, dr = (q.experiment(results, e) for e in (Experiment.CUDA_GRAPH_DECODE, Experiment.GRAPH_BREAKS,
+                                                          Experiment.RECOMPILES, Experiment.DECODE_RECOMPILES))
+    counts = _with_reasons(pivot(cgd, [P.METHOD], list(DYNAMO_COUNTS), caption="Compiled decode step: graphs, breaks, "
+                                 "recompiles, CUDA-graph skips (cuda_graph_decode)"), cgd, N.CUDAGRAPH_SKIP_REASONS)
+    breaks = _with_reasons(pivot(gb, [P.FUNCTION], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS], caption="torch._dynamo.explain "
+                                 "on functions that break (graph_breaks)"), gb, N.FUNCTION_REASONS)
     limit = q.maybe(rc, M.RECOMPILE_LIMIT)
-    recompiles.caption = "One function, 12 batch sizes (recompiles)" + (
-        f"; limit {limit.params.get('name', '')} = {fmt(limit.value)}" if limit else "")
-    dr = q.experiment(results, Experiment.DECODE_RECOMPILES)
-    decode = pivot(dr, [P.STEP, P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT, M.OP_NODES_FIRST_GRAPH])
-    decode.caption = "Growing-cache vs fixed-shape decode step, 20 calls (decode_recompiles)"
+    recompiles = pivot(rc, [P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT], caption="One function, 12 batch sizes "
+                       "(recompiles)" + (f"; limit {limit.params.get('name', '')} = {fmt(limit.value)}" if limit else ""))
+    decode = pivot(dr, [P.STEP, P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT, M.OP_NODES_FIRST_GRAPH],
+                   caption="Growing-cache vs fixed-shape decode step, 20 calls (decode_recompiles)")
     tables = [t for t in (counts, breaks, recompiles, decode) if t]
     return Section("dynamo", "Dynamo: graphs, breaks, recompiles, skips", "", tables,
                    empty="" if tables else why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.GRAPH_BREAKS, Experiment.RECOMPILES,
@@ -188,11 +183,11 @@ def _checks_table(pairs: list[tuple[Record, Check]], caption: str, **kw: Any) ->
 
 def correctness(results: Results) -> Section:
     cgd = q.experiment(results, Experiment.CUDA_GRAPH_DECODE)
-    agree = pivot(cgd, [P.METHOD, P.BATCH, P.DTYPE], [M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF])
+    agree = pivot(cgd, [P.METHOD, P.BATCH, P.DTYPE], [M.TOKENS_EQUAL, M.TOKEN_AGREEMENT, M.MAX_LOGIT_DIFF],
+                  caption="Decode methods against eager: tokens, agreement, largest logit difference")
     for row in agree.rows:
         if row[3].text == "no":
             row[3].cls = "bad"
-    agree.caption = "Decode methods against eager: tokens, agreement, largest logit difference"
     agree.collapsed = len(agree.rows) > 12
     every = [(rec, c) for rec in results.experiments for c in rec.checks]
     failed = failed_checks(results)

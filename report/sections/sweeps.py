@@ -63,8 +63,7 @@ def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[lis
         return Section(f"sweep-{rid}", title, empty=why_absent(run.results, rid))
     tables, charts = build(rec)
     traces = _trace_table(run, rec)
-    sec = Section(f"sweep-{rid}", title, _conclusion(rec), [t for t in tables + [traces] if t])
-    sec.charts = charts
+    sec = Section(f"sweep-{rid}", title, _conclusion(rec), [t for t in tables + [traces] if t], charts)
     if not sec.tables and not sec.charts:
         sec.empty = f"{rid} ran but recorded none of the metrics this section shows."
     return sec

@@ -49,7 +49,7 @@ def fusion(results: Results) -> Section | None:
     rec = q.experiment(results, Experiment.FUSION)
     if rec is None or rec.status != Status.OK:
         return None
-    table = pivot(rec, [P.N_OPS, P.RESIDENCY], [M.SPEEDUP, M.CEILING_X])
-    table.caption = "Compiled (fused) chain over eager, against the bytes ceiling"
+    table = pivot(rec, [P.N_OPS, P.RESIDENCY], [M.SPEEDUP, M.CEILING_X],
+                  caption="Compiled (fused) chain over eager, against the bytes ceiling")
     return Section(Experiment.FUSION, "Fusion", "", [table] if table else [],
                    empty="" if table else "fusion ran but recorded no speedup metrics.")
