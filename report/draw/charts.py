@@ -341,10 +341,8 @@ def amdahl(results: Results) -> list[Chart]:
         labels = ("Amdahl (fusion only)", "launch-aware", "measured")
         width = 0.8 / len(specs)
         for j, (spec, label, color) in enumerate(zip(specs, labels, ("#9bbb59", "#4f81bd", "#c0504d"))):
-            vals = []
-            for w in workloads:
-                m = q.maybe(rec, spec, workload=w)
-                vals.append(m.value if m is not None and is_number(m.value) else 0.0)
+            vals = [m.value if (m := q.maybe(rec, spec, workload=w)) is not None and is_number(m.value) else 0.0
+                    for w in workloads]
             ax.bar([i + j * width for i in range(len(workloads))], vals, width, label=label, color=color)
             data.setdefault("series", {})[label] = list(zip(workloads, vals))
         ax.axhline(1.0, color="0.3", linewidth=0.8)

@@ -190,8 +190,8 @@ def side_by_side(rows: list[FrontRow]) -> Table:
     """Every run's headline figures in one table: a column per run (newest first), a row per figure."""
     table = Table(columns=["figure"] + [r.run.name for r in rows], id="side-by-side", cls="side",
                   caption="Headline figures of every run, side by side")
-    for label, get in _host_figures()[:5]:
-        table.rows.append([Cell(label)] + [_cell(get(r.run.results)) for r in rows])
+    per_run = _host_figures()
+    table.rows += [[Cell(label)] + [_cell(get(r.run.results)) for r in rows] for label, get in per_run[:5]]
     keys = sorted({(line.case.batch, line.case.dtype) for r in rows for line in r.lines},
                   key=lambda k: (k[1] != "float32", k[1], sort_key(k[0])))
     for batch, dtype in keys:
@@ -204,8 +204,7 @@ def side_by_side(rows: list[FrontRow]) -> Table:
             ("its MBU", lambda ln: pct(ln.mbu.value) if ln.mbu else None),
             ("its binding bound", lambda ln: ln.bound.text.removesuffix("-bound") or None),
         ]
-        for label, get_line in figures:
-            table.rows.append([Cell(f"{label}, {tag}")] + [_cell(get_line(ln) if ln else None) for ln in here])
-    for label, get in _host_figures()[5:]:
-        table.rows.append([Cell(label)] + [_cell(get(r.run.results)) for r in rows])
+        table.rows += [[Cell(f"{label}, {tag}")] + [_cell(get_line(ln) if ln else None) for ln in here]
+                       for label, get_line in figures]
+    table.rows += [[Cell(label)] + [_cell(get(r.run.results)) for r in rows] for label, get in per_run[5:]]
     return table

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -67,12 +68,12 @@ class Run:
                 self.records.setdefault(rec.id, rec)
         self.results = replace(loaded[0], experiments=list(self.records.values()))  # merged, as one run
 
-    def value(self, exp: Experiment, name: str, **params: Any) -> Any:
+    def value(self, exp: Experiment, name: M.MetricSpec | str, **params: Any) -> Any:
         """The value of the one metric whose params include these, or None (absent, NOT_RUN; several: QueryError)."""
         found = q.maybe(self.records.get(exp), name, **params)
         return None if found is None else found.value
 
-    def values(self, exp: Experiment, name: str) -> list[tuple[dict[str, Any], Any]]:
+    def values(self, exp: Experiment, name: M.MetricSpec | str) -> list[tuple[dict[str, Any], Any]]:
         return [(dict(m.params), m.value) for m in q.all(self.records.get(exp), name)]
 
 
@@ -91,7 +92,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
     return {(str(params[P.METHOD]), int(params[P.BATCH]), bool(params.get(P.READBACK))): float(value)
-            for params, value in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)
+            for params, value in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS)
             if params.get(P.DTYPE) == dtype and value is not None}
 
 
@@ -112,13 +113,13 @@ def step_table(run: Run) -> list[str]:
         cells = [f"`{m}`"]
         for b in batches:
             ms = steps.get((m, b, False))
-            sp = run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_VS_EAGER.name, method=m, batch=b, dtype="float32",
+            sp = run.value(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_VS_EAGER, method=m, batch=b, dtype="float32",
                            readback=False) if m != Method.EAGER else None
             cells.append(DASH if ms is None else f"{ms:.3f} ({sp:.2f}×{_interval(run, m, b)})" if sp else f"{ms:.3f}")
         rows.append(cells)
     for m in sorted({m for m, _, rb in steps if rb}, key=method_rank):
         rows.append([f"`{m}`, token read back"] + [_f(steps.get((m, b, True)), ".3f") for b in batches])
-    note = " [its 95% interval]" if run.values(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW.name) else ""
+    note = " [its 95% interval]" if run.values(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW) else ""
     lines = [f"GPT-2 124M, fp32, median ms per step (speedup over eager{note}), {_config(run, batches)}:", ""]
     return lines + _table(["method"] + [f"B={b}" for b in batches], rows)
 
@@ -126,7 +127,7 @@ def step_table(run: Run) -> list[str]:
 def rounds(run: Run, dtype: str = "float32") -> dict[int, int]:
     """The rounds each batch was timed over (the length of its round medians), batch -> rounds."""
     out: dict[int, int] = {}
-    for p, v in run.values(Experiment.CUDA_GRAPH_DECODE, M.ROUND_MEDIANS_MS.name):
+    for p, v in run.values(Experiment.CUDA_GRAPH_DECODE, M.ROUND_MEDIANS_MS):
         if p.get(P.DTYPE) == dtype and isinstance(v, list):
             out[int(p[P.BATCH])] = max(out.get(int(p[P.BATCH]), 0), len(v))
     return out
@@ -137,8 +138,7 @@ def _config(run: Run, batches: list[int]) -> str:
     cfg = rec.notes.get(N.DECODE_CONFIG.key) if rec is not None else None
     per = rounds(run)
     if per and len(set(per.values())) > 1:
-        text = ", ".join(f"{per[b]} at B={b}" for b in batches if b in per)
-        timed = f"rounds: {text}"
+        timed = "rounds: " + ", ".join(f"{per[b]} at B={b}" for b in batches if b in per)
     elif per:
         timed = f"{next(iter(per.values()))} rounds"
     else:
@@ -151,15 +151,15 @@ def _config(run: Run, batches: list[int]) -> str:
 def floor(run: Run, batch: int, dtype: str) -> tuple[float | None, float | None]:
     """(bytes a step must read, the floor they take at the measured copy bandwidth in ms) at this batch and dtype, as
     ceilings stored them: the workload's bytes, the same for every method."""
-    def first(name: str) -> float | None:
+    def first(name: M.MetricSpec) -> float | None:
         return next((float(v) for p, v in run.values(Experiment.CEILINGS, name)
                      if p.get(P.BATCH) == batch and p.get(P.DTYPE) == dtype and v is not None), None)
-    return first(M.BYTES_PER_STEP.name), first(M.BOUND_BANDWIDTH_MS.name)
+    return first(M.BYTES_PER_STEP), first(M.BOUND_BANDWIDTH_MS)
 
 
 def mbu(run: Run, method: str, batch: int, dtype: str) -> float | None:
     """The method's MBU beside its step, as the run page shows it (report.sections.steps.stored_mbu)."""
-    step = run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name, method=method, batch=batch, dtype=dtype, readback=False)
+    step = run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS, method=method, batch=batch, dtype=dtype, readback=False)
     found = stored_mbu(run.records.values(), method, batch, dtype, step)
     return None if found is None else float(found.value)
 
@@ -171,28 +171,25 @@ def _bound(run: Run, method: str, batch: int, dtype: str, value: float | None) -
 
 def floor_table(run: Run) -> list[str]:
     """Distance to the floor, per method at the first batch (B=1) of each dtype, fp32 first."""
-    cases = sorted({(str(p[P.DTYPE]), int(p[P.BATCH])) for p, _ in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)},
-                   key=lambda c: (c[0] != "float32", c[1]))
+    steps = run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS)
+    cases = sorted({(str(p[P.DTYPE]), int(p[P.BATCH])) for p, _ in steps}, key=lambda c: (c[0] != "float32", c[1]))
     first = {d: min(b for dd, b in cases if dd == d) for d, _ in cases}
+    cgd = partial(run.value, Experiment.CUDA_GRAPH_DECODE)
     rows = []
     for dtype, batch in [c for c in cases if c[1] == first[c[0]]]:
-        methods = sorted({str(p[P.METHOD]) for p, _ in run.values(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name)
-                          if p.get(P.DTYPE) == dtype and p.get(P.BATCH) == batch}, key=method_rank)
+        methods = sorted({str(p[P.METHOD]) for p, _ in steps if p.get(P.DTYPE) == dtype and p.get(P.BATCH) == batch},
+                         key=method_rank)
         nbytes, floor_ms = floor(run, batch, dtype)
         for m in methods:
             p = {P.METHOD: m, P.BATCH: batch, P.DTYPE: dtype}
             rows.append([
                 f"`{m}`", f"{'fp32' if dtype == 'float32' else 'bf16'} B={batch}",
-                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.STEP_MS.name, readback=False, **p), ".3f"),
-                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.KERNELS_PER_STEP.name, **p), ".0f"),
-                _bound(run, m, batch, dtype, run.value(Experiment.CEILINGS, M.BOUND_LAUNCH_MS.name, **p)),
-                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.GPU_BUSY_US.name, **p), ".0f"),
-                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.GAP_US.name, **p), ".0f"),
+                _f(cgd(M.STEP_MS, readback=False, **p), ".3f"), _f(cgd(M.KERNELS_PER_STEP, **p), ".0f"),
+                _bound(run, m, batch, dtype, run.value(Experiment.CEILINGS, M.BOUND_LAUNCH_MS, **p)),
+                _f(cgd(M.GPU_BUSY_US, **p), ".0f"), _f(cgd(M.GAP_US, **p), ".0f"),
                 _f(None if nbytes is None else nbytes / 1e6, ".0f"), _bound(run, m, batch, dtype, floor_ms),
-                _pct(mbu(run, m, batch, dtype)),
-                _pct(run.value(Experiment.CUDA_GRAPH_DECODE, M.TOKEN_AGREEMENT.name, **p)),
-                _pct(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_AGREEMENT.name, **p)),
-                _f(run.value(Experiment.CUDA_GRAPH_DECODE, M.TEACHER_FORCED_MAX_LOGIT_ERROR.name, **p), ".2g"), ])
+                _pct(mbu(run, m, batch, dtype)), _pct(cgd(M.TOKEN_AGREEMENT, **p)),
+                _pct(cgd(M.TEACHER_FORCED_AGREEMENT, **p)), _f(cgd(M.TEACHER_FORCED_MAX_LOGIT_ERROR, **p), ".2g")])
     if not rows:
         return ["No step times to set against the floor."]
     header = ["method", "case", "ms/step", "kernels/step", "launch bound ms", "GPU busy µs", "gaps µs", "MB read",
@@ -221,10 +218,10 @@ def mbu_table(run: Run) -> list[str]:
 
 
 def ceilings_line(run: Run) -> list[str]:
-    bw = run.value(Experiment.CEILINGS, M.BANDWIDTH_GBPS.name, kind="copy")
-    node = run.value(Experiment.CEILINGS, M.LAUNCH_US_PER_OP.name, mode="graph_node")
-    eager = run.value(Experiment.CEILINGS, M.LAUNCH_US_PER_OP.name, mode=Method.EAGER)
-    tf = {d: run.value(Experiment.CEILINGS, M.MATMUL_TFLOPS.name, dtype=d) for d in ("float32", "bfloat16")}
+    bw = run.value(Experiment.CEILINGS, M.BANDWIDTH_GBPS, kind="copy")
+    node = run.value(Experiment.CEILINGS, M.LAUNCH_US_PER_OP, mode="graph_node")
+    eager = run.value(Experiment.CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)
+    tf = {d: run.value(Experiment.CEILINGS, M.MATMUL_TFLOPS, dtype=d) for d in ("float32", "bfloat16")}
     if bw is None and node is None and eager is None:
         return []
     return ["", f"Ceilings measured in the same run: copy bandwidth {_f(bw, ',.0f')} GB/s, a node of a replayed "

@@ -157,18 +157,13 @@ def series(runs: list[Run]) -> list[Series]:
                         key=lambda d: (d != "float32", d))
         for label, get in figures(dtypes):
             points = [Point(r, _safely(get, r.results)) for r in group]
-            if not any(p.found for p in points):
+            found = [p for p in points if p.found is not None]
+            if not found:
                 continue
-            last: Point | None = None
-            for p in points:
-                if p.found is None:
-                    continue
-                if last is None:
-                    p.mark, p.reason = "first", "the first run of this host and profile with this figure"
-                else:
-                    p.mark, p.reason = _mark(last, p)
-                    p.against = last.run.name
-                last = p
+            found[0].mark, found[0].reason = "first", "the first run of this host and profile with this figure"
+            for last, p in zip(found, found[1:]):
+                p.mark, p.reason = _mark(last, p)
+                p.against = last.run.name
             s.points[label] = points
         out.append(s)
     return out
@@ -201,16 +196,14 @@ def table(s: Series, files: dict[str, str], current: Run | None = None) -> Table
 def section(all_series: list[Series], run: Run, files: dict[str, str]) -> Section:
     """The run page's history section: its host and profile's runs, this run's row marked."""
     s = next(s for s in all_series if run in s.runs)
-    sec = Section("history", "History of this host and profile")
+    title = "History of this host and profile"
     if len(s.runs) < 2:
-        sec.empty = (f"The only run of host {s.host} with profile {s.profile} among the runs rendered: no history "
-                     "yet.")
-        return sec
-    sec.intro = (f"{len(s.runs)} runs of host {s.host} with profile {s.profile}, ordered by {s.order}; each figure "
-                 f"against the previous run that has it, by compare's rule (95% intervals where both store one): "
-                 f"{s.count('regression')} regression(s), {s.count('improvement')} improvement(s).")
-    sec.tables = [table(s, files, current=run)]
-    return sec
+        return Section("history", title, empty=f"The only run of host {s.host} with profile {s.profile} among the "
+                                               "runs rendered: no history yet.")
+    return Section("history", title, f"{len(s.runs)} runs of host {s.host} with profile {s.profile}, ordered by "
+                   f"{s.order}; each figure against the previous run that has it, by compare's rule (95% intervals "
+                   f"where both store one): {s.count('regression')} regression(s), {s.count('improvement')} "
+                   "improvement(s).", [table(s, files, current=run)])
 
 
 __all__ = ["HISTORY_FILE", "Point", "Series", "figures", "section", "series", "table"]

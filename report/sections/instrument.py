@@ -17,6 +17,11 @@ from report.sections.section import Section
 from report.draw.tables import Cell, Table, fmt, num, timing_cell
 
 METHODS = (Method.EAGER, Method.GRAPH)
+# The sentinel table's verdict columns: the ratio shown, the checks judging it (by a word of their name), the metric
+# whose stored 95% interval is shown beside it
+VERDICTS: tuple[tuple[M.MetricSpec, str, M.MetricSpec | None], ...] = (
+    (M.IN_RUN_OVER_SENTINEL, "fresh-process sentinel", None), (M.SENTINEL_DRIFT, "moved", None),
+    (M.IN_RUN_OVER_FRESH, "interleaved", M.IN_RUN_OVER_FRESH), (M.IN_RUN_CHANGE, "where it started", M.IN_RUN_CHANGE))
 DISPATCH_FIELDS = (("CPU", "cpu_model", ""), ("CPU clock", "cpu_mhz", "MHz"),
                    ("host load at the start (1, 5, 15 min)", "load_start", ""),
                    ("host load at the end", "load_end", ""),
@@ -78,14 +83,10 @@ def sentinel_table(results: Results) -> Table:
                                                                                                               method)
         if start is None and stop is None:
             continue
-        ratio, drift = q.maybe(end, M.IN_RUN_OVER_SENTINEL, method=method), q.maybe(end, M.SENTINEL_DRIFT, method=method)
         row = [Cell(str(method)), _interval_cell(start), _interval_cell(mine), _interval_cell(stop)]
         paired, began = q.maybe(end, M.IN_RUN_OVER_FRESH, method=method), q.maybe(begin, M.IN_RUN_OVER_FRESH, method=method)
-        change = q.maybe(end, M.IN_RUN_CHANGE, method=method)
-        verdicts: list[tuple[Metric | None, str, M.MetricSpec | None]] = [
-            (ratio, "fresh-process sentinel", None), (drift, "moved", None), (paired, "interleaved", M.IN_RUN_OVER_FRESH),
-            (change, "where it started", M.IN_RUN_CHANGE)]
-        for m, named, spec in verdicts:
+        for shown, named, spec in VERDICTS:
+            m = q.maybe(end, shown, method=method)
             verdict = [c for _, c in sentinel_checks(results) if c.params.get(P.METHOD) == method and named in c.name]
             bad = any(not c.passed for c in verdict)
             sub = "; ".join(f"{'pass' if c.passed else 'FAIL'}: {c.name}" for c in verdict)

@@ -105,12 +105,9 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
         fig, ax = plt.subplots(figsize=(8, 3.6))
         width = 0.8 / max(1, len(batches))
         for j, b in enumerate(batches):
-            vals = []
-            for label in labels:
-                impl, who = label.split(": ", 1)
-                hit = [m.value for m in steps if m.params.get(P.IMPL) == impl and m.params.get(P.BATCH) == b
-                       and str(m.params.get(P.METHOD) or m.params.get(P.VARIANT)) == who]
-                vals.append(hit[0] if hit else 0)
+            vals = [next((m.value for m in steps if m.params.get(P.IMPL) == impl and m.params.get(P.BATCH) == b
+                          and str(m.params.get(P.METHOD) or m.params.get(P.VARIANT)) == who), 0)
+                    for impl, who in (label.split(": ", 1) for label in labels)]
             ax.bar([i + j * width for i in range(len(labels))], vals, width, label=f"batch {b}")
         ax.set_xticks([i + width * (len(batches) - 1) / 2 for i in range(len(labels))], labels, rotation=20,
                       ha="right")

@@ -115,8 +115,7 @@ def read_summary(file: Path) -> dict[str, Any]:
     return {"torch": str(data.get("torch", "—")), "records": _count(data.get("records")),
             "raw_bytes": _count(data.get("raw_bytes")), "payload_bytes": _count(data.get("payload_bytes")),
             "per_compile": rows, "tlparse_ran": bool(tl.get("ran")), "tlparse_error": str(tl.get("error") or ""),
-            "kept": [str(k) for k in tl.get("kept") or []] if isinstance(tl.get("kept"), list) else [],
-            "dropped": [str(k) for k in tl.get("dropped") or []] if isinstance(tl.get("dropped"), list) else []}
+            **{k: [str(x) for x in tl[k]] if isinstance(tl.get(k), list) else [] for k in ("kept", "dropped")}}
 
 
 def copy_tlparse(src: Path, dest: Path) -> tuple[int, list[str]]:
