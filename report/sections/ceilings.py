@@ -17,7 +17,7 @@ from lab.contract.names import Experiment, Method, is_eager, method_rank, Param 
 from lab.contract.results import Record, Results
 
 from report.draw.tables import Cell, Table, fmt, is_number, num, params_text, sort_key, value_cell
-from report.sections.section import Section, why_absent
+from report.sections.section import Section, shown, why_absent
 from report.sections.steps import bound_of, cases, pct, row_bound, step_rows, stored_mbu
 
 COLUMNS = ["dtype", "method", "batch", "kernels/step", "MB/step", "launch bound", "bandwidth bound",
@@ -53,19 +53,14 @@ def ceilings(results: Results) -> Section:
     keys: set[tuple[Any, Any, Any]] = {(m.params.get(P.DTYPE), m.params[P.METHOD], m.params[P.BATCH])
                                        for m in q.all(rec, M.BOUND_MS) if P.METHOD in m.params and P.BATCH in m.params}
     found = cases(step_rows(results))
+    picked = dict.fromkeys((r.dtype, Method.EAGER if is_eager(r.method) else r.method, r.batch)
+                           for c in found for r in (c.eager, c.best))
     summary = Table(columns=COLUMNS, caption="Eager and the fastest correct method: which bound binds, how far the "
                     "step is from it, and the share of the weight-read floor reached (MBU, the method's own)",
-                    id="bounds-summary")
+                    id="bounds-summary", rows=[_row(results, rec, *key) for key in picked if key in keys])
     full = Table(columns=COLUMNS, caption="Every method and batch: the three lower bounds on a step",
                  id="bounds-table", collapsed=bool(found), rows=[_row(results, rec, *key) for key in sorted(
                      keys, key=lambda k: (str(k[0]) != "float32", str(k[0]), method_rank(k[1]), sort_key(k[2])))])
-    shown: set[tuple[Any, Any, Any]] = set()
-    for c in found:
-        for r in (c.eager, c.best):
-            key = (r.dtype, Method.EAGER if is_eager(r.method) else r.method, r.batch)
-            if key in keys and key not in shown:
-                shown.add(key)
-                summary.rows.append(_row(results, rec, *key))
     lines = []
     for c in found:
         for r in ([c.eager] if c.best is c.eager else [c.eager, c.best]):
@@ -79,6 +74,5 @@ def ceilings(results: Results) -> Section:
                              f"{fmt(b.ratio.value)}× its {fmt(b.bound.value, units.MS)} bound")
     lines.append("A step cannot be faster than its largest bound: launches × cost per launch, bytes ÷ bandwidth, "
                  "FLOPs ÷ peak. The bound that binds is highlighted.")
-    tables = [t for t in (summary, host, full) if t]
-    return Section(Experiment.CEILINGS, "Ceilings and which bound binds", "\n".join(lines), tables,
-                   empty="" if tables else why_absent(results, Experiment.CEILINGS))
+    return shown(Experiment.CEILINGS, "Ceilings and which bound binds", "\n".join(lines), [summary, host, full],
+                 why_absent(results, Experiment.CEILINGS))

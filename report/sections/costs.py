@@ -14,7 +14,7 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, method_rank, Param as P
 from lab.contract.results import Metric, Record, Results
 
-from report.sections.section import Section, why_absent
+from report.sections.section import Section, shown, why_absent
 from report.sections.steps import cases, step_rows
 from report.draw.tables import Cell, Table, fmt, num, param_cells, pivot, sort_key, timing_cell, value_cell
 
@@ -126,7 +126,6 @@ def costs(results: Results) -> Section:
                        [M.CAPTURE_S, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.STATE_MIB, M.GRAPH_POOL_MIB],
                        caption="Manual CUDA graph: capture cost, memory and break-even (graph_cost)")
     cc = q.experiment(results, Experiment.COMPILE_COST)
-    tables = [t for t in [methods, graph_cost, *compile_tables(cc)] if t]
     lines = []
     for c in cases(step_rows(results)):
         if c.best.source != Experiment.CUDA_GRAPH_DECODE or c.best is c.eager:
@@ -141,6 +140,7 @@ def costs(results: Results) -> Section:
     lines += compile_answer(cc)
     lines.append("Setup is paid once; break-even is setup ÷ (eager step − method step), stored by the experiment "
                  "that measured both.")
-    return Section("costs", "Compile and capture costs, break-even", "\n".join(lines), tables,
-                   empty="" if tables else why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.GRAPH_COST, Experiment.COMPILE_COST))
+    return shown("costs", "Compile and capture costs, break-even", "\n".join(lines), [methods, graph_cost,
+                 *compile_tables(cc)], why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.GRAPH_COST,
+                                                  Experiment.COMPILE_COST))
 

@@ -107,10 +107,8 @@ def dispatch_table(results: Results) -> Table:
                           "cost on this host, whatever the GPU")
     if not isinstance(facts, dict):
         return table
-    for label, key, unit in DISPATCH_FIELDS:
-        value = facts.get(key)
-        if value not in (None, "", []):
-            table.rows.append([Cell(label, title=f"host_dispatch.{key}"), Cell(fmt(value, unit))])
+    table.rows = [[Cell(label, title=f"host_dispatch.{key}"), Cell(fmt(facts[key], unit))]
+                  for label, key, unit in DISPATCH_FIELDS if facts.get(key) not in (None, "", [])]
     where = facts.get("placement")
     if isinstance(where, dict):
         table.rows.append([Cell("where the run ran (LAB_CPU_BIND)", title="host_dispatch.placement"),

@@ -63,6 +63,12 @@ def noted(rec: Record | None, key: str, kind: type[Any]) -> Any:
     return value if isinstance(value, kind) else kind()
 
 
+def shown(sid: str, title: str, intro: str, tables: list[Table], empty: str, **kw: Any) -> Section:
+    """A section of those of `tables` that have rows; `empty` (why there is nothing to show) only where none has."""
+    tables = [t for t in tables if t]
+    return Section(sid, title, intro, tables, empty="" if tables else empty, **kw)
+
+
 def why_absent(results: Results, *ids: Experiment | str) -> str:
     """One sentence per experiment saying why it gave nothing to show here."""
     parts = []
@@ -157,10 +163,9 @@ def dynamo(results: Results) -> Section:
                        "(recompiles)" + (f"; limit {limit.params.get('name', '')} = {fmt(limit.value)}" if limit else ""))
     decode = pivot(dr, [P.STEP, P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT, M.OP_NODES_FIRST_GRAPH],
                    caption="Growing-cache vs fixed-shape decode step, 20 calls (decode_recompiles)")
-    tables = [t for t in (counts, breaks, recompiles, decode) if t]
-    return Section("dynamo", "Dynamo: graphs, breaks, recompiles, skips", "", tables,
-                   empty="" if tables else why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.GRAPH_BREAKS, Experiment.RECOMPILES,
-                                                      Experiment.DECODE_RECOMPILES))
+    return shown("dynamo", "Dynamo: graphs, breaks, recompiles, skips", "", [counts, breaks, recompiles, decode],
+                 why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.GRAPH_BREAKS, Experiment.RECOMPILES,
+                            Experiment.DECODE_RECOMPILES))
 
 
 # ---------------------------------------------------------------------------- correctness
@@ -196,9 +201,8 @@ def correctness(results: Results) -> Section:
     intro = (f"{len(every)} checks, {len(failed)} failed" + (f" ({sum(c.fatal for _, c in failed)} fatal: their "
              "experiment is FAILED; the others are facts of this host the experiment expected otherwise)."
              if failed else ".")) if every else ""
-    tables = [t for t in (failing, agree, checks) if t]
-    return Section("correctness", "Correctness", intro, tables,
-                   empty="" if tables else "No experiment in this run recorded a correctness check.", minor=True)
+    return shown("correctness", "Correctness", intro, [failing, agree, checks],
+                 "No experiment in this run recorded a correctness check.", minor=True)
 
 
 # ---------------------------------------------------------------------------- not run / failed
@@ -223,8 +227,7 @@ def not_run(results: Results) -> Section:
                                 Cell(str(err.get("traceback") or err.get("stderr") or ""), pre=True)])
     intro = (f"{len(records.rows)} experiments NOT_RUN, {len(parts.rows)} parts skipped inside experiments, "
              f"{len(failed.rows)} FAILED. Nothing is left out: every record of the run is listed on this page.")
-    return Section("not-run", "What did not run, and why", intro, [t for t in (records, parts, failed) if t],
-                   empty="" if (records or parts or failed) else "Everything ran.", minor=True)
+    return shown("not-run", "What did not run, and why", intro, [records, parts, failed], "Everything ran.", minor=True)
 
 
 # ---------------------------------------------------------------------------- every experiment

@@ -9,7 +9,7 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, Param as P, Status
 from lab.contract.results import Metric, Results
 
-from report.sections.section import Section, why_absent
+from report.sections.section import Section, shown, why_absent
 from report.draw.tables import Cell, Table, fmt, pivot, value_cell
 
 def amdahl(results: Results) -> Section:
@@ -40,9 +40,8 @@ def amdahl(results: Results) -> Section:
     lines.append("Amdahl counts kernel time only: 1 / ((1 − f) + f / k). The launch-aware model adds each kernel's "
                  "launch at this run's measured cost per launch: (eager kernels × cost + kernel time) / (compiled "
                  "kernels × cost + kernel time × ((1 − f) + f / k)).")
-    tables = [table] if workloads else []
-    return Section(Experiment.AMDAHL, "Amdahl and the launch term: predicted against measured", "\n".join(lines), tables,
-                   empty="" if tables else why_absent(results, Experiment.AMDAHL))
+    return shown(Experiment.AMDAHL, "Amdahl and the launch term: predicted against measured", "\n".join(lines),
+                 [table], why_absent(results, Experiment.AMDAHL))
 
 
 def fusion(results: Results) -> Section | None:
@@ -51,5 +50,4 @@ def fusion(results: Results) -> Section | None:
         return None
     table = pivot(rec, [P.N_OPS, P.RESIDENCY], [M.SPEEDUP, M.CEILING_X],
                   caption="Compiled (fused) chain over eager, against the bytes ceiling")
-    return Section(Experiment.FUSION, "Fusion", "", [table] if table else [],
-                   empty="" if table else "fusion ran but recorded no speedup metrics.")
+    return shown(Experiment.FUSION, "Fusion", "", [table], "fusion ran but recorded no speedup metrics.")

@@ -108,15 +108,10 @@ def run_page(run: Run) -> RunPage:
     made from the other runs too, is added by `_render`)."""
     res = run.results
     drawn = charts.all_charts(res)
-    secs = []
-    for make in SECTIONS:
-        sec = make(res)
-        if sec is None:
-            continue
+    secs = [sec for make in SECTIONS if (sec := make(res)) is not None]
+    for sec in secs:
         sec.charts = list(sec.charts) + drawn.get(sec.id, [])
-        if sec.charts and sec.empty:
-            sec.empty = ""
-        secs.append(sec)
+        sec.empty = "" if sec.charts else sec.empty
     # the step times, then the sweeps (their own charts, tables and conclusions), then the rest: a sweep run opens
     # with its sweeps, not with the sentinels that frame them
     first = [s for s in secs if not (s.minor or s.blank)]
@@ -125,8 +120,7 @@ def run_page(run: Run) -> RunPage:
         [s for s in secs if s.minor and not s.blank] + [s for s in secs if s.blank]
     file = f"run-{run.slug}.html"
     return RunPage(run=run, file=file, title=f"{run.name} ({res.run.profile})", front=front_page.front_row(run, file),
-                   device=front_page.device_text(res), overview=section.overview(res),
-                   sections=secs,
+                   device=front_page.device_text(res), overview=section.overview(res), sections=secs,
                    experiments=section.experiments(res), failed=section.failed_checks(res))
 
 
