@@ -191,11 +191,9 @@ def compile_cost(results: Results) -> list[Chart]:
     rec = q.experiment(results, Experiment.COMPILE_COST)
     charts = []
     for target in sorted({str(m.params.get(P.TARGET)) for m in q.all(rec, M.BREAK_EVEN_CALLS)}):
-        phases = []
-        for phase, (fc, be) in phase_figures(rec, target).items():
-            saving = q.maybe(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target)
-            if be is not None and saving is not None and is_number(saving.value):
-                phases.append((phase, be, saving, fc))
+        phases = [(phase, be, saving, fc) for phase, (fc, be) in phase_figures(rec, target).items()
+                  if be is not None and (saving := q.maybe(rec, M.SAVING_MS_PER_CALL, phase=phase, target=target))
+                  is not None and is_number(saving.value)]
         if not phases:
             continue
 

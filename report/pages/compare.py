@@ -209,11 +209,9 @@ def interval_of(m: Metric, rec: Record) -> tuple[float | None, float | None]:
     spec = M.spec(m.name)
     if spec is None or spec.interval is None:
         return None, None
-    ends = []
-    for name in spec.interval:
-        hit = [o.value for o in rec.metrics if o.name == name and o.params == m.params]
-        ends.append(hit[0] if len(hit) == 1 and isinstance(hit[0], (int, float)) and not isinstance(hit[0], bool)
-                    else None)
+    hits = [[o.value for o in rec.metrics if o.name == name and o.params == m.params] for name in spec.interval]
+    ends = [h[0] if len(h) == 1 and isinstance(h[0], (int, float)) and not isinstance(h[0], bool) else None
+            for h in hits]
     return (ends[0], ends[1]) if None not in ends else (None, None)
 
 

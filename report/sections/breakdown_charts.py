@@ -106,9 +106,9 @@ def boxes(found: dict[tuple[Any, str], dict[str, list[float]]]) -> list[Chart]:
 def panel(results: Results) -> Panel | None:
     """The step section's first block: stacked bars, the distance-to-floor table, the top kernels, the samples."""
     found = breakdown.splits(results)
-    if not any(s.parts is not None for s in found):
-        return None
     profiled = [s for s in found if s.parts is not None]
+    if not profiled:
+        return None
     blocks: list[Any] = [*stacked(profiled), breakdown.floor_table(found), *boxes(breakdown.samples(results)),
                          *breakdown.kernel_tables(results)]
     return Panel("where-time-goes", "Where the time goes", breakdown.answer(results, found), blocks)

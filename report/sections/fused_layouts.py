@@ -30,11 +30,8 @@ def table(note: dict[str, Any]) -> Table:
         shape = pick.get("shape") or []
         product = f"{shape[0]} × {shape[1]} → {shape[2]}" if len(shape) == 3 else "?"
         cands = pick.get("candidates") or {}
-        cells = []
-        for form in forms:
-            c = cands.get(form) or {}
-            cells.append(Cell(f"failed: {c['error']}"[:80], title=str(c["error"])) if c.get("error")
-                         else num(c.get("median_us"), units.US))
+        cells = [Cell(f"failed: {c['error']}"[:80], title=str(c["error"])) if c.get("error")
+                 else num(c.get("median_us"), units.US) for c in (cands.get(form) or {} for form in forms)]
         chosen = str(pick.get("chosen"))
         t.rows.append([Cell(name), Cell(product), Cell(str(pick.get("default"))),
                        Cell(chosen, cls="good" if chosen != pick.get("default") else "", title=str(pick.get("reason") or "")),

@@ -25,7 +25,7 @@ from lab.contract import units
 from lab.contract.names import Experiment, Method, is_eager, method_rank, Param as P, Status
 from lab.contract.results import Metric, Record, Results
 
-from report.sections.section import Section, why_absent
+from report.sections.section import Section, shown, why_absent
 from report.draw.style import display
 from report.draw.tables import Cell, Table, fmt, is_number, param_cells, sort_key, timing_cell, value_cell
 
@@ -137,8 +137,7 @@ def step_rows(results: Results) -> list[StepRow]:
             return rows
     ind = q.experiment(results, Experiment.INDUCTOR)
     if ind is not None:
-        dtype = str((results.manifest.get("profile") or {}).get("dtype") or "float32")
-        return _inductor_rows(ind, dtype)
+        return _inductor_rows(ind, str((results.manifest.get("profile") or {}).get("dtype") or "float32"))
     scaling = q.experiment(results, Experiment.MODEL_SCALING)
     if scaling is not None and scaling.status in (Status.OK, Status.FAILED):
         return _scaling_rows(scaling)
@@ -339,7 +338,7 @@ def _ceilings_own_steps(results: Results) -> Table:
 def steps(results: Results) -> Section:
     rows = step_rows(results)
     found = cases(rows)
-    tables: list[Table] = [_best_table(results, found)] if found else []
+    tables = [_best_table(results, found)]
     if rows and rows[0].source == Experiment.CUDA_GRAPH_DECODE:
         tables += _decode_tables(q.experiment(results, Experiment.CUDA_GRAPH_DECODE))
         source = ("cuda_graph_decode: each cell the median step time, its stored speedup over eager at the same batch, "
@@ -352,12 +351,8 @@ def steps(results: Results) -> Section:
         source = "No GPU in this run: the decode step as the CPU experiments timed it, eager against Inductor."
     else:
         source = ""
-    own = _ceilings_own_steps(results)
-    if own:
-        tables.append(own)
-    lines = [answer(results, c) for c in found]
-    intro = "\n".join(lines + ([source] if source else []))
+    intro = "\n".join([answer(results, c) for c in found] + ([source] if source else []))
     # a sweep run's page opens with its sweeps: a copy of one of their rows, or a section with nothing, comes after
-    return Section("steps", "Step time: the fastest correct method", intro, tables,
-                   empty="" if tables else why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.INDUCTOR),
-                   minor=not rows or rows[0].source == Experiment.MODEL_SCALING)
+    return shown("steps", "Step time: the fastest correct method", intro, tables + [_ceilings_own_steps(results)],
+                 why_absent(results, Experiment.CUDA_GRAPH_DECODE, Experiment.INDUCTOR),
+                 minor=not rows or rows[0].source == Experiment.MODEL_SCALING)
