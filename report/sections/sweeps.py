@@ -62,11 +62,9 @@ def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[lis
     if rec is None or rec.status != Status.OK:
         return Section(f"sweep-{rid}", title, empty=why_absent(run.results, rid))
     tables, charts = build(rec)
-    traces = _trace_table(run, rec)
-    sec = Section(f"sweep-{rid}", title, _conclusion(rec), [t for t in tables + [traces] if t], charts)
-    if not sec.tables and not sec.charts:
-        sec.empty = f"{rid} ran but recorded none of the metrics this section shows."
-    return sec
+    tables = [t for t in tables + [_trace_table(run, rec)] if t]
+    empty = "" if tables or charts else f"{rid} ran but recorded none of the metrics this section shows."
+    return Section(f"sweep-{rid}", title, _conclusion(rec), tables, charts, empty)
 
 
 # ---------------------------------------------------------------------------- peer_generate
@@ -86,11 +84,12 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
             rows.setdefault((str(m.params.get(P.IMPL, "")), str(m.params.get(P.VARIANT))), {})[m.params.get(P.BATCH)] = \
                 Cell(str(m.value), cls="bad", title=str(rec.notes.get(N.ERRORS.key_for(
                     variant=m.params.get(P.VARIANT), batch=m.params.get(P.BATCH)), "")))
+    order = sorted(rows, key=lambda k: (k[0] != "lab", method_rank(k[1])))
     table = Table(columns=["implementation", "method / variant"] + [f"batch {b}" for b in batches],
                   caption="Median ms per token (lab: per step, token read back each step); lab rows show the speedup "
-                          "over transformers' best variant at that batch")
-    for (impl, who), cells in sorted(rows.items(), key=lambda kv: (kv[0][0] != "lab", method_rank(kv[0][1]))):
-        table.rows.append([Cell(impl), Cell(who)] + [cells.get(b, Cell("—")) for b in batches])
+                          "over transformers' best variant at that batch",
+                  rows=[[Cell(impl), Cell(who)] + [rows[(impl, who)].get(b, Cell("—")) for b in batches]
+                        for impl, who in order])
     costs = Table(columns=["variant", "batch", "first call", "setup beyond steady calls", "tokens equal the lab's"],
                   caption="transformers: the first generate call (it compiles, where compiled) and the warm-up's extra",
                   rows=[[*param_cells(m.params, P.VARIANT, P.BATCH), num(m.value, m.unit),
@@ -101,7 +100,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
     def draw(data: dict[str, Any]) -> Any:
         if not steps:
             return None
-        labels = [f"{impl}: {who}" for impl, who in sorted(rows, key=lambda k: (k[0] != "lab", method_rank(k[1])))]
+        labels = [f"{impl}: {who}" for impl, who in order]
         fig, ax = plt.subplots(figsize=(8, 3.6))
         width = 0.8 / max(1, len(batches))
         for j, b in enumerate(batches):
@@ -123,6 +122,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
 
 # ---------------------------------------------------------------------------- model_scaling
 
+
 def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
     params_of = {key[P.SIZE]: float(v) for k, v in rec.notes.items()
@@ -136,14 +136,12 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
                   key=lambda k: (str(k[1]), sort_key(k[2]), params_of.get(k[0], 0)))
     for size, dtype, batch in keys:
         p: dict[str, Any] = {P.SIZE: size, P.DTYPE: dtype, P.BATCH: batch}
-        row = [Cell(str(size)), Cell(str(dtype)), Cell(fmt(batch), cls="num")]
+        row = param_cells(p, P.SIZE, P.DTYPE, P.BATCH)
         for method in methods:
-            m = q.maybe(rec, M.STEP_MS, **p, method=method)
-            sp, mbu, k = (q.maybe(rec, spec, **p, method=method) for spec in (M.SPEEDUP_VS_EAGER, M.MBU,
-                                                                              M.KERNELS_PER_STEP))
-            extra = " · ".join(t for t in (f"{fmt(sp.value)}x" if sp else "", f"MBU {fmt(mbu.value)}" if mbu else "",
-                                           f"{fmt(k.value)} kernels" if k else "") if t)
-            row.append(timing_cell(m, extra=extra))
+            extra = " · ".join(words.format(fmt(f.value)) for spec, words in (  # under the median, each where stored
+                (M.SPEEDUP_VS_EAGER, "{}x"), (M.MBU, "MBU {}"), (M.KERNELS_PER_STEP, "{} kernels"))
+                if (f := q.maybe(rec, spec, **p, method=method)))
+            row.append(timing_cell(q.maybe(rec, M.STEP_MS, **p, method=method), extra=extra))
         b = q.maybe(rec, M.BYTES_PER_STEP, **p)
         row.append(num(b.value / 1e6 if b else None))
         table.rows.append(row)
@@ -163,8 +161,7 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
                              if (m.params.get(P.METHOD), m.params.get(P.DTYPE), m.params.get(P.BATCH))
                              == (method, dtype, batch))
                 if pts:
-                    left.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
-                              label=f"{method}, {dtype}, b{batch}")
+                    left.plot(*zip(*pts), marker="o", label=f"{method}, {dtype}, b{batch}")
         _log_axis(left, "x")
         _labels(left, "parameters, millions (log)", "speedup over eager, x", "Gain vs model size", fontsize=6)
         fk = _values(rec, M.FLOPS_PER_KERNEL)
@@ -234,12 +231,11 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
 
 def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
     ladders = noted(rec, N.LADDERS.key, dict)
+    specs = (M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.WASTE_FRACTION, M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE)
     table = Table(columns=["ladder", "captured graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
-                  caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)")
-    for name in ladders:
-        cells = [q.maybe(rec, s, ladder=name) for s in (M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.WASTE_FRACTION,
-                                  M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE)]
-        table.rows.append([Cell(name, title=str(ladders[name]))] + [value_cell(c) for c in cells])
+                  caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)",
+                  rows=[[Cell(name, title=str(ladders[name]))] + [value_cell(q.maybe(rec, s, ladder=name)) for s in specs]
+                        for name in ladders])
     steps = sorted(_values(rec, M.STEP_MS), key=lambda m: sort_key(m.params.get(P.BUCKET)))
 
     def draw(data: dict[str, Any]) -> Any:
