@@ -259,9 +259,9 @@ def setup_cost(results: Results) -> list[Chart]:
                                                         for m in pts]
         ax.set_yticks(range(len(methods)), [display(m) for m in methods], fontsize=7.5)
         ax.set_ylim(-0.6, len(methods) - 0.3)
-        ax.set_xlabel("setup (s, log): compile and/or capture, first call included")
         _log_axis(ax, "x")
-        ax.set_title("Compile / capture cost per method")
+        _labels(ax, "setup (s, log): compile and/or capture, first call included", "",
+                "Compile / capture cost per method")
         fig.tight_layout()
         return fig
 

@@ -247,8 +247,7 @@ def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record,
     if ra.status != rb.status:
         mark, why = status_mark(ra.status, rb.status, _code(ra), _code(rb))
         out.statuses.append(StatusRow(rid, ra.status, rb.status, _reason(ra), _reason(rb), mark, why))
-    ma = {(m.name, params_key(m.params)): m for m in ra.metrics}
-    mb = {(m.name, params_key(m.params)): m for m in rb.metrics}
+    ma, mb = ({(m.name, params_key(m.params)): m for m in r.metrics} for r in (ra, rb))
     for key, metric in ma.items():
         if key in mb:
             other = mb[key]
@@ -261,8 +260,7 @@ def _compare_records(out: Comparison, rid: str, ra: Record, rb: Record,
         out.only_a[rid] = n
     if n := sum(k not in ma for k in mb):
         out.only_b[rid] = n
-    ca = {(c.name, params_key(c.params)): c for c in ra.checks}
-    cb = {(c.name, params_key(c.params)): c for c in rb.checks}
+    ca, cb = ({(c.name, params_key(c.params)): c for c in r.checks} for r in (ra, rb))
     for key, check in ca.items():
         if key in cb and check.passed != cb[key].passed:
             out.checks.append(CheckRow(rid, check.name, check.params, check.passed, cb[key].passed,
@@ -275,8 +273,7 @@ def compare(a: Side, b: Side, factor: float = FACTOR) -> Comparison:
     out = Comparison(a, b, factor, manifest_diff(a.manifest, b.manifest), explain(a.manifest, b.manifest))
     if a.results is None or b.results is None:
         return out
-    recs_a = {r.id: r for r in a.results.experiments}
-    recs_b = {r.id: r for r in b.results.experiments}
+    recs_a, recs_b = ({r.id: r for r in res.experiments} for res in (a.results, b.results))
     binds = bindings(b.results, a.results)
     for rid in list(recs_a) + [i for i in recs_b if i not in recs_a]:
         ra, rb = recs_a.get(rid), recs_b.get(rid)

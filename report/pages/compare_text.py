@@ -65,8 +65,7 @@ def format_text(c: Comparison) -> str:
     for r in differing:
         lines.append(f"  {r.label:<{width}}  {_short(r.a)}  ->  {_short(r.b)}")
     same = [r.label for r in c.why if not r.differs]
-    if same:
-        lines.append(f"  unchanged: {', '.join(same)}")
+    lines += [f"  unchanged: {', '.join(same)}"] if same else []
     for cls, rows in c.why_by_class.items():
         first = [r for r in rows if r.differs][:RANKED]
         lines.append(f"  for the {len(c.moved_of(cls))} {CLASSES[cls]}: "
@@ -78,9 +77,8 @@ def format_text(c: Comparison) -> str:
     if c.a.results is None or c.b.results is None:
         lines += ["", "Results: not compared (one side is a manifest only)"]
         return "\n".join(safe(line) for line in lines) + "\n"
-    for label, only in (("A", c.experiments_only_a), ("B", c.experiments_only_b)):
-        if only:
-            lines.append(f"Experiments only in {label}: {', '.join(only)}")
+    lines += [f"Experiments only in {label}: {', '.join(only)}"
+              for label, only in (("A", c.experiments_only_a), ("B", c.experiments_only_b)) if only]
     lines += ["", f"Experiments whose status differs: {len(c.statuses)}"]
     for s in c.statuses:
         why = f"B: {s.b_reason}" if s.b_reason else (f"A: {s.a_reason}" if s.a_reason else "")
@@ -98,9 +96,8 @@ def format_text(c: Comparison) -> str:
         reason = f"  ({m.reason})" if m.reason else ""
         lines.append(f"  {m.mark:<15} {_short(m.a, 12):>12} {_short(m.b, 12):>12} {ratio:>7}  "
                      f"{m.experiment}.{m.name}{{{_params(m.params)}}} [{m.unit}]{reason}")
-    for label, per_id in (("A", c.only_a), ("B", c.only_b)):
-        if per_id:
-            lines.append(f"Metrics only in {label}: " + ", ".join(f"{k} ({n})" for k, n in per_id.items()))
+    lines += [f"Metrics only in {label}: " + ", ".join(f"{k} ({n})" for k, n in per_id.items())
+              for label, per_id in (("A", c.only_a), ("B", c.only_b)) if per_id]
     return "\n".join(safe(line) for line in lines) + "\n"
 
 

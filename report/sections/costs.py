@@ -82,7 +82,8 @@ def compile_tables(rec: Record | None) -> list[Table]:
                          "calls after which the first call has paid for itself (compile_cost)",
                  rows=[[*param_cells(m.params, P.TARGET, P.PHASE),
                         value_cell(saving) if (saving := q.maybe(rec, M.SAVING_MS_PER_CALL, **m.params))
-                        else Cell(NOT_STORED, cls="muted"), break_even_cell(m)] for m in q.all(rec, M.BREAK_EVEN_CALLS)])
+                        else Cell(NOT_STORED, cls="muted"), break_even_cell(m)]
+                       for m in q.all(rec, M.BREAK_EVEN_CALLS)])
     steady = pivot(rec, [P.METHOD, P.TARGET], [M.STEADY_MS], collapsed=True,
                    caption="Steady-state call time in the warm child (compile_cost)")
     return [first_calls, pays, steady]

@@ -159,8 +159,9 @@ def dynamo(results: Results) -> Section:
     breaks = _with_reasons(pivot(gb, [P.FUNCTION], [M.GRAPHS, M.GRAPH_BREAKS, M.OPS], caption="torch._dynamo.explain "
                                  "on functions that break (graph_breaks)"), gb, N.FUNCTION_REASONS)
     limit = q.maybe(rc, M.RECOMPILE_LIMIT)
-    recompiles = pivot(rc, [P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT], caption="One function, 12 batch sizes "
-                       "(recompiles)" + (f"; limit {limit.params.get('name', '')} = {fmt(limit.value)}" if limit else ""))
+    recompiles = pivot(rc, [P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT], caption="One function, 12 batch "
+                       "sizes (recompiles)" + (f"; limit {limit.params.get('name', '')} = {fmt(limit.value)}"
+                                               if limit else ""))
     decode = pivot(dr, [P.STEP, P.DYNAMIC], [M.COMPILES, M.GRAPHS, M.LIMIT_HIT, M.OP_NODES_FIRST_GRAPH],
                    caption="Growing-cache vs fixed-shape decode step, 20 calls (decode_recompiles)")
     return shown("dynamo", "Dynamo: graphs, breaks, recompiles, skips", "", [counts, breaks, recompiles, decode],
@@ -181,9 +182,8 @@ def _check_cells(c: Check) -> list[Cell]:
 
 
 def _checks_table(pairs: list[tuple[Record, Check]], caption: str, **kw: Any) -> Table:
-    table = Table(columns=["experiment", "check", "params", "result", "detail", "fatal"], caption=caption, **kw)
-    table.rows = [[_exp(rec), *_check_cells(c), Cell(fmt(c.fatal))] for rec, c in pairs]
-    return table
+    return Table(["experiment", "check", "params", "result", "detail", "fatal"],
+                 [[_exp(rec), *_check_cells(c), Cell(fmt(c.fatal))] for rec, c in pairs], caption, **kw)
 
 
 def correctness(results: Results) -> Section:

@@ -26,7 +26,8 @@ from lab.contract.results import Record  # noqa: E402
 from report.draw.charts import Chart, _draw, _labels, _log_axis  # noqa: E402
 from report.site.traces import NOTE_TRACES, trace_href, trace_source  # noqa: E402
 from report.sections.section import Section, noted, why_absent  # noqa: E402
-from report.draw.tables import Cell, Table, fmt, is_number, num, param_cells, sort_key, timing_cell, value_cell  # noqa: E402
+from report.draw.tables import (Cell, Table, fmt, is_number, num, param_cells, sort_key,  # noqa: E402
+                                timing_cell, value_cell)
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
 
@@ -147,8 +148,8 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
         table.rows.append(row)
     gains = Table(columns=["method", "dtype", "batch", "smallest", "largest", "speedup largest / smallest"],
                   caption="gain_ratio: below 1, the method's gain over eager shrank as the model grew",
-                  rows=[[*param_cells(m.params, P.METHOD, P.DTYPE, P.BATCH, P.SMALLEST, P.LARGEST), num(m.value, m.unit)]
-                        for m in q.all(rec, M.GAIN_RATIO)])
+                  rows=[[*param_cells(m.params, P.METHOD, P.DTYPE, P.BATCH, P.SMALLEST, P.LARGEST),
+                         num(m.value, m.unit)] for m in q.all(rec, M.GAIN_RATIO)])
 
     def draw(data: dict[str, Any]) -> Any:
         sp = _values(rec, M.SPEEDUP_VS_EAGER)
@@ -234,8 +235,8 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
     specs = (M.BUCKET_GRAPHS, M.CAPTURE_S, M.GRAPH_POOL_MIB, M.WASTE_FRACTION, M.EXPECTED_STEP_MS, M.TIME_MEMORY_SCORE)
     table = Table(columns=["ladder", "captured graphs", "capture", "graph memory", "padded rows", "expected step", "time x memory"],
                   caption="Each ladder over a uniform mix of batch sizes (time x memory relative to the first ladder)",
-                  rows=[[Cell(name, title=str(ladders[name]))] + [value_cell(q.maybe(rec, s, ladder=name)) for s in specs]
-                        for name in ladders])
+                  rows=[[Cell(name, title=str(ladders[name]))]
+                        + [value_cell(q.maybe(rec, s, ladder=name)) for s in specs] for name in ladders])
     steps = sorted(_values(rec, M.STEP_MS), key=lambda m: sort_key(m.params.get(P.BUCKET)))
 
     def draw(data: dict[str, Any]) -> Any:
@@ -252,14 +253,13 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
         names = list(ladders)
         exp = [q.maybe(rec, M.EXPECTED_STEP_MS, ladder=n) for n in names]
         right.bar(names, [e.value if e else 0 for e in exp], color="#4f81bd")
-        right.set_ylabel("expected ms per step (uniform mix)")
         for i, n in enumerate(names):
             mem = q.maybe(rec, M.GRAPH_POOL_MIB, ladder=n)
             waste = q.maybe(rec, M.WASTE_FRACTION, ladder=n)
             text = f"{waste.value:.0%} padded" if waste else ""
             text += f"\n{mem.value:,.0f} MiB" if mem else ""
             right.annotate(text, (i, e.value if (e := exp[i]) else 0), ha="center", va="bottom", fontsize=7)
-        right.set_title("Ladders")
+        _labels(right, "", "expected ms per step (uniform mix)", "Ladders")
         fig.tight_layout()
         return fig
 
