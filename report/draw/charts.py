@@ -300,8 +300,7 @@ def fusion(results: Results) -> list[Chart]:
 def recompiles(results: Results) -> list[Chart]:
     """Compiles per dynamic setting, with the recompile limit drawn in."""
     rc, dr = q.experiment(results, Experiment.RECOMPILES), q.experiment(results, Experiment.DECODE_RECOMPILES)
-    a = [m for m in q.all(rc, M.COMPILES) if is_number(m.value)]
-    b = [m for m in q.all(dr, M.COMPILES) if is_number(m.value)]
+    a, b = ([m for m in q.all(r, M.COMPILES) if is_number(m.value)] for r in (rc, dr))
     if not a and not b:
         return []
     limit = q.maybe(rc, M.RECOMPILE_LIMIT)

@@ -54,9 +54,8 @@ class Side:
 
     @property
     def label(self) -> str:
-        if self.name:
-            return self.name
-        return self.path.parent.name if self.path.name in (RESULTS_NAME, MANIFEST_NAME) else self.path.name
+        named = self.path.name in (RESULTS_NAME, MANIFEST_NAME)  # a run's file: its folder names it
+        return self.name or (self.path.parent.name if named else self.path.name)
 
 
 def load_side(path: Path | str) -> Side:

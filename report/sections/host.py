@@ -185,12 +185,11 @@ def host_table(rec: Record) -> Table:
                   caption=f"{rec.id}: each method's rounds against the host-speed index taken around them")
     for m in q.all(rec, M.HOST_INDEX_MS):
         p = m.params
-        shape = {k: v for k, v in p.items() if k != P.METHOD}
         speedup = M.SPEEDUP_VS_EAGER if _within(rec, M.SPEEDUP_VS_EAGER.name, p) is not None else M.SPEEDUP
-        step = q.maybe(rec, M.STEP_MS, **p)
-        table.rows.append([Cell(params_text(shape)), Cell(str(p.get(P.METHOD, "—"))), _index_cell(m),
-                           _with_interval(rec, M.HOST_SENSITIVITY, p),
-                           timing_cell(step), _with_interval(rec, M.STEP_MS_AT_REFERENCE, p),
+        table.rows.append([Cell(params_text({k: v for k, v in p.items() if k != P.METHOD})),
+                           Cell(str(p.get(P.METHOD, "—"))), _index_cell(m),
+                           _with_interval(rec, M.HOST_SENSITIVITY, p), timing_cell(q.maybe(rec, M.STEP_MS, **p)),
+                           _with_interval(rec, M.STEP_MS_AT_REFERENCE, p),
                            _with_interval(rec, speedup, p), _with_interval(rec, M.SPEEDUP_AT_REFERENCE, p)])
     return table
 

@@ -79,11 +79,10 @@ def sentinel_table(results: Results) -> Table:
                           "against the same two processes: what the run did to its own process. The ratios across "
                           "minutes measure the host as much as the lab: data, and a host warning where the host moved")
     for method in METHODS:
-        start, stop, mine = _sentinel(results, method, "start"), _sentinel(results, method, "end"), in_run(results,
-                                                                                                              method)
+        start, stop = _sentinel(results, method, "start"), _sentinel(results, method, "end")
         if start is None and stop is None:
             continue
-        row = [Cell(str(method)), _interval_cell(start), _interval_cell(mine), _interval_cell(stop)]
+        row = [Cell(str(method)), _interval_cell(start), _interval_cell(in_run(results, method)), _interval_cell(stop)]
         paired, began = q.maybe(end, M.IN_RUN_OVER_FRESH, method=method), q.maybe(begin, M.IN_RUN_OVER_FRESH, method=method)
         for shown, named, spec in VERDICTS:
             m = q.maybe(end, shown, method=method)

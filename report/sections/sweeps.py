@@ -36,13 +36,6 @@ def _values(rec: Record | None, spec: M.MetricSpec, **params: Any) -> list[Any]:
     return [m for m in q.all(rec, spec, **params) if is_number(m.value)]
 
 
-def _conclusion(rec: Record) -> str:
-    c = q.maybe(rec, M.CONCLUSION)
-    rule = rec.notes.get(N.CONCLUSION_RULE.key)
-    text = f"Conclusion (drawn by the experiment from its numbers): {c.value}" if c else "No conclusion was stored."
-    return text + (f" Rule: {rule}" if rule else "")
-
-
 def _trace_table(run: Any, rec: Record) -> Table:
     """The compile traces the record lists; an item links to its page only where the run kept the trace (a
     path that is not safe raises report.site.traces.TraceError: the run is skipped, never half-published)."""
@@ -65,7 +58,10 @@ def _section(run: Any, rid: str, title: str, build: Callable[[Record], tuple[lis
     tables, charts = build(rec)
     tables = [t for t in tables + [_trace_table(run, rec)] if t]
     empty = "" if tables or charts else f"{rid} ran but recorded none of the metrics this section shows."
-    return Section(f"sweep-{rid}", title, _conclusion(rec), tables, charts, empty)
+    c, rule = q.maybe(rec, M.CONCLUSION), rec.notes.get(N.CONCLUSION_RULE.key)
+    conclusion = f"Conclusion (drawn by the experiment from its numbers): {c.value}" if c else \
+        "No conclusion was stored."
+    return Section(f"sweep-{rid}", title, conclusion + (f" Rule: {rule}" if rule else ""), tables, charts, empty)
 
 
 # ---------------------------------------------------------------------------- peer_generate
@@ -99,8 +95,6 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
                         for m in q.all(rec, M.FIRST_CALL_S)])
 
     def draw(data: dict[str, Any]) -> Any:
-        if not steps:
-            return None
         labels = [f"{impl}: {who}" for impl, who in order]
         fig, ax = plt.subplots(figsize=(8, 3.6))
         width = 0.8 / max(1, len(batches))
@@ -118,7 +112,7 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
 
     return [table, costs], _draw("chart-peer", "ms per token", "Lower is better. Lab: one fixed-shape step per "
                                  "token, token read back each step; transformers: time between tokens inside "
-                                 "generate, after warm-up calls.", draw)
+                                 "generate, after warm-up calls.", draw) if steps else []
 
 
 # ---------------------------------------------------------------------------- model_scaling
@@ -198,8 +192,6 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
     batches = sorted({m.params.get(P.BATCH) for m in steps}, key=sort_key)
 
     def draw(data: dict[str, Any]) -> Any:
-        if not steps:
-            return None
         fig, axes = plt.subplots(1, len(batches), figsize=(4.6 * len(batches), 3.6), squeeze=False)
         for ax, batch in zip(axes[0], batches):
             here = [m for m in steps if m.params.get(P.BATCH) == batch]
@@ -225,7 +217,7 @@ def _context(rec: Record) -> tuple[list[Table], list[Chart]]:
     return [cross], _draw("chart-context", "Step time vs cache length",
                           "Solid: the fixed-shape step (attends every slot); dashed: the growing step eager; dotted: "
                           "compiled with dynamic shapes; colour: how full the cache is; vertical lines: crossovers.",
-                          draw)
+                          draw) if steps else []
 
 
 # ---------------------------------------------------------------------------- graph_buckets
@@ -240,8 +232,6 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = sorted(_values(rec, M.STEP_MS), key=lambda m: sort_key(m.params.get(P.BUCKET)))
 
     def draw(data: dict[str, Any]) -> Any:
-        if not steps:
-            return None
         fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [1.6, 1]})
         left.plot([m.params.get(P.BUCKET) for m in steps], [m.value for m in steps], color="0.3",
                   label=f"{steps[0].params.get(P.METHOD)} step")
@@ -266,7 +256,7 @@ def _buckets(rec: Record) -> tuple[list[Table], list[Chart]]:
     return [table], _draw("chart-buckets", "Bucket ladders", "Left: step time of each batch size's graph (eager "
                           "where nothing can be captured), the buckets of each ladder marked. Right: the mean step "
                           "time of a uniform mix of batch sizes padded to each ladder's buckets, with the share of "
-                          "padded rows and the graphs' memory.", draw)
+                          "padded rows and the graphs' memory.", draw) if steps else []
 
 
 # ---------------------------------------------------------------------------- data_dependent_branch
@@ -300,8 +290,6 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
                           Cell(fmt(eq.value) if eq else "reference")])
 
     def draw(data: dict[str, Any]) -> Any:
-        if not steps:
-            return None
         fig, ax = plt.subplots(figsize=(7, 3.2))
         ordered = sorted(steps, key=lambda m: (sort_key(m.params.get(P.BATCH)), str(m.params.get(P.VARIANT))))
         labels = [f"{m.params.get(P.VARIANT)} (b{m.params.get(P.BATCH)})" for m in ordered]
@@ -313,7 +301,7 @@ def _branch(rec: Record) -> tuple[list[Table], list[Chart]]:
 
     return [dyn, cost], _draw("chart-branch", "Cost of the end-of-sequence check",
                               "Median step time of each variant; red: the step with a Python branch on a device "
-                              "value, blue: the torch.where rewrite.", draw)
+                              "value, blue: the torch.where rewrite.", draw) if steps else []
 
 
 BUILDERS: dict[str, tuple[str, Callable[[Record], tuple[list[Table], list[Chart]]]]] = {
