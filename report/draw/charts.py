@@ -115,10 +115,12 @@ def _grid(n: int, rows_per_panel: list[int], width: float = 10.0) -> tuple[Any, 
     return fig, flat[:n]
 
 
-def _legend_below(fig: Any, handles: list[Any]) -> None:
-    """The legend under the panels, outside every plotting area."""
+def _legend_below(fig: Any, handles: list[Any]) -> Any:
+    """The legend under the panels, outside every plotting area; the figure, its layout tightened."""
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles), frameon=False,
                fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def step_time(results: Results) -> list[Chart]:
@@ -161,11 +163,10 @@ def step_time(results: Results) -> list[Chart]:
                     data["floor"][b] = floor
                 bar_panel(ax, list(ys), [display(m.params[P.METHOD]) for m in rows[b]],
                           max(m.value for m in rows[b]), "median ms per decode step", f"batch {fmt(b)}, {dtype}")
-            _legend_below(fig, [Line2D([], [], color=FLOOR_LINE, linestyle=":", label=f"weight-read floor ({dtype})"),
-                                Line2D([], [], color="black", marker="|", markersize=10, linestyle="none",
-                                       label="the method's largest bound (ceilings)")])
-            fig.tight_layout()
-            return fig
+            return _legend_below(fig, [
+                Line2D([], [], color=FLOOR_LINE, linestyle=":", label=f"weight-read floor ({dtype})"),
+                Line2D([], [], color="black", marker="|", markersize=10, linestyle="none",
+                       label="the method's largest bound (ceilings)")])
 
         charts += _draw(f"chart-step-{dtype}", f"Step time per method and batch ({dtype})",
                         "Each batch its own panel and each method its own colour (the same on every chart of the "

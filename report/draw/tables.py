@@ -121,9 +121,7 @@ def params_text(params: dict[str, Any]) -> str:
 
 def sort_key(value: Any) -> tuple[int, Any]:
     """Numbers numerically, then everything else as text (batch 8 before batch 64)."""
-    if is_number(value):
-        return 0, value
-    return 1, str(value)
+    return (0, value) if is_number(value) else (1, str(value))
 
 
 def metric_tables(record: Record) -> list[Table]:

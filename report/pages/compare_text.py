@@ -104,20 +104,13 @@ def format_text(c: Comparison) -> str:
 def records(c: Comparison) -> list[dict[str, Any]]:
     """Every mark as one record: kind (metric, status, check), experiment, metric, params, a, b, ratio, mark, reason;
     a metric's also its class (report.pages.why_moved: what can explain its move)."""
-    out: list[dict[str, Any]] = []
-    for s in c.statuses:
-        out.append({"kind": "status", "experiment": s.experiment, "metric": None, "params": {}, "unit": "",
-                    "a": s.a, "b": s.b, "ratio": None, "mark": s.mark,
-                    "reason": "; ".join([s.why] * bool(s.why) + [f"{side}: {r}" for side, r in
-                                                                  (("A", s.a_reason), ("B", s.b_reason)) if r])})
-    for ch in c.checks:
-        out.append({"kind": "check", "experiment": ch.experiment, "metric": ch.name, "params": ch.params, "unit": "",
-                    "a": ch.a, "b": ch.b, "ratio": None, "mark": ch.mark, "reason": ch.detail})
-    for r in c.metrics:
-        out.append({"kind": "metric", "experiment": r.experiment, "metric": r.name, "params": r.params,
-                    "unit": r.unit, "a": r.a, "b": r.b, "ratio": r.ratio, "mark": r.mark, "reason": r.reason,
-                    "class": r.cls})
-    return out
+    return [{"kind": "status", "experiment": s.experiment, "metric": None, "params": {}, "unit": "", "a": s.a,
+             "b": s.b, "ratio": None, "mark": s.mark, "reason": "; ".join([s.why] * bool(s.why) + [
+                 f"{side}: {r}" for side, r in (("A", s.a_reason), ("B", s.b_reason)) if r])} for s in c.statuses] + [
+        {"kind": "check", "experiment": ch.experiment, "metric": ch.name, "params": ch.params, "unit": "",
+         "a": ch.a, "b": ch.b, "ratio": None, "mark": ch.mark, "reason": ch.detail} for ch in c.checks] + [
+        {"kind": "metric", "experiment": r.experiment, "metric": r.name, "params": r.params, "unit": r.unit,
+         "a": r.a, "b": r.b, "ratio": r.ratio, "mark": r.mark, "reason": r.reason, "class": r.cls} for r in c.metrics]
 
 
 def to_json(c: Comparison) -> str:

@@ -117,8 +117,8 @@ def step_table(run: Run) -> list[str]:
                            readback=False) if m != Method.EAGER else None
             cells.append(DASH if ms is None else f"{ms:.3f} ({sp:.2f}×{_interval(run, m, b)})" if sp else f"{ms:.3f}")
         rows.append(cells)
-    for m in sorted({m for m, _, rb in steps if rb}, key=method_rank):
-        rows.append([f"`{m}`, token read back"] + [_f(steps.get((m, b, True)), ".3f") for b in batches])
+    rows += [[f"`{m}`, token read back"] + [_f(steps.get((m, b, True)), ".3f") for b in batches]
+             for m in sorted({m for m, _, rb in steps if rb}, key=method_rank)]
     note = " [its 95% interval]" if run.values(Experiment.CUDA_GRAPH_DECODE, M.SPEEDUP_CI_LOW) else ""
     lines = [f"GPT-2 124M, fp32, median ms per step (speedup over eager{note}), {_config(run, batches)}:", ""]
     return lines + _table(["method"] + [f"B={b}" for b in batches], rows)

@@ -96,9 +96,7 @@ def figure_class(name: str, params: dict[str, Any], binding: str | None = None) 
         return "dispatch"
     if name in _STEP and P.METHOD in params:
         return "dispatch" if is_eager(params[P.METHOD]) else "kernel"
-    if name in _KERNEL:
-        return "kernel"
-    return "other"
+    return "kernel" if name in _KERNEL else "other"
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

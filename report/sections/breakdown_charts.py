@@ -53,12 +53,10 @@ def stacked(found: list[Split]) -> list[Chart]:
                 bar_panel(ax, list(ys), [display(s.method) for s in rows], max(s.step_ms for s in rows),
                           "ms per decode step", f"batch {fmt(batch)}, {dtype}")
                 data["bars"][f"b{batch}"] = bars
-            _legend_below(fig, [Patch(facecolor=FLOOR_COLOR, edgecolor=FLOOR_LINE, label="floor: bytes ÷ bandwidth"),
-                                Patch(facecolor="0.45", label="GPU-busy above the floor (method's colour)"),
-                                Patch(facecolor="white", edgecolor="0.3", hatch=GAP_HATCH,
-                                      label="gaps: no kernel running")])
-            fig.tight_layout()
-            return fig
+            return _legend_below(fig, [
+                Patch(facecolor=FLOOR_COLOR, edgecolor=FLOOR_LINE, label="floor: bytes ÷ bandwidth"),
+                Patch(facecolor="0.45", label="GPU-busy above the floor (method's colour)"),
+                Patch(facecolor="white", edgecolor="0.3", hatch=GAP_HATCH, label="gaps: no kernel running")])
 
         charts += _draw(f"chart-time-{dtype}", f"Where the time goes ({dtype})",
                         "Each bar is one method's median step at that batch: grey, the weight-read floor (the bytes "

@@ -71,8 +71,7 @@ def _sensitivities(records: list[Record]) -> list[tuple[str, float, Interval | N
     """(method, elasticity, interval) at batch 1 in fp32 without readback, from the first source that has them; for
     eager and graph replay the fresh process's instead where its interval is narrower (its tens of warm-up rounds
     against the timing's few)."""
-    fresh = _fresh(records)
-    found = _timed(records)
+    fresh, found = _fresh(records), _timed(records)
     out = [fresh[m] if m in fresh and _width(fresh[m][2]) < _width(ci) else (m, v, ci) for m, v, ci in found]
     return out + [v for m, v in fresh.items() if m not in {f[0] for f in found}]
 

@@ -139,9 +139,7 @@ def step_rows(results: Results) -> list[StepRow]:
     if ind is not None:
         return _inductor_rows(ind, str((results.manifest.get("profile") or {}).get("dtype") or "float32"))
     scaling = q.experiment(results, Experiment.MODEL_SCALING)
-    if scaling is not None and scaling.status in (Status.OK, Status.FAILED):
-        return _scaling_rows(scaling)
-    return []
+    return _scaling_rows(scaling) if scaling is not None and scaling.status in (Status.OK, Status.FAILED) else []
 
 
 def cases(rows: list[StepRow]) -> list[Case]:
@@ -248,9 +246,8 @@ def bound_of(records: Iterable[Record], method: str, batch: Any, dtype: Any) -> 
 
 def row_bound(results: Results, row: StepRow) -> Bound:
     """`bound_of` for a step row (none for a row ceilings does not bound: a compiled CPU step, a sweep's)."""
-    if ceiling(results, M.BINDING, row) is None and ceiling(results, M.BOUND_MS, row) is None:
-        return Bound(None, None, None)
-    return bound_of(results.experiments, row.method, row.batch, row.dtype)
+    bounded = ceiling(results, M.BINDING, row) is not None or ceiling(results, M.BOUND_MS, row) is not None
+    return bound_of(results.experiments, row.method, row.batch, row.dtype) if bounded else Bound(None, None, None)
 
 
 def floor_ms(results: Results, batch: Any, dtype: str, method: str | None = None) -> float | None:

@@ -26,8 +26,7 @@ def tree_state(results: Results) -> str:
     commit = lab.get("commit") if isinstance(lab, dict) else None
     if not commit:
         return "lab commit unknown" + mixed_sources(results)
-    how = " (from a stamp)" if lab.get("source") == "stamp" else " (from LAB_COMMIT)" if lab.get("source") == \
-        "LAB_COMMIT" else ""
+    how = {"stamp": " (from a stamp)", "LAB_COMMIT": " (from LAB_COMMIT)"}.get(str(lab.get("source")), "")
     dirty = lab.get("dirty")
     state = ", clean tree" if dirty is False else " + uncommitted changes" if dirty else ", tree state unknown"
     return f"lab {str(commit)[:7]}{how}{state}{mixed_sources(results)}"

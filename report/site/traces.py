@@ -68,9 +68,7 @@ def trace_source(run: Any, rid: str, item: str, info: Any) -> Path | None:
     root = run_dir.resolve()
     if not cur.resolve().is_relative_to(root):
         raise TraceError(f"{where}: resolves outside the run folder")
-    if not cur.is_file():
-        return None
-    return cur.parent
+    return cur.parent if cur.is_file() else None
 
 
 def trace_href(run: Any, info: dict[str, Any]) -> str:
