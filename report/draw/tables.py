@@ -86,8 +86,7 @@ def timing_cell(m: Metric | None, extra: str = "") -> Cell:
         return Cell("—")
     sp = m.spread
     text = fmt(m.value, m.unit)
-    cls = "num"
-    title = ""
+    cls, title = "num", ""
     if sp is not None:
         title = (f"median {fmt(sp.median)}, quartiles {fmt(sp.q1)}–{fmt(sp.q3)}, min {fmt(sp.min)}, "
                  f"max {fmt(sp.max)}, n={sp.n}")

@@ -19,6 +19,7 @@ changed), always with the reason. Pages: `history.html` (every group) and a sect
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from lab.contract import query as q
@@ -105,18 +106,14 @@ def _step(results: Results, dtype: str, which: str) -> Found:
 
 def figures(dtypes: list[str]) -> list[tuple[str, Getter]]:
     """The headline figures, each a label and where a run stores it."""
-    out: list[tuple[str, Getter]] = []
-    def step(d: str, which: str) -> Getter:
-        return lambda r: _step(r, d, which)
-
-    for d in dtypes:
-        out += [(f"eager step, B=1 {d}", step(d, "baseline")), (f"fastest correct method's step, B=1 {d}", step(d, "best")),
-                (f"its speedup over eager, B=1 {d}", step(d, "ratio")), (f"its MBU, B=1 {d}", step(d, "share"))]
-    out += [("eager launch cost", lambda r: _one(r, Experiment.CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
-            ("sentinel eager step at start, B=1 float32",
-             lambda r: _one(r, Experiment.SENTINEL, M.SENTINEL_STEP_MS, method=Method.EAGER, batch=1, dtype="float32",
-                              when="start"))]
-    return out
+    steps = (("eager step", "baseline"), ("fastest correct method's step", "best"),
+             ("its speedup over eager", "ratio"), ("its MBU", "share"))
+    out: list[tuple[str, Getter]] = [(f"{label}, B=1 {d}", partial(_step, dtype=d, which=which))
+                                     for d in dtypes for label, which in steps]
+    return out + [("eager launch cost", lambda r: _one(r, Experiment.CEILINGS, M.LAUNCH_US_PER_OP, mode=Method.EAGER)),
+                  ("sentinel eager step at start, B=1 float32",
+                   lambda r: _one(r, Experiment.SENTINEL, M.SENTINEL_STEP_MS, method=Method.EAGER, batch=1,
+                                  dtype="float32", when="start"))]
 
 
 def _safely(get: Getter, results: Results) -> Found:

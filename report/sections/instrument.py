@@ -52,10 +52,8 @@ def flags(results: Results) -> list[str]:
 
 
 def _interval_cell(m: Metric | None) -> Cell:
-    if m is None:
-        return Cell("—")
-    cell = timing_cell(m)
-    sp = m.spread
+    cell = timing_cell(m)  # '—' where none
+    sp = m.spread if m is not None else None
     if sp is not None and sp.ci_low is not None and sp.ci_high is not None:
         cell.sub = f"95% [{fmt(sp.ci_low)}, {fmt(sp.ci_high)}]" + (f" · {cell.sub}" if cell.sub else "")
     return cell
