@@ -15,6 +15,7 @@ so tests can hide the compiler or the headers without touching the machine.
 from __future__ import annotations
 
 import glob
+import importlib
 import os
 import shutil
 import subprocess
@@ -230,12 +231,9 @@ class HostView:
              try_program: Callable[[str, str], str | None] = cxxcheck.compile_and_run) -> "HostView":
         """A view for tests: the search is derived from `environ` the way Inductor's config derives it."""
         env = dict(environ or {})
-        if platform == "win32":
-            search: tuple[str, ...] = (env.get("CXX", "cl"),)
-        else:
-            search = (env.get("CXX", "clang++" if platform == "darwin" else "g++"),)
+        default = {"win32": "cl", "darwin": "clang++"}.get(platform, "g++")
         return cls(path=path, environ=env, root=root, platform=platform, python_include=python_include,
-                   search=search, run=run, try_program=try_program)
+                   search=(env.get("CXX", default),), run=run, try_program=try_program)
 
 
 def _inductor_search() -> tuple[str, ...]:
@@ -359,20 +357,15 @@ def _torch_triton_requirement() -> str | None:
         reqs = metadata.requires("torch") or []
     except metadata.PackageNotFoundError:
         return None
-    for r in reqs:
-        if r.split(";")[0].strip().lower().startswith(("triton", "pytorch-triton")):
-            return r.split(";")[0].strip()
-    return None
+    names = (r.split(";")[0].strip() for r in reqs)
+    return next((n for n in names if n.lower().startswith(("triton", "pytorch-triton"))), None)
 
 
 def probe_triton(importer: Callable[[], Any] | None = None) -> TritonInfo:
     """Import Triton; when it fails, say why, whether a distribution is installed, and what torch asks for."""
     installed = next(filter(None, map(version_of, ("triton", "pytorch-triton", "triton-windows"))), None)
     try:
-        if importer is None:
-            import triton as module
-        else:
-            module = importer()
+        module = importlib.import_module("triton") if importer is None else importer()
     except Exception as exc:  # ImportError, or a broken install raising something else
         return TritonInfo(False, why_not=f"{type(exc).__name__}: {exc}".splitlines()[0], installed_version=installed,
                           torch_requires=_torch_triton_requirement())
