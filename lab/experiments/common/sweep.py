@@ -174,12 +174,10 @@ needs_cuda = methods.needs_cuda
 @dataclass
 class Measured:
     """What measure_methods found for one shape: median ms per method (no readback unless asked), the per-round
-    samples behind it (for a speedup's interval against figures timed elsewhere), kernels per step, and eager's
-    tokens."""
+    samples behind it (for a speedup's interval against figures timed elsewhere), and eager's tokens."""
 
     ms: dict[str, float] = field(default_factory=dict)
     rounds: dict[str, list[list[float]]] = field(default_factory=dict)
-    kernels: dict[str, int] = field(default_factory=dict)
     tokens: torch.Tensor | None = None
 
 
@@ -195,16 +193,13 @@ def measure_methods(ctx: Any, w: Weights, names: tuple[str, ...], params: dict[s
     profiler_guard.unit_started(shape.label())  # each shape is timed, then profiled
     prompt = prompt_for(int(w.wte.shape[0]), batch, prompt_len, ctx.device, 7000 + batch)
     ms = methods.build(ctx, w, names, prompt, shape, warmup=warmup, dynamic=dynamic, budget=budget, trace=trace)
-    out = Measured()
     if not ms.built:
-        return out
+        return Measured()
     methods.check(ctx, ms, w32=w32 if w32 is not None else (w if dtype == "float32" else None))
     methods.time(ctx, ms, rounds, readbacks=(readback,), bandwidth_gbps=bandwidth)
     if profile_kernels:
         methods.profile(ctx, ms)
-    out.ms = ms.step_ms(readback)
-    out.rounds = {n: r for (n, rb), r in ms.rounds.items() if rb == readback}
-    out.kernels, out.tokens = ms.kernels, ms.tokens
+    out = Measured(ms.step_ms(readback), {n: r for (n, rb), r in ms.rounds.items() if rb == readback}, ms.tokens)
     ms.built.clear()
     free_device_memory(ctx.device)
     return out
