@@ -114,10 +114,6 @@ def _time_growing(step: Callable[..., Any], w: Weights, prompt: torch.Tensor, st
     return samples, torch.cat(toks[1 + warmup:], 1).cpu()
 
 
-def _fixed_tokens(m: stepmethods.StepMethod, prompt_len: int, warmup: int, steps: int) -> torch.Tensor:
-    return m.state.out[:, prompt_len + 1 + warmup:prompt_len + 1 + warmup + steps].cpu()
-
-
 def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     _, w0 = ctx.gpt2("float32")
@@ -175,7 +171,8 @@ def run(ctx: Context[Options]) -> None:
                     sp = ctx.timing(M.STEP_MS, flat(per_round), **params, fill=fill, variant=name)
                     ms[(batch, fill, max_len, name)] = sp.median
                 if "eager" in tokens:  # correctness outside the timed samples: fixed vs growing eager, same steps
-                    equal = bool(torch.equal(_fixed_tokens(m, p, prof.warmup, n), tokens["eager"]))
+                    first = p + 1 + prof.warmup  # the fixed step's first timed token
+                    equal = bool(torch.equal(m.state.out[:, first:first + n].cpu(), tokens["eager"]))
                     ctx.metric(M.TOKENS_EQUAL, equal, **params, fill=fill, variant=f"fixed {fixed}")
                     ctx.check(f"fixed and growing-eager tokens equal (batch {batch}, max_len {max_len}, fill {fill})",
                               equal, fatal=False, **params, fill=fill)
