@@ -164,10 +164,6 @@ def provenance(ctx: Any) -> dict[str, Any]:
     return dict(weights) if weights else resolve_weights(ctx.profile.model, None)
 
 
-def label(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
-
-
 needs_cuda = methods.needs_cuda
 
 
