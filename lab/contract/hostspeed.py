@@ -133,9 +133,7 @@ def sensitivity(index: Sequence[float], times: Sequence[float], resamples: int =
 def reference_index(samples: Sequence[float]) -> float | None:
     """The reference host speed: the REFERENCE_PERCENTILE-th percentile (nearest rank) of the index samples."""
     xs = sorted(float(x) for x in samples if x > 0)
-    if not xs:
-        return None
-    return xs[max(0, math.ceil(REFERENCE_PERCENTILE / 100 * len(xs)) - 1)]
+    return xs[max(0, math.ceil(REFERENCE_PERCENTILE / 100 * len(xs)) - 1)] if xs else None
 
 
 def at_reference(index: Sequence[float], times: Sequence[float], reference: float,
