@@ -225,10 +225,9 @@ def run(ctx: Context[Options]) -> None:
     layers = o.decode_layers
     wd = w.truncated(layers) if layers else w
     ctx.note(N.DECODE_LAYERS.key, wd.n_layer)
-    state = decode.new_state(wd, 1, ctx.profile.max_len)
     prompt = torch.randint(0, w.wte.shape[0], (1, ctx.profile.prompt_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        decode.prefill(state, wd, prompt.to(dev))
+        state = decode.prefilled(wd, prompt.to(dev), ctx.profile.max_len)
     saved = state.snapshot()
     lead = _lead_decode_speedup(ctx.results.experiments) if dev.type == "cuda" and not layers else None
     # steps advance the position; restoring before each block keeps them inside the cache

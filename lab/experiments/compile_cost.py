@@ -99,9 +99,8 @@ def _build(target: str, model: dict[str, Any], n_layer: int, device: str, dtype:
     if target != "decode_core":
         raise ValueError(f"unknown compile_cost target {target!r} (decode_core, mlp)")
     w = _random_weights(model, n_layer, device, dtype)
-    state = decode.new_state(w, batch, max_len)
     prompt = torch.randint(0, int(model["vocab_size"]), (batch, prompt_len), generator=torch.Generator().manual_seed(1))
-    decode.prefill(state, w, prompt.to(device))
+    state = decode.prefilled(w, prompt.to(device), max_len)
     pos = state.pos
     x = torch.nn.functional.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
     args = (x, state.slots == pos, state.slots > pos, state.caches, w)

@@ -221,8 +221,7 @@ def _check_padding(ctx: Context[Options], o, w, state: DecodeState, prompts: tor
             for _ in range(o.steps):
                 step()
         got = state.out[:n].cpu()
-        own = decode.new_state(w, n, state.max_len)
-        decode.prefill(own, w, prompts[:n])
+        own = decode.prefilled(w, prompts[:n], state.max_len)
         with torch.no_grad():
             for _ in range(o.steps):
                 decode.decode_step(own, w)

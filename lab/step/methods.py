@@ -366,9 +366,8 @@ def build(method: str | MethodSpec, w: Weights, prompt: torch.Tensor, max_len: i
     Raises FullGraphError when a row that needs one graph gets a graph break.
     """
     spec = method if isinstance(method, MethodSpec) else method_spec(method)
-    state = decode.new_state(w, prompt.shape[0], max_len)
+    state = decode.prefilled(w, prompt, max_len)
     m = StepMethod(spec.name, state, w, prompt, spec=spec, prefill_weights=w)
-    decode.prefill(state, w, prompt)
     before = dynamo_counters()
     # On the CPU, Inductor's generated kernels are profiler events only if it emitted them so.
     kernel_events = enable_cpp_kernel_profile() if not prompt.is_cuda else contextlib.nullcontext()
