@@ -33,7 +33,7 @@ from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
+from lab.experiments.common.sweep import conclude, free_device_memory, inductor_skip, needs_cuda, prompt_for
 from lab.measure.timing import first_call, flat, rotating_rounds, time_calls
 from lab.run.context import Context
 
@@ -127,10 +127,8 @@ def run(ctx: Context[Options]) -> None:
     if "compile" not in growing:
         ctx.skip("growing compile", Code.DISABLED_IN_PROFILE, "the profile times the growing step eagerly only: "
                  "--set context_scaling.growing=eager,compile adds the dynamic-shape compile")
-    missing = inductor_missing(ctx)
-    if "compile" in growing and missing is not None:
+    elif inductor_skip(ctx, "growing compile"):
         growing.remove("compile")
-        ctx.skip("growing compile", missing.code, missing.message)
     # by hand: the method table's rows are fixed-shape steps; this is the growing step, one dynamic graph per batch
     compiled = torch.compile(_entry(), dynamic=True) if "compile" in growing else None
     ready: set[int] = set()

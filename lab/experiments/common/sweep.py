@@ -133,15 +133,11 @@ def conclude(ctx: Any, sentence: str, rule: str) -> None:
     ctx.note(notes.CONCLUSION_RULE.key, rule)
 
 
-def inductor_missing(ctx: Any) -> Any:
-    """The toolchain's reason Inductor cannot compile for this run's device (a Reason), or None when it can."""
-    toolchain = getattr(ctx, "toolchain", None)
-    return None if toolchain is None else toolchain.reason_for("inductor", ctx.device.type)
-
-
 def inductor_skip(ctx: Any, item: str) -> bool:
-    """Record `item` as skipped (with the toolchain's reason) when Inductor cannot compile here; True if skipped."""
-    reason = inductor_missing(ctx)
+    """Record `item` as skipped (with the toolchain's reason) when Inductor cannot compile for this run's device;
+    True if skipped."""
+    toolchain = getattr(ctx, "toolchain", None)
+    reason = None if toolchain is None else toolchain.reason_for("inductor", ctx.device.type)
     if reason is not None:
         ctx.skip(item, reason.code, reason.message)
     return reason is not None
