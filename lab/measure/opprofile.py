@@ -109,11 +109,8 @@ def summarise(events: list[Any], steps: int, device: str) -> StepProfile:
     from torch.autograd import DeviceType
 
     on_cuda = device == "cuda"
-    self_cpu_us = 0.0
-    device_us = 0.0
+    self_cpu_us = device_us = kernel_us = matmul_us = 0.0
     kernels = 0
-    kernel_us = 0.0
-    matmul_us = 0.0
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for e in events:
         if e.device_type == DeviceType.CPU:
@@ -124,9 +121,8 @@ def summarise(events: list[Any], steps: int, device: str) -> StepProfile:
             us = float(e.time_range.elapsed_us())
             device_us += us
         else:
-            if e.device_type != DeviceType.CPU or e.name.startswith(_WRAPPER_PREFIXES):
-                continue
-            if not _is_op(e.name) or not _outermost(e):
+            if (e.device_type != DeviceType.CPU or e.name.startswith(_WRAPPER_PREFIXES) or not _is_op(e.name)
+                    or not _outermost(e)):
                 continue
             us = float(e.cpu_time_total)
         kernels += 1
