@@ -277,10 +277,9 @@ def _windows_off_path(view: HostView) -> tuple[list[str], dict[str, Any] | None]
     if not view.real:
         return [], None
     _, installs = msvc.find_installs(msvc._subprocess_runner, os.path.isfile, os.environ)  # pragma: no cover
-    found = []  # pragma: no cover
-    for inst in installs:  # pragma: no cover
-        found.extend(sorted(glob.glob(os.path.join(inst.path, "VC", "Tools", "MSVC", "*", "bin", "Hostx64", "x64",
-                                                   "cl.exe"))))
+    found = [cl for inst in installs  # pragma: no cover
+             for cl in sorted(glob.glob(os.path.join(inst.path, "VC", "Tools", "MSVC", "*", "bin", "Hostx64", "x64",
+                                                     "cl.exe")))]
     return found, msvc.describe()  # pragma: no cover
 
 
