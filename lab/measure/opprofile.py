@@ -74,13 +74,6 @@ class StepProfile:
         return [{"name": k[:90], "ms_per_step": round(v[0], 4), "per_step": round(v[1], 2), "matmul": is_matmul(k)}
                 for k, v in rows]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "steps": self.steps, "kernels_per_step": round(self.kernels, 2),
-                "self_cpu_ms": round(self.self_cpu_ms, 4),
-                "self_device_ms": None if self.self_device_ms is None else round(self.self_device_ms, 4),
-                "kernel_ms": round(self.kernel_ms, 4), "matmul_ms": round(self.matmul_ms, 4),
-                "matmul_share": round(self.matmul_share, 4), "top": self.top()}
-
 
 @contextlib.contextmanager
 def enable_cpp_kernel_profile() -> Iterator[None]:
