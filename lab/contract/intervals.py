@@ -94,9 +94,7 @@ def within(b: Interval | None, band: tuple[float, float]) -> bool | None:
 def _percentiles(stats: list[float]) -> Interval:
     xs = sorted(stats)
     tail = (1 - CONFIDENCE) / 2
-    lo = xs[int(tail * (len(xs) - 1))]
-    hi = xs[round((1 - tail) * (len(xs) - 1))]
-    return Interval(lo, hi)
+    return Interval(xs[int(tail * (len(xs) - 1))], xs[round((1 - tail) * (len(xs) - 1))])
 
 
 def _usable(rounds: Sequence[Sequence[float]]) -> list[list[float]]:
@@ -111,13 +109,8 @@ def median_interval(rounds: Sequence[Sequence[float]], resamples: int = RESAMPLE
         return None
     rng = random.Random(seed)
     n = len(rs)
-    stats = []
-    for _ in range(resamples):
-        pooled: list[float] = []
-        for i in rng.choices(range(n), k=n):
-            pooled.extend(rs[i])
-        stats.append(statistics.median(pooled))
-    return _percentiles(stats)
+    return _percentiles([statistics.median([x for i in rng.choices(range(n), k=n) for x in rs[i]])
+                         for _ in range(resamples)])
 
 
 def pair_ratio(numerator: Sequence[Sequence[float]], denominator: Sequence[Sequence[float]],
