@@ -108,9 +108,7 @@ def _picks(n: int, resamples: int, seed: int) -> list[list[int]]:
 def _percentiles(stats: list[float]) -> Interval | None:
     if len(stats) < intervals.RESAMPLES // 2:  # most resamples could not be fitted: no honest interval
         return None
-    xs = sorted(stats)
-    tail = (1 - intervals.CONFIDENCE) / 2
-    return Interval(xs[int(tail * (len(xs) - 1))], xs[round((1 - tail) * (len(xs) - 1))])
+    return intervals.percentile_interval(stats)
 
 
 def _bootstrapped(index: Sequence[float], times: Sequence[float], resamples: int, seed: int,
