@@ -97,7 +97,8 @@ def parse_vswhere(text: str) -> list[VsInstall]:
         return []
     return [VsInstall(path=str(item["installationPath"]), name=str(item.get("displayName", "")),
                       version=str(item.get("installationVersion", "")))
-            for item in (data if isinstance(data, list) else []) if isinstance(item, dict) and item.get("installationPath")]
+            for item in (data if isinstance(data, list) else [])
+            if isinstance(item, dict) and item.get("installationPath")]
 
 
 def choose_install(installs: list[VsInstall], exists: Callable[[str], bool]) -> VsInstall | None:
@@ -140,8 +141,8 @@ def find_installs(runner: Runner, exists: Callable[[str], bool],
 
 def find_cl(path_value: str) -> str | None:
     """cl.exe on a Windows PATH value (checked with the host's filesystem)."""
-    return next((win_join(d, "cl.exe") for d in path_value.split(";") if d and os.path.isfile(os.path.join(d, "cl.exe"))),
-                None)
+    return next((win_join(d, "cl.exe") for d in path_value.split(";")
+                 if d and os.path.isfile(os.path.join(d, "cl.exe"))), None)
 
 
 _LAST: MsvcEnvironment | None = None
