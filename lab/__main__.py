@@ -56,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     found = [m.name for m in pkgutil.iter_modules(commands_pkg.__path__) if not m.name.startswith("_")]
     for name in sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
         module = importlib.import_module(f"lab.commands.{name}")
-        p = module.add_parser(sub)
-        p.set_defaults(_main=module.main)
+        module.add_parser(sub).set_defaults(_main=module.main)
     return parser
 
 
@@ -106,8 +105,7 @@ def _user_error(line: str, debug: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     debug = os.environ.get("LAB_DEBUG") == "1"
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
         return int(args._main(args) or 0)
     except PermissionError as exc:  # before OSError: the fix depends on where the lab runs
         return _user_error(permission_denied(exc.filename), debug)

@@ -152,9 +152,7 @@ def start(beat: Callable[[], None], busy: Callable[[], bool], live: Callable[[],
 def _sleep_s(live: bool) -> float:
     """Until the rule may next let the thread speak (at least 50 ms): a redraw's period on a terminal, else the
     silence reaching the interval."""
-    if live:
-        return LIVE_REDRAW_S
-    return min(promise_s(), max(0.05, promise_s() - quiet()))
+    return LIVE_REDRAW_S if live else min(promise_s(), max(0.05, promise_s() - quiet()))
 
 
 def _run(beat: Callable[[], None], busy: Callable[[], bool], live: Callable[[], bool]) -> None:

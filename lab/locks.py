@@ -20,7 +20,7 @@ import stat
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,10 +42,8 @@ def whoami(**extra: Any) -> dict[str, Any]:
 
 def describe_holder(holder: dict[str, Any]) -> str:
     """'pid 1234 on host vm since 2026-11-29T10:00:00+00:00' (what is known of it)."""
-    parts = [f"pid {holder.get('pid', '?')}", f"on host {holder.get('host', '?')}"]
-    if holder.get("since"):
-        parts.append(f"since {holder['since']}")
-    return " ".join(parts)
+    since = f" since {holder['since']}" if holder.get("since") else ""
+    return f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}{since}"
 
 
 MAX_LOCK_BYTES = 64 << 10  # what a holder writes is a few hundred bytes
@@ -131,10 +129,8 @@ class OwnerLock:
         """Drop the lock and remove its file (a holder that died leaves the file, but no lock on it)."""
         if self._fd is None:
             return
-        try:
+        with suppress(OSError):
             self.path.unlink(missing_ok=True)
-        except OSError:
-            pass
         os.close(self._fd)
         self._fd = None
 

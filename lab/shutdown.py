@@ -19,6 +19,7 @@ thread that runs as long as the interpreter does, names what is still running an
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -108,10 +109,8 @@ def end_children(wait_s: float = TERM_WAIT_S) -> list[Child]:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(OSError):  # gone already, or not ours to signal
         os.kill(pid, sig)
-    except OSError:
-        pass  # gone already, or not ours to signal
 
 
 def _reap() -> None:
@@ -127,17 +126,13 @@ def _reap() -> None:
 def held(threads: list[str], ended: list[Child]) -> str | None:
     """The one line naming what held the process at its end, or None when nothing did."""
     what = [f"thread {name!r} (left running)" for name in threads] + [f"{c.describe()}, ended" for c in ended]
-    if not what:
-        return None
-    return f"note: still running when the command had finished: {'; '.join(what)}"
+    return f"note: still running when the command had finished: {'; '.join(what)}" if what else None
 
 
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream: nothing more can be said on it
             stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed or broken stream: nothing more can be said on it
 
 
 def _run_exit_handlers() -> None:

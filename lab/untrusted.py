@@ -17,6 +17,7 @@ Every refusal is an OSError whose `strerror` says what the file is, with the fil
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -102,10 +103,8 @@ def open_existing(path: Path | str) -> int:
 def open_or_create(path: Path | str, mode: int = 0o644) -> int:
     """`create_new`, or `open_existing` where a file is already there (a lock file its last holder left)."""
     for _ in range(3):
-        try:
+        with contextlib.suppress(FileExistsError):
             return create_new(path, mode)
-        except FileExistsError:
-            pass
         try:
             return open_existing(path)
         except FileNotFoundError:  # removed between the two: try again

@@ -61,11 +61,9 @@ def main(args: argparse.Namespace) -> int:
     if prompt.shape[1] + args.steps > profile.model.n_positions:
         raise ValueError(f"--steps {args.steps}: prompt + steps exceed the model's {profile.model.n_positions} positions")
     provenance = resolve_weights(profile.model, args.weights)
-    device = profile.device
     import torch
 
-    if device == "cuda" and not torch.cuda.is_available():
-        device = "cpu"
+    device = "cpu" if profile.device == "cuda" and not torch.cuda.is_available() else profile.device
     say(f"decode: {args.method} step on {device}; weights: {describe_weights(provenance)}")
     model = build_model(profile.model, provenance, device=device)
     if args.method == "reference":

@@ -88,8 +88,7 @@ def check(profile_name: str) -> list[str]:
             verdict = f"NOT_RUN {reason.code}"
             blocked.setdefault((str(reason.code), reason.message), []).append(spec.id)
         rows.append((spec.id, shown, spec.title, verdict))
-    width = max(len(r[0]) for r in rows)
-    nwidth = max(len(r[1]) for r in rows)
+    width, nwidth = (max(len(r[column]) for r in rows) for column in (0, 1))
     out = [f"profile {profile.name} (device {profile.device}) on this host:"]
     out += [f"{eid:<{width}}  needs={needs:<{nwidth}}  {title}  [{verdict}]" for eid, needs, title, verdict in rows]
     if added:
@@ -98,9 +97,7 @@ def check(profile_name: str) -> list[str]:
     outside = len(rows) - len(selected)
     out.append(f"{runs} of the profile's {len(selected)} would run here"
                + (f" ({outside} more not in profile {profile.name})" if outside else ""))
-    for (code, message), ids in blocked.items():
-        out.append(f"{len(ids)} NOT_RUN {code}: {message}")
-    return out
+    return out + [f"{len(ids)} NOT_RUN {code}: {message}" for (code, message), ids in blocked.items()]
 
 
 def main(args: argparse.Namespace) -> int:

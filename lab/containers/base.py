@@ -31,11 +31,9 @@ def debian_mirror(suite: str = "bookworm", sources: Sequence[Path] | None = None
             continue
         if path.suffix == ".sources":
             for stanza in re.split(r"\n\s*\n", text):
-                fields: dict[str, str] = {}
-                for line in stanza.splitlines():
-                    if ":" in line and not line.lstrip().startswith("#"):
-                        key, _, value = line.partition(":")
-                        fields[key.strip().lower()] = value.strip()
+                pairs = (line.partition(":") for line in stanza.splitlines()
+                         if ":" in line and not line.lstrip().startswith("#"))
+                fields = {key.strip().lower(): value.strip() for key, _, value in pairs}
                 if fields.get("enabled", "yes").lower() == "no":
                     continue
                 if suite in fields.get("suites", "").split() and "deb" in fields.get("types", "").split():
@@ -71,17 +69,15 @@ APT_CLEAN = ('DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cach
 
 def configure_rootfs(rootfs: Path, suite: str, mirror: str, security_mirror: str) -> None:
     """Sources with the security suite, no package caches: what the Dockerfiles then rely on."""
-    for cache in (rootfs / "var/cache/apt/archives").glob("*.deb"):  # debootstrap's downloads
-        cache.unlink()
-    for cache in (rootfs / "var/cache/apt").glob("*.bin"):
+    # debootstrap's downloads and apt's binary caches
+    for cache in [*(rootfs / "var/cache/apt/archives").glob("*.deb"), *(rootfs / "var/cache/apt").glob("*.bin")]:
         cache.unlink()
     (rootfs / "etc/apt/sources.list").unlink(missing_ok=True)
-    (rootfs / "etc/apt/sources.list.d").mkdir(parents=True, exist_ok=True)
-    (rootfs / "etc/apt/sources.list.d/debian.sources").write_text(apt_sources(suite, mirror, security_mirror))
-    (rootfs / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
-    (rootfs / "etc/dpkg/dpkg.cfg.d/docker-apt-speedup").write_text(DPKG_SPEEDUP)
-    (rootfs / "etc/apt/apt.conf.d").mkdir(parents=True, exist_ok=True)
-    (rootfs / "etc/apt/apt.conf.d/docker-clean").write_text(APT_CLEAN)
+    for rel, text in (("etc/apt/sources.list.d/debian.sources", apt_sources(suite, mirror, security_mirror)),
+                      ("etc/dpkg/dpkg.cfg.d/docker-apt-speedup", DPKG_SPEEDUP),
+                      ("etc/apt/apt.conf.d/docker-clean", APT_CLEAN)):
+        (rootfs / rel).parent.mkdir(parents=True, exist_ok=True)
+        (rootfs / rel).write_text(text)
 
 
 def make_base_image(tag: str = BASE_TAG, suite: str = "bookworm", mirror: str | None = None,

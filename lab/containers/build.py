@@ -121,8 +121,7 @@ def merge_report(report: Path, commit: str, outcomes: list[ImageOutcome]) -> dic
         entries = {i["variant"]: i for i in old.get("images", []) if isinstance(i, dict) and "variant" in i}
     except (OSError, ValueError, AttributeError):
         entries = {}
-    for o in outcomes:
-        entries[o.variant] = asdict(o)
+    entries |= {o.variant: asdict(o) for o in outcomes}
     order = [v for v in VARIANTS if v in entries] + sorted(set(entries) - set(VARIANTS))
     data: dict[str, object] = {"commit": commit, "images": [entries[v] for v in order]}
     write_json_atomic(report, data)

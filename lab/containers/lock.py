@@ -97,12 +97,10 @@ def freeze_drift(freeze_text: str, lock_text: str, removed: frozenset[str] = fro
     """Compare `pip freeze --all` with the lock; `removed` are locked packages the variant uninstalls."""
     installed = {k: v for k, v in parse_freeze(freeze_text).items() if k not in NOT_LOCKED}
     locked = {k: p.version for k, p in parse_lock(lock_text).items() if k not in removed}
-    drift = Drift()
-    drift.missing = sorted(f"{k}=={v}" for k, v in locked.items() if k not in installed)
-    drift.extra = sorted(f"{k}=={v}" for k, v in installed.items() if k not in locked)
-    drift.changed = sorted(f"{k} {installed[k]} (lock {v})" for k, v in locked.items()
-                           if k in installed and installed[k] != v)
-    return drift
+    return Drift(missing=sorted(f"{k}=={v}" for k, v in locked.items() if k not in installed),
+                 extra=sorted(f"{k}=={v}" for k, v in installed.items() if k not in locked),
+                 changed=sorted(f"{k} {installed[k]} (lock {v})" for k, v in locked.items()
+                                if k in installed and installed[k] != v))
 
 
 def lock_from_report(report: dict[str, Any], local_file: Callable[[str], Path | None], header: str) -> str:
@@ -153,8 +151,7 @@ def write_lock(family: str, tag: str, wheelhouses: list[str]) -> Path:
     report = json.loads(read_from_image(tag, "/opt/lab/lock-report.json"))
 
     def local_file(name: str) -> Path | None:
-        found = [Path(h) / name for h in wheelhouses if (Path(h) / name).is_file()]
-        return found[0] if found else None
+        return next((p for p in (Path(h) / name for h in wheelhouses) if p.is_file()), None)
 
     path = REPO_ROOT / "docker" / f"lock-{family}.txt"
     path.write_text(lock_from_report(report, local_file, lock_header(family, python_of(tag))))
@@ -168,7 +165,6 @@ def installed_in_image(tag: str) -> str:
     if out is None or out.returncode != 0:
         raise RuntimeError(f"{tag}: pip freeze failed ({(out.stderr.strip() if out else 'timed out')[:200]})")
     return out.stdout
-
 
 
 def make_lock(family: str, pip: PipSettings, base_image: str | None = None,

@@ -40,12 +40,8 @@ class PipSettings:
 
 def parse_pip_config(text: str) -> dict[str, str]:
     """`pip config list` lines (`global.cert='/x'`, `:env:.find-links='/y'`) -> {key: value}, env last wins."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        m = re.match(r"^([^.=]*)\.([\w-]+)='(.*)'$", line.strip())
-        if m:
-            values[m.group(2)] = m.group(3)
-    return values
+    matches = (re.match(r"^([^.=]*)\.([\w-]+)='(.*)'$", line.strip()) for line in text.splitlines())
+    return {m.group(2): m.group(3) for m in matches if m}
 
 
 def host_pip_settings(config_text: str | None = None, environ: dict[str, str] | None = None) -> PipSettings:

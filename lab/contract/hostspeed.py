@@ -108,9 +108,7 @@ def _picks(n: int, resamples: int, seed: int) -> list[list[int]]:
 def _percentiles(stats: list[float]) -> Interval | None:
     if len(stats) < intervals.RESAMPLES // 2:  # most resamples could not be fitted: no honest interval
         return None
-    xs = sorted(stats)
-    tail = (1 - intervals.CONFIDENCE) / 2
-    return Interval(xs[int(tail * (len(xs) - 1))], xs[round((1 - tail) * (len(xs) - 1))])
+    return intervals.percentile_interval(stats)
 
 
 def _bootstrapped(index: Sequence[float], times: Sequence[float], resamples: int, seed: int,
@@ -133,9 +131,7 @@ def sensitivity(index: Sequence[float], times: Sequence[float], resamples: int =
 def reference_index(samples: Sequence[float]) -> float | None:
     """The reference host speed: the REFERENCE_PERCENTILE-th percentile (nearest rank) of the index samples."""
     xs = sorted(float(x) for x in samples if x > 0)
-    if not xs:
-        return None
-    return xs[max(0, math.ceil(REFERENCE_PERCENTILE / 100 * len(xs)) - 1)]
+    return xs[max(0, math.ceil(REFERENCE_PERCENTILE / 100 * len(xs)) - 1)] if xs else None
 
 
 def at_reference(index: Sequence[float], times: Sequence[float], reference: float,
@@ -154,11 +150,8 @@ def speedup_at_reference(base: tuple[Sequence[float], Sequence[float]], method: 
     fb, fm = fit(*base), fit(*method)
     if fb is None or fm is None or len(bp) != len(mp):
         return None
-    values = []
-    for pick in _picks(len(bp), resamples, seed):
-        b, m = _fit([bp[i] for i in pick]), _fit([mp[i] for i in pick])
-        if b is not None and m is not None:
-            values.append(b.bounded().at(reference) / m.bounded().at(reference))
+    fits = ((_fit([bp[i] for i in pick]), _fit([mp[i] for i in pick])) for pick in _picks(len(bp), resamples, seed))
+    values = [b.bounded().at(reference) / m.bounded().at(reference) for b, m in fits if b is not None and m is not None]
     return Estimate(fb.bounded().at(reference) / fm.bounded().at(reference), _percentiles(values))
 
 
@@ -179,9 +172,7 @@ def spread_ratio(samples: Sequence[float]) -> float | None:
     xs = sorted(float(x) for x in samples if x > 0)
     if len(xs) < 2:
         return None
-    lo = xs[max(0, math.ceil(0.05 * len(xs)) - 1)]
-    hi = xs[max(0, math.ceil(0.95 * len(xs)) - 1)]
-    return hi / lo
+    return xs[max(0, math.ceil(0.95 * len(xs)) - 1)] / xs[max(0, math.ceil(0.05 * len(xs)) - 1)]
 
 
 def in_run_clean(ratio: float, interval: Interval | None, tolerance: float = 0.05) -> bool:

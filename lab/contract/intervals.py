@@ -91,12 +91,11 @@ def within(b: Interval | None, band: tuple[float, float]) -> bool | None:
     return None if b is None else band[0] <= b.low and b.high <= band[1]
 
 
-def _percentiles(stats: list[float]) -> Interval:
+def percentile_interval(stats: list[float]) -> Interval:
+    """The central 95% of bootstrap statistics: their CONFIDENCE interval (by rank)."""
     xs = sorted(stats)
     tail = (1 - CONFIDENCE) / 2
-    lo = xs[int(tail * (len(xs) - 1))]
-    hi = xs[round((1 - tail) * (len(xs) - 1))]
-    return Interval(lo, hi)
+    return Interval(xs[int(tail * (len(xs) - 1))], xs[round((1 - tail) * (len(xs) - 1))])
 
 
 def _usable(rounds: Sequence[Sequence[float]]) -> list[list[float]]:
@@ -111,13 +110,8 @@ def median_interval(rounds: Sequence[Sequence[float]], resamples: int = RESAMPLE
         return None
     rng = random.Random(seed)
     n = len(rs)
-    stats = []
-    for _ in range(resamples):
-        pooled: list[float] = []
-        for i in rng.choices(range(n), k=n):
-            pooled.extend(rs[i])
-        stats.append(statistics.median(pooled))
-    return _percentiles(stats)
+    return percentile_interval([statistics.median([x for i in rng.choices(range(n), k=n) for x in rs[i]])
+                         for _ in range(resamples)])
 
 
 def pair_ratio(numerator: Sequence[Sequence[float]], denominator: Sequence[Sequence[float]],
@@ -136,7 +130,7 @@ def pair_ratio(numerator: Sequence[Sequence[float]], denominator: Sequence[Seque
         return pairs[0], None
     rng = random.Random(seed)
     stats = [statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(resamples)]
-    return statistics.median(pairs), _percentiles(stats)
+    return statistics.median(pairs), percentile_interval(stats)
 
 
 def ratio_interval(numerator: Sequence[Sequence[float]], denominator: Sequence[Sequence[float]],
@@ -160,4 +154,4 @@ def ratio_interval(numerator: Sequence[Sequence[float]], denominator: Sequence[S
         bottom = statistics.median([x for i in pick_d for x in den[i]])
         if bottom > 0:
             stats.append(top / bottom)
-    return _percentiles(stats) if stats else None
+    return percentile_interval(stats) if stats else None

@@ -160,7 +160,6 @@ FUSED_LAYOUTS = NoteSpec("fused_layouts.{method}.{shape}", dict, "how the hand-f
                          fields=("method", "params", "timed", "why", "allow_tf32", "extra_bytes", "projections"))
 
 
-
 def _any(key: str, help: str, *experiments: str) -> NoteSpec:
     """A note only people read (nothing parses it): declared for its key and writers, of any JSON shape."""
     return NoteSpec(key, object, help, experiments)

@@ -140,7 +140,6 @@ def check_version(raw: Any, key: str, expected: int, where: str, path: Path | st
         raise ResultsError(f"{path}: unknown {what or where + key} {value!r} (this lab reads {what or key} {expected})")
 
 
-
 def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value (the lab writes non-finite numbers as \"nan\", \"inf\", \"-inf\")")
 

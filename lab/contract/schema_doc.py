@@ -56,9 +56,7 @@ def json_schema() -> dict[str, Any]:
 
 def _options(node: dict[str, Any]) -> list[dict[str, Any]]:
     """The alternatives of a node, nested anyOf flattened."""
-    if "anyOf" not in node:
-        return [node]
-    return [leaf for option in node["anyOf"] for leaf in _options(option)]
+    return [leaf for option in node["anyOf"] for leaf in _options(option)] if "anyOf" in node else [node]
 
 
 def type_text(node: dict[str, Any]) -> str:
@@ -119,10 +117,9 @@ def manifest_parts(defs: dict[str, Any]) -> list[tuple[str, str]]:
         if name == "JsonValue" or any(name == seen for seen, _ in found):
             continue
         found.append((name, where))
-        for field, node in defs[name].get("properties", {}).items():
-            for option in _options(node):
-                if "$ref" in option:
-                    queue.append((option["$ref"].rsplit("/", 1)[-1], f"{where}.{field}"))
+        queue += [(option["$ref"].rsplit("/", 1)[-1], f"{where}.{field}")
+                  for field, node in defs[name].get("properties", {}).items() for option in _options(node)
+                  if "$ref" in option]
     return found
 
 

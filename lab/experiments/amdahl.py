@@ -92,12 +92,6 @@ def launch_cost_us(records: list[Any]) -> float | None:
     return None if m is None else float(m.value)
 
 
-def _lead_compiled_kernels(records: list[Any], dtype: str) -> float | None:
-    m = query.maybe(query.ok(records, Experiment.CUDA_GRAPH_DECODE), M.KERNELS_PER_STEP,
-                    method=Method.COMPILE_DEFAULT, batch=1, dtype=dtype)
-    return None if m is None else float(m.value)
-
-
 def k_from_fusion(records: list[Any], n_ops: int, residency: str) -> tuple[float, str]:
     """(k, where it came from): the fusion record's measured speedup, else the module's 3×."""
     m = query.maybe(query.ok(records, Experiment.FUSION), M.SPEEDUP, n_ops=n_ops, residency=residency)
@@ -165,7 +159,9 @@ def _measure(ctx: Context[Options], workload: str, fn: Callable[..., Any], args:
         ctx.metrics({M.MEASURED_SPEEDUP: measured, M.SPEEDUP_CI_LOW: None if ci is None else ci.low,
                      M.SPEEDUP_CI_HIGH: None if ci is None else ci.high}, workload=workload)
         ctx.note(N.MEASURED_SOURCE.key_for(workload), "cuda_graph_decode: speedup_vs_eager, compile-default, batch 1")
-        n_compiled = _lead_compiled_kernels(ctx.results.experiments, ctx.profile.dtype)
+        lead = query.maybe(query.ok(ctx.results.experiments, Experiment.CUDA_GRAPH_DECODE), M.KERNELS_PER_STEP,
+                           method=Method.COMPILE_DEFAULT, batch=1, dtype=ctx.profile.dtype)
+        n_compiled = None if lead is None else float(lead.value)
         if n_compiled is not None:
             ctx.metric(M.KERNELS, n_compiled, workload=workload, method=Method.COMPILE_DEFAULT)
             ctx.note(N.COMPILED_KERNELS_SOURCE.key_for(workload), "cuda_graph_decode: kernels_per_step, compile-default, "
@@ -229,10 +225,9 @@ def run(ctx: Context[Options]) -> None:
     layers = o.decode_layers
     wd = w.truncated(layers) if layers else w
     ctx.note(N.DECODE_LAYERS.key, wd.n_layer)
-    state = decode.new_state(wd, 1, ctx.profile.max_len)
     prompt = torch.randint(0, w.wte.shape[0], (1, ctx.profile.prompt_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        decode.prefill(state, wd, prompt.to(dev))
+        state = decode.prefilled(wd, prompt.to(dev), ctx.profile.max_len)
     saved = state.snapshot()
     lead = _lead_decode_speedup(ctx.results.experiments) if dev.type == "cuda" and not layers else None
     # steps advance the position; restoring before each block keeps them inside the cache

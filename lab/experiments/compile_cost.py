@@ -99,9 +99,8 @@ def _build(target: str, model: dict[str, Any], n_layer: int, device: str, dtype:
     if target != "decode_core":
         raise ValueError(f"unknown compile_cost target {target!r} (decode_core, mlp)")
     w = _random_weights(model, n_layer, device, dtype)
-    state = decode.new_state(w, batch, max_len)
     prompt = torch.randint(0, int(model["vocab_size"]), (batch, prompt_len), generator=torch.Generator().manual_seed(1))
-    decode.prefill(state, w, prompt.to(device))
+    state = decode.prefilled(w, prompt.to(device), max_len)
     pos = state.pos
     x = torch.nn.functional.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
     args = (x, state.slots == pos, state.slots > pos, state.caches, w)
@@ -149,12 +148,14 @@ class ChildFailed(RuntimeError):
 
 def _child(ctx: Context[Options], cache_dir: str, target: str, n_layer: int, dtype: str | None = None, batch: int | None = None,
            label: str = "") -> dict[str, Any]:
+    import torch
+
     from lab.run.childproc import run_child
 
     p, o = ctx.profile, ctx.options
     kwargs = {P.TARGET: target, "model": dict(p.model.__dict__), P.N_LAYER: n_layer, "device": p.device,
               P.DTYPE: dtype or p.dtype, P.BATCH: batch or (MLP_BATCH if target == "mlp" else o.batch),
-              P.MAX_LEN: p.max_len, "prompt_len": p.prompt_len, "threads": _threads(),
+              P.MAX_LEN: p.max_len, "prompt_len": p.prompt_len, "threads": torch.get_num_threads(),
               "rounds": o.rounds, "steady_steps": o.steady_steps, "warmup": o.warmup}
     with ctx.activity(f"{label}: a fresh process compiles {target} (first call) and times it"):
         child = run_child("lab.experiments.compile_cost:child_first_call", kwargs,
@@ -168,12 +169,6 @@ def _child(ctx: Context[Options], cache_dir: str, target: str, n_layer: int, dty
     if not child.ok or child.value is None:
         raise ChildFailed(f"{label}: child process {child.describe()}")
     return child.value
-
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def _cold_warm(ctx: Context[Options], root: str, target: str, n_layer: int, tag: str) -> tuple[dict[str, Any], dict[str, Any], str]:

@@ -33,7 +33,7 @@ from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, needs_cuda, prompt_for
+from lab.experiments.common.sweep import conclude, free_device_memory, inductor_skip, needs_cuda, prompt_for
 from lab.measure.timing import first_call, flat, rotating_rounds, time_calls
 from lab.run.context import Context
 
@@ -114,10 +114,6 @@ def _time_growing(step: Callable[..., Any], w: Weights, prompt: torch.Tensor, st
     return samples, torch.cat(toks[1 + warmup:], 1).cpu()
 
 
-def _fixed_tokens(m: stepmethods.StepMethod, prompt_len: int, warmup: int, steps: int) -> torch.Tensor:
-    return m.state.out[:, prompt_len + 1 + warmup:prompt_len + 1 + warmup + steps].cpu()
-
-
 def run(ctx: Context[Options]) -> None:
     o, prof = ctx.options, ctx.profile
     _, w0 = ctx.gpt2("float32")
@@ -131,10 +127,8 @@ def run(ctx: Context[Options]) -> None:
     if "compile" not in growing:
         ctx.skip("growing compile", Code.DISABLED_IN_PROFILE, "the profile times the growing step eagerly only: "
                  "--set context_scaling.growing=eager,compile adds the dynamic-shape compile")
-    missing = inductor_missing(ctx)
-    if "compile" in growing and missing is not None:
+    elif inductor_skip(ctx, "growing compile"):
         growing.remove("compile")
-        ctx.skip("growing compile", missing.code, missing.message)
     # by hand: the method table's rows are fixed-shape steps; this is the growing step, one dynamic graph per batch
     compiled = torch.compile(_entry(), dynamic=True) if "compile" in growing else None
     ready: set[int] = set()
@@ -175,7 +169,8 @@ def run(ctx: Context[Options]) -> None:
                     sp = ctx.timing(M.STEP_MS, flat(per_round), **params, fill=fill, variant=name)
                     ms[(batch, fill, max_len, name)] = sp.median
                 if "eager" in tokens:  # correctness outside the timed samples: fixed vs growing eager, same steps
-                    equal = bool(torch.equal(_fixed_tokens(m, p, prof.warmup, n), tokens["eager"]))
+                    first = p + 1 + prof.warmup  # the fixed step's first timed token
+                    equal = bool(torch.equal(m.state.out[:, first:first + n].cpu(), tokens["eager"]))
                     ctx.metric(M.TOKENS_EQUAL, equal, **params, fill=fill, variant=f"fixed {fixed}")
                     ctx.check(f"fixed and growing-eager tokens equal (batch {batch}, max_len {max_len}, fill {fill})",
                               equal, fatal=False, **params, fill=fill)

@@ -139,13 +139,11 @@ def _plan(ctx: Context[Options], batches: tuple[int, ...]) -> tuple[tuple[str, .
         else:
             ctx.skip(name, Code.DISABLED_IN_PROFILE, f"not in cuda_graph_decode.methods of the {prof.name} profile: "
                                                      f"add it with --set cuda_graph_decode.methods=...,{name}")
-    ready = []
-    for name in methods:
-        why = stepmethods.unavailable(stepmethods.method_spec(name), ctx.device)
-        if why is None:
-            ready.append(name)
-        else:
+    why_not = {name: stepmethods.unavailable(stepmethods.method_spec(name), ctx.device) for name in methods}
+    for name, why in why_not.items():
+        if why is not None:
             ctx.skip(name, *why)
+    ready = [name for name, why in why_not.items() if why is None]
     sweep = tuple(n for n in (methods if opts.sweep_methods is None else opts.sweep_methods) if n in ready)
     later = batches[1:]
     for label, chosen, needed in (("sweep_methods", sweep, bool(later)),

@@ -42,7 +42,7 @@ from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.experiments.common.sweep import conclude, free_device_memory, inductor_missing, prompt_for, provenance
+from lab.experiments.common.sweep import conclude, free_device_memory, inductor_skip, prompt_for, provenance
 from lab.measure.timing import first_call, rotating_rounds, time_calls
 from lab.run.context import Context
 
@@ -154,9 +154,7 @@ def _build(ctx: Context[Options], w: Weights, prompt: torch.Tensor, method: str,
     fn: Callable[..., Any] = STEPS[version]
     setup = 0.0
     if method in (Method.COMPILE_DEFAULT, Method.COMPILE_GRAPH):
-        missing = inductor_missing(ctx)
-        if missing is not None:
-            ctx.skip(name, missing.code, missing.message)
+        if inductor_skip(ctx, name):
             return None
         fn = _compiled(version, fullgraph=(version == WHERE))
         before = dynamo_counters()

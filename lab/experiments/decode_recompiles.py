@@ -65,8 +65,7 @@ def run(ctx: Context[Options]) -> None:
             pos += 1
 
     def fixed(backend: CountingBackend, n: int, dynamic: bool | None) -> None:
-        state = decode.new_state(w, 1, max_len)
-        decode.prefill(state, w, prompt)
+        state = decode.prefilled(w, prompt, max_len)
         step = torch.compile(decode.decode_step, backend=backend, dynamic=dynamic)
         for _ in range(n):
             step(state, w)
@@ -79,8 +78,7 @@ def run(ctx: Context[Options]) -> None:
     _measure("fixed", ctx, fixed, calls, False)
 
     # Graph breaks and explain's own op count for one call of each step.
-    state = decode.new_state(w, 1, max_len)
-    decode.prefill(state, w, prompt)
+    state = decode.prefilled(w, prompt, max_len)
     with torch.no_grad():
         e_fixed = explain(decode.decode_step, state, w)
         logits, past = decode.growing_prefill(w, prompt)

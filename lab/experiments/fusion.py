@@ -23,7 +23,6 @@ from lab.contract.options import option
 from lab.run.context import Context
 
 
-
 @dataclass(frozen=True)
 class Options:
     n_ops: tuple[int, ...] = option((1, 2, 4, 8), "chain lengths (elementwise ops per chain)", minimum=1)

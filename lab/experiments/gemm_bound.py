@@ -24,7 +24,6 @@ from lab.contract.options import option
 from lab.run.context import Context, stored_interval
 
 
-
 @dataclass(frozen=True)
 class Options:
     batch: int = option(256, "rows of the input", minimum=1)

@@ -131,13 +131,10 @@ def _capture_ladder(ctx: Context[Options], state: DecodeState, w, sizes: list[in
     free_device_memory(ctx.device)
     before = torch.cuda.memory_reserved()
     pool = torch.cuda.graph_pool_handle() if shared else None
-    graphs, seconds = {}, 0.0
-    for b in sorted(sizes, reverse=True):
-        g = GraphedStep(decode.decode_step, view(state, b), w, warmup=ctx.profile.warmup, pool=pool)
-        graphs[b] = g
-        seconds += g.capture_s
+    graphs = {b: GraphedStep(decode.decode_step, view(state, b), w, warmup=ctx.profile.warmup, pool=pool)
+              for b in sorted(sizes, reverse=True)}
     free_device_memory(ctx.device)
-    return graphs, seconds, (torch.cuda.memory_reserved() - before) / 2 ** 20
+    return graphs, sum(g.capture_s for g in graphs.values()), (torch.cuda.memory_reserved() - before) / 2 ** 20
 
 
 def _caller(state: DecodeState, w, b: int, g: GraphedStep | None):
@@ -221,8 +218,7 @@ def _check_padding(ctx: Context[Options], o, w, state: DecodeState, prompts: tor
             for _ in range(o.steps):
                 step()
         got = state.out[:n].cpu()
-        own = decode.new_state(w, n, state.max_len)
-        decode.prefill(own, w, prompts[:n])
+        own = decode.prefilled(w, prompts[:n], state.max_len)
         with torch.no_grad():
             for _ in range(o.steps):
                 decode.decode_step(own, w)

@@ -48,8 +48,7 @@ def _prompt(device: str) -> torch.Tensor:
 def past_end_child(kind: str, device: str = "cuda") -> dict[str, Any]:
     """Child-process body: step past the end of a SMALL_CACHE-slot cache with no host check."""
     w = _tiny_weights(device)
-    state = decode.new_state(w, 1, SMALL_CACHE)
-    decode.prefill(state, w, _prompt(device))
+    state = decode.prefilled(w, _prompt(device), SMALL_CACHE)
     steps_done = 0
     with torch.no_grad():
         if kind == Method.GRAPH:
@@ -73,8 +72,7 @@ def _replaced_input(ctx: Context[Options]) -> None:
     prompt = _prompt(dev)
 
     def run_graph(mutate: str | None) -> list[int]:
-        state = decode.new_state(w, 1, SMALL_CACHE)
-        decode.prefill(state, w, prompt)
+        state = decode.prefilled(w, prompt, SMALL_CACHE)
         g = GraphedStep(decode.decode_step, state, w)
         g.sync_position()
         other = (int(state.tok.item()) + 1) % TINY.vocab_size
@@ -123,8 +121,7 @@ def _past_end(ctx: Context[Options]) -> None:
               detail=outcomes["graph_cuda_child"]["how_it_ended"], fatal=False)
     # eager on the CPU: a catchable Python exception at the same point
     w = _tiny_weights("cpu")
-    state = decode.new_state(w, 1, SMALL_CACHE)
-    decode.prefill(state, w, _prompt("cpu"))
+    state = decode.prefilled(w, _prompt("cpu"), SMALL_CACHE)
     caught, steps_done = None, 0
     try:
         with torch.no_grad():
@@ -137,8 +134,7 @@ def _past_end(ctx: Context[Options]) -> None:
     ctx.metric(M.EAGER_CPU_EXCEPTION_CAUGHT, caught is not None, method=Method.EAGER, device="cpu")
     # GraphedStep's guard: a Python error on the host, before any launch; the process carries on
     gw = _tiny_weights(dev)
-    gstate = decode.new_state(gw, 1, SMALL_CACHE)
-    decode.prefill(gstate, gw, _prompt(dev))
+    gstate = decode.prefilled(gw, _prompt(dev), SMALL_CACHE)
     g = GraphedStep(decode.decode_step, gstate, gw)
     guard_msg, replays = None, 0
     try:

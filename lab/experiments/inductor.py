@@ -136,8 +136,7 @@ def bisect(cases: list[OpCase], compile_call: Callable[[OpCase], Any] = default_
 def decode_logits(step: Callable[[decode.DecodeState, Any], torch.Tensor], w: Any, prompt: torch.Tensor, steps: int,
                   max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits [steps, B, V], tokens [B, steps]) of `steps` calls of `step` after a prefill."""
-    state = decode.new_state(w, prompt.shape[0], max_len)
-    decode.prefill(state, w, prompt.to(w.device))
+    state = decode.prefilled(w, prompt.to(w.device), max_len)
     logits = [step(state, w).detach().float().clone() for _ in range(steps)]
     T = prompt.shape[1]
     return torch.stack(logits).cpu(), state.out[:, T + 1:T + 1 + steps].cpu()
@@ -188,8 +187,7 @@ def run(ctx: Context[Options]) -> None:
             relative=False)
 
     # 2. the core is one graph with no breaks (counted by Dynamo, no compiler involved)
-    state = decode.new_state(w, batch, max_len)
-    decode.prefill(state, w, prompt.to(w.device))
+    state = decode.prefilled(w, prompt.to(w.device), max_len)
     pos = state.pos
     x = F.embedding(state.tok, w.wte) + w.wpe.index_select(0, pos)
     ex = explain(decode.decode_core, x, state.slots == pos, state.slots > pos,
@@ -207,8 +205,7 @@ def run(ctx: Context[Options]) -> None:
 
     # 3. the indexed step as it is
     compiled_step = torch.compile(decode.decode_step)
-    state = decode.new_state(w, batch, max_len)
-    decode.prefill(state, w, prompt.to(w.device))
+    state = decode.prefilled(w, prompt.to(w.device), max_len)
     try:
         with quiet_dynamo(), ctx.activity("compiling the indexed step (first call)"):
             _, setup = first_call(compiled_step, state, w, device=ctx.device)
@@ -240,8 +237,7 @@ def run(ctx: Context[Options]) -> None:
     def compiled_split(s: decode.DecodeState, ww: Any) -> torch.Tensor:
         return decode.decode_step_split(s, ww, core=core)
 
-    state = decode.new_state(w, batch, max_len)
-    decode.prefill(state, w, prompt.to(w.device))
+    state = decode.prefilled(w, prompt.to(w.device), max_len)
     with quiet_dynamo(), ctx.activity("compiling the split step's core (first call)"):
         _, setup = first_call(compiled_split, state, w, device=ctx.device)
     ctx.metric(M.STEP_COMPILES, True, step="split")
@@ -251,8 +247,7 @@ def run(ctx: Context[Options]) -> None:
     methods[Method.COMPILE_DEFAULT, "split"] = compiled_split
 
     # 5. steady step time, methods in rotating order; the state is restored before every round
-    state = decode.new_state(w, batch, max_len)
-    decode.prefill(state, w, prompt.to(w.device))
+    state = decode.prefilled(w, prompt.to(w.device), max_len)
     saved = state.snapshot()
 
     def timer(step: Callable[[decode.DecodeState, Any], torch.Tensor]) -> Callable[[], list[float]]:

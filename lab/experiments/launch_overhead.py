@@ -23,7 +23,6 @@ from lab.contract.options import option
 from lab.run.context import Context
 
 
-
 @dataclass(frozen=True)
 class Options:
     n_ops: int = option(100, "tiny ops per call (rounded down to an even number)", minimum=1)

@@ -61,12 +61,6 @@ class Options:
     traces: bool = option(True, "keep each compile's trace in the run directory (traces/model_scaling/)")
 
 
-def _speedup(ctx: Context[Options], **params) -> tuple[float, intervals.Interval | None]:
-    """A method's stored speedup over eager and its 95% interval (None where fewer than two rounds ran)."""
-    value = ctx.record.metric(M.SPEEDUP_VS_EAGER.name, **params).value
-    return float(value), stored_interval(ctx.record, M.SPEEDUP_VS_EAGER, **params)
-
-
 def priority(sizes: tuple[str, ...], dtypes: tuple[str, ...], batches: tuple[int, ...]) -> list[tuple[int, str, str]]:
     """(batch, dtype, size) in the order they run: what the budget keeps comes first."""
     return [(b, d, s) for b in sorted(batches) for d in dtypes for s in sizes]
@@ -127,8 +121,10 @@ def run(ctx: Context[Options]) -> None:
                                 budget=budget, bandwidth=bandwidth, w32=w32, trace=o.traces)
         w32 = None
         for method in found.ms:
-            if method != Method.EAGER:
-                speed.setdefault((method, dtype, batch), {})[size] = _speedup(ctx, method=method, **params)
+            if method != Method.EAGER:  # the stored speedup and its 95% interval (None: fewer than two rounds ran)
+                value = float(ctx.record.metric(M.SPEEDUP_VS_EAGER.name, method=method, **params).value)
+                interval = stored_interval(ctx.record, M.SPEEDUP_VS_EAGER, method=method, **params)
+                speed.setdefault((method, dtype, batch), {})[size] = value, interval
     w = None
     free_device_memory(ctx.device)
     cases = []

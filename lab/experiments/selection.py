@@ -80,12 +80,9 @@ def candidates_by_case(record: Any) -> dict[str, list[Candidate]]:
         key = case_key({k: v for k, v in m.params.items() if k != P.READBACK}) + "|" + str(m.params[P.METHOD])
         if key in wrong:
             continue
-        sp = m.spread
-        out[case_key(m.params)].append(Candidate(str(m.params[P.METHOD]), float(m.value),
-                                                 sp.q1 if sp else float(m.value), sp.q3 if sp else float(m.value),
-                                                 bool(sp.noisy) if sp else False,
-                                                 sp.ci_low if sp else None, sp.ci_high if sp else None,
-                                                 dict(m.params)))
+        sp, value = m.spread, float(m.value)
+        spread = (sp.q1, sp.q3, bool(sp.noisy), sp.ci_low, sp.ci_high) if sp else (value, value, False, None, None)
+        out[case_key(m.params)].append(Candidate(str(m.params[P.METHOD]), value, *spread, dict(m.params)))
     return out
 
 

@@ -69,11 +69,8 @@ def jobs(targets: list[Target], image_prefix: str, claim: str, gpus: int, cpus: 
     grouped: dict[tuple[str, str | None], list[Target]] = {}
     for t in targets:
         grouped.setdefault((t.variant, t.constraint), []).append(t)
-    out = []
-    for k, ((variant, constraint), group) in enumerate(grouped.items()):
-        out.append(job(f"{name}-{k}", f"{image_prefix}:{variant}", group, claim,
-                       gpus if any(t.gpu for t in group) else 0, node_selector(constraint), cpus))
-    return out
+    return [job(f"{name}-{k}", f"{image_prefix}:{variant}", group, claim, gpus if any(t.gpu for t in group) else 0,
+                node_selector(constraint), cpus) for k, ((variant, constraint), group) in enumerate(grouped.items())]
 
 
 def manifest(docs: list[dict[str, Any]]) -> str:

@@ -66,20 +66,14 @@ def cpulist_text(cpus: tuple[int, ...] | None) -> str:
 
 def numa_nodes(root: Path = NODE_ROOT) -> dict[int, tuple[int, ...]]:
     """NUMA node -> its CPUs ({} where /sys has no node folders)."""
-    nodes: dict[int, tuple[int, ...]] = {}
-    for folder in sorted(root.glob("node[0-9]*")):
-        text = read_text(folder / "cpulist")
-        if text is not None:
-            nodes[int(folder.name[4:])] = parse_cpulist(text)
-    return nodes
+    texts = {int(folder.name[4:]): read_text(folder / "cpulist") for folder in sorted(root.glob("node[0-9]*"))}
+    return {node: parse_cpulist(text) for node, text in texts.items() if text is not None}
 
 
 def pci_address(props: Any) -> str | None:
     """The sysfs PCI address ("0000:dc:00.0") of a CUDA device's properties, where torch exposes its ids."""
     ids = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-    if any(not isinstance(i, int) for i in ids):
-        return None
-    return f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0"
+    return f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0" if all(isinstance(i, int) for i in ids) else None
 
 
 def gpu_node(address: str | None, root: Path = PCI_ROOT) -> int | None:
@@ -100,11 +94,8 @@ DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers (an H200 is the
 def first_nvidia_gpu(root: Path = PCI_ROOT) -> str | None:
     """The PCI address of the first NVIDIA GPU in bus order, read from sysfs without loading torch or CUDA
     (on a host of identical GPUs, CUDA's default order ties on the bus id, so this is device 0)."""
-    for dev in sorted(root.glob("*")):
-        cls = read_text(dev / "class") or ""
-        if read_text(dev / "vendor") == NVIDIA_VENDOR and cls[:6] in DISPLAY_CLASSES:
-            return dev.name
-    return None
+    return next((dev.name for dev in sorted(root.glob("*")) if read_text(dev / "vendor") == NVIDIA_VENDOR
+                 and (read_text(dev / "class") or "")[:6] in DISPLAY_CLASSES), None)
 
 
 def thread_cpu(stat: Path = Path("/proc/thread-self/stat")) -> int | None:

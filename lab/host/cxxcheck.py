@@ -82,11 +82,6 @@ def others(search_path: str, off_path: list[str], exclude: str | None) -> list[s
             if f and f != exclude and os.path.realpath(f) != os.path.realpath(exclude or "")]
 
 
-def setting(variable: str | None, value: str | None) -> str:
-    """'CXX=/x/g++' when the variable chose the compiler, else 'Inductor's default'."""
-    return f"{variable}={value}" if variable and value else "Inductor's default search"
-
-
 def broken_reason(compiler: str, where: str, broken: str, variable: str | None, value: str | None,
                   alternatives: list[str]) -> Reason:
     """NOT_RUN compiler_broken: the compiler was found but cannot build and run a tiny program."""

@@ -80,10 +80,8 @@ def driver_reason(needs_cuda: str | None, driver: str | None, driver_cuda: str |
     if not need or (driver is None and driver_cuda is None):
         return None
     minimum = min_driver(needs_cuda)
-    if driver_cuda is not None:
-        too_old = version_tuple(driver_cuda)[:1] < need[:1]
-    else:
-        too_old = minimum is not None and version_tuple(driver) < version_tuple(minimum)
+    too_old = (version_tuple(driver_cuda)[:1] < need[:1] if driver_cuda is not None
+               else minimum is not None and version_tuple(driver) < version_tuple(minimum))
     if not too_old:
         return None
     have = f"NVIDIA driver {driver or '(version unknown)'}" + (f" (supports CUDA up to {driver_cuda})"

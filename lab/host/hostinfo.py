@@ -140,10 +140,7 @@ def cache_state(cache_dir: str | Path | None) -> dict[str, Any]:
 
     Recorded at the start of a run, so that compile times of two runs are compared only where the
     cache was in the same state (lab.contract.metrics: setup_s is comparable under `manifest:compile_cache.state`)."""
-    entries = 0
-    if cache_dir:
-        for _, _, files in os.walk(cache_dir):
-            entries += len(files)
+    entries = sum(len(files) for _, _, files in os.walk(cache_dir)) if cache_dir else 0
     return {"state": "warm" if entries else "cold", "entries": entries}
 
 

@@ -95,11 +95,10 @@ def parse_vswhere(text: str) -> list[VsInstall]:
         data = json.loads(text or "[]")
     except json.JSONDecodeError:
         return []
-    if not isinstance(data, list):
-        return []
     return [VsInstall(path=str(item["installationPath"]), name=str(item.get("displayName", "")),
                       version=str(item.get("installationVersion", "")))
-            for item in data if isinstance(item, dict) and item.get("installationPath")]
+            for item in (data if isinstance(data, list) else [])
+            if isinstance(item, dict) and item.get("installationPath")]
 
 
 def choose_install(installs: list[VsInstall], exists: Callable[[str], bool]) -> VsInstall | None:
@@ -116,10 +115,8 @@ def parse_set_output(text: str) -> dict[str, str]:
     Without the marker the whole text is parsed (for `set` output recorded on its own).
     """
     lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.strip() == MARKER:
-            lines = lines[i + 1:]
-            break
+    marker = next((i for i, line in enumerate(lines) if line.strip() == MARKER), None)
+    lines = lines if marker is None else lines[marker + 1:]
     env: dict[str, str] = {}
     for line in lines:
         line = line.rstrip("\r")
@@ -144,10 +141,8 @@ def find_installs(runner: Runner, exists: Callable[[str], bool],
 
 def find_cl(path_value: str) -> str | None:
     """cl.exe on a Windows PATH value (checked with the host's filesystem)."""
-    for d in path_value.split(";"):
-        if d and os.path.isfile(os.path.join(d, "cl.exe")):
-            return win_join(d, "cl.exe")
-    return None
+    return next((win_join(d, "cl.exe") for d in path_value.split(";")
+                 if d and os.path.isfile(os.path.join(d, "cl.exe"))), None)
 
 
 _LAST: MsvcEnvironment | None = None

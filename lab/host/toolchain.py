@@ -15,6 +15,7 @@ so tests can hide the compiler or the headers without touching the machine.
 from __future__ import annotations
 
 import glob
+import importlib
 import os
 import shutil
 import subprocess
@@ -230,12 +231,9 @@ class HostView:
              try_program: Callable[[str, str], str | None] = cxxcheck.compile_and_run) -> "HostView":
         """A view for tests: the search is derived from `environ` the way Inductor's config derives it."""
         env = dict(environ or {})
-        if platform == "win32":
-            search: tuple[str, ...] = (env.get("CXX", "cl"),)
-        else:
-            search = (env.get("CXX", "clang++" if platform == "darwin" else "g++"),)
+        default = {"win32": "cl", "darwin": "clang++"}.get(platform, "g++")
         return cls(path=path, environ=env, root=root, platform=platform, python_include=python_include,
-                   search=search, run=run, try_program=try_program)
+                   search=(env.get("CXX", default),), run=run, try_program=try_program)
 
 
 def _inductor_search() -> tuple[str, ...]:
@@ -279,10 +277,9 @@ def _windows_off_path(view: HostView) -> tuple[list[str], dict[str, Any] | None]
     if not view.real:
         return [], None
     _, installs = msvc.find_installs(msvc._subprocess_runner, os.path.isfile, os.environ)  # pragma: no cover
-    found = []  # pragma: no cover
-    for inst in installs:  # pragma: no cover
-        found.extend(sorted(glob.glob(os.path.join(inst.path, "VC", "Tools", "MSVC", "*", "bin", "Hostx64", "x64",
-                                                   "cl.exe"))))
+    found = [cl for inst in installs  # pragma: no cover
+             for cl in sorted(glob.glob(os.path.join(inst.path, "VC", "Tools", "MSVC", "*", "bin", "Hostx64", "x64",
+                                                     "cl.exe")))]
     return found, msvc.describe()  # pragma: no cover
 
 
@@ -359,20 +356,15 @@ def _torch_triton_requirement() -> str | None:
         reqs = metadata.requires("torch") or []
     except metadata.PackageNotFoundError:
         return None
-    for r in reqs:
-        if r.split(";")[0].strip().lower().startswith(("triton", "pytorch-triton")):
-            return r.split(";")[0].strip()
-    return None
+    names = (r.split(";")[0].strip() for r in reqs)
+    return next((n for n in names if n.lower().startswith(("triton", "pytorch-triton"))), None)
 
 
 def probe_triton(importer: Callable[[], Any] | None = None) -> TritonInfo:
     """Import Triton; when it fails, say why, whether a distribution is installed, and what torch asks for."""
     installed = next(filter(None, map(version_of, ("triton", "pytorch-triton", "triton-windows"))), None)
     try:
-        if importer is None:
-            import triton as module
-        else:
-            module = importer()
+        module = importlib.import_module("triton") if importer is None else importer()
     except Exception as exc:  # ImportError, or a broken install raising something else
         return TritonInfo(False, why_not=f"{type(exc).__name__}: {exc}".splitlines()[0], installed_version=installed,
                           torch_requires=_torch_triton_requirement())

@@ -129,10 +129,8 @@ class Target:
         return f"CPython {self.python} on {self.platform}"
 
     def pip_args(self) -> list[str]:
-        args = ["--only-binary=:all:", "--implementation", "cp", "--python-version", self.python]
-        for tag in platform_tags(self.platform):
-            args += ["--platform", tag]
-        return args
+        return ["--only-binary=:all:", "--implementation", "cp", "--python-version", self.python,
+                *(arg for tag in platform_tags(self.platform) for arg in ("--platform", tag))]
 
 
 @dataclass(frozen=True)

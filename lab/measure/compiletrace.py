@@ -141,9 +141,7 @@ def _kind(meta: dict[str, Any]) -> str:
 
 
 def _compile_id(meta: dict[str, Any]) -> str | None:
-    if meta.get("frame_id") is None:
-        return None
-    return f"{meta['frame_id']}/{meta.get('frame_compile_id', 0)}"
+    return None if meta.get("frame_id") is None else f"{meta['frame_id']}/{meta.get('frame_compile_id', 0)}"
 
 
 def _json_list(text: str | None) -> list[str]:

@@ -65,9 +65,7 @@ class Diagnosis:
 
     @property
     def speedup(self) -> float | None:
-        if self.eager_ms and self.compiled_ms:
-            return self.eager_ms / self.compiled_ms
-        return None
+        return self.eager_ms / self.compiled_ms if self.eager_ms and self.compiled_ms else None
 
     def check(self, number: int) -> Check:
         return self.checks[number - 1]
@@ -79,11 +77,10 @@ class Diagnosis:
 
     def render(self) -> str:
         marks = {"ok": "ok", "finding": "FOUND", "needs_cuda": "needs CUDA", "not_run": "not run"}
-        lines = [f"diagnose {self.target} on {self.device}"]
-        for c in self.checks:
-            lines.append(f"  {c.number}. {c.name:<28} [{marks.get(c.status, c.status)}] {c.evidence}")
-        lines.append(f"verdict: {self.verdict}: {self.headline}")
-        return "\n".join(lines)
+        return "\n".join([f"diagnose {self.target} on {self.device}",
+                          *(f"  {c.number}. {c.name:<28} [{marks.get(c.status, c.status)}] {c.evidence}"
+                            for c in self.checks),
+                          f"verdict: {self.verdict}: {self.headline}"])
 
 
 # ---------------------------------------------------------------------------- loading a target

@@ -137,11 +137,8 @@ def recompile_reasons() -> contextlib.AbstractContextManager[list[str]]:
 
 def limit_hit(counters: dict[str, Any]) -> bool:
     """Whether Dynamo gave up on a frame because the recompile limit was reached."""
-    for key in counters.get("unimplemented", {}):
-        text = str(key).lower()
-        if "recompile limit" in text or "cache_size_limit" in text or "cache size limit" in text:
-            return True
-    return False
+    texts = (str(key).lower() for key in counters.get("unimplemented", {}))
+    return any(s in text for text in texts for s in ("recompile limit", "cache_size_limit", "cache size limit"))
 
 
 @dataclass

@@ -74,13 +74,6 @@ class StepProfile:
         return [{"name": k[:90], "ms_per_step": round(v[0], 4), "per_step": round(v[1], 2), "matmul": is_matmul(k)}
                 for k, v in rows]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "steps": self.steps, "kernels_per_step": round(self.kernels, 2),
-                "self_cpu_ms": round(self.self_cpu_ms, 4),
-                "self_device_ms": None if self.self_device_ms is None else round(self.self_device_ms, 4),
-                "kernel_ms": round(self.kernel_ms, 4), "matmul_ms": round(self.matmul_ms, 4),
-                "matmul_share": round(self.matmul_share, 4), "top": self.top()}
-
 
 @contextlib.contextmanager
 def enable_cpp_kernel_profile() -> Iterator[None]:
@@ -109,11 +102,8 @@ def summarise(events: list[Any], steps: int, device: str) -> StepProfile:
     from torch.autograd import DeviceType
 
     on_cuda = device == "cuda"
-    self_cpu_us = 0.0
-    device_us = 0.0
+    self_cpu_us = device_us = kernel_us = matmul_us = 0.0
     kernels = 0
-    kernel_us = 0.0
-    matmul_us = 0.0
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for e in events:
         if e.device_type == DeviceType.CPU:
@@ -124,9 +114,8 @@ def summarise(events: list[Any], steps: int, device: str) -> StepProfile:
             us = float(e.time_range.elapsed_us())
             device_us += us
         else:
-            if e.device_type != DeviceType.CPU or e.name.startswith(_WRAPPER_PREFIXES):
-                continue
-            if not _is_op(e.name) or not _outermost(e):
+            if (e.device_type != DeviceType.CPU or e.name.startswith(_WRAPPER_PREFIXES) or not _is_op(e.name)
+                    or not _outermost(e)):
                 continue
             us = float(e.cpu_time_total)
         kernels += 1

@@ -155,6 +155,13 @@ def prefill(state: DecodeState, w: Weights, prompt: torch.Tensor) -> torch.Tenso
     return logits
 
 
+def prefilled(w: Weights, prompt: torch.Tensor, max_len: int) -> DecodeState:
+    """A new state of `max_len` slots for the prompt's batch, the prompt prefilled (`prefill`)."""
+    state = new_state(w, prompt.shape[0], max_len)
+    prefill(state, w, prompt)
+    return state
+
+
 # ---------------------------------------------------------------------------- the fixed-shape step
 
 def decode_step(state: DecodeState, w: Weights) -> torch.Tensor:
@@ -266,8 +273,7 @@ def generate_fixed(w: Weights, prompt: torch.Tensor, new_tokens: int, max_len: i
                    step: Callable[[DecodeState, Weights], Any] = decode_step) -> torch.Tensor:
     """Greedy decoding with the fixed-shape step: [B, new_tokens]."""
     T = prompt.shape[1]
-    state = new_state(w, prompt.shape[0], max_len or T + new_tokens + 1)
-    prefill(state, w, prompt.to(w.device))
+    state = prefilled(w, prompt.to(w.device), max_len or T + new_tokens + 1)
     for _ in range(new_tokens - 1):
         step(state, w)
     return state.out[:, T:T + new_tokens].cpu()

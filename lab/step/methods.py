@@ -224,12 +224,6 @@ def compile_entry(spec: MethodSpec, dynamic: bool | None, shape: tuple[Any, ...]
     return _ENTRIES[key]
 
 
-def mark_static(tensors: list[torch.Tensor]) -> None:
-    """Give tensors static addresses for Dynamo/cudagraphs, as a module's parameters and buffers have."""
-    for t in tensors:
-        torch._dynamo.mark_static_address(t)
-
-
 def clone_weights(w: Weights) -> Weights:
     """A private copy of the weights (so marking them static changes nothing for other methods)."""
     from lab.step.model import LayerWeights
@@ -333,7 +327,8 @@ def _make_ready(m: StepMethod, spec: MethodSpec, warmup: int, dynamic: bool | No
     w = spec.prepare(m.weights) if spec.prepare else m.weights
     if spec.static:
         w = clone_weights(w)
-        mark_static(list(state.buffers().values()) + w.tensors())
+        for t in [*state.buffers().values(), *w.tensors()]:  # static addresses, as a module's parameters have
+            torch._dynamo.mark_static_address(t)
     m.weights = w
     fn: StepFn = spec.bind(state, w) if spec.bind else (spec.step or decode.decode_step)
     plan = getattr(fn, "plan", None)  # a bound fused step's plan says which path it took
@@ -371,9 +366,8 @@ def build(method: str | MethodSpec, w: Weights, prompt: torch.Tensor, max_len: i
     Raises FullGraphError when a row that needs one graph gets a graph break.
     """
     spec = method if isinstance(method, MethodSpec) else method_spec(method)
-    state = decode.new_state(w, prompt.shape[0], max_len)
+    state = decode.prefilled(w, prompt, max_len)
     m = StepMethod(spec.name, state, w, prompt, spec=spec, prefill_weights=w)
-    decode.prefill(state, w, prompt)
     before = dynamo_counters()
     # On the CPU, Inductor's generated kernels are profiler events only if it emitted them so.
     kernel_events = enable_cpp_kernel_profile() if not prompt.is_cuda else contextlib.nullcontext()

@@ -56,8 +56,7 @@ class Forced:
 @torch.no_grad()
 def reference(w32: Weights, prompt: torch.Tensor, max_len: int, steps: int) -> Reference:
     """Greedy fp32 eager from `prompt`: each step's input token and logits."""
-    state = decode.new_state(w32, prompt.shape[0], max_len)
-    decode.prefill(state, w32, prompt)
+    state = decode.prefilled(w32, prompt, max_len)
     start = int(state.pos.item())
     if start + steps >= max_len:
         raise ValueError(f"teacher forcing: {steps} steps after a {start}-token prompt do not fit {max_len} slots")

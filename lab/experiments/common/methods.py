@@ -343,10 +343,6 @@ def _fused_kernels(ctx: Any, ms: MethodSet, name: str, m: stepmethods.StepMethod
     ctx.note(notes.FUSED_KERNELS.key_for(method=name, shape=_note_shape(shape)), table)
 
 
-def _short(key: str, value: Any) -> str:
-    return f"b{value}" if key == P.BATCH else str(value)
-
-
 def _note_shape(shape: Shape) -> str:
     """The shape as the per-method notes name it ("b1.float32"): top_kernels, fused_kernels, fused_layouts."""
-    return ".".join(_short(k, v) for k, v in shape.params.items())
+    return ".".join(f"b{v}" if k == P.BATCH else str(v) for k, v in shape.params.items())

@@ -133,15 +133,11 @@ def conclude(ctx: Any, sentence: str, rule: str) -> None:
     ctx.note(notes.CONCLUSION_RULE.key, rule)
 
 
-def inductor_missing(ctx: Any) -> Any:
-    """The toolchain's reason Inductor cannot compile for this run's device (a Reason), or None when it can."""
-    toolchain = getattr(ctx, "toolchain", None)
-    return None if toolchain is None else toolchain.reason_for("inductor", ctx.device.type)
-
-
 def inductor_skip(ctx: Any, item: str) -> bool:
-    """Record `item` as skipped (with the toolchain's reason) when Inductor cannot compile here; True if skipped."""
-    reason = inductor_missing(ctx)
+    """Record `item` as skipped (with the toolchain's reason) when Inductor cannot compile for this run's device;
+    True if skipped."""
+    toolchain = getattr(ctx, "toolchain", None)
+    reason = None if toolchain is None else toolchain.reason_for("inductor", ctx.device.type)
     if reason is not None:
         ctx.skip(item, reason.code, reason.message)
     return reason is not None
@@ -164,22 +160,16 @@ def provenance(ctx: Any) -> dict[str, Any]:
     return dict(weights) if weights else resolve_weights(ctx.profile.model, None)
 
 
-def label(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
-
-
 needs_cuda = methods.needs_cuda
 
 
 @dataclass
 class Measured:
     """What measure_methods found for one shape: median ms per method (no readback unless asked), the per-round
-    samples behind it (for a speedup's interval against figures timed elsewhere), kernels per step, and eager's
-    tokens."""
+    samples behind it (for a speedup's interval against figures timed elsewhere), and eager's tokens."""
 
     ms: dict[str, float] = field(default_factory=dict)
     rounds: dict[str, list[list[float]]] = field(default_factory=dict)
-    kernels: dict[str, int] = field(default_factory=dict)
     tokens: torch.Tensor | None = None
 
 
@@ -195,16 +185,13 @@ def measure_methods(ctx: Any, w: Weights, names: tuple[str, ...], params: dict[s
     profiler_guard.unit_started(shape.label())  # each shape is timed, then profiled
     prompt = prompt_for(int(w.wte.shape[0]), batch, prompt_len, ctx.device, 7000 + batch)
     ms = methods.build(ctx, w, names, prompt, shape, warmup=warmup, dynamic=dynamic, budget=budget, trace=trace)
-    out = Measured()
     if not ms.built:
-        return out
+        return Measured()
     methods.check(ctx, ms, w32=w32 if w32 is not None else (w if dtype == "float32" else None))
     methods.time(ctx, ms, rounds, readbacks=(readback,), bandwidth_gbps=bandwidth)
     if profile_kernels:
         methods.profile(ctx, ms)
-    out.ms = ms.step_ms(readback)
-    out.rounds = {n: r for (n, rb), r in ms.rounds.items() if rb == readback}
-    out.kernels, out.tokens = ms.kernels, ms.tokens
+    out = Measured(ms.step_ms(readback), {n: r for (n, rb), r in ms.rounds.items() if rb == readback}, ms.tokens)
     ms.built.clear()
     free_device_memory(ctx.device)
     return out
