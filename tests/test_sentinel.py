@@ -513,3 +513,50 @@ def test_a_second_fresh_process_that_dies_leaves_the_verdict_on_one_and_says_so(
     failed = [(c.name, c.fatal) for c in ctx.record.checks if not c.passed]
     assert failed == [("the second fresh process warmed up (end)", False)]
     assert sentinel_end.record_paired(ctx, paired) is True
+
+
+@pytest.mark.skipif(cpuplace.allowed() is None, reason="no CPU affinity on this platform")
+@pytest.mark.parametrize("same", [True, False])
+def test_the_end_takes_turns_on_the_start_s_cpu_where_it_may(monkeypatch, same):
+    """At the end every side is pinned to the start's CPU (the verdict divides the end by the start: the same core
+    at both ends); a CPU this thread may not use falls back to the thread's own. The affinity is restored after."""
+    from lab.run import turns
+
+    p = _Process(lambda n: 2.7)
+    take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
+    ready = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": [4.0]}
+    pins: list = []
+
+    class FakeTurns:
+        def __init__(self, target, kwargs, timeout_s):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def wait(self):
+            return {"ready": ready}
+
+        def ask(self, request):
+            if "pin" in request:
+                pins.append(request["pin"])
+                return {"pinned": request["pin"]}
+            return {"samples": [3.0] * 4, "index": [1.0, 1.0], "host": {}}
+
+        def finish(self):
+            return None
+
+    monkeypatch.setattr(turns, "Turns", FakeTurns)
+    monkeypatch.setattr(pairing, "own_eager", lambda ctx, steps: (lambda: [3.0] * 4))
+    monkeypatch.setattr(sentinel, "child_kwargs", lambda ctx: {"steps": 64})
+    monkeypatch.setattr(sentinel, "steps_of", lambda ctx: 64)
+    before = cpuplace.allowed()
+    start_cpu = max(before) if same else 10**6
+    paired = sentinel.measure_paired(_ctx_end(), "end", start_cpu)
+    assert paired is not None and cpuplace.allowed() == before
+    on = paired.pinned["in-run"]
+    assert on in before and pins == [on, on] and paired.pinned == {"in-run": on, "fresh": on, "fresh-2": on}
+    assert (on == start_cpu) is same

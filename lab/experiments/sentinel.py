@@ -346,9 +346,11 @@ def host_points(warmup: dict[str, Any]) -> dict[str, tuple[list[float], list[flo
 KEPT = ("sentinel.fresh", "sentinel.fresh-2")  # the two fresh processes, kept open from the run's start to its end
 
 
-def measure_paired(ctx: Any, when: str) -> paired.Paired | None:
+def measure_paired(ctx: Any, when: str, cpu: int | None = None) -> paired.Paired | None:
     """The fresh processes' take (recorded at `when`), then `pairs` cycles of eager rounds taking turns with the run's
-    own, every side pinned to the run's thread's CPU (restored after); None if the first child failed.
+    own, every side pinned to `cpu` (the start's, at the end) where this thread may run on it, else to the run's
+    thread's CPU (restored after); None if the first child failed. The same core at both ends: on the H200 a run's
+    start took its turns on CPU 4 and its end on CPU 0, and the verdict divides one by the other.
 
     At the start two children are started and kept open for the end (lab.run.context.ModelCache.keep: closed when
     the run ends, however it ends; each answer has `timeout_s`); the second imports meanwhile and warms up only after
@@ -384,7 +386,8 @@ def measure_paired(ctx: Any, when: str) -> paired.Paired | None:
             own = paired.own_eager(ctx, steps)
             own()  # the run's own build warmed (its process is warm already)
             profiler_guard.check_clean(f"the paired rounds of the sentinel ({when})")
-            with cpuplace.pinned(cpuplace.thread_cpu()) as cpu:  # every side on one CPU: the same core's speed
+            cpu = cpu if cpu in (cpuplace.allowed() or ()) else cpuplace.thread_cpu()
+            with cpuplace.pinned(cpu) as cpu:  # every side on one CPU: the same core's speed
                 pinned = {paired.IN_RUN: cpu, **{side: None if cpu is None else c.ask({"pin": cpu})["pinned"]
                                                  for side, c in fresh.items()}}
                 out = paired.alternate(own, {side: functools.partial(paired.ask_round, c) for side, c in fresh.items()},

@@ -5,10 +5,11 @@ again at the end: the first's take is `sentinel_step_ms` with `when=end`, its `w
 "the sentinel's rounds were steady (end)". Then both take turns with the run's own process, which has compiled,
 captured and profiled for minutes: `pairs` cycles of one eager round of `pair_steps` steps a side, the order
 rotated every cycle, each round between two samples of the host-speed index (lab.measure.hostspeed), every side
-pinned to one CPU (the run's thread's; restored after): on an H200 host the run's thread and the child's sat on
-different CPUs, and in the same minute the index's own loop ran 1.7x slower on the run's, so the ratio measured
-two cores, not the lab. Each round also says what the host and the process did (lab.host.procstat: the thread's
-run-queue wait, the CPU time of its process's other threads, the hypervisor's steal) in the `paired_rounds` note.
+pinned to one CPU (the start's, where the run may still use it; restored after): on an H200 host the
+run's thread and the child's sat on different CPUs, and in the same minute the index's own loop ran 1.7x
+slower on the run's, so the ratio measured two cores, not the lab. Each round also says what the host and
+the process did (lab.host.procstat: the thread's run-queue wait, the CPU time of its process's other threads,
+the hypervisor's steal) in the `paired_rounds` note.
 The rounds and the ratio's figures are lab.experiments.common.paired's.
 
 - `in_run_over_fresh` (params method eager, batch 1, fp32), here and in the start sentinel's record: the median
@@ -142,8 +143,8 @@ def run(ctx: Context[Options]) -> None:
                                                                 "descriptor (lab.run.turns): POSIX only")
         sentinel.measure(ctx, "end")
     else:
-        again = all(ctx.kept(key) is not None for key in sentinel.KEPT)
-        end = sentinel.measure_paired(ctx, "end")
+        start = _start_paired(ctx) if all(ctx.kept(key) is not None for key in sentinel.KEPT) else None
+        end = sentinel.measure_paired(ctx, "end", None if start is None else start.pinned.get(paired.IN_RUN))
         if end is not None:
-            record_paired(ctx, end, _start_paired(ctx) if again else None)
+            record_paired(ctx, end, start)
     drift(ctx)
