@@ -466,50 +466,68 @@ def test_an_older_warm_up_note_gives_no_points():
     assert sentinel.host_points({"round_medians_ms": {Method.EAGER: [3.0]}, "index_ms": {"warmup": [1.0]}}) == {}
 
 
-def test_a_second_fresh_process_that_dies_leaves_the_verdict_on_one_and_says_so(monkeypatch):
-    """The second fresh process ends before it warms up: the paired rounds go on with the first alone, and a
-    non-fatal check says the verdict has no resolution; nothing is lost."""
+class _FakeTurns:
+    """A paired fresh process that answers at once: its take, its pins (kept in `pins`), its rounds; `second_dies`:
+    the second one (started with `gate`) ends before it answers."""
+
+    made: list = []
+    pins: list = []
+    second_dies = False
+    ready: dict = {}
+
+    def __init__(self, target, kwargs, timeout_s):
+        self.second = bool(kwargs.get("gate"))
+        _FakeTurns.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def wait(self):
+        return {"ready": self.ready}
+
+    def ask(self, request):
+        from lab.run import turns
+
+        if self.second and self.second_dies:
+            raise turns.ChildGone("the child ended without answering")
+        if "pin" in request:
+            _FakeTurns.pins.append(request["pin"])
+            return {"pinned": request["pin"]}
+        return {"samples": [3.0] * 4, "index": [1.0, 1.0], "host": {}}
+
+    def finish(self):
+        from lab.run.childproc import ChildResult
+
+        return ChildResult("t", 1, None, False, 1.0, None, "", "boom")
+
+
+def _fake_children(monkeypatch, second_dies: bool = False) -> type[_FakeTurns]:
+    """The paired fresh processes and the run's own eager replaced by fakes that answer 3 ms a step."""
     from lab.run import turns
-    from lab.run.childproc import ChildResult
 
     p = _Process(lambda n: 2.7)
     take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
     ready = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": [4.0]}
-
-    class FakeTurns:
-        made: list = []
-
-        def __init__(self, target, kwargs, timeout_s):
-            self.second = bool(kwargs.get("gate"))
-            FakeTurns.made.append(self)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-        def wait(self):
-            return {"ready": ready}
-
-        def ask(self, request):
-            if self.second:
-                raise turns.ChildGone("the child ended without answering")
-            if "pin" in request:
-                return {"pinned": request["pin"]}
-            return {"samples": [3.0] * 4, "index": [1.0, 1.0], "host": {}}
-
-        def finish(self):
-            return ChildResult("t", 1, None, False, 1.0, None, "", "boom")
-
-    monkeypatch.setattr(turns, "Turns", FakeTurns)
+    for name, value in (("made", []), ("pins", []), ("second_dies", second_dies), ("ready", ready)):
+        monkeypatch.setattr(_FakeTurns, name, value)
+    monkeypatch.setattr(turns, "Turns", _FakeTurns)
     monkeypatch.setattr(pairing, "own_eager", lambda ctx, steps: (lambda: [3.0] * 4))
     monkeypatch.setattr(sentinel, "child_kwargs", lambda ctx: {"steps": 64})
     monkeypatch.setattr(sentinel, "steps_of", lambda ctx: 64)
+    return _FakeTurns
+
+
+def test_a_second_fresh_process_that_dies_leaves_the_verdict_on_one_and_says_so(monkeypatch):
+    """The second fresh process ends before it warms up: the paired rounds go on with the first alone, and a
+    non-fatal check says the verdict has no resolution; nothing is lost."""
+    fake = _fake_children(monkeypatch, second_dies=True)
     ctx = _ctx_end()
     paired = sentinel.measure_paired(ctx, "end")
     assert paired is not None and set(paired.rounds) == {"fresh", "in-run"} and len(paired.in_run) == 24
-    assert paired.resolution() is None and len(FakeTurns.made) == 2
+    assert paired.resolution() is None and len(fake.made) == 2
     failed = [(c.name, c.fatal) for c in ctx.record.checks if not c.passed]
     assert failed == [("the second fresh process warmed up (end)", False)]
     assert sentinel_end.record_paired(ctx, paired) is True
@@ -520,43 +538,11 @@ def test_a_second_fresh_process_that_dies_leaves_the_verdict_on_one_and_says_so(
 def test_the_end_takes_turns_on_the_start_s_cpu_where_it_may(monkeypatch, same):
     """At the end every side is pinned to the start's CPU (the verdict divides the end by the start: the same core
     at both ends); a CPU this thread may not use falls back to the thread's own. The affinity is restored after."""
-    from lab.run import turns
-
-    p = _Process(lambda n: 2.7)
-    take = sentinel.steady_take(p.calls(), now=p.now, **RULE)
-    ready = {"rounds": take.rounds, "warmup": take.summary(), "launch_us_eager": [4.0]}
-    pins: list = []
-
-    class FakeTurns:
-        def __init__(self, target, kwargs, timeout_s):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-        def wait(self):
-            return {"ready": ready}
-
-        def ask(self, request):
-            if "pin" in request:
-                pins.append(request["pin"])
-                return {"pinned": request["pin"]}
-            return {"samples": [3.0] * 4, "index": [1.0, 1.0], "host": {}}
-
-        def finish(self):
-            return None
-
-    monkeypatch.setattr(turns, "Turns", FakeTurns)
-    monkeypatch.setattr(pairing, "own_eager", lambda ctx, steps: (lambda: [3.0] * 4))
-    monkeypatch.setattr(sentinel, "child_kwargs", lambda ctx: {"steps": 64})
-    monkeypatch.setattr(sentinel, "steps_of", lambda ctx: 64)
+    fake = _fake_children(monkeypatch)
     before = cpuplace.allowed()
     start_cpu = max(before) if same else 10**6
     paired = sentinel.measure_paired(_ctx_end(), "end", start_cpu)
     assert paired is not None and cpuplace.allowed() == before
     on = paired.pinned["in-run"]
-    assert on in before and pins == [on, on] and paired.pinned == {"in-run": on, "fresh": on, "fresh-2": on}
+    assert on in before and fake.pins == [on, on] and paired.pinned == {"in-run": on, "fresh": on, "fresh-2": on}
     assert (on == start_cpu) is same

@@ -386,8 +386,8 @@ def measure_paired(ctx: Any, when: str, cpu: int | None = None) -> paired.Paired
             own = paired.own_eager(ctx, steps)
             own()  # the run's own build warmed (its process is warm already)
             profiler_guard.check_clean(f"the paired rounds of the sentinel ({when})")
-            cpu = cpu if cpu in (cpuplace.allowed() or ()) else cpuplace.thread_cpu()
-            with cpuplace.pinned(cpu) as cpu:  # every side on one CPU: the same core's speed
+            target = cpu if cpu in (cpuplace.allowed() or ()) else cpuplace.thread_cpu()
+            with cpuplace.pinned(target) as cpu:  # every side on one CPU: the same core's speed
                 pinned = {paired.IN_RUN: cpu, **{side: None if cpu is None else c.ask({"pin": cpu})["pinned"]
                                                  for side, c in fresh.items()}}
                 out = paired.alternate(own, {side: functools.partial(paired.ask_round, c) for side, c in fresh.items()},
