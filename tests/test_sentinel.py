@@ -288,6 +288,29 @@ def test_the_verdict_is_the_change_since_the_start_against_the_same_processes(en
     assert "at the start the run's process was 1.051x the same fresh processes" in check.detail
 
 
+@pytest.mark.parametrize("second_end_ms, warned", [(3.09, False), (2.85, True)])
+def test_the_fresh_processes_own_change_is_the_verdicts_resolution_and_the_host_s(second_end_ms: float, warned: bool):
+    """Two fresh processes that did nothing moved apart over the run (the second 3.09 -> 2.85 ms while the first
+    stayed at 3.0: 1.084x): `fresh_change` says how far, in the verdict's detail, and beyond 5% it is a host warning;
+    the verdict itself is unchanged (the run's process, 3.2 ms at both ends, did not move against their mean)."""
+    def cycles(second_ms: float) -> pairing.Paired:
+        children = {"fresh": _Child([1.0], 3.0), "fresh-2": _Child([1.0], second_ms)}
+        return pairing.alternate(lambda: [3.2] * 4, {side: c for side, c in children.items()}, cycles=8)
+
+    start, end = cycles(3.09), cycles(second_end_ms)
+    ctx = _ctx_end()
+    sentinel_end.record_paired(ctx, end, pairing.Paired.from_note(start.note()))
+    p = {"method": Method.EAGER, "batch": 1, "dtype": "float32"}
+    fresh = (3.0 / second_end_ms) / (3.0 / 3.09)
+    assert ctx.record.metric(M.FRESH_CHANGE.name, **p).value == pytest.approx(fresh, rel=1e-3)
+    assert ctx.record.metric(M.FRESH_CHANGE_CI_HIGH.name, **p).value >= ctx.record.metric(
+        M.FRESH_CHANGE_CI_LOW.name, **p).value
+    [check] = ctx.record.checks
+    assert f"the two fresh processes' own change {fresh:.3f}x" in check.detail
+    warnings = ctx.record.notes.get(N.HOST_WARNINGS.key, [])
+    assert bool([w for w in warnings if "idle through the run" in w]) is warned
+
+
 def test_a_warm_up_that_ran_out_while_the_host_moved_is_a_host_warning_not_a_failed_check():
     ctx = _ctx_end()
     warm = {"rounds": 40, "seconds": 25.0, "retakes": 2, "warmup_steady": False, "warmup_medians_ms": [3.0, 6.0],

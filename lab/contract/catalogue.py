@@ -155,7 +155,8 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    "verdict, and the host's drift", "020",
                    ("cuda",), (M.SENTINEL_STEP_MS, M.LAUNCH_US_PER_OP_SAMPLES, M.LAUNCH_US_PER_OP, *_SENSITIVITY,
                                M.IN_RUN_OVER_SENTINEL, M.SENTINEL_DRIFT, *_PAIRED, M.IN_RUN_CHANGE,
-                               M.IN_RUN_CHANGE_CI_LOW, M.IN_RUN_CHANGE_CI_HIGH)),
+                               M.IN_RUN_CHANGE_CI_LOW, M.IN_RUN_CHANGE_CI_HIGH, M.FRESH_CHANGE, M.FRESH_CHANGE_CI_LOW,
+                               M.FRESH_CHANGE_CI_HIGH)),
 )
 
 BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}

@@ -211,6 +211,10 @@ IN_RUN_CHANGE, IN_RUN_CHANGE_CI_LOW, IN_RUN_CHANGE_CI_HIGH = _with_interval(
     "in_run_change", units.X, N, "in_run_over_fresh at the run's end over the same at its start, against the same two "
     "fresh processes: what the run did to its own process, the processes' own constant parts cancelled (no "
     "direction)", " (the two ends' cycles drawn each on its own)")
+FRESH_CHANGE, FRESH_CHANGE_CI_LOW, FRESH_CHANGE_CI_HIGH = _with_interval(
+    "fresh_change", units.X, N, "fresh_over_fresh at the run's end over the same at its start: how far two processes "
+    "that did nothing moved apart over the run, the resolution of in_run_change (no direction)",
+    " (the two ends' cycles drawn each on its own)")
 SPEEDUP = declare("speedup", units.X, H, "eager's median time over this method's (the compiled one where no method "
                   "is named)", comparable=_BYTES + _GEMM + _LAUNCH, interval=("speedup_ci_low", "speedup_ci_high"),
                   derived_from=("step_ms",))

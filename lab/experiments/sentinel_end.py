@@ -27,7 +27,8 @@ The rounds and the ratio's figures are lab.experiments.common.paired's.
   (lab.contract.hostspeed.in_run_clean); otherwise the non-fatal check "in-run eager within 5% of where it started,
   against the same fresh processes" fails: that is the lab's doing (a profiler's residue, a leak). Where the start
   kept no processes (a run of sentinel_end alone, a resumed run), two new ones are started at the end and the
-  verdict is the end's ratio alone: "in-run eager within 5% of interleaved fresh processes".
+  verdict is the end's ratio alone: "in-run eager within 5% of interleaved fresh processes". `fresh_change`, the
+  two fresh processes' own change over the run, is the verdict's resolution; beyond 5%, a host warning.
 - `in_run_over_sentinel` (eager, graph): cuda_graph_decode's own step over the start sentinel's, and
   `sentinel_drift`, the end sentinel's over the start's: data, not checks. Minutes apart on a shared host they
   measure the host as much as the lab (an H200 host moved eager 2x from minute to minute while graph replay did
@@ -86,16 +87,38 @@ def record_paired(ctx: Context[Options], end: paired.Paired, start: paired.Paire
         return ctx.check("in-run eager within 5% of interleaved fresh processes (or its interval holds 1)",
                          hostspeed.in_run_clean(ratio, ci), detail=detail, fatal=False, **paired.PARAMS)
     began, began_ci = start.ratio()
-    change = ratio / began
-    change_ci = intervals.ratio_interval([[r] for r in end.cycle_ratios()], [[r] for r in start.cycle_ratios()],
-                                         paired=False)
-    put(ctx, M.IN_RUN_CHANGE, Estimate(change, change_ci), 4, **paired.PARAMS)
-    moved = (f"{change:.3f}x" + ("" if change_ci is None else f" {change_ci.text()}") + f" over the run: at the start "
-             f"the run's process was {began:.3f}x the same fresh processes" + ("" if began_ci is None else
-                                                                              f" {began_ci.text()}") + ", at the end ")
+    change = _change(end, start)
+    put(ctx, M.IN_RUN_CHANGE, change, 4, **paired.PARAMS)
+    moved = (f"{change.value:.3f}x" + ("" if change.interval is None else f" {change.interval.text()}") + " over the "
+             f"run: at the start the run's process was {began:.3f}x the same fresh processes" + (
+                 "" if began_ci is None else f" {began_ci.text()}") + twin_change(ctx, end, start) + ", at the end ")
     return ctx.check("in-run eager within 5% of where it started, against the same fresh processes (or its "
-                     "interval holds 1)", hostspeed.in_run_clean(change, change_ci), detail=moved + detail,
+                     "interval holds 1)", hostspeed.in_run_clean(change.value, change.interval), detail=moved + detail,
                      fatal=False, **paired.PARAMS)
+
+
+def _change(end: paired.Paired, start: paired.Paired, twin: bool = False) -> Estimate:
+    """The end's paired ratio over the start's, the two ends' cycles drawn each on its own (`twin`: the two fresh
+    processes' own)."""
+    last, first = end.cycle_ratios(twin), start.cycle_ratios(twin)  # an end's ratio: the median of its cycles'
+    return Estimate(statistics.median(last) / statistics.median(first),
+                    intervals.ratio_interval([[r] for r in last], [[r] for r in first], paired=False))
+
+
+def twin_change(ctx: Any, end: paired.Paired, start: paired.Paired) -> str:
+    """`fresh_change`, the two fresh processes' own change over the run (the resolution of `in_run_change`: they did
+    nothing), for the verdict's detail; beyond 5% with an interval that excludes 1, a host warning: the host moved
+    two idle processes apart by more than the verdict's tolerance (on the H200 on 2026-12-03, 1.059x over a run
+    whose host slowed eager 2x)."""
+    if not (start.cycle_ratios(twin=True) and end.cycle_ratios(twin=True)):
+        return ""
+    fresh = _change(end, start, twin=True)
+    put(ctx, M.FRESH_CHANGE, fresh, 4, **paired.PARAMS)
+    text = f"{fresh.value:.3f}x" + ("" if fresh.interval is None else f" {fresh.interval.text()}")
+    if not hostspeed.in_run_clean(fresh.value, fresh.interval):
+        sentinel.host_warning(ctx, f"the two fresh processes, idle through the run, moved {text} apart over it: "
+                                   "beyond the 5% the instrument's verdict allows")
+    return f"; the two fresh processes' own change {text} (the resolution)"
 
 
 def _in_run_ms(records: list[Any], method: str) -> float | None:

@@ -71,9 +71,13 @@ class Paired:
         """The median over cycles of the run's round over the control's (lab.contract.intervals.pair_ratio)."""
         return intervals.pair_ratio(self.in_run, self.fresh)
 
-    def cycle_ratios(self) -> list[float]:
-        """Each cycle's ratio of the run's round median over the control's."""
-        return [statistics.median(a) / statistics.median(b) for a, b in zip(self.in_run, self.fresh, strict=True)
+    def cycle_ratios(self, twin: bool = False) -> list[float]:
+        """Each cycle's ratio of the run's round median over the control's (`twin`: the first fresh child's over the
+        second's; none with one child)."""
+        if twin and SECOND not in self.rounds:
+            return []
+        num, den = (self.rounds[FRESH], self.rounds[SECOND]) if twin else (self.in_run, self.fresh)
+        return [statistics.median(a) / statistics.median(b) for a, b in zip(num, den, strict=True)
                 if a and b and statistics.median(b) > 0]
 
     def resolution(self) -> tuple[float, intervals.Interval | None] | None:
