@@ -428,7 +428,7 @@ def test_the_sentinels_pair_the_runs_own_eager_with_the_same_fresh_children_at_b
     rec = end.record
     change = rec.metric(M.IN_RUN_CHANGE.name, **p).value
     ratio = rec.metric(M.IN_RUN_OVER_FRESH.name, **p).value / start.record.metric(M.IN_RUN_OVER_FRESH.name, **p).value
-    assert change == pytest.approx(ratio, rel=2e-3)
+    assert change == pytest.approx(ratio, rel=2e-3, abs=1e-4)  # stored to 4 decimals; a loaded CPU can make it tiny
     [verdict] = [c for c in rec.checks if "where it started" in c.name]
     assert "at the start the run's process was" in verdict.detail
     assert rec.metric(M.SENTINEL_STEP_MS.name, method=Method.EAGER, when="end").value > 0
