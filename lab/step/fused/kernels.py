@@ -22,7 +22,7 @@ import triton
 from lab.step.fused.attention import attention_kernel, combine_kernel
 from lab.step.fused.projections import (fc2_residual_kernel, lm_head_kernel, ln_fc_gelu_kernel, ln_qkv_kernel,
                                         proj_residual_kernel)
-from lab.step.fused.rows import add_ln_kernel, argmax_advance_kernel, block_argmax_kernel, gelu_kernel
+from lab.step.fused.rows import add_ln_kernel, argmax_advance_kernel, block_argmax_kernel, gelu_kernel, idle_kernel
 
 KERNELS = {
     "ln_qkv": ln_qkv_kernel,
@@ -38,4 +38,4 @@ KERNELS = {
     "gelu": gelu_kernel,
     "block_argmax": block_argmax_kernel,
 }
-__all__ = ["KERNELS", "triton"]
+__all__ = ["KERNELS", "idle_kernel", "triton"]
