@@ -213,6 +213,48 @@ def case_plans() -> dict[str, Any]:
     return {"reused": reused, "wrong_state": wrong_state, "dropped": key not in S._PLANS}
 
 
+# what each kernel writes (its output in the workspace of a repeatable plan), for the anatomy case
+WRITES = {"ln_qkv": "q", "attention": "part_o", "proj": "x_scratch", "ln_fc": "h", "fc2": "x_scratch",
+          "lm_head": "logits"}
+
+
+@case
+def case_anatomy() -> dict[str, Any]:
+    """Each kernel's variants (lab.step.fused.anatomy; not PDL's: the interpreter has no grid dependency) from the
+    same inputs, its output poisoned first: what each wrote against what the step's own launch writes."""
+    import torch
+
+    from lab.step import decode as D
+    from lab.step.fused import anatomy as A, check as K, stages as ST, step as S
+
+    w = K.weights_for("tiny")
+    state = D.new_state(w, 1, MAX_LEN)
+    D.prefill(state, w, K.prompt_for(1, 4, 512))
+    plan = S.prepare(state, w, sms=2, overrides=_heuristic("tiny", 1), repeatable=True, path="gemv")
+    plan()
+    out: dict[str, Any] = {}
+    for name, launch in A.bound(plan).items():
+        tensors = [a for a in launch.args if isinstance(a, torch.Tensor)]
+        start = [t.clone() for t in tensors]
+        target = getattr(plan.workspace, WRITES[name])
+
+        def ran(run: Any) -> torch.Tensor:
+            for t, s in zip(tensors, start):
+                t.copy_(s)
+            target.fill_(float("nan"))
+            run()
+            return target.clone()
+
+        want = ran(launch)
+        for v in ST.VARIANTS:
+            if not v.pdl and ST.applies(name, v):
+                got = ran(A.made(launch, v))
+                out[f"{name}:{v.name}"] = ("equal" if torch.equal(got, want) else "unwritten" if got.isnan().all()
+                                           else "other" if got.isfinite().all() else "partly")
+        ran(launch)  # what the step's launch leaves, for the kernels after it
+    return out
+
+
 def serve() -> None:
     """The worker: one case name a line on stdin, one JSON line back ({"result": ...} or {"error": ...})."""
     answer = os.fdopen(os.dup(1), "w")
@@ -336,8 +378,21 @@ def test_fused_step_keeps_one_plan_per_state(worker: Worker) -> None:
     assert p["wrong_state"] and "another DecodeState" in p["wrong_state"]
 
 
+@pytest.mark.slow
+def test_anatomy_variants_leave_out_their_stage_and_full_is_the_step_launch(worker: Worker) -> None:
+    from lab.step.fused import stages as ST
+
+    got = worker.run("anatomy")
+    for key, outcome in got.items():
+        variant = ST.BY_NAME[key.split(":")[1]]
+        want = ("unwritten" if variant.idle or ST.Stage.STORE in variant.leave_out else "equal"
+                if not variant.leave_out else "other")
+        assert outcome == want, (key, got)
+    assert {k.split(":")[0] for k in got} == set(ST.KERNELS) and len(got) == 6 * 7 - 1, got
+
+
 def test_every_case_has_a_test() -> None:
-    assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans"}
+    assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
