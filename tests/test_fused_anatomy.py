@@ -78,3 +78,22 @@ def test_every_variant_compiles_for_hopper_and_leaves_its_stage_out() -> None:
         assert arithmetic < full and got[f"{kernel}:idle"]["registers"] < got[f"{kernel}:full"]["registers"], kernel
         if kernel != "attention":
             assert arithmetic <= got[f"{kernel}:no_weights"]["vector_loads"] < full, kernel
+
+
+def test_the_run_page_table_has_a_row_per_kernel_with_variants_then_stages() -> None:
+    from report.sections.anatomy import anatomy
+    from synthetic_runs import metric, rec, results
+
+    where = {"size": "gpt2-124M", "dtype": "bfloat16", "batch": 1}
+    ms = [metric("anatomy_us", us, "us", kernel=k, variant=v, **where)
+          for k in ("proj", "lm_head") for v, us in (("full", 4.0), ("idle", 2.0))]
+    ms += [metric("stage_us", 2.0, "us", kernel="proj", part="ramp", **where),
+           metric("stage_us_ci_low", 1.5, "us", kernel="proj", part="ramp", **where),
+           metric("stage_us_ci_high", 2.5, "us", kernel="proj", part="ramp", **where)]
+    sec = anatomy(results(rec("fused_anatomy", ms)))
+    assert sec is not None and not sec.empty
+    table = sec.tables[0]
+    assert table.columns == ["dtype", "kernel", "full", "idle", "ramp"]
+    assert [[c.text for c in r] for r in table.rows] == [["bfloat16", "proj", "4 us", "2 us", "2 us [1.5, 2.5]"],
+                                                         ["bfloat16", "lm_head", "4 us", "2 us", "—"]]
+    assert anatomy(results(rec("fusion", []))) is None  # a run without it: no section

@@ -42,6 +42,8 @@ class Options:
     repeats: int = option(100, "launches of one kernel per CUDA graph", minimum=1)
     rotate_l2: float = option(4.0, "copies of what a kernel streams, in multiples of the device's L2", minimum=0.0)
     iters: int = option(10, "graph replays timed per round", minimum=1)
+    warmup: int | None = option(None, "untimed replays before each turn (default: the profile's warmup)",
+                                profile="warmup")
     rounds: int | None = option(None, "timing rounds, variants in rotating order (default: the profile's rounds)",
                                 profile="rounds", minimum=1)
 
@@ -88,7 +90,7 @@ def run(ctx: Context[Options]) -> None:
                     if ST.applies(name, v):
                         graphs[f"{name}:{v.name}"] = capture(A.series([A.made(t, v) for t in turns], o.repeats),
                                                              warmup=1)
-        rounds = time_methods({k: g.replay for k, g in graphs.items()}, ctx.clock, o.rounds, o.iters, warmup=2)
+        rounds = time_methods({k: g.replay for k, g in graphs.items()}, ctx.clock, o.rounds, o.iters, o.warmup)
         times: dict[str, dict[str, list[list[float]]]] = {}
         for key, per_round in rounds.items():
             name, variant = key.split(":")

@@ -13,6 +13,10 @@ parameters), and only then waits for the previous kernel (`gdc_wait`) before it 
 activation, the position or the cache. With USE_PDL off both calls compile to nothing. A library
 GEMM between two Triton kernels is launched without the attribute, so it starts after its
 predecessor completes; a Triton kernel after it still waits in its own `gdc_wait` before reading.
+
+LEAVE_OUT (the gemv path's kernels, lab.step.fused.stages): a bit set of stages to leave out when timing where a
+kernel's time goes (lab.step.fused.anatomy); 0, the default, compiles to the kernel without the switch.
+`idle_kernel` is PDL's two calls alone, launched with a kernel's grid and warps.
 """
 
 from __future__ import annotations
