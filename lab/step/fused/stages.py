@@ -19,7 +19,10 @@ previous one as in the step; the step's activations stay in L2 and its weights, 
   `pdl_no_wait` (the same without the wait: independent launches, overlapped as far as resources allow) and
   `pdl_idle` (PDL's two calls alone): `pdl_overlap` = full - pdl is what PDL saves a launch, `wait` = pdl -
   pdl_no_wait what waiting for the predecessor costs.
-The differences are not additive (stages overlap); each says what leaving that stage out would save.
+The differences are not additive (stages overlap); each says what leaving that stage out would save. Two caveats:
+what a variant computes is dead code elsewhere too (proj's `input` takes combining the attention splits with it,
+`arithmetic` keeps only what feeds a store), and a variant compiles to its own registers and layout (`python -m
+lab.step.fused.aot --anatomy` prints them: attention without its input holds 255 registers a thread against 128).
 """
 
 from __future__ import annotations
