@@ -24,6 +24,7 @@ from typing import Any, Literal
 import torch
 
 from lab.contract import metrics as M
+from lab.contract.names import Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common.sweep import SHAPES, copy_bandwidth, free_device_memory, random_weights
@@ -70,7 +71,7 @@ def run(ctx: Context[Options]) -> None:
                  why)
     variants = [v for v in ST.VARIANTS if pdl or not v.pdl]
     for dtype in o.dtypes:
-        params = {"size": o.size, "dtype": dtype, "batch": o.batch}
+        params = {P.SIZE: o.size, P.DTYPE: dtype, P.BATCH: o.batch}
         w = random_weights(SHAPES[o.size], ctx.device, dtype)
         state = timing_state(w, o.batch, o.max_len)
         plan = S.prepare(state, w, repeatable=True, prefetch=o.prefetch, path="gemv")
