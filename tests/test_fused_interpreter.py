@@ -213,6 +213,80 @@ def case_plans() -> dict[str, Any]:
     return {"reused": reused, "wrong_state": wrong_state, "dropped": key not in S._PLANS}
 
 
+# what each kernel writes (its output in the workspace of a repeatable plan), for the anatomy case
+WRITES = {"ln_qkv": "q", "attention": "part_o", "proj": "x_scratch", "ln_fc": "h", "fc2": "x_scratch",
+          "lm_head": "logits"}
+
+
+@case
+def case_anatomy() -> dict[str, Any]:
+    """Each kernel's variants (lab.step.fused.anatomy; not PDL's: the interpreter has no grid dependency) from the
+    same inputs, its output poisoned first: what each wrote against what the step's own launch writes."""
+    import torch
+
+    from lab.step import decode as D
+    from lab.step.fused import anatomy as A, check as K, stages as ST, step as S
+
+    w = K.weights_for("tiny")
+    state = D.new_state(w, 1, MAX_LEN)
+    D.prefill(state, w, K.prompt_for(1, 4, 512))
+    plan = S.prepare(state, w, sms=2, overrides=_heuristic("tiny", 1), repeatable=True, path="gemv")
+    plan()
+    out: dict[str, Any] = {}
+    for name, launch in A.bound(plan).items():
+        tensors = [a for a in launch.args if isinstance(a, torch.Tensor)]
+        start = [t.clone() for t in tensors]
+        target = getattr(plan.workspace, WRITES[name])
+
+        def ran(run: Any) -> torch.Tensor:
+            for t, s in zip(tensors, start):
+                t.copy_(s)
+            target.fill_(float("nan"))
+            run()
+            return target.clone()
+
+        want = ran(launch)
+        for v in ST.VARIANTS:
+            if not v.pdl and ST.applies(name, v):
+                got = ran(A.made(launch, v))
+                out[f"{name}:{v.name}"] = ("equal" if torch.equal(got, want) else "unwritten" if got.isnan().all()
+                                           else "other" if got.isfinite().all() else "partly")
+        ran(launch)  # what the step's launch leaves, for the kernels after it
+    return out
+
+
+@case
+def case_anatomy_experiment() -> dict[str, Any]:
+    """lab.experiments.fused_anatomy's run end to end on the tiny model, with what needs CUDA faked (the device, its
+    L2, the copy bandwidth, PDL, graph capture: the series is called instead of replayed): what it records."""
+    import types
+    from unittest import mock
+
+    from lab.experiments import fused_anatomy as FA
+    from lab.experiments.common.sweep import SHAPES, random_weights
+    from lab.measure.timing import HostClock
+
+    recorded: list[Any] = []
+    ctx = types.SimpleNamespace(
+        options=FA.Options(dtypes=("float32",), max_len=MAX_LEN, repeats=1, iters=1, rounds=2, warmup=0),
+        device=types.SimpleNamespace(type="cuda"), clock=HostClock(),
+        skip=lambda item, code, message: recorded.append(["skip", item, str(code)]),
+        check=lambda name, ok, **p: recorded.append(["check", name, ok]),
+        activity=lambda what: mock.MagicMock(), metric=lambda spec, value, **p: recorded.append(
+            [spec.name, p["kernel"], p["part"], value]),
+        timing=lambda spec, rounds, **p: recorded.append([spec.name, p["kernel"], p["variant"], len(rounds)]))
+    with mock.patch.object(FA, "random_weights", lambda spec, dev, dtype: random_weights(SHAPES["tiny-2L"], "cpu",
+                                                                                        dtype)), \
+            mock.patch.object(FA, "copy_bandwidth", lambda ctx: 100.0), \
+            mock.patch.object(FA, "free_device_memory", lambda dev: None), \
+            mock.patch("lab.step.capture.capture", lambda fn, warmup: types.SimpleNamespace(replay=fn)), \
+            mock.patch("lab.step.fused.step.pdl_supported", lambda dev: (False, "no PDL on this host")), \
+            mock.patch("torch.cuda.get_device_properties", lambda dev: types.SimpleNamespace(L2_cache_size=1 << 16)), \
+            mock.patch.object(C, "DEFAULT_SMS", 2), mock.patch.dict(C.TUNED, clear=True):  # the heuristics: small tiles
+        FA.run(ctx)  # type: ignore[arg-type]
+    return {"recorded": recorded}
+
+
 def serve() -> None:
     """The worker: one case name a line on stdin, one JSON line back ({"result": ...} or {"error": ...})."""
     answer = os.fdopen(os.dup(1), "w")
@@ -336,8 +410,41 @@ def test_fused_step_keeps_one_plan_per_state(worker: Worker) -> None:
     assert p["wrong_state"] and "another DecodeState" in p["wrong_state"]
 
 
+@pytest.mark.slow
+def test_anatomy_variants_leave_out_their_stage_and_full_is_the_step_launch(worker: Worker) -> None:
+    from lab.step.fused import stages as ST
+
+    got = worker.run("anatomy")
+    for key, outcome in got.items():
+        variant = ST.BY_NAME[key.split(":")[1]]
+        want = ("unwritten" if variant.idle or ST.Stage.STORE in variant.leave_out else "equal"
+                if not variant.leave_out else "other")
+        assert outcome == want, (key, got)
+    assert {k.split(":")[0] for k in got} == set(ST.KERNELS) and len(got) == 6 * 7 - 1, got
+
+
+@pytest.mark.slow
+def test_anatomy_experiment_records_every_variant_and_stage(worker: Worker) -> None:
+    from lab.step.fused import stages as ST
+
+    got = worker.run("anatomy-experiment")["recorded"]
+    checks = [r for r in got if r[0] == "check"]
+    assert len(checks) == len(ST.KERNELS) and all(ok for _, _, ok in checks), checks
+    assert [r for r in got if r[0] == "skip"] == [["skip", "the PDL variants (pdl, pdl_no_wait, pdl_idle)",
+                                                   "not_on_this_device"]]
+    timed = {(r[1], r[2]): r[3] for r in got if r[0] == "anatomy_us"}
+    assert set(timed) == {(k, v.name) for k in ST.KERNELS for v in ST.VARIANTS if ST.applies(k, v) and not v.pdl}
+    assert set(timed.values()) == {2}  # rounds kept
+    stages = {(r[1], r[2]) for r in got if r[0] == "stage_us"}
+    no_pdl = {p for p, pair in ST.PARTS.items() if not {"pdl", "pdl_no_wait"} & set(pair)}
+    assert stages == {(k, p) for k in ST.KERNELS for p in no_pdl | {"stream_excess"}
+                      if k != "attention" or p not in ("weights", "stream_excess")}, stages
+    ends = [r for r in got if r[0] in ("stage_us_ci_low", "stage_us_ci_high")]
+    assert len(ends) == 2 * len(stages) and all(isinstance(v, float) for *_, v in ends), ends
+
+
 def test_every_case_has_a_test() -> None:
-    assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans"}
+    assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

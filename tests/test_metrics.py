@@ -125,7 +125,7 @@ def test_recorded_metrics_of_the_smoke_fixture_are_declared_for_their_experiment
     """The committed smoke run (made by this code): every metric is in its experiment's catalogue entry, with
     the declared unit and a value of the declared kind; every reason code is a declared one."""
     results = load(FIXTURE)
-    assert [r.id for r in results.experiments] == [s.id for s in CATALOGUE]
+    assert [r.id for r in results.experiments] == [s.id for s in CATALOGUE if not s.by_name]  # smoke's whole run
     assert not [r.id for r in results.experiments if r.reason and r.reason.code == Code.NOT_IMPLEMENTED]
     seen = set()
     for rec in results.experiments:

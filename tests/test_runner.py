@@ -32,7 +32,8 @@ def test_gpu_profile_without_cuda_is_not_run_no_cuda(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this host has CUDA")
     res = runner.run(profiles.get("gpu"), tmp_path)
-    core = [s for s in catalogue.CATALOGUE if not s.sweep]  # the sweeps have a profile of their own (gpu-sweep)
+    core = catalogue.resolve(None, sweeps=False)  # the sweeps have a profile of their own (gpu-sweep), fused_anatomy
+    assert core == [s for s in catalogue.CATALOGUE if not s.sweep and not s.by_name]  # runs by name only
     assert [r.id for r in res.experiments] == [s.id for s in core]
     for spec, rec in zip(core, res.experiments):
         if "host" in spec.needs:

@@ -40,13 +40,13 @@ def text(value: Any) -> str:
 
 def print_options(experiment: str | None, profile_name: str | None) -> None:
     from lab.contract import profiles
-    from lab.contract.catalogue import resolve
+    from lab.contract.catalogue import CATALOGUE, resolve
     from lab.commands.run import default_profile
     from lab.contract.options import describe
     from lab.run.context import options_class
 
     profile = profiles.get(profile_name or default_profile())
-    for spec in resolve([experiment] if experiment else None):
+    for spec in resolve([experiment]) if experiment else CATALOGUE:  # every experiment's, those run by name too
         infos = describe(options_class(spec))
         print(f"{spec.id}: {spec.title}")
         if not infos:

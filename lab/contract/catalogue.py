@@ -32,6 +32,7 @@ class ExperimentSpec:
     metrics: tuple[MetricSpec, ...] = ()  # every metric it may record
     workload: str = ""  # what its step_ms methods run, for `selection` to choose among them (empty: not a workload)
     sweep: bool = False  # a sweep (issue 14): run by profiles that ask for sweeps, or by name, not by default
+    by_name: bool = False  # a planned device measurement: run only when named (--only, a profile's list), never by default
 
     @property
     def module(self) -> str:
@@ -150,6 +151,10 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                    "torch.where rewrite", "014", (), (M.GRAPHS, M.GRAPH_BREAKS, M.STEP_COMPILES, M.DYNAMO_GRAPHS,
                                                        M.CAPTURES, M.SETUP_S, M.STEP_MS, M.SPEEDUP_VS_EAGER,
                                                        *_INTERVAL, M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
+    # by name only (`--only fused_anatomy`): one planned device call of issue 31
+    ExperimentSpec("fused_anatomy", "Where a fused-step kernel's time goes: each kernel timed with one stage left out "
+                   "(launch, ramp, weights, input, arithmetic, store, the PDL wait)", "031", ("cuda", "triton"),
+                   (M.BANDWIDTH_GBPS, M.ANATOMY_US, M.STAGE_US, M.STAGE_US_CI_LOW, M.STAGE_US_CI_HIGH), by_name=True),
     # last: the fresh-process step again, and the run's own baseline judged against it
     ExperimentSpec("sentinel_end", "The fresh-process step at the end, paired with the run's own eager: the instrument's "
                    "verdict, and the host's drift", "020",
@@ -164,9 +169,9 @@ BY_ID: dict[str, ExperimentSpec] = {spec.id: spec for spec in CATALOGUE}
 
 def resolve(ids: list[str] | None, sweeps: bool = True) -> list[ExperimentSpec]:
     """The specs for the given ids, in catalogue order; unknown ids are an error naming them. Without ids: the
-    whole catalogue, less the sweeps unless `sweeps` (a profile's `sweeps` flag)."""
+    whole catalogue, less the sweeps unless `sweeps` (a profile's `sweeps` flag) and less those run by name only."""
     if not ids:
-        return [spec for spec in CATALOGUE if sweeps or not spec.sweep]
+        return [spec for spec in CATALOGUE if (sweeps or not spec.sweep) and not spec.by_name]
     unknown = [i for i in ids if i not in BY_ID]
     if unknown:
         raise ValueError(f"unknown experiment id(s): {', '.join(unknown)} (valid: {', '.join(BY_ID)})")

@@ -306,6 +306,13 @@ GPU_BUSY_US = declare("gpu_busy_us", units.US, L, "GPU-busy time of one step: th
 GAP_US = declare("gap_us", units.US, L, "the median step time minus the GPU-busy time: the part of a step in which "
                  "no kernel runs (host launch work in eager, launch latency and bubbles between kernels in a graph)",
                  comparable=_MODEL, derived_from=("step_ms", "gpu_busy_us"))
+ANATOMY_US = declare("anatomy_us", units.US, L, "median time a launch of one fused-step kernel, as the step binds it or "
+                    "as a variant that leaves a stage out (param variant: lab.step.fused.stages), from a CUDA graph of "
+                    "back-to-back launches over copies of what it streams")
+STAGE_US, STAGE_US_CI_LOW, STAGE_US_CI_HIGH = _with_interval(
+    "stage_us", units.US, L, "what one stage of a fused-step kernel costs a launch (param part: lab.step.fused.stages."
+    "PARTS): the difference of two variants' anatomy_us; stages overlap, so the parts do not add up to the kernel",
+    " (rounds paired)", derived_from=("anatomy_us",))
 MATMUL_SHARE = declare("matmul_share", units.FRACTION, N, "share of kernel time in matrix products (a property of "
                        "the workload: no direction)")
 GEMM_SHARE = declare("gemm_share", units.FRACTION, N, "share of kernel time in GEMMs (a property of the workload: "

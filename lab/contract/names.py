@@ -115,6 +115,7 @@ class Experiment(StrEnum):
     CONTEXT_SCALING = "context_scaling"
     GRAPH_BUCKETS = "graph_buckets"
     DATA_DEPENDENT_BRANCH = "data_dependent_branch"
+    FUSED_ANATOMY = "fused_anatomy"
     SENTINEL_END = "sentinel_end"
 
 

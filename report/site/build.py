@@ -42,7 +42,7 @@ from report.draw.tables import Table, fmt, params_text
 from report.pages import front as front_page, history
 from report.pages.compare import Comparison, Side, compare
 from report.pages.why_moved import CLASSES
-from report.sections import breakdown_charts, ceilings, costs, host, instrument, section, sweeps, workloads
+from report.sections import anatomy, breakdown_charts, ceilings, costs, host, instrument, section, sweeps, workloads
 from report.site import traces as trace_pages
 from report.site.discover import Run, SkippedFile, load_runs
 from report.site.files import TRACES, Staging, WriteError, write_page
@@ -60,6 +60,7 @@ SECTIONS: list[Callable[[Results], section.Section | None]] = [
     costs.costs,
     workloads.amdahl,
     workloads.fusion,
+    anatomy.anatomy,
     section.dynamo,
     section.correctness,
     section.environment,

@@ -20,6 +20,9 @@
 - `lab.step.fused.check`: side-by-side runs against the eager step (free-running, and teacher-forced in bf16).
 - `lab.step.fused.aot`: `python -m lab.step.fused.aot` compiles every kernel for sm_90 without a GPU (registers,
   spills, the loads left after the PDL wait).
+- `lab.step.fused.stages` and `lab.step.fused.anatomy`: each kernel's LEAVE_OUT switch (weights, input, stores, the
+  PDL wait), the variants that leave one stage out and what their times say; the launches lab.experiments.fused_anatomy
+  times (issue 31: where each ~4 us kernel goes).
 
 Importing this package does not import Triton; `lab.step.fused.step` does.
 """

@@ -3,6 +3,7 @@
     python -m lab.step.fused.aot                                  # fp32 and bf16, batches 1 and 64, sm_90
     python -m lab.step.fused.aot --dtype bfloat16 --batch 8 --pdl --arch 90
     python -m lab.step.fused.aot --dtype bfloat16 --batch 1 --pdl --prefetch     # the fused-pdl-prefetch variant
+    python -m lab.step.fused.aot --batch 1 --anatomy     # each kernel in every variant of lab.step.fused.stages
 
 Triton compiles ahead of time for a named target (`triton.compile(ASTSource, target=GPUTarget)`)
 with the ptxas bundled in its wheel, so a CPU host can check what the interpreter cannot: that
@@ -152,6 +153,16 @@ def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 2
     return plan
 
 
+def anatomy_plan(plan: Any) -> Any:
+    """`plan` with its launches replaced by each kernel in every variant that lab.step.fused.anatomy times (named
+    kernel:variant): what the switches compile to (the stages left out, PDL's calls)."""
+    from lab.step.fused import anatomy as A, stages as ST
+
+    plan.launches = [A.made(launch, v) for name, launch in A.bound(plan).items() for v in ST.VARIANTS
+                     if ST.applies(name, v)]
+    return plan
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.step.fused.aot", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="gpt2", choices=("gpt2", "tiny"))
@@ -160,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: Hopper)")
     p.add_argument("--pdl", action="store_true")
     p.add_argument("--prefetch", action="store_true", help="the PREFETCH kernels with one-chunk configs")
+    p.add_argument("--anatomy", action="store_true", help="each kernel in every variant lab.step.fused.anatomy times")
     p.add_argument("--path", default=None, choices=("gemv", "gemm"),
                    help="force a projection path (default: the rule's at each batch, lab.step.fused.rule)")
     args = p.parse_args(argv)
@@ -171,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         for batch in args.batch:
             plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
                                    path=args.path)
+            plan = anatomy_plan(plan) if args.anatomy else plan
             print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
                   f"{' prefetch' if args.prefetch else ''} path {plan.path}:")
             for c in compile_plan(plan, args.arch):
-                cfg = plan.configs[c.name].__dict__
+                cfg = plan.configs[c.name.split(":")[0]].__dict__
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "
                       f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
                       f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait}  {cfg}")

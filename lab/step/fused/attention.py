@@ -10,13 +10,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.rows import _pdl_launch, _pdl_wait
+from lab.step.fused.rows import _INPUT, _made, _pdl_launch, _pdl_wait, _stored
 
 
 @triton.jit
 def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, scale, E: tl.constexpr,
                      H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
-                     USE_PDL: tl.constexpr, EARLY: tl.constexpr = False, QKV: tl.constexpr = False):
+                     USE_PDL: tl.constexpr, EARLY: tl.constexpr = False, QKV: tl.constexpr = False,
+                     LEAVE_OUT: tl.constexpr = 0):
     """Attention of one query over the cache, split over slots (flash-decoding), unnormalised.
 
     Program (b, h, s) reads q[b, h] and the K and V of slots [s*BS, (s+1)*BS) that are <= pos
@@ -37,6 +38,9 @@ def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, sc
     its first E columns; slot `pos` is not read from the cache but taken from its K and V columns,
     and the program whose split holds `pos` writes them into the cache (no other program of the
     kernel reads that slot, so nothing races): the cache write needs no launch of its own.
+
+    LEAVE_OUT (lab.step.fused.stages, on the gemv path): q, K and V made in registers (INPUT; the position is still
+    read), the partials not stored (STORE), no PDL wait (WAIT).
     """
     pid = tl.program_id(0)
     s = pid % NS
@@ -44,7 +48,7 @@ def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, sc
     b = bh // H
     h = bh % H
     _pdl_launch(USE_PDL)
-    _pdl_wait(USE_PDL)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     d = tl.arange(0, BD)
     d_mask = d < DH
     slot = s * BS + tl.arange(0, BS)
@@ -58,26 +62,26 @@ def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, sc
         row = q_ptr + b * 3 * E + h * DH + d
         q = tl.load(row, mask=d_mask, other=0.0).to(tl.float32)
     else:
-        q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0)
+        q = _made(tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0), LEAVE_OUT, _INPUT)
     valid = (slot <= pos) & (slot < L)
     mask = valid[:, None] & d_mask[None, :]
     if QKV:  # slot pos from this step's K and V (written to the cache below), the others from the cache
         fresh = ((slot == pos) & valid)[:, None] & d_mask[None, :]
         old = mask & (slot != pos)[:, None]
     if EARLY:
-        k = k_raw.to(tl.float32)
+        k = _made(k_raw.to(tl.float32), LEAVE_OUT, _INPUT)
     elif QKV:
         k_new = tl.load(row + E, mask=d_mask, other=0.0)
         k = tl.where(fresh, k_new.to(tl.float32)[None, :],
                      tl.load(cache_ptr + base, mask=old, other=0.0).to(tl.float32))
     else:
-        k = tl.load(cache_ptr + base, mask=mask, other=0.0).to(tl.float32)  # K: cache[0, b, h]
+        k = _made(tl.load(cache_ptr + base, mask=mask, other=0.0).to(tl.float32), LEAVE_OUT, _INPUT)  # cache[0, b, h]
     scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
     m = tl.max(scores, axis=0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)  # a split with no reached slot: l = 0, o = 0
     p = tl.where(valid, tl.exp(scores - m_safe), 0.0)
     if EARLY:  # unreached slots may hold anything (a stale sequence): zero them, p is 0 there
-        v = tl.where(mask, v_raw.to(tl.float32), 0.0)
+        v = _made(tl.where(mask, v_raw.to(tl.float32), 0.0), LEAVE_OUT, _INPUT)
     elif QKV:
         v_new = tl.load(row + 2 * E, mask=d_mask, other=0.0)
         v = tl.where(fresh, v_new.to(tl.float32)[None, :],
@@ -87,12 +91,13 @@ def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, sc
         tl.store(cache_ptr + at, k_new, mask=d_mask & own)
         tl.store(cache_ptr + B * H * L * DH + at, v_new, mask=d_mask & own)
     else:
-        v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0).to(tl.float32)  # V: cache[1, b, h]
+        v = _made(tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0).to(tl.float32), LEAVE_OUT,
+                  _INPUT)  # V: cache[1, b, h]
     o = tl.sum(p[:, None] * v, axis=0)
     split = (b * H + h) * NS + s
-    tl.store(part_o + split * DH + d, o, mask=d_mask)
-    tl.store(part_m + split, m)
-    tl.store(part_l + split, tl.sum(p, axis=0))
+    tl.store(part_o + split * DH + d, o, mask=_stored(d_mask, o, LEAVE_OUT))
+    tl.store(part_m + split, m, mask=_stored(True, m, LEAVE_OUT))
+    tl.store(part_l + split, tl.sum(p, axis=0), mask=_stored(True, m, LEAVE_OUT))
 
 
 @triton.jit

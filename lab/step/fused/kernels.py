@@ -13,6 +13,10 @@ parameters), and only then waits for the previous kernel (`gdc_wait`) before it 
 activation, the position or the cache. With USE_PDL off both calls compile to nothing. A library
 GEMM between two Triton kernels is launched without the attribute, so it starts after its
 predecessor completes; a Triton kernel after it still waits in its own `gdc_wait` before reading.
+
+LEAVE_OUT (the gemv path's kernels, lab.step.fused.stages): a bit set of stages to leave out when timing where a
+kernel's time goes (lab.step.fused.anatomy); 0, the default, compiles to the kernel without the switch.
+`idle_kernel` is PDL's two calls alone, launched with a kernel's grid and warps.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import triton
 from lab.step.fused.attention import attention_kernel, combine_kernel
 from lab.step.fused.projections import (fc2_residual_kernel, lm_head_kernel, ln_fc_gelu_kernel, ln_qkv_kernel,
                                         proj_residual_kernel)
-from lab.step.fused.rows import add_ln_kernel, argmax_advance_kernel, block_argmax_kernel, gelu_kernel
+from lab.step.fused.rows import add_ln_kernel, argmax_advance_kernel, block_argmax_kernel, gelu_kernel, idle_kernel
 
 KERNELS = {
     "ln_qkv": ln_qkv_kernel,
@@ -38,4 +42,4 @@ KERNELS = {
     "gelu": gelu_kernel,
     "block_argmax": block_argmax_kernel,
 }
-__all__ = ["KERNELS", "triton"]
+__all__ = ["KERNELS", "idle_kernel", "triton"]

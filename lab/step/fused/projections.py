@@ -33,48 +33,49 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk
-from lab.step.fused.rows import (_gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _pdl_launch, _pdl_wait,
-                                  _row_blocks)
+from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
+                                  _pdl_launch, _pdl_wait, _row_blocks, _stored)
 
 
 # -------------------------------------------------------------------------------------- helpers
 
 @triton.jit
-def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr):
+def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
     """The weight tile [1, BN, BK] at columns k0.. (zeros past K), widened to fp32.
 
     Loaded in the 3-D shape of the product it feeds ([BB, BN, BK], summed over K), so the tile
-    never changes layout between the load and the multiply.
+    never changes layout between the load and the multiply. Made in registers with the weights left out.
     """
     k = k0 + tl.arange(0, BK)
     mask = n_mask[None, :, None] & (k < K)[None, None, :]
-    return tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0).to(tl.float32)
+    return _made(w, LEAVE_OUT, _WEIGHTS)
 
 
 @triton.jit
-def _load_w_raw(w_ptr, n, n_mask, K, BK: tl.constexpr):
+def _load_w_raw(w_ptr, n, n_mask, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
     """The weight slice [1, BN, BK] at columns 0.. in the weights' own dtype (PREFETCH: widened at use)."""
     k = tl.arange(0, BK)
     mask = n_mask[None, :, None] & (k < K)[None, None, :]
-    return tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0)
+    return _made(tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0), LEAVE_OUT, _WEIGHTS)
 
 
 @triton.jit
 def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_first, b, b_mask, n, n_mask,
              E: tl.constexpr, eps, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             BE: tl.constexpr):
+             BE: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
     """acc [BB, BN] = layer_norm(x[b]) @ W[n].T, with the first weight tile already loaded (w_first)."""
     ke = tl.arange(0, BE)
-    mean, rstd = _ln_stats(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED),
+    mean, rstd = _ln_stats(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT),
                            ke < E, E, eps)
     acc = tl.zeros([BB, BN], dtype=tl.float32)
     w = w_first
     for k0 in range(0, E, BK):
         k = k0 + tl.arange(0, BK)
-        a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED), mean, rstd,
+        a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED, LEAVE_OUT), mean, rstd,
                       g_ptr, beta_ptr, k, E)
         acc += tl.sum(a[:, None, :] * w, axis=2)
-        w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)  # the next tile (all masked after the last)
+        w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT)  # the next tile (all masked after the last)
     return acc
 
 
@@ -88,14 +89,14 @@ def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, beta, w_raw):
 
 
 @triton.jit
-def _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr):
+def _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
     """x_out[b, n] = x_in[b, n] + acc + bias[n]: the residual add that ends the attention's output projection
     and the second MLP matrix (the step passes x_in = x_out: in place, each program its own rows)."""
     mask = b_mask[:, None] & n_mask[None, :]
     rows = b[:, None] * E + n[None, :]
-    out = tl.load(x_in + rows, mask=mask, other=0.0) + acc
+    out = _made(tl.load(x_in + rows, mask=mask, other=0.0), LEAVE_OUT, _INPUT) + acc
     out += bias[None, :]
-    tl.store(x_out + rows, out, mask=mask)
+    tl.store(x_out + rows, out, mask=_stored(mask, out, LEAVE_OUT))
 
 # ------------------------------------------------------------------------------- kernel 1 of 4
 
@@ -103,7 +104,7 @@ def _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr)
 def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
                   B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                  USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
+                  USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -122,37 +123,39 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice)
-        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
         bias = _load_vec(bias_ptr, n, 3 * E)
         g = _load_vec(ln_w, ke, E)
         beta = _load_vec(ln_b, ke, E)
     else:
-        w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)  # weights: written by nobody, safe before the wait
-    _pdl_wait(USE_PDL)
+        w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)  # weights: written by nobody, safe before the wait
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     pos = tl.load(pos_ptr)
     if EMBED:
         if pid_n == 0:  # one row block stores the embedded residual for the later kernels
-            x0 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, True)
-            tl.store(x_ptr + b[:, None] * E + ke[None, :], x0, mask=b_mask[:, None] & (ke < E)[None, :])
+            x0 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, True, LEAVE_OUT)
+            tl.store(x_ptr + b[:, None] * E + ke[None, :], x0,
+                     mask=_stored(b_mask[:, None] & (ke < E)[None, :], x0, LEAVE_OUT))
     if PREFETCH:
-        x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED)
+        x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT)
         acc = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first)
         out = acc + bias[None, :]
     else:
         acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
-                       E, eps, EMBED, BB, BN, BK, BE)
+                       E, eps, EMBED, BB, BN, BK, BE, LEAVE_OUT)
         out = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     part = n // E  # 0: q, 1: k, 2: v
     col = n % E
     is_q = n_mask & (part == 0)
-    tl.store(q_ptr + b[:, None] * E + col[None, :], out, mask=b_mask[:, None] & is_q[None, :])
+    tl.store(q_ptr + b[:, None] * E + col[None, :], out, mask=_stored(b_mask[:, None] & is_q[None, :], out, LEAVE_OUT))
     # cache [2, B, H, L, DH]: K at index 0, V at 1; slot `pos` (nothing is written past the end)
     kv = tl.maximum(part - 1, 0)
     h = col // DH
     d = col % DH
     off = ((kv[None, :] * B + b[:, None]) * H + h[None, :]) * L * DH + pos * DH + d[None, :]
     is_kv = n_mask & (part > 0) & (pos < L)
-    tl.store(cache_ptr + off, out.to(cache_ptr.dtype.element_ty), mask=b_mask[:, None] & is_kv[None, :])
+    tl.store(cache_ptr + off, out.to(cache_ptr.dtype.element_ty),
+             mask=_stored(b_mask[:, None] & is_kv[None, :], out, LEAVE_OUT))
 
 
 # ------------------------------------------------------------------------------- kernel 2 of 4
@@ -160,7 +163,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 @triton.jit
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
-                         BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
+                         BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
+                         LEAVE_OUT: tl.constexpr = 0):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -173,21 +177,23 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
-        w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
     else:
-        w = _load_w(w_ptr, n, n_mask, 0, E, BK)
-    _pdl_wait(USE_PDL)
+        w = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
-        a = _attention_chunk(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK)
+        a = _made(_attention_chunk(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK),
+                  LEAVE_OUT, _INPUT)
         acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
         for k0 in range(0, E, BK):
-            a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB, BK)
+            a = _made(_attention_chunk(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB,
+                                       BK), LEAVE_OUT, _INPUT)
             acc += tl.sum(a[:, None, :] * w, axis=2)
-            w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK)
+            w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT)
         bias = _load_vec(bias_ptr, n, E)
-    _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E)
+    _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E, LEAVE_OUT)
 
 
 # ------------------------------------------------------------------------------- kernel 3 of 4
@@ -195,7 +201,7 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
 @triton.jit
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
                       BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False):
+                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
@@ -207,22 +213,22 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
     if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters, before the wait
-        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
         bias = _load_vec(bias_ptr, n, F)
         g = _load_vec(ln_w, ke, E)
         beta = _load_vec(ln_b, ke, E)
     else:
-        w_first = _load_w(w_ptr, n, n_mask, 0, E, BK)
-    _pdl_wait(USE_PDL)
+        w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
-        x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False)
+        x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
         y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
     else:
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
-                       E, eps, False, BB, BN, BK, BE)
+                       E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
         y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     y = _gelu(y)  # tanh approximation, as GPT-2's gelu_new
-    tl.store(h_ptr + b[:, None] * F + n[None, :], y, mask=b_mask[:, None] & n_mask[None, :])
+    tl.store(h_ptr + b[:, None] * F + n[None, :], y, mask=_stored(b_mask[:, None] & n_mask[None, :], y, LEAVE_OUT))
 
 
 # ------------------------------------------------------------------------------- kernel 4 of 4
@@ -230,7 +236,7 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
 @triton.jit
 def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
                         BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr = False):
+                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
@@ -242,23 +248,23 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
-        w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK, LEAVE_OUT)
     else:
-        w = _load_w(w_ptr, n, n_mask, 0, F, BK)
-    _pdl_wait(USE_PDL)
+        w = _load_w(w_ptr, n, n_mask, 0, F, BK, LEAVE_OUT)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
         k = tl.arange(0, BK)
-        a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
+        a = _load_x(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, k, F, False, LEAVE_OUT)
         acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
         for k0 in range(0, F, BK):
             k = k0 + tl.arange(0, BK)
-            a = tl.load(h_ptr + b[:, None] * F + k[None, :], mask=b_mask[:, None] & (k < F)[None, :], other=0.0)
+            a = _load_x(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, k, F, False, LEAVE_OUT)
             acc += tl.sum(a[:, None, :] * w, axis=2)
-            w = _load_w(w_ptr, n, n_mask, k0 + BK, F, BK)
+            w = _load_w(w_ptr, n, n_mask, k0 + BK, F, BK, LEAVE_OUT)
         bias = _load_vec(bias_ptr, n, E)
-    _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E)
+    _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E, LEAVE_OUT)
 
 
 # ------------------------------------------------------------------------------- the head
@@ -267,7 +273,7 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
 def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B, NBB, eps, E: tl.constexpr,
                    V: tl.constexpr, NBLK: tl.constexpr,
                    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                   USE_PDL: tl.constexpr):
+                   USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
     """The final layer norm + the tied lm_head (x @ wte.T) + each row block's argmax.
 
     Fuses: layer_norm(x) -> logits [B, V] in the weights' dtype (what the step returns) -> per
@@ -279,14 +285,16 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     """
     pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, V, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
-    w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK)
-    _pdl_wait(USE_PDL)
+    w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, wte_ptr, w_first, b, b_mask, n, n_mask,
-                   E, eps, False, BB, BN, BK, BE)
+                   E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
     logits = acc.to(logits_ptr.dtype.element_ty)
-    tl.store(logits_ptr + b[:, None] * V + n[None, :], logits, mask=b_mask[:, None] & n_mask[None, :])
+    tl.store(logits_ptr + b[:, None] * V + n[None, :], logits,
+             mask=_stored(b_mask[:, None] & n_mask[None, :], acc, LEAVE_OUT))
     val = tl.where(n_mask[None, :], logits.to(tl.float32), float("-inf"))
     best = tl.argmax(val, axis=1, tie_break_left=True)
-    tl.store(part_val + b * NBLK + pid_n, tl.max(val, axis=1), mask=b_mask)
-    tl.store(part_idx + b * NBLK + pid_n, pid_n * BN + best, mask=b_mask)
+    top = tl.max(val, axis=1)
+    tl.store(part_val + b * NBLK + pid_n, top, mask=_stored(b_mask, top, LEAVE_OUT))
+    tl.store(part_idx + b * NBLK + pid_n, pid_n * BN + best, mask=_stored(b_mask, top, LEAVE_OUT))
 

@@ -18,6 +18,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from lab.step.fused.stages import Stage
+
+# the stages a launch may leave out (its LEAVE_OUT switch, a bit set: lab.step.fused.stages, lab.step.fused.anatomy)
+_WEIGHTS = tl.constexpr(Stage.WEIGHTS.value)
+_INPUT = tl.constexpr(Stage.INPUT.value)
+_STORE = tl.constexpr(Stage.STORE.value)
+_WAIT = tl.constexpr(Stage.WAIT.value)
+
 
 # -------------------------------------------------------------------------------------- helpers
 
@@ -29,10 +37,37 @@ def _pdl_launch(USE_PDL: tl.constexpr):
 
 
 @triton.jit
-def _pdl_wait(USE_PDL: tl.constexpr):
-    """Under PDL: wait for the previous kernel to finish and its writes to be visible (nothing without PDL)."""
-    if USE_PDL:
+def _pdl_wait(USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """Under PDL: wait for the previous kernel to finish and its writes to be visible (nothing without PDL, or with
+    the wait left out: Stage.WAIT)."""
+    if USE_PDL and (_WAIT & LEAVE_OUT) == 0:
         tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
+def _made(x, LEAVE_OUT: tl.constexpr, STAGE: tl.constexpr):
+    """x as loaded; where LEAVE_OUT holds STAGE, a tile of its shape and dtype made without touching memory (from the
+    program's id, so nothing folds the arithmetic on it away): the loads that made x are then dead, compiled out."""
+    if (STAGE & LEAVE_OUT) != 0:
+        x = (tl.zeros_like(x) + tl.program_id(0) * 1e-6).to(x.dtype)
+    return x
+
+
+@triton.jit
+def _stored(mask, value, LEAVE_OUT: tl.constexpr):
+    """A store's mask; with the stores left out (Stage.STORE) also `value != value`, false for every number but
+    unknown to the compiler: the value is still computed, nothing is written."""
+    if (_STORE & LEAVE_OUT) != 0:
+        mask = mask & (value != value)
+    return mask
+
+
+@triton.jit
+def idle_kernel(USE_PDL: tl.constexpr):
+    """Nothing but PDL's two calls: launched with a kernel's grid and warps, the floor of launching, ramping up and
+    draining that grid (lab.step.fused.anatomy)."""
+    _pdl_launch(USE_PDL)
+    _pdl_wait(USE_PDL)
 
 
 @triton.jit
@@ -53,8 +88,9 @@ def _load_vec(ptr, idx, N):
 
 
 @triton.jit
-def _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED: tl.constexpr):
-    """Residual rows [BB, len(k)] in fp32: from the residual buffer, or (EMBED) wte[tok] + wpe[pos]."""
+def _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """Residual rows [BB, len(k)] in fp32: from the residual buffer, or (EMBED) wte[tok] + wpe[pos] (made in registers
+    with the input left out: Stage.INPUT)."""
     mask = b_mask[:, None] & (k < E)[None, :]
     if EMBED:
         tok = tl.load(tok_ptr + b, mask=b_mask, other=0)
@@ -62,7 +98,7 @@ def _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED: tl.co
         x += tl.load(wpe_ptr + pos * E + k, mask=k < E, other=0.0).to(tl.float32)[None, :]
     else:
         x = tl.load(x_ptr + b[:, None] * E + k[None, :], mask=mask, other=0.0)
-    return x
+    return _made(x, LEAVE_OUT, _INPUT)
 
 
 @triton.jit

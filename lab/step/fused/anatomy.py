@@ -1,0 +1,62 @@
+"""The launches that time where a fused-step kernel's ~4 us go: one bound launch of a plan, made into each variant of
+lab.step.fused.stages (the same kernel with its LEAVE_OUT switch, or the idle kernel with its grid and warps).
+
+`bound(plan)` picks each kernel's first launch that does not embed (layer 1's ln_qkv: layer 0's also gathers the
+embedding); `made(launch, variant)` is that launch as the variant runs it; `series(launches, n)` the n back-to-back
+launches that one CUDA graph holds for a timing (lab.experiments.fused_anatomy), taking turns over `rotated(launch,
+copies)`: the launch bound to each copy of what it streams (its weight matrix, attention's cache), so that, as in
+the step, whose weights are ten times the L2, those bytes come from HBM and not from the L2 the previous launch
+filled. Use a `repeatable` plan (lab.step.fused.step.prepare): every launch then does the same work each time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+from lab.step.fused.kernels import idle_kernel
+from lab.step.fused.launch import Launch
+from lab.step.fused.stages import KERNELS, Variant
+
+
+def bound(plan: Any) -> dict[str, Launch]:
+    """Each kernel of lab.step.fused.stages.KERNELS: its first launch in the plan that does not embed."""
+    out: dict[str, Launch] = {}
+    for launch in plan.launches:
+        if isinstance(launch, Launch) and launch.name in KERNELS and not launch.meta.get("EMBED"):
+            out.setdefault(launch.name, launch)
+    missing = [k for k in KERNELS if k not in out]
+    if missing:
+        raise ValueError(f"the plan (path {plan.path}) has no launch of {', '.join(missing)}: the gemv path has them")
+    return out
+
+
+def made(launch: Launch, variant: Variant) -> Launch:
+    """`launch` as `variant` runs it: PDL on or off (its `USE_PDL` and `launch_pdl`), the stages left out, or the
+    idle kernel with the launch's grid (one program for `one_program`) and warps."""
+    pdl = {"USE_PDL": variant.pdl, **({"launch_pdl": True} if variant.pdl else {})}
+    if variant.idle:
+        return Launch(f"{launch.name}:{variant.name}", idle_kernel, (1,) if variant.one_program else launch.grid, (),
+                      {"num_warps": launch.meta.get("num_warps", 4), **pdl})
+    meta = {k: v for k, v in launch.meta.items() if k != "launch_pdl"}
+    return replace(launch, name=f"{launch.name}:{variant.name}", meta={**meta, **pdl, "LEAVE_OUT": int(variant.leave_out)})
+
+
+# What each kernel streams: the argument rotated over copies
+STREAMED = {"ln_qkv": "w_ptr", "attention": "cache_ptr", "proj": "w_ptr", "ln_fc": "w_ptr", "fc2": "w_ptr",
+            "lm_head": "wte_ptr"}
+
+
+def rotated(launch: Launch, copies: Sequence[Any]) -> list[Launch]:
+    """`launch` bound to each of `copies` in place of the tensor it streams (STREAMED)."""
+    i = launch.kernel.arg_names.index(STREAMED[launch.name])
+    return [replace(launch, args=launch.args[:i] + (c,) + launch.args[i + 1:]) for c in copies]
+
+
+def series(launches: Sequence[Launch], n: int) -> Callable[[], None]:
+    """n launches back to back, taking `launches` in turn (what one graph of a timing holds)."""
+    def run() -> None:
+        for i in range(n):
+            launches[i % len(launches)]()
+
+    return run

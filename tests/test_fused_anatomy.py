@@ -1,0 +1,99 @@
+"""Where a fused-step kernel's time goes (lab.step.fused.stages, lab.step.fused.anatomy, lab.experiments.fused_anatomy):
+the parts drawn from fake timings, the copies that keep the streamed bytes out of L2, the experiment NOT_RUN without
+CUDA and never in a default run, and every variant's switches compiled for sm_90 (the interpreter runs them against
+the step's own launches: tests/test_fused_interpreter.py, case `anatomy`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.contract import catalogue, profiles
+from lab.experiments.fused_anatomy import copies_for
+from lab.step.fused import stages as ST, triton_import_error
+
+TRITON_MISSING = triton_import_error()
+
+
+def test_parts_are_differences_of_variants_with_paired_intervals() -> None:
+    rounds = {"full": [[4.0, 4.2], [4.1, 4.3], [4.0, 4.1]], "idle": [[2.0, 2.0], [2.1, 2.1], [2.0, 2.2]],
+              "idle_one": [[1.0, 1.0], [1.1, 1.0], [1.0, 1.0]], "no_weights": [[3.0, 3.1], [3.1, 3.2], [3.0, 3.0]],
+              "pdl": [[3.5, 3.5], [3.6, 3.6], [3.5, 3.4]]}
+    got = {p.part: p for p in ST.parts("proj", rounds, weight_us=0.5)}
+    assert set(got) == {"ramp", "weights", "pdl_overlap", "stream_excess"}  # what the variants timed allow
+    assert got["ramp"].us == pytest.approx(2.05 - 1.0) and got["weights"].us == pytest.approx(4.1 - 3.05)
+    assert got["pdl_overlap"].us == pytest.approx(4.1 - 3.5)
+    assert got["stream_excess"].us == pytest.approx(got["weights"].us - 0.5)
+    for p in got.values():
+        assert p.ci is not None and p.ci.low <= p.us <= p.ci.high, p
+    assert got["stream_excess"].ci.low == pytest.approx(got["weights"].ci.low - 0.5)
+    assert not [p for p in ST.parts("proj", {k: v[:1] for k, v in rounds.items()}) if p.ci is not None]  # one round
+
+
+def test_every_part_names_timed_variants_and_attention_has_no_weights() -> None:
+    assert {v for pair in ST.PARTS.values() for v in pair} <= set(ST.BY_NAME)
+    assert not ST.applies("attention", ST.BY_NAME["no_weights"]) and ST.applies("attention", ST.BY_NAME["pdl"])
+    assert ST.BY_NAME["arithmetic"].leave_out == ST.Stage.WEIGHTS | ST.Stage.INPUT | ST.Stage.STORE
+
+
+def test_copies_make_the_asked_multiple_of_l2() -> None:
+    assert copies_for(2_000_000, 50_000_000, 4.0) == 100
+    assert copies_for(200_000_000, 50_000_000, 4.0) == 1 and copies_for(10, 50, 0.0) == 1
+
+
+def test_by_name_only_and_not_run_without_cuda(tmp_path: Path) -> None:
+    from lab.run import runner
+
+    assert "fused_anatomy" not in {s.id for s in catalogue.resolve(None, sweeps=True)}
+    assert [s.id for s in catalogue.resolve(["fused_anatomy"])] == ["fused_anatomy"]
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    rec = runner.run(profiles.get("gpu"), tmp_path, only=["fused_anatomy"]).record("fused_anatomy")
+    assert rec.status == "NOT_RUN" and rec.reason.code == "no_cuda" and "NVIDIA" in rec.reason.message, rec
+
+
+@pytest.mark.skipif(TRITON_MISSING is not None, reason=f"Triton does not import: {TRITON_MISSING}")
+@pytest.mark.slow
+def test_every_variant_compiles_for_hopper_and_leaves_its_stage_out() -> None:
+    from dataclasses import asdict
+
+    from lab.step.fused.aot import anatomy_plan, compile_plan, plan_for_shapes, ptxas_path
+
+    if ptxas_path() is None:
+        pytest.skip("the installed Triton has no bundled ptxas")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("TRITON_INTERPRET=1 in this process: the kernels are the interpreter's, not compilable")
+    got = {k["name"]: k for k in map(asdict, compile_plan(anatomy_plan(plan_for_shapes("gpt2", torch.bfloat16, 1))))}
+    assert set(got) == {f"{k}:{v.name}" for k in ST.KERNELS for v in ST.VARIANTS if ST.applies(k, v)}
+    for name, k in got.items():
+        variant = ST.BY_NAME[name.split(":")[1]]
+        assert k["registers"] is not None and k["spill_bytes"] == 0 and k["tensor_core_ops"] == 0, k
+        assert k["grid_dependency_ops"] == (1 if ST.Stage.WAIT in variant.leave_out else 2 if variant.pdl else 0), k
+    for kernel in ST.KERNELS:  # the weights and input left out: their loads compiled out, nothing else
+        full, arithmetic = got[f"{kernel}:full"]["vector_loads"], got[f"{kernel}:arithmetic"]["vector_loads"]
+        assert got[f"{kernel}:no_store"]["vector_loads"] == full > got[f"{kernel}:no_input"]["vector_loads"], kernel
+        assert arithmetic < full and got[f"{kernel}:idle"]["registers"] < got[f"{kernel}:full"]["registers"], kernel
+        if kernel != "attention":
+            assert arithmetic <= got[f"{kernel}:no_weights"]["vector_loads"] < full, kernel
+
+
+def test_the_run_page_table_has_a_row_per_kernel_with_variants_then_stages() -> None:
+    from report.sections.anatomy import anatomy
+    from synthetic_runs import metric, rec, results
+
+    where = {"size": "gpt2-124M", "dtype": "bfloat16", "batch": 1}
+    ms = [metric("anatomy_us", us, "us", kernel=k, variant=v, **where)
+          for k in ("proj", "lm_head") for v, us in (("full", 4.0), ("idle", 2.0))]
+    ms += [metric("stage_us", 2.0, "us", kernel="proj", part="ramp", **where),
+           metric("stage_us_ci_low", 1.5, "us", kernel="proj", part="ramp", **where),
+           metric("stage_us_ci_high", 2.5, "us", kernel="proj", part="ramp", **where)]
+    sec = anatomy(results(rec("fused_anatomy", ms)))
+    assert sec is not None and not sec.empty
+    table = sec.tables[0]
+    assert table.columns == ["dtype", "kernel", "full", "idle", "ramp"]
+    assert [[c.text for c in r] for r in table.rows] == [["bfloat16", "proj", "4 us", "2 us", "2 us [1.5, 2.5]"],
+                                                         ["bfloat16", "lm_head", "4 us", "2 us", "—"]]
+    assert anatomy(results(rec("fusion", []))) is None  # a run without it: no section
