@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import cli, one_line_error
 
 from lab.measure.diagnose import Check, diagnose, load_target, verdict
+from lab.contract.intervals import Interval
 from lab.host.toolchain import probe
 
 
@@ -28,6 +29,10 @@ def test_verdict_order_and_kinds() -> None:
     gemm = {"eager": 6, "compiled": 6, "matmul_share": 0.9}
     assert verdict(_checks(kern=gemm), 1.02, "cpu")[0] == "gemm-bound"
     assert verdict(_checks(kern=gemm), 2.0, "cpu")[0] == "fusion"  # beyond what removing all non-GEMM time allows
+    # within the rounds' noise of what fusion could give (1.1 / 0.9 = 1.22): still GEMM-bound; wholly beyond: not
+    kind, text = verdict(_checks(kern=gemm), 1.3, "cpu", Interval(1.05, 1.5))
+    assert kind == "gemm-bound" and "compile 1.30× [1.05, 1.5]" in text
+    assert verdict(_checks(kern=gemm), 1.3, "cpu", Interval(1.25, 1.4))[0] == "fusion"
     host = ("finding", {"host_share": 0.82, "self_cpu_ms": 3.0, "self_device_ms": 0.5})
     kind, text = verdict(_checks(host=host, kern={"eager": 640, "compiled": 110, "matmul_share": 0.3}), 2.5, "cuda")
     assert kind == "launch-bound" and "82% of step time is host" in text and "640 → 110" in text
