@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lab.contract import catalogue, profiles
-from lab.experiments.fused_anatomy import copies_for
+from lab.experiments.fused_anatomy import copies_for, l2_bytes
 from lab.step.fused import stages as ST, triton_import_error
 
 TRITON_MISSING = triton_import_error()
@@ -42,6 +42,19 @@ def test_every_part_names_timed_variants_and_attention_has_no_weights() -> None:
 def test_copies_make_the_asked_multiple_of_l2() -> None:
     assert copies_for(2_000_000, 50_000_000, 4.0) == 100
     assert copies_for(200_000_000, 50_000_000, 4.0) == 1 and copies_for(10, 50, 0.0) == 1
+
+
+def test_no_l2_size_is_not_run_with_its_reason_and_a_size_is_read_not_guessed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from lab.run.runner import NotRun
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: types.SimpleNamespace(L2_cache_size=0))
+    with pytest.raises(NotRun) as err:
+        l2_bytes("cuda:0")
+    assert err.value.reason.code == "not_on_this_device" and "L2_cache_size" in err.value.reason.message
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: types.SimpleNamespace(L2_cache_size=60 << 20))
+    assert l2_bytes("cuda:0") == 60 << 20
 
 
 def test_by_name_only_and_not_run_without_cuda(tmp_path: Path) -> None:

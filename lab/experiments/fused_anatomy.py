@@ -54,6 +54,17 @@ def copies_for(nbytes: int, l2_bytes: int, rotate_l2: float) -> int:
     return max(1, math.ceil(rotate_l2 * l2_bytes / max(nbytes, 1)))
 
 
+def l2_bytes(device: Any) -> int:
+    """The device's L2 in bytes, as torch reports it; NOT_RUN where it reports none (the copies that keep a kernel's
+    bytes out of L2 are sized from it: a guess would time L2 hits as HBM reads)."""
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+    if l2 <= 0:
+        raise NotRun(Code.NOT_ON_THIS_DEVICE, f"torch {torch.__version__} reports no L2 size for this device, and the "
+                     "copies that keep each kernel's bytes in HBM are sized from it: run it on a GPU whose "
+                     "torch.cuda.get_device_properties gives L2_cache_size")
+    return l2
+
+
 def run(ctx: Context[Options]) -> None:
     if ctx.device.type != "cuda":
         raise NotRun(Code.NO_CUDA, "the fused kernels' variants are timed in CUDA graphs: run `python -m lab run "
@@ -64,7 +75,7 @@ def run(ctx: Context[Options]) -> None:
 
     o = ctx.options
     bandwidth = copy_bandwidth(ctx)
-    l2 = int(getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 0)) or 64 << 20
+    l2 = l2_bytes(ctx.device)
     pdl, why = S.pdl_supported(ctx.device)
     if not pdl:
         ctx.skip("the PDL variants (" + ", ".join(v.name for v in ST.VARIANTS if v.pdl) + ")", Code.NOT_ON_THIS_DEVICE,

@@ -87,7 +87,7 @@ def record_paired(ctx: Context[Options], end: paired.Paired, start: paired.Paire
         return ctx.check("in-run eager within 5% of interleaved fresh processes (or its interval holds 1)",
                          hostspeed.in_run_clean(ratio, ci), detail=detail, fatal=False, **paired.PARAMS)
     began, began_ci = start.ratio()
-    change = _change(end, start)
+    change = _change(end.cycle_ratios(), start.cycle_ratios())
     put(ctx, M.IN_RUN_CHANGE, change, 4, **paired.PARAMS)
     moved = (f"{change.value:.3f}x" + ("" if change.interval is None else f" {change.interval.text()}") + " over the "
              f"run: at the start the run's process was {began:.3f}x the same fresh processes" + (
@@ -97,10 +97,9 @@ def record_paired(ctx: Context[Options], end: paired.Paired, start: paired.Paire
                      fatal=False, **paired.PARAMS)
 
 
-def _change(end: paired.Paired, start: paired.Paired, twin: bool = False) -> Estimate:
-    """The end's paired ratio over the start's, the two ends' cycles drawn each on its own (`twin`: the two fresh
-    processes' own)."""
-    last, first = end.cycle_ratios(twin), start.cycle_ratios(twin)  # an end's ratio: the median of its cycles'
+def _change(last: list[float], first: list[float]) -> Estimate:
+    """The end's paired ratio over the start's from each end's cycle ratios (an end's ratio: the median of its
+    cycles'), the two ends' cycles drawn each on its own."""
     return Estimate(statistics.median(last) / statistics.median(first),
                     intervals.ratio_interval([[r] for r in last], [[r] for r in first], paired=False))
 
@@ -110,9 +109,10 @@ def twin_change(ctx: Any, end: paired.Paired, start: paired.Paired) -> str:
     nothing), for the verdict's detail; beyond 5% with an interval that excludes 1, a host warning: the host moved
     two idle processes apart by more than the verdict's tolerance (on the H200 on 2026-12-03, 1.059x over a run
     whose host slowed eager 2x)."""
-    if not (start.cycle_ratios(twin=True) and end.cycle_ratios(twin=True)):
+    last, first = end.cycle_ratios(twin=True), start.cycle_ratios(twin=True)
+    if not (first and last):
         return ""
-    fresh = _change(end, start, twin=True)
+    fresh = _change(last, first)
     put(ctx, M.FRESH_CHANGE, fresh, 4, **paired.PARAMS)
     text = f"{fresh.value:.3f}x" + ("" if fresh.interval is None else f" {fresh.interval.text()}")
     if not hostspeed.in_run_clean(fresh.value, fresh.interval):

@@ -80,6 +80,19 @@ def value_cell(m: Metric | None, unit: str | None = None, **kw: Any) -> Cell:
     return num(None, **kw) if m is None else num(m.value, m.unit if unit is None else unit, **kw)
 
 
+def interval_text(ends: tuple[Any, Any] | None) -> str:
+    """'[0.98, 1.03]' from an interval's two ends ("" where either is missing)."""
+    return "" if ends is None or None in ends else f"[{fmt(ends[0])}, {fmt(ends[1])}]"
+
+
+def estimate_cell(m: Metric | None, ends: tuple[Any, Any] | None) -> Cell:
+    """An estimate with its 95% interval beside it, '1.05× [0.98, 1.12]' ('—' where none is stored)."""
+    if m is None or m.value is None:
+        return Cell("—")
+    text = f"{fmt(m.value)}×" if m.unit == units.X else fmt(m.value, m.unit)
+    return Cell(f"{text} {interval_text(ends)}".rstrip(), cls="num")
+
+
 def timing_cell(m: Metric | None, extra: str = "") -> Cell:
     """A median with its spread underneath; noisy measurements are flagged, not hidden ('—' where none)."""
     if m is None:

@@ -8,7 +8,7 @@ from lab.contract import metrics as M, query as q
 from lab.contract.names import Experiment, Param as P
 from lab.contract.results import Results
 
-from report.draw.tables import Cell, Table, fmt, timing_cell
+from report.draw.tables import Cell, Table, estimate_cell, timing_cell
 from report.sections.section import Section, shown, why_absent
 
 KERNEL, PART = "kernel", "part"  # the params that name a kernel and a stage
@@ -29,9 +29,8 @@ def anatomy(results: Results) -> Section | None:
         row = [Cell(str(dtype)), Cell(str(kernel))]
         row += [timing_cell(q.maybe(rec, M.ANATOMY_US, variant=v, **where)) for v in variants]
         for part in parts:
-            cost, ci = q.maybe(rec, M.STAGE_US, part=part, **where), q.interval(rec, M.STAGE_US, part=part, **where)
-            row.append(Cell("—") if cost is None else Cell(fmt(cost.value, cost.unit) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci
-                                                                                else ""), cls="num"))
+            row.append(estimate_cell(q.maybe(rec, M.STAGE_US, part=part, **where),
+                                     q.interval(rec, M.STAGE_US, part=part, **where)))
         table.rows.append(row)
     return shown(Experiment.FUSED_ANATOMY, "Where a fused kernel's time goes", "Each kernel of the fused step timed in "
                  "a CUDA graph of back-to-back launches over copies of what it streams (lab.step.fused.stages says "

@@ -22,13 +22,12 @@ from lab.contract import query as q
 from lab.contract import hostspeed
 from lab.contract import metrics as M
 from lab.contract import notes as N
-from lab.contract import units
 from lab.contract.intervals import Interval, of
 from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Metric, Record, Results
 
 from report.sections.section import Section
-from report.draw.tables import Cell, Table, fmt, params_text, timing_cell
+from report.draw.tables import Cell, Table, estimate_cell, fmt, params_text, timing_cell
 
 INSTRUMENT = (Experiment.SENTINEL, Experiment.SENTINEL_END)
 # where the B=1 fp32 sensitivities are read, in this order (inductor: the CPU profile's decode step, fp32)
@@ -158,14 +157,10 @@ def _within(rec: Record, name: str, params: dict[str, Any]) -> Metric | None:
 
 def _with_interval(rec: Record, spec: M.MetricSpec, params: dict[str, Any]) -> Cell:
     m = _within(rec, spec.name, params)
-    if m is None or m.value is None:
-        return Cell("—")
-    text = f"{fmt(m.value)}×" if m.unit == units.X else fmt(m.value, m.unit)
-    if spec.interval is not None:
-        low, high = (_within(rec, name, m.params) for name in spec.interval)
-        if low is not None and high is not None and low.value is not None and high.value is not None:
-            text += f" [{fmt(low.value)}, {fmt(high.value)}]"
-    return Cell(text, cls="num")
+    if m is None or spec.interval is None:
+        return estimate_cell(m, None)
+    low, high = (getattr(_within(rec, name, m.params), "value", None) for name in spec.interval)
+    return estimate_cell(m, (low, high))
 
 
 def _index_cell(m: Metric) -> Cell:

@@ -14,7 +14,7 @@ from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.results import Check, Metric, Record, Results
 
 from report.sections.section import Section
-from report.draw.tables import Cell, Table, fmt, num, timing_cell
+from report.draw.tables import Cell, Table, fmt, interval_text, num, timing_cell
 
 METHODS = (Method.EAGER, Method.GRAPH)
 # The sentinel table's verdict columns: the ratio shown, the checks judging it (by a word of their name), the metric
@@ -55,14 +55,14 @@ def _interval_cell(m: Metric | None) -> Cell:
     cell = timing_cell(m)  # '—' where none
     sp = m.spread if m is not None else None
     if sp is not None and sp.ci_low is not None and sp.ci_high is not None:
-        cell.sub = f"95% [{fmt(sp.ci_low)}, {fmt(sp.ci_high)}]" + (f" · {cell.sub}" if cell.sub else "")
+        cell.sub = f"95% {interval_text((sp.ci_low, sp.ci_high))}" + (f" · {cell.sub}" if cell.sub else "")
     return cell
 
 
 def _ci(rec: Record | None, spec: M.MetricSpec, **params: Any) -> str:
     """'95% [0.98, 1.03]' from the interval stored beside `spec` ("" where none)."""
-    ends = q.interval(rec, spec, **params)
-    return f"95% [{fmt(ends[0])}, {fmt(ends[1])}]" if ends is not None and None not in ends else ""
+    text = interval_text(q.interval(rec, spec, **params))
+    return f"95% {text}" if text else ""
 
 
 def sentinel_table(results: Results) -> Table:
