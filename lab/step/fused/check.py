@@ -41,15 +41,18 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
 def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_len: int | None = None,
                  pdl: bool = False, graph: bool = False, sms: int | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, prefetch: bool = False,
-                 path: str | None = None) -> dict[str, Any]:
+                 path: str | None = None, persistent: dict[str, Any] | None = None) -> dict[str, Any]:
     """Eager vs fused (vs fused replayed from a CUDA graph), `steps` steps after one prefill (`path`: the
-    projection path, None for the rule's)."""
+    projection path, None for the rule's; `persistent`: the persistent plan, lab.step.fused.persistent.prepare's
+    keyword arguments, e.g. {"programs": 132})."""
+    from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare
 
     max_len = max_len or prompt_len + steps + 8  # room for a graph's warm-up steps
     prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
     ref, fused = D.new_state(w, batch, max_len), D.new_state(w, batch, max_len)
-    plan = prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path)
+    plan = (PS.prepare(fused, w, sms=sms, overrides=overrides, **persistent) if persistent is not None
+            else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path))
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
         D.prefill(ref, w, prompt)

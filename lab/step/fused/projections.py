@@ -33,8 +33,9 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk
+from lab.step.fused.grid import _wait
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
-                                  _pdl_launch, _pdl_wait, _row_blocks, _stored)
+                                  _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
 
 # -------------------------------------------------------------------------------------- helpers
@@ -119,7 +120,17 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     of K/V. Launches per step: one per layer (12); layer 0's variant also embeds.
     Grid: cdiv(3E, BN) * cdiv(B, BB) programs.
     """
-    pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, 3 * E, BB, BN)  # batch fastest
+    _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr,
+            cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT)
+
+
+@triton.jit
+def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
+            B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+            EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
+            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr):
+    """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks)."""
+    pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice)
@@ -173,7 +184,18 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     program re-reads the 12 * NS * 66 * 4 B of partials from L2; reads and writes 3 KB of residual.
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
-    _, b, n, b_mask, n_mask = _row_blocks(NBB, B, E, BB, BN)  # batch fastest
+    _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, x_in, 0, False)
+
+
+@triton.jit
+def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
+          DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+          USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, bar_ptr, bar_target,
+          GRID: tl.constexpr):
+    """proj_residual_kernel's work for task `pid`; GRID (the persistent kernel): after its first weight tile the
+    task waits at the grid barrier for `bar_target` arrivals (lab.step.fused.grid; 0: it does not wait)."""
+    _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
@@ -181,6 +203,8 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     else:
         w = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
+    if GRID:
+        _wait(bar_ptr, bar_target)
     if PREFETCH:
         a = _made(_attention_chunk(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK),
                   LEAVE_OUT, _INPUT)
@@ -209,7 +233,16 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
     """
-    _, b, n, b_mask, n_mask = _row_blocks(NBB, B, F, BB, BN)  # batch fastest
+    _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL,
+           PREFETCH, LEAVE_OUT, x_ptr, 0, False)
+
+
+@triton.jit
+def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
+           BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr, USE_PDL: tl.constexpr,
+           PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, bar_ptr, bar_target, GRID: tl.constexpr):
+    """ln_fc_gelu_kernel's work for task `pid` (GRID: as `_proj`)."""
+    _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
     if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters, before the wait
@@ -220,6 +253,8 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
+    if GRID:
+        _wait(bar_ptr, bar_target)
     if PREFETCH:
         x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
         y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
@@ -244,7 +279,16 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     row per program, from L2); reads and writes 3 KB of residual.
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
-    _, b, n, b_mask, n_mask = _row_blocks(NBB, B, E, BB, BN)  # batch fastest
+    _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
+         LEAVE_OUT, x_in, 0, False)
+
+
+@triton.jit
+def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
+         BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
+         bar_ptr, bar_target, GRID: tl.constexpr):
+    """fc2_residual_kernel's work for task `pid` (GRID: as `_proj`)."""
+    _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
@@ -252,6 +296,8 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     else:
         w = _load_w(w_ptr, n, n_mask, 0, F, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
+    if GRID:
+        _wait(bar_ptr, bar_target)
     if PREFETCH:
         k = tl.arange(0, BK)
         a = _load_x(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, k, F, False, LEAVE_OUT)

@@ -72,11 +72,17 @@ def idle_kernel(USE_PDL: tl.constexpr):
 
 @triton.jit
 def _row_blocks(NBB, B, N, BB: tl.constexpr, BN: tl.constexpr):
-    """This program's place in a 1-D grid of cdiv(N, BN) * NBB programs, batch fastest (the programs that share
+    """This program's place in a 1-D grid of cdiv(N, BN) * NBB programs (`_row_blocks_at` its id)."""
+    return _row_blocks_at(tl.program_id(0), NBB, B, N, BB, BN)
+
+
+@triton.jit
+def _row_blocks_at(pid, NBB, B, N, BB: tl.constexpr, BN: tl.constexpr):
+    """Task `pid`'s place in a 1-D grid of cdiv(N, BN) * NBB tasks, batch fastest (the tasks that share
     one block of BN output rows, one weight tile, run side by side): (pid_n, its BB batch rows b, its BN output
-    rows n, b < B, n < N)."""
-    pid_n = tl.program_id(0) // NBB
-    b = (tl.program_id(0) % NBB) * BB + tl.arange(0, BB)
+    rows n, b < B, n < N). A launch's program is one task; a persistent program walks several."""
+    pid_n = pid // NBB
+    b = (pid % NBB) * BB + tl.arange(0, BB)
     n = pid_n * BN + tl.arange(0, BN)
     return pid_n, b, n, b < B, n < N
 

@@ -100,6 +100,9 @@ class Workspace:
     # the gemm path's GEMM inputs and outputs (lab.step.fused.library.buffers; empty on the gemv path,
     # where q and h are used instead: empty on the gemm path)
     library: dict[str, torch.Tensor] = field(default_factory=dict)
+    # the grid barrier's two counters (lab.step.fused.grid; int32, zero between launches) of the persistent plan
+    # (lab.step.fused.persistent; None in the others)
+    barrier: torch.Tensor | None = None
     # the gemm path's library-call forms, with every candidate's median (lab.step.fused.layout.Choice; None on the
     # gemv path): what `library.choice_of` reads back for the `fused_layouts` note
     layouts: Any = None
