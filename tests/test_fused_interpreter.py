@@ -187,6 +187,49 @@ def case_gemm_bf16_b1() -> dict[str, Any]:
 
 
 @case
+def case_persistent_fp32_b1() -> dict[str, Any]:  # one program: the grid barrier passes in the interpreter
+    return _free("tiny", 1, max_len=MAX_LEN, overrides=_heuristic("tiny", 1), persistent={"programs": 1})
+
+
+@case
+def case_persistent_stepped_odd_b3() -> dict[str, Any]:
+    # a launch per phase, no barrier, 3 programs walking every phase's tasks (pid, pid + 3, ...) over masked lanes
+    from lab.step.fused.check import parse_configs
+
+    odd = parse_configs('{"attention": {"BS": 8}, "ln_qkv": {"BB": 2, "BN": 16, "BK": 32}, '
+                        '"fc2": {"BB": 2, "BN": 16, "BK": 128}, "lm_head": {"BB": 1, "BN": 32, "BK": 32}}')
+    return _free("odd", 3, steps=2, prompt_len=4, sms=4, overrides=odd, persistent={"programs": 3, "stepped": True})
+
+
+@case
+def case_persistent_exact() -> dict[str, Any]:
+    """The persistent plan (barrier, one program; stepped, five programs) against the five-kernel plan from the same
+    prefill, step by step: bit-identical logits and state (the same arithmetic in the same order), the barrier's
+    counters back at zero after every step."""
+    import torch
+
+    from lab.step import decode as D
+    from lab.step.fused import check as K, persistent as PS, step as S
+
+    w = K.weights_for("odd")
+    prompt = K.prompt_for(2, 4, int(w.wte.shape[0])).to(w.device)
+    states = [D.new_state(w, 2, 12) for _ in range(3)]
+    for st in states:
+        D.prefill(st, w, prompt)
+    plans = [S.prepare(states[0], w, sms=4, path="gemv"), PS.prepare(states[1], w, programs=1, sms=4),
+             PS.prepare(states[2], w, programs=5, stepped=True, sms=4)]
+    out: dict[str, Any] = {"launches": [len(p.launches) for p in plans], "identical": [], "barrier_zero": []}
+    for _ in range(3):
+        logits = [p().clone() for p in plans]
+        out["identical"].append([torch.equal(logits[0], x) and all(
+            torch.equal(a, b) for a, b in zip(states[0].buffers().values(), st.buffers().values()))
+            for x, st in zip(logits[1:], states[1:])])
+        out["barrier_zero"].append([int(p.workspace.barrier.abs().sum()) == 0 for p in plans[1:]])
+    out["reason"] = plans[1].path_reason
+    return out
+
+
+@case
 def case_plans() -> dict[str, Any]:
     """fused_step(state, weights): one plan per state, made on first use and dropped with the state."""
     import gc
@@ -358,8 +401,9 @@ FP32_CASES = {  # case -> (path, batch)
     "gemv-fp32-b1": ("gemv", 1), "gemv-fp32-b3": ("gemv", 3), "gemv-fp32-b8": ("gemv", 8),
     "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
-    "gemm-forms-fp32-b8": ("gemm", 8),
+    "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
 }
+PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
               "gemm-bf16-b1": ("gemm", 1)}
 
@@ -390,7 +434,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
         assert run["configs"]["add_ln"]["BB"] == 2 and run["configs"]["block_argmax"]["BN"] == 64
     if name == "gemm-forms-fp32-b8":  # bound in the forms the fake measurement chose
         assert run["forms"] == [FORMS], run["forms"]
-    assert_equal_run(run, FP32_REL)
+    assert_equal_run(run, FP32_REL, launches=PERSISTENT_LAUNCHES.get(name))
 
 
 @pytest.mark.parametrize("name", _params(BF16_CASES))
@@ -443,8 +487,17 @@ def test_anatomy_experiment_records_every_variant_and_stage(worker: Worker) -> N
     assert len(ends) == 2 * len(stages) and all(isinstance(v, float) for *_, v in ends), ends
 
 
+@pytest.mark.slow
+def test_persistent_plan_is_the_five_kernel_step_bit_for_bit_and_leaves_its_barrier_at_zero(worker: Worker) -> None:
+    got = worker.run("persistent-exact")
+    assert got["launches"] == [5 * 2 + 2, 2 + 2, 5 * 2 + 2], got
+    assert got["identical"] == [[True, True]] * 3 and got["barrier_zero"] == [[True, True]] * 3, got
+    assert "one persistent kernel a layer, 1 programs" in got["reason"], got
+
+
 def test_every_case_has_a_test() -> None:
-    assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment"}
+    assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment",
+                                                              "persistent-exact"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

@@ -155,6 +155,11 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     ExperimentSpec("fused_anatomy", "Where a fused-step kernel's time goes: each kernel timed with one stage left out "
                    "(launch, ramp, weights, input, arithmetic, store, the PDL wait)", "031", ("cuda", "triton"),
                    (M.BANDWIDTH_GBPS, M.ANATOMY_US, M.STAGE_US, M.STAGE_US_CI_LOW, M.STAGE_US_CI_HIGH), by_name=True),
+    # by name only (`--only fused_persistent`): issue 31's persistent layer kernel, in a child process with a watchdog
+    ExperimentSpec("fused_persistent", "The fused step with one persistent kernel a layer (a grid barrier between its "
+                   "phases) beside the five-kernel step", "031", ("cuda", "triton"),
+                   (M.BANDWIDTH_GBPS, M.PERSISTENT_PROGRAMS, M.MAX_LOGIT_DIFF, M.STEP_MS, M.MBU, M.BYTES_PER_STEP,
+                    M.SPEEDUP_VS_FUSED, M.SPEEDUP_VS_FUSED_CI_LOW, M.SPEEDUP_VS_FUSED_CI_HIGH), by_name=True),
     # last: the fresh-process step again, and the run's own baseline judged against it
     ExperimentSpec("sentinel_end", "The fresh-process step at the end, paired with the run's own eager: the instrument's "
                    "verdict, and the host's drift", "020",

@@ -313,6 +313,13 @@ STAGE_US, STAGE_US_CI_LOW, STAGE_US_CI_HIGH = _with_interval(
     "stage_us", units.US, L, "what one stage of a fused-step kernel costs a launch (param part: lab.step.fused.stages."
     "PARTS): the difference of two variants' anatomy_us; stages overlap, so the parts do not add up to the kernel",
     " (rounds paired)", derived_from=("anatomy_us",))
+SPEEDUP_VS_FUSED, SPEEDUP_VS_FUSED_CI_LOW, SPEEDUP_VS_FUSED_CI_HIGH = _with_interval(
+    "speedup_vs_fused", units.X, H, "the five-kernel fused step's fastest variant's median step time over this one's "
+    "(param variant: the persistent step's grid; lab.experiments.fused_persistent), both captured and replayed in the "
+    "same rotating rounds", " (rounds paired)", derived_from=("step_ms",))
+PERSISTENT_PROGRAMS = declare("persistent_programs", units.COUNT, N, "programs of the persistent layer kernel the "
+                              "device holds at once (its compiled registers and shared memory, the device's limits): "
+                              "the largest grid its barrier may use" + _STRUCTURE)
 MATMUL_SHARE = declare("matmul_share", units.FRACTION, N, "share of kernel time in matrix products (a property of "
                        "the workload: no direction)")
 GEMM_SHARE = declare("gemm_share", units.FRACTION, N, "share of kernel time in GEMMs (a property of the workload: "

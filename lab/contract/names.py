@@ -116,6 +116,7 @@ class Experiment(StrEnum):
     GRAPH_BUCKETS = "graph_buckets"
     DATA_DEPENDENT_BRANCH = "data_dependent_branch"
     FUSED_ANATOMY = "fused_anatomy"
+    FUSED_PERSISTENT = "fused_persistent"
     SENTINEL_END = "sentinel_end"
 
 

@@ -95,6 +95,8 @@ CROSSOVERS = NoteSpec("crossovers", dict, "per batch and fill: how the fixed-sha
                       entries="batch {batch}, fill {fill}", fields=("how", "fixed_over_best_growing"))
 LADDERS = NoteSpec("ladders", dict, "each bucket ladder's captured batch sizes", ("graph_buckets",),
                    entries="{ladder}")
+OCCUPANCY = NoteSpec("occupancy.{size}.{dtype}.{batch}", str, "how many programs of the persistent layer kernel the "
+                     "device holds at once, and from what (registers, shared memory, warps)", ("fused_persistent",))
 PARAMETERS = NoteSpec("parameters.{size}", NUMBER, "the parameter count of each model size", ("model_scaling",))
 ERRORS = NoteSpec("errors.{variant}.b{batch}", str, "why a generate variant did not finish at a batch",
                   ("peer_generate",))

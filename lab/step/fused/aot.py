@@ -43,6 +43,9 @@ class Compiled:
     tensor_core_ops: int  # mma / wgmma instructions
     grid_dependency_ops: int  # griddepcontrol instructions (PDL)
     loads_after_wait: int | None = None  # ld.global after griddepcontrol.wait (None: no wait, PDL off)
+    atomics: int = 0  # atom instructions (the persistent kernel's grid barrier: arrivals, leaving, the reset)
+    acquires: int = 0  # acquire loads (ld.*.acquire: the barrier's waits)
+    unpredicated_atomics: int = 0  # atoms and acquire loads not guarded by a predicate (a barrier's are one thread's)
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -55,6 +58,8 @@ def compile_launch(launch: Any, arch: int = 90) -> Any:
     options = {"num_warps": meta.pop("num_warps", 4)}
     if meta.pop("launch_pdl", False):
         options["launch_pdl"] = True
+    if "maxnreg" in meta:  # a register cap (the persistent kernel's: lab.step.fused.persistent)
+        options["maxnreg"] = meta.pop("maxnreg")
     signature: dict[str, str] = {}
     constants: dict[str, Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
@@ -131,13 +136,16 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
         out.append(Compiled(launch.name, "embed" if launch.meta.get("EMBED") else "", regs, spills,
                             int(kernel.metadata.shared), len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
                             len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
-                            _loads_after_wait(ptx)))
+                            _loads_after_wait(ptx), len(re.findall(r"\batom\.", ptx)),
+                            len(re.findall(r"\bld(?:\.\w+)*\.acquire\b", ptx)),
+                            len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M))))
     return out
 
 
 def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
-                    sms: int = 132, prefetch: bool = False, path: str | None = None) -> Any:
-    """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped)."""
+                    sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False) -> Any:
+    """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped); `persistent`:
+    lab.step.fused.persistent's, one program an SM."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
     from lab.step.fused.tune import random_weights
@@ -146,6 +154,10 @@ def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 2
     spec = {"gpt2": GPT2, "tiny": TINY}[model]
     w = random_weights(spec, dtype, "cpu")
     state = new_state(w, batch, min(max_len, spec.n_positions))
+    if persistent:
+        from lab.step.fused import persistent as PS
+
+        return PS.prepare(state, w, sms=sms)
     plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path)
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
@@ -172,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pdl", action="store_true")
     p.add_argument("--prefetch", action="store_true", help="the PREFETCH kernels with one-chunk configs")
     p.add_argument("--anatomy", action="store_true", help="each kernel in every variant lab.step.fused.anatomy times")
+    p.add_argument("--persistent", action="store_true", help="the persistent plan: one layer kernel with a grid barrier")
     p.add_argument("--path", default=None, choices=("gemv", "gemm"),
                    help="force a projection path (default: the rule's at each batch, lab.step.fused.rule)")
     args = p.parse_args(argv)
@@ -182,15 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     for dname in args.dtype:
         for batch in args.batch:
             plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
-                                   path=args.path)
+                                   path=args.path, persistent=args.persistent)
             plan = anatomy_plan(plan) if args.anatomy else plan
             print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
                   f"{' prefetch' if args.prefetch else ''} path {plan.path}:")
             for c in compile_plan(plan, args.arch):
-                cfg = plan.configs[c.name.split(":")[0]].__dict__
+                cfg = getattr(plan.configs.get(c.name.split(":")[0]), "__dict__", "")
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "
                       f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
-                      f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait}  {cfg}")
+                      f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait}  atomics {c.atomics} acquires "
+                      f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
     return 1 if bad else 0
 

@@ -96,14 +96,18 @@ def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Ten
 
 def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, prompt_len: int = 8,
                    sms: int | None = None, seed: int = 0, prefetch: bool = False,
-                   path: str | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens."""
+                   path: str | None = None, overrides: dict[str, Any] | None = None,
+                   persistent: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens (`persistent`: the
+    persistent plan, as in `free_running`)."""
+    from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare
 
     max_len = prompt_len + steps + 2
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
-    plan = prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides)
+    plan = (PS.prepare(fused, w_low, sms=sms, overrides=overrides, **persistent) if persistent is not None
+            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides))
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
     with torch.no_grad():
@@ -131,6 +135,28 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
             "path": str(plan.path), **out}
+
+
+def same_as_five(w: Weights, batch: int, steps: int, persistent: dict[str, Any], prompt_len: int = 8,
+                 sms: int | None = None, seed: int = 0) -> list[bool]:
+    """The persistent plan (lab.step.fused.persistent, `persistent` its keyword arguments) against the five-kernel
+    plan on the GEMV path from the same prefill: per step, whether the logits and every state buffer are
+    bit-identical (the same arithmetic in the same order, with no atomics: they must be)."""
+    from lab.step.fused import persistent as PS
+    from lab.step.fused.step import prepare
+
+    prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
+    five, mine = (D.new_state(w, batch, prompt_len + steps + 2) for _ in range(2))
+    out = []
+    with torch.no_grad():
+        D.prefill(five, w, prompt)
+        D.prefill(mine, w, prompt)
+        a, b = prepare(five, w, sms=sms, path="gemv"), PS.prepare(mine, w, sms=sms, **persistent)
+        for _ in range(steps):
+            same = torch.equal(a(), b())
+            out.append(same and all(torch.equal(x, y) for x, y in zip(five.buffers().values(),
+                                                                       mine.buffers().values())))
+    return out
 
 
 # Every size a non-power of two (E 48, dh 12, 4E 192, V 500): every masked lane of the kernels is exercised.

@@ -9,8 +9,9 @@ starts from zero (a graph replays the same launch).
 
 Memory ordering is CUDA cooperative groups' grid sync: a CTA-wide barrier, then one thread's release add (the
 scalar atomic: Triton executes it in one thread and broadcasts its result); the spin reads the counter with
-volatile loads (no L1), then one acquire read-modify-write of it orders every later load after the other
-programs' writes, and a CTA-wide barrier hands that to every thread. The acquire also invalidates the SM's L1,
+volatile loads (no L1), then one acquire read of it (ld.global.gpu.acquire) orders every later load after the other
+programs' writes, and a CTA-wide barrier hands that to every thread (lab.step.fused.aot counts these instructions in
+the PTX, and tests/test_fused_persistent.py asserts them). The acquire also invalidates the SM's L1,
 so a row this program read in an earlier phase is not served stale.
 
 A grid barrier needs every program of the grid resident at once: the kernel's grid is at most what the device
@@ -39,7 +40,11 @@ def _wait(bar_ptr, target):
         seen = tl.load(bar_ptr, volatile=True)
         while seen < target:
             seen = tl.load(bar_ptr, volatile=True)
-        tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+        # the acquire: Triton 3.6 makes an atomic add of 0 an acquire load (ld.global.gpu.acquire) and drops it where
+        # its value is unused, so the loop uses it (the counter only grows within a launch: it reads once)
+        seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+        while seen < target:
+            seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
         tl.debug_barrier()
 
 
