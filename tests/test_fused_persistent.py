@@ -121,6 +121,25 @@ def test_a_hung_child_fails_the_experiment_with_the_watchdogs_words(monkeypatch:
     assert "grid barrier" in str(err.value)
 
 
+def test_the_run_page_table_has_a_row_per_variant_with_the_speedups_interval() -> None:
+    from report.sections.persistent import persistent
+    from synthetic_runs import metric, rec, results
+
+    where = {"size": "gpt2-124M", "dtype": "float32", "batch": 1}
+    ms = [metric("step_ms", 0.25, "ms", variant="fused-pdl-prefetch", **where),
+          metric("step_ms", 0.2, "ms", variant="fused-persistent-132", **where),
+          metric("mbu", 0.5, "fraction", variant="fused-persistent-132", **where),
+          metric("speedup_vs_fused", 1.25, "x", variant="fused-persistent-132", **where),
+          metric("speedup_vs_fused_ci_low", 1.2, "x", variant="fused-persistent-132", **where),
+          metric("speedup_vs_fused_ci_high", 1.3, "x", variant="fused-persistent-132", **where)]
+    sec = persistent(results(rec("fused_persistent", ms)))
+    assert sec is not None and not sec.empty
+    rows = [[c.text for c in r] for r in sec.tables[0].rows]
+    assert rows[0][3:] == ["fused-pdl-prefetch", "0.25 ms", "—", "—"], rows
+    assert rows[1][3] == "fused-persistent-132" and rows[1][6] == "1.25× [1.2, 1.3]", rows
+    assert persistent(results(rec("fusion", []))) is None
+
+
 @pytest.mark.skipif(TRITON_MISSING is not None, reason=f"Triton does not import: {TRITON_MISSING}")
 @pytest.mark.slow
 def test_the_layer_kernel_compiles_for_hopper_with_its_barrier_in_one_thread() -> None:

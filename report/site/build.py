@@ -42,7 +42,8 @@ from report.draw.tables import Table, fmt, params_text
 from report.pages import front as front_page, history
 from report.pages.compare import Comparison, Side, compare
 from report.pages.why_moved import CLASSES
-from report.sections import anatomy, breakdown_charts, ceilings, costs, host, instrument, section, sweeps, workloads
+from report.sections import (anatomy, breakdown_charts, ceilings, costs, host, instrument, persistent, section, sweeps,
+                             workloads)
 from report.site import traces as trace_pages
 from report.site.discover import Run, SkippedFile, load_runs
 from report.site.files import TRACES, Staging, WriteError, write_page
@@ -61,6 +62,7 @@ SECTIONS: list[Callable[[Results], section.Section | None]] = [
     workloads.amdahl,
     workloads.fusion,
     anatomy.anatomy,
+    persistent.persistent,
     section.dynamo,
     section.correctness,
     section.environment,
