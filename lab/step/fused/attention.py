@@ -10,7 +10,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.grid import _wait
 from lab.step.fused.rows import _INPUT, _made, _pdl_launch, _pdl_wait, _stored
 
 
@@ -44,24 +43,20 @@ def attention_kernel(q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, sc
     read), the partials not stored (STORE), no PDL wait (WAIT).
     """
     _attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, scale, E, H, DH, NS, BS,
-               BD, USE_PDL, EARLY, QKV, LEAVE_OUT, q_ptr, 0, False)
+               BD, USE_PDL, EARLY, QKV, LEAVE_OUT)
 
 
 @triton.jit
 def _attention(pid, q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, scale, E: tl.constexpr, H: tl.constexpr,
                DH: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, USE_PDL: tl.constexpr,
-               EARLY: tl.constexpr, QKV: tl.constexpr, LEAVE_OUT: tl.constexpr, bar_ptr, bar_target,
-               GRID: tl.constexpr):
-    """attention_kernel's work for task `pid`; GRID (the persistent kernel): it first waits at the grid barrier
-    for `bar_target` arrivals (lab.step.fused.grid; 0: it does not wait)."""
+               EARLY: tl.constexpr, QKV: tl.constexpr, LEAVE_OUT: tl.constexpr):
+    """attention_kernel's work for task `pid` (a launch's program, or one of a persistent program's tasks)."""
     s = pid % NS
     bh = pid // NS
     b = bh // H
     h = bh % H
     _pdl_launch(USE_PDL)
     _pdl_wait(USE_PDL, LEAVE_OUT)
-    if GRID:
-        _wait(bar_ptr, bar_target)
     d = tl.arange(0, BD)
     d_mask = d < DH
     slot = s * BS + tl.arange(0, BS)

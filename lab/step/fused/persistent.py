@@ -6,14 +6,17 @@ five-kernel step does, with that kernel's tuned tile) are dealt to the programs 
 (lab.step.fused.grid) separates the phases, where the step separates kernels:
 
     phase 1  ln_qkv     tasks cdiv(3E, BN) x cdiv(B, BB)     (no wait: the launch follows the previous layer)
-    phase 2  attention  tasks B x H x splits                 waits for every program's phase 1
-    phase 3  proj       tasks cdiv(E, BN) x cdiv(B, BB)      loads its first weight tile, then waits for phase 2
-    phase 4  ln_fc      tasks cdiv(4E, BN) x cdiv(B, BB)     likewise for phase 3
-    phase 5  fc2        tasks cdiv(E, BN) x cdiv(B, BB)      likewise for phase 4
+    phase 2  attention  tasks B x H x splits                 after every program's phase 1
+    phase 3  proj       tasks cdiv(E, BN) x cdiv(B, BB)      loads its first task's first weight tile, then waits
+    phase 4  ln_fc      tasks cdiv(4E, BN) x cdiv(B, BB)     likewise
+    phase 5  fc2        tasks cdiv(E, BN) x cdiv(B, BB)      likewise
 
 so four barriers a layer take the place of four kernel boundaries (a graph node's launch, the grid's ramp-up
 and drain, the wait on the previous kernel), and a program's first weight tile of phases 3-5 is in flight while
-it waits. lm_head and the argmax stay the step's own two launches: 12 + 2 = 14 launches at GPT-2 124M.
+it waits. Within a phase a program loads its next task's first tile before it works on the current one (one
+task's weights always in flight: a program walks several tasks in turn where the five-kernel step ran them as
+separate programs side by side). lm_head and the argmax stay the step's own two launches: 12 + 2 = 14 launches
+at GPT-2 124M.
 
 Same contract as lab.step.fused.step (a FusedPlan: no host synchronisation, no allocation after `prepare`,
 capturable; the same arithmetic in the same order, so fp32 logits match the five-kernel step's). Only the GEMV
@@ -41,7 +44,7 @@ from lab.step.fused import configs as C, rule as R, step as S
 from lab.step.fused.attention import _attention
 from lab.step.fused.grid import _arrive, _leave, _wait
 from lab.step.fused.launch import Launch
-from lab.step.fused.projections import _fc2, _ln_fc, _ln_qkv, _proj
+from lab.step.fused.projections import _fc2, _first_tile, _ln_fc, _ln_qkv, _proj
 from lab.step.model import Weights
 
 PHASES = ("ln_qkv", "attention", "proj", "ln_fc", "fc2")  # a layer's kernels, in the order the phases run them
@@ -63,58 +66,63 @@ def layer_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln1_w, ln1_b, attn_w
     GRID: tl.constexpr = ONLY == 0
     if ONLY == 0 or ONLY == 1:
         tasks = (3 * E + BN_A - 1) // BN_A * NBB_A
+        w_next = _first_tile(pid, attn_w, NBB_A, B, 3 * E, E, BB_A, BN_A, BK_A)
         t = pid
-        while t < tasks:
+        while t < tasks:  # each task's first tile was loaded during the previous one
+            w_now = w_next
+            w_next = _first_tile(t + P, attn_w, NBB_A, B, 3 * E, E, BB_A, BN_A, BK_A)
             _ln_qkv(t, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln1_w, ln1_b, attn_w, attn_b, q_ptr, cache_ptr,
-                    B, NBB_A, L, eps, E, H, DH, EMBED, BB_A, BN_A, BK_A, BE, False, False, 0)
+                    B, NBB_A, L, eps, E, H, DH, EMBED, BB_A, BN_A, BK_A, BE, False, False, 0, w_now, True)
             t += P
     if GRID:
         _arrive(bar_ptr)
+        _wait(bar_ptr, P)
     if ONLY == 0 or ONLY == 2:
-        tasks = B * H * NS
-        if GRID:
-            if pid >= tasks:  # a program with no task here still waits (a barrier is counted, not owned)
-                _wait(bar_ptr, P)
         t = pid
-        while t < tasks:  # the first task waits at the barrier (attention loads nothing before)
+        while t < B * H * NS:
             _attention(t, q_ptr, cache_ptr, pos_ptr, part_o, part_m, part_l, B, L, scale, E, H, DH, NS, BS, BD,
-                       False, False, False, 0, bar_ptr, tl.where(t == pid, P, 0), GRID)
+                       False, False, False, 0)
             t += P
     if GRID:
         _arrive(bar_ptr)
     if ONLY == 0 or ONLY == 3:
         tasks = (E + BN_C - 1) // BN_C * NBB_C
+        w_next = _first_tile(pid, proj_w, NBB_C, B, E, E, BB_C, BN_C, BK_C)  # in flight while the program waits
         if GRID:
-            if pid >= tasks:
-                _wait(bar_ptr, 2 * P)
+            _wait(bar_ptr, 2 * P)
         t = pid
-        while t < tasks:  # the first task loads its first weight tile, then waits
+        while t < tasks:
+            w_now = w_next
+            w_next = _first_tile(t + P, proj_w, NBB_C, B, E, E, BB_C, BN_C, BK_C)
             _proj(t, part_o, part_m, part_l, proj_w, proj_b, x_ptr, x_out, B, NBB_C, E, H, DH, NS, BB_C, BN_C, BK_C,
-                  False, False, 0, bar_ptr, tl.where(t == pid, 2 * P, 0), GRID)
+                  False, False, 0, w_now, True)
             t += P
     if GRID:
         _arrive(bar_ptr)
     if ONLY == 0 or ONLY == 4:
         tasks = (F + BN_D - 1) // BN_D * NBB_D
+        w_next = _first_tile(pid, fc_w, NBB_D, B, F, E, BB_D, BN_D, BK_D)
         if GRID:
-            if pid >= tasks:
-                _wait(bar_ptr, 3 * P)
+            _wait(bar_ptr, 3 * P)
         t = pid
         while t < tasks:
+            w_now = w_next
+            w_next = _first_tile(t + P, fc_w, NBB_D, B, F, E, BB_D, BN_D, BK_D)
             _ln_fc(t, x_ptr, ln2_w, ln2_b, fc_w, fc_b, h_ptr, B, NBB_D, eps, E, F, BB_D, BN_D, BK_D, BE, False,
-                   False, 0, bar_ptr, tl.where(t == pid, 3 * P, 0), GRID)
+                   False, 0, w_now, True)
             t += P
     if GRID:
         _arrive(bar_ptr)
     if ONLY == 0 or ONLY == 5:
         tasks = (E + BN_E - 1) // BN_E * NBB_E
+        w_next = _first_tile(pid, fc2_w, NBB_E, B, E, F, BB_E, BN_E, BK_E)
         if GRID:
-            if pid >= tasks:
-                _wait(bar_ptr, 4 * P)
+            _wait(bar_ptr, 4 * P)
         t = pid
         while t < tasks:
-            _fc2(t, h_ptr, fc2_w, fc2_b, x_ptr, x_out, B, NBB_E, E, F, BB_E, BN_E, BK_E, False, False, 0, bar_ptr,
-                 tl.where(t == pid, 4 * P, 0), GRID)
+            w_now = w_next
+            w_next = _first_tile(t + P, fc2_w, NBB_E, B, E, F, BB_E, BN_E, BK_E)
+            _fc2(t, h_ptr, fc2_w, fc2_b, x_ptr, x_out, B, NBB_E, E, F, BB_E, BN_E, BK_E, False, False, 0, w_now, True)
             t += P
     if GRID:
         _leave(bar_ptr, P)

@@ -33,7 +33,6 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk
-from lab.step.fused.grid import _wait
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
                                   _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
@@ -59,6 +58,14 @@ def _load_w_raw(w_ptr, n, n_mask, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr =
     k = tl.arange(0, BK)
     mask = n_mask[None, :, None] & (k < K)[None, None, :]
     return _made(tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0), LEAVE_OUT, _WEIGHTS)
+
+
+@triton.jit
+def _first_tile(task, w_ptr, NBB, B, N, K, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Task `task`'s first weight tile [1, BN, BK] of an [N, K] matrix (what `_ln_qkv` and the others load first;
+    all masked, no memory traffic, for a task past the phase's last: its rows are past N)."""
+    _, _, n, _, n_mask = _row_blocks_at(task, NBB, B, N, BB, BN)
+    return _load_w(w_ptr, n, n_mask, 0, K, BK)
 
 
 @triton.jit
@@ -121,15 +128,17 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     Grid: cdiv(3E, BN) * cdiv(B, BB) programs.
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr,
-            cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT)
+            cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
             B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr):
-    """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks)."""
+            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
+    """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
+    PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
+    while the program worked on its previous task or waited at the grid barrier."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
@@ -138,6 +147,8 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
         bias = _load_vec(bias_ptr, n, 3 * E)
         g = _load_vec(ln_w, ke, E)
         beta = _load_vec(ln_b, ke, E)
+    elif PRELOADED:
+        w_first = w_pre
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)  # weights: written by nobody, safe before the wait
     _pdl_wait(USE_PDL, LEAVE_OUT)
@@ -185,26 +196,24 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
-          BK, USE_PDL, PREFETCH, LEAVE_OUT, x_in, 0, False)
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
           DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-          USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, bar_ptr, bar_target,
-          GRID: tl.constexpr):
-    """proj_residual_kernel's work for task `pid`; GRID (the persistent kernel): after its first weight tile the
-    task waits at the grid barrier for `bar_target` arrivals (lab.step.fused.grid; 0: it does not wait)."""
+          USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
+    """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
         w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+    elif PRELOADED:
+        w = w_pre
     else:
         w = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
-    if GRID:
-        _wait(bar_ptr, bar_target)
     if PREFETCH:
         a = _made(_attention_chunk(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK),
                   LEAVE_OUT, _INPUT)
@@ -234,14 +243,14 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
     """
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL,
-           PREFETCH, LEAVE_OUT, x_ptr, 0, False)
+           PREFETCH, LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
            BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr, USE_PDL: tl.constexpr,
-           PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, bar_ptr, bar_target, GRID: tl.constexpr):
-    """ln_fc_gelu_kernel's work for task `pid` (GRID: as `_proj`)."""
+           PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
+    """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
@@ -250,11 +259,11 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.co
         bias = _load_vec(bias_ptr, n, F)
         g = _load_vec(ln_w, ke, E)
         beta = _load_vec(ln_b, ke, E)
+    elif PRELOADED:
+        w_first = w_pre
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
-    if GRID:
-        _wait(bar_ptr, bar_target)
     if PREFETCH:
         x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
         y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
@@ -280,24 +289,24 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
-         LEAVE_OUT, x_in, 0, False)
+         LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
          BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
-         bar_ptr, bar_target, GRID: tl.constexpr):
-    """fc2_residual_kernel's work for task `pid` (GRID: as `_proj`)."""
+         w_pre, PRELOADED: tl.constexpr):
+    """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
         w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK, LEAVE_OUT)
+    elif PRELOADED:
+        w = w_pre
     else:
         w = _load_w(w_ptr, n, n_mask, 0, F, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
-    if GRID:
-        _wait(bar_ptr, bar_target)
     if PREFETCH:
         k = tl.arange(0, BK)
         a = _load_x(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, k, F, False, LEAVE_OUT)
