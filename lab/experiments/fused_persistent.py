@@ -51,6 +51,7 @@ class Options:
     max_len: int = option(256, "cache slots (the timed step's position is lab.step.fused.tune's, mid-decode)",
                           minimum=16)
     programs_per_sm: tuple[int, ...] = option((1, 2), "grids of the persistent kernel, in programs an SM", minimum=1)
+    num_warps: int = option(0, "the layer kernel's warps (0: the most of the five kernels' configs)", minimum=0)
     check_steps: int = option(16, "steps of the correctness checks", minimum=1)
     iters: int = option(20, "graph replays timed per round", minimum=1)
     warmup: int | None = option(None, "untimed replays before each turn (default: the profile's warmup)",
@@ -125,7 +126,7 @@ def record(ctx: Any, value: dict[str, Any], bandwidth: float) -> None:
 
 def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, max_len: int,
                   programs_per_sm: list[int], check_steps: int, iters: int, warmup: int, rounds: int,
-                  timeout_s: float = 0.0) -> dict[str, Any]:
+                  num_warps: int = 0, timeout_s: float = 0.0) -> dict[str, Any]:
     """In the child: per size and dtype, the grids the device holds, the checks, then every variant timed."""
     import torch
 
@@ -150,7 +151,7 @@ def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, 
                     "GEMV path's")})
                 continue
             state = timing_state(w, batch, max_len)
-            most, how = PS.guard(PS.prepare(state, w, programs=sms, repeatable=True))
+            most, how = PS.guard(PS.prepare(state, w, programs=sms, repeatable=True, num_warps=num_warps or None))
             grids = [k * sms for k in programs_per_sm if k * sms <= most]
             for k in (k for k in programs_per_sm if k * sms > most):
                 out["not_run"].append({"item": f"{label}, {k * sms} programs", "code": Code.NOT_ON_THIS_DEVICE.value,
@@ -159,14 +160,15 @@ def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, 
             case: dict[str, Any] = {"size": size, "dtype": dtype, "batch": batch, "max_programs": most,
                                     "occupancy": how, "checks": {}}
             w32 = w if dtype == "float32" else random_weights(SHAPES[size], dev, "float32")
-            case["checks"] = checks(w, w32, batch, check_steps, grids)
+            case["checks"] = checks(w, w32, batch, check_steps, grids, num_warps)
             w32 = None
             plans: dict[str, Any] = {"fused": S.prepare(state, w, repeatable=True, path="gemv")}
             if pdl:
                 plans["fused-pdl-prefetch"] = S.prepare(state, w, pdl=True, prefetch=True, repeatable=True,
                                                         path="gemv")
             for P_ in grids:
-                plans[f"fused-persistent-{P_}"] = PS.prepare(state, w, programs=P_, repeatable=True)
+                plans[f"fused-persistent-{P_}"] = PS.prepare(state, w, programs=P_, repeatable=True,
+                                                             num_warps=num_warps or None)
             graphs = {name: capture(plan, warmup=2) for name, plan in plans.items()}
             case["rounds"] = time_methods({name: g.replay for name, g in graphs.items()}, CudaClock(), rounds, iters,
                                           warmup)
@@ -179,7 +181,7 @@ def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, 
     return out
 
 
-def checks(w: Any, w32: Any, batch: int, steps: int, grids: list[int]) -> dict[str, dict[str, Any]]:
+def checks(w: Any, w32: Any, batch: int, steps: int, grids: list[int], num_warps: int = 0) -> dict[str, dict[str, Any]]:
     """Per grid, outside any timing: fp32, bit-identity with the five-kernel step, eager's tokens and a graph replay
     identical to the direct step; bf16, the teacher-forced run (lab.step.fused.check)."""
     from lab.step.fused import check as K
@@ -187,15 +189,16 @@ def checks(w: Any, w32: Any, batch: int, steps: int, grids: list[int]) -> dict[s
     out: dict[str, dict[str, Any]] = {}
     for programs in grids:
         grid = f"fused-persistent-{programs}"
+        persistent = {"programs": programs, "num_warps": num_warps or None}
         if w.dtype == w32.dtype:
-            run = K.free_running(w, batch, steps, persistent={"programs": programs}, graph=True)
-            out[grid] = {"identical": K.same_as_five(w, batch, steps, {"programs": programs}),
+            run = K.free_running(w, batch, steps, persistent=persistent, graph=True)
+            out[grid] = {"identical": K.same_as_five(w, batch, steps, persistent),
                          "tokens_equal": all(s["tokens_equal"] and s["out_equal"] for s in run["per_step"]),
                          "replay_identical": run["graph"]["logits_identical_direct"] and run["graph"]["out_equal_direct"],
                          "max_logit_diff": max(s["logit_diff"] for s in run["per_step"]),
                          "launches": run["kernels_per_step"]}
         else:
-            out[grid] = K.teacher_forced(w32, w, batch, steps, persistent={"programs": programs})
+            out[grid] = K.teacher_forced(w32, w, batch, steps, persistent=persistent)
     return out
 
 
