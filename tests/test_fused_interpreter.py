@@ -303,11 +303,23 @@ def case_anatomy_experiment() -> dict[str, Any]:
     """lab.experiments.fused_anatomy's run end to end on the tiny model, with what needs CUDA faked (the device, its
     L2, the copy bandwidth, PDL, graph capture: the series is called instead of replayed): what it records."""
     import types
+    import weakref
     from unittest import mock
 
     from lab.experiments import fused_anatomy as FA
     from lab.experiments.common.sweep import SHAPES, random_weights
     from lab.measure.timing import HostClock
+
+    def weak_capture(fn: Any, warmup: int) -> Any:  # as a CUDA graph: it keeps no reference to what it replays
+        ref = weakref.ref(fn)
+
+        def replay() -> None:
+            alive = ref()
+            if alive is None:
+                raise RuntimeError("a graph replayed a series its experiment no longer holds (freed inputs)")
+            alive()
+
+        return types.SimpleNamespace(replay=replay)
 
     recorded: list[Any] = []
     ctx = types.SimpleNamespace(
@@ -322,7 +334,7 @@ def case_anatomy_experiment() -> dict[str, Any]:
                                                                                         dtype)), \
             mock.patch.object(FA, "copy_bandwidth", lambda ctx: 100.0), \
             mock.patch.object(FA, "free_device_memory", lambda dev: None), \
-            mock.patch("lab.step.capture.capture", lambda fn, warmup: types.SimpleNamespace(replay=fn)), \
+            mock.patch("lab.step.capture.capture", weak_capture), \
             mock.patch("lab.step.fused.step.pdl_supported", lambda dev: (False, "no PDL on this host")), \
             mock.patch("torch.cuda.get_device_properties", lambda dev: types.SimpleNamespace(L2_cache_size=1 << 16)), \
             mock.patch.object(C, "DEFAULT_SMS", 2), mock.patch.dict(C.TUNED, clear=True):  # the heuristics: small tiles

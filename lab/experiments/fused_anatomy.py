@@ -92,7 +92,7 @@ def run(ctx: Context[Options]) -> None:
                 launch, ST.BY_NAME["full"])), **params)
         calls = T.calls(T.Shape.of(w, o.batch, o.max_len), T.Layout.of_plan(plan), int(state.pos.item()))
         streamed = {c.kernel: c.weights + c.kv_read for c in calls}  # the last layer's (no embedding)
-        graphs = {}
+        graphs, kept = {}, []
         with ctx.activity(f"{dtype}: compiling and capturing {len(bound)} kernels x {len(variants)} variants"):
             for name, launch in bound.items():
                 big = launch.args[launch.kernel.arg_names.index(A.STREAMED[name])]
@@ -100,8 +100,12 @@ def run(ctx: Context[Options]) -> None:
                 turns = A.rotated(launch, [big] + [big.clone() for _ in range(n - 1)])
                 for v in variants:
                     if ST.applies(name, v):
-                        graphs[f"{name}:{v.name}"] = capture(A.series([A.made(t, v) for t in turns], o.repeats),
-                                                             warmup=1)
+                        series = A.series([A.made(t, v) for t in turns], o.repeats)
+                        graphs[f"{name}:{v.name}"] = capture(series, warmup=1)
+                        # a graph keeps no reference to what it reads: the series (and the copies it binds) must
+                        # outlive its replays (without this the H200 run of 2026-12-03 read freed copies, then
+                        # crashed with an illegal address in bf16)
+                        kept.append(series)
         rounds = time_methods({k: g.replay for k, g in graphs.items()}, ctx.clock, o.rounds, o.iters, o.warmup)
         times: dict[str, dict[str, list[list[float]]]] = {}
         for key, per_round in rounds.items():
@@ -116,7 +120,7 @@ def run(ctx: Context[Options]) -> None:
                            **params)
                 ctx.metric(M.STAGE_US_CI_HIGH, None if p.ci is None else round(p.ci.high, 4), kernel=name,
                            part=p.part, **params)
-        del graphs, plan, state, w, bound
+        del graphs, kept, plan, state, w, bound
         free_device_memory(ctx.device)
 
 

@@ -11,10 +11,11 @@ once (the compiled kernel's registers and shared memory against the device's lim
 launched: that part is NOT_RUN with the count. A batch the rule (lab.step.fused.rule) gives the library-GEMM path is
 NOT_RUN too: the persistent kernel is the GEMV path's.
 
-Correctness, outside the timing, in the same child: fp32, the persistent step's logits and state are bit-identical to
-the five-kernel step's at every step (fatal: the same arithmetic in the same order), and its greedy tokens equal
-eager's; bf16, the teacher-forced rule of tests/test_fused.py (logits within 5% of the fp32 reference's largest and
-no worse than 1.5x eager bf16's own error). Timing: every variant's plan on one mid-decode state (repeatable: the
+Correctness, outside the timing, in the same child: fp32, the persistent step's tokens are the five-kernel step's
+and eager's, its logits within 1e-4 of the largest of the five-kernel step's (fatal; bit-identical in Triton's
+interpreter, but on the GPU each phase compiles at the layer kernel's warps, so reductions may round differently:
+the H200 of 2026-12-03 gave 1.3e-5), and a graph replay gives the direct step's, bit for bit; bf16, the teacher-
+forced rule of tests/test_fused.py (no worse than 1.5x the eager bf16 step's own error). Timing: every variant's plan on one mid-decode state (repeatable: the
 same work each replay), captured in a CUDA graph, replayed `iters` times a round in rotating rounds with CUDA events;
 step_ms per variant with its rounds, speedup_vs_fused (the fastest five-kernel variant's median over the persistent
 step's, interval paired over rounds), mbu against the copy bandwidth measured here.
@@ -39,7 +40,9 @@ from lab.run.runner import NotRun
 
 CHILD = "lab.experiments.fused_persistent:child_measure"
 FIVE = ("fused", "fused-pdl-prefetch")  # the five-kernel step's variants timed beside it
-BF16_REL, BF16_VS_EAGER = 0.05, 1.5  # the teacher-forced rule (tests/test_fused.py)
+# tests/test_fused.py's GPU rules: fp32 logits within 1e-4 of the largest; bf16 (GPT-2's 12-48 layers: the absolute
+# error is whatever bf16 gives) no worse than 1.5x the eager bf16 step's own error
+FP32_REL, BF16_VS_EAGER = 1e-4, 1.5
 
 
 @dataclass(frozen=True)
@@ -88,19 +91,19 @@ def record(ctx: Any, value: dict[str, Any], bandwidth: float) -> None:
         for grid, check in case["checks"].items():
             where = {**params, P.VARIANT: grid}
             if case["dtype"] == "float32":
-                ctx.check("fp32 logits and state bit-identical to the five-kernel step's at every step",
-                          all(check["identical"]), detail=f"{check['identical'].count(True)} of "
-                          f"{len(check['identical'])} steps", fatal=True, **where)
+                five = check["five"]
+                ctx.check("fp32: the five-kernel step's tokens and logits (within 1e-4 of the largest) at every step",
+                          all(s["tokens_equal"] and s["logit_diff"] <= FP32_REL * s["logit_scale"] for s in five),
+                          detail=f"largest difference {max(s['logit_diff'] for s in five):.3g}; bit-identical at "
+                          f"{sum(s['identical'] for s in five)} of {len(five)} steps", fatal=True, **where)
                 ctx.check("fp32 greedy tokens equal eager's", check["tokens_equal"], fatal=True, **where)
                 ctx.check("a CUDA graph's replay gives the direct step's logits and tokens, bit for bit",
                           check["replay_identical"], fatal=True, **where)
                 ctx.metric(M.MAX_LOGIT_DIFF, check["max_logit_diff"], **where)
             else:
                 err, eager = max(check["fused_err"]), max(check["eager_err"])
-                ctx.check("bf16 teacher-forced: logits within 5% of the fp32 reference's largest and no worse than "
-                          "1.5x eager bf16's own error", all(e <= BF16_REL * s for e, s in zip(check["fused_err"],
-                                                                                                check["scale"]))
-                          and err <= BF16_VS_EAGER * eager and all(check["bookkeeping_ok"]),
+                ctx.check("bf16 teacher-forced: no worse than 1.5x eager bf16's own error against the fp32 reference",
+                          err <= BF16_VS_EAGER * eager and all(check["bookkeeping_ok"]),
                           detail=f"largest error {err:.4g}, eager bf16's {eager:.4g}", fatal=True, **where)
                 ctx.metric(M.MAX_LOGIT_DIFF, err, **where)
         rounds = case["rounds"]
@@ -192,7 +195,7 @@ def checks(w: Any, w32: Any, batch: int, steps: int, grids: list[int], num_warps
         persistent = {"programs": programs, "num_warps": num_warps or None}
         if w.dtype == w32.dtype:
             run = K.free_running(w, batch, steps, persistent=persistent, graph=True)
-            out[grid] = {"identical": K.same_as_five(w, batch, steps, persistent),
+            out[grid] = {"five": K.same_as_five(w, batch, steps, persistent),
                          "tokens_equal": all(s["tokens_equal"] and s["out_equal"] for s in run["per_step"]),
                          "replay_identical": run["graph"]["logits_identical_direct"] and run["graph"]["out_equal_direct"],
                          "max_logit_diff": max(s["logit_diff"] for s in run["per_step"]),

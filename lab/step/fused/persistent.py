@@ -169,9 +169,10 @@ def prepare(state: DecodeState, w: Weights, programs: int | None = None, repeata
     att = cfg["attention"]
     assert isinstance(att, C.AttentionConfig) and all(isinstance(g, C.GemvConfig) for g in gemv.values())
     warps = num_warps or max([att.num_warps] + [g.num_warps for g in gemv.values()])  # type: ignore[union-attr]
-    # registers for two programs an SM: left to itself, ptxas gave the bf16 kernel at 8 warps 80 registers and 12 B
-    # of spills (Triton 3.6, sm_90); capped at 128 it takes 96 and spills nothing (lab.step.fused.aot shows it)
-    maxnreg = min(255, 65536 // (32 * warps * 2))
+    # registers for the grid's programs an SM (two at least): left to itself, ptxas gave the bf16 kernel at 8 warps 80
+    # registers and 12 B of spills (Triton 3.6, sm_90); capped at 128 it takes 96 and spills nothing (lab.step.fused.aot)
+    per_sm = max(2, C.cdiv(P, sms))
+    maxnreg = min(255, 65536 // (32 * warps * per_sm) // 8 * 8)
     ws = base.workspace
     ws.barrier = torch.zeros(2, dtype=torch.int32, device=w.device)
     B, L, E, H = state.batch, state.max_len, w.n_embd, w.n_head
