@@ -202,6 +202,14 @@ def case_persistent_stepped_odd_b3() -> dict[str, Any]:
 
 
 @case
+def case_persistent_wide_odd() -> dict[str, Any]:  # wide tiles (at most one task a program a phase), barrier
+    from lab.step.fused.persistent import wide_configs
+
+    return _free("odd", 3, steps=2, prompt_len=4, sms=4, persistent={"programs": 1, "overrides": wide_configs(
+        48, 500, 3, 1, 4)})
+
+
+@case
 def case_persistent_exact() -> dict[str, Any]:
     """The persistent plan (barrier, one program; stepped, five programs) against the five-kernel plan from the same
     prefill, step by step: bit-identical logits and state (the same arithmetic in the same order), the barrier's
@@ -414,8 +422,10 @@ FP32_CASES = {  # case -> (path, batch)
     "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
+    "persistent-wide-odd": ("gemv", 3),
 }
-PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2}  # a launch a layer
+PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
+                       "persistent-wide-odd": 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
               "gemm-bf16-b1": ("gemm", 1)}
 

@@ -32,6 +32,20 @@ def test_occupancy_is_the_tightest_of_registers_shared_memory_and_warps() -> Non
     assert occupancy(255, 0, 16) == 0  # 255 registers x 512 threads do not fit one SM
 
 
+def test_wide_tiles_give_each_phase_at_most_one_task_a_program_within_the_tile_budget() -> None:
+    from lab.step.fused import configs as C
+    from lab.step.fused.persistent import wide_configs
+
+    for E, batch, programs in ((768, 1, 132), (768, 1, 264), (1600, 1, 264), (768, 3, 132)):
+        tiles = wide_configs(E, 50257, batch, programs, num_warps=8, per_thread=16)
+        assert set(tiles) == {"ln_qkv", "proj", "ln_fc", "fc2"}
+        for name, g in tiles.items():
+            N, K = C.gemv_shapes(E, 50257)[name]
+            assert C.cdiv(N, g.BN) * C.cdiv(batch, g.BB) <= programs, (name, g)  # at most one task a program
+            assert C.cdiv(N, g.BN // 2 or 1) * C.cdiv(batch, g.BB) > programs or g.BN == 1  # the smallest BN that does
+            assert g.BB * g.BN * g.BK <= 16 * 32 * 8 and g.BK <= C.next_pow2(K), (name, g)
+
+
 def test_by_name_only_and_not_run_without_cuda(tmp_path: Path) -> None:
     from lab.run import runner
 

@@ -55,6 +55,8 @@ class Options:
                           minimum=16)
     programs_per_sm: tuple[int, ...] = option((1, 2), "grids of the persistent kernel, in programs an SM", minimum=1)
     num_warps: int = option(0, "the layer kernel's warps (0: the most of the five kernels' configs)", minimum=0)
+    wide: bool = option(True, "also each grid with wide tiles (lab.step.fused.persistent.wide_configs: at most one "
+                              "task a program in each phase)")
     check_steps: int = option(16, "steps of the correctness checks", minimum=1)
     iters: int = option(20, "graph replays timed per round", minimum=1)
     warmup: int | None = option(None, "untimed replays before each turn (default: the profile's warmup)",
@@ -129,7 +131,7 @@ def record(ctx: Any, value: dict[str, Any], bandwidth: float) -> None:
 
 def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, max_len: int,
                   programs_per_sm: list[int], check_steps: int, iters: int, warmup: int, rounds: int,
-                  num_warps: int = 0, timeout_s: float = 0.0) -> dict[str, Any]:
+                  num_warps: int = 0, wide: bool = False, timeout_s: float = 0.0) -> dict[str, Any]:
     """In the child: per size and dtype, the grids the device holds, the checks, then every variant timed."""
     import torch
 
@@ -163,7 +165,7 @@ def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, 
             case: dict[str, Any] = {"size": size, "dtype": dtype, "batch": batch, "max_programs": most,
                                     "occupancy": how, "checks": {}}
             w32 = w if dtype == "float32" else random_weights(SHAPES[size], dev, "float32")
-            case["checks"] = checks(w, w32, batch, check_steps, grids, num_warps)
+            case["checks"] = checks(w, w32, batch, check_steps, grids, num_warps, wide)
             w32 = None
             plans: dict[str, Any] = {"fused": S.prepare(state, w, repeatable=True, path="gemv")}
             if pdl:
@@ -172,6 +174,10 @@ def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, 
             for P_ in grids:
                 plans[f"fused-persistent-{P_}"] = PS.prepare(state, w, programs=P_, repeatable=True,
                                                              num_warps=num_warps or None)
+                if wide:
+                    tiles = PS.wide_configs(w.n_embd, int(w.wte.shape[0]), batch, P_, num_warps or 8)
+                    plans[f"fused-persistent-{P_}-wide"] = PS.prepare(state, w, programs=P_, repeatable=True,
+                                                                      num_warps=num_warps or None, overrides=tiles)
             graphs = {name: capture(plan, warmup=2) for name, plan in plans.items()}
             case["rounds"] = time_methods({name: g.replay for name, g in graphs.items()}, CudaClock(), rounds, iters,
                                           warmup)
@@ -184,15 +190,21 @@ def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, 
     return out
 
 
-def checks(w: Any, w32: Any, batch: int, steps: int, grids: list[int], num_warps: int = 0) -> dict[str, dict[str, Any]]:
+def checks(w: Any, w32: Any, batch: int, steps: int, grids: list[int], num_warps: int = 0,
+           wide: bool = False) -> dict[str, dict[str, Any]]:
     """Per grid, outside any timing: fp32, bit-identity with the five-kernel step, eager's tokens and a graph replay
     identical to the direct step; bf16, the teacher-forced run (lab.step.fused.check)."""
     from lab.step.fused import check as K
 
     out: dict[str, dict[str, Any]] = {}
-    for programs in grids:
-        grid = f"fused-persistent-{programs}"
-        persistent = {"programs": programs, "num_warps": num_warps or None}
+    from lab.step.fused import persistent as PS
+
+    variants: list[tuple[str, dict[str, Any]]] = [(f"fused-persistent-{p}", {"programs": p, "num_warps": num_warps or None})
+                                                  for p in grids]
+    if wide:
+        variants += [(f"fused-persistent-{p}-wide", {"programs": p, "num_warps": num_warps or None, "overrides":
+                      PS.wide_configs(w.n_embd, int(w.wte.shape[0]), batch, p, num_warps or 8)}) for p in grids]
+    for grid, persistent in variants:
         if w.dtype == w32.dtype:
             run = K.free_running(w, batch, steps, persistent=persistent, graph=True)
             out[grid] = {"five": K.same_as_five(w, batch, steps, persistent),

@@ -51,7 +51,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
     max_len = max_len or prompt_len + steps + 8  # room for a graph's warm-up steps
     prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
     ref, fused = D.new_state(w, batch, max_len), D.new_state(w, batch, max_len)
-    plan = (PS.prepare(fused, w, sms=sms, overrides=overrides, **persistent) if persistent is not None
+    plan = (PS.prepare(fused, w, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
             else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path))
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
@@ -106,7 +106,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
     max_len = prompt_len + steps + 2
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
-    plan = (PS.prepare(fused, w_low, sms=sms, overrides=overrides, **persistent) if persistent is not None
+    plan = (PS.prepare(fused, w_low, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
             else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides))
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}

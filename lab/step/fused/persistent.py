@@ -152,6 +152,24 @@ def max_programs(launch: Launch, sms: int) -> tuple[int, str]:
                           f"{launch.meta['num_warps']} warps: {per_sm} programs an SM x {sms} SMs")
 
 
+def wide_configs(n_embd: int, vocab: int, batch: int, programs: int, num_warps: int = 8,
+                 per_thread: int = 16) -> dict[str, C.Config]:
+    """GEMV tiles for the layer kernel that give each phase at most `programs` tasks (BN the smallest power of two
+    that does), so that no program walks two tasks of a phase in turn; BK as much of K as keeps the tile within
+    `per_thread` values a thread (the rest of K in chunks). Overrides for `prepare`."""
+    out: dict[str, C.Config] = {}
+    for name, (N, K) in C.gemv_shapes(n_embd, vocab).items():
+        if name == "lm_head":
+            continue
+        BB = min(C.next_pow2(batch), 4)
+        BN = 1
+        while C.cdiv(N, BN) * C.cdiv(batch, BB) > programs:
+            BN *= 2
+        BK = max(16, min(C.next_pow2(K), per_thread * 32 * num_warps // (BB * BN)))
+        out[name] = C.GemvConfig(BB, BN, BK, num_warps)
+    return out
+
+
 def prepare(state: DecodeState, w: Weights, programs: int | None = None, repeatable: bool = False,
             stepped: bool = False, sms: int | None = None, overrides: dict[str, C.Config] | None = None,
             num_warps: int | None = None) -> S.FusedPlan:
