@@ -87,12 +87,12 @@ def record(ctx: Any, value: dict[str, Any], bandwidth: float) -> None:
     for item in value["not_run"]:
         ctx.skip(item["item"], Code(item["code"]), item["reason"])
     for case in value["cases"]:
-        params = {P.SIZE: case["size"], P.DTYPE: case["dtype"], P.BATCH: case["batch"]}
+        params = {k: case[k] for k in (P.SIZE, P.DTYPE, P.BATCH)}
         ctx.metric(M.PERSISTENT_PROGRAMS, case["max_programs"], **params)
-        ctx.note(N.OCCUPANCY.key_for(case["size"], case["dtype"], case["batch"]), case["occupancy"])
+        ctx.note(N.OCCUPANCY.key_for(*params.values()), case["occupancy"])
         for grid, check in case["checks"].items():
             where = {**params, P.VARIANT: grid}
-            if case["dtype"] == "float32":
+            if case[P.DTYPE] == "float32":
                 five = check["five"]
                 ctx.check("fp32: the five-kernel step's tokens and logits (within 1e-4 of the largest) at every step",
                           all(s["tokens_equal"] and s["logit_diff"] <= FP32_REL * s["logit_scale"] for s in five),
@@ -162,7 +162,7 @@ def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, 
                 out["not_run"].append({"item": f"{label}, {k * sms} programs", "code": Code.NOT_ON_THIS_DEVICE.value,
                                        "reason": f"the device holds {most} programs of the layer kernel at once ({how}):"
                                                  f" a barrier over {k * sms} would wait for programs that cannot start"})
-            case: dict[str, Any] = {"size": size, "dtype": dtype, "batch": batch, "max_programs": most,
+            case: dict[str, Any] = {P.SIZE: size, P.DTYPE: dtype, P.BATCH: batch, "max_programs": most,
                                     "occupancy": how, "checks": {}}
             w32 = w if dtype == "float32" else random_weights(SHAPES[size], dev, "float32")
             case["checks"] = checks(w, w32, batch, check_steps, grids, num_warps, wide)
