@@ -23,6 +23,8 @@
 - `lab.step.fused.stages` and `lab.step.fused.anatomy`: each kernel's LEAVE_OUT switch (weights, input, stores, the
   PDL wait), the variants that leave one stage out and what their times say; the launches lab.experiments.fused_anatomy
   times (issue 31: where each ~4 us kernel goes).
+- `lab.step.fused.persistent` and `lab.step.fused.grid`: the step with one persistent kernel a layer (14 launches),
+  its phases separated by a grid barrier; run only in a child process with a watchdog (lab.experiments.fused_persistent).
 
 Importing this package does not import Triton; `lab.step.fused.step` does.
 """
