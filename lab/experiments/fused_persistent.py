@@ -55,8 +55,8 @@ class Options:
                           minimum=16)
     programs_per_sm: tuple[int, ...] = option((1, 2), "grids of the persistent kernel, in programs an SM", minimum=1)
     num_warps: int = option(0, "the layer kernel's warps (0: the most of the five kernels' configs)", minimum=0)
-    wide: bool = option(True, "also each grid with wide tiles (lab.step.fused.persistent.wide_configs: at most one "
-                              "task a program in each phase)")
+    wide: bool = option(False, "also each grid with wide tiles (lab.step.fused.persistent.wide_configs: at most one "
+                               "task a program in each phase; not yet run on a GPU)")
     check_steps: int = option(16, "steps of the correctness checks", minimum=1)
     iters: int = option(20, "graph replays timed per round", minimum=1)
     warmup: int | None = option(None, "untimed replays before each turn (default: the profile's warmup)",
