@@ -69,6 +69,10 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int = 3, pool: Any = Non
             capture_error_mode: str | None = None) -> Capture:
     """Warm `fn(*args)` up `warmup` times on a side stream, then capture one call (under no_grad).
 
+    The graph records addresses, not references: the caller keeps every tensor `fn` reads or writes (and `fn`, where
+    it is a closure over them) alive for as long as it replays the graph (lab.experiments.fused_anatomy once did not,
+    and read freed memory).
+
     `pool`: a memory pool to share with other graphs (`torch.cuda.graph_pool_handle()` or another
     graph's `.pool()`); `capture_error_mode`: torch.cuda.graph's ("global", "thread_local",
     "relaxed"; None leaves its default). The caller restores any state the calls advanced.
