@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lab.experiments import context_scaling as cs
-from lab.experiments.common.sweep import SHAPES, random_weights
+from lab.contract.profiles import SHAPES
+from lab.experiments.common.sweep import random_weights
 
 
 def test_context_crossover_rule() -> None:

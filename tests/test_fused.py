@@ -74,6 +74,28 @@ def test_tuner_search_picks_the_fastest_candidate(tiny_fp32) -> None:
         assert len(tried["proj"]) > 3 and sorted(tried) == sorted(C.KERNEL_NAMES)
 
 
+def test_tuner_candidates_are_bounded_in_bytes_so_bf16_tries_twice_the_values() -> None:
+    """GPT-2 1.5B's ln_fc, one chunk (BK 2048): fp32 candidates stop at 64 KB (BN 8), bf16 ones at BN 16."""
+    from lab.step.fused import tune as T
+
+    default = C.GemvConfig(1, 4, 2048, 4)
+    for elem_bytes, widest in ((4, 8), (2, 16)):
+        cands = T.first_pass("ln_fc", default, 6400, 1600, 1, 132, 256, prefetch=True, elem_bytes=elem_bytes)
+        assert cands[0] == default and {c.BK for c in cands} == {2048}, cands
+        assert max(c.BN for c in cands) == widest, cands
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the tuner's refusal on a host without CUDA")
+def test_tuner_needs_cuda_and_names_the_sizes_it_tunes(capsys) -> None:
+    from lab.step.fused import tune as T
+
+    assert T.main(["--size", "gpt2-1.5B", "--batch", "1"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        T.main(["--size", "gpt2-2B"])
+    assert exc.value.code == 2 and "gpt2-1.5B" in capsys.readouterr().err
+
+
 @needs_triton
 @pytest.mark.parametrize("batch,prefetch,path,launches", [
     (1, False, "gemv", 12), (4, False, "gemv", 12), (8, False, "gemm", 22), (64, False, "gemm", 22),
@@ -205,13 +227,16 @@ def test_prefetch_configs_are_one_chunk_within_the_tile_budget(monkeypatch) -> N
             for name in C.PREFETCH_KERNELS:
                 g = cfg[name]
                 assert g.BK == C.next_pow2(shapes[name][1]), (name, g)
-                assert g.BB * g.BN * g.BK <= C.PREFETCH_TILE * 32 * g.num_warps, (name, g)
+                assert g.BB * g.BN * g.BK <= C.weight_tile(dtype.itemsize) * 32 * g.num_warps, (name, g)
+    # the slice's budget is registers' bytes: a bf16 program holds twice the values of an fp32 one (GPT-2 1.5B's ln_fc)
+    assert C.prefetch_config(C.GemvConfig(1, 16, 512, 4), 1600, elem_bytes=4) == C.GemvConfig(1, 4, 2048, 4)
+    assert C.prefetch_config(C.GemvConfig(1, 16, 512, 4), 1600, elem_bytes=2) == C.GemvConfig(1, 8, 2048, 4)
     one = C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, 1, torch.bfloat16, 132, prefetch=True)
     assert one["ln_fc"] == C.GemvConfig(1, 8, 1024, 8)  # the tuned BN and warps, BK widened to the row
     with pytest.raises(ValueError, match="one chunk"):
         C.choose(64, 4, 512, 64, 1, torch.float32, 8, overrides={"fc2": C.GemvConfig(1, 4, 64)}, prefetch=True)
-    monkeypatch.setitem(C.TUNED_PREFETCH, ("fc2", "bfloat16", 1), {"BB": 1, "BN": 2, "BK": 1024, "num_warps": 4})
-    with pytest.raises(ValueError, match=r"TUNED_PREFETCH\['fc2', 'bfloat16', 1\]: BK must be 4096"):
+    monkeypatch.setitem(C.TUNED_PREFETCH, ("fc2", "bfloat16", 1, 768), {"BB": 1, "BN": 2, "BK": 1024, "num_warps": 4})
+    with pytest.raises(ValueError, match=r"TUNED_PREFETCH\['fc2', 'bfloat16', 1, 768\]: BK must be 4096"):
         C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, 1, torch.bfloat16, 132, prefetch=True)
 
 

@@ -315,7 +315,8 @@ def case_anatomy_experiment() -> dict[str, Any]:
     from unittest import mock
 
     from lab.experiments import fused_anatomy as FA
-    from lab.experiments.common.sweep import SHAPES, random_weights
+    from lab.contract.profiles import SHAPES
+    from lab.experiments.common.sweep import random_weights
     from lab.measure.timing import HostClock
 
     def weak_capture(fn: Any, warmup: int) -> Any:  # as a CUDA graph: it keeps no reference to what it replays

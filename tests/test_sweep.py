@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from lab.step import decode
-from lab.experiments.common.sweep import SHAPES, Budget, parameters, random_weights
+from lab.contract.profiles import SHAPES
+from lab.experiments.common.sweep import Budget, parameters, random_weights
 
 
 def test_shapes_and_random_weights() -> None:

@@ -27,7 +27,8 @@ from lab.contract import metrics as M
 from lab.contract.names import Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
-from lab.experiments.common.sweep import SHAPES, copy_bandwidth, free_device_memory, random_weights
+from lab.contract.profiles import SHAPES
+from lab.experiments.common.sweep import copy_bandwidth, free_device_memory, random_weights
 from lab.measure.timing import time_methods
 from lab.run.context import Context
 from lab.run.runner import NotRun

@@ -135,7 +135,8 @@ def child_measure(device: str, sizes: list[str], dtypes: list[str], batch: int, 
     """In the child: per size and dtype, the grids the device holds, the checks, then every variant timed."""
     import torch
 
-    from lab.experiments.common.sweep import SHAPES, random_weights
+    from lab.contract.profiles import SHAPES
+    from lab.experiments.common.sweep import random_weights
     from lab.measure.timing import CudaClock, time_methods
     from lab.step.capture import capture
     from lab.step.fused import configs as C, persistent as PS, rule as R, step as S, traffic as T
@@ -221,7 +222,8 @@ def child_checks(device: str, size: str, dtype: str, batch: int, steps: int, pro
     """In a child (tests/test_fused_persistent.py's CUDA test): `checks` at one shape, every grid the device holds."""
     import torch
 
-    from lab.experiments.common.sweep import SHAPES, random_weights
+    from lab.contract.profiles import SHAPES
+    from lab.experiments.common.sweep import random_weights
     from lab.step.fused import configs as C, persistent as PS
     from lab.step.fused.tune import timing_state
 

@@ -34,7 +34,8 @@ from lab.contract import metrics as M
 from lab.contract import notes as N
 from lab.contract.names import Method, Param as P
 from lab.contract.options import option
-from lab.experiments.common.sweep import SHAPES, Budget, conclude, copy_bandwidth, free_device_memory, measure_methods, parameters, \
+from lab.contract.profiles import SHAPES
+from lab.experiments.common.sweep import Budget, conclude, copy_bandwidth, free_device_memory, measure_methods, parameters, \
     random_weights
 from lab.run.context import Context, stored_interval
 

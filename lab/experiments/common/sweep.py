@@ -23,22 +23,10 @@ from lab.experiments.common import methods
 from lab.measure import profiler_guard
 from lab.step import ceilings
 from lab.step.model import LayerWeights, Weights, torch_dtype
-from lab.contract.profiles import GPT2, TINY, ModelSpec
+from lab.contract.profiles import ModelSpec
 from lab.contract import query
 from lab.contract.names import Experiment
 from lab.contract.reasons import Code
-
-# GPT-2's published shapes (layers, width, heads); vocabulary 50257, 1024 positions. The tiny ones are
-# for the smoke profile: the same code on a model a CPU steps through in milliseconds.
-SHAPES: dict[str, ModelSpec] = {
-    "gpt2-124M": GPT2,
-    "gpt2-355M": ModelSpec("gpt2-355M", n_layer=24, n_embd=1024, n_head=16),
-    "gpt2-774M": ModelSpec("gpt2-774M", n_layer=36, n_embd=1280, n_head=20),
-    "gpt2-1.5B": ModelSpec("gpt2-1.5B", n_layer=48, n_embd=1600, n_head=25),
-    "tiny-2L": TINY,
-    "tiny-4L": ModelSpec("tiny-4L", n_layer=4, n_embd=96, n_head=4, vocab_size=512, n_positions=128, init_std=0.3),
-}
-
 
 def parameters(spec: ModelSpec) -> int:
     """Parameters of a GPT-2 shape (tied lm_head counted once)."""

@@ -3,7 +3,7 @@
 No Triton and no device needed here: the heuristics, the tuned table and the byte budget are plain
 arithmetic over shapes, so tests and reports can use them anywhere.
 
-Heuristics (used unless `TUNED` has an entry for the kernel, dtype and batch):
+Heuristics (used unless `TUNED` has an entry for the kernel, dtype, batch and model width):
 - GEMV kernels: BB = batch rows per program (up to 4, so a weight tile fetched once serves them);
   BN = the largest power of two (<= 64) whose grid still has two programs per SM (at batch 1 a
   launch of fewer programs than SMs leaves bandwidth idle, and with one program per SM the SMs
@@ -17,8 +17,8 @@ Heuristics (used unless `TUNED` has an entry for the kernel, dtype and batch):
 
 The `fused-pdl-prefetch` variant (kernels' PREFETCH switch) loads each program's whole weight slice
 before its PDL wait, so its GEMV kernels other than lm_head need BK = next_pow2(K), one chunk:
-`prefetch_config` turns any config into one (BN, then BB, halved until the tile fits ~64 values a
-thread). lm_head keeps its config: its 393 programs stream 77-154 MB in more than one wave, so only
+`prefetch_config` turns any config into one (BN, then BB, halved until the slice fits 64 registers a
+thread: 64 fp32 values, 128 bf16, which stay packed two to a register until used). lm_head keeps its config: its 393 programs stream 77-154 MB in more than one wave, so only
 the first wave could prefetch, and the kernel is already close to the copy rate. `TUNED_PREFETCH`
 holds configs tuned that way (`python -m lab.step.fused.tune --pdl --prefetch`); until it has an entry,
 the variant uses the tuned (or heuristic) config made one-chunk.
@@ -69,33 +69,42 @@ Config = GemvConfig | AttentionConfig | ArgmaxConfig | RowConfig
 LIBRARY_KERNELS = ("add_ln", "attention", "combine", "gelu", "block_argmax", "argmax")  # the gemm path's Triton kernels
 
 # Measured on an H200 by `python -m lab.step.fused.tune` (paste its printed dict here): keys are
-# (kernel, dtype name, batch), values the config fields. Anything absent uses the heuristics.
+# (kernel, dtype name, batch, model width n_embd), values the config fields. Anything absent uses the heuristics
+# (a config tuned at one width is not another's: GPT-2 1.5B's 1600-wide rows take other tiles than 124M's 768).
 # Measured on an NVIDIA H200 (132 SMs, torch 2.11, Triton 3.6), 2026-11-29, `python -m lab.step.fused.tune
 # --batch 1`: the step at batch 1 went from 0.348 to 0.315 ms (fp32) and from 0.323 to 0.301 ms (bf16)
 # with these configs, 0.267 / 0.268 ms with PDL on top.
-TUNED: dict[tuple[str, str, int], dict[str, int]] = {
-    ('ln_qkv', 'float32', 1): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 2},
-    ('proj', 'float32', 1): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 8},
-    ('ln_fc', 'float32', 1): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 4},
-    ('fc2', 'float32', 1): {'BB': 1, 'BN': 1, 'BK': 4096, 'num_warps': 4},
-    ('lm_head', 'float32', 1): {'BB': 1, 'BN': 128, 'BK': 64, 'num_warps': 4},
-    ('attention', 'float32', 1): {'BS': 256, 'num_warps': 4},
-    ('argmax', 'float32', 1): {'BB': 1, 'num_warps': 8},
-    ('ln_qkv', 'bfloat16', 1): {'BB': 1, 'BN': 8, 'BK': 512, 'num_warps': 4},
-    ('proj', 'bfloat16', 1): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 4},
-    ('ln_fc', 'bfloat16', 1): {'BB': 1, 'BN': 8, 'BK': 256, 'num_warps': 8},
-    ('fc2', 'bfloat16', 1): {'BB': 1, 'BN': 2, 'BK': 4096, 'num_warps': 4},
-    ('lm_head', 'bfloat16', 1): {'BB': 1, 'BN': 128, 'BK': 128, 'num_warps': 4},
-    ('attention', 'bfloat16', 1): {'BS': 128, 'num_warps': 4},
-    ('argmax', 'bfloat16', 1): {'BB': 1, 'num_warps': 8},
+TunedKey = tuple[str, str, int, int]  # (kernel, dtype name, batch, n_embd)
+TUNED: dict[TunedKey, dict[str, int]] = {
+    ('ln_qkv', 'float32', 1, 768): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 2},
+    ('proj', 'float32', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 8},
+    ('ln_fc', 'float32', 1, 768): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 4},
+    ('fc2', 'float32', 1, 768): {'BB': 1, 'BN': 1, 'BK': 4096, 'num_warps': 4},
+    ('lm_head', 'float32', 1, 768): {'BB': 1, 'BN': 128, 'BK': 64, 'num_warps': 4},
+    ('attention', 'float32', 1, 768): {'BS': 256, 'num_warps': 4},
+    ('argmax', 'float32', 1, 768): {'BB': 1, 'num_warps': 8},
+    ('ln_qkv', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 512, 'num_warps': 4},
+    ('proj', 'bfloat16', 1, 768): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 4},
+    ('ln_fc', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 256, 'num_warps': 8},
+    ('fc2', 'bfloat16', 1, 768): {'BB': 1, 'BN': 2, 'BK': 4096, 'num_warps': 4},
+    ('lm_head', 'bfloat16', 1, 768): {'BB': 1, 'BN': 128, 'BK': 128, 'num_warps': 4},
+    ('attention', 'bfloat16', 1, 768): {'BS': 128, 'num_warps': 4},
+    ('argmax', 'bfloat16', 1, 768): {'BB': 1, 'num_warps': 8},
 }
 
 
 # Measured with `python -m lab.step.fused.tune --pdl --prefetch` (same keys as TUNED). Empty until a GPU run
 # fills it: the variant then uses prefetch_config(TUNED or heuristic config).
-TUNED_PREFETCH: dict[tuple[str, str, int], dict[str, int]] = {}
+TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {}
 PREFETCH_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the GEMV kernels with a PREFETCH path
-PREFETCH_TILE = 64  # values of the weight slice a thread may hold (x 32 threads x num_warps per program)
+PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
+
+
+def weight_tile(elem_bytes: int) -> int:
+    """Values of a PREFETCH weight slice a thread may hold: PREFETCH_TILE registers' bytes (64 fp32, 128 bf16). The
+    slice stays in the weights' dtype until it is used, two bf16 to a register, so counting values would give bf16
+    half the bytes in flight of fp32 for the same registers."""
+    return PREFETCH_TILE * 4 // elem_bytes
 
 
 def next_pow2(n: int) -> int:
@@ -139,19 +148,19 @@ def argmax_default(batch: int, n_blocks: int) -> ArgmaxConfig:
     return ArgmaxConfig(BB=max(1, min(next_pow2(batch), 4096 // next_pow2(n_blocks))))
 
 
-def prefetch_config(cfg: GemvConfig, K: int, act_tiles: int = 1) -> GemvConfig:
-    """`cfg` made one chunk (BK = next_pow2(K)), BN then BB halved until the slice fits the tile budget,
-    and BB until the `act_tiles` activation tiles [BB, BK] the kernel holds do (the projection combines
-    the attention splits in four: running max, numerator, denominator, result)."""
+def prefetch_config(cfg: GemvConfig, K: int, act_tiles: int = 1, elem_bytes: int = 4) -> GemvConfig:
+    """`cfg` made one chunk (BK = next_pow2(K)), BN then BB halved until the weight slice fits the tile budget
+    (`weight_tile` of the weights' `elem_bytes`), and BB until the `act_tiles` fp32 activation tiles [BB, BK] the
+    kernel holds do (the projection combines the attention splits in four: running max, numerator, denominator,
+    result)."""
     BK = next_pow2(K)
-    BB, BN = cfg.BB, cfg.BN
-    while BB * BN * BK > PREFETCH_TILE * 32 * cfg.num_warps and BN > 1:
+    BB, BN, warps = cfg.BB, cfg.BN, cfg.num_warps
+    w_tile = weight_tile(elem_bytes)
+    while BB * BN * BK > w_tile * 32 * warps and BN > 1:
         BN //= 2
-    while (BB * BN * BK > PREFETCH_TILE * 32 * cfg.num_warps or BB * BK * act_tiles > PREFETCH_TILE * 32 * cfg.num_warps) \
-            and BB > 1:
+    while (BB * BN * BK > w_tile * 32 * warps or BB * BK * act_tiles > PREFETCH_TILE * 32 * warps) and BB > 1:
         BB //= 2
-    warps = cfg.num_warps
-    while BB * BN * BK > PREFETCH_TILE * 32 * warps and warps < 16:
+    while BB * BN * BK > w_tile * 32 * warps and warps < 16:
         warps *= 2
     return GemvConfig(BB, BN, BK, warps)
 
@@ -169,7 +178,7 @@ def one_chunk(name: str, cfg: Config, K: int) -> bool:
 
 def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype: torch.dtype, sms: int,
            overrides: dict[str, Config] | None = None,
-           tuned: dict[tuple[str, str, int], dict[str, int]] | None = None,
+           tuned: dict[TunedKey, dict[str, int]] | None = None,
            prefetch: bool = False) -> dict[str, Config]:
     """Every kernel's config: explicit overrides, else the tuned table, else the heuristics.
 
@@ -188,13 +197,13 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
         for name in PREFETCH_KERNELS:
             if name in overrides:
                 continue
-            entry = TUNED_PREFETCH.get((name, dname, batch)) if tuned is None else None
+            entry = TUNED_PREFETCH.get((name, dname, batch, n_embd)) if tuned is None else None
             g = out[name]
             assert isinstance(g, GemvConfig)
             out[name] = GemvConfig(**entry) if entry else prefetch_config(g, shapes[name][1],
-                                                                          4 if name == "proj" else 1)
+                                                                          4 if name == "proj" else 1, dtype.itemsize)
             if not one_chunk(name, out[name], shapes[name][1]):
-                raise ValueError(f"TUNED_PREFETCH[{name!r}, {dname!r}, {batch}]: BK must be "
+                raise ValueError(f"TUNED_PREFETCH[{name!r}, {dname!r}, {batch}, {n_embd}]: BK must be "
                                  f"{next_pow2(shapes[name][1])} (one chunk), got {out[name]}")
         return _checked(out)
     tuned = TUNED if tuned is None else tuned
@@ -202,7 +211,7 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
     def pick(name: str, kind: type, default: Any) -> Any:
         if name in overrides:
             return overrides[name]
-        entry = tuned.get((name, dname, batch))
+        entry = tuned.get((name, dname, batch, n_embd))
         return kind(**entry) if entry else default()
 
     out: dict[str, Config] = {}

@@ -1,6 +1,7 @@
 """Tune the fused step's block sizes on a GPU, in one command:
 
     python -m lab.step.fused.tune                          # fp32 and bf16, batches 1 and 8, GPT-2 124M shapes
+    python -m lab.step.fused.tune --size gpt2-1.5B --batch 1   # another GPT-2 width (the tables are keyed by it)
     python -m lab.step.fused.tune --batch 1 --dtype bfloat16 --max-seconds 120
     python -m lab.step.fused.tune --batch 1 --dtype bfloat16 --pdl --prefetch   # tune fused-pdl-prefetch as it runs
 
@@ -40,7 +41,7 @@ import torch
 from lab.step import decode as D
 from lab.step.fused import configs as C
 from lab.step.model import LayerWeights, Weights
-from lab.contract.profiles import GPT2, ModelSpec
+from lab.contract.profiles import SHAPES, ModelSpec
 
 POSITION = 80  # mid-decode of the gpu profile (16-token prompt, 128 steps, 256 slots)
 MAX_LEN = 256
@@ -85,9 +86,13 @@ def _pow2s(lo: int, hi: int) -> list[int]:
     return [1 << i for i in range(24) if lo <= 1 << i <= hi]
 
 
+MAX_TILE_BYTES = 65536  # a GEMV candidate's weight tile, in the weights' own bytes (16K fp32 values, 32K bf16)
+
+
 def first_pass(name: str, default: C.Config, N: int, K: int, batch: int, sms: int, max_len: int,
-               prefetch: bool = False) -> list[C.Config]:
-    """The default first, then candidates near it: BN and BK for a GEMV, BS for attention, BB for argmax."""
+               prefetch: bool = False, elem_bytes: int = 4) -> list[C.Config]:
+    """The default first, then candidates near it: BN and BK for a GEMV (tiles of 512 values up to MAX_TILE_BYTES
+    of weights), BS for attention, BB for argmax."""
     out: list[C.Config] = []
     if isinstance(default, C.AttentionConfig):
         out = [C.AttentionConfig(bs, default.num_warps) for bs in _pow2s(16, C.next_pow2(max_len))]
@@ -104,7 +109,7 @@ def first_pass(name: str, default: C.Config, N: int, K: int, batch: int, sms: in
         for bk in _pow2s(32, C.next_pow2(K)):
             if prefetch and name in C.PREFETCH_KERNELS and bk != C.next_pow2(K):
                 continue  # the PREFETCH path reads its row in one chunk
-            if 512 <= default.BB * bn * bk <= 16384:
+            if 512 <= default.BB * bn * bk and default.BB * bn * bk * elem_bytes <= MAX_TILE_BYTES:
                 out.append(replace(default, BN=bn, BK=bk))
     # nearest to the default first (log distance), at most 12
     out.sort(key=lambda c: abs(math.log2(c.BN / default.BN)) + abs(math.log2(c.BK / default.BK)))
@@ -148,7 +153,7 @@ def tune(w: Weights, batch: int, sms: int, rep_ms: int, deadline: float, log: Ca
     for name in TUNE_ORDER:
         N, K = shapes.get(name, (0, 0))
         tried[name] = []
-        for cfg in first_pass(name, best[name], N, K, batch, sms, max_len, prefetch):
+        for cfg in first_pass(name, best[name], N, K, batch, sms, max_len, prefetch, w.dtype.itemsize):
             attempt(name, cfg)
         if tried[name]:
             for cfg in second_pass(min(tried[name], key=lambda r: r[1])[0], batch):
@@ -224,6 +229,8 @@ def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.step.fused.tune", description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="gpt2-124M", choices=[k for k in SHAPES if k.startswith("gpt2-")],
+                   help="the GPT-2 shape whose configs are tuned (the tables are keyed by its width)")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
     p.add_argument("--rep-ms", type=int, default=10, help="milliseconds of steps per timed graph replay")
@@ -244,24 +251,25 @@ def main(argv: list[str] | None = None) -> int:
     start, share = time.monotonic(), args.max_seconds / (len(args.dtype) * len(args.batch))
     sms = C.device_sms("cuda")
     bandwidth = max(copy_bandwidth_gbps(torch.device("cuda"), 1 << 30))
-    log(f"{torch.cuda.get_device_name()}: {sms} SMs, copy bandwidth {bandwidth:.0f} GB/s; GPT-2 124M shapes, "
+    spec = SHAPES[args.size]
+    log(f"{torch.cuda.get_device_name()}: {sms} SMs, copy bandwidth {bandwidth:.0f} GB/s; {spec.name} shapes, "
         f"position {POSITION} of {MAX_LEN}")
-    tuned: dict[tuple[str, str, int], dict[str, int]] = {}
+    tuned: dict[C.TunedKey, dict[str, int]] = {}
     combos = 0
     for dname in args.dtype:
-        w = random_weights(GPT2, getattr(torch, dname), "cuda")
+        w = random_weights(spec, getattr(torch, dname), "cuda")
         for batch in args.batch:
             combos += 1
             deadline = start + combos * share  # each dtype and batch gets its share (unused time carries over)
             log(f"{dname}, batch {batch}: per kernel, the whole step's time with that kernel's candidates")
             best, _ = tune(w, batch, sms, args.rep_ms, deadline, log, pdl=args.pdl, prefetch=args.prefetch)
             report_step(w, batch, sms, best, args.rep_ms, bandwidth, log, prefetch=args.prefetch)
-            tuned.update({(name, dname, batch): dict(cfg.__dict__) for name, cfg in best.items()})
+            tuned.update({(name, dname, batch, spec.n_embd): dict(cfg.__dict__) for name, cfg in best.items()})
         del w
         torch.cuda.empty_cache()
     table = "TUNED_PREFETCH" if args.prefetch else "TUNED"
     log(f"# paste into lab/step/fused/configs.py ({'tuned with PDL' if args.pdl else 'tuned without PDL'}):")
-    log(f"{table}: dict[tuple[str, str, int], dict[str, int]] = {{")
+    log(f"{table}: dict[TunedKey, dict[str, int]] = {{")
     for key, value in tuned.items():
         log(f"    {key!r}: {value!r},")
     log("}")
