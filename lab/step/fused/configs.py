@@ -93,9 +93,41 @@ TUNED: dict[TunedKey, dict[str, int]] = {
 }
 
 
-# Measured with `python -m lab.step.fused.tune --pdl --prefetch` (same keys as TUNED). Empty until a GPU run
-# fills it: the variant then uses prefetch_config(TUNED or heuristic config).
-TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {}
+# Measured with `python -m lab.step.fused.tune --pdl --prefetch` (same keys as TUNED); where it has no entry the
+# variant uses prefetch_config(TUNED or heuristic config). On an NVIDIA H200 (132 SMs, torch 2.11, Triton 3.6),
+# 2026-12-03, `--size gpt2-124M` and `--size gpt2-1.5B`, `--batch 1 --dtype bfloat16 float32`: the step with
+# PDL went to 0.2055 ms (124M bf16), 0.2326 (124M fp32), 1.7225 (1.5B bf16, from 2.03 with 124M's tiles) and
+# 2.0801 (1.5B fp32), in the tuner's repeatable plan.
+TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
+    ('ln_qkv', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 2},
+    ('proj', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 4},
+    ('ln_fc', 'bfloat16', 1, 768): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 2},
+    ('fc2', 'bfloat16', 1, 768): {'BB': 1, 'BN': 2, 'BK': 4096, 'num_warps': 4},
+    ('lm_head', 'bfloat16', 1, 768): {'BB': 1, 'BN': 128, 'BK': 128, 'num_warps': 4},
+    ('attention', 'bfloat16', 1, 768): {'BS': 128, 'num_warps': 2},
+    ('argmax', 'bfloat16', 1, 768): {'BB': 1, 'num_warps': 8},
+    ('ln_qkv', 'float32', 1, 768): {'BB': 1, 'BN': 16, 'BK': 1024, 'num_warps': 4},
+    ('proj', 'float32', 1, 768): {'BB': 1, 'BN': 1, 'BK': 1024, 'num_warps': 4},
+    ('ln_fc', 'float32', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 2},
+    ('fc2', 'float32', 1, 768): {'BB': 1, 'BN': 2, 'BK': 4096, 'num_warps': 4},
+    ('lm_head', 'float32', 1, 768): {'BB': 1, 'BN': 128, 'BK': 64, 'num_warps': 4},
+    ('attention', 'float32', 1, 768): {'BS': 64, 'num_warps': 4},
+    ('argmax', 'float32', 1, 768): {'BB': 1, 'num_warps': 2},
+    ('ln_qkv', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 4},
+    ('proj', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 8},
+    ('ln_fc', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 4},
+    ('fc2', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 4, 'BK': 8192, 'num_warps': 4},
+    ('lm_head', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 32, 'BK': 128, 'num_warps': 4},
+    ('attention', 'bfloat16', 1, 1600): {'BS': 256, 'num_warps': 4},
+    ('argmax', 'bfloat16', 1, 1600): {'BB': 1, 'num_warps': 2},
+    ('ln_qkv', 'float32', 1, 1600): {'BB': 1, 'BN': 4, 'BK': 2048, 'num_warps': 4},
+    ('proj', 'float32', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 4},
+    ('ln_fc', 'float32', 1, 1600): {'BB': 1, 'BN': 4, 'BK': 2048, 'num_warps': 2},
+    ('fc2', 'float32', 1, 1600): {'BB': 1, 'BN': 2, 'BK': 8192, 'num_warps': 8},
+    ('lm_head', 'float32', 1, 1600): {'BB': 1, 'BN': 64, 'BK': 128, 'num_warps': 8},
+    ('attention', 'float32', 1, 1600): {'BS': 256, 'num_warps': 4},
+    ('argmax', 'float32', 1, 1600): {'BB': 1, 'num_warps': 8},
+}
 PREFETCH_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the GEMV kernels with a PREFETCH path
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
 
@@ -182,8 +214,9 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
            prefetch: bool = False) -> dict[str, Config]:
     """Every kernel's config: explicit overrides, else the tuned table, else the heuristics.
 
-    `prefetch`: the PREFETCH variant's configs: TUNED_PREFETCH where it has an entry, else the above
-    made one chunk by `prefetch_config` (an override must already be one chunk).
+    `prefetch`: the PREFETCH variant's configs: TUNED_PREFETCH where it has an entry (for every kernel: lm_head,
+    attention and the argmax are tuned beside the PREFETCH kernels), else the above, the PREFETCH kernels' made
+    one chunk by `prefetch_config` (an override must already be one chunk).
     """
     overrides = overrides or {}
     dname = str(dtype).removeprefix("torch.")
@@ -194,10 +227,14 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
                 raise ValueError(f"fused step config {name}: the prefetch variant needs BK = "
                                  f"{next_pow2(shapes[name][1])} (one chunk), got {overrides[name]}")
         out = choose(n_embd, n_head, vocab, max_len, batch, dtype, sms, overrides, tuned)
-        for name in PREFETCH_KERNELS:
-            if name in overrides:
+        table = TUNED_PREFETCH if tuned is None else {}
+        for name in out:
+            entry = table.get((name, dname, batch, n_embd))
+            if name in overrides or (name not in PREFETCH_KERNELS and not entry):
                 continue
-            entry = TUNED_PREFETCH.get((name, dname, batch, n_embd)) if tuned is None else None
+            if name not in PREFETCH_KERNELS:  # lm_head, attention, argmax as tuned beside the PREFETCH kernels
+                out[name] = type(out[name])(**entry)  # type: ignore[arg-type]
+                continue
             g = out[name]
             assert isinstance(g, GemvConfig)
             out[name] = GemvConfig(**entry) if entry else prefetch_config(g, shapes[name][1],
