@@ -109,19 +109,16 @@ def record(ctx: Any, value: dict[str, Any], bandwidth: float) -> None:
                           detail=f"largest error {err:.4g}, eager bf16's {eager:.4g}", fatal=True, **where)
                 ctx.metric(M.MAX_LOGIT_DIFF, err, **where)
         rounds = case["rounds"]
+        median = {v: statistics.median([x for r in per_round for x in r]) for v, per_round in rounds.items()}
         for variant, per_round in rounds.items():
             ctx.timing(M.STEP_MS, per_round, **params, **{P.VARIANT: variant})
-            ms = statistics.median([x for r in per_round for x in r])
-            ctx.metric(M.MBU, round(case["bytes"] / (ms * 1e-3) / (bandwidth * 1e9), 4), **params,
+            ctx.metric(M.MBU, round(case["bytes"] / (median[variant] * 1e-3) / (bandwidth * 1e9), 4), **params,
                        **{P.VARIANT: variant})
-        five = [v for v in FIVE if v in rounds]
-        best = min(five, key=lambda v: statistics.median([x for r in rounds[v] for x in r]))
+        best = min((v for v in FIVE if v in rounds), key=median.__getitem__)
         for variant in (v for v in rounds if v not in FIVE):
-            fast = statistics.median([x for r in rounds[best] for x in r])
-            mine = statistics.median([x for r in rounds[variant] for x in r])
             ci = intervals.ratio_interval(rounds[best], rounds[variant], paired=True)
             where = {**params, P.VARIANT: variant}
-            ctx.metric(M.SPEEDUP_VS_FUSED, round(fast / mine, 4), **where)
+            ctx.metric(M.SPEEDUP_VS_FUSED, round(median[best] / median[variant], 4), **where)
             ctx.metric(M.SPEEDUP_VS_FUSED_CI_LOW, None if ci is None else round(ci.low, 4), **where)
             ctx.metric(M.SPEEDUP_VS_FUSED_CI_HIGH, None if ci is None else round(ci.high, 4), **where)
         ctx.metric(M.BYTES_PER_STEP, case["bytes"], **params)
