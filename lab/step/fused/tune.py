@@ -117,7 +117,9 @@ def first_pass(name: str, default: C.Config, N: int, K: int, batch: int, sms: in
 
 
 def second_pass(best: C.Config, batch: int) -> list[C.Config]:
-    warps = [replace(best, num_warps=nw) for nw in (2, 4, 8) if nw != best.num_warps]
+    """Around the best of the first pass: the warps (one warp reduces a row with shuffles alone, no CTA barrier;
+    more warps hold more of the tile), and BB where the batch has several rows."""
+    warps = [replace(best, num_warps=nw) for nw in (1, 2, 4, 8) if nw != best.num_warps]
     if isinstance(best, C.GemvConfig) and batch > 1:
         warps += [replace(best, BB=bb) for bb in _pow2s(1, min(8, C.next_pow2(batch))) if bb != best.BB]
     return warps
