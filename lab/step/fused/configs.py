@@ -18,8 +18,9 @@ Heuristics (used unless `TUNED` has an entry for the kernel, dtype, batch and mo
 The `fused-pdl-prefetch` variant (kernels' PREFETCH switch) loads each program's whole weight slice
 before its PDL wait, so its GEMV kernels other than lm_head need BK = next_pow2(K), one chunk:
 `prefetch_config` turns any config into one (BN, then BB, halved until the slice fits 64 registers a
-thread: 64 fp32 values, 128 bf16, which stay packed two to a register until used). lm_head keeps its config: its 393 programs stream 77-154 MB in more than one wave, so only
-the first wave could prefetch, and the kernel is already close to the copy rate. `TUNED_PREFETCH`
+thread: 64 fp32 values, 128 bf16, which stay packed two to a register until used). lm_head keeps its
+config: its 393 programs stream 77-154 MB in more than one wave, so only the first wave could
+prefetch, and the kernel is already close to the copy rate. `TUNED_PREFETCH`
 holds configs tuned that way (`python -m lab.step.fused.tune --pdl --prefetch`); until it has an entry,
 the variant uses the tuned (or heuristic) config made one-chunk.
 """
@@ -97,7 +98,8 @@ TUNED: dict[TunedKey, dict[str, int]] = {
 # variant uses prefetch_config(TUNED or heuristic config). On an NVIDIA H200 (132 SMs, torch 2.11, Triton 3.6),
 # 2026-12-03, `--size gpt2-124M` and `--size gpt2-1.5B`, `--batch 1 --dtype bfloat16 float32`: the step with
 # PDL went to 0.2055 ms (124M bf16), 0.2326 (124M fp32), 1.7225 (1.5B bf16, from 2.03 with 124M's tiles) and
-# 2.0801 (1.5B fp32), in the tuner's repeatable plan.
+# 2.0801 (1.5B fp32), in the tuner's repeatable plan; retuned after the even/odd bf16 product
+# (lab.step.fused.projections._dot_slice), 1.5B bf16 took 1.647 ms with the same tiles (the argmax's warps aside).
 TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
     ('ln_qkv', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 2},
     ('proj', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 4},
