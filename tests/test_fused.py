@@ -214,20 +214,16 @@ def test_a_bf16_slice_is_not_held_both_packed_and_widened() -> None:
     from dataclasses import replace
 
     from lab.contract.profiles import SHAPES, ModelSpec
-    from lab.step.decode import new_state
-    from lab.step.fused import aot, step as S
-    from lab.step.fused.tune import random_weights
+    from lab.step.fused import aot
 
     if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
     big = SHAPES["gpt2-1.5B"]
-    w = random_weights(ModelSpec("one-layer", 1, big.n_embd, big.n_head), torch.bfloat16, "cpu")
-    plan = S.prepare(new_state(w, 1, 256), w, sms=132, prefetch=True)
-    launch = next(x for x in plan.launches if getattr(x, "name", "") == "ln_fc")
+    plan = aot.plan_for_shapes(ModelSpec("one-layer", 1, big.n_embd, big.n_head), torch.bfloat16, 1, pdl=True,
+                               prefetch=True)
     g = plan.configs["ln_fc"]
     values = g.BB * g.BN * g.BK // (32 * g.num_warps)  # of the slice, a thread
-    launch = replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
-    [compiled] = aot.compile_plan(type("Plan", (), {"launches": [launch]})())
+    [compiled] = aot.compile_plan(replace(plan, launches=[x for x in plan.launches if x.name == "ln_fc"]))
     assert values == 128 and compiled.spill_bytes == 0, (g, compiled)
     assert compiled.registers is not None and compiled.registers < values + values // 2, (g, compiled)
 

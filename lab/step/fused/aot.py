@@ -142,16 +142,16 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
     return out
 
 
-def plan_for_shapes(model: str, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
+def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
                     sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False) -> Any:
-    """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped); `persistent`:
-    lab.step.fused.persistent's, one program an SM."""
+    """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped): `model` is "gpt2",
+    "tiny" or a lab.contract.profiles.ModelSpec; `persistent`: lab.step.fused.persistent's, one program an SM."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
     from lab.step.fused.tune import random_weights
     from lab.contract.profiles import GPT2, TINY
 
-    spec = {"gpt2": GPT2, "tiny": TINY}[model]
+    spec = {"gpt2": GPT2, "tiny": TINY}[model] if isinstance(model, str) else model
     w = random_weights(spec, dtype, "cpu")
     state = new_state(w, batch, min(max_len, spec.n_positions))
     if persistent:

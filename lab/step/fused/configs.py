@@ -231,11 +231,12 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
         out = choose(n_embd, n_head, vocab, max_len, batch, dtype, sms, overrides, tuned)
         table = TUNED_PREFETCH if tuned is None else {}
         for name in out:
-            entry = table.get((name, dname, batch, n_embd))
-            if name in overrides or (name not in PREFETCH_KERNELS and not entry):
+            if name in overrides:
                 continue
-            if name not in PREFETCH_KERNELS:  # lm_head, attention, argmax as tuned beside the PREFETCH kernels
-                out[name] = type(out[name])(**entry)  # type: ignore[arg-type]
+            entry = table.get((name, dname, batch, n_embd))
+            if name not in PREFETCH_KERNELS:  # lm_head, attention, argmax: as tuned beside the PREFETCH kernels
+                if entry:
+                    out[name] = type(out[name])(**entry)
                 continue
             g = out[name]
             assert isinstance(g, GemvConfig)
