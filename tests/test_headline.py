@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from report_helpers import gpu_fixture
 
@@ -164,3 +167,125 @@ def test_the_readme_prose_quotes_the_stored_reference() -> None:
 
     assert f"{short(min(compiled))} to {short(max(compiled))} compiled" in text
     assert f"{short(min(fused))} to {short(max(fused))} fused" in text
+
+
+# ---------------------------------------------------------------------------- the compile view
+
+def _timed(method: str, ms: float, ci: tuple[float, float] | None, batch: int = 1) -> dict:
+    """A stored step_ms whose spread holds (or lacks) the 95% interval of its median."""
+    spread = {"n": 640, "median": ms, "q1": ms, "q3": ms, "min": ms, "max": ms, "rel_iqr": 0.0, "noisy": False}
+    if ci is not None:
+        spread |= {"ci_low": ci[0], "ci_high": ci[1]}
+    return {"name": "step_ms", "value": ms, "unit": "ms", "spread": spread,
+            "params": {"method": method, "batch": batch, "dtype": "float32", "readback": False}}
+
+
+def _compile_run(tmp_path: Path, compile_cost: str = "OK") -> Path:
+    """The fixture with Inductor's levers timed at batch 1 against compile+graph (1.000 ms [0.98, 1.02]): one faster
+    and one slower by disjoint intervals, one the same (overlapping), one without an interval; max-autotune+graph
+    reused max-autotune's compile; `compile_cost`: OK, NOT_RUN or absent."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    p1 = {"batch": 1, "dtype": "float32"}
+    extra = [_timed("compile+graph", 1.0, (0.98, 1.02)), _timed("max-autotune+graph", 0.9, (0.88, 0.92)),
+             _timed("compile+graph+coord-descent", 1.1, (1.08, 1.12)), _timed("compile+graph+pdl", 0.99, (0.97, 1.01)),
+             _timed("max-autotune-no-cudagraphs", 0.95, None)]
+    extra += [{"name": "setup_s", "value": s, "unit": "s", "params": p1 | {"method": m}}
+              for m, s in (("max-autotune-no-cudagraphs", 95.5), ("max-autotune+graph", 0.25))]
+    extra += [{"name": "compiled_frames", "value": 3, "unit": "count", "params": p1 | {"method": "max-autotune-no-cudagraphs"}},
+              {"name": "break_even_steps", "value": 43210, "unit": "steps", "params": p1 | {"method": "max-autotune+graph"}},
+              {"name": "recompiles_during_timing", "value": 0, "unit": "count", "params": p1}]
+    run = _fixture_run(tmp_path, extra)
+    data = json.loads((run / "results.json").read_text())
+    cgd = next(r for r in data["experiments"] if r["id"] == "cuda_graph_decode")
+    cgd["notes"]["break_even_includes.b1.float32"] = {
+        "max-autotune+graph": "max-autotune-no-cudagraphs's compile (its setup_s reused that compilation)"}
+    cgd["skipped"] = [{"item": "compile+graph+combo", "code": "profile_budget", "message": "costly"},
+                      {"item": "reduce-overhead at batch 64", "code": "profile_budget", "message": "batch 1 only"},
+                      {"item": "fused", "code": "no_triton", "message": "install triton"}]
+    if compile_cost == "absent":
+        data["experiments"] = [r for r in data["experiments"] if r["id"] != "compile_cost"]
+    elif compile_cost != "OK":
+        cc = next(r for r in data["experiments"] if r["id"] == "compile_cost")
+        cc.update(status=compile_cost, metrics=[], reason={"code": "no_cxx_compiler", "message": "install g++"})
+    (run / "results.json").write_text(json.dumps(data))
+    return run
+
+
+def _compiled_rows(text: str) -> dict[tuple[str, str], list[str]]:
+    """The compile table's rows by (method, case)."""
+    table = text.split("Compiled methods, per case", 1)[1].split("Compile time against depth", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| `")]
+    return {(r[0], r[1]): r for r in rows}
+
+
+def test_the_compile_view_sets_each_compiled_method_against_compile_graph(tmp_path: Path) -> None:
+    rows = _compiled_rows(headline.render([_compile_run(tmp_path)], view="compile"))
+    faster, slower = rows[("`max-autotune+graph`", "fp32 B=1")], rows[("`compile+graph+coord-descent`", "fp32 B=1")]
+    same, unknown = rows[("`compile+graph+pdl`", "fp32 B=1")], rows[("`max-autotune-no-cudagraphs`", "fp32 B=1")]
+    assert faster[5] == "0.900" and faster[7:9] == ["1.11×", "faster"]  # 1.000 / 0.900, [0.88, 0.92] below
+    assert slower[7:9] == ["0.91×", "slower"] and same[7:9] == ["1.01×", "same"]
+    assert unknown[7:9] == ["1.05×", "—"]  # its median has no stored interval
+    assert unknown[2:5] == ["95.50", "3", "0"] and faster[9] == "43210"  # setup, frames, recompiles; break-even
+    assert rows[("`compile+graph`", "fp32 B=1")][7:9] == ["1.00×", "reference"]
+    assert {m for m, _ in rows} == {"`compile-default`", "`reduce-overhead`", "`reduce-overhead-static`",
+                                    "`compile+graph`", "`compile+graph+pdl`", "`compile+graph+coord-descent`",
+                                    "`max-autotune-no-cudagraphs`", "`max-autotune+graph`"}  # no eager, graph, fused
+    assert [c for m, c in rows if m == "`compile+graph`"] == ["fp32 B=1", "fp32 B=8", "fp32 B=64", "bf16 B=1"]
+    assert list(dict.fromkeys(m for m, _ in rows))[-2:] == ["`max-autotune-no-cudagraphs`", "`max-autotune+graph`"]
+
+
+def test_a_reused_compile_is_footnoted_and_skipped_methods_are_listed(tmp_path: Path) -> None:
+    text = headline.render([_compile_run(tmp_path)], view="compile")
+    assert _compiled_rows(text)[("`max-autotune+graph`", "fp32 B=1")][2] == "0.25¹"
+    assert _compiled_rows(text)[("`max-autotune-no-cudagraphs`", "fp32 B=1")][2] == "95.50"
+    assert ("¹ `max-autotune+graph` at fp32 B=1 reused max-autotune-no-cudagraphs's compile (its setup_s reused that "
+            "compilation): its setup and compiled frames count only what it added") in text
+    assert ("Not run here: `compile+graph+combo` (profile_budget), `reduce-overhead` at batch 64 (profile_budget)."
+            in text.splitlines())  # fused is not a compiled method
+
+
+def test_the_compile_view_opens_as_the_default_one_and_names_its_view(tmp_path: Path) -> None:
+    run = _compile_run(tmp_path)
+    default, compiled = headline.render([run], ["r"]), headline.render([run], ["r"], view="compile")
+    head = compiled.split("Compiled methods, per case", 1)[0]
+    assert head.startswith("<!-- made by `python -m lab headline r --view compile --write README.md`")
+    assert default.startswith(head.replace(" --view compile", "")) and "Measured by `r`" in head
+    assert "Compiled methods" not in default
+
+
+def test_compile_time_against_depth_as_compile_cost_stored_it(tmp_path: Path) -> None:
+    text = headline.render([_compile_run(tmp_path)], view="compile")
+    depth = text.split("Compile time against depth", 1)[1]
+    assert _cells(depth, "`decode_core`", "2")[2:] == ["10.28", "3.36", "—", "—"]
+    assert _cells(depth, "`decode_core`", "12")[2:] == ["25.70", "8.40", "15889", "10036"]  # at the full depth
+    assert _cells(depth, "`mlp`")[1:] == ["—", "2.03", "0.91", "never", "never"]
+    assert "(11 timed calls of each side per process)" in depth
+
+
+def test_without_compile_cost_one_line_says_why(tmp_path: Path) -> None:
+    absent = headline.render([_compile_run(tmp_path / "a", "absent")], view="compile")
+    assert absent.rstrip().endswith("compile_cost: not in this run.") and "Compile time against depth" not in absent
+    failed = headline.render([_compile_run(tmp_path / "n", "NOT_RUN")], view="compile")
+    assert failed.rstrip().endswith("compile_cost: NOT_RUN (no_cxx_compiler: install g++).")
+
+
+def test_markers_name_a_view_or_none() -> None:
+    text = ("<!-- headline:begin a b -->\nx\n<!-- headline:end -->\n"
+            "<!-- headline:begin[compile] c -->\ny\n<!-- headline:end -->\n")
+    found = headline.blocks(text)
+    assert [(b.view, b.runs) for b in found] == [("default", ["a", "b"]), ("compile", ["c"])]
+    assert text[found[1].start:found[1].end] == "\ny\n" and text[found[0].start:found[0].end] == "\nx\n"
+    assert headline.find_block(text, view="compile")[2] == ["c"] and headline.find_block(text)[2] == ["a", "b"]
+    assert headline.marker("compile", ["c"]) == "<!-- headline:begin[compile] c -->"
+    assert headline.marker("default", ["a", "b"]) == "<!-- headline:begin a b -->"
+    for bad, why in (("<!-- headline:begin[nope] c -->\n<!-- headline:end -->", "unknown headline view"),
+                     ("<!-- headline:begin[default] c -->\n<!-- headline:end -->", "unknown headline view"),
+                     (text + "<!-- headline:begin[compile] d -->\n<!-- headline:end -->", "a second headline[compile]"),
+                     ("<!-- headline:begin a -->\n<!-- headline:begin[compile] c -->\n<!-- headline:end -->",
+                      "inside the block before it"),
+                     ("<!-- headline:begin[compile] c -->\n", "missing after")):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            headline.blocks(bad)
+    with pytest.raises(ValueError, match=re.escape("has no headline[compile] block: add the empty pair "
+                                                   "`<!-- headline:begin[compile] -->` and `<!-- headline:end -->`")):
+        headline.find_block(text.split("<!-- headline:begin[compile]")[0], view="compile")

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lab.step import decode, methods as stepmethods
+from lab.contract import names
 from lab.contract.names import Method
 from lab.step.methods import METHODS, FullGraphError, MethodSpec
 from lab.measure.stepprofile import count_kernels
@@ -26,6 +27,7 @@ def test_the_table_names_every_method_once() -> None:
     assert set(METHODS) == {m.value for m in Method}
     assert all(key == row.name for key, row in METHODS.items())
     assert set(stepmethods.COMPILED_METHODS) == {n for n, r in METHODS.items() if r.compiled}
+    assert set(names.COMPILED) == set(stepmethods.COMPILED_METHODS)  # the readers without torch ask the contract
     assert METHODS[Method.REDUCE_OVERHEAD_STATIC].static and METHODS[Method.REDUCE_OVERHEAD_STATIC].config
     assert METHODS[Method.COMPILE_GRAPH].graphed and METHODS[Method.GRAPH].graphed
     assert all(r.fullgraph for r in METHODS.values() if r.compiled)

@@ -80,6 +80,18 @@ def method_rank(name: object) -> tuple[int, str]:
     return (METHOD_ORDER.index(name) if name in METHOD_ORDER else len(METHOD_ORDER), str(name))
 
 
+# The methods that torch.compile the step: lab.step.methods' rows with compiled=True, declared here for the readers
+# that run without torch (the report, `lab headline`); tests/test_methods.py holds the two equal.
+COMPILED: tuple[str, ...] = (Method.COMPILE_DEFAULT, Method.REDUCE_OVERHEAD, Method.REDUCE_OVERHEAD_STATIC,
+                             Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO, Method.COMPILE_GRAPH_PDL,
+                             Method.COMPILE_GRAPH_COORDESC, Method.MAX_AUTOTUNE, Method.MAX_AUTOTUNE_GRAPH)
+
+
+def is_compiled(method: object) -> bool:
+    """Whether the method torch.compiles the step (a method of COMPILED); a label the lab does not declare is not."""
+    return str(method) in COMPILED
+
+
 def is_eager(method: object) -> bool:
     """Eager, or an eager variant named after it (inductor's 'eager-split' in runs of earlier lab versions)."""
     return str(method) == Method.EAGER or str(method).startswith(f"{Method.EAGER}-")
