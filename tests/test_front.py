@@ -108,3 +108,6 @@ def test_a_break_even_that_counted_only_the_capture_is_shown_stale(index: str) -
     fixed = front.lines(results(*_stale_records({"break_even_includes.b1.float32": {
         "compile+graph": "compile-default's compile (its setup_s reused that compilation)"}})))[0]
     assert fixed.stale == ""  # a lab that added the reused compile stored it right: shown plain
+    own = front.lines(results(*_stale_records({"break_even_includes.b64.float32": {
+        "compile+graph": "compile-default's compile (its setup_s reused that compilation)"}})))[0]
+    assert own.stale == ""  # the note at another case: this lab names every reuse, and this one was not

@@ -7,8 +7,8 @@
 - `gpu-full`: `gpu` plus what does not fit its budget: max-autotune, coordinate-descent tuning, batch 16,
            every method at every batch (with Dynamo's automatic dynamic shapes, so the two runs side by side record
            what `dynamic=False` changes), the token read back at every batch, compile time against depth
-           2 and 12 and the small MLP (an estimated 11-15 minutes of lab time on an H200; README, "Profiles and
-           their budget").
+           2 and 12 and the small MLP (718 s of lab time on an H200, 2026-12-03; README, "Profiles and their
+           budget").
 
 Experiment-specific knobs are declared by each experiment (`Options` in lab/experiments/<id>.py, with
 their defaults and help: `python -m lab list --options`); a profile overrides them by name in
@@ -215,7 +215,7 @@ PROFILES: dict[str, Profile] = {
 PROFILES["gpu-full"] = replace(
     PROFILES["gpu"], name="gpu-full", batches=(1, 8, 16, 64),
     description="gpu plus max-autotune, coordinate descent, every method at every batch, compile cost vs depth "
-                "(~11-15 min on an H200, estimated)",
+                "(12 min of lab time on an H200)",
     options=_frozen({**{k: dict(v) for k, v in PROFILES["gpu"].options.items()},
                      "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
                                       "reuse_probe": False, "child_timeout_s": 600},

@@ -280,7 +280,7 @@ def against(mine: Metric | None, reference: Metric | None) -> tuple[str, str]:
     (lab.contract.intervals.relation)."""
     if mine is None or reference is None or not mine.value or reference.value is None:
         return DASH, DASH
-    ratio = f"{float(reference.value) / float(mine.value):.2f}×"
+    ratio = f"{float(reference.value) / float(mine.value):.3f}×"
     return ratio, VERDICT[intervals.relation(_median_interval(reference), _median_interval(mine))]
 
 
@@ -299,7 +299,7 @@ def _break_even(run: Run, method: str, dtype: str, batch: int) -> str:
 def _compiled_row(run: Run, method: str, dtype: str, batch: int, mark: str) -> list[str]:
     cgd = partial(run.value, CGD, method=method, batch=batch, dtype=dtype)
     mine = _step(run, method, dtype, batch)
-    ratio, verdict = ((f"{1:.2f}×", "reference") if method == Method.COMPILE_GRAPH
+    ratio, verdict = ((f"{1:.3f}×", "reference") if method == Method.COMPILE_GRAPH
                       else against(mine, _step(run, Method.COMPILE_GRAPH, dtype, batch)))
     sp = cgd(M.SPEEDUP_VS_EAGER, readback=False)
     timing = run.value(CGD, M.RECOMPILES_DURING_TIMING, batch=batch, dtype=dtype)

@@ -27,12 +27,15 @@ REUSES_COMPILE = (Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COMBO, Method.COMPI
 
 def stale_break_even(rec: Record | None, method: str, batch: Any, dtype: Any) -> str:
     """Why the stored break-even of `method` is known wrong, or "": a method that reused compile-default's
-    compilation (its setup below that compile's) in a run whose lab did not yet add the reused compile to it (no
-    `break_even_includes` note) counted only its capture."""
+    compilation (its setup below that compile's) in a run whose lab did not yet add the reused compile to it
+    counted only its capture. A lab that adds it writes a `break_even_includes` note wherever a method reused a
+    compile: a record with any such note names every reuse, so a method it does not name compiled for itself (its
+    setup may still be below compile-default's, from the caches that compile filled: gpu-full's combo and PDL
+    levers, 2026-12-03)."""
     own, compiled = (q.maybe(rec, M.SETUP_S, method=m, batch=batch, dtype=dtype) for m in (method, Method.COMPILE_DEFAULT))
-    includes = rec.notes.get(N.BREAK_EVEN_INCLUDES.key_for(batch=batch, dtype=dtype)) if rec else None
+    knows_reuse = rec is not None and any(N.BREAK_EVEN_INCLUDES.parse(key) is not None for key in rec.notes)
     if (rec is None or method not in REUSES_COMPILE or own is None or compiled is None or not own.value < compiled.value
-            or (isinstance(includes, dict) and method in includes)):
+            or knows_reuse):
         return ""
     return (f"stale: counts only the capture ({fmt(own.value, units.S)}), not the {fmt(compiled.value, units.S)} "
             "compile it reused (this run's lab did not add it)")
