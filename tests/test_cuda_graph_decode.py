@@ -137,3 +137,63 @@ def test_a_method_sets_setup_is_the_stored_one_with_the_compile_it_reused() -> N
                 Method.GRAPH: SimpleNamespace(compiled_by="not-built", setup_s=-0.1)}
     assert ms.setup_s(Method.COMPILE_DEFAULT) == 20.0  # as stored: 4 decimals
     assert ms.setup_s(Method.REDUCE_OVERHEAD) == pytest.approx(20.35) and ms.setup_s(Method.GRAPH) == 0.0
+
+
+def test_compile_tuning_runs_the_same_measurement_on_the_tuned_compiles_alone(monkeypatch) -> None:
+    """compile_tuning (gpu-full's tuned compiles at every batch) on the CPU: max-autotune with Dynamo's eager backend
+    is timed at every batch beside eager; the graphed methods need CUDA and are skipped saying so; it lists as skipped
+    only what is its own to run (no fused variant, no reduce-overhead), and its skips name its own options."""
+    from lab.contract import catalogue, profiles
+    from lab.experiments import compile_tuning
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.run.context import Context, ModelCache
+    from lab.run.runner import _finish_status
+
+    monkeypatch.setitem(METHODS, Method.MAX_AUTOTUNE, dataclasses.replace(METHODS[Method.MAX_AUTOTUNE], backend="eager",
+                                                                          mode=None))
+    profile = profiles.get("smoke").with_options("compile_tuning", methods=["eager"], rounds=2, steps=4,
+                                                 batches=[1, 2], bf16_methods=["eager", "max-autotune-no-cudagraphs"])
+    spec = catalogue.BY_ID["compile_tuning"]
+    rec = Record(id=spec.id, title=spec.title, status="OK")
+    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
+    compile_tuning.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    _finish_status(rec)
+    assert rec.status == "OK", (rec.reason, [c for c in rec.checks if not c.passed])
+    steps = {(m.params["method"], m.params["batch"], m.params["dtype"]) for m in rec.metrics
+             if m.name == "step_ms" and not m.params.get("readback")}
+    assert steps == {(m, b, d) for m in ("eager", "max-autotune-no-cudagraphs") for b, d in
+                     ((1, "float32"), (2, "float32"), (1, "bfloat16"))}  # every batch: no sweep list narrows it
+    assert not any(m.params.get("readback") for m in rec.metrics)  # cuda_graph_decode measures the read-back
+    skipped = {s.item: (s.code, s.message) for s in rec.skipped}
+    assert skipped[Method.COMPILE_GRAPH][0] == Code.DISABLED_IN_PROFILE
+    assert skipped[Method.COMPILE_GRAPH_COORDESC][0] == Code.PROFILE_BUDGET  # minutes of compiling: left out here
+    assert all("compile_tuning.methods" in skipped[m][1] for m in (Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COORDESC))
+    assert skipped["max-autotune+graph (batch=1 dtype=float32)"][0] == Code.NO_CUDA
+    mine = {Method.EAGER, Method.COMPILE_GRAPH, Method.COMPILE_GRAPH_COORDESC, Method.MAX_AUTOTUNE,
+            Method.MAX_AUTOTUNE_GRAPH}
+    assert {s.item.split(" ")[0] for s in rec.skipped} <= mine  # nothing of cuda_graph_decode's listed here
+    assert rec.notes["config"]["batches"] == [1, 2] and set(rec.notes["phase_s"]) == {"b1.float32", "b2.float32",
+                                                                                     "b1.bfloat16", "total_s"}
+
+
+def test_cuda_graph_decode_names_compile_tuning_where_the_profile_runs_the_tuned_compiles_there() -> None:
+    """In gpu-full the tuned compiles are compile_tuning's: cuda_graph_decode lists each as measured there, at every
+    batch, never as a budget it cannot meet; in the gpu profile it points at gpu-full."""
+    from lab.contract import catalogue, profiles
+    from lab.contract.results import Record, Results, RunInfo
+    from lab.experiments import cuda_graph_decode
+    from lab.run.context import Context
+
+    def skips(name: str) -> dict[str, tuple[str, str]]:
+        spec = catalogue.BY_ID["cuda_graph_decode"]
+        rec = Record(id=spec.id, title=spec.title, status="OK")
+        ctx = Context(spec, profiles.get(name), probe(), rec, Results(run=RunInfo(profile=name, started_at=""),
+                                                                       manifest={}, experiments=[rec]), None)
+        cuda_graph_decode._plan(ctx, ctx.options.batches)
+        return {s.item: (s.code, s.message) for s in rec.skipped}
+
+    full, gpu = skips("gpu-full"), skips("gpu")
+    for name in cuda_graph_decode.TUNED_METHODS:
+        assert full[name][0] == Code.PROFILE_BUDGET and "measures it in compile_tuning, at every batch" in full[name][1]
+        assert "gpu-full profile measures it" in gpu[name][1]
+    assert not any("gpu-full profile times every method" in m for _, m in full.values())  # never said of itself

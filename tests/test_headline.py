@@ -213,7 +213,7 @@ def _compile_run(tmp_path: Path, compile_cost: str = "OK") -> Path:
 
 def _compiled_rows(text: str) -> dict[tuple[str, str], list[str]]:
     """The compile table's rows by (method, case)."""
-    table = text.split("Compiled methods, per case", 1)[1].split("Compile time against depth", 1)[0]
+    table = text.split("Compiled methods (cuda_graph_decode), per case", 1)[1].split("Compile time against depth", 1)[0]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| `")]
     return {(r[0], r[1]): r for r in rows}
 
@@ -247,7 +247,7 @@ def test_a_reused_compile_is_footnoted_and_skipped_methods_are_listed(tmp_path: 
 def test_the_compile_view_opens_as_the_default_one_and_names_its_view(tmp_path: Path) -> None:
     run = _compile_run(tmp_path)
     default, compiled = headline.render([run], ["r"]), headline.render([run], ["r"], view="compile")
-    head = compiled.split("Compiled methods, per case", 1)[0]
+    head = compiled.split("Compiled methods (cuda_graph_decode), per case", 1)[0]
     assert head.startswith("<!-- made by `python -m lab headline r --view compile --write README.md`")
     assert default.startswith(head.replace(" --view compile", "")) and "Measured by `r`" in head
     assert "Compiled methods" not in default
@@ -289,3 +289,32 @@ def test_markers_name_a_view_or_none() -> None:
     with pytest.raises(ValueError, match=re.escape("has no headline[compile] block: add the empty pair "
                                                    "`<!-- headline:begin[compile] -->` and `<!-- headline:end -->`")):
         headline.find_block(text.split("<!-- headline:begin[compile]")[0], view="compile")
+
+
+def test_the_compile_view_judges_compile_tunings_rows_against_its_own_compile_graph(tmp_path: Path) -> None:
+    """A run with compile_tuning gets a second table: its tuned compiles at every batch, each against the compile+graph
+    timed in its own rounds (here 0.800 ms [0.78, 0.82]), never cuda_graph_decode's (1.000 ms)."""
+    run = _compile_run(tmp_path)
+    data = json.loads((run / "results.json").read_text())
+    tuning = json.loads(json.dumps(next(r for r in data["experiments"] if r["id"] == "cuda_graph_decode")))
+    tuning["id"] = "compile_tuning"
+    tuning["metrics"] = [m for m in tuning["metrics"] if not (m["name"] == "step_ms" and m["params"].get("method")
+                                                              == "compile+graph")]
+    tuning["metrics"] += [_timed("compile+graph", 0.8, (0.78, 0.82)), _timed("max-autotune+graph", 0.7, (0.69, 0.71),
+                                                                             batch=8),
+                          _timed("compile+graph", 0.75, (0.74, 0.76), batch=8)]
+    tuning["skipped"] = [{"item": "max-autotune+graph (batch=1 dtype=bfloat16)", "code": "no_cuda", "message": "cuda"}]
+    data["experiments"].insert(next(i for i, r in enumerate(data["experiments"]) if r["id"] == "cuda_graph_decode") + 1,
+                               tuning)
+    (run / "results.json").write_text(json.dumps(data))
+    text = headline.render([run], view="compile")
+    first = _compiled_rows(text.split("The tuned compiles at every batch")[0] + "Compile time against depth")
+    assert first[("`max-autotune+graph`", "fp32 B=1")][7:9] == ["1.111×", "faster"]  # against 1.000 ms
+    part = text.split("The tuned compiles at every batch (compile_tuning)", 1)[1].split("Compile time against depth")[0]
+    rows = {(r[0], r[1]): r for r in ([c.strip() for c in line.strip("|").split("|")] for line in part.splitlines()
+                                      if line.startswith("| `"))}
+    assert rows[("`max-autotune+graph`", "fp32 B=1")][7:9] == ["0.889×", "slower"]  # 0.800 / 0.900, disjoint
+    assert rows[("`max-autotune+graph`", "fp32 B=8")][7:9] == ["1.071×", "faster"]  # 0.75 / 0.70
+    assert rows[("`compile+graph`", "fp32 B=8")][7:9] == ["1.000×", "reference"]
+    assert "Not run here: `max-autotune+graph` (batch=1 dtype=bfloat16) (no_cuda)." in part
+    assert "compile_tuning" not in headline.render([_compile_run(tmp_path / "plain")], view="compile")

@@ -79,7 +79,7 @@ def test_write_with_a_view_replaces_only_that_block(two: Path, capsys) -> None:
     assert default == headline.marker("default", ["runs/a"]).join(["# Title\n\n", "\n"]) + headline.render(
         ["runs/a"]) + "<!-- headline:end -->\n\ntext between\n\n"  # the default block and the text as they were
     assert "<!-- headline:begin[compile] runs/b -->\n<!-- made by `python -m lab headline runs/b --view compile" in text
-    assert "Compiled methods, per case" in text.split("<!-- headline:begin[compile]")[1]
+    assert "Compiled methods (cuda_graph_decode), per case" in text.split("<!-- headline:begin[compile]")[1]
     assert text.endswith("<!-- headline:end -->\n") and text.count("<!-- headline:end -->") == 2
     capsys.readouterr()
     assert main(["headline", "runs/b", "--view", "compile", "--write", "README.md"]) == 0

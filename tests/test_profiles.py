@@ -24,7 +24,18 @@ def test_gpu_profiles_plan_every_method() -> None:
     # Inductor's levers on compile+graph are gpu-full's (the gpu profile's 5 minutes, 2026-12-02)
     assert not {Method.COMPILE_GRAPH_COMBO, Method.COMPILE_GRAPH_PDL} & set(gpu.methods)
     assert {Method.COMPILE_GRAPH_COMBO, Method.COMPILE_GRAPH_PDL} <= set(full.methods)
-    assert set(full.methods) | {Method.MAX_AUTOTUNE, Method.MAX_AUTOTUNE_GRAPH} == set(METHODS) and full.max_autotune
+    # gpu-full plans every method: the tuned compiles in compile_tuning, at every batch and in bf16 (issue 33: with them
+    # at batch 1 cuda_graph_decode took 444 s on an H200, most of a 10-minute command), the others in cuda_graph_decode
+    from lab.experiments.cuda_graph_decode import TUNED_METHODS
+
+    tuning = options_for(catalogue.BY_ID["compile_tuning"], profiles.get("gpu-full"))
+    assert "compile_tuning" in profiles.get("gpu-full").experiments and catalogue.BY_ID["compile_tuning"].by_name
+    assert not set(TUNED_METHODS) & set(full.methods) and not full.max_autotune
+    assert set(full.methods) | set(TUNED_METHODS) == set(METHODS)
+    assert tuning.max_autotune and tuning.sweep_methods is None and tuning.batches == (1, 8, 16, 64)
+    assert set(tuning.methods) | {Method.MAX_AUTOTUNE, Method.MAX_AUTOTUNE_GRAPH} >= set(TUNED_METHODS)
+    assert set(TUNED_METHODS) <= set(tuning.bf16_methods) and Method.COMPILE_GRAPH in tuning.methods
+    assert "compile_tuning" not in {s.id for s in catalogue.resolve(None, sweeps=False)}  # never in the gpu profile
     assert set(gpu.sweep_methods) <= set(gpu.methods) and Method.EAGER in gpu.sweep_methods
     cost = options_for(catalogue.BY_ID["compile_cost"], profiles.get("gpu"))
     cost_full = options_for(catalogue.BY_ID["compile_cost"], profiles.get("gpu-full"))

@@ -108,6 +108,7 @@ class Experiment(StrEnum):
     DECODE_RECOMPILES = "decode_recompiles"
     FIXED_STEP_EQUIVALENCE = "fixed_step_equivalence"
     CUDA_GRAPH_DECODE = "cuda_graph_decode"
+    COMPILE_TUNING = "compile_tuning"
     GRAPH_COST = "graph_cost"
     GRAPH_HAZARDS = "graph_hazards"
     CEILINGS = "ceilings"

@@ -87,8 +87,10 @@ COMPILE_TRACES = NoteSpec("compile_traces", dict, "each compiled item's stored t
                                                   "its path in the run folder and its counts",
                           entries="{item}", fields=("path", "compile_count", "recompile_count", "failed_count",
                                                     "graph_break_count", "tlparse"))
+# The experiments that run cuda_graph_decode's measurement (compile_tuning: its tuned compiles at every batch)
+STEP_METHODS = ("cuda_graph_decode", "compile_tuning")
 DECODE_CONFIG = NoteSpec("config", dict, "what cuda_graph_decode ran: prompt length, steps, rounds, methods, "
-                                         "batches (the README tables quote it)", ("cuda_graph_decode",),
+                                         "batches (the README tables quote it)", STEP_METHODS,
                          fields=("prompt_len", "steps", "rounds", "max_len", "batches"))
 CROSSOVERS = NoteSpec("crossovers", dict, "per batch and fill: how the fixed-shape step's time compares with the "
                                           "best growing cache's at each length", ("context_scaling",),
@@ -109,9 +111,9 @@ CAPTURE_ERROR = NoteSpec("capture_error.b{batch}", str, "why capturing the host-
 BREAK_EVEN_INCLUDES = NoteSpec("break_even_includes.b{batch}.{dtype}", dict, "the methods whose break_even_steps "
                                                                           "also pays for the compile they reused, "
                                                                           "and whose compile it was",
-                                ("cuda_graph_decode",))
+                                STEP_METHODS)
 CUDAGRAPH_SKIP_REASONS = NoteSpec("cudagraph_skip_reasons.{method}", list, "why cudagraph trees skipped graphs "
-                                                                           "for a method", ("cuda_graph_decode",))
+                                                                           "for a method", STEP_METHODS)
 FUNCTION_REASONS = NoteSpec("reasons.{function}", list, "Dynamo's graph-break reasons for each function",
                             ("graph_breaks", "graph_break_repair"))
 WARMUP = NoteSpec("warmup.{when}", dict, "how the sentinel's child warmed up before its kept rounds "
@@ -144,7 +146,7 @@ PAIRED_ROUNDS = NoteSpec("paired_rounds", dict, "the paired rounds of the run's 
 HOST_INDEX = NoteSpec("host_index.{shape}", dict, "the host-speed index of one timing (lab.measure.hostspeed): the "
                                                    "workload, its cost over the turns' time, and every raw sample "
                                                    "(ms) before and after each method's turn, per round",
-                      ("cuda_graph_decode", "model_scaling", "peer_generate", "inductor", "sentinel",
+                      (*STEP_METHODS, "model_scaling", "peer_generate", "inductor", "sentinel",
                        "sentinel_end"), fields=("workload", "loop", "cost", "turns"))
 KERNEL_ROWS = "kernels"  # the fused_kernels note's per-kernel rows, and its fit's list of the kernels fitted
 FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused step kernel by kernel, from one "
@@ -189,10 +191,10 @@ SWEEP_CONFIG = _any("config", "what it ran", E.GRAPH_BUCKETS, E.CONTEXT_SCALING,
                     E.DATA_DEPENDENT_BRANCH)
 DIAGNOSE_REPORT = _any("report.{target}", "diagnose's report of a target, line by line", E.DIAGNOSE)
 SHAPE = _any("shape", "the shape the experiment timed", E.LAUNCH_OVERHEAD, E.GEMM_BOUND, E.GRAPH_BREAK_REPAIR)
-TOKEN_AGREEMENT = _any("token_agreement", "what free-running token agreement means", E.CUDA_GRAPH_DECODE)
-PHASE_S = _any("phase_s", "where the experiment's time went, by phase", E.CUDA_GRAPH_DECODE)
-PROFILER_GUARD = _any("profiler_guard", "the profiler sessions, CUPTI torn down after them?", E.CUDA_GRAPH_DECODE)
-TF32 = _any("tf32", "whether matmuls and cuDNN could use TF32", E.CUDA_GRAPH_DECODE)
+TOKEN_AGREEMENT = _any("token_agreement", "what free-running token agreement means", E.CUDA_GRAPH_DECODE, E.COMPILE_TUNING)
+PHASE_S = _any("phase_s", "where the experiment's time went, by phase", E.CUDA_GRAPH_DECODE, E.COMPILE_TUNING)
+PROFILER_GUARD = _any("profiler_guard", "the profiler sessions, CUPTI torn down after them?", E.CUDA_GRAPH_DECODE, E.COMPILE_TUNING)
+TF32 = _any("tf32", "whether matmuls and cuDNN could use TF32", E.CUDA_GRAPH_DECODE, E.COMPILE_TUNING)
 REPLACED_INPUT = _any("replaced_input", "a graph's tokens, its input replaced or copied into", E.GRAPH_HAZARDS)
 PAST_END = _any("past_end", "what replaying past the cache's end did", E.GRAPH_HAZARDS)
 FUSION_BYTES = _any("bytes", "the input sizes, cache- and memory-resident", E.FUSION)

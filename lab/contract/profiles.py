@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from lab.contract.names import Method
+from lab.contract.catalogue import CATALOGUE
+from lab.contract.names import Experiment, Method
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,12 @@ FULL_SWEEP_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.REDUCE_OVERHEAD, M.
                       M.COMPILE_GRAPH, M.COMPILE_GRAPH_COMBO, M.COMPILE_GRAPH_PDL, M.FUSED, M.FUSED_PDL,
                       M.FUSED_PDL_PREFETCH)
 FULL_BF16_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.COMPILE_GRAPH, M.COMPILE_GRAPH_COMBO, M.COMPILE_GRAPH_PDL,
-                     M.COMPILE_GRAPH_COORDESC, M.MAX_AUTOTUNE_GRAPH, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
+                     M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
+# gpu-full's first batch: every method but the tuned compiles (coordinate descent, max-autotune), which
+# compile_tuning times at every batch beside compile+graph. With them at batch 1 only, cuda_graph_decode took 444 s
+# on an H200 (2026-12-03); at every batch it would pass the 10 minutes some hosts give one command.
+FULL_METHODS = (M.EAGER, M.GRAPH, M.COMPILE_DEFAULT, M.REDUCE_OVERHEAD, M.REDUCE_OVERHEAD_STATIC, M.COMPILE_GRAPH,
+                M.COMPILE_GRAPH_COMBO, M.COMPILE_GRAPH_PDL, M.FUSED, M.FUSED_PDL, M.FUSED_PDL_PREFETCH)
 
 
 PROFILES: dict[str, Profile] = {
@@ -214,14 +220,17 @@ PROFILES: dict[str, Profile] = {
 }
 PROFILES["gpu-full"] = replace(
     PROFILES["gpu"], name="gpu-full", batches=(1, 8, 16, 64),
+    # the default catalogue and compile_tuning (by name only), in catalogue order
+    experiments=tuple(s.id for s in CATALOGUE if (not s.sweep and not s.by_name) or s.id == Experiment.COMPILE_TUNING),
     description="gpu plus max-autotune, coordinate descent, every method at every batch, compile cost vs depth "
                 "(12 min of lab time on an H200)",
     options=_frozen({**{k: dict(v) for k, v in PROFILES["gpu"].options.items()},
                      "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
                                       "reuse_probe": False, "child_timeout_s": 600},
                      "decode_recompiles": {"calls": 20},
-                     "cuda_graph_decode": {"max_autotune": True, "sweep_methods": list(FULL_SWEEP_METHODS),
-                                           "bf16_methods": list(FULL_BF16_METHODS)}}))
+                     "cuda_graph_decode": {"methods": list(FULL_METHODS), "sweep_methods": list(FULL_SWEEP_METHODS),
+                                           "bf16_methods": list(FULL_BF16_METHODS)},
+                     Experiment.COMPILE_TUNING: {}}))
 
 
 # ---------------------------------------------------------------------------- the sweeps (issue 14)

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from lab.contract import metrics as M
 from lab.contract import notes as N
-from lab.contract.names import Method, Param as P
+from lab.contract.names import Experiment, Method, Param as P
 from lab.contract.options import option
 from lab.contract.reasons import Code
 from lab.experiments.common import methods
@@ -50,6 +50,10 @@ DEFAULT_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT, Method.RE
 BF16_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_DEFAULT, Method.COMPILE_GRAPH, Method.FUSED,
                 Method.FUSED_PDL, Method.FUSED_PDL_PREFETCH)
 MAX_AUTOTUNE_METHODS = (Method.MAX_AUTOTUNE, Method.MAX_AUTOTUNE_GRAPH)
+# The tuned compiles: minutes of compiling each; gpu-full measures them at every batch in compile_tuning, which
+# runs this experiment's measurement on them alone (lab.experiments.compile_tuning)
+TUNED_METHODS = (Method.COMPILE_GRAPH_COORDESC, *MAX_AUTOTUNE_METHODS)
+TUNING_EXPERIMENT = Experiment.COMPILE_TUNING
 # Reading the token back each step is measured for the methods the chapter compared that way
 # (eager, graph replay, compile + graph); the other methods without it, to save time.
 READBACK_METHODS = (Method.EAGER, Method.GRAPH, Method.COMPILE_GRAPH)
@@ -90,6 +94,10 @@ class Options:
     dynamic: bool | None = option(None, "torch.compile's dynamic= (none: Dynamo's automatic dynamic shapes; false: "
                                         "one static graph per batch)")
 
+    # The methods this experiment answers for: every one left out of its lists is recorded as skipped, with why
+    # (None: every step method; lab.experiments.compile_tuning narrows it to the tuned compiles and their baselines)
+    SCOPE: ClassVar[tuple[str, ...] | None] = None
+
 
 def _prompt(vocab: int, batch: int, length: int, device: torch.device) -> torch.Tensor:
     g = torch.Generator().manual_seed(1000 + batch)
@@ -122,23 +130,45 @@ def _measure(ctx: Context[Options], w, w32, shape: methods.Shape, names: tuple[s
     return ms, phase
 
 
+def _elsewhere(ctx: Context[Options], name: str) -> str | None:
+    """Where this run measures `name` instead, at every batch (compile_tuning, where the profile runs it), or None."""
+    runs = ctx.profile.experiments or ()
+    if ctx.spec.id != TUNING_EXPERIMENT and name in TUNED_METHODS and TUNING_EXPERIMENT in runs:
+        return (f"{COSTLY[name]}: this run measures it in {TUNING_EXPERIMENT}, at every batch beside compile+graph (a "
+                f"command of its own on a host that stops one after 10 minutes)")
+    return None
+
+
+def _later_batches(ctx: Context[Options], name: str) -> str:
+    """Where a method timed at the first batch only is timed at the others, or how to have it timed there."""
+    if ctx.spec.id != TUNING_EXPERIMENT and name in TUNED_METHODS and TUNING_EXPERIMENT in (ctx.profile.experiments or ()):
+        return f"this run times it at every batch in {TUNING_EXPERIMENT}"
+    if ctx.profile.name != "gpu-full":
+        return "the gpu-full profile times every method at every batch"
+    return f"add it to {ctx.spec.id}.sweep_methods to time it at every batch"
+
+
 def _plan(ctx: Context[Options], batches: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """The methods of the first batch, the other batches and bf16; every method left out, or that this host
-    or torch cannot run, listed as skipped with why."""
-    opts, prof = ctx.options, ctx.profile
+    """The methods of the first batch, the other batches and bf16; every method of the experiment's scope left out,
+    or that this host or torch cannot run, listed as skipped with why."""
+    opts, prof, eid = ctx.options, ctx.profile, ctx.spec.id
+    scope = type(opts).SCOPE
     methods = tuple(dict.fromkeys(opts.methods + (MAX_AUTOTUNE_METHODS if opts.max_autotune else ())))
     if Method.EAGER not in methods:
-        raise ValueError("cuda_graph_decode needs the eager method as its baseline")
-    for name in (n for n in stepmethods.METHODS if n not in methods):
-        if name in MAX_AUTOTUNE_METHODS and not opts.max_autotune:
+        raise ValueError(f"{eid} needs the eager method as its baseline")
+    for name in (n for n in stepmethods.METHODS if n not in methods and (scope is None or n in scope)):
+        elsewhere = _elsewhere(ctx, name)
+        if elsewhere is not None:
+            ctx.skip(name, Code.PROFILE_BUDGET, elsewhere)
+        elif name in MAX_AUTOTUNE_METHODS and not opts.max_autotune:
             ctx.skip(name, Code.PROFILE_BUDGET, f"{COSTLY[name]}, more than the {prof.name} profile's budget: the "
-                                                "gpu-full profile runs it (or --set cuda_graph_decode.max_autotune=true)")
+                                                f"gpu-full profile measures it (or --set {eid}.max_autotune=true)")
         elif name in COSTLY:
             ctx.skip(name, Code.PROFILE_BUDGET, f"{COSTLY[name]}, more than the {prof.name} profile's budget: the "
-                                                f"gpu-full profile runs it (or add it to cuda_graph_decode.methods)")
+                                                f"gpu-full profile measures it (or add it to {eid}.methods)")
         else:
-            ctx.skip(name, Code.DISABLED_IN_PROFILE, f"not in cuda_graph_decode.methods of the {prof.name} profile: "
-                                                     f"add it with --set cuda_graph_decode.methods=...,{name}")
+            ctx.skip(name, Code.DISABLED_IN_PROFILE, f"not in {eid}.methods of the {prof.name} profile: "
+                                                     f"add it with --set {eid}.methods=...,{name}")
     why_not = {name: stepmethods.unavailable(stepmethods.method_spec(name), ctx.device) for name in methods}
     for name, why in why_not.items():
         if why is not None:
@@ -149,16 +179,16 @@ def _plan(ctx: Context[Options], batches: tuple[int, ...]) -> tuple[tuple[str, .
     for label, chosen, needed in (("sweep_methods", sweep, bool(later)),
                                   ("bf16_methods", opts.bf16_methods, bool(opts.bf16_batches))):
         if needed and Method.EAGER not in chosen:
-            raise ValueError(f"cuda_graph_decode.{label} must include eager: every batch is judged against it")
+            raise ValueError(f"{eid}.{label} must include eager: every batch is judged against it")
     for name in (n for n in ready if n not in sweep and later):
         ctx.skip(f"{name} at batch {', '.join(map(str, later))}", Code.PROFILE_BUDGET,
-                 f"the {prof.name} profile times it at batch {batches[0]} only (cuda_graph_decode.sweep_methods): the "
-                 "gpu-full profile times every method at every batch")
+                 f"the {prof.name} profile times it at batch {batches[0]} only ({eid}.sweep_methods): "
+                 f"{_later_batches(ctx, name)}")
     bf16 = tuple(n for n in opts.bf16_methods if n in ready)
     if opts.bf16_batches:
         for name in (n for n in ready if n not in bf16):
             ctx.skip(f"{name} bfloat16", Code.DISABLED_IN_PROFILE,
-                     f"the {prof.name} profile runs it in fp32 only (add it to cuda_graph_decode.bf16_methods)")
+                     f"the {prof.name} profile runs it in fp32 only (add it to {eid}.bf16_methods)")
     return tuple(ready), sweep, bf16
 
 

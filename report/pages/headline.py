@@ -66,6 +66,10 @@ DASH = "—"
 DEFAULT = "default"  # the view whose begin marker names none: today's tables
 COMPILE = "compile"
 CGD = Experiment.CUDA_GRAPH_DECODE
+TUNING = Experiment.COMPILE_TUNING
+TITLES = {CGD: "Compiled methods (cuda_graph_decode)",
+          TUNING: "The tuned compiles at every batch (compile_tuning), each against compile+graph timed in the same "
+                  "rounds"}
 
 
 class Run:
@@ -114,10 +118,10 @@ def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
             if params.get(P.DTYPE) == dtype and value is not None}
 
 
-def _interval(run: Run, method: str, batch: int, dtype: str = "float32") -> str:
+def _interval(run: Run, method: str, batch: int, dtype: str = "float32",
+              exp: Experiment = Experiment.CUDA_GRAPH_DECODE) -> str:
     """' [10.6, 11.7]': the stored 95% interval of the method's speedup over eager, or '' where none is stored."""
-    ci = q.interval(run.records.get(Experiment.CUDA_GRAPH_DECODE), M.SPEEDUP_VS_EAGER, method=method, batch=batch,
-                    dtype=dtype, readback=False)
+    ci = q.interval(run.records.get(exp), M.SPEEDUP_VS_EAGER, method=method, batch=batch, dtype=dtype, readback=False)
     return "" if ci is None or None in ci else f" [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 def step_table(run: Run) -> list[str]:
@@ -142,19 +146,19 @@ def step_table(run: Run) -> list[str]:
     return lines + _table(["method"] + [f"B={b}" for b in batches], rows)
 
 
-def rounds(run: Run, dtype: str = "float32") -> dict[int, int]:
+def rounds(run: Run, dtype: str = "float32", exp: Experiment = Experiment.CUDA_GRAPH_DECODE) -> dict[int, int]:
     """The rounds each batch was timed over (the length of its round medians), batch -> rounds."""
     out: dict[int, int] = {}
-    for p, v in run.values(Experiment.CUDA_GRAPH_DECODE, M.ROUND_MEDIANS_MS):
+    for p, v in run.values(exp, M.ROUND_MEDIANS_MS):
         if p.get(P.DTYPE) == dtype and isinstance(v, list):
             out[int(p[P.BATCH])] = max(out.get(int(p[P.BATCH]), 0), len(v))
     return out
 
 
-def _config(run: Run, batches: list[int]) -> str:
-    rec = run.records.get(Experiment.CUDA_GRAPH_DECODE)
+def _config(run: Run, batches: list[int], exp: Experiment = Experiment.CUDA_GRAPH_DECODE) -> str:
+    rec = run.records.get(exp)
     cfg = rec.notes.get(N.DECODE_CONFIG.key) if rec is not None else None
-    per = rounds(run)
+    per = rounds(run, exp=exp)
     if per and len(set(per.values())) > 1:
         timed = "rounds: " + ", ".join(f"{per[b]} at B={b}" for b in batches if b in per)
     elif per:
@@ -162,7 +166,7 @@ def _config(run: Run, batches: list[int]) -> str:
     else:
         timed = f"{cfg.get('rounds')} rounds" if isinstance(cfg, dict) else ""
     if not isinstance(cfg, dict):
-        return f"{Experiment.CUDA_GRAPH_DECODE}" + (f", {timed}" if timed else "")
+        return f"{exp}" + (f", {timed}" if timed else "")
     return f"{cfg.get('steps')} steps after a {cfg.get('prompt_len')}-token prompt, {timed}"
 
 
@@ -249,10 +253,10 @@ def ceilings_line(run: Run) -> list[str]:
 
 # ---------------------------------------------------------------------------- the compile view
 
-def compiled_cases(run: Run) -> list[tuple[str, str, int]]:
-    """(method, dtype, batch) of every compiled method cuda_graph_decode timed (token not read back): method by method
-    in method_rank's order, each fp32 batches ascending, then bf16."""
-    found = {(str(p[P.METHOD]), str(p[P.DTYPE]), int(p[P.BATCH])) for p, v in run.values(CGD, M.STEP_MS)
+def compiled_cases(run: Run, exp: Experiment = CGD) -> list[tuple[str, str, int]]:
+    """(method, dtype, batch) of every compiled method `exp` timed (token not read back): method by method in
+    method_rank's order, each fp32 batches ascending, then bf16."""
+    found = {(str(p[P.METHOD]), str(p[P.DTYPE]), int(p[P.BATCH])) for p, v in run.values(exp, M.STEP_MS)
              if is_compiled(p.get(P.METHOD)) and not p.get(P.READBACK) and v is not None}
     return sorted(found, key=lambda c: (method_rank(c[0]), c[1] != "float32", c[1], c[2]))
 
@@ -261,9 +265,9 @@ def _case(dtype: str, batch: int) -> str:
     return f"{'fp32' if dtype == 'float32' else 'bf16' if dtype == 'bfloat16' else dtype} B={batch}"
 
 
-def _step(run: Run, method: str, dtype: str, batch: int) -> Metric | None:
+def _step(run: Run, method: str, dtype: str, batch: int, exp: Experiment = CGD) -> Metric | None:
     """The method's stored median step (token not read back), its spread holding the median's 95% interval."""
-    return q.maybe(run.records.get(CGD), M.STEP_MS, method=method, batch=batch, dtype=dtype, readback=False)
+    return q.maybe(run.records.get(exp), M.STEP_MS, method=method, batch=batch, dtype=dtype, readback=False)
 
 
 def _median_interval(m: Metric) -> intervals.Interval | None:
@@ -284,36 +288,36 @@ def against(mine: Metric | None, reference: Metric | None) -> tuple[str, str]:
     return ratio, VERDICT[intervals.relation(_median_interval(reference), _median_interval(mine))]
 
 
-def reused(run: Run, method: str, dtype: str, batch: int) -> str | None:
+def reused(run: Run, method: str, dtype: str, batch: int, exp: Experiment = CGD) -> str | None:
     """Whose compile the method's setup reused at this case, as the run noted it (break_even_includes), or None."""
-    rec = run.records.get(CGD)
+    rec = run.records.get(exp)
     note = rec.notes.get(N.BREAK_EVEN_INCLUDES.key_for(batch=batch, dtype=dtype)) if rec is not None else None
     return str(note[method]) if isinstance(note, dict) and method in note else None
 
 
-def _break_even(run: Run, method: str, dtype: str, batch: int) -> str:
-    found = q.maybe(run.records.get(CGD), M.BREAK_EVEN_STEPS, method=method, batch=batch, dtype=dtype)
+def _break_even(run: Run, method: str, dtype: str, batch: int, exp: Experiment = CGD) -> str:
+    found = q.maybe(run.records.get(exp), M.BREAK_EVEN_STEPS, method=method, batch=batch, dtype=dtype)
     return DASH if found is None else "never" if found.value is None else f"{found.value:.0f}"
 
 
-def _compiled_row(run: Run, method: str, dtype: str, batch: int, mark: str) -> list[str]:
-    cgd = partial(run.value, CGD, method=method, batch=batch, dtype=dtype)
-    mine = _step(run, method, dtype, batch)
+def _compiled_row(run: Run, method: str, dtype: str, batch: int, mark: str, exp: Experiment = CGD) -> list[str]:
+    cgd = partial(run.value, exp, method=method, batch=batch, dtype=dtype)
+    mine = _step(run, method, dtype, batch, exp)
     ratio, verdict = ((f"{1:.3f}×", "reference") if method == Method.COMPILE_GRAPH
-                      else against(mine, _step(run, Method.COMPILE_GRAPH, dtype, batch)))
+                      else against(mine, _step(run, Method.COMPILE_GRAPH, dtype, batch, exp)))
     sp = cgd(M.SPEEDUP_VS_EAGER, readback=False)
-    timing = run.value(CGD, M.RECOMPILES_DURING_TIMING, batch=batch, dtype=dtype)
+    timing = run.value(exp, M.RECOMPILES_DURING_TIMING, batch=batch, dtype=dtype)
     return [f"`{method}`", _case(dtype, batch), _f(cgd(M.SETUP_S), ".2f") + mark, _f(cgd(M.COMPILED_FRAMES), ".0f"),
             _f(timing, ".0f"), _f(None if mine is None else mine.value, ".3f"),
-            DASH if sp is None else f"{sp:.2f}×{_interval(run, method, batch, dtype)}", ratio, verdict,
-            _break_even(run, method, dtype, batch)]
+            DASH if sp is None else f"{sp:.2f}×{_interval(run, method, batch, dtype, exp)}", ratio, verdict,
+            _break_even(run, method, dtype, batch, exp)]
 
 
-def _reuse_notes(run: Run, found: list[tuple[str, str, int]]) -> list[str]:
+def _reuse_notes(run: Run, found: list[tuple[str, str, int]], exp: Experiment = CGD) -> list[str]:
     """One footnote line per (method, whose compile it reused), with the cases."""
     by: dict[tuple[str, str], list[str]] = {}
     for m, d, b in found:
-        text = reused(run, m, d, b)
+        text = reused(run, m, d, b, exp)
         if text is not None:
             by.setdefault((m, text), []).append(_case(d, b))
     return [f"¹ `{m}` at {', '.join(cs)} reused {text}: its setup and compiled frames count only what it added (the "
@@ -336,10 +340,10 @@ def _case_of(params: dict[str, Any]) -> tuple[str, str, int] | None:
     return (str(method), str(params.get(P.DTYPE)), _count(batch)) if is_compiled(method) and _count(batch) else None
 
 
-def missing_methods(run: Run, found: list[tuple[str, str, int]]) -> list[str]:
-    """The compiled methods cuda_graph_decode skipped (with the reason's code) or whose fatal check failed before
-    they were timed, so none disappears from the table silently."""
-    rec = run.records.get(CGD)
+def missing_methods(run: Run, found: list[tuple[str, str, int]], exp: Experiment = CGD) -> list[str]:
+    """The compiled methods `exp` skipped (with the reason's code) or whose fatal check failed before they were timed,
+    so none disappears from the table silently."""
+    rec = run.records.get(exp)
     if rec is None:
         return []
     skipped = [f"`{m}`{s.item[len(m):]} ({s.code})" for s in rec.skipped
@@ -353,25 +357,26 @@ def missing_methods(run: Run, found: list[tuple[str, str, int]]) -> list[str]:
         [""] + [f"Failed here, not timed: {'; '.join(failed)}."] if failed else [])
 
 
-def compiled_table(run: Run) -> list[str]:
-    """The compiled methods of cuda_graph_decode per case, against compile+graph of the same case."""
-    found = compiled_cases(run)
+def compiled_table(run: Run, exp: Experiment = CGD) -> list[str]:
+    """The compiled methods of `exp` per case, against its own compile+graph of the same case (timed in the same
+    rounds)."""
+    found = compiled_cases(run, exp)
     if not found:
-        return [f"No compiled method timed by {CGD} in this run."] + missing_methods(run, found)
-    marks = {c: "¹" if reused(run, *c) is not None else "" for c in found}
+        return [f"No compiled method timed by {exp} in this run."] + missing_methods(run, found, exp)
+    marks = {c: "¹" if reused(run, *c, exp) is not None else "" for c in found}
     batches = sorted({b for _, d, b in found if d == "float32"})
     header = ["method", "case", "setup s", "compiled frames", "recompiles in timing", "ms/step", "× eager",
               "compile+graph ms / method's", "vs compile+graph"]
-    lines = [f"Compiled methods, per case: setup (compile + capture, first calls included), the frames Dynamo compiled "
+    lines = [f"{TITLES[exp]}, per case: setup (compile + capture, first calls included), the frames Dynamo compiled "
              "getting it ready, the frames compiled during that case's timed rounds (all methods; should be 0), median "
              "ms per step (token not read back), speedup over eager [its 95% interval], compile+graph's median over "
              "the method's (>1: faster) and the verdict of their 95% intervals (disjoint: faster or slower; "
-             f"overlapping: same), and the steps its setup takes to pay back against eager; {_config(run, batches)}:",
-             ""]
-    rows = [_compiled_row(run, m, d, b, marks[(m, d, b)]) for m, d, b in found]
-    notes = _reuse_notes(run, found)
+             f"overlapping: same), and the steps its setup takes to pay back against eager; "
+             f"{_config(run, batches, exp)}:", ""]
+    rows = [_compiled_row(run, m, d, b, marks[(m, d, b)], exp) for m, d, b in found]
+    notes = _reuse_notes(run, found, exp)
     return (lines + _table(header + ["break-even steps"], rows) + ([""] + notes if notes else [])
-            + missing_methods(run, found))
+            + missing_methods(run, found, exp))
 
 
 def _first_calls(rec: Record) -> dict[tuple[str, int], dict[str, list[float]]]:
@@ -442,8 +447,10 @@ def default_view(run: Run) -> list[str]:
 
 
 def compile_view(run: Run) -> list[str]:
-    """The compile modes and Inductor's levers against compile+graph, then compile time against depth."""
-    return compiled_table(run) + [""] + compile_cost_table(run)
+    """The compile modes and Inductor's levers against compile+graph, the tuned compiles at every batch where the run
+    has compile_tuning, then compile time against depth."""
+    tuning = compiled_table(run, TUNING) + [""] if TUNING in run.records else []
+    return compiled_table(run) + [""] + tuning + compile_cost_table(run)
 
 
 VIEWS: dict[str, Callable[[Run], list[str]]] = {DEFAULT: default_view, COMPILE: compile_view}
