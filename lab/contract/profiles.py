@@ -7,8 +7,8 @@
 - `gpu-full`: `gpu` plus what does not fit its budget: max-autotune, coordinate-descent tuning, batch 16,
            every method at every batch (with Dynamo's automatic dynamic shapes, so the two runs side by side record
            what `dynamic=False` changes), the token read back at every batch, compile time against depth
-           2 and 12 and the small MLP (718 s of lab time on an H200, 2026-12-03; README, "Profiles and their
-           budget").
+           2 and 12 and the small MLP (718 s of lab time on an H200, 2026-12-03, with the tuned compiles at batch 1;
+           about 1,030 s with compile_tuning, 451 s alone; README, "Profiles and their budget").
 
 Experiment-specific knobs are declared by each experiment (`Options` in lab/experiments/<id>.py, with
 their defaults and help: `python -m lab list --options`); a profile overrides them by name in
@@ -223,7 +223,7 @@ PROFILES["gpu-full"] = replace(
     # the default catalogue and compile_tuning (by name only), in catalogue order
     experiments=tuple(s.id for s in CATALOGUE if (not s.sweep and not s.by_name) or s.id == Experiment.COMPILE_TUNING),
     description="gpu plus max-autotune, coordinate descent, every method at every batch, compile cost vs depth "
-                "(12 min of lab time on an H200)",
+                "(about 17 min of lab time on an H200)",
     options=_frozen({**{k: dict(v) for k, v in PROFILES["gpu"].options.items()},
                      "compile_cost": {"mlp_trials": 1, "depths": [2, 12], "rounds": 5, "steady_steps": 32,
                                       "reuse_probe": False, "child_timeout_s": 600},
