@@ -130,10 +130,15 @@ def _measure(ctx: Context[Options], w, w32, shape: methods.Shape, names: tuple[s
     return ms, phase
 
 
+def _in_tuning(ctx: Context[Options], name: str) -> bool:
+    """Whether this run times `name` at every batch in compile_tuning (a tuned compile, where the profile runs it)."""
+    return (ctx.spec.id != TUNING_EXPERIMENT and name in TUNED_METHODS
+            and TUNING_EXPERIMENT in (ctx.profile.experiments or ()))
+
+
 def _elsewhere(ctx: Context[Options], name: str) -> str | None:
     """Where this run measures `name` instead, at every batch (compile_tuning, where the profile runs it), or None."""
-    runs = ctx.profile.experiments or ()
-    if ctx.spec.id != TUNING_EXPERIMENT and name in TUNED_METHODS and TUNING_EXPERIMENT in runs:
+    if _in_tuning(ctx, name):
         return (f"{COSTLY[name]}: this run measures it in {TUNING_EXPERIMENT}, at every batch beside compile+graph (a "
                 f"command of its own on a host that stops one after 10 minutes)")
     return None
@@ -141,7 +146,7 @@ def _elsewhere(ctx: Context[Options], name: str) -> str | None:
 
 def _later_batches(ctx: Context[Options], name: str) -> str:
     """Where a method timed at the first batch only is timed at the others, or how to have it timed there."""
-    if ctx.spec.id != TUNING_EXPERIMENT and name in TUNED_METHODS and TUNING_EXPERIMENT in (ctx.profile.experiments or ()):
+    if _in_tuning(ctx, name):
         return f"this run times it at every batch in {TUNING_EXPERIMENT}"
     if ctx.profile.name != "gpu-full":
         return "the gpu-full profile times every method at every batch"

@@ -35,7 +35,9 @@ The compile view (`compile`), for the compile modes and Inductor's levers:
    stored medians and a verdict from their stored 95% intervals (lab.contract.intervals.relation: overlapping is
    `same`), and its break-even steps; a setup that reused another method's compile (the note break_even_includes)
    is footnoted; the compiled methods the run skipped or failed are listed below it;
-2. compile_cost: the first call cold and warm per depth of the decode core and for the small MLP, with the
+2. where the run has compile_tuning (the tuned compiles at every batch), the same table of its methods, each set
+   against the compile+graph that compile_tuning timed in the same rounds;
+3. compile_cost: the first call cold and warm per depth of the decode core and for the small MLP, with the
    break-even calls (or one line saying why the run has none).
 
 Standard library only (plus lab.contract.results to read the files): the README can be remade without torch.
