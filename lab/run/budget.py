@@ -9,8 +9,8 @@ the budget. What it is expected to take:
   by a signal: at least that long), since the same run on the same host repeats it;
 - otherwise nothing: the lab declares no per-experiment durations. They vary by an order of magnitude with
   the host, the profile, the options and the state of Inductor's cache (compile_cost: 234 s on a CPU host,
-  57 s on an H200), and gpu-full has never run, so a declared figure would be a guess passed off as a
-  measurement. Then the rule is the elapsed time alone: no experiment starts once the budget is spent, and a
+  57 s on an H200; max-autotune's compile of the GPT-2 step 34.5 s on one H200 and 46.4 s on another the same
+  day), so a declared figure would be a guess passed off as a measurement. Then the rule is the elapsed time alone: no experiment starts once the budget is spent, and a
   start lasts at most the budget plus its last experiment. Choose the budget as the host's limit minus the
   longest experiment you expect (docs/results.md, "A run in chunks").
 A start always runs its first experiment whatever the budget says, so every chunk makes progress (a budget
