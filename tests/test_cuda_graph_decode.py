@@ -21,13 +21,24 @@ from lab.host.toolchain import probe
 from step_helpers import breaking_step
 
 
-def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
-    from lab.contract import catalogue, profiles
-    from lab.experiments import cuda_graph_decode
+def _context(eid: str, profile, models: bool = True):
+    """(a Context for experiment `eid` under `profile`, its fresh OK record), as the runner makes them: a ModelCache of
+    random weights, or none where the test only plans."""
+    from lab.contract import catalogue
     from lab.contract.results import Record, Results, RunInfo
     from lab.run.context import Context, ModelCache
+
+    spec = catalogue.BY_ID[eid]
+    rec = Record(id=spec.id, title=spec.title, status="OK")
+    results = Results(run=RunInfo(profile=profile.name, started_at=""), manifest={}, experiments=[rec])
+    cache = ModelCache(profile, {"source": "random"}) if models else None
+    return Context(spec, profile, probe(), rec, results, cache), rec
+
+
+def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
+    from lab.contract import profiles
+    from lab.experiments import cuda_graph_decode
     from lab.run.runner import _finish_status
-    from lab.host.toolchain import probe
 
     # compile-default through Dynamo with its eager backend: a compiled method without a C++ compiler
     monkeypatch.setitem(METHODS, "compile-default", dataclasses.replace(METHODS["compile-default"], backend="eager"))
@@ -35,10 +46,8 @@ def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
         "cuda_graph_decode", methods=["eager", "compile-default", "graph", "fused-pdl"],
         sweep_methods=["eager"], bf16_methods=["eager", "compile-default"], bf16_batches=[1], rounds=2,
         sweep_rounds=2, steps=4, readback=[False, True], readback_batches=[1], batches=[1, 2])
-    spec = catalogue.BY_ID["cuda_graph_decode"]
-    rec = Record(id=spec.id, title=spec.title, status="OK")
-    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
-    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    ctx, rec = _context("cuda_graph_decode", profile)
+    cuda_graph_decode.run(ctx)
     _finish_status(rec)
     assert rec.status == "OK", (rec.reason, [c for c in rec.checks if not c.passed])
     from lab.contract.results import quarantine
@@ -74,10 +83,8 @@ def test_cuda_graph_decode_flow_on_the_cpu(monkeypatch) -> None:
 
 def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch) -> None:
     """The experiment goes on with the other methods and ends FAILED with Dynamo's reason."""
-    from lab.contract import catalogue, profiles
+    from lab.contract import profiles
     from lab.experiments import cuda_graph_decode
-    from lab.contract.results import Record, Results, RunInfo
-    from lab.run.context import Context, ModelCache
     from lab.run.runner import _finish_status
 
     broken = dataclasses.replace(METHODS["compile-default"], step=breaking_step, backend="eager")
@@ -85,10 +92,8 @@ def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch)
     profile = profiles.get("smoke").with_options(
         "cuda_graph_decode", methods=["eager", "compile-default"], bf16_batches=[], rounds=2, steps=4,
         readback=[False], batches=[1])
-    spec = catalogue.BY_ID["cuda_graph_decode"]
-    rec = Record(id=spec.id, title=spec.title, status="OK")
-    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
-    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    ctx, rec = _context("cuda_graph_decode", profile)
+    cuda_graph_decode.run(ctx)
     failed = [c for c in rec.checks if not c.passed]
     assert [c.name for c in failed] == ["compile-default compiles the step as one graph (batch=1 dtype=float32)"]
     assert failed[0].fatal and "torch._dynamo.graph_break()" in failed[0].detail
@@ -100,11 +105,9 @@ def test_cuda_graph_decode_records_a_broken_graph_as_a_failed_check(monkeypatch)
 def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkeypatch) -> None:
     """compile+graph reuses compile-default's compiled code (its setup_s is the capture alone); its break-even must
     include that compile, or the page says it pays after 7 steps when it needs thousands (the H200 reference)."""
-    from lab.contract import catalogue, profiles
+    from lab.contract import profiles
     from lab.measure.breakeven import break_even_calls
     from lab.experiments import cuda_graph_decode
-    from lab.contract.results import Record, Results, RunInfo
-    from lab.run.context import Context, ModelCache
 
     plain = dataclasses.replace(METHODS["compile-default"], backend="eager")
     monkeypatch.setitem(METHODS, "compile-default", plain)
@@ -112,10 +115,8 @@ def test_a_method_that_reuses_a_compilation_pays_for_it_in_its_break_even(monkey
     profile = profiles.get("smoke").with_options(
         "cuda_graph_decode", methods=["eager", "compile-default", "reduce-overhead"], bf16_batches=[], rounds=2,
         steps=4, readback=[False], batches=[3], dynamic=False)
-    spec = catalogue.BY_ID["cuda_graph_decode"]
-    rec = Record(id=spec.id, title=spec.title, status="OK")
-    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
-    cuda_graph_decode.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    ctx, rec = _context("cuda_graph_decode", profile)
+    cuda_graph_decode.run(ctx)
     p = {"batch": 3, "dtype": "float32"}
     value = lambda name, **q: rec.metric(name, **p, **q).value  # noqa: E731
     assert value("compiled_frames", method="reduce-overhead") == 0  # it reused compile-default's code
@@ -143,20 +144,16 @@ def test_compile_tuning_runs_the_same_measurement_on_the_tuned_compiles_alone(mo
     """compile_tuning (gpu-full's tuned compiles at every batch) on the CPU: max-autotune with Dynamo's eager backend
     is timed at every batch beside eager; the graphed methods need CUDA and are skipped saying so; it lists as skipped
     only what is its own to run (no fused variant, no reduce-overhead), and its skips name its own options."""
-    from lab.contract import catalogue, profiles
+    from lab.contract import profiles
     from lab.experiments import compile_tuning
-    from lab.contract.results import Record, Results, RunInfo
-    from lab.run.context import Context, ModelCache
     from lab.run.runner import _finish_status
 
     monkeypatch.setitem(METHODS, Method.MAX_AUTOTUNE, dataclasses.replace(METHODS[Method.MAX_AUTOTUNE], backend="eager",
                                                                           mode=None))
     profile = profiles.get("smoke").with_options("compile_tuning", methods=["eager"], rounds=2, steps=4,
                                                  batches=[1, 2], bf16_methods=["eager", "max-autotune-no-cudagraphs"])
-    spec = catalogue.BY_ID["compile_tuning"]
-    rec = Record(id=spec.id, title=spec.title, status="OK")
-    results = Results(run=RunInfo(profile="smoke", started_at=""), manifest={}, experiments=[rec])
-    compile_tuning.run(Context(spec, profile, probe(), rec, results, ModelCache(profile, {"source": "random"})))
+    ctx, rec = _context("compile_tuning", profile)
+    compile_tuning.run(ctx)
     _finish_status(rec)
     assert rec.status == "OK", (rec.reason, [c for c in rec.checks if not c.passed])
     steps = {(m.params["method"], m.params["batch"], m.params["dtype"]) for m in rec.metrics
@@ -179,16 +176,11 @@ def test_compile_tuning_runs_the_same_measurement_on_the_tuned_compiles_alone(mo
 def test_cuda_graph_decode_names_compile_tuning_where_the_profile_runs_the_tuned_compiles_there() -> None:
     """In gpu-full the tuned compiles are compile_tuning's: cuda_graph_decode lists each as measured there, at every
     batch, never as a budget it cannot meet; in the gpu profile it points at gpu-full."""
-    from lab.contract import catalogue, profiles
-    from lab.contract.results import Record, Results, RunInfo
+    from lab.contract import profiles
     from lab.experiments import cuda_graph_decode
-    from lab.run.context import Context
 
     def skips(name: str) -> dict[str, tuple[str, str]]:
-        spec = catalogue.BY_ID["cuda_graph_decode"]
-        rec = Record(id=spec.id, title=spec.title, status="OK")
-        ctx = Context(spec, profiles.get(name), probe(), rec, Results(run=RunInfo(profile=name, started_at=""),
-                                                                       manifest={}, experiments=[rec]), None)
+        ctx, rec = _context("cuda_graph_decode", profiles.get(name), models=False)
         cuda_graph_decode._plan(ctx, ctx.options.batches)
         return {s.item: (s.code, s.message) for s in rec.skipped}
 
