@@ -121,7 +121,7 @@ def _steps(run: Run, dtype: str) -> dict[tuple[str, int, bool], float]:
 
 
 def _interval(run: Run, method: str, batch: int, dtype: str = "float32",
-              exp: Experiment = Experiment.CUDA_GRAPH_DECODE) -> str:
+              exp: Experiment = CGD) -> str:
     """' [10.6, 11.7]': the stored 95% interval of the method's speedup over eager, or '' where none is stored."""
     ci = q.interval(run.records.get(exp), M.SPEEDUP_VS_EAGER, method=method, batch=batch, dtype=dtype, readback=False)
     return "" if ci is None or None in ci else f" [{ci[0]:.2f}, {ci[1]:.2f}]"
@@ -148,7 +148,7 @@ def step_table(run: Run) -> list[str]:
     return lines + _table(["method"] + [f"B={b}" for b in batches], rows)
 
 
-def rounds(run: Run, dtype: str = "float32", exp: Experiment = Experiment.CUDA_GRAPH_DECODE) -> dict[int, int]:
+def rounds(run: Run, dtype: str = "float32", exp: Experiment = CGD) -> dict[int, int]:
     """The rounds each batch was timed over (the length of its round medians), batch -> rounds."""
     out: dict[int, int] = {}
     for p, v in run.values(exp, M.ROUND_MEDIANS_MS):
@@ -157,7 +157,7 @@ def rounds(run: Run, dtype: str = "float32", exp: Experiment = Experiment.CUDA_G
     return out
 
 
-def _config(run: Run, batches: list[int], exp: Experiment = Experiment.CUDA_GRAPH_DECODE) -> str:
+def _config(run: Run, batches: list[int], exp: Experiment = CGD) -> str:
     rec = run.records.get(exp)
     cfg = rec.notes.get(N.DECODE_CONFIG.key) if rec is not None else None
     per = rounds(run, exp=exp)
@@ -297,9 +297,13 @@ def reused(run: Run, method: str, dtype: str, batch: int, exp: Experiment = CGD)
     return str(note[method]) if isinstance(note, dict) and method in note else None
 
 
-def _break_even(run: Run, method: str, dtype: str, batch: int, exp: Experiment = CGD) -> str:
-    found = q.maybe(run.records.get(exp), M.BREAK_EVEN_STEPS, method=method, batch=batch, dtype=dtype)
+def _pays_back(found: Metric | None) -> str:
+    """A stored break-even (steps or calls): its count, "never" (stored null: no saving), or — where none is stored."""
     return DASH if found is None else "never" if found.value is None else f"{found.value:.0f}"
+
+
+def _break_even(run: Run, method: str, dtype: str, batch: int, exp: Experiment = CGD) -> str:
+    return _pays_back(q.maybe(run.records.get(exp), M.BREAK_EVEN_STEPS, method=method, batch=batch, dtype=dtype))
 
 
 def _compiled_row(run: Run, method: str, dtype: str, batch: int, mark: str, exp: Experiment = CGD) -> list[str]:
@@ -396,8 +400,7 @@ def _seconds(values: list[float] | None) -> str:
 
 
 def _calls(rec: Record, target: str, phase: str) -> str:
-    found = q.maybe(rec, M.BREAK_EVEN_CALLS, target=target, phase=phase)
-    return DASH if found is None else "never" if found.value is None else f"{found.value:.0f}"
+    return _pays_back(q.maybe(rec, M.BREAK_EVEN_CALLS, target=target, phase=phase))
 
 
 def _cache_probe(rec: Record, calls: dict[tuple[str, int], dict[str, list[float]]]) -> list[str]:
