@@ -49,6 +49,41 @@ def tiny_fp32():
 
 
 @needs_triton
+def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp32) -> None:
+    """fold=True: no attention launch, ln_qkv with FOLD and a chunk of the cache, proj reading att (FOLDED), the heads'
+    counters zeroed; refused, with the reason, where ln_qkv's BN does not divide the head's width (16 here) and on
+    the gemm path; the default folds only with PDL (FOLD_WITH_PDL), which this host cannot run (aot.plan_for_shapes
+    builds those plans: tests below)."""
+    from lab.step.decode import new_state
+    from lab.step.fused.step import FOLD_WITH_PDL, prepare
+
+    w = tiny_fp32
+    folded = prepare(new_state(w, 3, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(2, 8, 64)})
+    assert folded.fold and [x.name for x in folded.launches[:4]] == ["ln_qkv", "proj", "ln_fc", "fc2"]
+    assert len(folded.launches) == 4 * w.n_layer + 2
+    qkv, proj = folded.launches[0], folded.launches[1]
+    assert (qkv.meta["FOLD"], qkv.meta["BS"], qkv.meta["BD"]) == (True, 32, 16) and proj.meta["FOLDED"]
+    assert proj.args[0] is folded.workspace.att and tuple(folded.workspace.att.shape) == (3, 64)
+    heads = folded.workspace.heads
+    assert heads is not None and heads.dtype == torch.int32 and heads.numel() == 2 * 4 and not heads.any()
+    wide = prepare(new_state(w, 1, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(1, 32, 64)})
+    assert not wide.fold and "attention" in [x.name for x in wide.launches]
+    assert "not folded into ln_qkv: ln_qkv's BN 32 does not divide the head's width 16" in wide.path_reason
+    gemm = prepare(new_state(w, 1, 24), w, fold=True, path="gemm")
+    assert not gemm.fold and "folded" not in gemm.path_reason
+    assert not prepare(new_state(w, 1, 24), w).fold and FOLD_WITH_PDL  # no PDL here: five kernels a layer
+
+
+def test_the_folded_attentions_chunk_fits_the_tile_budget() -> None:
+    assert C.fold_slots(256, 64, 4) == 128 and C.fold_slots(256, 64, 8) == 256  # K and V: 64 values a thread each
+    assert C.fold_slots(256, 64, 2) == 64 and C.fold_slots(24, 64, 8) == 32  # no more than the cache holds
+    assert C.fold_slots(256, 16, 1) == 128 and C.fold_slots(8, 12, 4) == 16  # at least 16
+    assert C.fold_refusal(C.GemvConfig(1, 16, 1024), 64) == "" and C.fold_refusal(C.GemvConfig(1, 64, 1024), 64) == ""
+    assert "BN 128 does not divide" in C.fold_refusal(C.GemvConfig(1, 128, 1024), 64)
+    assert "not a GEMV config" in C.fold_refusal(C.AttentionConfig(64), 64)
+
+
+@needs_triton
 def test_pdl_is_refused_without_hopper(tiny_fp32) -> None:
     from lab.step.decode import new_state
     from lab.step.fused.step import prepare
@@ -159,12 +194,13 @@ def test_rule_declares_every_dtype_with_a_reason() -> None:
 
 # ------------------------------------------------------------------ ahead-of-time compile for sm_90 (no GPU)
 
-AOT_LABELS = {  # label -> (dtype, batch, pdl, prefetch, the path the rule must give)
-    "fp32-b1-pdl": (torch.float32, 1, True, False, "gemv"),
-    "bf16-b3": (torch.bfloat16, 3, False, False, "gemv"),
-    "bf16-b1-pdl-prefetch": (torch.bfloat16, 1, True, True, "gemv-prefetch"),
-    "fp32-b64-pdl": (torch.float32, 64, True, False, "gemm"),
-    "bf16-b8-pdl-prefetch": (torch.bfloat16, 8, True, True, "gemm"),
+AOT_LABELS = {  # label -> (dtype, batch, pdl, prefetch, the path the rule must give, fold: None as on a device)
+    "fp32-b1-pdl": (torch.float32, 1, True, False, "gemv", None),
+    "bf16-b3": (torch.bfloat16, 3, False, False, "gemv", None),
+    "bf16-b1-pdl-prefetch": (torch.bfloat16, 1, True, True, "gemv-prefetch", None),
+    "bf16-b1-pdl-prefetch-five": (torch.bfloat16, 1, True, True, "gemv-prefetch", False),
+    "fp32-b64-pdl": (torch.float32, 64, True, False, "gemm", None),
+    "bf16-b8-pdl-prefetch": (torch.bfloat16, 8, True, True, "gemm", None),
 }
 GEMM_KERNELS = {"add_ln", "attention", "combine", "gelu", "block_argmax", "argmax"}
 WIDE_LOADS = {"ln_qkv", "attention", "proj", "ln_fc", "fc2", "lm_head", "add_ln", "gelu"}  # weights, cache, rows
@@ -182,9 +218,10 @@ def compiled_for_hopper(label: str) -> list[dict]:
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("TRITON_INTERPRET=1 in this process: the kernels are the interpreter's, not compilable")
     if label not in _COMPILED:
-        dtype, batch, pdl, prefetch, path = AOT_LABELS[label]
-        plan = plan_for_shapes("gpt2", dtype, batch, pdl=pdl, prefetch=prefetch)
+        dtype, batch, pdl, prefetch, path, fold = AOT_LABELS[label]
+        plan = plan_for_shapes("gpt2", dtype, batch, pdl=pdl, prefetch=prefetch, fold=fold)
         assert plan.path == path, plan.path_reason
+        assert plan.fold == (pdl and path != "gemm" and fold is None), plan.path_reason  # PDL's gemv plans fold
         _COMPILED[label] = [asdict(c) for c in compile_plan(plan)]
     return _COMPILED[label]
 
@@ -194,10 +231,14 @@ def compiled_for_hopper(label: str) -> list[dict]:
 @pytest.mark.parametrize("label", list(AOT_LABELS))
 def test_kernels_compile_for_hopper(label: str) -> None:
     kernels = compiled_for_hopper(label)
-    gemm = AOT_LABELS[label][4] == "gemm"
-    assert sorted({k["name"] for k in kernels}) == sorted(GEMM_KERNELS if gemm else C.KERNEL_NAMES)
-    assert len(kernels) == 7 if gemm else 8  # + the embedding variant of add_ln / ln_qkv
+    _, _, pdl, _, path, fold = AOT_LABELS[label]
+    gemm, folded = path == "gemm", pdl and path != "gemm" and fold is None
+    names = GEMM_KERNELS if gemm else set(C.KERNEL_NAMES) - ({"attention"} if folded else set())
+    assert sorted({k["name"] for k in kernels}) == sorted(names)
+    assert len(kernels) == len(names) + 1  # + the embedding variant of add_ln / ln_qkv
     for k in kernels:
+        # the folded ln_qkv counts its program in for its head: one atomic, one thread's (no other kernel has one)
+        assert (k["atomics"], k["unpredicated_atomics"]) == ((1, 0) if folded and k["name"] == "ln_qkv" else (0, 0)), k
         assert k["registers"] is not None and k["registers"] <= 255 and k["spill_bytes"] == 0, k
         assert k["tensor_core_ops"] == 0, k  # plain fp32 FMA: no tf32, no mma (the gemm path's GEMMs are cuBLAS's)
         assert k["grid_dependency_ops"] == (2 if "pdl" in label else 0), k
@@ -232,8 +273,9 @@ def test_a_bf16_slice_is_not_held_both_packed_and_widened() -> None:
 @pytest.mark.slow
 def test_prefetch_leaves_only_activations_after_the_wait() -> None:
     """What the variant is for: layer norm + FC reads its slice, bias and norm parameters before the PDL
-    wait, so after it only the residual row is loaded (from L2); the default build loads weights there."""
-    after = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper("bf16-b1-pdl-prefetch")}
+    wait, so after it only the residual row is loaded (from L2); the default build loads weights there. (The
+    five-kernel plan: folded, ln_qkv also reads q, K and V after the wait, to attend.)"""
+    after = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper("bf16-b1-pdl-prefetch-five")}
     default = {(k["name"], k["variant"]): k["loads_after_wait"] for k in compiled_for_hopper("fp32-b1-pdl")}
     cfg = C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, 1, torch.bfloat16, 132, prefetch=True)
     for name in ("ln_fc", "ln_qkv"):

@@ -123,6 +123,42 @@ def case_prefetch_bf16_b1() -> dict[str, Any]:
     return _forced(1, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2))
 
 
+FOLD_QKV = '"ln_qkv": {"BB": 1, "BN": 8, "BK": 64}'  # a BN that divides the tiny model's head width (16)
+
+
+@case
+def case_fold_fp32_b1() -> dict[str, Any]:  # the attention folded into ln_qkv's last program of each head
+    from lab.step.fused.check import parse_configs
+
+    return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, fold=True,
+                 overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
+def case_fold_odd_b3() -> dict[str, Any]:
+    # folded over odd shapes: heads 12 wide (BN 4, three programs a part), batch blocks of 2 rows (the second half
+    # masked), and the reached slots in chunks of 8 (a 20-token prompt: three chunks, the last partial), so the
+    # online softmax carries across chunks
+    from lab.step.fused import configs as C
+    from lab.step.fused.check import parse_configs
+
+    real = C.fold_slots
+    C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
+    try:
+        return _free("odd", 3, steps=2, prompt_len=20, sms=4, fold=True,
+                     overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'))
+    finally:
+        C.fold_slots = real  # type: ignore[assignment]
+
+
+@case
+def case_fold_bf16_b1() -> dict[str, Any]:
+    from lab.step.fused.check import parse_configs
+
+    return _forced(1, prefetch=True, fold=True, overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
+                                                           **parse_configs("{" + FOLD_QKV + "}")})
+
+
 @case
 def case_gemm_fp32_b8() -> dict[str, Any]:  # the rule's choice at batch 8
     return _free("tiny", 8, steps=2)
@@ -423,12 +459,12 @@ FP32_CASES = {  # case -> (path, batch)
     "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
-    "persistent-wide-odd": ("gemv", 3),
+    "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
-              "gemm-bf16-b1": ("gemm", 1)}
+              "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -446,13 +482,15 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     path, batch = FP32_CASES[name]
     assert (run["path"], run["batch"]) == (path, batch), run
     assert run["prefetch"] == (path == "gemv-prefetch"), run
+    assert run["fold"] == name.startswith("fold-"), run  # taken where asked (and nowhere else: no PDL here)
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name
             K = C.gemv_shapes(48 if odd else 64, 500 if odd else 512)[kernel][1]
             assert run["configs"][kernel]["BK"] == C.next_pow2(K), run["configs"]
     if name.endswith("odd-b3") and path == "gemv":
-        assert run["configs"]["attention"]["BS"] == 8 and run["configs"]["ln_qkv"]["BB"] == 2
+        assert run["configs"]["ln_qkv"]["BB"] == 2 and run["configs"]["ln_qkv"]["BN"] == (4 if run["fold"] else 16)
+        assert run["fold"] or run["configs"]["attention"]["BS"] == 8
     if name == "gemm-odd-b9":
         assert run["configs"]["add_ln"]["BB"] == 2 and run["configs"]["block_argmax"]["BN"] == 64
     if name == "gemm-forms-fp32-b8":  # bound in the forms the fake measurement chose
@@ -464,6 +502,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
 def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> None:
     r = worker.run(name)
     assert r["dtype"] == "bfloat16" and len(r["fused_err"]) == 3 and r["path"] == BF16_CASES[name][0], r
+    assert r["fold"] == name.startswith("fold-"), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
         assert err <= BF16_REL * scale, r

@@ -13,15 +13,17 @@ from lab.step.model import extract_weights
 GPT2 = T.Shape(n_layer=12, n_embd=768, n_head=12, vocab=50257, batch=1, elem=4, max_len=256)
 
 
-@pytest.mark.parametrize("path", ["gemv", "gemm"])
+@pytest.mark.parametrize("path, fold", [("gemv", False), ("gemv", True), ("gemm", False)])
 @pytest.mark.parametrize("batch, position", [(1, 0), (3, 9)])
-def test_a_step_reads_every_weight_once_and_the_cache_the_ceilings_count(tiny, path, batch, position) -> None:
+def test_a_step_reads_every_weight_once_and_the_cache_the_ceilings_count(tiny, path, fold, batch, position) -> None:
     """Summed over a step: the weights are ceilings.step_bytes's weight term less its B wpe rows, plus the one wpe
     row and the B wte rows the embedding gathers; the cache read is its cache term at position + 1 slots (on the
-    gemm path, slot `position` comes from the QKV GEMM's output), the cache written one slot a layer."""
+    gemm path, slot `position` comes from the QKV GEMM's output; folded, ln_qkv reads them), the cache written one
+    slot a layer."""
     _, w = tiny
     E, elem, L = w.n_embd, w.wte.element_size(), w.n_layer
-    step = T.calls(T.Shape.of(w, batch, 24), T.Layout(path, 2, 8), position)
+    step = T.calls(T.Shape.of(w, batch, 24), T.Layout(path, 2, 8, fold=fold), position)
+    assert ("attention" in {c.kernel for c in step}) == (not fold)
     weight_term = ceilings.step_bytes(w, batch, 0)
     cache_term = ceilings.step_bytes(w, batch, position + 1) - weight_term
     assert sum(c.weights for c in step) == weight_term - batch * E * elem + E * elem + batch * E * elem
@@ -61,6 +63,19 @@ def test_early_attention_reads_the_whole_cache() -> None:
     assert all(early[i].kv_read == 256 * 2 * 768 * 4 and late[i].kv_read == 11 * 2 * 768 * 4 for i in att)
 
 
+def test_folded_ln_qkv_reads_what_attention_read_and_proj_reads_att_not_the_partials() -> None:
+    five = T.calls(GPT2, T.Layout("gemv-prefetch", 4, 786), 10)
+    four = T.calls(GPT2, T.Layout("gemv-prefetch", 4, 786, early_attention=True, fold=True), 10)
+    assert len(five) - len(four) == 12 and [c.kernel for c in four][:4] == ["ln_qkv", "proj", "ln_fc", "fc2"]
+    qkv5, att5, proj5 = five[12 * 5 - 5:12 * 5 - 2]  # the last layer's (no embedding)
+    qkv4, proj4 = four[12 * 4 - 4:12 * 4 - 2]
+    row = 768 * 4
+    assert qkv4.kv_read == att5.kv_read == 11 * 2 * 768 * 4  # the reached slots: EARLY has no launch to read all
+    assert (qkv4.weights, qkv4.kv_write) == (qkv5.weights, qkv5.kv_write)
+    assert (qkv4.act_in, qkv4.act_out) == (qkv5.act_in + row, qkv5.act_out + row)  # q read back, att written
+    assert proj4.act_in == 2 * row < proj5.act_in and proj4.weights == proj5.weights
+
+
 def test_a_position_outside_the_cache_or_an_unknown_path_is_refused() -> None:
     with pytest.raises(ValueError, match="position 256 outside a 256-slot cache"):
         T.calls(GPT2, T.Layout("gemv", 4, 786), 256)
@@ -76,17 +91,22 @@ def test_byte_budget_is_the_traffic_summed_per_kernel() -> None:
 
 
 @pytest.mark.skipif(triton_import_error() is not None, reason=f"Triton does not import: {triton_import_error()}")
-@pytest.mark.parametrize("path, prefetch, dtype", [("gemv", False, torch.float32), ("gemm", False, torch.float32),
-                                                   (None, True, torch.bfloat16)])
-def test_the_calls_are_the_plans_launches_in_order(tiny, path, prefetch, dtype) -> None:
+@pytest.mark.parametrize("path, prefetch, dtype, fold", [("gemv", False, torch.float32, False),
+                                                         ("gemm", False, torch.float32, False),
+                                                         (None, True, torch.bfloat16, False),
+                                                         (None, True, torch.float32, True)])
+def test_the_calls_are_the_plans_launches_in_order(tiny, path, prefetch, dtype, fold) -> None:
     """What `prepare` binds (on the CPU: nothing is launched) is what the traffic lists, launch for launch, with the
-    plan's splits, argmax blocks and the prefetch variant's EARLY attention."""
+    plan's splits, argmax blocks, the prefetch variant's EARLY attention and the attention folded into ln_qkv."""
     from lab.step.fused.step import prepare
 
     w = extract_weights(tiny[0], dtype=dtype)
     state = D.new_state(w, 3 if path == "gemm" else 1, 24)
-    plan = prepare(state, w, path=path, prefetch=prefetch)
+    plan = prepare(state, w, path=path, prefetch=prefetch, fold=fold,
+                   overrides={"ln_qkv": C.GemvConfig(1, 8, 64)} if fold else None)
+    assert plan.fold == fold, plan.path_reason
     layout = T.Layout.of_plan(plan)
+    assert layout.fold == fold
     assert layout.path == str(plan.path) and layout.n_splits == plan.workspace.part_m.shape[2]
     assert layout.early_attention == any(x.meta.get("EARLY") for x in plan.launches if x.name == "attention")
     step = T.calls(T.Shape.of(w, state.batch, state.max_len), layout, 8)

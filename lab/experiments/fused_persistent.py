@@ -39,7 +39,9 @@ from lab.run.context import Context
 from lab.run.runner import NotRun
 
 CHILD = "lab.experiments.fused_persistent:child_measure"
-FIVE = ("fused", "fused-pdl-prefetch")  # the five-kernel step's variants timed beside it
+# the launch-per-kernel step's variants timed beside it, as their methods run them (fused: five kernels a layer;
+# fused-pdl-prefetch: four, the attention folded into ln_qkv, lab.step.fused.step.FOLD_WITH_PDL)
+FIVE = ("fused", "fused-pdl-prefetch")
 # tests/test_fused.py's GPU rules: fp32 logits within 1e-4 of the largest; bf16 (GPT-2's 12-48 layers: the absolute
 # error is whatever bf16 gives) no worse than 1.5x the eager bf16 step's own error
 FP32_REL, BF16_VS_EAGER = 1e-4, 1.5

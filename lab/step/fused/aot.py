@@ -143,9 +143,12 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
 
 
 def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
-                    sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False) -> Any:
+                    sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False,
+                    fold: bool | None = None) -> Any:
     """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped): `model` is "gpt2",
-    "tiny" or a lab.contract.profiles.ModelSpec; `persistent`: lab.step.fused.persistent's, one program an SM."""
+    "tiny" or a lab.contract.profiles.ModelSpec; `persistent`: lab.step.fused.persistent's, one program an SM;
+    `fold`: the attention folded into ln_qkv (lab.step.fused.step.prepare; None: as a PDL plan on a device would,
+    FOLD_WITH_PDL)."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
     from lab.step.fused.tune import random_weights
@@ -158,7 +161,8 @@ def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 2
         from lab.step.fused import persistent as PS
 
         return PS.prepare(state, w, sms=sms)
-    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path)
+    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path,
+                     fold=pdl and S.FOLD_WITH_PDL if fold is None else fold)
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
                          if isinstance(launch, S.Launch) else launch for launch in plan.launches]
@@ -185,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefetch", action="store_true", help="the PREFETCH kernels with one-chunk configs")
     p.add_argument("--anatomy", action="store_true", help="each kernel in every variant lab.step.fused.anatomy times")
     p.add_argument("--persistent", action="store_true", help="the persistent plan: one layer kernel with a grid barrier")
+    p.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None,
+                   help="the attention folded into ln_qkv (four launches a layer; default: with --pdl, as on a device)")
     p.add_argument("--path", default=None, choices=("gemv", "gemm"),
                    help="force a projection path (default: the rule's at each batch, lab.step.fused.rule)")
     args = p.parse_args(argv)
@@ -195,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     for dname in args.dtype:
         for batch in args.batch:
             plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
-                                   path=args.path, persistent=args.persistent)
+                                   path=args.path, persistent=args.persistent, fold=args.fold)
             plan = anatomy_plan(plan) if args.anatomy else plan
             print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
-                  f"{' prefetch' if args.prefetch else ''} path {plan.path}:")
+                  f"{' prefetch' if args.prefetch else ''}{' fold' if plan.fold else ''} path {plan.path}:")
             for c in compile_plan(plan, args.arch):
                 cfg = getattr(plan.configs.get(c.name.split(":")[0]), "__dict__", "")
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "

@@ -142,3 +142,59 @@ def combine_kernel(part_o, part_m, part_l, att_ptr, B, NBB, E: tl.constexpr, H: 
     a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k, E, H, DH, NS, BB, BK)
     tl.store(att_ptr + b[:, None] * E + k[None, :], a.to(att_ptr.dtype.element_ty),
              mask=b_mask[:, None] & (k < E)[None, :])
+
+
+@triton.jit
+def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
+                    H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
+                    BD: tl.constexpr):
+    """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
+    for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
+    divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
+    batch rows over the reached slots, normalised, into att [B, E]: the projection's input, with no attention launch
+    between the two and no splits to combine.
+
+    The hand-over is the threadfence-reduction pattern: a CTA barrier (every thread's stores issued), then one
+    acquire-release atomic at GPU scope on the head's counter; the program that reads 3 * DH / BN - 1 zeroes it for the
+    next launch (every other program of the head has counted in) and reads what the others wrote through L2 (`.cg`).
+    The softmax runs online over chunks of BS slots, up to the position (the rows past `pos` cost no traffic).
+    Bytes: 4 B of atomic per program; the last one reads q, and K and V of the reached slots, once per head and
+    batch row (what the attention launch read), and writes DH fp32 per row.
+    """
+    bb = pid % NBB
+    h = (pid // NBB) * BN % E // DH
+    tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
+    counter = heads_ptr + bb * H + h
+    seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if seen == 3 * (DH // BN) - 1:
+        tl.store(counter, 0)
+        tl.debug_barrier()  # every thread reads after the acquire
+        pos = tl.load(pos_ptr)
+        d = tl.arange(0, BD)
+        d_mask = d < DH
+        reached = tl.minimum(pos + 1, L)
+        for i in tl.static_range(BB):
+            b = bb * BB + i
+            if b < B:
+                q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
+                m = tl.max(tl.full([BS], float("-inf"), tl.float32), axis=0)
+                den = tl.sum(tl.zeros([BS], dtype=tl.float32), axis=0)
+                num = tl.zeros([BD], dtype=tl.float32)
+                s0 = 0
+                while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)
+                    slot = s0 + tl.arange(0, BS)
+                    valid = slot < reached
+                    mask = valid[:, None] & d_mask[None, :]
+                    base = (b * H + h) * L * DH + slot[:, None] * DH + d[None, :]
+                    k = tl.load(cache_ptr + base, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+                    v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0,
+                                cache_modifier=".cg").to(tl.float32)
+                    scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
+                    m_new = tl.maximum(m, tl.max(scores, axis=0))  # finite: every chunk holds a reached slot
+                    alpha = tl.exp(m - m_new)
+                    p = tl.where(valid, tl.exp(scores - m_new), 0.0)
+                    den = den * alpha + tl.sum(p, axis=0)
+                    num = num * alpha + tl.sum(p[:, None] * v, axis=0)
+                    m = m_new
+                    s0 += BS
+                tl.store(att_ptr + b * E + h * DH + d, tl.div_rn(num, den), mask=d_mask)

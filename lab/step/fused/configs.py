@@ -100,8 +100,12 @@ TUNED: dict[TunedKey, dict[str, int]] = {
 # PDL went to 0.2055 ms (124M bf16), 0.2326 (124M fp32), 1.7225 (1.5B bf16, from 2.03 with 124M's tiles) and
 # 2.0801 (1.5B fp32), in the tuner's repeatable plan; retuned after the even/odd bf16 product
 # (lab.step.fused.projections._dot_slice), 1.5B bf16 took 1.647 ms with the same tiles (the argmax's warps aside).
+# ln_qkv retuned with the attention folded in (lab.step.fused.step.FOLD_WITH_PDL; 2026-12-03, every BN of 4-32 at
+# 2, 4 and 8 warps, 5 rounds): 124M bf16 BN 32 at 8 warps (0.1877 ms a step against 0.2105 with the old BN 8 at 2
+# warps, whose 64-slot chunks of the folded attention took two round trips at position 80), 1.5B fp32 BN 8 (2.0117
+# against 2.0473 ms); the others kept theirs (124M fp32 0.2129 ms, 1.5B bf16 1.6103).
 TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
-    ('ln_qkv', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 2},
+    ('ln_qkv', 'bfloat16', 1, 768): {'BB': 1, 'BN': 32, 'BK': 1024, 'num_warps': 8},
     ('proj', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 4},
     ('ln_fc', 'bfloat16', 1, 768): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 2},
     ('fc2', 'bfloat16', 1, 768): {'BB': 1, 'BN': 2, 'BK': 4096, 'num_warps': 4},
@@ -122,7 +126,7 @@ TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
     ('lm_head', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 32, 'BK': 128, 'num_warps': 4},
     ('attention', 'bfloat16', 1, 1600): {'BS': 256, 'num_warps': 4},
     ('argmax', 'bfloat16', 1, 1600): {'BB': 1, 'num_warps': 2},
-    ('ln_qkv', 'float32', 1, 1600): {'BB': 1, 'BN': 4, 'BK': 2048, 'num_warps': 4},
+    ('ln_qkv', 'float32', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 4},
     ('proj', 'float32', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 4},
     ('ln_fc', 'float32', 1, 1600): {'BB': 1, 'BN': 4, 'BK': 2048, 'num_warps': 2},
     ('fc2', 'float32', 1, 1600): {'BB': 1, 'BN': 2, 'BK': 8192, 'num_warps': 8},
@@ -203,6 +207,23 @@ def attention_early(cfg: AttentionConfig, head_dim: int) -> bool:
     """Whether the prefetch variant's attention loads K and V of its whole split at once (the EARLY path):
     only when both tiles fit the tile budget, so that holding them does not spill."""
     return cfg.BS * next_pow2(head_dim) <= PREFETCH_TILE * 32 * cfg.num_warps
+
+
+def fold_refusal(cfg: Config, head_dim: int) -> str:
+    """Why ln_qkv with this config cannot fold the attention in (lab.step.fused.attention._fold_attention), or "":
+    each of its programs must hold one part (q, K or V) of one head, so BN must divide the head's width."""
+    if not isinstance(cfg, GemvConfig):
+        return f"ln_qkv's config is not a GEMV config ({cfg})"
+    if head_dim % cfg.BN:
+        return f"ln_qkv's BN {cfg.BN} does not divide the head's width {head_dim}"
+    return ""
+
+
+def fold_slots(max_len: int, head_dim: int, num_warps: int) -> int:
+    """Cache slots per chunk of the folded attention: K's and V's tiles [BS, next_pow2(head_dim)] within the tile
+    budget (PREFETCH_TILE values a thread each), no more than the cache holds, at least 16."""
+    fit = PREFETCH_TILE * 32 * num_warps // next_pow2(head_dim)
+    return max(16, min(next_pow2(max_len), 1 << max(0, fit.bit_length() - 1)))
 
 
 def one_chunk(name: str, cfg: Config, K: int) -> bool:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.attention import _attention_chunk
+from lab.step.fused.attention import _attention_chunk, _fold_attention
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
                                   _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
@@ -130,9 +130,10 @@ def _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr,
 
 @triton.jit
 def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
-                  B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                  B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                  USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
+                  USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
+                  FOLD: tl.constexpr = False, BS: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -146,9 +147,17 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     weights (each program also re-reads the 3 KB residual row from L2); writes 3 KB of q and 6 KB
     of K/V. Launches per step: one per layer (12); layer 0's variant also embeds.
     Grid: cdiv(3E, BN) * cdiv(B, BB) programs.
+
+    FOLD (lab.step.fused.attention._fold_attention): the last program of each head then computes the head's
+    attention into att_ptr, normalised, counting in on heads_ptr (int32 [cdiv(B, BB), H], zero between launches):
+    the layer has no attention launch, and `proj` reads att as its input (FOLDED). BS: the slots of one chunk of
+    that attention, BD: next_pow2(DH). Without FOLD, att_ptr, heads_ptr and scale are not read.
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr,
             cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
+    if FOLD:
+        _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
+                        BB, BN, BS, BD)
 
 
 @triton.jit
@@ -203,10 +212,21 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
 # ------------------------------------------------------------------------------- kernel 2 of 4
 
 @triton.jit
+def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                  NS: tl.constexpr, BB: tl.constexpr, BK: tl.constexpr, FOLDED: tl.constexpr):
+    """The projection's input att[b, k] [BB, BK]: the splits combined, or (FOLDED) att as stored in part_o [B, E]."""
+    if FOLDED:
+        a = tl.load(part_o + b[:, None] * E + k[None, :], mask=b_mask[:, None] & (k < E)[None, :], other=0.0)
+    else:
+        a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k, E, H, DH, NS, BB, BK)
+    return a
+
+
+@triton.jit
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
                          BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                         LEAVE_OUT: tl.constexpr = 0):
+                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -214,16 +234,20 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     Bytes (GPT-2 124M, batch 1, fp32): reads the 2.36 MB projection matrix + 3 KB bias; each
     program re-reads the 12 * NS * 66 * 4 B of partials from L2; reads and writes 3 KB of residual.
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
+
+    FOLDED (after an ln_qkv launch with FOLD): part_o is the attention output att [B, E], already normalised, read
+    as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
     """
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
-          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED)
 
 
 @triton.jit
 def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
           DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-          USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
-    """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
+          USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
+          FOLDED: tl.constexpr = False):
+    """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED: as the kernel)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
@@ -235,14 +259,14 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
         w = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
-        a = _made(_attention_chunk(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK),
+        a = _made(_attention_in(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK, FOLDED),
                   LEAVE_OUT, _INPUT)
         acc = _dot_slice(a, w_raw)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
         for k0 in range(0, E, BK):
-            a = _made(_attention_chunk(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB,
-                                       BK), LEAVE_OUT, _INPUT)
+            a = _made(_attention_in(part_o, part_m, part_l, b, b_mask, k0 + tl.arange(0, BK), E, H, DH, NS, BB, BK,
+                                    FOLDED), LEAVE_OUT, _INPUT)
             acc += tl.sum(a[:, None, :] * w, axis=2)
             w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT)
         bias = _load_vec(bias_ptr, n, E)

@@ -17,6 +17,9 @@ Kernels per step (lab.step.fused.kernels), n_layer = 12:
 
     5 x 12 + 2 = 62 launches (eager: 203 kernels; compile + capture: 147).
 
+    With the attention folded in (`fold`, the PDL methods' default: FOLD_WITH_PDL), ln_qkv's last program of each
+    head computes the head's attention and proj reads it: 4 x 12 + 2 = 50 launches.
+
 Byte budget of a step (GPT-2 124M, batch 1; `configs.byte_budget` computes it for any shape):
 
     kernel      launches   fp32 weights   bf16 weights   other (fp32 activations, cache at 256 slots)
@@ -97,6 +100,10 @@ class Workspace:
     lm_idx: torch.Tensor  # [B, lm blocks] int32: and its index
     x_scratch: torch.Tensor  # [B, E] where the residual kernels write in a repeatable plan
     pos_scratch: torch.Tensor  # [1] where the argmax kernel writes pos + 1 in a repeatable plan
+    # a folding plan's attention output [B, E] (normalised) and its heads' counters (int32 [cdiv(B, BB), H], zero
+    # between launches): ln_qkv attends and proj reads att (lab.step.fused.attention._fold_attention; empty otherwise)
+    att: torch.Tensor | None = None
+    heads: torch.Tensor | None = None
     # the gemm path's GEMM inputs and outputs (lab.step.fused.library.buffers; empty on the gemv path,
     # where q and h are used instead: empty on the gemm path)
     library: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -126,6 +133,7 @@ class FusedPlan:
     prefetch: bool = False  # the PREFETCH kernels run (asked for and taken: path gemv-prefetch)
     path: R.Path = R.Path.GEMV  # the projection path (lab.step.fused.rule)
     path_reason: str = ""  # why the rule chose it
+    fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -167,7 +175,7 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
-            prefetch: bool = False, path: R.Path | str | None = None) -> FusedPlan:
+            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -180,6 +188,11 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     `repeatable=True` is for timing only: the residual kernels write a scratch copy and the position
     is not advanced, so any launch (or the whole plan) can be repeated and does the same work every
     time (only the fed token changes, a different embedding row); it is not a correct step.
+
+    `fold=True` asks for ln_qkv to compute each head's attention in its last program (the gemv paths only, and only
+    where ln_qkv's BN divides the head's width: `configs.fold_refusal`): no attention launch, `proj` reads the
+    normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
+    whether it was taken, `plan.path_reason` why not.
     """
     _check(state, w)
     if pdl:
@@ -215,9 +228,14 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     new_pos = ws.pos_scratch if repeatable else state.pos
     common = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
 
+    fold = pdl and FOLD_WITH_PDL if fold is None else fold
+    refusal = "" if not fold or gemm else C.fold_refusal(cfg["ln_qkv"], DH)  # the gemm path's plans never fold
+    fold = fold and not gemm and not refusal
+    reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
+
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         choice.reason)
+                         reason, fold)
 
     if gemm:
         from lab.step.fused import library
@@ -234,22 +252,29 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
             meta["PREFETCH"] = True
         return (C.cdiv(N, g.BN) * nbb,), meta, nbb
 
-    BE = C.next_pow2(E)
+    BE, BD, scale = C.next_pow2(E), C.next_pow2(DH), 1.0 / math.sqrt(DH)
+    qkv = cfg["ln_qkv"]
+    assert isinstance(qkv, C.GemvConfig)
+    ws.att = torch.zeros(B if fold else 0, E, **f32)
+    ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
+    folding = {"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD} if fold else {}
     launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):
         cache = state.caches[i]
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
             ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, ws.q, cache,
-            B, nbb, L, w.eps), {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta}))
-        launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
-            ws.q, cache, state.pos, ws.part_o, ws.part_m, ws.part_l, B, L, 1.0 / math.sqrt(DH)),
-            {"E": E, "H": H, "DH": DH, "NS": NS, "BS": att.BS, "BD": C.next_pow2(DH), "num_warps": att.num_warps,
-             **common, **({"EARLY": True} if prefetch and C.attention_early(att, DH) else {})}))
+            B, nbb, L, w.eps, ws.att, ws.heads, scale),
+            {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding}))
+        if not fold:
+            launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
+                ws.q, cache, state.pos, ws.part_o, ws.part_m, ws.part_l, B, L, scale),
+                {"E": E, "H": H, "DH": DH, "NS": NS, "BS": att.BS, "BD": BD, "num_warps": att.num_warps,
+                 **common, **({"EARLY": True} if prefetch and C.attention_early(att, DH) else {})}))
         grid, meta, nbb = gemv("proj", E)
         launches.append(Launch("proj", KERNELS["proj"], grid, (
-            ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb),
-            {"E": E, "H": H, "DH": DH, "NS": NS, **meta}))
+            ws.att if fold else ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb),
+            {"E": E, "H": H, "DH": DH, "NS": NS, **meta, **({"FOLDED": True} if fold else {})}))
         grid, meta, nbb = gemv("ln_fc", F)
         launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
             ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, ws.h, B, nbb, w.eps), {"E": E, "F": F, "BE": BE, **meta}))
@@ -265,6 +290,14 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
     return made(launches)
 
+
+# Whether a PDL plan folds the attention into ln_qkv unless told (prepare's fold=None). Measured on an H200
+# (2026-12-03, the tuner's repeatable plans, GPT-2 124M and 1.5B, fp32 and bf16, batch 1, medians of 5-7 rounds
+# of `do_bench_cudagraph`): with PDL the folded step took 0.87-0.98 of the five-kernel step's time in all eight
+# cases (fused-pdl and fused-pdl-prefetch), with ln_qkv's tiles retuned for it (configs.TUNED_PREFETCH); without
+# PDL it took 1.01 at 124M fp32 and 0.87-0.90 elsewhere, so the plain `fused` method keeps five kernels a layer: the
+# step that lab.experiments.fused_anatomy takes apart.
+FOLD_WITH_PDL = True
 
 # Plans made on demand by fused_step(state, weights), one per (state, weights, pdl, prefetch), dropped
 # with the state object (weakly referenced, so a cached plan never keeps a 1 GB cache alive).

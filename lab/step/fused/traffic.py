@@ -9,7 +9,8 @@ Per call, four separate terms:
   gathers the embedding: B rows of wte and the one row of wpe at the position, shared by every sequence);
 - `kv_read`, `kv_write`: the K and V cache bytes. Attention at position p reads the p + 1 reached slots (the
   slots past p are masked in the load and cost no traffic), except the prefetch variant's EARLY attention,
-  which reads every slot of the cache (max_len); on the gemm path the slot p comes from the QKV GEMM's
+  which reads every slot of the cache (max_len), and the folded attention (`Layout.fold`: in ln_qkv's last program
+  of each head), which reads the reached slots; on the gemm path the slot p comes from the QKV GEMM's
   output (an activation), so attention reads p slots of the cache and writes slot p;
 - `act_in`, `act_out`: every other read and write, each tensor once: the fp32 residual stream, q and h of the
   gemv path, the attention partials, the gemm path's GEMM inputs and outputs (in the weights' dtype), the
@@ -73,6 +74,7 @@ class Layout:
     n_splits: int  # attention splits (partials per batch row and head)
     lm_blocks: int  # argmax candidates per batch row
     early_attention: bool = False  # the prefetch variant's attention reads every slot of its split
+    fold: bool = False  # ln_qkv attends (lab.step.fused.step.prepare's fold): no attention launch, proj reads att
     # the gemm path's library calls: (launch name, form) where not the default (lab.step.fused.layout.DEFAULT)
     forms: tuple[tuple[str, str], ...] = ()
 
@@ -85,7 +87,8 @@ class Layout:
                     for x in plan.launches)
         forms = {x.name: x.form for x in plan.launches if getattr(x, "form", "")}
         return cls(str(plan.path), int(ws.part_m.shape[2]), int(ws.lm_val.shape[1]), early,
-                   tuple(sorted((k, v) for k, v in forms.items() if v != LY.DEFAULT[LY.BY_LAUNCH[k].name])))
+                   fold=bool(getattr(plan, "fold", False)),
+                   forms=tuple(sorted((k, v) for k, v in forms.items() if v != LY.DEFAULT[LY.BY_LAUNCH[k].name])))
 
     def form(self, launch: str) -> str:
         """The form of library call `launch` (its default where `forms` does not name it)."""
@@ -135,14 +138,18 @@ def _terms(s: Shape, layout: Layout) -> tuple[int, int, int, int, int]:
 def _gemv(s: Shape, layout: Layout, position: int) -> list[Call]:
     E, F, B, V, w = s.n_embd, 4 * s.n_embd, s.batch, s.vocab, s.elem
     row, kv_row, partials, embed, cands = _terms(s, layout)
-    slots = s.max_len if layout.early_attention else position + 1
+    slots = s.max_len if layout.early_attention and not layout.fold else position + 1
     out = []
     for i in range(s.n_layer):
         first = i == 0  # layer 0 embeds: wte/wpe rows and the tokens in, the residual out
-        out += [Call("ln_qkv", (3 * E * E + 3 * E + 2 * E) * w + (embed if first else 0), kv_write=kv_row,
-                     act_in=B * INDEX if first else row, act_out=row + (row if first else 0)),
-                Call("attention", 0, kv_read=slots * kv_row, act_in=row, act_out=partials),
-                Call("proj", (E * E + E) * w, act_in=partials + row, act_out=row),
+        # folded: ln_qkv's last program of each head reads q back and K and V of the reached slots, and writes att
+        attends = (slots * kv_row, row, row) if layout.fold else (0, 0, 0)
+        out += [Call("ln_qkv", (3 * E * E + 3 * E + 2 * E) * w + (embed if first else 0), kv_read=attends[0],
+                     kv_write=kv_row, act_in=(B * INDEX if first else row) + attends[1],
+                     act_out=row + (row if first else 0) + attends[2])]
+        if not layout.fold:
+            out.append(Call("attention", 0, kv_read=slots * kv_row, act_in=row, act_out=partials))
+        out += [Call("proj", (E * E + E) * w, act_in=(row if layout.fold else partials) + row, act_out=row),
                 Call("ln_fc", (F * E + F + 2 * E) * w, act_in=row, act_out=B * F * FP32),
                 Call("fc2", (E * F + E) * w, act_in=B * F * FP32 + row, act_out=row)]
     return out + [Call("lm_head", (V * E + 2 * E) * w, act_in=row, act_out=B * V * w + cands),
