@@ -131,3 +131,22 @@ def test_the_measured_speedup_read_from_cuda_graph_decode_keeps_its_interval() -
     assert (got[M.MEASURED_SPEEDUP.name], got[M.SPEEDUP_CI_LOW.name], got[M.SPEEDUP_CI_HIGH.name]) == (1.5, 1.42, 1.61)
     bare = Record("cuda_graph_decode", "c", "OK", metrics=[Metric(M.SPEEDUP_VS_EAGER.name, 1.5, "x", p)])
     assert amdahl._lead_decode_speedup([bare]) == (1.5, None)  # a run made before intervals were stored
+
+
+def test_the_launch_aware_check_fails_only_when_the_measured_interval_misses_the_band() -> None:
+    """gpu-full on the H200 (2026-12-03): predicted 1.26x, measured 0.91x [0.86, 1.5]. The median is 28% away, but
+    the interval reaches the band of speedups within 25% of the prediction ([1.008, 1.68]): the host's drift, not the
+    prediction, so the check passes; an interval wholly below (or above) the band fails it."""
+    from lab.contract.intervals import Interval
+
+    name, ok, detail = amdahl.launch_aware_check(1.26, 0.91, Interval(0.86, 1.5))
+    assert ok and "within 25%" in name and "[1.01, 1.68]" in detail and "[0.86, 1.5]" in detail, detail
+    assert not amdahl.launch_aware_check(1.26, 0.91, Interval(0.86, 0.95))[1]  # wholly below the band
+    assert not amdahl.launch_aware_check(1.26, 1.9, Interval(1.7, 2.1))[1]  # wholly above it
+    assert amdahl.launch_aware_check(1.26, 1.37, Interval(1.30, 1.45))[1]  # the gpu reference: inside
+    ok, detail = amdahl.launch_aware_check(1.26, 0.91, None)[1:]  # no interval: the median is judged, and said so
+    assert not ok and "no interval" in detail
+    assert amdahl.launch_aware_check(1.26, 1.1, None)[1]
+    # the band's ends are the old rule's: |pred - m| <= 0.25 m
+    for m in (1.26 / 1.25 + 1e-9, 1.26 / 0.75 - 1e-9):
+        assert abs(1.26 - m) <= 0.25 * m and amdahl.launch_aware_check(1.26, m, None)[1]

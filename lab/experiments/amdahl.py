@@ -86,6 +86,24 @@ def launch_aware_speedup(n_eager: float, n_compiled: float, launch_us: float, ke
     return (n_eager * launch_us + kernel_us) / compiled
 
 
+LAUNCH_AWARE_TOLERANCE = 0.25  # the launch-aware prediction's claim: within 25% of the measured speedup
+
+
+def launch_aware_check(pred: float, measured: float, ci: intervals.Interval | None) -> tuple[str, bool, str]:
+    """The check that the launch-aware prediction is within 25% of the measured speedup, judged by the measured
+    speedup's 95% interval: the speedups m with |pred - m| <= 0.25 m are [pred / 1.25, pred / 0.75], and the claim
+    fails only when the interval lies wholly outside that band. The speedup is relative to eager, which follows the
+    host's CPU speed, so a point estimate outside the band whose interval still reaches it is the host's drift, not
+    a wrong prediction. Without an interval (fewer than two rounds) the point estimate is judged, and the detail
+    says so."""
+    name = "launch-aware prediction within 25% of the measured speedup (decode step, batch 1)"
+    band = intervals.Interval(pred / (1 + LAUNCH_AWARE_TOLERANCE), pred / (1 - LAUNCH_AWARE_TOLERANCE))
+    detail = f"predicted {pred:.2f}x (within 25%: measured in {band.text()}), measured {measured:.2f}x"
+    if ci is None:
+        return name, band.contains(measured), detail + " (no interval: fewer than two rounds; judged on the median)"
+    return name, ci.overlaps(band), detail + f", 95% interval {ci.text()}"
+
+
 def launch_cost_us(records: list[Any]) -> float | None:
     """The cost of one eager launch this run's ceilings measured, or None without a ceilings record."""
     m = query.maybe(query.ok(records, Experiment.CEILINGS), M.LAUNCH_US_PER_OP, mode="eager")
@@ -209,11 +227,8 @@ def _launch_aware(ctx: Context[Options], workload: str, n_eager: float, n_compil
     ctx.metric(M.PREDICTED_SPEEDUP_LAUNCH, pred, workload=workload)
     ctx.metric(M.MEASURED_OVER_PREDICTED_LAUNCH, measured / pred, workload=workload)
     if ctx.device.type == "cuda" and workload == "gpt2_decode_step":
-        ctx.check("launch-aware prediction within 25% of the measured speedup (decode step, batch 1)",
-                  abs(pred - measured) <= 0.25 * measured, fatal=False,
-                  detail=f"predicted {pred:.2f}x, measured {measured:.2f}x"
-                         f"{' (95% ' + measured_ci.text() + ')' if measured_ci else ''} (Amdahl alone: see "
-                         f"predicted_speedup)")
+        name, ok, detail = launch_aware_check(pred, measured, measured_ci)
+        ctx.check(name, ok, fatal=False, detail=detail + " (Amdahl alone: see predicted_speedup)")
     ctx.progress(f"{workload}: launch-aware prediction {pred:.2f}x (c={launch_us:.2f} us, kernels {n_eager:.0f} -> "
                  f"{n_compiled:.0f})")
 
