@@ -8,8 +8,8 @@
 The configs tuned are the gemv path's (lab.step.fused.rule), which every plan here is forced to take.
 
 Method: coordinate descent on the *whole* captured step. For each kernel in turn (largest bytes
-first), every candidate config is timed as the complete 62-launch step with only that kernel's
-config changed, replayed from a CUDA graph (`triton.testing.do_bench_cudagraph`, median of 10
+first), every candidate config is timed as the complete step (62 launches at 124M; 50 with PDL,
+the attention folded into ln_qkv) with only that kernel's config changed, replayed from a CUDA graph (`triton.testing.do_bench_cudagraph`, median of 10
 replays of a graph holding many steps). So each candidate sees what it will see in the real step:
 weights streaming from HBM (the step's 247-495 MB do not fit in L2), its neighbours, the gaps
 between launches. The plan is `repeatable` (the position does not advance, the residual kernels
@@ -205,17 +205,17 @@ def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep
                                                             batch, w.dtype, sms, tuned={}), repeatable=True,
                       path="gemv")
     tuned = prepare(state, w, sms=sms, overrides=best, repeatable=True, prefetch=prefetch, path="gemv")
-    times = {"default": step_ms(default, rep_ms), "tuned" + ("+prefetch" if prefetch else ""): step_ms(tuned, rep_ms)}
+    plans = {"default": default, "tuned" + ("+prefetch" if prefetch else ""): tuned}
     ok, why = pdl_supported(w.device)
-    if ok:
-        times["tuned+pdl" + ("+prefetch" if prefetch else "")] = step_ms(
-            prepare(state, w, sms=sms, overrides=best, repeatable=True, pdl=True, prefetch=prefetch,
-                    path="gemv"), rep_ms)
+    if ok:  # with PDL the plan folds the attention into ln_qkv (step.FOLD_WITH_PDL): fewer launches
+        plans["tuned+pdl" + ("+prefetch" if prefetch else "")] = prepare(
+            state, w, sms=sms, overrides=best, repeatable=True, pdl=True, prefetch=prefetch, path="gemv")
+    times = {k: step_ms(plan, rep_ms) for k, plan in plans.items()}
     rows = C.byte_budget(w.n_layer, w.n_embd, w.n_head, int(w.wte.shape[0]), batch, w.wte.element_size(),
                          POSITION + 1, C.cdiv(MAX_LEN, best["attention"].BS),  # type: ignore[union-attr]
                          C.cdiv(int(w.wte.shape[0]), best["lm_head"].BN))  # type: ignore[union-attr]
     budget = C.budget_summary(rows, bandwidth)
-    log(f"  step ({len(tuned.launches)} launches): " + ", ".join(f"{k} {v:.4f} ms" for k, v in times.items())
+    log("  step: " + ", ".join(f"{k} {v:.4f} ms ({len(plans[k].launches)} launches)" for k, v in times.items())
         + ("" if ok else f" (no PDL: {why})"))
     fastest = min(times.values())
     log(f"  floor: {budget['weight_bytes'] / 1e6:.1f} MB of weights at {bandwidth:.0f} GB/s = "
