@@ -55,7 +55,7 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     the gemm path; the default folds only with PDL (FOLD_WITH_PDL), which this host cannot run (aot.plan_for_shapes
     builds those plans: tests below)."""
     from lab.step.decode import new_state
-    from lab.step.fused.step import FOLD_WITH_PDL, prepare
+    from lab.step.fused.step import FOLD_WITH_PDL, folds, prepare
 
     w = tiny_fp32
     folded = prepare(new_state(w, 3, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(2, 8, 64)})
@@ -72,6 +72,8 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     gemm = prepare(new_state(w, 1, 24), w, fold=True, path="gemm")
     assert not gemm.fold and "folded" not in gemm.path_reason
     assert not prepare(new_state(w, 1, 24), w).fold and FOLD_WITH_PDL  # no PDL here: five kernels a layer
+    assert folds(None, pdl=True) and not folds(None, pdl=False)  # the default: fold with PDL
+    assert folds(True, pdl=False) and not folds(False, pdl=True)  # asked for or refused, either way
 
 
 def test_the_folded_attentions_chunk_fits_the_tile_budget() -> None:

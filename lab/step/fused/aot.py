@@ -161,8 +161,7 @@ def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 2
         from lab.step.fused import persistent as PS
 
         return PS.prepare(state, w, sms=sms)
-    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path,
-                     fold=pdl and S.FOLD_WITH_PDL if fold is None else fold)
+    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path, fold=S.folds(fold, pdl))
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
                          if isinstance(launch, S.Launch) else launch for launch in plan.launches]

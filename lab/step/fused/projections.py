@@ -215,8 +215,8 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
 def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   NS: tl.constexpr, BB: tl.constexpr, BK: tl.constexpr, FOLDED: tl.constexpr):
     """The projection's input att[b, k] [BB, BK]: the splits combined, or (FOLDED) att as stored in part_o [B, E]."""
-    if FOLDED:
-        a = tl.load(part_o + b[:, None] * E + k[None, :], mask=b_mask[:, None] & (k < E)[None, :], other=0.0)
+    if FOLDED:  # a row of att, read as the residual rows are
+        a = _load_x(part_o, part_o, part_o, part_o, 0, b, b_mask, k, E, False)
     else:
         a = _attention_chunk(part_o, part_m, part_l, b, b_mask, k, E, H, DH, NS, BB, BK)
     return a

@@ -114,9 +114,9 @@ def _add_pair(a, a2, b, b2):
 
 @triton.jit
 def _ln_stats(x, k_mask, E: tl.constexpr, eps):
-    """Mean and 1/std of each row of x [BB, BE] (columns past E left out; biased variance, as torch), from one reduction of the
-    sum and the sum of squares: one pass of the program's threads and barriers, not two in a row (the mean, then the
-    squares about it). var = E[x^2] - mean^2 loses digits only where |mean| is large beside the spread, which a
+    """Mean and 1/std of each row of x [BB, BE] (columns past E left out; biased variance, as torch), from one
+    reduction of the sum and the sum of squares: one pass of the program's threads and barriers, not two in a row
+    (the mean, then the squares about it). var = E[x^2] - mean^2 loses digits only where |mean| is large beside the spread, which a
     residual row's is not (the fp32 step's tokens stay eager's: tests/test_fused.py, the interpreter's cases)."""
     x = tl.where(k_mask[None, :], x, 0.0)
     total, squares = tl.reduce((x, x * x), 1, _add_pair)

@@ -228,7 +228,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     new_pos = ws.pos_scratch if repeatable else state.pos
     common = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
 
-    fold = pdl and FOLD_WITH_PDL if fold is None else fold
+    fold = folds(fold, pdl)
     refusal = "" if not fold or gemm else C.fold_refusal(cfg["ln_qkv"], DH)  # the gemm path's plans never fold
     fold = fold and not gemm and not refusal
     reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
@@ -298,6 +298,11 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
 # PDL it took 1.01 at 124M fp32 and 0.87-0.90 elsewhere, so the plain `fused` method keeps five kernels a layer: the
 # step that lab.experiments.fused_anatomy takes apart.
 FOLD_WITH_PDL = True
+
+
+def folds(fold: bool | None, pdl: bool) -> bool:
+    """Whether a plan asks to fold the attention into ln_qkv: `fold` where given, else FOLD_WITH_PDL with PDL."""
+    return pdl and FOLD_WITH_PDL if fold is None else fold
 
 # Plans made on demand by fused_step(state, weights), one per (state, weights, pdl, prefetch), dropped
 # with the state object (weakly referenced, so a cached plan never keeps a 1 GB cache alive).

@@ -9,8 +9,8 @@ The configs tuned are the gemv path's (lab.step.fused.rule), which every plan he
 
 Method: coordinate descent on the *whole* captured step. For each kernel in turn (largest bytes
 first), every candidate config is timed as the complete step (62 launches at 124M; 50 with PDL,
-the attention folded into ln_qkv) with only that kernel's config changed, replayed from a CUDA graph (`triton.testing.do_bench_cudagraph`, median of 10
-replays of a graph holding many steps). So each candidate sees what it will see in the real step:
+the attention folded into ln_qkv) with only that kernel's config changed, replayed from a CUDA
+graph (`triton.testing.do_bench_cudagraph`, median of 10 replays of a graph holding many steps). So each candidate sees what it will see in the real step:
 weights streaming from HBM (the step's 247-495 MB do not fit in L2), its neighbours, the gaps
 between launches. The plan is `repeatable` (the position does not advance, the residual kernels
 write a scratch copy), so every replay does the same work. A first pass varies BN and BK around
