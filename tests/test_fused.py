@@ -76,38 +76,6 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     assert folds(True, pdl=False) and not folds(False, pdl=True)  # asked for or refused, either way
 
 
-@needs_triton
-def test_the_l2_prefetch_ahead_binds_each_kernel_to_the_next_ones_weights(tiny_fp32, monkeypatch) -> None:
-    """ahead=True: each GEMV kernel of a layer gets AHEAD and the matrix the next GEMV kernel reads (the last fc2:
-    lm_head's wte), its bytes capped at half the L2; refused with the reason without a CUDA device, and never on the
-    gemm path; the default follows AHEAD_BY_METHOD."""
-    from lab.step.decode import new_state
-    from lab.step.fused import step as S
-
-    w = tiny_fp32
-    plain = S.prepare(new_state(w, 1, 24), w, ahead=True)
-    assert not plain.ahead and "no L2 prefetch ahead: the bulk prefetch into L2 needs a CUDA device" in plain.path_reason
-    assert not any(x.meta.get("AHEAD") for x in plain.launches)
-    monkeypatch.setattr(S, "ahead_refusal", lambda _w: "")  # as on a device of compute capability 9.0+
-    monkeypatch.setattr(C, "device_l2_bytes", lambda _dev: 2 * 40_000)  # half of it: 40,000 B, 2,500 16-byte units
-    plan = S.prepare(new_state(w, 1, 24), w, ahead=True)
-    assert plan.ahead and "ahead" not in plan.path_reason
-    gemv = [x for x in plan.launches if x.name in ("ln_qkv", "proj", "ln_fc", "fc2")]
-    order = [m for lw in w.layers for m in (lw.attn_w, lw.proj_w, lw.fc_w, lw.fc2_w)] + [w.wte]
-    assert len(gemv) == 4 * w.n_layer
-    for i, launch in enumerate(gemv):
-        nxt, nbytes = launch.args[-2:]
-        assert launch.meta["AHEAD"] and nxt is order[i + 1], (i, launch.name)
-        assert nbytes == min(nxt.numel() * nxt.element_size(), 40_000) // 16 * 16, (i, launch.name, nbytes)
-    assert gemv[-1].args[-1] == 40_000 < w.wte.numel() * 4  # lm_head's matrix: its first half-L2 only
-    assert not any(x.meta.get("AHEAD") for x in plan.launches if x.name in ("lm_head", "argmax"))
-    gemm = S.prepare(new_state(w, 1, 24), w, ahead=True, path="gemm")
-    assert not gemm.ahead and "ahead" not in gemm.path_reason
-    assert S.aheads(True, False, False) and not S.aheads(False, True, True)  # asked for or refused, either way
-    assert all(S.aheads(None, pdl, pre) == v for (pdl, pre), v in S.AHEAD_BY_METHOD.items())
-    assert C.ahead_bytes(100, 64) == 32 and C.ahead_bytes(40, 1000) == 32 and C.ahead_bytes(0, 1000) == 0
-
-
 def test_the_folded_attentions_chunk_fits_the_tile_budget() -> None:
     assert C.fold_slots(256, 64, 4) == 128 and C.fold_slots(256, 64, 8) == 256  # K and V: 64 values a thread each
     assert C.fold_slots(256, 64, 2) == 64 and C.fold_slots(24, 64, 8) == 32  # no more than the cache holds
@@ -278,31 +246,6 @@ def test_kernels_compile_for_hopper(label: str) -> None:
         assert k["grid_dependency_ops"] == (2 if "pdl" in label else 0), k
         if k["name"] in WIDE_LOADS:
             assert k["vector_loads"] > 0, k  # 16-byte loads of the weights / cache / rows
-
-
-@needs_triton
-@pytest.mark.slow
-def test_the_l2_prefetch_ahead_is_one_thread_s_bulk_prefetch_in_each_layer_kernel() -> None:
-    """AHEAD compiled for sm_90 (GPT-2 124M bf16, fused-pdl-prefetch's plan): ln_qkv, proj, ln_fc and fc2 each issue one
-    predicated `cp.async.bulk.prefetch.L2.global` (thread 0's) and nothing else changes in kind: no spill, no new
-    load after the wait; lm_head and argmax, and the plan without it, issue none."""
-    from dataclasses import asdict
-
-    from lab.step.fused import aot
-
-    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
-    plan = aot.plan_for_shapes("gpt2", torch.bfloat16, 1, pdl=True, prefetch=True, ahead=True)
-    assert plan.ahead
-    ahead = {(k.name, k.variant): k for k in aot.compile_plan(plan)}
-    without = {(k["name"], k["variant"]): k for k in compiled_for_hopper("bf16-b1-pdl-prefetch")}
-    assert set(ahead) == set(without)
-    for key, k in ahead.items():
-        assert k.l2_prefetches == (1 if key[0] in aot.AHEAD_KERNELS else 0), k
-        assert without[key]["l2_prefetches"] == 0 and k.spill_bytes == 0 and k.registers is not None, k
-        assert k.loads_after_wait == without[key]["loads_after_wait"], (k, without[key])
-        if key[0] not in aot.AHEAD_KERNELS:
-            assert asdict(k) == without[key]  # lm_head and argmax: the same kernels
 
 
 @needs_triton

@@ -300,34 +300,6 @@ def case_plans() -> dict[str, Any]:
     return {"reused": reused, "wrong_state": wrong_state, "dropped": key not in S._PLANS}
 
 
-@case
-def case_ahead_shares() -> dict[str, Any]:
-    """Each program's share of the next kernel's weights (rows._ahead_share, what AHEAD prefetches into L2), stored by
-    every program of grids of 1, 3, 7 and 132 programs over ranges of 0, 16, 48 and 7.08 MB (the 124M QKV matrix's
-    fp32 bytes) and a range not a multiple of the grid."""
-    import torch
-    import triton
-    import triton.language as tl
-
-    from lab.step.fused import rows
-
-    globals()["_ahead_share"] = rows._ahead_share  # the interpreter resolves a kernel's callees in its module
-
-    @triton.jit
-    def shares(out_ptr, nbytes):
-        start, size = _ahead_share(tl.program_id(0), tl.num_programs(0), nbytes)  # noqa: F821
-        tl.store(out_ptr + 2 * tl.program_id(0), start)
-        tl.store(out_ptr + 2 * tl.program_id(0) + 1, size)
-
-    got = []
-    for grid in (1, 3, 7, 132):
-        for nbytes in (0, 16, 48, 2304 * 768 * 4, 16 * 1000 + 16 * 7):
-            out = torch.full((2 * grid,), -1, dtype=torch.int32)
-            shares[(grid,)](out, nbytes)
-            got.append([grid, nbytes, out.view(grid, 2).tolist()])
-    return {"shares": got}
-
-
 # what each kernel writes (its output in the workspace of a repeatable plan), for the anatomy case
 WRITES = {"ln_qkv": "q", "attention": "part_o", "proj": "x_scratch", "ln_fc": "h", "fc2": "x_scratch",
           "lm_head": "logits"}
@@ -585,24 +557,9 @@ def test_persistent_plan_is_the_five_kernel_step_bit_for_bit_and_leaves_its_barr
     assert "one persistent kernel a layer, 1 programs" in got["reason"], got
 
 
-@pytest.mark.slow
-def test_the_l2_prefetch_shares_tile_the_next_kernels_weights_in_16_byte_units(worker: Worker) -> None:
-    got = worker.run("ahead-shares")["shares"]
-    assert len(got) == 20
-    for grid, nbytes, shares in got:
-        assert len(shares) == grid
-        at = 0
-        for start, size in shares:  # in order, no gap, no overlap, nothing past the end, whole 16-byte units
-            assert start % 16 == 0 and size % 16 == 0 and size >= 0, (grid, nbytes, shares)
-            assert size == 0 or start == at, (grid, nbytes, shares)
-            at += size
-        assert at == nbytes, (grid, nbytes, shares)
-        assert max(size for _, size in shares) <= -(-nbytes // grid) + 15, (grid, nbytes, shares)  # even shares
-
-
 def test_every_case_has_a_test() -> None:
     assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment",
-                                                              "persistent-exact", "ahead-shares"}
+                                                              "persistent-exact"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

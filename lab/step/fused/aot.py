@@ -46,7 +46,6 @@ class Compiled:
     atomics: int = 0  # atom instructions (the persistent kernel's grid barrier: arrivals, leaving, the reset)
     acquires: int = 0  # acquire loads (ld.*.acquire: the barrier's waits)
     unpredicated_atomics: int = 0  # atoms and acquire loads not guarded by a predicate (a barrier's are one thread's)
-    l2_prefetches: int = 0  # bulk prefetches into L2 (AHEAD: lab.step.fused.rows._l2_ahead), each one thread's
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -139,19 +138,17 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
                             _loads_after_wait(ptx), len(re.findall(r"\batom\.", ptx)),
                             len(re.findall(r"\bld(?:\.\w+)*\.acquire\b", ptx)),
-                            len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M)),
-                            len(re.findall(r"@\w+ cp\.async\.bulk\.prefetch\.L2\.global", ptx))))
+                            len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M))))
     return out
 
 
 def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
                     sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False,
-                    fold: bool | None = None, ahead: bool = False) -> Any:
+                    fold: bool | None = None) -> Any:
     """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped): `model` is "gpt2",
     "tiny" or a lab.contract.profiles.ModelSpec; `persistent`: lab.step.fused.persistent's, one program an SM;
     `fold`: the attention folded into ln_qkv (lab.step.fused.step.prepare; None: as a PDL plan on a device would,
-    FOLD_WITH_PDL); `ahead`: the layer's GEMV kernels with their L2 prefetch of the next one's weights compiled in
-    (lab.step.fused.rows._l2_ahead; prepare takes it on a device only)."""
+    FOLD_WITH_PDL)."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
     from lab.step.fused.tune import random_weights
@@ -168,15 +165,7 @@ def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 2
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
                          if isinstance(launch, S.Launch) else launch for launch in plan.launches]
-    if ahead:  # AHEAD's switch on (prepare refuses it without a device; the gemm path has no such kernel)
-        plan.launches = [replace(launch, meta={**launch.meta, "AHEAD": True})
-                         if isinstance(launch, S.Launch) and launch.name in AHEAD_KERNELS else launch
-                         for launch in plan.launches]
-        plan.ahead = any(launch.meta.get("AHEAD") for launch in plan.launches if isinstance(launch, S.Launch))
     return plan
-
-
-AHEAD_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the kernels with an AHEAD switch (lab.step.fused.step)
 
 
 def anatomy_plan(plan: Any) -> Any:
@@ -201,8 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--persistent", action="store_true", help="the persistent plan: one layer kernel with a grid barrier")
     p.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None,
                    help="the attention folded into ln_qkv (four launches a layer; default: with --pdl, as on a device)")
-    p.add_argument("--ahead", action="store_true",
-                   help="the layer's GEMV kernels with their L2 prefetch of the next kernel's weights")
     p.add_argument("--path", default=None, choices=("gemv", "gemm"),
                    help="force a projection path (default: the rule's at each batch, lab.step.fused.rule)")
     args = p.parse_args(argv)
@@ -213,18 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     for dname in args.dtype:
         for batch in args.batch:
             plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
-                                   path=args.path, persistent=args.persistent, fold=args.fold,
-                                   ahead=args.ahead)
+                                   path=args.path, persistent=args.persistent, fold=args.fold)
             plan = anatomy_plan(plan) if args.anatomy else plan
             print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
-                  f"{' prefetch' if args.prefetch else ''}{' fold' if plan.fold else ''}"
-                  f"{' ahead' if getattr(plan, 'ahead', False) else ''} path {plan.path}:")
+                  f"{' prefetch' if args.prefetch else ''}{' fold' if plan.fold else ''} path {plan.path}:")
             for c in compile_plan(plan, args.arch):
                 cfg = getattr(plan.configs.get(c.name.split(":")[0]), "__dict__", "")
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "
                       f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
                       f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait}  atomics {c.atomics} acquires "
-                      f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  l2-prefetch {c.l2_prefetches}  {cfg}")
+                      f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
     return 1 if bad else 0
 

@@ -42,11 +42,10 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                  pdl: bool = False, graph: bool = False, sms: int | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, prefetch: bool = False,
                  path: str | None = None, persistent: dict[str, Any] | None = None,
-                 fold: bool = False, ahead: bool | None = None) -> dict[str, Any]:
+                 fold: bool = False) -> dict[str, Any]:
     """Eager vs fused (vs fused replayed from a CUDA graph), `steps` steps after one prefill (`path`: the
     projection path, None for the rule's; `persistent`: the persistent plan, lab.step.fused.persistent.prepare's
-    keyword arguments, e.g. {"programs": 132}; `fold`: attention folded into ln_qkv, `ahead`: the L2 prefetch of the
-    next kernel's weights, None for the method's default, both lab.step.fused.step.prepare's)."""
+    keyword arguments, e.g. {"programs": 132}; `fold`: attention folded into ln_qkv, lab.step.fused.step.prepare)."""
     from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare
 
@@ -54,8 +53,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
     prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
     ref, fused = D.new_state(w, batch, max_len), D.new_state(w, batch, max_len)
     plan = (PS.prepare(fused, w, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
-            else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path, fold=fold,
-                         ahead=ahead))
+            else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path, fold=fold))
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
         D.prefill(ref, w, prompt)
@@ -73,7 +71,6 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
         direct = {"out": fused.out.clone(), "logits": lf}
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
-                              "ahead": getattr(plan, "ahead", False),
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
@@ -101,10 +98,9 @@ def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Ten
 def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, prompt_len: int = 8,
                    sms: int | None = None, seed: int = 0, prefetch: bool = False,
                    path: str | None = None, overrides: dict[str, Any] | None = None,
-                   persistent: dict[str, Any] | None = None, fold: bool = False,
-                   ahead: bool | None = None) -> dict[str, Any]:
+                   persistent: dict[str, Any] | None = None, fold: bool = False) -> dict[str, Any]:
     """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens (`persistent`: the
-    persistent plan, `fold`, `ahead`, as in `free_running`)."""
+    persistent plan, `fold`, as in `free_running`)."""
     from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare
 
@@ -112,8 +108,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
     plan = (PS.prepare(fused, w_low, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
-            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold,
-                         ahead=ahead))
+            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold))
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
     with torch.no_grad():
@@ -140,7 +135,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
             out["bookkeeping_ok"].append(bool(torch.equal(fused.tok[:, 0], own)) and int(fused.pos.item()) == pos + 1
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
-            "path": str(plan.path), "fold": plan.fold, "ahead": getattr(plan, "ahead", False), **out}
+            "path": str(plan.path), "fold": plan.fold, **out}
 
 
 def same_as_five(w: Weights, batch: int, steps: int, persistent: dict[str, Any], prompt_len: int = 8,

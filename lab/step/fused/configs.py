@@ -33,7 +33,6 @@ from typing import Any
 import torch
 
 DEFAULT_SMS = 132  # an H200's (and an H100 SXM's) streaming multiprocessors, when no device says otherwise
-DEFAULT_L2_BYTES = 50 * 2**20  # an H200's L2 (torch's L2_cache_size on one), when no device says otherwise
 MAX_BN = 64
 MAX_SPLITS = 4
 GEMV_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")
@@ -164,20 +163,6 @@ def device_sms(device: torch.device | str | None = None) -> int:
     if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(dev).multi_processor_count)
     return DEFAULT_SMS
-
-
-def device_l2_bytes(device: torch.device | str | None = None) -> int:
-    """The L2 cache of a CUDA device in bytes, DEFAULT_L2_BYTES without one (an ahead-of-time build for the H200)."""
-    dev = torch.device(device) if device is not None else None
-    if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
-        return int(torch.cuda.get_device_properties(dev).L2_cache_size)
-    return DEFAULT_L2_BYTES
-
-
-def ahead_bytes(nbytes: int, l2_bytes: int) -> int:
-    """How much of the next kernel's weights a kernel fetches into L2 ahead of it (AHEAD, lab.step.fused.rows
-    ._l2_ahead): all of them up to half the L2 (the rest is the running kernel's own stream), in whole 16-byte units."""
-    return min(nbytes, l2_bytes // 2) // 16 * 16
 
 
 def gemv_shapes(n_embd: int, vocab: int) -> dict[str, tuple[int, int]]:

@@ -33,8 +33,8 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk, _fold_attention
-from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _l2_ahead, _ln_apply, _ln_stats, _load_vec, _load_x,
-                                  _made, _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
+from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
+                                  _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
 
 # -------------------------------------------------------------------------------------- helpers
@@ -130,10 +130,10 @@ def _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr,
 
 @triton.jit
 def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
-                  B, NBB, L, eps, att_ptr, heads_ptr, scale, nxt_ptr, nxt_bytes, E: tl.constexpr, H: tl.constexpr,
-                  DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                  BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                  FOLD: tl.constexpr = False, BS: tl.constexpr = 16, BD: tl.constexpr = 16, AHEAD: tl.constexpr = False):
+                  B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                  EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
+                  USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
+                  FOLD: tl.constexpr = False, BS: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -152,11 +152,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     attention into att_ptr, normalised, counting in on heads_ptr (int32 [cdiv(B, BB), H], zero between launches):
     the layer has no attention launch, and `proj` reads att as its input (FOLDED). BS: the slots of one chunk of
     that attention, BD: next_pow2(DH). Without FOLD, att_ptr, heads_ptr and scale are not read.
-
-    AHEAD (every GEMV kernel of a layer, lab.step.fused.rows._l2_ahead): each program first fetches its share of
-    the next kernel's weights (`nxt_bytes` from `nxt_ptr`) into L2; without AHEAD they are not read.
     """
-    _l2_ahead(nxt_ptr, nxt_bytes, AHEAD)
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr,
             cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
     if FOLD:
@@ -227,10 +223,10 @@ def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.c
 
 
 @triton.jit
-def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, nxt_ptr, nxt_bytes,
-                         E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr,
-                         BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False, AHEAD: tl.constexpr = False):
+def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
+                         H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
+                         BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
+                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -240,9 +236,8 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
 
     FOLDED (after an ln_qkv launch with FOLD): part_o is the attention output att [B, E], already normalised, read
-    as it is (one L2 round trip, no splits to combine); part_m and part_l are not read. AHEAD: as ln_qkv_kernel's.
+    as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
     """
-    _l2_ahead(nxt_ptr, nxt_bytes, AHEAD)
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
           BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED)
 
@@ -281,18 +276,16 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 # ------------------------------------------------------------------------------- kernel 3 of 4
 
 @triton.jit
-def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, nxt_ptr, nxt_bytes, E: tl.constexpr,
-                      F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                      AHEAD: tl.constexpr = False):
+def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
+                      BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
+                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC matrix + 12 KB bias + 6 KB norm
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
-    Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs. AHEAD: as ln_qkv_kernel's.
+    Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
     """
-    _l2_ahead(nxt_ptr, nxt_bytes, AHEAD)
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL,
            PREFETCH, LEAVE_OUT, 0, False)
 
@@ -329,18 +322,16 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.co
 # ------------------------------------------------------------------------------- kernel 4 of 4
 
 @triton.jit
-def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, nxt_ptr, nxt_bytes, E: tl.constexpr,
-                        F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0, AHEAD: tl.constexpr = False):
+def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
+                        BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
+                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC2 matrix + 3 KB bias (+ the 12 KB h
     row per program, from L2); reads and writes 3 KB of residual.
-    Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs. AHEAD: as ln_qkv_kernel's
-    (the last layer's next weights are lm_head's, as many of them as the plan's cap).
+    Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
-    _l2_ahead(nxt_ptr, nxt_bytes, AHEAD)
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
          LEAVE_OUT, 0, False)
 

@@ -45,30 +45,6 @@ def _pdl_wait(USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
 
 
 @triton.jit
-def _ahead_share(pid, G, nbytes):
-    """Program `pid` of G's share of an `nbytes` range: (start, size) in bytes, both multiples of 16 when nbytes is
-    (a bulk copy's rule); the shares tile [0, nbytes) in order, the last ones possibly empty (size 0)."""
-    share = ((nbytes + G - 1) // G + 15) // 16 * 16
-    start = pid * share
-    return start, tl.maximum(tl.minimum(share, nbytes - start), 0)
-
-
-@triton.jit
-def _l2_ahead(nxt_ptr, nxt_bytes, AHEAD: tl.constexpr):
-    """AHEAD: this program's share of the next kernel's weights (`nxt_bytes` from `nxt_ptr`) fetched into L2 by one
-    bulk prefetch (`cp.async.bulk.prefetch.L2.global`, sm_90+: no register holds it, nothing waits for it), issued by
-    the program's thread 0 before its own work: the next kernel then reads those weights from L2 while DRAM streams
-    the one after. A hint: it changes no value. Nothing without AHEAD (Triton's interpreter cannot run it)."""
-    if AHEAD:
-        start, size = _ahead_share(tl.program_id(0), tl.num_programs(0), nxt_bytes)
-        addr = (nxt_ptr.to(tl.pointer_type(tl.int8)) + start).to(tl.int64, bitcast=True)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; setp.gt.and.s32 p, $2, 0, p; "
-            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [addr, size], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _made(x, LEAVE_OUT: tl.constexpr, STAGE: tl.constexpr):
     """x as loaded; where LEAVE_OUT holds STAGE, a tile of its shape and dtype made without touching memory (from the
     program's id, so nothing folds the arithmetic on it away): the loads that made x are then dead, compiled out."""

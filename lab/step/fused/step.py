@@ -134,7 +134,6 @@ class FusedPlan:
     path: R.Path = R.Path.GEMV  # the projection path (lab.step.fused.rule)
     path_reason: str = ""  # why the rule chose it
     fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
-    ahead: bool = False  # each GEMV kernel of a layer fetches the next one's weights into L2 (asked for and taken)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -176,8 +175,7 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
-            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None,
-            ahead: bool | None = None) -> FusedPlan:
+            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -195,12 +193,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     where ln_qkv's BN divides the head's width: `configs.fold_refusal`): no attention launch, `proj` reads the
     normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
-
-    `ahead=True` asks each GEMV kernel of a layer (the gemv paths only) to fetch the next GEMV kernel's weights into
-    L2 before its own work (lab.step.fused.rows._l2_ahead; the last fc2 fetches the start of lm_head's, each up to
-    half the L2: configs.ahead_bytes). A hint compiled for sm_90+ only: it needs a CUDA device of compute capability
-    9.0 or newer and 16-byte aligned weights, else the plan goes without and `plan.path_reason` says why. None (the
-    default): `aheads`' rule. `plan.ahead` says whether it was taken.
     """
     _check(state, w)
     if pdl:
@@ -240,14 +232,10 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     refusal = "" if not fold or gemm else C.fold_refusal(cfg["ln_qkv"], DH)  # the gemm path's plans never fold
     fold = fold and not gemm and not refusal
     reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
-    ahead = aheads(ahead, pdl, prefetch)
-    no_ahead = "" if not ahead or gemm else ahead_refusal(w)
-    ahead = ahead and not gemm and not no_ahead
-    reason += f"; no L2 prefetch ahead: {no_ahead}" if no_ahead else ""
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         reason, fold, ahead)
+                         reason, fold)
 
     if gemm:
         from lab.step.fused import library
@@ -270,43 +258,29 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     ws.att = torch.zeros(B if fold else 0, E, **f32)
     ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
     folding = {"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD} if fold else {}
-    # each GEMV kernel of a layer and the matrix the next one reads (AHEAD: fetched into L2 beforehand)
-    matrices = [m for lw in w.layers for m in (lw.attn_w, lw.proj_w, lw.fc_w, lw.fc2_w)] + [w.wte]
-    l2 = C.device_l2_bytes(dev)
-
-    def nxt(i: int, name: str) -> tuple[Any, int]:
-        m = matrices[4 * i + ("ln_qkv", "proj", "ln_fc", "fc2").index(name) + 1]
-        return m, C.ahead_bytes(m.numel() * m.element_size(), l2) if ahead else 0
-
-    def gemv_ahead(name: str, N: int) -> tuple[tuple[int], dict[str, Any], int]:
-        grid, meta, nbb = gemv(name, N)
-        return grid, {**meta, **({"AHEAD": True} if ahead else {})}, nbb
-
     launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):
         cache = state.caches[i]
-        grid, meta, nbb = gemv_ahead("ln_qkv", 3 * E)
+        grid, meta, nbb = gemv("ln_qkv", 3 * E)
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
             ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, ws.q, cache,
-            B, nbb, L, w.eps, ws.att, ws.heads, scale, *nxt(i, "ln_qkv")),
+            B, nbb, L, w.eps, ws.att, ws.heads, scale),
             {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding}))
         if not fold:
             launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
                 ws.q, cache, state.pos, ws.part_o, ws.part_m, ws.part_l, B, L, scale),
                 {"E": E, "H": H, "DH": DH, "NS": NS, "BS": att.BS, "BD": BD, "num_warps": att.num_warps,
                  **common, **({"EARLY": True} if prefetch and C.attention_early(att, DH) else {})}))
-        grid, meta, nbb = gemv_ahead("proj", E)
+        grid, meta, nbb = gemv("proj", E)
         launches.append(Launch("proj", KERNELS["proj"], grid, (
-            ws.att if fold else ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb,
-            *nxt(i, "proj")),
+            ws.att if fold else ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb),
             {"E": E, "H": H, "DH": DH, "NS": NS, **meta, **({"FOLDED": True} if fold else {})}))
-        grid, meta, nbb = gemv_ahead("ln_fc", F)
+        grid, meta, nbb = gemv("ln_fc", F)
         launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
-            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, ws.h, B, nbb, w.eps, *nxt(i, "ln_fc")),
-            {"E": E, "F": F, "BE": BE, **meta}))
-        grid, meta, nbb = gemv_ahead("fc2", E)
+            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, ws.h, B, nbb, w.eps), {"E": E, "F": F, "BE": BE, **meta}))
+        grid, meta, nbb = gemv("fc2", E)
         launches.append(Launch("fc2", KERNELS["fc2"], grid, (
-            ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb, *nxt(i, "fc2")), {"E": E, "F": F, **meta}))
+            ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))
     grid, meta, nbb = gemv("lm_head", V)
     launches.append(Launch("lm_head", KERNELS["lm_head"], grid, (
         ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps),
@@ -329,29 +303,6 @@ FOLD_WITH_PDL = True
 def folds(fold: bool | None, pdl: bool) -> bool:
     """Whether a plan asks to fold the attention into ln_qkv: `fold` where given, else FOLD_WITH_PDL with PDL."""
     return pdl and FOLD_WITH_PDL if fold is None else fold
-
-
-# Which plans fetch the next kernel's weights into L2 unless told (prepare's ahead=None), by (pdl, prefetch).
-AHEAD_BY_METHOD: dict[tuple[bool, bool], bool] = {(False, False): False, (True, False): False, (True, True): False,
-                                                  (False, True): False}
-
-
-def aheads(ahead: bool | None, pdl: bool, prefetch: bool) -> bool:
-    """Whether a plan asks for the L2 prefetch ahead: `ahead` where given, else AHEAD_BY_METHOD's rule."""
-    return AHEAD_BY_METHOD[(pdl, prefetch)] if ahead is None else ahead
-
-
-def ahead_refusal(w: Weights) -> str:
-    """Why these weights' plan cannot prefetch ahead into L2 (lab.step.fused.rows._l2_ahead), or ""."""
-    if w.device.type != "cuda":
-        return f"the bulk prefetch into L2 needs a CUDA device (weights on {w.device.type})"
-    major, minor = torch.cuda.get_device_capability(w.device)
-    if major < 9:
-        return f"the bulk prefetch into L2 needs compute capability 9.0+ (this device: {major}.{minor})"
-    matrices = [m for lw in w.layers for m in (lw.attn_w, lw.proj_w, lw.fc_w, lw.fc2_w)] + [w.wte]
-    if any(m.data_ptr() % 16 for m in matrices):
-        return "a weight matrix is not 16-byte aligned (a bulk prefetch's rule)"
-    return ""
 
 # Plans made on demand by fused_step(state, weights), one per (state, weights, pdl, prefetch), dropped
 # with the state object (weakly referenced, so a cached plan never keeps a 1 GB cache alive).
