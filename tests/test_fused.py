@@ -58,24 +58,16 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     from lab.step.fused.step import FOLD_WITH_PDL, folds, prepare
 
     w = tiny_fp32
-    st = new_state(w, 3, 24)
-    folded = prepare(st, w, fold=True, overrides={"ln_qkv": C.GemvConfig(2, 8, 64)})
+    folded = prepare(new_state(w, 3, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(2, 8, 64)})
     assert folded.fold and [x.name for x in folded.launches[:4]] == ["ln_qkv", "proj", "ln_fc", "fc2"]
-    assert len(folded.launches) == 4 * w.n_layer + 1 and folded.launches[-1].name == "lm_head"  # no argmax launch
-    head = folded.launches[-1]
-    assert (head.meta["FOLD"], head.meta["NB"], head.meta["BP"]) == (True, 3, C.next_pow2(head.meta["NBLK"]))
-    done = folded.workspace.lm_done
-    assert done is not None and done.dtype == torch.int32 and done.numel() == 1 and not done.any()
-    tail = head.args[-6:]  # what the argmax launch took: tok, out, pos, the position it advances, the cache's slots
-    assert all(a is b for a, b in zip(tail, (st.tok, st.out, st.pos, st.pos))) and tail[4:] == (24, done)
+    assert len(folded.launches) == 4 * w.n_layer + 2
     qkv, proj = folded.launches[0], folded.launches[1]
     assert (qkv.meta["FOLD"], qkv.meta["BS"], qkv.meta["BD"]) == (True, 32, 16) and proj.meta["FOLDED"]
     assert proj.args[0] is folded.workspace.att and tuple(folded.workspace.att.shape) == (3, 64)
     heads = folded.workspace.heads
     assert heads is not None and heads.dtype == torch.int32 and heads.numel() == 2 * 4 and not heads.any()
     wide = prepare(new_state(w, 1, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(1, 32, 64)})
-    assert not wide.fold and "attention" in [x.name for x in wide.launches] and wide.launches[-1].name == "argmax"
-    assert "FOLD" not in wide.launches[-2].meta and wide.workspace.lm_done.numel() == 0
+    assert not wide.fold and "attention" in [x.name for x in wide.launches]
     assert "not folded into ln_qkv: ln_qkv's BN 32 does not divide the head's width 16" in wide.path_reason
     gemm = prepare(new_state(w, 1, 24), w, fold=True, path="gemm")
     assert not gemm.fold and "folded" not in gemm.path_reason
@@ -243,14 +235,12 @@ def test_kernels_compile_for_hopper(label: str) -> None:
     kernels = compiled_for_hopper(label)
     _, _, pdl, _, path, fold = AOT_LABELS[label]
     gemm, folded = path == "gemm", pdl and path != "gemm" and fold is None
-    names = GEMM_KERNELS if gemm else set(C.KERNEL_NAMES) - ({"attention", "argmax"} if folded else set())
+    names = GEMM_KERNELS if gemm else set(C.KERNEL_NAMES) - ({"attention"} if folded else set())
     assert sorted({k["name"] for k in kernels}) == sorted(names)
     assert len(kernels) == len(names) + 1  # + the embedding variant of add_ln / ln_qkv
     for k in kernels:
-        # the folded ln_qkv counts its program in for its head, the folded lm_head for the argmax: one atomic, one
-        # thread's (no other kernel has one)
-        counts = folded and k["name"] in ("ln_qkv", "lm_head")
-        assert (k["atomics"], k["unpredicated_atomics"]) == ((1, 0) if counts else (0, 0)), k
+        # the folded ln_qkv counts its program in for its head: one atomic, one thread's (no other kernel has one)
+        assert (k["atomics"], k["unpredicated_atomics"]) == ((1, 0) if folded and k["name"] == "ln_qkv" else (0, 0)), k
         assert k["registers"] is not None and k["registers"] <= 255 and k["spill_bytes"] == 0, k
         assert k["tensor_core_ops"] == 0, k  # plain fp32 FMA: no tf32, no mma (the gemm path's GEMMs are cuBLAS's)
         assert k["grid_dependency_ops"] == (2 if "pdl" in label else 0), k

@@ -18,8 +18,7 @@ Kernels per step (lab.step.fused.kernels), n_layer = 12:
     5 x 12 + 2 = 62 launches (eager: 203 kernels; compile + capture: 147).
 
     With the attention folded in (`fold`, the PDL methods' default: FOLD_WITH_PDL), ln_qkv's last program of each
-    head computes the head's attention and proj reads it, and lm_head's last program takes the argmax: 4 x 12 + 1 =
-    49 launches.
+    head computes the head's attention and proj reads it: 4 x 12 + 2 = 50 launches.
 
 Byte budget of a step (GPT-2 124M, batch 1; `configs.byte_budget` computes it for any shape):
 
@@ -105,9 +104,6 @@ class Workspace:
     # between launches): ln_qkv attends and proj reads att (lab.step.fused.attention._fold_attention; empty otherwise)
     att: torch.Tensor | None = None
     heads: torch.Tensor | None = None
-    # a folding plan's lm_head programs' counter (int32 [1], zero between launches): its last program takes the argmax
-    # (lab.step.fused.projections.lm_head_kernel's FOLD; empty otherwise)
-    lm_done: torch.Tensor | None = None
     # the gemm path's GEMM inputs and outputs (lab.step.fused.library.buffers; empty on the gemv path,
     # where q and h are used instead: empty on the gemm path)
     library: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -195,7 +191,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
 
     `fold=True` asks for ln_qkv to compute each head's attention in its last program (the gemv paths only, and only
     where ln_qkv's BN divides the head's width: `configs.fold_refusal`): no attention launch, `proj` reads the
-    normalised output; and for lm_head's last program to take the argmax and advance the step: no argmax launch. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
+    normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
     """
     _check(state, w)
@@ -286,17 +282,12 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         launches.append(Launch("fc2", KERNELS["fc2"], grid, (
             ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))
     grid, meta, nbb = gemv("lm_head", V)
-    ws.lm_done = torch.zeros(1 if fold else 0, dtype=torch.int32, device=dev)
-    argmax = {"BP": C.next_pow2(nblk)}  # the argmax over the candidates: a launch, or (folded) lm_head's last program
     launches.append(Launch("lm_head", KERNELS["lm_head"], grid, (
-        ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps,
-        state.tok, state.out, state.pos, new_pos, L, ws.lm_done),
-        {"E": E, "V": V, "NBLK": nblk, "BE": BE, **meta,
-         **({"FOLD": True, "AB": am.BB, "NB": B, **argmax} if fold else {})}))
-    if not fold:
-        launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
-            ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
-            {"B": B, "NBLK": nblk, "BB": am.BB, "num_warps": am.num_warps, **argmax, **common}))
+        ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps),
+        {"E": E, "V": V, "NBLK": nblk, "BE": BE, **meta}))
+    launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
+        ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
+        {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
     return made(launches)
 
 

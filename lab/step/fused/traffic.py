@@ -74,8 +74,7 @@ class Layout:
     n_splits: int  # attention splits (partials per batch row and head)
     lm_blocks: int  # argmax candidates per batch row
     early_attention: bool = False  # the prefetch variant's attention reads every slot of its split
-    # ln_qkv attends and lm_head takes the argmax (lab.step.fused.step.prepare's fold): no attention or argmax launch
-    fold: bool = False
+    fold: bool = False  # ln_qkv attends (lab.step.fused.step.prepare's fold): no attention launch, proj reads att
     # the gemm path's library calls: (launch name, form) where not the default (lab.step.fused.layout.DEFAULT)
     forms: tuple[tuple[str, str], ...] = ()
 
@@ -153,8 +152,6 @@ def _gemv(s: Shape, layout: Layout, position: int) -> list[Call]:
         out += [Call("proj", (E * E + E) * w, act_in=(row if layout.fold else partials) + row, act_out=row),
                 Call("ln_fc", (F * E + F + 2 * E) * w, act_in=row, act_out=B * F * FP32),
                 Call("fc2", (E * F + E) * w, act_in=B * F * FP32 + row, act_out=row)]
-    if layout.fold:  # lm_head's last program reads the candidates back and writes the tokens: no argmax launch
-        return out + [Call("lm_head", (V * E + 2 * E) * w, act_in=row + cands, act_out=B * V * w + cands + 2 * B * INDEX)]
     return out + [Call("lm_head", (V * E + 2 * E) * w, act_in=row, act_out=B * V * w + cands),
                   Call("argmax", 0, act_in=cands, act_out=2 * B * INDEX)]
 
