@@ -117,14 +117,22 @@ def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, beta, w_raw):
 
 
 @triton.jit
-def _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
-    """x_out[b, n] = x_in[b, n] + acc + bias[n]: the residual add that ends the attention's output projection
-    and the second MLP matrix (the step passes x_in = x_out: in place, each program its own rows)."""
+def _residual(x_in, b, b_mask, n, n_mask, E: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """x_in[b, n] [BB, BN]: the residual a program adds its product to, loaded right after the wait beside its input
+    (one round trip to L2 after the wait, not a second one after the reduction: the PTX had it after its bar.sync)."""
     mask = b_mask[:, None] & n_mask[None, :]
-    rows = b[:, None] * E + n[None, :]
-    out = _made(tl.load(x_in + rows, mask=mask, other=0.0), LEAVE_OUT, _INPUT) + acc
+    return _made(tl.load(x_in + b[:, None] * E + n[None, :], mask=mask, other=0.0), LEAVE_OUT, _INPUT)
+
+
+@triton.jit
+def _add_residual(res, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """x_out[b, n] = res + acc + bias[n] with res = x_in[b, n] (`_residual`): the residual add that ends the
+    attention's output projection and the second MLP matrix (the step passes x_in = x_out: in place, each program
+    its own rows)."""
+    mask = b_mask[:, None] & n_mask[None, :]
+    out = res + acc
     out += bias[None, :]
-    tl.store(x_out + rows, out, mask=_stored(mask, out, LEAVE_OUT))
+    tl.store(x_out + b[:, None] * E + n[None, :], out, mask=_stored(mask, out, LEAVE_OUT))
 
 # ------------------------------------------------------------------------------- kernel 1 of 4
 
@@ -258,6 +266,7 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
     else:
         w = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
+    res = _residual(x_in, b, b_mask, n, n_mask, E, LEAVE_OUT)
     if PREFETCH:
         a = _made(_attention_in(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK, FOLDED),
                   LEAVE_OUT, _INPUT)
@@ -270,7 +279,7 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
             acc += tl.sum(a[:, None, :] * w, axis=2)
             w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT)
         bias = _load_vec(bias_ptr, n, E)
-    _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E, LEAVE_OUT)
+    _add_residual(res, x_out, acc, bias, b, b_mask, n, n_mask, E, LEAVE_OUT)
 
 
 # ------------------------------------------------------------------------------- kernel 3 of 4
@@ -351,6 +360,7 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
     else:
         w = _load_w(w_ptr, n, n_mask, 0, F, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
+    res = _residual(x_in, b, b_mask, n, n_mask, E, LEAVE_OUT)
     if PREFETCH:
         k = tl.arange(0, BK)
         a = _load_x(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, k, F, False, LEAVE_OUT)
@@ -363,7 +373,7 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
             acc += tl.sum(a[:, None, :] * w, axis=2)
             w = _load_w(w_ptr, n, n_mask, k0 + BK, F, BK, LEAVE_OUT)
         bias = _load_vec(bias_ptr, n, E)
-    _add_residual(x_in, x_out, acc, bias, b, b_mask, n, n_mask, E, LEAVE_OUT)
+    _add_residual(res, x_out, acc, bias, b, b_mask, n, n_mask, E, LEAVE_OUT)
 
 
 # ------------------------------------------------------------------------------- the head
