@@ -286,6 +286,20 @@ def test_prefetch_leaves_only_activations_after_the_wait() -> None:
         assert after[(name, "")] <= row + (2 if name == "ln_qkv" else 0) < default[(name, "")], (name, g, after, default)
 
 
+@needs_triton
+@pytest.mark.slow
+def test_prefetch_kernels_read_nothing_after_their_reduction_begins() -> None:
+    """After the wait, a fused-pdl-prefetch GEMV kernel of a layer makes one round trip to L2: every load it makes
+    there is issued before the first CTA barrier (a reduction's). proj and fc2 loaded their residual rows only after
+    the reduction (two such loads in proj's PTX), a second trip on the chain; they now load them beside the input.
+    (Five kernels a layer, proj combines the attention's splits first: loads that depend on a reduction.)"""
+    got = {k["name"]: k["loads_after_barrier"] for k in compiled_for_hopper("bf16-b1-pdl-prefetch") if not k["variant"]}
+    assert got["proj"] == got["ln_fc"] == got["fc2"] == 0, got
+    five = {k["name"]: k["loads_after_barrier"] for k in compiled_for_hopper("bf16-b1-pdl-prefetch-five")
+            if not k["variant"]}
+    assert five["ln_fc"] == five["fc2"] == 0 < five["proj"], five
+
+
 # ------------------------------------------------------------------ configs and budget (no Triton)
 
 def test_prefetch_configs_are_one_chunk_within_the_tile_budget(monkeypatch) -> None:

@@ -46,6 +46,9 @@ class Compiled:
     atomics: int = 0  # atom instructions (the persistent kernel's grid barrier: arrivals, leaving, the reset)
     acquires: int = 0  # acquire loads (ld.*.acquire: the barrier's waits)
     unpredicated_atomics: int = 0  # atoms and acquire loads not guarded by a predicate (a barrier's are one thread's)
+    # global loads after the first CTA barrier that follows the PDL wait (None: no wait): a second round trip on the
+    # chain, after a reduction, where the first one could have carried them (proj's and fc2's residual: none now)
+    loads_after_barrier: int | None = None
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -111,6 +114,14 @@ def ptxas_usage(ptx: str, arch: int = 90) -> tuple[int | None, int | None]:
     return (int(regs.group(1)) if regs else None, int(spills.group(1)) if spills else None)
 
 
+def _loads_after_barrier(ptx: str) -> int | None:
+    """Global loads after the first bar.sync that follows the PDL wait (None without a wait)."""
+    if "griddepcontrol.wait" not in ptx:
+        return None
+    after = ptx.split("griddepcontrol.wait", 1)[1]
+    return len(re.findall(r"ld\.global", after.split("bar.sync", 1)[1])) if "bar.sync" in after else 0
+
+
 def _loads_after_wait(ptx: str) -> int | None:
     """Global loads after the PDL wait: with PREFETCH only activations (no weight) should be left there."""
     if "griddepcontrol.wait" not in ptx:
@@ -138,7 +149,8 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
                             _loads_after_wait(ptx), len(re.findall(r"\batom\.", ptx)),
                             len(re.findall(r"\bld(?:\.\w+)*\.acquire\b", ptx)),
-                            len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M))))
+                            len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M)),
+                            _loads_after_barrier(ptx)))
     return out
 
 
@@ -208,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                 cfg = getattr(plan.configs.get(c.name.split(":")[0]), "__dict__", "")
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "
                       f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
-                      f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait}  atomics {c.atomics} acquires "
+                      f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait} (after its first barrier "
+                      f"{c.loads_after_barrier})  atomics {c.atomics} acquires "
                       f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
     return 1 if bad else 0
