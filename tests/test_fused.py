@@ -76,41 +76,6 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     assert folds(True, pdl=False) and not folds(False, pdl=True)  # asked for or refused, either way
 
 
-@needs_triton
-def test_the_hand_over_by_counters_chains_every_launch_to_its_predecessor(tiny_fp32) -> None:
-    """flags=True (lab.step.fused.handoff): launch j waits on flags[j] for its predecessor's programs, counts in on
-    flags[j + 1], and zeroes launch j - 2's counter; the first waits on PDL's grid dependency, the last (argmax) also
-    zeroes lm_head's and counts in nowhere. Only the folded plan takes it; the default takes it with PDL only
-    (FLAGS_WITH_PDL), which this host cannot run."""
-    from lab.step.decode import new_state
-    from lab.step.fused import handoff as HO
-    from lab.step.fused.step import prepare
-
-    w = tiny_fp32
-    plan = prepare(new_state(w, 3, 24), w, fold=True, flags=True, overrides={"ln_qkv": C.GemvConfig(2, 8, 64)})
-    flags, n = plan.workspace.flags, len(plan.launches)
-    assert plan.flags and n == 4 * w.n_layer + 2 and flags is not None and flags.numel() == n + 1
-    assert not flags.any() and flags.dtype == torch.int32
-    for j, launch in enumerate(plan.launches):
-        m = launch.meta
-        assert m["flags"].data_ptr() == flags.data_ptr() + 4 * (j + 1), (j, launch.name)
-        programs = 1
-        for g in plan.launches[j - 1].grid:
-            programs *= g
-        assert m["wait_for"] == (programs if j else 0), (j, launch.name)
-        want = (HO.ARRIVE if j == 0 else HO.WAIT | (HO.RESET if j >= 2 else 0)
-                | (HO.RESET_OWN if j == n - 1 else HO.ARRIVE))
-        assert m["HANDOFF"] == want and m["SPIN_ASM"] == (os.environ.get("TRITON_INTERPRET") != "1"), (j, m)
-    assert plan.launches[-1].name == "argmax" and not HO.ARRIVE & plan.launches[-1].meta["HANDOFF"]
-    five = prepare(new_state(w, 1, 24), w, fold=False, flags=True)
-    assert not five.flags and five.workspace.flags is None and "HANDOFF" not in five.launches[1].meta
-    assert "no hand-over by counters: it needs the folded plan" in five.path_reason
-    plain = prepare(new_state(w, 1, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(1, 8, 64)})
-    assert plain.fold and not plain.flags and "counters" not in plain.path_reason  # no PDL: the default is off
-    with pytest.raises(ValueError, match="3 counters for 4 launches"):
-        HO.chain(plan.launches[:4], flags[:3], spin_asm=False)
-
-
 def test_the_folded_attentions_chunk_fits_the_tile_budget() -> None:
     assert C.fold_slots(256, 64, 4) == 128 and C.fold_slots(256, 64, 8) == 256  # K and V: 64 values a thread each
     assert C.fold_slots(256, 64, 2) == 64 and C.fold_slots(24, 64, 8) == 32  # no more than the cache holds
@@ -335,43 +300,6 @@ def test_prefetch_kernels_read_nothing_after_their_reduction_begins() -> None:
     assert five["ln_fc"] == five["fc2"] == 0 < five["proj"], five
 
 
-@needs_triton
-@pytest.mark.slow
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_the_hand_over_spins_in_one_thread_and_moves_no_load_past_the_wait(dtype: torch.dtype) -> None:
-    """fused-pdl-prefetch at batch 1 with the hand-over by counters (lab.step.fused.handoff), compiled for sm_90 beside
-    the same plan with PDL's wait: every kernel but the first has no griddepcontrol.wait (its launch_dependents stays),
-    one acquire of its predecessor's count, the atomics its HANDOFF bits ask for (its arrival, its resets, each one
-    thread's), the same loads after the wait and after its first barrier as with PDL's wait, the same occupancy limits
-    (no spill); the spin is thread 0's, paced by nanosleep."""
-    from dataclasses import asdict
-
-    from lab.step.fused import aot, handoff as HO
-
-    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
-    plans = {f: aot.plan_for_shapes("gpt2", dtype, 1, pdl=True, prefetch=True, fold=True, flags=f) for f in (0, 1)}
-    assert plans[1].flags and not plans[0].flags
-    got = {f: {(c.name, c.variant): asdict(c) for c in aot.compile_plan(p)} for f, p in plans.items()}
-    bits = {}
-    for launch in plans[1].launches:
-        bits.setdefault((launch.name, "embed" if launch.meta.get("EMBED") else ""), launch.meta["HANDOFF"])
-    assert got[1].keys() == got[0].keys() == bits.keys()
-    for key, k in got[1].items():
-        pdl, b = got[0][key], bits[key]
-        writes = bin(b & (HO.ARRIVE | HO.RESET | HO.RESET_OWN)).count("1")
-        assert k["spill_bytes"] == 0 and k["registers"] <= 255, k
-        assert k["grid_dependency_ops"] == (1 if b & HO.WAIT else 2), k  # launch_dependents, and the first's wait
-        assert (k["atomics"], k["acquires"]) == (pdl["atomics"] + writes, 1 if b & HO.WAIT else 0), (k, b)
-        assert k["unpredicated_atomics"] == (1 if b & HO.WAIT else 0), k  # the spin's acquire: behind thread 0's branch
-        assert (k["loads_after_wait"], k["loads_after_barrier"]) == (pdl["loads_after_wait"],
-                                                                     pdl["loads_after_barrier"]), (key, k, pdl)
-    proj = next(x for x in plans[1].launches if x.name == "proj")
-    ptx = aot.compile_launch(proj).asm["ptx"]
-    assert ptx.count("nanosleep.u32") == 1 and ptx.count(aot.HANDOFF_ACQUIRE) == 1 and "%tid.x" in ptx
-    assert "griddepcontrol.wait" not in ptx and "griddepcontrol.launch_dependents" in ptx
-
-
 # ------------------------------------------------------------------ configs and budget (no Triton)
 
 def test_prefetch_configs_are_one_chunk_within_the_tile_budget(monkeypatch) -> None:
@@ -468,23 +396,20 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int, path: str | No
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch,prefetch,flags", [(1, False, None), (8, False, None), (1, True, None), (8, True, None),
-                                                 (1, False, True), (1, True, True), (3, True, True), (1, True, False)],
-                         ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b1-flags", "b1-prefetch-flags",
-                              "b3-prefetch-flags", "b1-prefetch-no-flags"])
-def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool, flags: bool | None) -> None:
-    """The PDL methods as the lab runs them (folded at batch 1-7, FOLD_WITH_PDL; by counters where FLAGS_WITH_PDL
-    says), and with the hand-over by counters asked for and refused (lab.step.fused.handoff): eager's tokens, the
-    graph's replay bit for bit, the counters at zero after every step."""
+@pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True), (8, True), (3, False)],
+                         ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b3"])
+def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool) -> None:
+    """The PDL methods as the lab runs them (on the gemv path, the attention folded into ln_qkv: FOLD_WITH_PDL):
+    eager's tokens, the graph's replay bit for bit."""
     from lab.step.fused.check import free_running
-    from lab.step.fused.step import FLAGS_WITH_PDL, pdl_supported
+    from lab.step.fused.step import FOLD_WITH_PDL, pdl_supported
 
     ok, why = pdl_supported(torch.device("cuda"))
     if not ok:
         pytest.skip(why)
-    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch, flags=flags)
+    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch)
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
-    assert run["fold"] == (batch < 8) and run["flags"] == (batch < 8 and (FLAGS_WITH_PDL if flags is None else flags))
+    assert run["fold"] == (batch < 8 and FOLD_WITH_PDL), run["configs"]
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
 
@@ -495,15 +420,14 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
                                                (1, True, True)],
                          ids=["b1", "b8", "b1-prefetch", "b64", "b1-pdl-prefetch"])
 def test_gpu_bf16_teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch: int, prefetch: bool, pdl: bool) -> None:
-    """bf16 by the teacher-forced rule, and fused-pdl-prefetch as the lab runs it (folded; by counters where
-    FLAGS_WITH_PDL says, the counters at zero after every step: `bookkeeping_ok`)."""
+    """bf16 by the teacher-forced rule; with PDL, fused-pdl-prefetch as the lab runs it (folded: FOLD_WITH_PDL)."""
     from lab.step.fused.check import teacher_forced
-    from lab.step.fused.step import FLAGS_WITH_PDL, pdl_supported
+    from lab.step.fused.step import FOLD_WITH_PDL, pdl_supported
 
     if pdl and not pdl_supported(torch.device("cuda"))[0]:
         pytest.skip(pdl_supported(torch.device("cuda"))[1])
     r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=prefetch, pdl=pdl)
-    assert r["fold"] == pdl and r["flags"] == (pdl and FLAGS_WITH_PDL), r
+    assert r["fold"] == (pdl and FOLD_WITH_PDL), r
     assert r["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), r["path"]
     assert all(r["bookkeeping_ok"]), r
     # 12 layers of bf16 weights: the absolute error is whatever bf16 gives; the fused step must not add to it

@@ -160,31 +160,6 @@ def case_fold_bf16_b1() -> dict[str, Any]:
 
 
 @case
-def case_flags_fp32_b1() -> dict[str, Any]:  # the folded step handing over by counters (lab.step.fused.handoff)
-    from lab.step.fused.check import parse_configs
-
-    return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, fold=True, flags=True,
-                 overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
-
-
-@case
-def case_flags_odd_b3() -> dict[str, Any]:  # by counters over odd shapes, without PREFETCH: grids of 3-250 programs
-    from lab.step.fused.check import parse_configs
-
-    return _free("odd", 3, steps=2, prompt_len=4, sms=4, fold=True, flags=True,
-                 overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'))
-
-
-@case
-def case_flags_bf16_b1() -> dict[str, Any]:
-    from lab.step.fused.check import parse_configs
-
-    return _forced(1, prefetch=True, fold=True, flags=True,
-                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
-                              **parse_configs("{" + FOLD_QKV + "}")})
-
-
-@case
 def case_gemm_fp32_b8() -> dict[str, Any]:  # the rule's choice at batch 8
     return _free("tiny", 8, steps=2)
 
@@ -485,12 +460,11 @@ FP32_CASES = {  # case -> (path, batch)
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
-    "flags-fp32-b1": ("gemv-prefetch", 1), "flags-odd-b3": ("gemv", 3),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
-              "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1), "flags-bf16-b1": ("gemv-prefetch", 1)}
+              "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -508,8 +482,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     path, batch = FP32_CASES[name]
     assert (run["path"], run["batch"]) == (path, batch), run
     assert run["prefetch"] == (path == "gemv-prefetch"), run
-    assert run["fold"] == name.startswith(("fold-", "flags-")), run  # taken where asked (and nowhere else: no PDL here)
-    assert run["flags"] == name.startswith("flags-"), run
+    assert run["fold"] == name.startswith("fold-"), run  # taken where asked (and nowhere else: no PDL here)
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name
@@ -529,7 +502,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
 def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> None:
     r = worker.run(name)
     assert r["dtype"] == "bfloat16" and len(r["fused_err"]) == 3 and r["path"] == BF16_CASES[name][0], r
-    assert r["fold"] == name.startswith(("fold-", "flags-")) and r["flags"] == name.startswith("flags-"), r
+    assert r["fold"] == name.startswith("fold-"), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
         assert err <= BF16_REL * scale, r

@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 
-HANDOFF_ACQUIRE = "ld.acquire.gpu.global.s32 v,"  # the hand-over's acquire of its predecessor's count (its spin's PTX)
 _PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64",
         torch.int32: "*i32"}
 
@@ -43,7 +42,7 @@ class Compiled:
     vector_loads: int  # ld.global.v2/v4 instructions in the PTX
     tensor_core_ops: int  # mma / wgmma instructions
     grid_dependency_ops: int  # griddepcontrol instructions (PDL)
-    loads_after_wait: int | None = None  # ld.global after griddepcontrol.wait or the hand-over's (None: no wait)
+    loads_after_wait: int | None = None  # ld.global after griddepcontrol.wait (None: no wait, PDL off)
     atomics: int = 0  # atom instructions (the persistent kernel's grid barrier: arrivals, leaving, the reset)
     acquires: int = 0  # acquire loads (ld.*.acquire: the barrier's waits)
     unpredicated_atomics: int = 0  # atoms and acquire loads not guarded by a predicate (a barrier's are one thread's)
@@ -68,13 +67,11 @@ def compile_launch(launch: Any, arch: int = 90) -> Any:
     constants: dict[str, Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, name in enumerate(fn.arg_names):
-        if fn.params[i].is_constexpr:  # the launch's value, else the kernel's default
+        if i >= len(launch.args):  # a constexpr: the launch's value, else the kernel's default
             signature[name], constants[name] = "constexpr", meta.get(name, fn.params[i].default)
             continue
-        value = launch.args[i] if i < len(launch.args) else meta.get(name, fn.params[i].default)  # by keyword
-        if value is None:  # an argument left at its default None: Triton makes it a constant
-            signature[name], constants[name] = "constexpr", None
-        elif isinstance(value, torch.Tensor):
+        value = launch.args[i]
+        if isinstance(value, torch.Tensor):
             signature[name] = _PTR[value.dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(value, bool) or (isinstance(value, int) and value == 1):
@@ -117,29 +114,19 @@ def ptxas_usage(ptx: str, arch: int = 90) -> tuple[int | None, int | None]:
     return (int(regs.group(1)) if regs else None, int(spills.group(1)) if spills else None)
 
 
-def _after_wait(ptx: str) -> str | None:
-    """The PTX after the kernel's wait for its predecessor: PDL's `griddepcontrol.wait`, or the hand-over by counters'
-    acquire and the CTA barrier that hands it to every thread (lab.step.fused.handoff); None without either."""
-    if "griddepcontrol.wait" in ptx:
-        return ptx.split("griddepcontrol.wait", 1)[1]
-    if HANDOFF_ACQUIRE in ptx:
-        after = ptx.split(HANDOFF_ACQUIRE, 1)[1]
-        return after.split("bar.sync", 1)[1] if "bar.sync" in after else after
-    return None
-
-
 def _loads_after_barrier(ptx: str) -> int | None:
-    """Global loads after the first bar.sync that follows the wait (None without a wait)."""
-    after = _after_wait(ptx)
-    if after is None:
+    """Global loads after the first bar.sync that follows the PDL wait (None without a wait)."""
+    if "griddepcontrol.wait" not in ptx:
         return None
+    after = ptx.split("griddepcontrol.wait", 1)[1]
     return len(re.findall(r"ld\.global", after.split("bar.sync", 1)[1])) if "bar.sync" in after else 0
 
 
 def _loads_after_wait(ptx: str) -> int | None:
-    """Global loads after the wait: with PREFETCH only activations (no weight) should be left there."""
-    after = _after_wait(ptx)
-    return None if after is None else len(re.findall(r"ld\.global", after))
+    """Global loads after the PDL wait: with PREFETCH only activations (no weight) should be left there."""
+    if "griddepcontrol.wait" not in ptx:
+        return None
+    return len(re.findall(r"ld\.global", ptx.split("griddepcontrol.wait", 1)[1]))
 
 
 def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
@@ -169,12 +156,11 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
 
 def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
                     sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False,
-                    fold: bool | None = None, flags: bool | None = None) -> Any:
+                    fold: bool | None = None) -> Any:
     """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped): `model` is "gpt2",
     "tiny" or a lab.contract.profiles.ModelSpec; `persistent`: lab.step.fused.persistent's, one program an SM;
     `fold`: the attention folded into ln_qkv (lab.step.fused.step.prepare; None: as a PDL plan on a device would,
-    FOLD_WITH_PDL); `flags`: the hand-over by counters (lab.step.fused.handoff; None: as a PDL plan on a device would,
-    FLAGS_WITH_PDL)."""
+    FOLD_WITH_PDL)."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
     from lab.step.fused.tune import random_weights
@@ -187,8 +173,7 @@ def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 2
         from lab.step.fused import persistent as PS
 
         return PS.prepare(state, w, sms=sms)
-    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path, fold=S.folds(fold, pdl),
-                     flags=pdl and S.FLAGS_WITH_PDL if flags is None else flags)
+    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path, fold=S.folds(fold, pdl))
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
                          if isinstance(launch, S.Launch) else launch for launch in plan.launches]
@@ -217,8 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--persistent", action="store_true", help="the persistent plan: one layer kernel with a grid barrier")
     p.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None,
                    help="the attention folded into ln_qkv (four launches a layer; default: with --pdl, as on a device)")
-    p.add_argument("--flags", action=argparse.BooleanOptionalAction, default=None,
-                   help="the hand-over by counters (lab.step.fused.handoff; default: with --pdl, as on a device)")
     p.add_argument("--path", default=None, choices=("gemv", "gemm"),
                    help="force a projection path (default: the rule's at each batch, lab.step.fused.rule)")
     args = p.parse_args(argv)
@@ -229,11 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     for dname in args.dtype:
         for batch in args.batch:
             plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
-                                   path=args.path, persistent=args.persistent, fold=args.fold, flags=args.flags)
+                                   path=args.path, persistent=args.persistent, fold=args.fold)
             plan = anatomy_plan(plan) if args.anatomy else plan
             print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
-                  f"{' prefetch' if args.prefetch else ''}{' fold' if plan.fold else ''}"
-                  f"{' flags' if getattr(plan, 'flags', False) else ''} path {plan.path}:")
+                  f"{' prefetch' if args.prefetch else ''}{' fold' if plan.fold else ''} path {plan.path}:")
             for c in compile_plan(plan, args.arch):
                 cfg = getattr(plan.configs.get(c.name.split(":")[0]), "__dict__", "")
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "

@@ -42,12 +42,11 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                  pdl: bool = False, graph: bool = False, sms: int | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, prefetch: bool = False,
                  path: str | None = None, persistent: dict[str, Any] | None = None,
-                 fold: bool | None = None, flags: bool | None = None) -> dict[str, Any]:
+                 fold: bool | None = None) -> dict[str, Any]:
     """Eager vs fused (vs fused replayed from a CUDA graph), `steps` steps after one prefill (`path`: the
     projection path, None for the rule's; `persistent`: the persistent plan, lab.step.fused.persistent.prepare's
-    keyword arguments, e.g. {"programs": 132}; `fold`: attention folded into ln_qkv and `flags`: the hand-over by
-    counters, as lab.step.fused.step.prepare takes them, None for its defaults). With the hand-over, each step also
-    says whether every counter was back at zero after it (`counters_zero`)."""
+    keyword arguments, e.g. {"programs": 132}; `fold`: attention folded into ln_qkv, lab.step.fused.step.prepare's,
+    None for its default: folded with PDL, as the lab's methods run)."""
     from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare
 
@@ -55,8 +54,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
     prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
     ref, fused = D.new_state(w, batch, max_len), D.new_state(w, batch, max_len)
     plan = (PS.prepare(fused, w, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
-            else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path, fold=fold,
-                         flags=flags))
+            else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path, fold=fold))
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
         D.prefill(ref, w, prompt)
@@ -70,22 +68,15 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                          "out_equal": bool(torch.equal(fused.out, ref.out)),
                          "pos_equal": bool(torch.equal(fused.pos, ref.pos)),
                          "logit_diff": dl, "logit_scale": scale, "cache_diff": dc, "cache_scale": cscale,
-                         "argmax_of_own_logits": bool(torch.equal(fused.tok[:, 0], lf.argmax(-1))),
-                         **_counters(plan)})
+                         "argmax_of_own_logits": bool(torch.equal(fused.tok[:, 0], lf.argmax(-1)))})
         direct = {"out": fused.out.clone(), "logits": lf}
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
-                              "flags": getattr(plan, "flags", False), "configs": {k: v.__dict__ for k, v in plan.configs.items()},
+                              "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
         result["graph"] = _graph_replay(w, plan, fused, prompt, steps, direct)
     return result
-
-
-def _counters(plan: Any) -> dict[str, bool]:
-    """{"counters_zero": every hand-over counter at zero} for a plan that hands over by counters, else {}."""
-    flags = getattr(plan.workspace, "flags", None)
-    return {} if flags is None else {"counters_zero": not bool(flags.any())}
 
 
 def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Tensor, steps: int,
@@ -108,10 +99,10 @@ def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Ten
 def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, prompt_len: int = 8,
                    sms: int | None = None, seed: int = 0, prefetch: bool = False,
                    path: str | None = None, overrides: dict[str, Any] | None = None,
-                   persistent: dict[str, Any] | None = None, fold: bool | None = None, pdl: bool = False,
-                   flags: bool | None = None) -> dict[str, Any]:
+                   persistent: dict[str, Any] | None = None, fold: bool | None = None,
+                   pdl: bool = False) -> dict[str, Any]:
     """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens (`persistent`: the
-    persistent plan, `pdl`, `fold` and `flags`, as in `free_running`)."""
+    persistent plan, `pdl` and `fold`, as in `free_running`)."""
     from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare
 
@@ -119,8 +110,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
     plan = (PS.prepare(fused, w_low, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
-            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold, pdl=pdl,
-                         flags=flags))
+            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold, pdl=pdl))
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
     with torch.no_grad():
@@ -145,10 +135,9 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
             out["eager_agree"].append(float((le.float().argmax(-1) == lr.argmax(-1)).float().mean()))
             own = lf.argmax(-1)
             out["bookkeeping_ok"].append(bool(torch.equal(fused.tok[:, 0], own)) and int(fused.pos.item()) == pos + 1
-                                         and bool(torch.equal(fused.out[:, pos + 1], own))
-                                         and _counters(plan).get("counters_zero", True))
+                                         and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
-            "path": str(plan.path), "fold": plan.fold, "flags": getattr(plan, "flags", False), **out}
+            "path": str(plan.path), "fold": plan.fold, **out}
 
 
 def same_as_five(w: Weights, batch: int, steps: int, persistent: dict[str, Any], prompt_len: int = 8,

@@ -33,9 +33,8 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk, _fold_attention
-from lab.step.fused.handoff import _handoff_arrive
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
-                                  _pdl_launch, _row_blocks, _row_blocks_at, _stored, _wait_previous)
+                                  _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
 
 # -------------------------------------------------------------------------------------- helpers
@@ -142,8 +141,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                   USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                  FOLD: tl.constexpr = False, BS: tl.constexpr = 16, BD: tl.constexpr = 16,
-                  flags=None, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+                  FOLD: tl.constexpr = False, BS: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -164,20 +162,17 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     that attention, BD: next_pow2(DH). Without FOLD, att_ptr, heads_ptr and scale are not read.
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr,
-            cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False,
-            flags, wait_for, HANDOFF, SPIN_ASM)
+            cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
                         BB, BN, BS, BD)
-    _handoff_arrive(flags, HANDOFF)
 
 
 @triton.jit
 def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
             B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-            flags=0, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
     while the program worked on its previous task or waited at the grid barrier."""
@@ -193,7 +188,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
         w_first = w_pre
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)  # weights: written by nobody, safe before the wait
-    _wait_previous(USE_PDL, LEAVE_OUT, flags, wait_for, HANDOFF, SPIN_ASM)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     pos = tl.load(pos_ptr)
     if EMBED:
         if pid_n == 0:  # one row block stores the embedded residual for the later kernels
@@ -239,8 +234,7 @@ def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.c
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
                          BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False,
-                         flags=None, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -253,15 +247,14 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
     """
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
-          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED, flags, wait_for, HANDOFF, SPIN_ASM)
-    _handoff_arrive(flags, HANDOFF)
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED)
 
 
 @triton.jit
 def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
           DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
           USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-          FOLDED: tl.constexpr = False, flags=0, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+          FOLDED: tl.constexpr = False):
     """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED: as the kernel)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
@@ -272,7 +265,7 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
         w = w_pre
     else:
         w = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
-    _wait_previous(USE_PDL, LEAVE_OUT, flags, wait_for, HANDOFF, SPIN_ASM)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     res = _residual(x_in, b, b_mask, n, n_mask, E, LEAVE_OUT)
     if PREFETCH:
         a = _made(_attention_in(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK, FOLDED),
@@ -294,8 +287,7 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 @triton.jit
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
                       BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                      flags=None, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
@@ -304,15 +296,13 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
     """
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL,
-           PREFETCH, LEAVE_OUT, 0, False, flags, wait_for, HANDOFF, SPIN_ASM)
-    _handoff_arrive(flags, HANDOFF)
+           PREFETCH, LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
            BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr, USE_PDL: tl.constexpr,
-           PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-           flags=0, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+           PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
@@ -326,7 +316,7 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.co
         w_first = w_pre
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
-    _wait_previous(USE_PDL, LEAVE_OUT, flags, wait_for, HANDOFF, SPIN_ASM)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
         x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
         y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
@@ -343,8 +333,7 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.co
 @triton.jit
 def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
                         BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                        flags=None, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
@@ -353,15 +342,13 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
-         LEAVE_OUT, 0, False, flags, wait_for, HANDOFF, SPIN_ASM)
-    _handoff_arrive(flags, HANDOFF)
+         LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
          BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
-         w_pre, PRELOADED: tl.constexpr, flags=0, wait_for=0, HANDOFF: tl.constexpr = 0,
-         SPIN_ASM: tl.constexpr = False):
+         w_pre, PRELOADED: tl.constexpr):
     """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
@@ -372,7 +359,7 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
         w = w_pre
     else:
         w = _load_w(w_ptr, n, n_mask, 0, F, BK, LEAVE_OUT)
-    _wait_previous(USE_PDL, LEAVE_OUT, flags, wait_for, HANDOFF, SPIN_ASM)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     res = _residual(x_in, b, b_mask, n, n_mask, E, LEAVE_OUT)
     if PREFETCH:
         k = tl.arange(0, BK)
@@ -395,8 +382,7 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
 def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B, NBB, eps, E: tl.constexpr,
                    V: tl.constexpr, NBLK: tl.constexpr,
                    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                   USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0,
-                   flags=None, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+                   USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
     """The final layer norm + the tied lm_head (x @ wte.T) + each row block's argmax.
 
     Fuses: layer_norm(x) -> logits [B, V] in the weights' dtype (what the step returns) -> per
@@ -409,7 +395,7 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, V, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
-    _wait_previous(USE_PDL, LEAVE_OUT, flags, wait_for, HANDOFF, SPIN_ASM)
+    _pdl_wait(USE_PDL, LEAVE_OUT)
     acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, wte_ptr, w_first, b, b_mask, n, n_mask,
                    E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
     logits = acc.to(logits_ptr.dtype.element_ty)
@@ -420,5 +406,4 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     top = tl.max(val, axis=1)
     tl.store(part_val + b * NBLK + pid_n, top, mask=_stored(b_mask, top, LEAVE_OUT))
     tl.store(part_idx + b * NBLK + pid_n, pid_n * BN + best, mask=_stored(b_mask, top, LEAVE_OUT))
-    _handoff_arrive(flags, HANDOFF)
 

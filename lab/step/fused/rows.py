@@ -18,7 +18,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.handoff import _WAIT as _HANDOFF_WAIT, _handoff_wait
 from lab.step.fused.stages import Stage
 
 # the stages a launch may leave out (its LEAVE_OUT switch, a bit set: lab.step.fused.stages, lab.step.fused.anatomy)
@@ -43,17 +42,6 @@ def _pdl_wait(USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
     the wait left out: Stage.WAIT)."""
     if USE_PDL and (_WAIT & LEAVE_OUT) == 0:
         tl.extra.cuda.gdc_wait()
-
-
-@triton.jit
-def _wait_previous(USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr, flags, wait_for, HANDOFF: tl.constexpr,
-                   SPIN_ASM: tl.constexpr):
-    """Wait for the previous kernel: for its programs to count in (HANDOFF's WAIT bit: lab.step.fused.handoff), else
-    PDL's wait for its grid (`_pdl_wait`)."""
-    if (_HANDOFF_WAIT & HANDOFF) != 0:
-        _handoff_wait(flags, wait_for, HANDOFF, SPIN_ASM)
-    else:
-        _pdl_wait(USE_PDL, LEAVE_OUT)
 
 
 @triton.jit
@@ -158,20 +146,18 @@ def _gelu(y):
 @triton.jit
 def argmax_advance_kernel(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos_ptr, MAXLEN, B: tl.constexpr,
                           NBLK: tl.constexpr,
-                          BB: tl.constexpr, BP: tl.constexpr, USE_PDL: tl.constexpr,
-                          flags=None, wait_for=0, HANDOFF: tl.constexpr = 0, SPIN_ASM: tl.constexpr = False):
+                          BB: tl.constexpr, BP: tl.constexpr, USE_PDL: tl.constexpr):
     """The argmax over the lm_head's row blocks + the step's bookkeeping, in one program.
 
     For every batch row: token = index of the largest partial (first on ties: blocks are in index
     order); tok[b] = token; out[b, pos + 1] = token (nothing is written past the end). Then
     new_pos = pos + 1 (the step passes new_pos_ptr = pos_ptr: the position advances on the device).
-    One program, so no other program can read pos after it moved. HANDOFF (lab.step.fused.handoff): it waits for
-    lm_head's programs to count in, then zeroes lm_head's and the last fc2's counters.
+    One program, so no other program can read pos after it moved.
     Bytes: reads 8 B per lm_head program per batch row (about 6 KB at batch 1); writes 16 B.
     Launches per step: 1. Grid: 1 program.
     """
     _pdl_launch(USE_PDL)
-    _wait_previous(USE_PDL, 0, flags, wait_for, HANDOFF, SPIN_ASM)
+    _pdl_wait(USE_PDL)
     pos = tl.load(pos_ptr)
     j = tl.arange(0, BP)
     for b0 in range(0, B, BB):

@@ -69,7 +69,6 @@ so that a run measures it beside `fused-pdl`.
 from __future__ import annotations
 
 import math
-import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -111,9 +110,6 @@ class Workspace:
     # the grid barrier's two counters (lab.step.fused.grid; int32, zero between launches) of the persistent plan
     # (lab.step.fused.persistent; None in the others)
     barrier: torch.Tensor | None = None
-    # the hand-over's counters (lab.step.fused.handoff; int32, one a launch and one more, zero between steps) of a plan
-    # that hands over by counters (empty in the others)
-    flags: torch.Tensor | None = None
     # the gemm path's library-call forms, with every candidate's median (lab.step.fused.layout.Choice; None on the
     # gemv path): what `library.choice_of` reads back for the `fused_layouts` note
     layouts: Any = None
@@ -138,7 +134,6 @@ class FusedPlan:
     path: R.Path = R.Path.GEMV  # the projection path (lab.step.fused.rule)
     path_reason: str = ""  # why the rule chose it
     fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
-    flags: bool = False  # each launch waits for its predecessor's programs to count in (lab.step.fused.handoff)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -180,8 +175,7 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
-            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None,
-            flags: bool | None = None) -> FusedPlan:
+            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -199,10 +193,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     where ln_qkv's BN divides the head's width: `configs.fold_refusal`): no attention launch, `proj` reads the
     normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
-
-    `flags=True` asks for the hand-over by counters (lab.step.fused.handoff: each launch after the first waits for its
-    predecessor's programs to count in, not for its grid to complete); only a folded plan takes it. None asks for it
-    with PDL (`FLAGS_WITH_PDL`), False never; `plan.flags` says whether it was taken, `plan.path_reason` why not.
     """
     _check(state, w)
     if pdl:
@@ -242,14 +232,10 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     refusal = "" if not fold or gemm else C.fold_refusal(cfg["ln_qkv"], DH)  # the gemm path's plans never fold
     fold = fold and not gemm and not refusal
     reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
-    flags = (pdl and FLAGS_WITH_PDL) if flags is None else flags
-    if flags and not fold:
-        reason += "; no hand-over by counters: it needs the folded plan (four kernels a layer)"
-    flags = flags and fold
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         reason, fold, flags)
+                         reason, fold)
 
     if gemm:
         from lab.step.fused import library
@@ -302,12 +288,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
         ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
         {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
-    if flags:
-        from lab.step.fused import handoff
-
-        ws.flags = torch.zeros(len(launches) + 1, dtype=torch.int32, device=dev)
-        launches[:] = handoff.chain([x for x in launches if isinstance(x, Launch)], ws.flags,
-                                    spin_asm=os.environ.get("TRITON_INTERPRET") != "1")
     return made(launches)
 
 
@@ -318,9 +298,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
 # PDL it took 1.01 at 124M fp32 and 0.87-0.90 elsewhere, so the plain `fused` method keeps five kernels a layer: the
 # step that lab.experiments.fused_anatomy takes apart.
 FOLD_WITH_PDL = True
-
-# Whether a PDL plan hands over by counters unless told (prepare's flags=None): lab.step.fused.handoff.
-FLAGS_WITH_PDL = False
 
 
 def folds(fold: bool | None, pdl: bool) -> bool:
