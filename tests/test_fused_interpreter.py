@@ -159,37 +159,6 @@ def case_fold_bf16_b1() -> dict[str, Any]:
                                                            **parse_configs("{" + FOLD_QKV + "}")})
 
 
-STREAM_FC = C.GemvConfig(1, 8, 64, 4, programs=12, stages=3)  # 32 tasks over 12 programs: 3 each, the last 4 masked
-
-
-@case
-def case_stream_fp32_b1() -> dict[str, Any]:  # ln_fc streaming (lab.step.fused.projections._ln_fc_stream)
-    return _free("tiny", 1, max_len=MAX_LEN, prefetch=True,
-                 overrides={**_heuristic("tiny", 1, prefetch=True), "ln_fc": STREAM_FC})
-
-
-@case
-def case_stream_odd_b3() -> dict[str, Any]:
-    # odd shapes, the prefetch plan's own ln_fc tiles streamed: a third of its tasks' programs asked, rounded down to
-    # a multiple of the batch blocks (so a program's batch rows stay its own), the last tasks masked; rows 48 wide in
-    # a 64-wide slice
-    from dataclasses import replace
-
-    import torch
-
-    g = C.choose(48, 4, 500, 4 + 2 + 8, 3, torch.float32, 4, prefetch=True)["ln_fc"]
-    assert isinstance(g, C.GemvConfig)
-    tasks = C.cdiv(4 * 48, g.BN) * C.cdiv(3, g.BB)
-    return _free("odd", 3, steps=2, prompt_len=4, sms=4, prefetch=True,
-                 overrides={"ln_fc": replace(g, programs=tasks // 3 + 1, stages=2)})
-
-
-@case
-def case_stream_bf16_b1() -> dict[str, Any]:
-    return _forced(1, prefetch=True, overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
-                                                "ln_fc": STREAM_FC})
-
-
 @case
 def case_gemm_fp32_b8() -> dict[str, Any]:  # the rule's choice at batch 8
     return _free("tiny", 8, steps=2)
@@ -491,12 +460,11 @@ FP32_CASES = {  # case -> (path, batch)
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
-    "stream-fp32-b1": ("gemv-prefetch", 1), "stream-odd-b3": ("gemv-prefetch", 3),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
-              "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1), "stream-bf16-b1": ("gemv-prefetch", 1)}
+              "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -523,11 +491,6 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     if name.endswith("odd-b3") and path == "gemv":
         assert run["configs"]["ln_qkv"]["BB"] == 2 and run["configs"]["ln_qkv"]["BN"] == (4 if run["fold"] else 16)
         assert run["fold"] or run["configs"]["attention"]["BS"] == 8
-    if name.startswith("stream-"):  # ln_fc streamed: each program walks two tasks or more, the last ones masked
-        g, grid = run["configs"]["ln_fc"], run["grids"]["ln_fc"]
-        nbb = C.cdiv(batch, g["BB"])
-        tasks = C.cdiv(4 * (48 if "odd" in name else 64), g["BN"]) * nbb
-        assert g["programs"] and 2 * grid <= tasks and tasks % grid and grid % nbb == 0, (g, grid, tasks)
     if name == "gemm-odd-b9":
         assert run["configs"]["add_ln"]["BB"] == 2 and run["configs"]["block_argmax"]["BN"] == 64
     if name == "gemm-forms-fp32-b8":  # bound in the forms the fake measurement chose

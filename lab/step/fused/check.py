@@ -73,7 +73,6 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
-                              "grids": {x.name: x.grid[0] for x in plan.launches if hasattr(x, "grid")},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
         result["graph"] = _graph_replay(w, plan, fused, prompt, steps, direct)

@@ -36,7 +36,6 @@ DEFAULT_SMS = 132  # an H200's (and an H100 SXM's) streaming multiprocessors, wh
 MAX_BN = 64
 MAX_SPLITS = 4
 GEMV_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")
-STREAM_KERNELS = ("ln_fc",)  # the GEMV kernels that can stream (GemvConfig.programs): lab.step.fused.projections
 KERNEL_NAMES = GEMV_KERNELS[:1] + ("attention",) + GEMV_KERNELS[1:] + ("argmax",)
 
 
@@ -46,11 +45,6 @@ class GemvConfig:
     BN: int  # output rows per program
     BK: int  # reduction columns per chunk
     num_warps: int = 4
-    # STREAM (a PREFETCH kernel in STREAM_KERNELS only): a grid of `programs` (a multiple of the batch blocks), each
-    # walking its share of the tasks with its weight tiles staged in shared memory `stages` deep
-    # (lab.step.fused.projections._ln_fc_stream); 0: one task a program, the tile in registers
-    programs: int = 0
-    stages: int = 0
 
 
 @dataclass(frozen=True)
@@ -318,11 +312,9 @@ def choose_library(n_embd: int, n_head: int, vocab: int, max_len: int, batch: in
 
 def _checked(out: dict[str, Config]) -> dict[str, Config]:
     for name, cfg in out.items():
-        bad = [k for k, v in asdict(cfg).items() if k not in ("num_warps", "programs", "stages") and (v < 1 or v & (v - 1))]
+        bad = [k for k, v in asdict(cfg).items() if k != "num_warps" and (v < 1 or v & (v - 1))]
         if bad:
             raise ValueError(f"fused step config {name}: {', '.join(bad)} must be powers of two ({cfg})")
-        if isinstance(cfg, GemvConfig) and (cfg.programs < 0 or not 0 <= cfg.stages <= 8):
-            raise ValueError(f"fused step config {name}: programs must be 0 or more and stages 0-8 ({cfg})")
     return out
 
 

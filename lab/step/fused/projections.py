@@ -287,56 +287,16 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 @triton.jit
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
                       BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                      TILES: tl.constexpr = 0, STAGES: tl.constexpr = 1):
+                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC matrix + 12 KB bias + 6 KB norm
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
-
-    TILES > 0 (STREAM, with PREFETCH: `_ln_fc_stream`): a smaller grid, each program TILES tasks in turn, their weight
-    tiles staged in shared memory STAGES deep.
     """
-    if TILES > 0:
-        _ln_fc_stream(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL, TILES,
-                      STAGES, LEAVE_OUT)
-    else:
-        _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE,
-               USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
-
-
-@triton.jit
-def _ln_fc_stream(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
-                  BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr, USE_PDL: tl.constexpr,
-                  TILES: tl.constexpr, STAGES: tl.constexpr, LEAVE_OUT: tl.constexpr):
-    """ln_fc_gelu_kernel streaming: program p of G does tasks p, p + G, ... (TILES of them; those past the last
-    task are masked: no traffic), each a one-chunk weight slice [1, BN, BK = BE] as PREFETCH's. Triton pipelines
-    the slices' loads STAGES deep through shared memory (cp.async): the first STAGES - 1 are issued before the loop,
-    so before the PDL wait, which the first iteration makes, and each later one while an earlier slice is multiplied.
-    What PREFETCH bounds by registers (the slice a program holds before its wait, so the programs an SM holds) is then
-    bounded by shared memory, and there is no last wave: one grid the SMs hold at once streams the whole matrix. The
-    layer norm is computed once a program, not once a task. G must be a multiple of NBB, so a program's batch rows
-    are the same in every task."""
-    pid = tl.program_id(0)
-    G = tl.num_programs(0)
-    _pdl_launch(USE_PDL)
-    ke = tl.arange(0, BE)
-    g = _load_vec(ln_w, ke, E)
-    beta = _load_vec(ln_b, ke, E)
-    a = tl.zeros([BB, BE], dtype=tl.float32)
-    for t in tl.range(0, TILES, num_stages=STAGES):
-        _, b, n, b_mask, n_mask = _row_blocks_at(pid + t * G, NBB, B, F, BB, BN)
-        w = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
-        bias = _load_vec(bias_ptr, n, F)
-        if t == 0:  # after the prologue's loads: the wait, the row and its layer norm, once
-            _pdl_wait(USE_PDL, LEAVE_OUT)
-            x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
-            mean, rstd = _ln_stats(x, ke < E, E, eps)
-            a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
-        y = _gelu(_dot_slice(a, w) + bias[None, :])
-        tl.store(h_ptr + b[:, None] * F + n[None, :], y, mask=_stored(b_mask[:, None] & n_mask[None, :], y, LEAVE_OUT))
+    _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL,
+           PREFETCH, LEAVE_OUT, 0, False)
 
 
 @triton.jit

@@ -250,15 +250,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         meta = {"BB": g.BB, "BN": g.BN, "BK": g.BK, "num_warps": g.num_warps, **common}
         if prefetch and name in C.PREFETCH_KERNELS:
             meta["PREFETCH"] = True
-        tasks = C.cdiv(N, g.BN) * nbb
-        if g.programs:  # STREAM: a grid of `programs` (a multiple of nbb), each walking its tasks
-            if not (prefetch and name in C.STREAM_KERNELS):
-                raise ValueError(f"fused step: {name}'s config {g} streams (programs {g.programs}), which only "
-                                 f"{', '.join(C.STREAM_KERNELS)} can, and only with prefetch (one chunk)")
-            grid = min(tasks, max(nbb, g.programs // nbb * nbb))
-            meta.update(TILES=C.cdiv(tasks, grid), STAGES=max(1, g.stages))
-            return (grid,), meta, nbb
-        return (tasks,), meta, nbb
+        return (C.cdiv(N, g.BN) * nbb,), meta, nbb
 
     BE, BD, scale = C.next_pow2(E), C.next_pow2(DH), 1.0 / math.sqrt(DH)
     qkv = cfg["ln_qkv"]
