@@ -581,9 +581,13 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
     assert got["cpu-2026-12-02-full"] == ("cpu-2026-11-29-inductor", "the previous run of host vm (AMD EPYC, 2 cores) "
                                                                       "with profile cpu")
     assert got["cpu-2026-11-29-inductor"][0] == "cpu-2026-12-02-full"
-    assert got["h200-2026-12-02-gpu"] == (None, "no other run of profile gpu among the runs rendered: nothing to set "
-                                                "it against (a run of the same profile, from this host or another, "
-                                                "would be)")
+    h200 = "host vm (Intel(R) Xeon(R) Processor, 16 cores; NVIDIA H200, driver 580.159.04) with profile gpu"
+    assert got["h200-2026-12-04-model-scaling"] == ("h200-2026-12-02-gpu", f"the previous run of {h200}")
+    assert got["h200-2026-12-02-gpu"] == ("h200-2026-12-04-model-scaling",
+                                          f"no earlier run of {h200}: the newest other run of profile gpu")
+    assert got["h200-2026-12-02-sweep"] == (None, "no other run of profile gpu-sweep among the runs rendered: nothing "
+                                                  "to set it against (a run of the same profile, from this host or "
+                                                  "another, would be)")
 
 
 def test_a_baseline_is_the_previous_run_of_the_host_else_the_newest_of_the_profile(tmp_path: Path) -> None:
