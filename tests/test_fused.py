@@ -273,6 +273,34 @@ def test_a_bf16_slice_is_not_held_both_packed_and_widened() -> None:
 
 @needs_triton
 @pytest.mark.slow
+def test_bf16_products_take_two_instructions_a_weight_after_the_wait() -> None:
+    """GPT-2 1.5B's bf16 fc2 as fused-pdl-prefetch binds it (BN 4 x BK 8192, 4 warps: 256 bf16 values a thread): read
+    as packed pairs and summed in column order, each weight costs one integer instruction to widen and one fused
+    multiply-add, so the program's path after the PDL wait runs under 3 machine instructions a weight value (705 for
+    256: the residual, the reduction over 128 threads and the store are the rest). Widened by a cast and summed as
+    even and odd columns apart it ran 917 (3.6 a value): a multiply, a fused multiply-add and an add a pair, and two
+    instructions for each high half."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    big = SHAPES["gpt2-1.5B"]
+    plan = aot.plan_for_shapes(ModelSpec("one-layer", 1, big.n_embd, big.n_head), torch.bfloat16, 1, pdl=True,
+                               prefetch=True)
+    g = plan.configs["fc2"]
+    values = g.BB * g.BN * g.BK // (32 * g.num_warps)
+    [compiled] = aot.compile_plan(replace(plan, launches=[x for x in plan.launches if x.name == "fc2"]))
+    if compiled.post_wait_instructions is None:
+        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    assert values == 256 and compiled.spill_bytes == 0, (g, compiled)
+    assert compiled.post_wait_instructions < 3 * values, (g, compiled)
+
+
+@needs_triton
+@pytest.mark.slow
 def test_prefetch_leaves_only_activations_after_the_wait() -> None:
     """What the variant is for: layer norm + FC reads its slice, bias and norm parameters before the PDL
     wait, so after it only the residual row is loaded (from L2); the default build loads weights there. (The

@@ -123,6 +123,16 @@ def case_prefetch_bf16_b1() -> dict[str, Any]:
     return _forced(1, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2))
 
 
+@case
+def case_prefetch_oddk_bf16_b1() -> dict[str, Any]:
+    # rows of 45 (odd: the slice widened by a cast) and 180 (fc2: packed pairs, the last one masked in a 256-wide slice)
+    import torch
+    from lab.step.fused import check as K
+
+    return K.teacher_forced(K.weights_for("odd-k"), K.weights_for("odd-k", dtype=torch.bfloat16), 1, steps=3, sms=2,
+                            prefetch=True)
+
+
 FOLD_QKV = '"ln_qkv": {"BB": 1, "BN": 8, "BK": 64}'  # a BN that divides the tiny model's head width (16)
 
 
@@ -464,7 +474,8 @@ FP32_CASES = {  # case -> (path, batch)
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
-              "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1)}
+              "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1),
+              "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run

@@ -1,4 +1,4 @@
-"""Compile every kernel of the fused step for a GPU without one: errors, registers, spills, PTX facts.
+"""Compile every kernel of the fused step for a GPU without one: errors, registers, spills, PTX and SASS facts.
 
     python -m lab.step.fused.aot                                  # fp32 and bf16, batches 1 and 64, sm_90
     python -m lab.step.fused.aot --dtype bfloat16 --batch 8 --pdl --arch 90
@@ -9,7 +9,8 @@ Triton compiles ahead of time for a named target (`triton.compile(ASTSource, tar
 with the ptxas bundled in its wheel, so a CPU host can check what the interpreter cannot: that
 each kernel lowers to PTX and a cubin for Hopper, how many registers a thread needs (occupancy),
 whether anything spills, that weights are read with 16-byte vector loads, that the fp32 step
-uses no tensor-core instruction (IEEE fp32 FMA only), and that PDL builds contain griddepcontrol.
+uses no tensor-core instruction (IEEE fp32 FMA only), that PDL builds contain griddepcontrol, and (disassembled by
+the wheel's nvdisasm) how many machine instructions a program runs after its PDL wait, on the chain.
 On the gemm path (lab.step.fused.rule) only its Triton kernels are compiled: its GEMMs are the library's.
 The arguments are specialised as the JIT would on a device: 16-byte aligned pointers, integers
 equal to 1 as constants, multiples of 16 marked divisible.
@@ -49,6 +50,9 @@ class Compiled:
     # global loads after the first CTA barrier that follows the PDL wait (None: no wait): a second round trip on the
     # chain, after a reduction, where the first one could have carried them (proj's and fc2's residual: none now)
     loads_after_barrier: int | None = None
+    # SASS instructions from the PDL wait to the first EXIT: the path a program runs on the chain once its predecessor
+    # has finished (None: no wait, or no disassembler in the Triton wheel)
+    post_wait_instructions: int | None = None
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -114,6 +118,32 @@ def ptxas_usage(ptx: str, arch: int = 90) -> tuple[int | None, int | None]:
     return (int(regs.group(1)) if regs else None, int(spills.group(1)) if spills else None)
 
 
+def sass(cubin: bytes) -> str | None:
+    """The machine code of a cubin, disassembled by the nvdisasm bundled beside ptxas (None without one)."""
+    ptxas = ptxas_path()
+    nvdisasm = os.path.join(os.path.dirname(ptxas), "nvdisasm") if ptxas else ""
+    if not os.access(nvdisasm, os.X_OK):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        proc = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def post_wait_instructions(code: str | None) -> int | None:
+    """SASS instructions from the PDL wait (griddepcontrol.wait: ACQBULK) to the first EXIT after it, both counted."""
+    if code is None:
+        return None
+    lines = [line for line in code.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
+    wait = next((i for i, line in enumerate(lines) if re.search(r"\bACQBULK\b", line)), None)
+    if wait is None:
+        return None
+    end = next((i for i in range(wait, len(lines)) if re.search(r"\bEXIT\b", lines[i])), len(lines) - 1)
+    return end - wait + 1
+
+
 def _loads_after_barrier(ptx: str) -> int | None:
     """Global loads after the first bar.sync that follows the PDL wait (None without a wait)."""
     if "griddepcontrol.wait" not in ptx:
@@ -150,7 +180,7 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             _loads_after_wait(ptx), len(re.findall(r"\batom\.", ptx)),
                             len(re.findall(r"\bld(?:\.\w+)*\.acquire\b", ptx)),
                             len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M)),
-                            _loads_after_barrier(ptx)))
+                            _loads_after_barrier(ptx), post_wait_instructions(sass(kernel.asm["cubin"]))))
     return out
 
 
@@ -222,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
                       f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait} (after its first barrier "
                       f"{c.loads_after_barrier})  atomics {c.atomics} acquires "
-                      f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  {cfg}")
+                      f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  sass after wait {c.post_wait_instructions}  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
     return 1 if bad else 0
 

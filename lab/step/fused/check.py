@@ -167,14 +167,17 @@ def same_as_five(w: Weights, batch: int, steps: int, persistent: dict[str, Any],
 
 # Every size a non-power of two (E 48, dh 12, 4E 192, V 500): every masked lane of the kernels is exercised.
 ODD = ModelSpec("gpt2-odd", n_layer=2, n_embd=48, n_head=4, vocab_size=500, n_positions=64, init_std=0.3)
+# rows of odd length (45: three heads of 15) beside the MLP's even ones (180): a bf16 slice read as packed pairs only
+# where its row has an even length (lab.step.fused.projections._load_w_raw)
+ODD_K = ModelSpec("gpt2-odd-k", n_layer=1, n_embd=45, n_head=3, vocab_size=101, n_positions=32, init_std=0.3)
 
 
 def weights_for(model: str, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Weights:
-    """Random weights of the smoke model ("tiny"), the odd-shaped one ("odd") or GPT-2 124M ("gpt2")."""
+    """Random weights of the smoke model ("tiny"), the odd-shaped ones ("odd", "odd-k") or GPT-2 124M ("gpt2")."""
     from lab.step import model as M
     from lab.contract.profiles import GPT2, TINY
 
-    spec = {"tiny": TINY, "odd": ODD, "gpt2": GPT2}[model]
+    spec = {"tiny": TINY, "odd": ODD, "odd-k": ODD_K, "gpt2": GPT2}[model]
     m = M.build_model(spec, M.resolve_weights(spec, "random"))
     return M.extract_weights(m, dtype=dtype, device=device)
 

@@ -53,11 +53,20 @@ def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr =
 
 
 @triton.jit
-def _load_w_raw(w_ptr, n, n_mask, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
-    """The weight slice [1, BN, BK] at columns 0.. in the weights' own dtype (PREFETCH: widened at use)."""
-    k = tl.arange(0, BK)
-    mask = n_mask[None, :, None] & (k < K)[None, None, :]
-    return _made(tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0), LEAVE_OUT, _WEIGHTS)
+def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """The weight slice at columns 0.. in the weights' own bits (PREFETCH: widened at use): [1, BN, BK] as stored, or,
+    for bf16 rows of even length, [1, BN, BK // 2] int32, each the packed pair of columns 2j (low half) and 2j + 1
+    (high half), which `_dot_slice` widens with one integer instruction each."""
+    if w_ptr.dtype.element_ty == tl.bfloat16 and K % 2 == 0:
+        k2 = tl.arange(0, BK // 2)
+        mask = n_mask[None, :, None] & (k2 < K // 2)[None, None, :]
+        pairs = w_ptr.to(tl.pointer_type(tl.int32))
+        w = tl.load(pairs + n[None, :, None] * (K // 2) + k2[None, None, :], mask=mask, other=0)
+    else:
+        k = tl.arange(0, BK)
+        mask = n_mask[None, :, None] & (k < K)[None, None, :]
+        w = tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0)
+    return _made(w, LEAVE_OUT, _WEIGHTS)
 
 
 @triton.jit
@@ -89,21 +98,25 @@ def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_fi
 
 @triton.jit
 def _dot_slice(a, w_raw):
-    """acc [BB, BN] = a [BB, BK] @ w_raw[0].T for a weight slice [1, BN, BK] held in its own dtype (PREFETCH), in fp32.
+    """acc [BB, BN] = a [BB, BK] @ W.T for a weight slice held in its own bits (PREFETCH, `_load_w_raw`), in fp32.
 
-    A 16-bit slice is taken as its even and odd columns (the two halves of each packed register), each widened as it
-    is multiplied: widened whole, the slice's fp32 copy stays live beside the packed one (GPT-2 1.5B's bf16 ln_fc held
-    244 registers a thread this way, 166 split), and fewer programs fit an SM to keep bytes in flight. An fp32 slice
-    is used as loaded."""
-    if w_raw.dtype == tl.float32:
-        acc = tl.sum(a[:, None, :] * w_raw, axis=2)
-    else:
+    Packed bf16 pairs (int32 [1, BN, BK // 2]) are widened as bf16 is: the low half shifted up (column 2j) and the
+    high half masked (column 2j + 1), one integer instruction each, exact; the products of both halves are interleaved
+    back into column order before the sum over K, so that it compiles to one chain of fused multiply-adds (summed
+    apart, each pair took a multiply, a fused multiply-add and an add). Widened by a cast instead, each high half took
+    two instructions, and a slice widened whole kept its fp32 copy live beside the packed one (GPT-2 1.5B's bf16
+    ln_fc: 244 registers a thread). Any other slice is used as loaded, widened to fp32."""
+    if w_raw.dtype == tl.int32:
         BB: tl.constexpr = a.shape[0]
         BK: tl.constexpr = a.shape[1]
         BN: tl.constexpr = w_raw.shape[1]
+        lo = (w_raw << 16).to(tl.float32, bitcast=True)
+        hi = (w_raw & -65536).to(tl.float32, bitcast=True)
         a_even, a_odd = tl.split(tl.reshape(a, (BB, BK // 2, 2)))
-        w_even, w_odd = tl.split(tl.reshape(w_raw, (1, BN, BK // 2, 2)))
-        acc = tl.sum(a_even[:, None, :] * w_even.to(tl.float32) + a_odd[:, None, :] * w_odd.to(tl.float32), axis=2)
+        prod = tl.join(a_even[:, None, :] * lo, a_odd[:, None, :] * hi)
+        acc = tl.sum(tl.reshape(prod, (BB, BN, BK)), axis=2)
+    else:
+        acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
     return acc
 
 
