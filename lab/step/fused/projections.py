@@ -84,7 +84,7 @@ def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_fi
     """acc [BB, BN] = layer_norm(x[b]) @ W[n].T, with the first weight tile already loaded (w_first)."""
     ke = tl.arange(0, BE)
     mean, rstd = _ln_stats(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT),
-                           ke < E, E, eps)
+                           ke < E, E, eps, True)
     acc = tl.zeros([BB, BN], dtype=tl.float32)
     w = w_first
     for k0 in range(0, E, BK):
@@ -124,7 +124,7 @@ def _dot_slice(a, w_raw):
 def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, beta, w_raw):
     """PREFETCH, one chunk: acc [BB, BN] = layer_norm(x) @ W.T with x [BB, BE] the whole row already
     loaded, g and beta [BE] and the weight slice [1, BN, BE] loaded before the wait."""
-    mean, rstd = _ln_stats(x, k_mask, E, eps)
+    mean, rstd = _ln_stats(x, k_mask, E, eps, True)
     a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
     return _dot_slice(a, w_raw)
 
@@ -337,7 +337,7 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.co
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
         y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    y = _gelu(y)  # tanh approximation, as GPT-2's gelu_new
+    y = _gelu(y, True)  # tanh approximation, as GPT-2's gelu_new
     tl.store(h_ptr + b[:, None] * F + n[None, :], y, mask=_stored(b_mask[:, None] & n_mask[None, :], y, LEAVE_OUT))
 
 
