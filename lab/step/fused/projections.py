@@ -80,13 +80,14 @@ def _first_tile(task, w_ptr, NBB, B, N, K, BB: tl.constexpr, BN: tl.constexpr, B
 @triton.jit
 def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_first, b, b_mask, n, n_mask,
              E: tl.constexpr, eps, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             BE: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, FAST: tl.constexpr = True):
-    """acc [BB, BN] = layer_norm(x[b]) @ W[n].T, with the first weight tile already loaded (w_first). FAST: the layer
-    norm's statistics as `_ln_stats` takes them in the GEMV kernels; the persistent kernel (lab.step.fused.persistent)
-    keeps the correctly rounded ones it was measured with (the fast ones spill under its register cap of 128)."""
+             BE: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """acc [BB, BN] = layer_norm(x[b]) @ W[n].T, with the first weight tile already loaded (w_first). The statistics
+    correctly rounded (`_ln_stats`): the chunked kernels are the reference the persistent kernel matches bit for bit
+    (its layer kernel, with the fast forms, spilled under its cap of 128 registers), and lm_head's are a few dozen
+    instructions in a kernel that streams 77-154 MB."""
     ke = tl.arange(0, BE)
     mean, rstd = _ln_stats(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT),
-                           ke < E, E, eps, FAST)
+                           ke < E, E, eps)
     acc = tl.zeros([BB, BN], dtype=tl.float32)
     w = w_first
     for k0 in range(0, E, BK):
@@ -216,7 +217,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
         out = acc + bias[None, :]
     else:
         acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
-                       E, eps, EMBED, BB, BN, BK, BE, LEAVE_OUT, not PRELOADED)
+                       E, eps, EMBED, BB, BN, BK, BE, LEAVE_OUT)
         out = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     part = n // E  # 0: q, 1: k, 2: v
     col = n % E
@@ -337,9 +338,9 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.co
         y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
     else:
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
-                       E, eps, False, BB, BN, BK, BE, LEAVE_OUT, not PRELOADED)
+                       E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
         y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    y = _gelu(y, not PRELOADED)  # tanh approximation, as GPT-2's gelu_new (PRELOADED: the persistent kernel's, as `_ln_gemv`)
+    y = _gelu(y, PREFETCH)  # tanh approximation, as GPT-2's gelu_new (fast in the PREFETCH kernels only, as `_ln_gemv`)
     tl.store(h_ptr + b[:, None] * F + n[None, :], y, mask=_stored(b_mask[:, None] & n_mask[None, :], y, LEAVE_OUT))
 
 

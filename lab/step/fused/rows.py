@@ -119,10 +119,11 @@ def _ln_stats(x, k_mask, E: tl.constexpr, eps, FAST: tl.constexpr = False):
     (the mean, then the squares about it). var = E[x^2] - mean^2 loses digits only where |mean| is large beside the spread, which a
     residual row's is not (the fp32 step's tokens stay eager's: tests/test_fused.py, the interpreter's cases).
 
-    FAST (the GEMV kernels, where every thread of a program computes its rows' statistics): the sums scaled by the
-    constant 1/E and 1/std the hardware's reciprocal square root (as torch's CUDA layer norm takes it), where correctly
-    rounded divisions and a square root took about 40 machine instructions, each with a branch to a slow path.
-    Otherwise (the gemm path's add_ln, one row a program) correctly rounded, as measured before: see `_gelu`."""
+    FAST (the PREFETCH kernels, where every thread of a program computes its rows' statistics on the chain after the
+    PDL wait): the sums scaled by the constant 1/E and 1/std the hardware's reciprocal square root (as torch's CUDA
+    layer norm takes it), where correctly rounded divisions and a square root took about 40 machine instructions, each
+    with a branch to a slow path. Otherwise correctly rounded: the gemm path's add_ln (see `_gelu`), the chunked GEMV
+    kernels and lm_head (lab.step.fused.projections._ln_gemv)."""
     x = tl.where(k_mask[None, :], x, 0.0)
     total, squares = tl.reduce((x, x * x), 1, _add_pair)
     if FAST:
@@ -149,7 +150,7 @@ def _gelu(y, FAST: tl.constexpr = False):
     """gelu(y), tanh approximation: y/2 (1 + tanh(u)), u = sqrt(2/pi) (y + 0.044715 y^3). With tanh(u) =
     2 sigmoid(2u) - 1 that is y * sigmoid(2u) = y / (1 + exp(-2u)): no cancellation near 0, exact limits at +-inf.
 
-    FAST (ln_fc, whose every thread computes GELU on the reduction's results it holds): the fast division (a reciprocal
+    FAST (ln_fc's PREFETCH path, whose every thread computes GELU on the reduction's results it holds): the fast division (a reciprocal
     and a multiply, within 2 ulp), where a correctly rounded one took about 10 machine instructions more a value.
     Otherwise (the gemm path's gelu kernel, one value a thread) correctly rounded: with both fast there too, GPT-2 1.5B's
     bf16 step at batch 8 fell below the teacher-forced rule on the H200 (agreement 0.4453 against at least 0.4487;
