@@ -253,7 +253,8 @@ def test_kernels_compile_for_hopper(label: str) -> None:
 def test_a_bf16_slice_is_not_held_both_packed_and_widened() -> None:
     """GPT-2 1.5B's bf16 ln_fc as fused-pdl-prefetch binds it (BN 8 x BK 2048, 4 warps: 128 bf16 values a thread, 64
     registers packed): widened whole, the fp32 copy (128 more) stayed live beside the packed one (244 registers, two
-    programs an SM); taken as even and odd columns (projections._dot_slice) it is widened as it is used."""
+    programs an SM); read as packed pairs (projections._dot_slice, as it took even and odd columns before) it is widened
+    as it is used."""
     from dataclasses import replace
 
     from lab.contract.profiles import SHAPES, ModelSpec
@@ -275,8 +276,8 @@ def test_a_bf16_slice_is_not_held_both_packed_and_widened() -> None:
 @pytest.mark.slow
 def test_bf16_products_take_two_instructions_a_weight_after_the_wait() -> None:
     """GPT-2 1.5B's bf16 fc2 as fused-pdl-prefetch bound it until 2026-12-04 (BN 4 x BK 8192, 4 warps: 256 bf16 values a
-    thread; retuned since to BN 2, the same code over half the rows): read
-    as packed pairs and summed in column order, each weight costs one integer instruction to widen and one fused
+    thread; retuned since to BN 2, the same code over half the rows): read as packed pairs and summed in column order,
+    each weight costs one integer instruction to widen and one fused
     multiply-add, so the program's path after the PDL wait runs under 3 machine instructions a weight value (705 for
     256: the residual, the reduction over 128 threads and the store are the rest). Widened by a cast and summed as
     even and odd columns apart it ran 917 (3.6 a value): a multiply, a fused multiply-add and an add a pair, and two

@@ -90,15 +90,20 @@ def compile_launch(launch: Any, arch: int = 90) -> Any:
                           options=options)
 
 
-def ptxas_path() -> str | None:
-    """The ptxas in the installed Triton wheel (found without importing Triton), or None."""
+def _bundled(tool: str) -> str | None:
+    """A CUDA tool in the installed Triton wheel's bin folder (found without importing Triton), or None."""
     import importlib.util
 
     spec = importlib.util.find_spec("triton")
     if spec is None or spec.origin is None:
         return None
-    path = os.path.join(os.path.dirname(spec.origin), "backends", "nvidia", "bin", "ptxas")
+    path = os.path.join(os.path.dirname(spec.origin), "backends", "nvidia", "bin", tool)
     return path if os.access(path, os.X_OK) else None
+
+
+def ptxas_path() -> str | None:
+    """The ptxas in the installed Triton wheel, or None."""
+    return _bundled("ptxas")
 
 
 def ptxas_usage(ptx: str, arch: int = 90) -> tuple[int | None, int | None]:
@@ -119,10 +124,9 @@ def ptxas_usage(ptx: str, arch: int = 90) -> tuple[int | None, int | None]:
 
 
 def sass(cubin: bytes) -> str | None:
-    """The machine code of a cubin, disassembled by the nvdisasm bundled beside ptxas (None without one)."""
-    ptxas = ptxas_path()
-    nvdisasm = os.path.join(os.path.dirname(ptxas), "nvdisasm") if ptxas else ""
-    if not os.access(nvdisasm, os.X_OK):
+    """The machine code of a cubin, disassembled by the nvdisasm in the Triton wheel (None without one)."""
+    nvdisasm = _bundled("nvdisasm")
+    if nvdisasm is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
@@ -252,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
                       f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait} (after its first barrier "
                       f"{c.loads_after_barrier})  atomics {c.atomics} acquires "
-                      f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  sass after wait {c.post_wait_instructions}  {cfg}")
+                      f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  sass after wait "
+                      f"{c.post_wait_instructions}  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
     return 1 if bad else 0
 

@@ -340,7 +340,7 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.co
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
         y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    y = _gelu(y, PREFETCH)  # tanh approximation, as GPT-2's gelu_new (fast in the PREFETCH kernels only, as `_ln_gemv`)
+    y = _gelu(y, PREFETCH)  # tanh approximation, as GPT-2's gelu_new (fast on the PREFETCH path only: `_ln_gemv`)
     tl.store(h_ptr + b[:, None] * F + n[None, :], y, mask=_stored(b_mask[:, None] & n_mask[None, :], y, LEAVE_OUT))
 
 

@@ -150,16 +150,18 @@ def _gelu(y, FAST: tl.constexpr = False):
     """gelu(y), tanh approximation: y/2 (1 + tanh(u)), u = sqrt(2/pi) (y + 0.044715 y^3). With tanh(u) =
     2 sigmoid(2u) - 1 that is y * sigmoid(2u) = y / (1 + exp(-2u)): no cancellation near 0, exact limits at +-inf.
 
-    FAST (ln_fc's PREFETCH path, whose every thread computes GELU on the reduction's results it holds): the fast division (a reciprocal
-    and a multiply, within 2 ulp), where a correctly rounded one took about 10 machine instructions more a value.
-    Otherwise (the gemm path's gelu kernel, one value a thread) correctly rounded: with both fast there too, GPT-2 1.5B's
-    bf16 step at batch 8 fell below the teacher-forced rule on the H200 (agreement 0.4453 against at least 0.4487;
-    0.4570 correctly rounded), so that path keeps what it was measured with."""
+    FAST (ln_fc's PREFETCH path, whose every thread computes GELU on the reduction's results it holds): the fast
+    division (a reciprocal and a multiply, within 2 ulp), where a correctly rounded one took about 10 machine
+    instructions more a value. Otherwise correctly rounded: the chunked ln_fc and the gemm path's gelu kernel (one value
+    a thread). With both fast on the gemm path too, GPT-2 1.5B's bf16 step at batch 8 fell below the teacher-forced
+    rule on the H200 (agreement 0.4453 against at least 0.4487; 0.4570 correctly rounded), so that path keeps what it
+    was measured with."""
     u = 0.7978845608028654 * (y + 0.044715 * y * y * y)
+    den = 1.0 + tl.exp(-2.0 * u)
     if FAST:
-        out = tl.fdiv(y, 1.0 + tl.exp(-2.0 * u))
+        out = tl.fdiv(y, den)
     else:
-        out = tl.div_rn(y, 1.0 + tl.exp(-2.0 * u))
+        out = tl.div_rn(y, den)
     return out
 
 
