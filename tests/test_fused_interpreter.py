@@ -310,6 +310,31 @@ def case_plans() -> dict[str, Any]:
     return {"reused": reused, "wrong_state": wrong_state, "dropped": key not in S._PLANS}
 
 
+@case
+def case_gelu() -> dict[str, Any]:
+    """`rows._gelu` both ways (through gelu_kernel's FAST switch) over a dense range and the extremes, against the tanh
+    GELU in float64 written as x sigmoid(2u) (torch's 0.5 x (1 + tanh u) cancels to 0 below about -7): each form's
+    largest error relative to max(|GELU|, 1e-30), over |x| <= 3 and over everything (where the fp32 exponent's own
+    rounding, about 40 ulp of u near x = -9, sets the error of any fp32 form), and torch's own GELU over |x| <= 3."""
+    import torch
+
+    from lab.step.fused.rows import gelu_kernel
+
+    x = torch.cat([torch.linspace(-10, 10, 2001), torch.tensor([-1e4, -100.0, -30.0, -1e-3, -1e-30, 0.0, 1e-30, 1e-3,
+                                                                30.0, 100.0, 1e4])])
+    xd = x.double()
+    ref = xd / (1 + torch.exp(-2 * 0.7978845608028654 * (xd + 0.044715 * xd ** 3)))
+    core = xd.abs() <= 3
+    out = {"torch_core": ((torch.nn.functional.gelu(xd, approximate="tanh") - ref)[core].abs()
+                          / ref[core].abs().clamp_min(1e-30)).max().item()}
+    for fast in (False, True):
+        h = x.clone()
+        gelu_kernel[(-(-h.numel() // 256),)](h, h.numel(), BLOCK=256, USE_PDL=False, FAST=fast)
+        rel = (h.double() - ref).abs() / ref.abs().clamp_min(1e-30)
+        out["fast" if fast else "exact"] = {"core": rel[core].max().item(), "all": rel.max().item()}
+    return out
+
+
 # what each kernel writes (its output in the workspace of a repeatable plan), for the anatomy case
 WRITES = {"ln_qkv": "q", "attention": "part_o", "proj": "x_scratch", "ln_fc": "h", "fc2": "x_scratch",
           "lm_head": "logits"}
@@ -568,9 +593,20 @@ def test_persistent_plan_is_the_five_kernel_step_bit_for_bit_and_leaves_its_barr
     assert "one persistent kernel a layer, 1 programs" in got["reason"], got
 
 
+@pytest.mark.slow
+def test_gelu_both_forms_match_torch_tanh_gelu(worker: Worker) -> None:
+    """The fast form (constants folded into one power of two, the fast division) and the correctly rounded one agree
+    with torch's tanh GELU to fp32 rounding in the interpreter, whose exp2 and division are numpy's; on a GPU the fast
+    form's exp2 and division are within 2 ulp (the CUDA tests and the grid's token checks run it)."""
+    got = worker.run("gelu")
+    assert got["torch_core"] <= 1e-12, got  # the reference is torch's GELU where that does not cancel
+    for form in ("exact", "fast"):
+        assert got[form]["core"] <= 1e-6 and got[form]["all"] <= 2e-5, got
+
+
 def test_every_case_has_a_test() -> None:
     assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment",
-                                                              "persistent-exact"}
+                                                              "persistent-exact", "gelu"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

@@ -53,6 +53,9 @@ class Compiled:
     # SASS instructions from the PDL wait to the first EXIT: the path a program runs on the chain once its predecessor
     # has finished (None: no wait, or no disassembler in the Triton wheel)
     post_wait_instructions: int | None = None
+    # CTA barriers (BAR.SYNC) on that path: each reduction across warps takes two, and each change of a tile's layout
+    # through shared memory one or more (a bf16 input read in another layout than its products took 16 in fc2)
+    barriers_after_wait: int | None = None
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -136,8 +139,9 @@ def sass(cubin: bytes) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-def post_wait_instructions(code: str | None) -> int | None:
-    """SASS instructions from the PDL wait (griddepcontrol.wait: ACQBULK) to the first EXIT after it, both counted."""
+def after_wait(code: str | None) -> list[str] | None:
+    """The SASS instructions from the PDL wait (griddepcontrol.wait: ACQBULK) to the first EXIT after it, both
+    included (None: no code, or no wait)."""
     if code is None:
         return None
     lines = [line for line in code.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
@@ -145,7 +149,19 @@ def post_wait_instructions(code: str | None) -> int | None:
     if wait is None:
         return None
     end = next((i for i in range(wait, len(lines)) if re.search(r"\bEXIT\b", lines[i])), len(lines) - 1)
-    return end - wait + 1
+    return lines[wait:end + 1]
+
+
+def post_wait_instructions(code: str | None) -> int | None:
+    """How many SASS instructions `after_wait` finds."""
+    path = after_wait(code)
+    return None if path is None else len(path)
+
+
+def barriers_after_wait(code: str | None) -> int | None:
+    """The CTA barriers (BAR.SYNC) among them."""
+    path = after_wait(code)
+    return None if path is None else sum(bool(re.search(r"\bBAR\.SYNC", line)) for line in path)
 
 
 def _loads_after_barrier(ptx: str) -> int | None:
@@ -178,13 +194,14 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
         kernel = compile_launch(launch, arch)
         ptx = kernel.asm["ptx"]
         regs, spills = ptxas_usage(ptx, arch)
+        code = sass(kernel.asm["cubin"])
         out.append(Compiled(launch.name, "embed" if launch.meta.get("EMBED") else "", regs, spills,
                             int(kernel.metadata.shared), len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
                             len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
                             _loads_after_wait(ptx), len(re.findall(r"\batom\.", ptx)),
                             len(re.findall(r"\bld(?:\.\w+)*\.acquire\b", ptx)),
                             len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M)),
-                            _loads_after_barrier(ptx), post_wait_instructions(sass(kernel.asm["cubin"]))))
+                            _loads_after_barrier(ptx), post_wait_instructions(code), barriers_after_wait(code)))
     return out
 
 
@@ -257,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait} (after its first barrier "
                       f"{c.loads_after_barrier})  atomics {c.atomics} acquires "
                       f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  sass after wait "
-                      f"{c.post_wait_instructions}  {cfg}")
+                      f"{c.post_wait_instructions} ({c.barriers_after_wait} barriers)  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
     return 1 if bad else 0
 
