@@ -86,6 +86,28 @@ def test_the_folded_attentions_chunk_fits_the_tile_budget() -> None:
 
 
 @needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_folded_layer_norm_constants_reproduce_layer_norm_then_the_projection(dtype: torch.dtype) -> None:
+    """step.ln_folded's c1 = W g and c2 = W beta + bias, put back as the PREFETCH kernels use them (rstd ((x g) @ W.T -
+    mean c1) + c2, projections._ln_gemv_one), give layer_norm(x) @ W.T + bias, on rows whose mean is several times
+    their spread; fp32 vectors the length of W's rows."""
+    import torch.nn.functional as F
+
+    from lab.step.fused.step import ln_folded
+
+    gen = torch.Generator().manual_seed(0)
+    E, N = 48, 20
+    weight, g, beta, bias = (torch.randn(*shape, generator=gen).to(dtype) for shape in ((N, E), (E,), (E,), (N,)))
+    x = torch.randn(3, E, generator=gen, dtype=torch.float64) + 4.0
+    c1, c2 = ln_folded(weight, g, beta, bias)
+    assert c1.dtype == c2.dtype == torch.float32 and c1.shape == c2.shape == (N,)
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    folded = (var + 1e-5).rsqrt() * ((x * g.double()) @ weight.double().T - mean * c1.double()) + c2.double()
+    ref = F.linear(F.layer_norm(x, (E,), g.double(), beta.double(), 1e-5), weight.double(), bias.double())
+    assert torch.allclose(folded, ref, rtol=0, atol=1e-5 * ref.abs().max().item()), (folded - ref).abs().max()
+
+
+@needs_triton
 def test_pdl_is_refused_without_hopper(tiny_fp32) -> None:
     from lab.step.decode import new_state
     from lab.step.fused.step import prepare

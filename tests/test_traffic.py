@@ -44,6 +44,21 @@ def test_bf16_halves_the_weights_and_the_cache_not_the_fp32_activations() -> Non
     assert bf16[lm].act_out < fp32[lm].act_out  # the logits are in the weights' dtype
 
 
+@pytest.mark.parametrize("elem", [4, 2])
+def test_the_prefetch_path_reads_the_folded_layer_norm_constants_for_its_shift_and_bias(elem: int) -> None:
+    """On the PREFETCH path ln_qkv and ln_fc read the norm's scale and the folded constants c1 = W g, c2 = W beta +
+    bias (fp32, one each a row of W: projections._ln_gemv_one) where the other paths read the scale, the shift and
+    the bias in the weights' dtype; every other call reads the same."""
+    shape = T.Shape(**{**GPT2.__dict__, "elem": elem})
+    plain = T.calls(shape, T.Layout("gemv", 4, 786), 64)
+    folded = T.calls(shape, T.Layout("gemv-prefetch", 4, 786), 64)
+    E = GPT2.n_embd
+    assert [c.kernel for c in plain] == [c.kernel for c in folded]
+    for a, b in zip(plain, folded):
+        n = {"ln_qkv": 3 * E, "ln_fc": 4 * E}.get(a.kernel)
+        assert b.weights - a.weights == (0 if n is None else 2 * n * 4 - (n + E) * elem), a.kernel
+
+
 def test_gpt2_per_call_weights_are_the_kernels_documented_reads() -> None:
     """The projections' docstrings (GPT-2 124M, fp32): the QKV matrix 7.08 MB, proj 2.36, FC and FC2 9.44 each,
     the embedding matrix 154.4 MB; the matrix is most of each call's weights (bias and norm parameters: KBs)."""

@@ -71,8 +71,8 @@ def layer_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln1_w, ln1_b, attn_w
         while t < tasks:  # each task's first tile was loaded during the previous one
             w_now = w_next
             w_next = _first_tile(t + P, attn_w, NBB_A, B, 3 * E, E, BB_A, BN_A, BK_A)
-            _ln_qkv(t, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln1_w, ln1_b, attn_w, attn_b, q_ptr, cache_ptr,
-                    B, NBB_A, L, eps, E, H, DH, EMBED, BB_A, BN_A, BK_A, BE, False, False, 0, w_now, True)
+            _ln_qkv(t, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln1_w, ln1_b, attn_w, attn_b, attn_b, attn_b, q_ptr,
+                    cache_ptr, B, NBB_A, L, eps, E, H, DH, EMBED, BB_A, BN_A, BK_A, BE, False, False, 0, w_now, True)
             t += P
     if GRID:
         _arrive(bar_ptr)
@@ -108,8 +108,8 @@ def layer_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln1_w, ln1_b, attn_w
         while t < tasks:
             w_now = w_next
             w_next = _first_tile(t + P, fc_w, NBB_D, B, F, E, BB_D, BN_D, BK_D)
-            _ln_fc(t, x_ptr, ln2_w, ln2_b, fc_w, fc_b, h_ptr, B, NBB_D, eps, E, F, BB_D, BN_D, BK_D, BE, False,
-                   False, 0, w_now, True)
+            _ln_fc(t, x_ptr, ln2_w, ln2_b, fc_w, fc_b, fc_b, fc_b, h_ptr, B, NBB_D, eps, E, F, BB_D, BN_D, BK_D, BE,
+                   False, False, 0, w_now, True)  # (the folded layer norm's c1, c2 are the PREFETCH path's: not read)
             t += P
     if GRID:
         _arrive(bar_ptr)

@@ -18,7 +18,10 @@ wait, not only the first tile: with a config whose BK covers the whole row (lab.
 prefetch_config) the program's whole weight slice (2-16 KB), and in every GEMV kernel the bias and
 the layer-norm parameters, which the default kernels load after the wait (a DRAM round trip on the
 critical path of every launch). The slice stays in the weights' dtype until it is used (half the
-registers in bf16), and a one-chunk layer norm reuses the row it loaded for the statistics. So under
+registers in bf16), and a one-chunk layer norm reuses the row it loaded for the statistics. The layer norm
+before ln_qkv and ln_fc is folded into their product there (`_ln_gemv_one`: the row scaled by g, and two fp32
+constants a row of W, W g and W beta + bias, made when the plan is bound), so that the products do not wait
+for the statistics. So under
 PDL a kernel streams its weights while the previous one finishes, and what is left after the wait
 is activation traffic from L2 and arithmetic. Only weights move before the wait: nothing any kernel
 writes, so the variant is as safe as the default ordering, in or out of a graph.
@@ -130,12 +133,16 @@ def _dot_slice(a, w_raw):
 
 
 @triton.jit
-def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, beta, w_raw):
-    """PREFETCH, one chunk: acc [BB, BN] = layer_norm(x) @ W.T with x [BB, BE] the whole row already
-    loaded, g and beta [BE] and the weight slice [1, BN, BE] loaded before the wait."""
+def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, c1, c2, w_raw):
+    """PREFETCH, one chunk: [BB, BN] = layer_norm(x) @ W.T + bias with x [BB, BE] the whole row already loaded, and g
+    [BE], c1 and c2 [BN] and the weight slice [1, BN, BE] loaded before the wait, the layer norm folded into the
+    product: layer_norm(x) @ W.T + bias = rstd ((x g) @ W.T - mean c1) + c2, c1 = W g and c2 = W beta + bias (fp32,
+    made when the plan is bound: `step.ln_folded`). So the products start as soon as the row is loaded, beside its
+    statistics rather than after them, and each value of the row is scaled once where it was centred, scaled and
+    shifted."""
     mean, rstd = _ln_stats(x, k_mask, E, eps, True)
-    a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
-    return _dot_slice(a, w_raw)
+    acc = _dot_slice(x * g[None, :], w_raw)
+    return rstd[:, None] * (acc - mean[:, None] * c1[None, :]) + c2[None, :]
 
 
 @triton.jit
@@ -159,8 +166,8 @@ def _add_residual(res, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr, 
 # ------------------------------------------------------------------------------- kernel 1 of 4
 
 @triton.jit
-def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
-                  B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, q_ptr,
+                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                   USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
                   FOLD: tl.constexpr = False, BS: tl.constexpr = 16, BD: tl.constexpr = 16):
@@ -183,16 +190,16 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     the layer has no attention launch, and `proj` reads att as its input (FOLDED). BS: the slots of one chunk of
     that attention, BD: next_pow2(DH). Without FOLD, att_ptr, heads_ptr and scale are not read.
     """
-    _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr,
-            cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
+    _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr,
+            q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
                         BB, BN, BS, BD)
 
 
 @triton.jit
-def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, q_ptr, cache_ptr,
-            B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, q_ptr,
+            cache_ptr, B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
@@ -201,11 +208,11 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
-    if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice)
+    if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; c1, c2: `_ln_gemv_one`)
         w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
-        bias = _load_vec(bias_ptr, n, 3 * E)
+        c1 = _load_vec(c1_ptr, n, 3 * E)
+        c2 = _load_vec(c2_ptr, n, 3 * E)
         g = _load_vec(ln_w, ke, E)
-        beta = _load_vec(ln_b, ke, E)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -219,8 +226,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
                      mask=_stored(b_mask[:, None] & (ke < E)[None, :], x0, LEAVE_OUT))
     if PREFETCH:
         x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT)
-        acc = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first)
-        out = acc + bias[None, :]
+        out = _ln_gemv_one(x, ke < E, E, eps, g, c1, c2, w_first)
     else:
         acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, EMBED, BB, BN, BK, BE, LEAVE_OUT)
@@ -307,7 +313,7 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 # ------------------------------------------------------------------------------- kernel 3 of 4
 
 @triton.jit
-def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
+def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
                       BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                       USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
@@ -317,23 +323,23 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E:
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
     """
-    _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL,
+    _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL,
            PREFETCH, LEAVE_OUT, 0, False)
 
 
 @triton.jit
-def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
+def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
            BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr, USE_PDL: tl.constexpr,
            PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
-    if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters, before the wait
+    if PREFETCH:  # the whole slice (BK == BE), the folded layer norm's constants and its scale, before the wait
         w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
-        bias = _load_vec(bias_ptr, n, F)
+        c1 = _load_vec(c1_ptr, n, F)
+        c2 = _load_vec(c2_ptr, n, F)
         g = _load_vec(ln_w, ke, E)
-        beta = _load_vec(ln_b, ke, E)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -341,7 +347,7 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, h_ptr, B, NBB, eps, E: tl.co
     _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
         x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
-        y = _ln_gemv_one(x, ke < E, E, eps, g, beta, w_first) + bias[None, :]
+        y = _ln_gemv_one(x, ke < E, E, eps, g, c1, c2, w_first)
     else:
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, False, BB, BN, BK, BE, LEAVE_OUT)

@@ -261,9 +261,12 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):
         cache = state.caches[i]
+        # the PREFETCH kernels' folded layer norms (projections._ln_gemv_one); the others read the bias there, unused
+        qkv_c = ln_folded(lw.attn_w, lw.ln1_w, lw.ln1_b, lw.attn_b) if prefetch else (lw.attn_b, lw.attn_b)
+        fc_c = ln_folded(lw.fc_w, lw.ln2_w, lw.ln2_b, lw.fc_b) if prefetch else (lw.fc_b, lw.fc_b)
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
-            ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, ws.q, cache,
+            ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, *qkv_c, ws.q, cache,
             B, nbb, L, w.eps, ws.att, ws.heads, scale),
             {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding}))
         if not fold:
@@ -277,7 +280,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
             {"E": E, "H": H, "DH": DH, "NS": NS, **meta, **({"FOLDED": True} if fold else {})}))
         grid, meta, nbb = gemv("ln_fc", F)
         launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
-            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, ws.h, B, nbb, w.eps), {"E": E, "F": F, "BE": BE, **meta}))
+            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, *fc_c, ws.h, B, nbb, w.eps), {"E": E, "F": F, "BE": BE, **meta}))
         grid, meta, nbb = gemv("fc2", E)
         launches.append(Launch("fc2", KERNELS["fc2"], grid, (
             ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))
@@ -289,6 +292,16 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
         {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
     return made(launches)
+
+
+def ln_folded(weight: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+              bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c1, c2) = (W g, W beta + bias) in fp32, summed in float64 and rounded once: what the PREFETCH kernels fold a
+    layer norm into (layer_norm(x) @ W.T + bias = rstd ((x g) @ W.T - mean c1) + c2: projections._ln_gemv_one).
+    Two fp32 vectors the length of W's rows, made once when the plan is bound."""
+    w64 = weight.to(torch.float64)
+    return ((w64 @ g.to(torch.float64)).to(torch.float32),
+            (w64 @ beta.to(torch.float64) + bias.to(torch.float64)).to(torch.float32))
 
 
 # Whether a PDL plan folds the attention into ln_qkv unless told (prepare's fold=None). Measured on an H200

@@ -139,18 +139,25 @@ def _gemv(s: Shape, layout: Layout, position: int) -> list[Call]:
     E, F, B, V, w = s.n_embd, 4 * s.n_embd, s.batch, s.vocab, s.elem
     row, kv_row, partials, embed, cands = _terms(s, layout)
     slots = s.max_len if layout.early_attention and not layout.fold else position + 1
+    # a layer norm's parameters before a GEMV: its scale and shift and the GEMV's bias in the weights' dtype, or, on
+    # the PREFETCH path, its scale and the folded constants c1, c2 in fp32 (projections._ln_gemv_one)
+    folded = layout.path == "gemv-prefetch"
+
+    def ln_params(n: int) -> int:
+        return E * w + 2 * n * FP32 if folded else (n + 2 * E) * w
+
     out = []
     for i in range(s.n_layer):
         first = i == 0  # layer 0 embeds: wte/wpe rows and the tokens in, the residual out
         # folded: ln_qkv's last program of each head reads q back and K and V of the reached slots, and writes att
         attends = (slots * kv_row, row, row) if layout.fold else (0, 0, 0)
-        out += [Call("ln_qkv", (3 * E * E + 3 * E + 2 * E) * w + (embed if first else 0), kv_read=attends[0],
+        out += [Call("ln_qkv", 3 * E * E * w + ln_params(3 * E) + (embed if first else 0), kv_read=attends[0],
                      kv_write=kv_row, act_in=(B * INDEX if first else row) + attends[1],
                      act_out=row + (row if first else 0) + attends[2])]
         if not layout.fold:
             out.append(Call("attention", 0, kv_read=slots * kv_row, act_in=row, act_out=partials))
         out += [Call("proj", (E * E + E) * w, act_in=(row if layout.fold else partials) + row, act_out=row),
-                Call("ln_fc", (F * E + F + 2 * E) * w, act_in=row, act_out=B * F * FP32),
+                Call("ln_fc", F * E * w + ln_params(F), act_in=row, act_out=B * F * FP32),
                 Call("fc2", (E * F + E) * w, act_in=B * F * FP32 + row, act_out=row)]
     return out + [Call("lm_head", (V * E + 2 * E) * w, act_in=row, act_out=B * V * w + cands),
                   Call("argmax", 0, act_in=cands, act_out=2 * B * INDEX)]
