@@ -108,6 +108,24 @@ def test_the_folded_layer_norm_constants_reproduce_layer_norm_then_the_projectio
 
 
 @needs_triton
+@pytest.mark.parametrize("dtype, width, folds", [(torch.float32, 768, False), (torch.bfloat16, 768, True),
+                                                 (torch.float32, 1600, True), (torch.bfloat16, 1600, True)])
+def test_the_prefetch_plan_folds_its_layer_norms_where_that_measured_faster(dtype: torch.dtype, width: int,
+                                                                            folds: bool) -> None:
+    """configs.LN_UNFOLDED: GPT-2 124M in fp32 keeps the PREFETCH layer norms unfolded (1.029x with them folded on the
+    H200), every other shape folds them; the plan binds ln_qkv and ln_fc accordingly, and the other paths never."""
+    from lab.contract.profiles import ModelSpec
+    from lab.step.fused import aot
+
+    spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
+    assert C.ln_fold(str(dtype), width) == folds
+    for prefetch in (True, False):
+        plan = aot.plan_for_shapes(spec, dtype, 1, pdl=True, prefetch=prefetch)
+        metas = [x.meta for x in plan.launches if x.name in ("ln_qkv", "ln_fc")]
+        assert len(metas) == 2 and all(bool(m.get("LN_FOLD")) == (folds and prefetch) for m in metas), metas
+
+
+@needs_triton
 def test_pdl_is_refused_without_hopper(tiny_fp32) -> None:
     from lab.step.decode import new_state
     from lab.step.fused.step import prepare

@@ -114,6 +114,16 @@ def case_prefetch_fp32_b1() -> dict[str, Any]:
 
 
 @case
+def case_prefetch_unfolded_fp32_b1() -> dict[str, Any]:
+    # the PREFETCH layer norms unfolded (configs.LN_UNFOLDED: on a device, GPT-2 124M in fp32), on the tiny model
+    C.LN_UNFOLDED.add(("float32", 64))
+    try:
+        return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True))
+    finally:
+        C.LN_UNFOLDED.discard(("float32", 64))
+
+
+@case
 def case_prefetch_odd_b3() -> dict[str, Any]:
     return _free("odd", 3, steps=2, prompt_len=4, sms=4, prefetch=True)
 
@@ -492,6 +502,7 @@ def worker():
 FP32_CASES = {  # case -> (path, batch)
     "gemv-fp32-b1": ("gemv", 1), "gemv-fp32-b3": ("gemv", 3), "gemv-fp32-b8": ("gemv", 8),
     "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
+    "prefetch-unfolded-fp32-b1": ("gemv-prefetch", 1),
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
@@ -519,6 +530,8 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert (run["path"], run["batch"]) == (path, batch), run
     assert run["prefetch"] == (path == "gemv-prefetch"), run
     assert run["fold"] == name.startswith("fold-"), run  # taken where asked (and nowhere else: no PDL here)
+    # the PREFETCH layer norms folded (configs.ln_fold) but where the case keeps them unfolded
+    assert run["ln_fold"] == (path == "gemv-prefetch" and "unfolded" not in name), run
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name
@@ -539,6 +552,7 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     r = worker.run(name)
     assert r["dtype"] == "bfloat16" and len(r["fused_err"]) == 3 and r["path"] == BF16_CASES[name][0], r
     assert r["fold"] == name.startswith("fold-"), r
+    assert r["ln_fold"] == (r["path"] == "gemv-prefetch"), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
         assert err <= BF16_REL * scale, r

@@ -114,13 +114,20 @@ TUNED: dict[TunedKey, dict[str, int]] = {
 # were read two to a thread (the input in the products' layout) and GELU's constants folded: 124M 0.1714 ms (ln_fc BN 2,
 # lm_head BN 32 x BK 128, argmax 8 warps), 1.5B 1.3428 ms (ln_qkv BN 16, proj BN 2, fc2 one warp, the attention 64
 # slots at 4 warps), in the tuner's timing; the old tiles with the new kernels took 0.1778 and 1.3687 ms there (A/B).
+# Retuned once more after the layer norms were folded into ln_qkv's and ln_fc's products (configs.ln_fold; all four
+# cases, `--dtype bfloat16 float32`): bf16 124M proj BN 2 at one warp and the attention 32 slots at 2 warps, 0.1695 ms
+# a step; 1.5B ln_qkv BN 8 and lm_head BN 64, 1.2501 ms. Not taken: 1.5B bf16 ln_fc at one warp (1300 against 1337 us a
+# step in that sweep: 512 values a thread, 255 registers and 28 bytes spilled, where the AOT checks allow no spill),
+# and fp32's suggestions (1.5B: proj BN 2, ln_fc 4 warps, lm_head BN 128 x BK 64, attention 128 slots; 124M: ln_fc BN
+# 4 at one warp and more): the tuner's fp32 step drifted by 2-3% within one sweep (the same 1.5B plan 1.961 and 1.970
+# ms in an A/B that rejected the suggestions of the sweep before), and there was no device time left to A/B them.
 TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
     ('ln_qkv', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 4},
-    ('proj', 'bfloat16', 1, 768): {'BB': 1, 'BN': 4, 'BK': 1024, 'num_warps': 4},
+    ('proj', 'bfloat16', 1, 768): {'BB': 1, 'BN': 2, 'BK': 1024, 'num_warps': 1},
     ('ln_fc', 'bfloat16', 1, 768): {'BB': 1, 'BN': 2, 'BK': 1024, 'num_warps': 4},
     ('fc2', 'bfloat16', 1, 768): {'BB': 1, 'BN': 2, 'BK': 4096, 'num_warps': 4},
     ('lm_head', 'bfloat16', 1, 768): {'BB': 1, 'BN': 32, 'BK': 128, 'num_warps': 4},
-    ('attention', 'bfloat16', 1, 768): {'BS': 64, 'num_warps': 4},
+    ('attention', 'bfloat16', 1, 768): {'BS': 32, 'num_warps': 2},
     ('argmax', 'bfloat16', 1, 768): {'BB': 1, 'num_warps': 8},
     ('ln_qkv', 'float32', 1, 768): {'BB': 1, 'BN': 16, 'BK': 1024, 'num_warps': 4},
     ('proj', 'float32', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 4},
@@ -129,11 +136,11 @@ TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
     ('lm_head', 'float32', 1, 768): {'BB': 1, 'BN': 128, 'BK': 64, 'num_warps': 4},
     ('attention', 'float32', 1, 768): {'BS': 64, 'num_warps': 4},
     ('argmax', 'float32', 1, 768): {'BB': 1, 'num_warps': 2},
-    ('ln_qkv', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 16, 'BK': 2048, 'num_warps': 4},
+    ('ln_qkv', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 4},
     ('proj', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 2, 'BK': 2048, 'num_warps': 4},
     ('ln_fc', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 4},
     ('fc2', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 2, 'BK': 8192, 'num_warps': 1},
-    ('lm_head', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 32, 'BK': 128, 'num_warps': 4},
+    ('lm_head', 'bfloat16', 1, 1600): {'BB': 1, 'BN': 64, 'BK': 128, 'num_warps': 4},
     ('attention', 'bfloat16', 1, 1600): {'BS': 64, 'num_warps': 4},
     ('argmax', 'bfloat16', 1, 1600): {'BB': 1, 'num_warps': 2},
     ('ln_qkv', 'float32', 1, 1600): {'BB': 1, 'BN': 8, 'BK': 2048, 'num_warps': 4},
@@ -145,6 +152,18 @@ TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
     ('argmax', 'float32', 1, 1600): {'BB': 1, 'num_warps': 8},
 }
 PREFETCH_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the GEMV kernels with a PREFETCH path
+
+# Where the PREFETCH path keeps its layer norms unfolded (projections._ln_gemv_one; keys: dtype name, model width).
+# Measured on an H200 (2026-12-04, the tuner's repeatable plans at batch 1, two alternations of 3 rounds of
+# `do_bench_cudagraph` each, the folded and unfolded kernels in separate processes): folded, 124M bf16 took 0.986x
+# the unfolded step's time, 1.5B bf16 0.965x and 1.5B fp32 0.977x, but 124M fp32 1.029x (retuned with the fold,
+# 0.1975 ms against 0.192 unfolded), so that one keeps the unfolded form. A width not measured folds.
+LN_UNFOLDED = {("float32", 768)}
+
+
+def ln_fold(dtype: str, n_embd: int) -> bool:
+    """Whether the PREFETCH kernels fold their layer norm into the product at this dtype and width (LN_UNFOLDED)."""
+    return (dtype.removeprefix("torch."), n_embd) not in LN_UNFOLDED
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
 
 

@@ -18,10 +18,10 @@ wait, not only the first tile: with a config whose BK covers the whole row (lab.
 prefetch_config) the program's whole weight slice (2-16 KB), and in every GEMV kernel the bias and
 the layer-norm parameters, which the default kernels load after the wait (a DRAM round trip on the
 critical path of every launch). The slice stays in the weights' dtype until it is used (half the
-registers in bf16), and a one-chunk layer norm reuses the row it loaded for the statistics. The layer norm
-before ln_qkv and ln_fc is folded into their product there (`_ln_gemv_one`: the row scaled by g, and two fp32
-constants a row of W, W g and W beta + bias, made when the plan is bound), so that the products do not wait
-for the statistics. So under
+registers in bf16), and a one-chunk layer norm reuses the row it loaded for the statistics. Where
+configs.ln_fold says so, the layer norm before ln_qkv and ln_fc is folded into their product (`_ln_gemv_one`:
+the row scaled by g, and two fp32 constants a row of W, W g and W beta + bias, made when the plan is bound), so
+that the products do not wait for the statistics. So under
 PDL a kernel streams its weights while the previous one finishes, and what is left after the wait
 is activation traffic from L2 and arithmetic. Only weights move before the wait: nothing any kernel
 writes, so the variant is as safe as the default ordering, in or out of a graph.
@@ -133,16 +133,23 @@ def _dot_slice(a, w_raw):
 
 
 @triton.jit
-def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, c1, c2, w_raw):
-    """PREFETCH, one chunk: [BB, BN] = layer_norm(x) @ W.T + bias with x [BB, BE] the whole row already loaded, and g
-    [BE], c1 and c2 [BN] and the weight slice [1, BN, BE] loaded before the wait, the layer norm folded into the
-    product: layer_norm(x) @ W.T + bias = rstd ((x g) @ W.T - mean c1) + c2, c1 = W g and c2 = W beta + bias (fp32,
-    made when the plan is bound: `step.ln_folded`). So the products start as soon as the row is loaded, beside its
-    statistics rather than after them, and each value of the row is scaled once where it was centred, scaled and
-    shifted."""
+def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: tl.constexpr):
+    """PREFETCH, one chunk: [BB, BN] = layer_norm(x) @ W.T + bias with x [BB, BE] the whole row already loaded, g [BE]
+    and the weight slice [1, BN, BE] loaded before the wait.
+
+    FOLD (`configs.ln_fold`): the layer norm folded into the product, layer_norm(x) @ W.T + bias = rstd ((x g) @ W.T -
+    mean c1) + c2 with shift = c1 = W g and rows = c2 = W beta + bias [BN] (fp32, made when the plan is bound:
+    `step.ln_folded`). So the products start as soon as the row is loaded, beside its statistics rather than after
+    them, and each value of the row is scaled once where it was centred, scaled and shifted. Otherwise shift = beta
+    [BE] and rows = the bias [BN]: the row normalised, then multiplied."""
     mean, rstd = _ln_stats(x, k_mask, E, eps, True)
-    acc = _dot_slice(x * g[None, :], w_raw)
-    return rstd[:, None] * (acc - mean[:, None] * c1[None, :]) + c2[None, :]
+    if FOLD:
+        acc = _dot_slice(x * g[None, :], w_raw)
+        out = rstd[:, None] * (acc - mean[:, None] * shift[None, :]) + rows[None, :]
+    else:
+        a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + shift[None, :]
+        out = _dot_slice(a, w_raw) + rows[None, :]
+    return out
 
 
 @triton.jit
@@ -170,7 +177,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                   USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                  FOLD: tl.constexpr = False, BS: tl.constexpr = 16, BD: tl.constexpr = 16):
+                  FOLD: tl.constexpr = False, BS: tl.constexpr = 16, BD: tl.constexpr = 16,
+                  LN_FOLD: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -189,9 +197,13 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     attention into att_ptr, normalised, counting in on heads_ptr (int32 [cdiv(B, BB), H], zero between launches):
     the layer has no attention launch, and `proj` reads att as its input (FOLDED). BS: the slots of one chunk of
     that attention, BD: next_pow2(DH). Without FOLD, att_ptr, heads_ptr and scale are not read.
+
+    LN_FOLD (PREFETCH only): the layer norm folded into the product (`_ln_gemv_one`), c1_ptr and c2_ptr its
+    constants; otherwise they are not read.
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr,
-            q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False)
+            q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False,
+            LN_FOLD)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
                         BB, BN, BS, BD)
@@ -201,18 +213,23 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, q_ptr,
             cache_ptr, B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
+            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
+            LN_FOLD: tl.constexpr = False):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
     while the program worked on its previous task or waited at the grid barrier."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
-    if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; c1, c2: `_ln_gemv_one`)
+    if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; see `_ln_gemv_one`)
         w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
-        c1 = _load_vec(c1_ptr, n, 3 * E)
-        c2 = _load_vec(c2_ptr, n, 3 * E)
         g = _load_vec(ln_w, ke, E)
+        if LN_FOLD:
+            shift = _load_vec(c1_ptr, n, 3 * E)
+            rows = _load_vec(c2_ptr, n, 3 * E)
+        else:
+            shift = _load_vec(ln_b, ke, E)
+            rows = _load_vec(bias_ptr, n, 3 * E)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -226,7 +243,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
                      mask=_stored(b_mask[:, None] & (ke < E)[None, :], x0, LEAVE_OUT))
     if PREFETCH:
         x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT)
-        out = _ln_gemv_one(x, ke < E, E, eps, g, c1, c2, w_first)
+        out = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, EMBED, BB, BN, BK, BE, LEAVE_OUT)
@@ -315,31 +332,38 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 @triton.jit
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
                       BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
+                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
+                      LN_FOLD: tl.constexpr = False):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC matrix + 12 KB bias + 6 KB norm
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
+    LN_FOLD: as ln_qkv_kernel's.
     """
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK, BE, USE_PDL,
-           PREFETCH, LEAVE_OUT, 0, False)
+           PREFETCH, LEAVE_OUT, 0, False, LN_FOLD)
 
 
 @triton.jit
 def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr, F: tl.constexpr,
            BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr, USE_PDL: tl.constexpr,
-           PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr):
+           PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
+           LN_FOLD: tl.constexpr = False):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
-    if PREFETCH:  # the whole slice (BK == BE), the folded layer norm's constants and its scale, before the wait
+    if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters (or their fold), before the wait
         w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
-        c1 = _load_vec(c1_ptr, n, F)
-        c2 = _load_vec(c2_ptr, n, F)
         g = _load_vec(ln_w, ke, E)
+        if LN_FOLD:
+            shift = _load_vec(c1_ptr, n, F)
+            rows = _load_vec(c2_ptr, n, F)
+        else:
+            shift = _load_vec(ln_b, ke, E)
+            rows = _load_vec(bias_ptr, n, F)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -347,7 +371,7 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
     _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
         x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
-        y = _ln_gemv_one(x, ke < E, E, eps, g, c1, c2, w_first)
+        y = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, False, BB, BN, BK, BE, LEAVE_OUT)

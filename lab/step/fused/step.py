@@ -258,17 +258,19 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     ws.att = torch.zeros(B if fold else 0, E, **f32)
     ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
     folding = {"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD} if fold else {}
+    ln_fold = prefetch and C.ln_fold(str(w.dtype), E)
+    ln_folding = {"LN_FOLD": True} if ln_fold else {}
     launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):
         cache = state.caches[i]
-        # the PREFETCH kernels' folded layer norms (projections._ln_gemv_one); the others read the bias there, unused
-        qkv_c = ln_folded(lw.attn_w, lw.ln1_w, lw.ln1_b, lw.attn_b) if prefetch else (lw.attn_b, lw.attn_b)
-        fc_c = ln_folded(lw.fc_w, lw.ln2_w, lw.ln2_b, lw.fc_b) if prefetch else (lw.fc_b, lw.fc_b)
+        # the PREFETCH kernels' folded layer norms (projections._ln_gemv_one); where not folded, the bias there, unused
+        qkv_c = ln_folded(lw.attn_w, lw.ln1_w, lw.ln1_b, lw.attn_b) if ln_fold else (lw.attn_b, lw.attn_b)
+        fc_c = ln_folded(lw.fc_w, lw.ln2_w, lw.ln2_b, lw.fc_b) if ln_fold else (lw.fc_b, lw.fc_b)
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
             ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, *qkv_c, ws.q, cache,
             B, nbb, L, w.eps, ws.att, ws.heads, scale),
-            {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding}))
+            {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding, **ln_folding}))
         if not fold:
             launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
                 ws.q, cache, state.pos, ws.part_o, ws.part_m, ws.part_l, B, L, scale),
@@ -280,7 +282,8 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
             {"E": E, "H": H, "DH": DH, "NS": NS, **meta, **({"FOLDED": True} if fold else {})}))
         grid, meta, nbb = gemv("ln_fc", F)
         launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
-            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, *fc_c, ws.h, B, nbb, w.eps), {"E": E, "F": F, "BE": BE, **meta}))
+            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, *fc_c, ws.h, B, nbb, w.eps),
+            {"E": E, "F": F, "BE": BE, **meta, **ln_folding}))
         grid, meta, nbb = gemv("fc2", E)
         launches.append(Launch("fc2", KERNELS["fc2"], grid, (
             ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))

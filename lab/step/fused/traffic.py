@@ -75,6 +75,8 @@ class Layout:
     lm_blocks: int  # argmax candidates per batch row
     early_attention: bool = False  # the prefetch variant's attention reads every slot of its split
     fold: bool = False  # ln_qkv attends (lab.step.fused.step.prepare's fold): no attention launch, proj reads att
+    # the PREFETCH path's layer norms folded into ln_qkv's and ln_fc's products (lab.step.fused.configs.ln_fold)
+    ln_fold: bool = False
     # the gemm path's library calls: (launch name, form) where not the default (lab.step.fused.layout.DEFAULT)
     forms: tuple[tuple[str, str], ...] = ()
 
@@ -86,8 +88,10 @@ class Layout:
         early = any(getattr(x, "name", "") == "attention" and bool(getattr(x, "meta", {}).get("EARLY"))
                     for x in plan.launches)
         forms = {x.name: x.form for x in plan.launches if getattr(x, "form", "")}
+        ln_fold = any(getattr(x, "name", "") == "ln_fc" and bool(getattr(x, "meta", {}).get("LN_FOLD"))
+                      for x in plan.launches)
         return cls(str(plan.path), int(ws.part_m.shape[2]), int(ws.lm_val.shape[1]), early,
-                   fold=bool(getattr(plan, "fold", False)),
+                   fold=bool(getattr(plan, "fold", False)), ln_fold=ln_fold,
                    forms=tuple(sorted((k, v) for k, v in forms.items() if v != LY.DEFAULT[LY.BY_LAUNCH[k].name])))
 
     def form(self, launch: str) -> str:
@@ -139,9 +143,9 @@ def _gemv(s: Shape, layout: Layout, position: int) -> list[Call]:
     E, F, B, V, w = s.n_embd, 4 * s.n_embd, s.batch, s.vocab, s.elem
     row, kv_row, partials, embed, cands = _terms(s, layout)
     slots = s.max_len if layout.early_attention and not layout.fold else position + 1
-    # a layer norm's parameters before a GEMV: its scale and shift and the GEMV's bias in the weights' dtype, or, on
-    # the PREFETCH path, its scale and the folded constants c1, c2 in fp32 (projections._ln_gemv_one)
-    folded = layout.path == "gemv-prefetch"
+    # a layer norm's parameters before a GEMV: its scale and shift and the GEMV's bias in the weights' dtype, or, where
+    # the PREFETCH path folds it, its scale and the folded constants c1, c2 in fp32 (projections._ln_gemv_one)
+    folded = layout.path == "gemv-prefetch" and layout.ln_fold
 
     def ln_params(n: int) -> int:
         return E * w + 2 * n * FP32 if folded else (n + 2 * E) * w
