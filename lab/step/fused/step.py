@@ -56,11 +56,12 @@ and replays it on the GPU.
 `fused-pdl-prefetch` (fused_step_pdl_prefetch, `prepare(pdl=True, prefetch=True)`): the same kernels
 with their PREFETCH switch (lab.step.fused.kernels), which moves every weight read of a GEMV program --
 its whole slice, one chunk (configs.prefetch_config), the bias, the layer-norm parameters (folded into
-the product where configs.ln_fold says so: `ln_folded`) -- before the PDL wait, so the weight stream of a
-kernel overlaps the previous kernel instead of only its first tile; and, where the tiles fit (configs.attention_early: bf16 at the tuned split), attention
-loads K and V of its split together right after the wait instead of position, then K, then V (the
-SASS of the default kernel shows V loaded after the softmax: three dependent round trips). On the H200
-the tuned step took 0.301 ms in bf16 (0.268 with PDL): 62 kernels at ~4 us
+the product where configs.ln_fold says so: `ln_folded`) -- before the PDL wait, so the weight stream of
+a kernel overlaps the previous kernel instead of only its first tile; and, where the tiles fit
+(configs.attention_early: bf16 at the tuned split), attention loads K and V of its split together right
+after the wait instead of position, then K, then V (the SASS of the default kernel shows V loaded after
+the softmax: three dependent round trips). On the H200 the tuned step took 0.301 ms in bf16 (0.268 with
+PDL): 62 kernels at ~4 us
 for 1-5 MB each, where streaming the bytes at 4.2 TB/s would take ~1 us; what remains after the
 wait is then L2 traffic and arithmetic, so the launch-to-launch chain shortens. A separate method,
 so that a run measures it beside `fused-pdl`.
