@@ -152,16 +152,9 @@ def after_wait(code: str | None) -> list[str] | None:
     return lines[wait:end + 1]
 
 
-def post_wait_instructions(code: str | None) -> int | None:
-    """How many SASS instructions `after_wait` finds."""
-    path = after_wait(code)
-    return None if path is None else len(path)
-
-
-def barriers_after_wait(code: str | None) -> int | None:
-    """The CTA barriers (BAR.SYNC) among them."""
-    path = after_wait(code)
-    return None if path is None else sum(bool(re.search(r"\bBAR\.SYNC", line)) for line in path)
+def _barriers(path: list[str]) -> int:
+    """The CTA barriers (BAR.SYNC) among SASS instructions."""
+    return sum(bool(re.search(r"\bBAR\.SYNC", line)) for line in path)
 
 
 def _loads_after_barrier(ptx: str) -> int | None:
@@ -194,14 +187,15 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
         kernel = compile_launch(launch, arch)
         ptx = kernel.asm["ptx"]
         regs, spills = ptxas_usage(ptx, arch)
-        code = sass(kernel.asm["cubin"])
+        path = after_wait(sass(kernel.asm["cubin"]))
         out.append(Compiled(launch.name, "embed" if launch.meta.get("EMBED") else "", regs, spills,
                             int(kernel.metadata.shared), len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
                             len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
                             _loads_after_wait(ptx), len(re.findall(r"\batom\.", ptx)),
                             len(re.findall(r"\bld(?:\.\w+)*\.acquire\b", ptx)),
                             len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M)),
-                            _loads_after_barrier(ptx), post_wait_instructions(code), barriers_after_wait(code)))
+                            _loads_after_barrier(ptx), None if path is None else len(path),
+                            None if path is None else _barriers(path)))
     return out
 
 

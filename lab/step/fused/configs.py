@@ -164,6 +164,8 @@ LN_UNFOLDED = {("float32", 768)}
 def ln_fold(dtype: str, n_embd: int) -> bool:
     """Whether the PREFETCH kernels fold their layer norm into the product at this dtype and width (LN_UNFOLDED)."""
     return (dtype.removeprefix("torch."), n_embd) not in LN_UNFOLDED
+
+
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
 
 

@@ -135,6 +135,7 @@ class FusedPlan:
     path: R.Path = R.Path.GEMV  # the projection path (lab.step.fused.rule)
     path_reason: str = ""  # why the rule chose it
     fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
+    ln_fold: bool = False  # the PREFETCH kernels fold their layer norms into the product (configs.ln_fold)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -233,10 +234,11 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     refusal = "" if not fold or gemm else C.fold_refusal(cfg["ln_qkv"], DH)  # the gemm path's plans never fold
     fold = fold and not gemm and not refusal
     reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
+    ln_fold = prefetch and C.ln_fold(str(w.dtype), E)  # (prefetch: the gemv-prefetch path only)
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         reason, fold)
+                         reason, fold, ln_fold)
 
     if gemm:
         from lab.step.fused import library
@@ -259,7 +261,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     ws.att = torch.zeros(B if fold else 0, E, **f32)
     ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
     folding = {"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD} if fold else {}
-    ln_fold = prefetch and C.ln_fold(str(w.dtype), E)
     ln_folding = {"LN_FOLD": True} if ln_fold else {}
     launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):

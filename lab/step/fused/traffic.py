@@ -88,10 +88,8 @@ class Layout:
         early = any(getattr(x, "name", "") == "attention" and bool(getattr(x, "meta", {}).get("EARLY"))
                     for x in plan.launches)
         forms = {x.name: x.form for x in plan.launches if getattr(x, "form", "")}
-        ln_fold = any(getattr(x, "name", "") == "ln_fc" and bool(getattr(x, "meta", {}).get("LN_FOLD"))
-                      for x in plan.launches)
         return cls(str(plan.path), int(ws.part_m.shape[2]), int(ws.lm_val.shape[1]), early,
-                   fold=bool(getattr(plan, "fold", False)), ln_fold=ln_fold,
+                   fold=bool(getattr(plan, "fold", False)), ln_fold=bool(getattr(plan, "ln_fold", False)),
                    forms=tuple(sorted((k, v) for k, v in forms.items() if v != LY.DEFAULT[LY.BY_LAUNCH[k].name])))
 
     def form(self, launch: str) -> str:
