@@ -24,7 +24,7 @@ TRITON_MISSING = triton_import_error()
 
 
 def test_occupancy_is_the_tightest_of_registers_shared_memory_and_warps() -> None:
-    from lab.step.fused.resident import occupancy
+    from lab.step.fused.persistent import occupancy
 
     assert occupancy(122, 4096, 8) == 2  # 122 regs -> 3,968 a warp (in 256s): 65,536 // (3,968 x 8)
     assert occupancy(32, 0, 4) == 16  # warps: 64 // 4

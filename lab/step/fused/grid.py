@@ -15,7 +15,7 @@ the PTX, and tests/test_fused_persistent.py asserts them). The acquire also inva
 so a row this program read in an earlier phase is not served stale.
 
 A grid barrier needs every program of the grid resident at once: the kernel's grid is at most what the device
-holds at the compiled kernel's occupancy (lab.step.fused.resident.max_programs), and it runs only in a child
+holds at the compiled kernel's occupancy (lab.step.fused.persistent.max_programs), and it runs only in a child
 process with a watchdog (lab.experiments.fused_persistent), since a program that never arrives hangs the GPU.
 In Triton's interpreter the programs run one after another, so a barrier there works with one program only.
 """

@@ -24,7 +24,7 @@ path (the batches lab.step.fused.rule gives it); no PDL and no PREFETCH inside t
 their place).
 
 A grid barrier hangs the GPU if a program is never scheduled, so `prepare` sizes the grid from the compiled
-kernel's occupancy (lab.step.fused.resident.max_programs) and the lab runs this step only in a child process with a watchdog
+kernel's occupancy (`max_programs`) and the lab runs this step only in a child process with a watchdog
 (lab.experiments.fused_persistent). `stepped=True` launches the kernel once per phase with no barrier (five
 launches a layer): what Triton's interpreter can run with several programs (it runs programs one after another,
 so a barrier there works with one program only), and what the tests compare with the barrier's launches.
@@ -45,7 +45,6 @@ from lab.step.fused.attention import _attention
 from lab.step.fused.grid import _arrive, _leave, _wait
 from lab.step.fused.launch import Launch
 from lab.step.fused.projections import _fc2, _first_tile, _ln_fc, _ln_qkv, _proj
-from lab.step.fused.resident import max_programs
 from lab.step.model import Weights
 
 PHASES = ("ln_qkv", "attention", "proj", "ln_fc", "fc2")  # a layer's kernels, in the order the phases run them
@@ -127,6 +126,30 @@ def layer_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln1_w, ln1_b, attn_w
             t += P
     if GRID:
         _leave(bar_ptr, P)
+
+
+def occupancy(n_regs: int, shared_bytes: int, num_warps: int, regs_per_sm: int = 65536,
+              shared_per_sm: int = 228 * 1024, max_warps: int = 64, max_blocks: int = 32) -> int:
+    """Programs of a compiled kernel one SM holds at once (registers allocated per warp in units of 256, Hopper's
+    limits by default): what a grid barrier may rely on."""
+    per_warp = math.ceil(max(n_regs, 1) * 32 / 256) * 256
+    by_regs = regs_per_sm // (per_warp * num_warps)
+    by_shared = shared_per_sm // shared_bytes if shared_bytes > 0 else max_blocks
+    return max(0, min(by_regs, by_shared, max_warps // num_warps, max_blocks))
+
+
+def max_programs(launch: Launch, sms: int) -> tuple[int, str]:
+    """How many programs of `launch`'s kernel the device holds at once, from its compiled registers and shared
+    memory and the device's limits as torch reports them, and how that was found."""
+    props = torch.cuda.get_device_properties(launch.args[0].device)
+    compiled = launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.meta)
+    compiled._init_handles()  # loads the cubin: what sets n_regs (Triton 3.6 fills it lazily)
+    per_sm = occupancy(int(compiled.n_regs), int(compiled.metadata.shared), int(launch.meta["num_warps"]),
+                       int(getattr(props, "regs_per_multiprocessor", 65536)),
+                       int(getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)),
+                       int(getattr(props, "max_threads_per_multi_processor", 2048)) // 32)
+    return per_sm * sms, (f"{compiled.n_regs} registers a thread, {compiled.metadata.shared} B shared, "
+                          f"{launch.meta['num_warps']} warps: {per_sm} programs an SM x {sms} SMs")
 
 
 def wide_configs(n_embd: int, vocab: int, batch: int, programs: int, num_warps: int = 8,

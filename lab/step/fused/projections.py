@@ -36,7 +36,6 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk, _fold_attention
-from lab.step.fused.l2 import _l2_prefetch
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
                                   _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
@@ -175,11 +174,11 @@ def _add_residual(res, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr, 
 
 @triton.jit
 def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, q_ptr,
-                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, pf_ptr, pf_first, pf_span, pf_total, pf_div,
-                  E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr,
-                  BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr, USE_PDL: tl.constexpr,
-                  PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False,
-                  BS: tl.constexpr = 16, BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, L2: tl.constexpr = False):
+                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr,
+                  DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
+                  LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
+                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -201,14 +200,10 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
     LN_FOLD (PREFETCH only): the layer norm folded into the product (`_ln_gemv_one`), c1_ptr and c2_ptr its
     constants; otherwise they are not read.
-
-    L2 (PREFETCH only): before its wait the program asks L2 for a chunk of the weights at pf_ptr (lab.step.fused.l2:
-    pf_first, pf_span, pf_total, pf_div); otherwise the pf_ arguments are not read. Every GEMV kernel with a PREFETCH
-    path takes them.
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr,
             q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False,
-            LN_FOLD, pf_ptr, pf_first, pf_span, pf_total, pf_div, L2)
+            LN_FOLD)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
                         BB, BN, BS, BD)
@@ -219,8 +214,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             cache_ptr, B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-            LN_FOLD: tl.constexpr = False, pf_ptr=None, pf_first=0, pf_span=0, pf_total=0, pf_div=1,
-            L2: tl.constexpr = False):
+            LN_FOLD: tl.constexpr = False):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
     while the program worked on its previous task or waited at the grid barrier."""
@@ -236,7 +230,6 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
         else:
             shift = _load_vec(ln_b, ke, E)
             rows = _load_vec(bias_ptr, n, 3 * E)
-        _l2_prefetch(pf_ptr, pf_first, pf_span, pf_total, pf_div, L2)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -283,11 +276,10 @@ def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.c
 
 
 @triton.jit
-def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, pf_ptr, pf_first, pf_span,
-                         pf_total, pf_div, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr,
-                         BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
-                         PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False,
-                         L2: tl.constexpr = False):
+def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
+                         H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
+                         BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
+                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -298,25 +290,22 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
 
     FOLDED (after an ln_qkv launch with FOLD): part_o is the attention output att [B, E], already normalised, read
     as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
-    L2: as ln_qkv_kernel's.
     """
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
-          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED, pf_ptr, pf_first, pf_span, pf_total, pf_div, L2)
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED)
 
 
 @triton.jit
 def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
           DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
           USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-          FOLDED: tl.constexpr = False, pf_ptr=None, pf_first=0, pf_span=0, pf_total=0, pf_div=1,
-          L2: tl.constexpr = False):
+          FOLDED: tl.constexpr = False):
     """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED: as the kernel)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
         w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
-        _l2_prefetch(pf_ptr, pf_first, pf_span, pf_total, pf_div, L2)
     elif PRELOADED:
         w = w_pre
     else:
@@ -341,28 +330,27 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 # ------------------------------------------------------------------------------- kernel 3 of 4
 
 @triton.jit
-def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, pf_ptr, pf_first,
-                      pf_span, pf_total, pf_div, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
-                      BK: tl.constexpr, BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                      LEAVE_OUT: tl.constexpr = 0, LN_FOLD: tl.constexpr = False, L2: tl.constexpr = False):
+def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
+                      F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
+                      USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
+                      LN_FOLD: tl.constexpr = False):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC matrix + 12 KB bias + 6 KB norm
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
-    LN_FOLD, L2: as ln_qkv_kernel's.
+    LN_FOLD: as ln_qkv_kernel's.
     """
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK,
-           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD, pf_ptr, pf_first, pf_span, pf_total, pf_div, L2)
+           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD)
 
 
 @triton.jit
 def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
            F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-           LN_FOLD: tl.constexpr = False, pf_ptr=None, pf_first=0, pf_span=0, pf_total=0, pf_div=1,
-           L2: tl.constexpr = False):
+           LN_FOLD: tl.constexpr = False):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
@@ -376,7 +364,6 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
         else:
             shift = _load_vec(ln_b, ke, E)
             rows = _load_vec(bias_ptr, n, F)
-        _l2_prefetch(pf_ptr, pf_first, pf_span, pf_total, pf_div, L2)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -396,34 +383,30 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
 # ------------------------------------------------------------------------------- kernel 4 of 4
 
 @triton.jit
-def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, pf_ptr, pf_first, pf_span, pf_total, pf_div,
-                        E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                        USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                        L2: tl.constexpr = False):
+def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
+                        BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
+                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC2 matrix + 3 KB bias (+ the 12 KB h
     row per program, from L2); reads and writes 3 KB of residual.
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
-    L2: as ln_qkv_kernel's.
     """
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
-         LEAVE_OUT, 0, False, pf_ptr, pf_first, pf_span, pf_total, pf_div, L2)
+         LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
          BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
-         w_pre, PRELOADED: tl.constexpr, pf_ptr=None, pf_first=0, pf_span=0, pf_total=0, pf_div=1,
-         L2: tl.constexpr = False):
+         w_pre, PRELOADED: tl.constexpr):
     """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
         w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK, LEAVE_OUT)
-        _l2_prefetch(pf_ptr, pf_first, pf_span, pf_total, pf_div, L2)
     elif PRELOADED:
         w = w_pre
     else:

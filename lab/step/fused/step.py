@@ -77,10 +77,9 @@ from typing import Any, Callable
 import torch
 
 from lab.step.decode import DecodeState
-from lab.step.fused import configs as C, l2 as L2, rule as R
+from lab.step.fused import configs as C, rule as R
 from lab.step.fused.kernels import KERNELS
 from lab.step.fused.launch import Launch, LibraryCall
-from lab.step.fused.resident import max_programs
 from lab.step.model import Weights
 
 __all__ = ["FusedPlan", "Launch", "LibraryCall", "Workspace", "bind", "fused_step", "fused_step_pdl",
@@ -137,7 +136,6 @@ class FusedPlan:
     path_reason: str = ""  # why the rule chose it
     fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
     ln_fold: bool = False  # the PREFETCH kernels fold their layer norms into the product (configs.ln_fold)
-    l2: list[str] = field(default_factory=list)  # what each launch's L2 prefetch asks for (lab.step.fused.l2)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -179,8 +177,7 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
-            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None,
-            l2: str = "off") -> FusedPlan:
+            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -198,17 +195,12 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     where ln_qkv's BN divides the head's width: `configs.fold_refusal`): no attention launch, `proj` reads the
     normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
-
-    `l2`: the PREFETCH kernels' L2 prefetch (lab.step.fused.l2.MODES: off, ahead, next, auto), a CUDA device's only;
-    `plan.l2` says what each launch that prefetches asks for.
     """
     _check(state, w)
     if pdl:
         ok, why = pdl_supported(w.device)
         if not ok:
             raise ValueError(f"fused-pdl: {why}")
-    if l2 != "off" and (w.device.type != "cuda" or not torch.cuda.is_available()):
-        raise ValueError(f"fused: the L2 prefetch ({l2}) needs a CUDA device")
     B, L, E, H, V = state.batch, state.max_len, w.n_embd, w.n_head, int(w.wte.shape[0])
     DH, F, dev = E // H, 4 * E, w.device
     sms = sms or C.device_sms(dev)
@@ -279,7 +271,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
             ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, *qkv_c, ws.q, cache,
-            B, nbb, L, w.eps, ws.att, ws.heads, scale, *L2.off(lw.attn_w)),
+            B, nbb, L, w.eps, ws.att, ws.heads, scale),
             {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding, **ln_folding}))
         if not fold:
             launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
@@ -288,16 +280,15 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
                  **common, **({"EARLY": True} if prefetch and C.attention_early(att, DH) else {})}))
         grid, meta, nbb = gemv("proj", E)
         launches.append(Launch("proj", KERNELS["proj"], grid, (
-            ws.att if fold else ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb,
-            *L2.off(lw.proj_w)),
+            ws.att if fold else ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb),
             {"E": E, "H": H, "DH": DH, "NS": NS, **meta, **({"FOLDED": True} if fold else {})}))
         grid, meta, nbb = gemv("ln_fc", F)
         launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
-            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, *fc_c, ws.h, B, nbb, w.eps, *L2.off(lw.fc_w)),
+            ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, *fc_c, ws.h, B, nbb, w.eps),
             {"E": E, "F": F, "BE": BE, **meta, **ln_folding}))
         grid, meta, nbb = gemv("fc2", E)
         launches.append(Launch("fc2", KERNELS["fc2"], grid, (
-            ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb, *L2.off(lw.fc2_w)), {"E": E, "F": F, **meta}))
+            ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))
     grid, meta, nbb = gemv("lm_head", V)
     launches.append(Launch("lm_head", KERNELS["lm_head"], grid, (
         ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps),
@@ -305,11 +296,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
         ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
         {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
-    if l2 != "off" and prefetch:
-        launches, said = L2.apply(launches, l2, lambda launch: max_programs(launch, sms)[0])
-        plan = made(launches)
-        plan.l2 = said
-        return plan
     return made(launches)
 
 
