@@ -39,6 +39,36 @@ def test_every_part_names_timed_variants_and_attention_has_no_weights() -> None:
     assert ST.BY_NAME["arithmetic"].leave_out == ST.Stage.WEIGHTS | ST.Stage.INPUT | ST.Stage.STORE
 
 
+def test_step_variants_throw_one_switch_in_every_launch_with_the_steps_own_pdl() -> None:
+    from lab.step.fused import anatomy as A
+    from lab.step.fused.aot import plan_for_shapes
+    from lab.step.fused.kernels import idle_kernel
+
+    plan = plan_for_shapes("tiny", torch.float32, 1, max_len=32, pdl=True, prefetch=True)
+    plan.pdl = True  # as prepare(pdl=True) on a Hopper device sets it
+    by = {v.name: (v, A.step_variant(plan, v)) for v in ST.STEP_VARIANTS}
+    assert set(by) == {"full", "no_weights", "arithmetic", "idle", "no_wait"}
+    assert all(a is b for a, b in zip(by["full"][1], plan.launches, strict=True))  # the step as it runs
+    kept = 0
+    for name in ("no_weights", "arithmetic", "no_wait"):
+        variant, launches = by[name]
+        for got, launch in zip(launches, plan.launches, strict=True):
+            if "LEAVE_OUT" not in launch.kernel.arg_names:  # argmax: no switch, as it runs
+                assert got is launch
+                kept += 1
+                continue
+            assert got.kernel is launch.kernel and got.grid == launch.grid and got.args is launch.args
+            assert got.meta["LEAVE_OUT"] == int(variant.leave_out) and got.meta["USE_PDL"] and got.meta["launch_pdl"]
+    assert kept == 3
+    for got, launch in zip(by["idle"][1], plan.launches, strict=True):  # the chain of launches alone, PDL's calls kept
+        assert got.kernel is idle_kernel and got.grid == launch.grid and got.meta["USE_PDL"] and got.meta["launch_pdl"]
+        assert got.meta["num_warps"] == launch.meta.get("num_warps", 4)
+    plan.pdl = False
+    assert not any(g.meta["USE_PDL"] for g in A.step_variant(plan, by["idle"][0]))
+    with pytest.raises(ValueError, match="no_wait"):  # a step without PDL has no wait to leave out
+        A.step_variant(plan, by["no_wait"][0])
+
+
 def test_copies_make_the_asked_multiple_of_l2() -> None:
     assert copies_for(2_000_000, 50_000_000, 4.0) == 100
     assert copies_for(200_000_000, 50_000_000, 4.0) == 1 and copies_for(10, 50, 0.0) == 1
@@ -110,3 +140,11 @@ def test_the_run_page_table_has_a_row_per_kernel_with_variants_then_stages() -> 
     assert [[c.text for c in r] for r in table.rows] == [["bfloat16", "proj", "4 us", "2 us", "2 us [1.5, 2.5]"],
                                                          ["bfloat16", "lm_head", "4 us", "2 us", "—"]]
     assert anatomy(results(rec("fusion", []))) is None  # a run without it: no section
+    assert len(sec.tables) == 1  # no whole step recorded: no second table
+    ms += [metric("anatomy_step_us", us, "us", variant=v, method="fused-pdl-prefetch", **where)
+           for v, us in (("full", 168.7), ("idle", 60.25))]
+    whole = anatomy(results(rec("fused_anatomy", ms)))
+    assert whole is not None and len(whole.tables) == 2
+    step = whole.tables[1]
+    assert step.columns == ["dtype", "method", "full", "idle"]
+    assert [[c.text for c in r] for r in step.rows] == [["bfloat16", "fused-pdl-prefetch", "169 us", "60.2 us"]]

@@ -419,7 +419,8 @@ def case_anatomy_experiment() -> dict[str, Any]:
         check=lambda name, ok, **p: recorded.append(["check", name, ok]),
         activity=lambda what: mock.MagicMock(), metric=lambda spec, value, **p: recorded.append(
             [spec.name, p["kernel"], p["part"], value]),
-        timing=lambda spec, rounds, **p: recorded.append([spec.name, p["kernel"], p["variant"], len(rounds)]))
+        timing=lambda spec, rounds, **p: recorded.append([spec.name, p.get("kernel", p.get("method")), p["variant"],
+                                                          len(rounds)]))
     with mock.patch.object(FA, "random_weights", lambda spec, dev, dtype: random_weights(SHAPES["tiny-2L"], "cpu",
                                                                                         dtype)), \
             mock.patch.object(FA, "copy_bandwidth", lambda ctx: 100.0), \
@@ -597,6 +598,9 @@ def test_anatomy_experiment_records_every_variant_and_stage(worker: Worker) -> N
                       if k != "attention" or p not in ("weights", "stream_excess")}, stages
     ends = [r for r in got if r[0] in ("stage_us_ci_low", "stage_us_ci_high")]
     assert len(ends) == 2 * len(stages) and all(isinstance(v, float) for *_, v in ends), ends
+    # the whole step, as plain fused runs it where PDL cannot: every variant but no_wait (a PDL step's only)
+    step = [r for r in got if r[0] == "anatomy_step_us"]
+    assert step == [["anatomy_step_us", "fused", v.name, 2] for v in ST.STEP_VARIANTS if not v.pdl], step
 
 
 @pytest.mark.slow

@@ -160,7 +160,8 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
     # by name only (`--only fused_anatomy`): one planned device call of issue 31
     ExperimentSpec("fused_anatomy", "Where a fused-step kernel's time goes: each kernel timed with one stage left out "
                    "(launch, ramp, weights, input, arithmetic, store, the PDL wait)", "031", ("cuda", "triton"),
-                   (M.BANDWIDTH_GBPS, M.ANATOMY_US, M.STAGE_US, M.STAGE_US_CI_LOW, M.STAGE_US_CI_HIGH), by_name=True),
+                   (M.BANDWIDTH_GBPS, M.ANATOMY_US, M.STAGE_US, M.STAGE_US_CI_LOW, M.STAGE_US_CI_HIGH,
+                    M.ANATOMY_STEP_US), by_name=True),
     # by name only (`--only fused_persistent`): issue 31's persistent layer kernel, in a child process with a watchdog
     ExperimentSpec("fused_persistent", "The fused step with one persistent kernel a layer (a grid barrier between its "
                    "phases) beside the five-kernel step", "031", ("cuda", "triton"),

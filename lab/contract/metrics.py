@@ -309,6 +309,9 @@ GAP_US = declare("gap_us", units.US, L, "the median step time minus the GPU-busy
 ANATOMY_US = declare("anatomy_us", units.US, L, "median time a launch of one fused-step kernel, as the step binds it or "
                     "as a variant that leaves a stage out (param variant: lab.step.fused.stages), from a CUDA graph of "
                     "back-to-back launches over copies of what it streams")
+ANATOMY_STEP_US = declare("anatomy_step_us", units.US, L, "median time of one whole fused step with every launch in "
+                         "one variant (param variant: lab.step.fused.stages.STEP_VARIANTS; param method: the step's), "
+                         "from a CUDA graph of the step")
 STAGE_US, STAGE_US_CI_LOW, STAGE_US_CI_HIGH = _with_interval(
     "stage_us", units.US, L, "what one stage of a fused-step kernel costs a launch (param part: lab.step.fused.stages."
     "PARTS): the difference of two variants' anatomy_us; stages overlap, so the parts do not add up to the kernel",

@@ -13,6 +13,11 @@ L2, so the bytes come from HBM as in the step; the graphs replayed in rotating r
 replays a round after a warm-up; anatomy_us is a replay's time over `repeats`, with its interval and raw samples,
 and stage_us the stages' costs (differences of two variants, intervals paired over rounds). Correctness outside the
 timing: each kernel's full variant writes what the plan's own launch writes, bit for bit.
+
+Then the whole step (`step`, on by default): the step as its method runs it (fused-pdl-prefetch with `prefetch`,
+else fused-pdl, plain fused where PDL cannot run), each of lab.step.fused.stages.STEP_VARIANTS thrown in every launch
+at once, one CUDA graph of the step each, replayed in rotating rounds: anatomy_step_us. What the chain of launches
+costs with nothing to do (idle), with no weight bytes (no_weights), and without waiting (no_wait), beside the step.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class Options:
                                 profile="warmup")
     rounds: int | None = option(None, "timing rounds, variants in rotating order (default: the profile's rounds)",
                                 profile="rounds", minimum=1)
+    step: bool = option(True, "also the whole step with every launch in each step variant (lab.step.fused.stages)")
 
 
 def copies_for(nbytes: int, l2_bytes: int, rotate_l2: float) -> int:
@@ -121,8 +127,41 @@ def run(ctx: Context[Options]) -> None:
                            **params)
                 ctx.metric(M.STAGE_US_CI_HIGH, None if p.ci is None else round(p.ci.high, 4), kernel=name,
                            part=p.part, **params)
-        del graphs, kept, plan, state, w, bound
+        del graphs, kept, plan, bound
+        if o.step:
+            whole_step(ctx, state, w, pdl, params)
+        del state, w
         free_device_memory(ctx.device)
+
+
+def step_method(prefetch: bool, pdl: bool) -> str:
+    """The method whose step `whole_step` takes apart."""
+    return "fused-pdl-prefetch" if prefetch and pdl else "fused-pdl" if pdl else "fused"
+
+
+def whole_step(ctx: Context[Options], state: Any, w: Any, pdl: bool, params: dict[str, Any]) -> None:
+    """The step as its method runs it, in each step variant (lab.step.fused.stages.STEP_VARIANTS), timed as one CUDA
+    graph of the step each, in rotating rounds."""
+    from lab.step.capture import capture
+    from lab.step.fused import anatomy as A, stages as ST, step as S
+
+    o = ctx.options
+    method = step_method(o.prefetch, pdl)
+    plan = S.prepare(state, w, pdl=pdl, repeatable=True, prefetch=o.prefetch and pdl, path="gemv")
+    graphs, kept = {}, []
+    with ctx.activity(f"{params[P.DTYPE]}: the whole step ({method}, {len(plan.launches)} launches) in each variant"):
+        for v in ST.STEP_VARIANTS:
+            if v.pdl and not pdl:
+                continue
+            launches = A.step_variant(plan, v)
+            series = A.series(launches, len(launches))
+            graphs[v.name] = capture(series, warmup=1)
+            kept.append(series)  # as above: the graph holds no reference to what it reads
+    rounds = time_methods({k: g.replay for k, g in graphs.items()}, ctx.clock, o.rounds, o.iters, o.warmup)
+    for name, per_round in rounds.items():
+        ctx.timing(M.ANATOMY_STEP_US, [[ms * 1e3 for ms in r] for r in per_round], variant=name, method=method,
+                   **params)
+    del graphs, kept, plan
 
 
 def same_writes(reference: Any, variant: Any) -> bool:

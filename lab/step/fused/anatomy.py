@@ -7,6 +7,8 @@ launches that one CUDA graph holds for a timing (lab.experiments.fused_anatomy),
 copies)`: the launch bound to each copy of what it streams (its weight matrix, attention's cache), so that, as in
 the step, whose weights are ten times the L2, those bytes come from HBM and not from the L2 the previous launch
 filled. Use a `repeatable` plan (lab.step.fused.step.prepare): every launch then does the same work each time.
+
+`step_variant(plan, variant)` is a whole step with every launch in one of lab.step.fused.stages.STEP_VARIANTS.
 """
 
 from __future__ import annotations
@@ -40,6 +42,22 @@ def made(launch: Launch, variant: Variant) -> Launch:
                       {"num_warps": launch.meta.get("num_warps", 4), **pdl})
     meta = {k: v for k, v in launch.meta.items() if k != "launch_pdl"}
     return replace(launch, name=f"{launch.name}:{variant.name}", meta={**meta, **pdl, "LEAVE_OUT": int(variant.leave_out)})
+
+
+def step_variant(plan: Any, variant: Variant) -> list[Launch]:
+    """Every launch of `plan` (the gemv path: Triton launches only) as `variant` (lab.step.fused.stages.STEP_VARIANTS)
+    runs it, with the plan's own PDL: the idle kernel with each launch's grid, or each launch with the variant's stages
+    left out where its kernel has the switch (argmax has none: it stays as it is)."""
+    if variant.pdl and not plan.pdl:
+        raise ValueError(f"the step variant {variant.name!r} is a PDL step's only")
+    as_run = replace(variant, pdl=plan.pdl)
+    out: list[Launch] = []
+    for launch in plan.launches:
+        if not isinstance(launch, Launch):
+            raise ValueError(f"the plan (path {plan.path}) calls the library: the step's variants need the gemv path")
+        switch = "LEAVE_OUT" in launch.kernel.arg_names
+        out.append(made(launch, as_run) if as_run.idle or (switch and as_run.leave_out) else launch)
+    return out
 
 
 # What each kernel streams: the argument rotated over copies

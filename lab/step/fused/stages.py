@@ -23,6 +23,17 @@ The differences are not additive (stages overlap); each says what leaving that s
 what a variant computes is dead code elsewhere too (proj's `input` takes combining the attention splits with it,
 `arithmetic` keeps only what feeds a store), and a variant compiles to its own registers and layout (`python -m
 lab.step.fused.aot --anatomy` prints them: attention without its input holds 255 registers a thread against 128).
+
+`STEP_VARIANTS` are the same switches thrown in every launch of a whole step at once (lab.step.fused.anatomy.
+step_variant), timed as one CUDA graph of the step (its weights, larger than L2, come from HBM replay after replay):
+- `full`: the step as its method runs it (PDL, prefetch, folds).
+- `no_weights`: every weight made in registers: the step with no weight bytes to read, what its chain of kernels
+  costs at unlimited bandwidth; full - no_weights is what the bytes add beyond what overlaps the chain.
+- `arithmetic`: weights, inputs and stores left out: the arithmetic and reductions on the chain.
+- `idle`: every launch the idle kernel with its grid and warps (and PDL's two calls under PDL): the chain of launches
+  and hand-overs alone, the floor of any step of that many launches with those grids.
+- `no_wait` (under PDL only): no launch waits for its predecessor, so they overlap as far as resources allow: full -
+  no_wait is what the dependencies cost. Its values are garbage (a launch reads what may not be written yet).
 """
 
 from __future__ import annotations
@@ -56,6 +67,9 @@ VARIANTS = (Variant("full"), Variant("idle", idle=True), Variant("idle_one", idl
             Variant("arithmetic", Stage.WEIGHTS | Stage.INPUT | Stage.STORE), Variant("pdl", pdl=True),
             Variant("pdl_no_wait", Stage.WAIT, pdl=True), Variant("pdl_idle", idle=True, pdl=True))
 BY_NAME = {v.name: v for v in VARIANTS}
+STEP_VARIANTS = (Variant("full"), Variant("no_weights", Stage.WEIGHTS),
+                 Variant("arithmetic", Stage.WEIGHTS | Stage.INPUT | Stage.STORE), Variant("idle", idle=True),
+                 Variant("no_wait", Stage.WAIT, pdl=True))  # pdl here: a PDL step's only (the step's own PDL is kept)
 KERNELS = ("ln_qkv", "attention", "proj", "ln_fc", "fc2", "lm_head")  # the step's kernels, as the step names them
 PARTS = {"ramp": ("idle", "idle_one"), "weights": ("full", "no_weights"), "input": ("full", "no_input"),
          "store": ("full", "no_store"), "arithmetic": ("arithmetic", "idle"), "pdl_overlap": ("full", "pdl"),
