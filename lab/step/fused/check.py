@@ -97,7 +97,7 @@ def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Ten
 
 
 def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, prompt_len: int = 8,
-                   sms: int | None = None, seed: int = 0, prefetch: bool = False, tc: bool = False,
+                   sms: int | None = None, seed: int = 0, prefetch: bool = False,
                    path: str | None = None, overrides: dict[str, Any] | None = None,
                    persistent: dict[str, Any] | None = None, fold: bool | None = None,
                    pdl: bool = False) -> dict[str, Any]:
@@ -110,8 +110,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
     plan = (PS.prepare(fused, w_low, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
-            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold, pdl=pdl,
-                         tc=tc))
+            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold, pdl=pdl))
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
     with torch.no_grad():
@@ -138,7 +137,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
             out["bookkeeping_ok"].append(bool(torch.equal(fused.tok[:, 0], own)) and int(fused.pos.item()) == pos + 1
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
-            "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "tc": list(plan.tc), **out}
+            "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, **out}
 
 
 def same_as_five(w: Weights, batch: int, steps: int, persistent: dict[str, Any], prompt_len: int = 8,
@@ -171,18 +170,14 @@ ODD = ModelSpec("gpt2-odd", n_layer=2, n_embd=48, n_head=4, vocab_size=500, n_po
 # rows of odd length (45: three heads of 15) beside the MLP's even ones (180): a bf16 slice read as packed pairs only
 # where its row has an even length (lab.step.fused.projections._load_w_raw)
 ODD_K = ModelSpec("gpt2-odd-k", n_layer=1, n_embd=45, n_head=3, vocab_size=101, n_positions=32, init_std=0.3)
-# rows wide enough for the PREFETCH kernels' tensor-core path (configs.tc_segment: 256 = 16 segments of 16, fc2's 1024 =
-# 16 of 64), the narrowest where every kernel takes it
-WIDE = ModelSpec("gpt2-wide", n_layer=1, n_embd=256, n_head=4, vocab_size=256, n_positions=32, init_std=0.3)
 
 
 def weights_for(model: str, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Weights:
-    """Random weights of the smoke model ("tiny"), the odd-shaped ones ("odd", "odd-k"), one wide enough for the
-    tensor-core path ("wide") or GPT-2 124M ("gpt2")."""
+    """Random weights of the smoke model ("tiny"), the odd-shaped ones ("odd", "odd-k") or GPT-2 124M ("gpt2")."""
     from lab.step import model as M
     from lab.contract.profiles import GPT2, TINY
 
-    spec = {"tiny": TINY, "odd": ODD, "odd-k": ODD_K, "wide": WIDE, "gpt2": GPT2}[model]
+    spec = {"tiny": TINY, "odd": ODD, "odd-k": ODD_K, "gpt2": GPT2}[model]
     m = M.build_model(spec, M.resolve_weights(spec, "random"))
     return M.extract_weights(m, dtype=dtype, device=device)
 

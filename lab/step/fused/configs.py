@@ -169,23 +169,6 @@ def ln_fold(dtype: str, n_embd: int) -> bool:
     return (dtype.removeprefix("torch."), n_embd) not in LN_UNFOLDED
 
 
-TC_SEGMENTS = (256, 128, 64, 32, 16)  # the PREFETCH kernels' tensor-core path: segment widths tried, widest first
-TC_MIN_S, TC_MAX_S = 16, 64  # segments a slice is cut into: a dot's N is at least 16; S x S partial sums a row
-
-
-def tc_segment(K: int, BK: int, BN: int, BB: int) -> int | None:
-    """The segment width KC the tensor-core PREFETCH path (projections._dot_tc) cuts a one-chunk slice of K columns
-    (BK >= K, a power of two) into: the widest of TC_SEGMENTS that divides K and cuts BK into TC_MIN_S to TC_MAX_S
-    segments; None where none does, the tile is too small for a dot (BN x S under 16 rows) or BB is not 1."""
-    if BB != 1 or BK < K:
-        return None
-    for KC in TC_SEGMENTS:
-        S = BK // KC
-        if K % KC == 0 and BK % KC == 0 and TC_MIN_S <= S <= TC_MAX_S and BN * S >= 16:
-            return KC
-    return None
-
-
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
 
 

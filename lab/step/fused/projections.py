@@ -133,57 +133,7 @@ def _dot_slice(a, w_raw):
 
 
 @triton.jit
-def _load_w_tc(w_ptr, n0, N, K: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr, KC: tl.constexpr,
-               LEAVE_OUT: tl.constexpr = 0):
-    """TC (PREFETCH on tensor cores): rows n0.. n0 + BN of an [N, K] bf16 matrix as a [BN * S, KC] tile, S = BK // KC:
-    tile row n * S + s is W[n0 + n, s KC : (s + 1) KC] (zeros for s >= K // KC and rows past N): the rows' own bytes in
-    rows of KC, read in 16-byte vectors. `_dot_tc` multiplies it by the input cut the same way."""
-    S: tl.constexpr = BK // KC
-    r = tl.arange(0, BN * S)
-    n = n0 + r // S
-    seg = r % S
-    kk = tl.arange(0, KC)
-    mask = ((n < N) & (seg < K // KC))[:, None]
-    w = tl.load(w_ptr + n[:, None] * K + seg[:, None] * KC + kk[None, :], mask=mask, other=0.0)
-    return _made(w, LEAVE_OUT, _WEIGHTS)
-
-
-@triton.jit
-def _dot_tc(a, w_tc, KC: tl.constexpr, TC: tl.constexpr = 1):
-    """acc [1, BN] = a [1, BK] @ W.T on tensor cores, for a slice loaded by `_load_w_tc` ([BN * S, KC], S = BK // KC):
-    the input is cut into its S segments of KC, as columns of a [KC, S] bf16 operand (rounded to bf16, as eager's bf16
-    linear rounds its input), so that D = tile @ segments [BN * S, S] holds in row n * S + s and column s the product of
-    segment s of row n with segment s of the input: the sum of D's diagonal blocks over s is the row's product. The
-    products and their sum over each segment run in the tensor cores with fp32 accumulation (wgmma where the tile has
-    64 rows or more, mma otherwise); only the S partial sums of a row are summed by the program's threads. TC 2 (Triton's
-    interpreter, whose dot multiplies a bf16 operand's bits as integers): the same bf16 values as fp32 operands."""
-    BK: tl.constexpr = a.shape[1]
-    S: tl.constexpr = BK // KC
-    BN: tl.constexpr = w_tc.shape[0] // S
-    seg = tl.trans(tl.reshape(a, (S, KC))).to(tl.bfloat16)
-    if TC == 2:  # Triton's interpreter multiplies bf16 operands' bits: the same bf16 values, widened (exact products)
-        d = tl.dot(w_tc.to(tl.float32), seg.to(tl.float32), input_precision="ieee")
-    else:
-        d = tl.dot(w_tc, seg)
-    r = tl.arange(0, BN * S)
-    col = tl.arange(0, S)
-    own = tl.sum(tl.where((r % S)[:, None] == col[None, :], d, 0.0), axis=1)
-    return tl.reshape(tl.sum(tl.reshape(own, (BN, S)), axis=1), (1, BN))
-
-
-@triton.jit
-def _dot_any(a, w, TC: tl.constexpr, KC: tl.constexpr):
-    """`_dot_tc` (TC) or `_dot_slice`: a PREFETCH slice times the input."""
-    if TC:
-        acc = _dot_tc(a, w, KC, TC)
-    else:
-        acc = _dot_slice(a, w)
-    return acc
-
-
-@triton.jit
-def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: tl.constexpr, TC: tl.constexpr = False,
-                 KC: tl.constexpr = 64):
+def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: tl.constexpr):
     """PREFETCH, one chunk: [BB, BN] = layer_norm(x) @ W.T + bias with x [BB, BE] the whole row already loaded, g [BE]
     and the weight slice [1, BN, BE] loaded before the wait.
 
@@ -191,15 +141,14 @@ def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: t
     mean c1) + c2 with shift = c1 = W g and rows = c2 = W beta + bias [BN] (fp32, made when the plan is bound:
     `step.ln_folded`). So the products start as soon as the row is loaded, beside its statistics rather than after
     them, and each value of the row is scaled once where it was centred, scaled and shifted. Otherwise shift = beta
-    [BE] and rows = the bias [BN]: the row normalised, then multiplied. TC: w_raw is a `_load_w_tc` tile, multiplied on
-    tensor cores (`_dot_tc`)."""
+    [BE] and rows = the bias [BN]: the row normalised, then multiplied."""
     mean, rstd = _ln_stats(x, k_mask, E, eps, True)
     if FOLD:
-        acc = _dot_any(x * g[None, :], w_raw, TC, KC)
+        acc = _dot_slice(x * g[None, :], w_raw)
         out = rstd[:, None] * (acc - mean[:, None] * shift[None, :]) + rows[None, :]
     else:
         a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + shift[None, :]
-        out = _dot_any(a, w_raw, TC, KC) + rows[None, :]
+        out = _dot_slice(a, w_raw) + rows[None, :]
     return out
 
 
@@ -229,8 +178,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
-                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, TC: tl.constexpr = False,
-                  KC: tl.constexpr = 64):
+                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -252,13 +200,10 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
     LN_FOLD (PREFETCH only): the layer norm folded into the product (`_ln_gemv_one`), c1_ptr and c2_ptr its
     constants; otherwise they are not read.
-
-    TC (PREFETCH, bf16 weights, BB 1; every GEMV kernel with a PREFETCH path has it): the slice multiplied on tensor
-    cores, cut into segments of KC columns (`_load_w_tc`, `_dot_tc`).
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr,
             q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False,
-            LN_FOLD, TC, KC)
+            LN_FOLD)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
                         BB, BN, BS, BD)
@@ -269,7 +214,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             cache_ptr, B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-            LN_FOLD: tl.constexpr = False, TC: tl.constexpr = False, KC: tl.constexpr = 64):
+            LN_FOLD: tl.constexpr = False):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
     while the program worked on its previous task or waited at the grid barrier."""
@@ -277,10 +222,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; see `_ln_gemv_one`)
-        if TC:
-            w_first = _load_w_tc(w_ptr, pid_n * BN, 3 * E, E, BK, BN, KC, LEAVE_OUT)
-        else:
-            w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
         g = _load_vec(ln_w, ke, E)
         if LN_FOLD:
             shift = _load_vec(c1_ptr, n, 3 * E)
@@ -301,7 +243,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
                      mask=_stored(b_mask[:, None] & (ke < E)[None, :], x0, LEAVE_OUT))
     if PREFETCH:
         x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT)
-        out = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD, TC, KC)
+        out = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, EMBED, BB, BN, BK, BE, LEAVE_OUT)
@@ -337,8 +279,7 @@ def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.c
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
                          BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False, TC: tl.constexpr = False,
-                         KC: tl.constexpr = 64):
+                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -348,26 +289,23 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
 
     FOLDED (after an ln_qkv launch with FOLD): part_o is the attention output att [B, E], already normalised, read
-    as it is (one L2 round trip, no splits to combine); part_m and part_l are not read. TC: as ln_qkv_kernel's.
+    as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
     """
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
-          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED, TC, KC)
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED)
 
 
 @triton.jit
 def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
           DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
           USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-          FOLDED: tl.constexpr = False, TC: tl.constexpr = False, KC: tl.constexpr = 64):
-    """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED, TC: as the kernel)."""
-    pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
+          FOLDED: tl.constexpr = False):
+    """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED: as the kernel)."""
+    _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
-        if TC:
-            w_raw = _load_w_tc(w_ptr, pid_n * BN, E, E, BK, BN, KC, LEAVE_OUT)
-        else:
-            w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
     elif PRELOADED:
         w = w_pre
     else:
@@ -377,7 +315,7 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
     if PREFETCH:
         a = _made(_attention_in(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK, FOLDED),
                   LEAVE_OUT, _INPUT)
-        acc = _dot_any(a, w_raw, TC, KC)
+        acc = _dot_slice(a, w_raw)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
         for k0 in range(0, E, BK):
@@ -395,33 +333,30 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
                       F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                       USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                      LN_FOLD: tl.constexpr = False, TC: tl.constexpr = False, KC: tl.constexpr = 64):
+                      LN_FOLD: tl.constexpr = False):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC matrix + 12 KB bias + 6 KB norm
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
-    LN_FOLD, TC: as ln_qkv_kernel's.
+    LN_FOLD: as ln_qkv_kernel's.
     """
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK,
-           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD, TC, KC)
+           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD)
 
 
 @triton.jit
 def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
            F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-           LN_FOLD: tl.constexpr = False, TC: tl.constexpr = False, KC: tl.constexpr = 64):
+           LN_FOLD: tl.constexpr = False):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
-    pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
+    _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
     if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters (or their fold), before the wait
-        if TC:
-            w_first = _load_w_tc(w_ptr, pid_n * BN, F, E, BK, BN, KC, LEAVE_OUT)
-        else:
-            w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
         g = _load_vec(ln_w, ke, E)
         if LN_FOLD:
             shift = _load_vec(c1_ptr, n, F)
@@ -436,7 +371,7 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
     _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
         x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
-        y = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD, TC, KC)
+        y = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
@@ -450,32 +385,28 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
 @triton.jit
 def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
                         BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0, TC: tl.constexpr = False,
-                        KC: tl.constexpr = 64):
+                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC2 matrix + 3 KB bias (+ the 12 KB h
     row per program, from L2); reads and writes 3 KB of residual.
-    Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs. TC: as ln_qkv_kernel's.
+    Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
-         LEAVE_OUT, 0, False, TC, KC)
+         LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
          BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
-         w_pre, PRELOADED: tl.constexpr, TC: tl.constexpr = False, KC: tl.constexpr = 64):
+         w_pre, PRELOADED: tl.constexpr):
     """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
-    pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
+    _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
-        if TC:
-            w_raw = _load_w_tc(w_ptr, pid_n * BN, E, F, BK, BN, KC, LEAVE_OUT)
-        else:
-            w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK, LEAVE_OUT)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK, LEAVE_OUT)
     elif PRELOADED:
         w = w_pre
     else:
@@ -485,7 +416,7 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
     if PREFETCH:
         k = tl.arange(0, BK)
         a = _load_x(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, k, F, False, LEAVE_OUT)
-        acc = _dot_any(a, w_raw, TC, KC)
+        acc = _dot_slice(a, w_raw)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
         for k0 in range(0, F, BK):

@@ -70,7 +70,6 @@ so that a run measures it beside `fused-pdl`.
 from __future__ import annotations
 
 import math
-import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -137,7 +136,6 @@ class FusedPlan:
     path_reason: str = ""  # why the rule chose it
     fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
     ln_fold: bool = False  # the PREFETCH kernels fold their layer norms into the product (configs.ln_fold)
-    tc: tuple[str, ...] = ()  # the PREFETCH kernels multiplied on tensor cores (prepare(tc=True), bf16)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -179,8 +177,7 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
-            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None,
-            tc: bool = False) -> FusedPlan:
+            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -198,10 +195,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     where ln_qkv's BN divides the head's width: `configs.fold_refusal`): no attention launch, `proj` reads the
     normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
-
-    `tc=True` asks for the PREFETCH kernels' tensor-core path in bf16 (projections._dot_tc: the input rounded to bf16,
-    as eager's bf16 linear rounds it; the layer norms then unfolded), in each kernel whose slice cuts into segments
-    (configs.tc_segment); `plan.tc` names the kernels that took it.
     """
     _check(state, w)
     if pdl:
@@ -241,13 +234,11 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     refusal = "" if not fold or gemm else C.fold_refusal(cfg["ln_qkv"], DH)  # the gemm path's plans never fold
     fold = fold and not gemm and not refusal
     reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
-    tc = tc and prefetch and w.dtype == torch.bfloat16
-    ln_fold = prefetch and C.ln_fold(str(w.dtype), E) and not tc  # (prefetch: the gemv-prefetch path only)
-    on_tc: list[str] = []
+    ln_fold = prefetch and C.ln_fold(str(w.dtype), E)  # (prefetch: the gemv-prefetch path only)
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         reason, fold, ln_fold, tuple(dict.fromkeys(on_tc)))
+                         reason, fold, ln_fold)
 
     if gemm:
         from lab.step.fused import library
@@ -262,10 +253,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         meta = {"BB": g.BB, "BN": g.BN, "BK": g.BK, "num_warps": g.num_warps, **common}
         if prefetch and name in C.PREFETCH_KERNELS:
             meta["PREFETCH"] = True
-            kc = C.tc_segment(F if name == "fc2" else E, g.BK, g.BN, g.BB) if tc else None
-            if kc is not None:  # (2: the same values as fp32 operands, where Triton's interpreter runs the kernels)
-                meta |= {"TC": 2 if os.environ.get("TRITON_INTERPRET") == "1" else 1, "KC": kc}
-                on_tc.append(name)
         return (C.cdiv(N, g.BN) * nbb,), meta, nbb
 
     BE, BD, scale = C.next_pow2(E), C.next_pow2(DH), 1.0 / math.sqrt(DH)
