@@ -47,7 +47,7 @@ def test_step_variants_throw_one_switch_in_every_launch_with_the_steps_own_pdl()
     plan = plan_for_shapes("tiny", torch.float32, 1, max_len=32, pdl=True, prefetch=True)
     plan.pdl = True  # as prepare(pdl=True) on a Hopper device sets it
     by = {v.name: (v, A.step_variant(plan, v)) for v in ST.STEP_VARIANTS}
-    assert set(by) == {"full", "no_weights", "arithmetic", "idle", "no_wait"}
+    assert set(by) == {"full", "no_weights", "arithmetic", "idle", "no_wait"} | {f"no_wait:{k}" for k in ST.STEP_WAITS}
     assert all(a is b for a, b in zip(by["full"][1], plan.launches, strict=True))  # the step as it runs
     kept = 0
     for name in ("no_weights", "arithmetic", "no_wait"):
@@ -60,6 +60,12 @@ def test_step_variants_throw_one_switch_in_every_launch_with_the_steps_own_pdl()
             assert got.kernel is launch.kernel and got.grid == launch.grid and got.args is launch.args
             assert got.meta["LEAVE_OUT"] == int(variant.leave_out) and got.meta["USE_PDL"] and got.meta["launch_pdl"]
     assert kept == 3
+    for kernel in ST.STEP_WAITS:  # one kernel's waits left out, every other launch as the step runs it
+        variant, launches = by[f"no_wait:{kernel}"]
+        changed = [got for got, launch in zip(launches, plan.launches, strict=True) if got is not launch]
+        assert changed and all(got.name == f"{kernel}:{variant.name}" for got in changed), kernel
+        assert len(changed) == sum(launch.name == kernel for launch in plan.launches), kernel
+        assert all(got.meta["LEAVE_OUT"] == int(ST.Stage.WAIT) and got.meta["USE_PDL"] for got in changed), kernel
     for got, launch in zip(by["idle"][1], plan.launches, strict=True):  # the chain of launches alone, PDL's calls kept
         assert got.kernel is idle_kernel and got.grid == launch.grid and got.meta["USE_PDL"] and got.meta["launch_pdl"]
         assert got.meta["num_warps"] == launch.meta.get("num_warps", 4)

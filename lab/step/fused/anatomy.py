@@ -47,7 +47,8 @@ def made(launch: Launch, variant: Variant) -> Launch:
 def step_variant(plan: Any, variant: Variant) -> list[Launch]:
     """Every launch of `plan` (the gemv path: Triton launches only) as `variant` (lab.step.fused.stages.STEP_VARIANTS)
     runs it, with the plan's own PDL: the idle kernel with each launch's grid, or each launch with the variant's stages
-    left out where its kernel has the switch (argmax has none: it stays as it is)."""
+    left out where its kernel has the switch (argmax has none: it stays as it is), in the launches of the variant's
+    `only` kernel where it names one."""
     if variant.pdl and not plan.pdl:
         raise ValueError(f"the step variant {variant.name!r} is a PDL step's only")
     as_run = replace(variant, pdl=plan.pdl)
@@ -55,7 +56,7 @@ def step_variant(plan: Any, variant: Variant) -> list[Launch]:
     for launch in plan.launches:
         if not isinstance(launch, Launch):
             raise ValueError(f"the plan (path {plan.path}) calls the library: the step's variants need the gemv path")
-        switch = "LEAVE_OUT" in launch.kernel.arg_names
+        switch = "LEAVE_OUT" in launch.kernel.arg_names and variant.only in ("", launch.name)
         out.append(made(launch, as_run) if as_run.idle or (switch and as_run.leave_out) else launch)
     return out
 

@@ -34,6 +34,9 @@ step_variant), timed as one CUDA graph of the step (its weights, larger than L2,
   and hand-overs alone, the floor of any step of that many launches with those grids.
 - `no_wait` (under PDL only): no launch waits for its predecessor, so they overlap as far as resources allow: full -
   no_wait is what the dependencies cost. Its values are garbage (a launch reads what may not be written yet).
+- `no_wait:KERNEL` (under PDL only): the same for one kernel's launches only (STEP_WAITS): full - no_wait:KERNEL is
+  what waiting before that kernel costs the step, in all its launches (the wait on its predecessor's last program,
+  the flush of its writes, the start of the programs that were not resident yet).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Variant:
     pdl: bool = False
     idle: bool = False  # the idle kernel (PDL's calls only) with the launch's grid and warps
     one_program: bool = False  # ... with a grid of one program
+    only: str = ""  # a step variant's: the stages left out in this kernel's launches only (lab.step.fused.anatomy)
 
 
 VARIANTS = (Variant("full"), Variant("idle", idle=True), Variant("idle_one", idle=True, one_program=True),
@@ -67,9 +71,11 @@ VARIANTS = (Variant("full"), Variant("idle", idle=True), Variant("idle_one", idl
             Variant("arithmetic", Stage.WEIGHTS | Stage.INPUT | Stage.STORE), Variant("pdl", pdl=True),
             Variant("pdl_no_wait", Stage.WAIT, pdl=True), Variant("pdl_idle", idle=True, pdl=True))
 BY_NAME = {v.name: v for v in VARIANTS}
+STEP_WAITS = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")  # the step's kernels with a wait to leave out, one at a time
 STEP_VARIANTS = (Variant("full"), Variant("no_weights", Stage.WEIGHTS),
                  Variant("arithmetic", Stage.WEIGHTS | Stage.INPUT | Stage.STORE), Variant("idle", idle=True),
-                 Variant("no_wait", Stage.WAIT, pdl=True))  # pdl here: a PDL step's only (the step's own PDL is kept)
+                 Variant("no_wait", Stage.WAIT, pdl=True),  # pdl here: a PDL step's only (the step's own PDL is kept)
+                 *(Variant(f"no_wait:{k}", Stage.WAIT, pdl=True, only=k) for k in STEP_WAITS))
 KERNELS = ("ln_qkv", "attention", "proj", "ln_fc", "fc2", "lm_head")  # the step's kernels, as the step names them
 PARTS = {"ramp": ("idle", "idle_one"), "weights": ("full", "no_weights"), "input": ("full", "no_input"),
          "store": ("full", "no_store"), "arithmetic": ("arithmetic", "idle"), "pdl_overlap": ("full", "pdl"),
