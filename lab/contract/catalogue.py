@@ -159,7 +159,8 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                                                        *_INTERVAL, M.TOKENS_EQUAL, M.STOPPED_AT_STEP, M.CONCLUSION), sweep=True),
     # by name only (`--only fused_anatomy`): one planned device call of issue 31
     ExperimentSpec("fused_anatomy", "Where a fused-step kernel's time goes: each kernel timed with one stage left out "
-                   "(launch, ramp, weights, input, arithmetic, store, the PDL wait)", "031", ("cuda", "triton"),
+                   "(launch, ramp, weights, input, arithmetic, store, the PDL wait), then the whole step with every launch, or "
+                   "one kernel's, in one variant", "031", ("cuda", "triton"),
                    (M.BANDWIDTH_GBPS, M.ANATOMY_US, M.STAGE_US, M.STAGE_US_CI_LOW, M.STAGE_US_CI_HIGH,
                     M.ANATOMY_STEP_US), by_name=True),
     # by name only (`--only fused_persistent`): issue 31's persistent layer kernel, in a child process with a watchdog

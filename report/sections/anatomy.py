@@ -39,7 +39,8 @@ def anatomy(results: Results) -> Section | None:
         names = list(dict.fromkeys(str(m.params[P.VARIANT]) for m in steps))
         whole = Table(columns=["dtype", "method"] + names, id="fused-anatomy-step",
                       caption="us a step, every launch in one variant (idle: the chain of launches alone; no_weights: "
-                              "no weight bytes; no_wait: no launch waits for its predecessor)")
+                              "no weight bytes; no_wait: no launch waits for its predecessor; no_wait:KERNEL: that kernel's "
+                              "launches do not)")
         for dtype, method in dict.fromkeys((m.params[P.DTYPE], m.params[P.METHOD]) for m in steps):
             where = {P.DTYPE: dtype, P.METHOD: method}
             whole.rows.append([Cell(str(dtype)), Cell(str(method))]

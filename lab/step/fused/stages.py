@@ -71,12 +71,13 @@ VARIANTS = (Variant("full"), Variant("idle", idle=True), Variant("idle_one", idl
             Variant("arithmetic", Stage.WEIGHTS | Stage.INPUT | Stage.STORE), Variant("pdl", pdl=True),
             Variant("pdl_no_wait", Stage.WAIT, pdl=True), Variant("pdl_idle", idle=True, pdl=True))
 BY_NAME = {v.name: v for v in VARIANTS}
-STEP_WAITS = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")  # the step's kernels with a wait to leave out, one at a time
+KERNELS = ("ln_qkv", "attention", "proj", "ln_fc", "fc2", "lm_head")  # the step's kernels, as the step names them
+# the kernels whose waits a step variant leaves out one at a time: the PDL step's (it folds the attention into ln_qkv)
+STEP_WAITS = tuple(k for k in KERNELS if k != "attention")
 STEP_VARIANTS = (Variant("full"), Variant("no_weights", Stage.WEIGHTS),
                  Variant("arithmetic", Stage.WEIGHTS | Stage.INPUT | Stage.STORE), Variant("idle", idle=True),
                  Variant("no_wait", Stage.WAIT, pdl=True),  # pdl here: a PDL step's only (the step's own PDL is kept)
                  *(Variant(f"no_wait:{k}", Stage.WAIT, pdl=True, only=k) for k in STEP_WAITS))
-KERNELS = ("ln_qkv", "attention", "proj", "ln_fc", "fc2", "lm_head")  # the step's kernels, as the step names them
 PARTS = {"ramp": ("idle", "idle_one"), "weights": ("full", "no_weights"), "input": ("full", "no_input"),
          "store": ("full", "no_store"), "arithmetic": ("arithmetic", "idle"), "pdl_overlap": ("full", "pdl"),
          "wait": ("pdl", "pdl_no_wait")}
