@@ -152,10 +152,18 @@ def _started(run: Run) -> str:
     return run.results.run.started_at or ""
 
 
+def _sharing(candidates: list[Run], run: Run) -> list[Run]:
+    """The candidates that ran one of `run`'s experiments, in their order; all of them where none did."""
+    ids = {rec.id for rec in run.results.experiments}
+    return [r for r in candidates if ids & {rec.id for rec in r.results.experiments}] or candidates
+
+
 def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
     """Every run's baseline, newest run first: `baseline` where given; else the previous run of the same host (the
     same machine: report.site.hosts) and profile, else the newest other run of the same profile; else none, with the
-    sentence why."""
+    sentence why. Among the earlier runs of the host, and then among the profile's, those that ran one of the run's
+    experiments come first (`_sharing`: a run of `--only fused_anatomy` is set against the previous anatomy, not
+    against the grid just before it with nothing in common); where none did, all of them are candidates."""
     ordered = sorted(runs, key=_started, reverse=True)
     if baseline is not None:
         base = find_run(runs, baseline)
@@ -167,13 +175,13 @@ def baselines(runs: list[Run], baseline: str | None = None) -> list[Baseline]:
         label = here.label
         same_profile = [r for r in ordered if r is not run and r.results.run.profile == profile]
         same_host = [r for r in same_profile if machine(r.results).key == here.key]
-        earlier = [r for r in same_host if _started(r) < _started(run)]
+        earlier = _sharing([r for r in same_host if _started(r) < _started(run)], run)
         if earlier:
             out.append(Baseline(run, earlier[0], f"the previous run of host {label} with profile {profile}"))
         elif same_profile:
             none = f"no earlier run of host {label}" if same_host else f"no other run of host {label}"
-            out.append(Baseline(run, same_profile[0], f"{none} with profile {profile}: the newest other run of "
-                                                      f"profile {profile}"))
+            out.append(Baseline(run, _sharing(same_profile, run)[0], f"{none} with profile {profile}: the newest "
+                                                                     f"other run of profile {profile}"))
         else:
             out.append(Baseline(run, None, f"no other run of profile {profile} among the runs rendered: nothing to "
                                            f"set it against (a run of the same profile, from this host or another, "
