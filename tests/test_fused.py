@@ -89,7 +89,7 @@ def test_the_folded_attentions_chunk_fits_the_tile_budget() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_folded_layer_norm_constants_reproduce_layer_norm_then_the_projection(dtype: torch.dtype) -> None:
     """step.ln_folded's c1 = W g and c2 = W beta + bias, put back as the PREFETCH kernels use them (rstd ((x g) @ W.T -
-    mean c1) + c2, projections._ln_gemv_seg), give layer_norm(x) @ W.T + bias, on rows whose mean is several times
+    mean c1) + c2, projections._ln_gemv_one), give layer_norm(x) @ W.T + bias, on rows whose mean is several times
     their spread; fp32 vectors the length of W's rows."""
     import torch.nn.functional as F
 
@@ -123,46 +123,6 @@ def test_the_prefetch_plan_folds_its_layer_norms_where_that_measured_faster(dtyp
         plan = aot.plan_for_shapes(spec, dtype, 1, pdl=True, prefetch=prefetch)
         metas = [x.meta for x in plan.launches if x.name in ("ln_qkv", "ln_fc")]
         assert len(metas) == 2 and all(bool(m.get("LN_FOLD")) == (folds and prefetch) for m in metas), metas
-
-
-@pytest.mark.parametrize("K, segments", [(768, (256, 256, 256)), (3072, (1024, 1024, 1024)), (1600, (1024, 512, 64)),
-                                         (6400, (4096, 2048, 256)), (1024, (1024, 0, 0)), (45, (32, 8, 8)),
-                                         (1000, (512, 256, 256))])
-def test_a_row_is_read_in_power_of_two_segments_that_cover_it_and_no_more_than_its_last_needs(
-        K: int, segments: tuple[int, int, int]) -> None:
-    """configs.k_segments: a PREFETCH row of K values in up to three power-of-two segments, largest first (three of one
-    width where K is three times a power of two); only the last one padded; one tile of next_pow2(K) unsplit."""
-    assert C.k_segments(K) == segments
-    parts = [s for s in segments if s]
-    assert all(s & (s - 1) == 0 for s in parts) and sum(parts) >= K and sum(parts) - parts[-1] < K
-    assert sum(parts) - K < parts[-1]  # the padding is the last segment's only
-    assert C.k_segments(K, split=False) == (C.next_pow2(K), 0, 0)
-    with pytest.raises(ValueError, match="K must be positive"):
-        C.k_segments(0)
-
-
-@needs_triton
-@pytest.mark.parametrize("dtype, width", [(torch.float32, 768), (torch.bfloat16, 768), (torch.float32, 1600),
-                                          (torch.bfloat16, 1600)])
-def test_the_prefetch_plan_reads_its_rows_in_segments_where_the_table_says(dtype: torch.dtype, width: int) -> None:
-    """Each PREFETCH launch binds K0, K1, K2: configs.k_segments of its row (E, or 4E for fc2) where configs.segmented
-    says so, else its one tile (BK, 0, 0); prepare(segments=...) overrides the table; the other paths bind none."""
-    from lab.contract.profiles import ModelSpec
-    from lab.step.fused import aot
-
-    spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
-    rows = {"ln_qkv": width, "proj": width, "ln_fc": width, "fc2": 4 * width}
-    for asked in (None, True, False):
-        plan = aot.plan_for_shapes(spec, dtype, 1, pdl=True, prefetch=True, segments=asked)
-        split = C.segmented(str(dtype), width) if asked is None else asked
-        assert plan.segments == split
-        for launch in (x for x in plan.launches if x.name in rows):
-            cfg = plan.configs[launch.name]
-            assert isinstance(cfg, C.GemvConfig)
-            want = C.k_segments(rows[launch.name]) if split else (cfg.BK, 0, 0)
-            assert (launch.meta["K0"], launch.meta["K1"], launch.meta["K2"]) == want, launch.name
-    plain = aot.plan_for_shapes(spec, dtype, 1, pdl=True, prefetch=False)
-    assert not plain.segments and not any("K0" in x.meta for x in plain.launches)
 
 
 @needs_triton
@@ -375,7 +335,7 @@ def test_bf16_products_take_two_instructions_a_weight_after_the_wait() -> None:
         pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
     big = SHAPES["gpt2-1.5B"]
     plan = aot.plan_for_shapes(ModelSpec("one-layer", 1, big.n_embd, big.n_head), torch.bfloat16, 1, pdl=True,
-                               prefetch=True, segments=False)  # the row in one tile (segments: their own test)
+                               prefetch=True)
     [fc2] = [replace(x, meta={**x.meta, "BB": 1, "BN": 4, "num_warps": 4}) for x in plan.launches if x.name == "fc2"]
     g = C.GemvConfig(fc2.meta["BB"], fc2.meta["BN"], fc2.meta["BK"], fc2.meta["num_warps"])
     values = g.BB * g.BN * g.BK // (32 * g.num_warps)
@@ -399,10 +359,7 @@ def test_prefetch_leaves_only_activations_after_the_wait() -> None:
     cfg = C.choose(GPT2.n_embd, GPT2.n_head, GPT2.vocab_size, 256, 1, torch.bfloat16, 132, prefetch=True)
     for name in ("ln_fc", "ln_qkv"):
         g = cfg[name]
-        assert isinstance(g, C.GemvConfig)
-        segments = C.k_segments(GPT2.n_embd, C.segmented("bfloat16", GPT2.n_embd))
-        # the fp32 residual row in 16-byte loads a thread (a load or more a segment: configs.k_segments)
-        row = sum(C.cdiv(g.BB * k * 4, 16 * 32 * g.num_warps) for k in segments if k)
+        row = C.cdiv(g.BB * g.BK * 4, 16 * 32 * g.num_warps)  # the fp32 residual row in 16-byte loads a thread
         assert after[(name, "")] <= row + (2 if name == "ln_qkv" else 0) < default[(name, "")], (name, g, after, default)
 
 

@@ -129,37 +129,18 @@ def case_prefetch_odd_b3() -> dict[str, Any]:
 
 
 @case
-def case_prefetch_unsegmented_odd_b3() -> dict[str, Any]:
-    # the PREFETCH rows in one power-of-two tile (configs.UNSEGMENTED), on the odd model whose rows are segmented
-    # otherwise (48 = 3 x 16, 192 = 3 x 64)
-    C.UNSEGMENTED.add(("float32", 48))
-    try:
-        return _free("odd", 3, steps=2, prompt_len=4, sms=4, prefetch=True)
-    finally:
-        C.UNSEGMENTED.discard(("float32", 48))
-
-
-@case
 def case_prefetch_bf16_b1() -> dict[str, Any]:
     return _forced(1, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2))
 
 
 @case
 def case_prefetch_oddk_bf16_b1() -> dict[str, Any]:
-    # rows of 45 (odd: the slice widened by a cast) and 180 (fc2: packed pairs), each in three segments of two widths
-    # (45 = 32 + 8 + 8 with the last 3 masked, 180 = 128 + 32 + 32 with the last 12 masked: configs.k_segments)
+    # rows of 45 (odd: the slice widened by a cast) and 180 (fc2: packed pairs, the last one masked in a 256-wide slice)
     import torch
     from lab.step.fused import check as K
 
     return K.teacher_forced(K.weights_for("odd-k"), K.weights_for("odd-k", dtype=torch.bfloat16), 1, steps=3, sms=2,
                             prefetch=True)
-
-
-@case
-def case_prefetch_oddk_fp32_b1() -> dict[str, Any]:
-    # fp32 rows in segments of two widths (45 = 32 + 8 + 8, 180 = 128 + 32 + 32: one reduction a segment), eager's
-    # tokens
-    return _free("odd-k", 1, steps=3, prefetch=True)
 
 
 FOLD_QKV = '"ln_qkv": {"BB": 1, "BN": 8, "BK": 64}'  # a BN that divides the tiny model's head width (16)
@@ -522,8 +503,7 @@ def worker():
 FP32_CASES = {  # case -> (path, batch)
     "gemv-fp32-b1": ("gemv", 1), "gemv-fp32-b3": ("gemv", 3), "gemv-fp32-b8": ("gemv", 8),
     "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
-    "prefetch-unfolded-fp32-b1": ("gemv-prefetch", 1), "prefetch-unsegmented-odd-b3": ("gemv-prefetch", 3),
-    "prefetch-oddk-fp32-b1": ("gemv-prefetch", 1),
+    "prefetch-unfolded-fp32-b1": ("gemv-prefetch", 1),
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
@@ -553,12 +533,10 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert run["fold"] == name.startswith("fold-"), run  # taken where asked (and nowhere else: no PDL here)
     # the PREFETCH layer norms folded (configs.ln_fold) but where the case keeps them unfolded
     assert run["ln_fold"] == (path == "gemv-prefetch" and "unfolded" not in name), run
-    # the PREFETCH rows in segments (configs.segmented) but where the case keeps them in one tile
-    assert run["segments"] == (path == "gemv-prefetch" and "unsegmented" not in name), run
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
-        width, vocab = (45, 101) if "oddk" in name else (48, 500) if "odd" in name else (64, 512)
         for kernel in C.PREFETCH_KERNELS:
-            K = C.gemv_shapes(width, vocab)[kernel][1]
+            odd = "odd" in name
+            K = C.gemv_shapes(48 if odd else 64, 500 if odd else 512)[kernel][1]
             assert run["configs"][kernel]["BK"] == C.next_pow2(K), run["configs"]
     if name.endswith("odd-b3") and path == "gemv":
         assert run["configs"]["ln_qkv"]["BB"] == 2 and run["configs"]["ln_qkv"]["BN"] == (4 if run["fold"] else 16)
@@ -567,7 +545,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
         assert run["configs"]["add_ln"]["BB"] == 2 and run["configs"]["block_argmax"]["BN"] == 64
     if name == "gemm-forms-fp32-b8":  # bound in the forms the fake measurement chose
         assert run["forms"] == [FORMS], run["forms"]
-    assert_equal_run(run, FP32_REL, n_layer=1 if "oddk" in name else 2, launches=PERSISTENT_LAUNCHES.get(name))
+    assert_equal_run(run, FP32_REL, launches=PERSISTENT_LAUNCHES.get(name))
 
 
 @pytest.mark.parametrize("name", _params(BF16_CASES))
@@ -576,7 +554,6 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     assert r["dtype"] == "bfloat16" and len(r["fused_err"]) == 3 and r["path"] == BF16_CASES[name][0], r
     assert r["fold"] == name.startswith("fold-"), r
     assert r["ln_fold"] == (r["path"] == "gemv-prefetch"), r
-    assert r["segments"] == (r["path"] == "gemv-prefetch"), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
         assert err <= BF16_REL * scale, r

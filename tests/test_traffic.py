@@ -47,7 +47,7 @@ def test_bf16_halves_the_weights_and_the_cache_not_the_fp32_activations() -> Non
 @pytest.mark.parametrize("elem", [4, 2])
 def test_the_prefetch_path_reads_the_folded_layer_norm_constants_for_its_shift_and_bias(elem: int) -> None:
     """Where the PREFETCH path folds its layer norms (configs.ln_fold), ln_qkv and ln_fc read the norm's scale and the
-    folded constants c1 = W g, c2 = W beta + bias (fp32, one each a row of W: projections._ln_gemv_seg) where the other
+    folded constants c1 = W g, c2 = W beta + bias (fp32, one each a row of W: projections._ln_gemv_one) where the other
     paths, and PREFETCH unfolded, read the scale, the shift and the bias in the weights' dtype; every other call reads
     the same."""
     shape = T.Shape(**{**GPT2.__dict__, "elem": elem})

@@ -201,11 +201,11 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
 
 def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
                     sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False,
-                    fold: bool | None = None, segments: bool | None = None) -> Any:
+                    fold: bool | None = None) -> Any:
     """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped): `model` is "gpt2",
     "tiny" or a lab.contract.profiles.ModelSpec; `persistent`: lab.step.fused.persistent's, one program an SM;
     `fold`: the attention folded into ln_qkv (lab.step.fused.step.prepare; None: as a PDL plan on a device would,
-    FOLD_WITH_PDL); `segments`: the PREFETCH rows in segments (prepare's; None: configs.segmented)."""
+    FOLD_WITH_PDL)."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
     from lab.step.fused.tune import random_weights
@@ -218,7 +218,7 @@ def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 2
         from lab.step.fused import persistent as PS
 
         return PS.prepare(state, w, sms=sms)
-    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path, fold=S.folds(fold, pdl), segments=segments)
+    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path, fold=S.folds(fold, pdl))
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
                          if isinstance(launch, S.Launch) else launch for launch in plan.launches]

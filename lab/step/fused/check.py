@@ -72,8 +72,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
         direct = {"out": fused.out.clone(), "logits": lf}
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
-                              "ln_fold": plan.ln_fold, "segments": plan.segments,
-                              "configs": {k: v.__dict__ for k, v in plan.configs.items()},
+                              "ln_fold": plan.ln_fold, "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
         result["graph"] = _graph_replay(w, plan, fused, prompt, steps, direct)
@@ -138,7 +137,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
             out["bookkeeping_ok"].append(bool(torch.equal(fused.tok[:, 0], own)) and int(fused.pos.item()) == pos + 1
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
-            "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "segments": plan.segments, **out}
+            "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, **out}
 
 
 def same_as_five(w: Weights, batch: int, steps: int, persistent: dict[str, Any], prompt_len: int = 8,

@@ -156,7 +156,7 @@ TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
 }
 PREFETCH_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the GEMV kernels with a PREFETCH path
 
-# Where the PREFETCH path keeps its layer norms unfolded (projections._ln_gemv_seg; keys: dtype name, model width).
+# Where the PREFETCH path keeps its layer norms unfolded (projections._ln_gemv_one; keys: dtype name, model width).
 # Measured on an H200 (2026-12-04, the tuner's repeatable plans at batch 1, two alternations of 3 rounds of
 # `do_bench_cudagraph` each, the folded and unfolded kernels in separate processes): folded, 124M bf16 took 0.986x
 # the unfolded step's time, 1.5B bf16 0.965x and 1.5B fp32 0.977x, but 124M fp32 1.029x (retuned with the fold,
@@ -167,42 +167,6 @@ LN_UNFOLDED = {("float32", 768)}
 def ln_fold(dtype: str, n_embd: int) -> bool:
     """Whether the PREFETCH kernels fold their layer norm into the product at this dtype and width (LN_UNFOLDED)."""
     return (dtype.removeprefix("torch."), n_embd) not in LN_UNFOLDED
-
-
-# Where the PREFETCH path reads its rows in one power-of-two tile (next_pow2(K) columns, the rest masked) rather than in
-# k_segments' segments (keys: dtype name, model width). Not measured yet: every width segments.
-UNSEGMENTED: set[tuple[str, int]] = set()
-MAX_SEGMENTS = 3
-
-
-def segmented(dtype: str, n_embd: int) -> bool:
-    """Whether the PREFETCH kernels read their rows in segments at this dtype and width (UNSEGMENTED)."""
-    return (dtype.removeprefix("torch."), n_embd) not in UNSEGMENTED
-
-
-def k_segments(K: int, split: bool = True) -> tuple[int, int, int]:
-    """The column segments (K0, K1, K2) a PREFETCH program reads its row of K values in: powers of two, largest first,
-    0 where absent, the last one padded to a power of two (projections._slice_seg). Split, a row holds K values a
-    thread's registers rather than next_pow2(K): 1600 = 1024 + 512 + 64 (GPT-2 1.5B's width, one tile 2048), 6400 =
-    4096 + 2048 + 256. Three thirds where K is three times a power of two (768 = 3 x 256, GPT-2 124M's width; 3072 = 3
-    x 1024): segments of one width are summed as one tile (one reduction, projections._dot_seg). Not split:
-    (next_pow2(K), 0, 0), the one tile."""
-    if K < 1:
-        raise ValueError(f"k_segments: K must be positive, got {K}")
-    if not split:
-        return (next_pow2(K), 0, 0)
-    third = K // MAX_SEGMENTS
-    if K % MAX_SEGMENTS == 0 and third & (third - 1) == 0:  # three of one width: summed as one (projections._dot_seg)
-        return third, third, third
-    segs: list[int] = []
-    rest = K
-    while rest and len(segs) < MAX_SEGMENTS - 1:
-        segs.append(1 << (rest.bit_length() - 1))
-        rest -= segs[-1]
-    if rest:
-        segs.append(next_pow2(rest))
-    k0, k1, k2 = segs + [0] * (MAX_SEGMENTS - len(segs))
-    return k0, k1, k2
 
 
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)

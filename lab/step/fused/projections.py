@@ -15,12 +15,11 @@ row, or combining the attention splits): a few KB from L2 instead of another lau
 
 PREFETCH (the `fused-pdl-prefetch` variant): every weight a program needs is loaded before the PDL
 wait, not only the first tile: with a config whose BK covers the whole row (lab.step.fused.configs.
-prefetch_config) the program's whole weight slice (2-16 KB; in up to three segments of power-of-two widths where
-configs.k_segments says so, K values a row rather than next_pow2(K): `_slice_seg`), and in every GEMV kernel the bias and
+prefetch_config) the program's whole weight slice (2-16 KB), and in every GEMV kernel the bias and
 the layer-norm parameters, which the default kernels load after the wait (a DRAM round trip on the
 critical path of every launch). The slice stays in the weights' dtype until it is used (half the
 registers in bf16), and a one-chunk layer norm reuses the row it loaded for the statistics. Where
-configs.ln_fold says so, the layer norm before ln_qkv and ln_fc is folded into their product (`_ln_gemv_seg`:
+configs.ln_fold says so, the layer norm before ln_qkv and ln_fc is folded into their product (`_ln_gemv_one`:
 the row scaled by g, and two fp32 constants a row of W, W g and W beta + bias, made when the plan is bound), so
 that the products do not wait for the statistics. So under
 PDL a kernel streams its weights while the previous one finishes, and what is left after the wait
@@ -37,8 +36,8 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk, _fold_attention
-from lab.step.fused.rows import (_INPUT, _WEIGHTS, _add_pair, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
-                                  _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _row_sums, _stats_of, _stored)
+from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
+                                  _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
 
 # -------------------------------------------------------------------------------------- helpers
@@ -57,10 +56,8 @@ def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr =
 
 
 @triton.jit
-def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0,
-                AT: tl.constexpr = 0):
-    """The weight slice at columns AT.. (AT even) in the weights' own bits (PREFETCH: widened at use): [1, BN, BK] as
-    stored, or,
+def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """The weight slice at columns 0.. in the weights' own bits (PREFETCH: widened at use): [1, BN, BK] as stored, or,
     for bf16 rows of even length, [1, BN, BK // 2] int32, each the packed pair of columns 2j (low half) and 2j + 1
     (high half), which `_dot_slice` widens with one integer instruction each.
 
@@ -70,60 +67,15 @@ def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: 
     input went through shared memory after the wait (GPT-2 1.5B's fc2: 16 CTA barriers and 124 more instructions
     there, 254 registers a thread against 160)."""
     if w_ptr.dtype.element_ty == tl.bfloat16 and K % 2 == 0:
-        k2 = AT // 2 + tl.max_contiguous(tl.arange(0, BK // 2), 2)
+        k2 = tl.max_contiguous(tl.arange(0, BK // 2), 2)
         mask = n_mask[None, :, None] & (k2 < K // 2)[None, None, :]
         pairs = w_ptr.to(tl.pointer_type(tl.int32))
         w = tl.load(pairs + n[None, :, None] * (K // 2) + k2[None, None, :], mask=mask, other=0)
     else:
-        k = AT + tl.arange(0, BK)
+        k = tl.arange(0, BK)
         mask = n_mask[None, :, None] & (k < K)[None, None, :]
         w = tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0)
     return _made(w, LEAVE_OUT, _WEIGHTS)
-
-
-@triton.jit
-def _slice_seg(w_ptr, n, n_mask, K: tl.constexpr, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
-               LEAVE_OUT: tl.constexpr = 0):
-    """PREFETCH: the whole weight slice (`_load_w_raw`) in up to three segments of K0, K1 and K2 columns (powers of two
-    from configs.k_segments; K1 or K2 is 0 where absent), so that a row of K columns holds K values a row, not
-    next_pow2(K): GPT-2 1.5B's 1600 columns are 1024 + 512 + 64, where one tile took 2048. Returns the segments'
-    tiles; an absent segment's is the first one again (never read: `_dot_seg` skips it)."""
-    w0 = _load_w_raw(w_ptr, n, n_mask, K, K0, LEAVE_OUT, 0)
-    w1 = w0
-    w2 = w0
-    if K1 > 0:
-        w1 = _load_w_raw(w_ptr, n, n_mask, K, K1, LEAVE_OUT, K0)
-    if K2 > 0:
-        w2 = _load_w_raw(w_ptr, n, n_mask, K, K2, LEAVE_OUT, K0 + K1)
-    return w0, w1, w2
-
-
-@triton.jit
-def _vec_seg(ptr, N, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr):
-    """A parameter vector over the K columns of a row (`_load_vec`), in `_slice_seg`'s segments."""
-    v0 = _load_vec(ptr, tl.arange(0, K0), N)
-    v1 = v0
-    v2 = v0
-    if K1 > 0:
-        v1 = _load_vec(ptr, K0 + tl.arange(0, K1), N)
-    if K2 > 0:
-        v2 = _load_vec(ptr, K0 + K1 + tl.arange(0, K2), N)
-    return v0, v1, v2
-
-
-@triton.jit
-def _x_seg(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, E, EMBED: tl.constexpr, LEAVE_OUT: tl.constexpr,
-           K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr):
-    """Input rows [BB, K] (`_load_x`) in `_slice_seg`'s segments."""
-    x0 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, tl.arange(0, K0), E, EMBED, LEAVE_OUT)
-    x1 = x0
-    x2 = x0
-    if K1 > 0:
-        x1 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, K0 + tl.arange(0, K1), E, EMBED, LEAVE_OUT)
-    if K2 > 0:
-        x2 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, K0 + K1 + tl.arange(0, K2), E, EMBED,
-                     LEAVE_OUT)
-    return x0, x1, x2
 
 
 @triton.jit
@@ -166,12 +118,6 @@ def _dot_slice(a, w_raw):
     apart, each pair took a multiply, a fused multiply-add and an add). Widened by a cast instead, each high half took
     two instructions, and a slice widened whole kept its fp32 copy live beside the packed one (GPT-2 1.5B's bf16
     ln_fc: 244 registers a thread). Any other slice is used as loaded, widened to fp32."""
-    return tl.sum(_products(a, w_raw), axis=2)
-
-
-@triton.jit
-def _products(a, w_raw):
-    """The products [BB, BN, BK] that `_dot_slice` sums over K, in column order."""
     if w_raw.dtype == tl.int32:
         BB: tl.constexpr = a.shape[0]
         BK: tl.constexpr = a.shape[1]
@@ -179,80 +125,30 @@ def _products(a, w_raw):
         lo = (w_raw << 16).to(tl.float32, bitcast=True)
         hi = (w_raw & -65536).to(tl.float32, bitcast=True)
         a_even, a_odd = tl.split(tl.reshape(a, (BB, BK // 2, 2)))
-        prod = tl.reshape(tl.join(a_even[:, None, :] * lo, a_odd[:, None, :] * hi), (BB, BN, BK))
+        prod = tl.join(a_even[:, None, :] * lo, a_odd[:, None, :] * hi)
+        acc = tl.sum(tl.reshape(prod, (BB, BN, BK)), axis=2)
     else:
-        prod = a[:, None, :] * w_raw.to(tl.float32)
-    return prod
-
-
-@triton.jit
-def _dot_seg(a0, a1, a2, w0, w1, w2, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr):
-    """acc [BB, BN] = a @ W.T over `_slice_seg`'s segments. Segments of one width (configs.k_segments: 768 = 3 x 256)
-    have one shape and layout: their products are added value by value and summed over K once (one reduction across
-    the program's threads). Otherwise each segment's product is summed (`_dot_slice`, a reduction each) and the sums
-    added."""
-    if K1 == K0:
-        prod = _products(a0, w0) + _products(a1, w1)
-        if K2 == K0:
-            prod += _products(a2, w2)
-        acc = tl.sum(prod, axis=2)
-        if K2 > 0 and K2 != K0:
-            acc += _dot_slice(a2, w2)
-    else:
-        acc = _dot_slice(a0, w0)
-        if K1 > 0:
-            acc += _dot_slice(a1, w1)
-        if K2 > 0:
-            acc += _dot_slice(a2, w2)
+        acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
     return acc
 
 
 @triton.jit
-def _ln_gemv_seg(x0, x1, x2, E: tl.constexpr, eps, g0, g1, g2, b0, b1, b2, shift, rows, w0, w1, w2,
-                 FOLD: tl.constexpr, K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr):
-    """PREFETCH: [BB, BN] = layer_norm(x) @ W.T + bias with x the whole row already loaded, in `_slice_seg`'s segments
-    (x0, x1, x2), and g (g0, g1, g2) and the weight slice (w0, w1, w2) loaded before the wait.
+def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: tl.constexpr):
+    """PREFETCH, one chunk: [BB, BN] = layer_norm(x) @ W.T + bias with x [BB, BE] the whole row already loaded, g [BE]
+    and the weight slice [1, BN, BE] loaded before the wait.
 
     FOLD (`configs.ln_fold`): the layer norm folded into the product, layer_norm(x) @ W.T + bias = rstd ((x g) @ W.T -
     mean c1) + c2 with shift = c1 = W g and rows = c2 = W beta + bias [BN] (fp32, made when the plan is bound:
     `step.ln_folded`). So the products start as soon as the row is loaded, beside its statistics rather than after
-    them, and each value of the row is scaled once where it was centred, scaled and shifted; b0, b1, b2 are not read.
-    Otherwise b0, b1, b2 = beta and rows = the bias [BN] (shift is not read): the row normalised, then multiplied.
-    The statistics sum each segment (`_row_sums`, columns past E left out) and add the sums."""
-    if K1 == K0 and (K2 == 0 or K2 == K0):  # one width: the segments added value by value, one reduction
-        k = tl.arange(0, K0)
-        x0m = tl.where((k < E)[None, :], x0, 0.0)
-        x1m = tl.where((K0 + k < E)[None, :], x1, 0.0)
-        xs = x0m + x1m
-        sq = x0m * x0m + x1m * x1m
-        if K2 == K0:
-            x2m = tl.where((K0 + K1 + k < E)[None, :], x2, 0.0)
-            xs += x2m
-            sq += x2m * x2m
-        total, squares = tl.reduce((xs, sq), 1, _add_pair)
-    else:
-        total, squares = _row_sums(x0, tl.arange(0, K0) < E)
-        if K1 > 0:
-            t1, s1 = _row_sums(x1, K0 + tl.arange(0, K1) < E)
-            total += t1
-            squares += s1
-        if K2 > 0:
-            t2, s2 = _row_sums(x2, K0 + K1 + tl.arange(0, K2) < E)
-            total += t2
-            squares += s2
-    mean, rstd = _stats_of(total, squares, E, eps, True)
+    them, and each value of the row is scaled once where it was centred, scaled and shifted. Otherwise shift = beta
+    [BE] and rows = the bias [BN]: the row normalised, then multiplied."""
+    mean, rstd = _ln_stats(x, k_mask, E, eps, True)
     if FOLD:
-        acc = _dot_seg(x0 * g0[None, :], x1 * g1[None, :], x2 * g2[None, :], w0, w1, w2, K0, K1, K2)
+        acc = _dot_slice(x * g[None, :], w_raw)
         out = rstd[:, None] * (acc - mean[:, None] * shift[None, :]) + rows[None, :]
     else:
-        a0 = (x0 - mean[:, None]) * rstd[:, None] * g0[None, :] + b0[None, :]
-        a1 = a0
-        a2 = a0
-        if K1 > 0:
-            a1 = (x1 - mean[:, None]) * rstd[:, None] * g1[None, :] + b1[None, :]
-        if K2 > 0:
-            a2 = (x2 - mean[:, None]) * rstd[:, None] * g2[None, :] + b2[None, :]
-        out = _dot_seg(a0, a1, a2, w0, w1, w2, K0, K1, K2) + rows[None, :]
+        a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + shift[None, :]
+        out = _dot_slice(a, w_raw) + rows[None, :]
     return out
 
 
@@ -282,7 +178,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
-                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, K0: tl.constexpr = 0, K1: tl.constexpr = 0, K2: tl.constexpr = 0):
+                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -302,12 +198,12 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     the layer has no attention launch, and `proj` reads att as its input (FOLDED). BS: the slots of one chunk of
     that attention, BD: next_pow2(DH). Without FOLD, att_ptr, heads_ptr and scale are not read.
 
-    LN_FOLD (PREFETCH only): the layer norm folded into the product (`_ln_gemv_seg`), c1_ptr and c2_ptr its
-    constants; otherwise they are not read. K0, K1, K2 (PREFETCH only): the segments of the row (`_slice_seg`).
+    LN_FOLD (PREFETCH only): the layer norm folded into the product (`_ln_gemv_one`), c1_ptr and c2_ptr its
+    constants; otherwise they are not read.
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr,
             q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False,
-            LN_FOLD, K0, K1, K2)
+            LN_FOLD)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
                         BB, BN, BS, BD)
@@ -318,24 +214,22 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             cache_ptr, B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-            LN_FOLD: tl.constexpr = False, K0: tl.constexpr = 0, K1: tl.constexpr = 0, K2: tl.constexpr = 0):
+            LN_FOLD: tl.constexpr = False):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
     while the program worked on its previous task or waited at the grid barrier."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
-    if PREFETCH:  # every weight of this program, before the wait (the whole slice in segments; see `_ln_gemv_seg`)
-        w0, w1, w2 = _slice_seg(w_ptr, n, n_mask, E, K0, K1, K2, LEAVE_OUT)
-        g0, g1, g2 = _vec_seg(ln_w, E, K0, K1, K2)
+    if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; see `_ln_gemv_one`)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+        g = _load_vec(ln_w, ke, E)
         if LN_FOLD:
             shift = _load_vec(c1_ptr, n, 3 * E)
             rows = _load_vec(c2_ptr, n, 3 * E)
-            b0, b1, b2 = g0, g1, g2  # (not read)
         else:
-            b0, b1, b2 = _vec_seg(ln_b, E, K0, K1, K2)
+            shift = _load_vec(ln_b, ke, E)
             rows = _load_vec(bias_ptr, n, 3 * E)
-            shift = rows  # (not read)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -348,8 +242,8 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             tl.store(x_ptr + b[:, None] * E + ke[None, :], x0,
                      mask=_stored(b_mask[:, None] & (ke < E)[None, :], x0, LEAVE_OUT))
     if PREFETCH:
-        x0, x1, x2 = _x_seg(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, E, EMBED, LEAVE_OUT, K0, K1, K2)
-        out = _ln_gemv_seg(x0, x1, x2, E, eps, g0, g1, g2, b0, b1, b2, shift, rows, w0, w1, w2, LN_FOLD, K0, K1, K2)
+        x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT)
+        out = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, EMBED, BB, BN, BK, BE, LEAVE_OUT)
@@ -385,7 +279,7 @@ def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.c
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
                          BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False, K0: tl.constexpr = 0, K1: tl.constexpr = 0, K2: tl.constexpr = 0):
+                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -396,23 +290,22 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
 
     FOLDED (after an ln_qkv launch with FOLD): part_o is the attention output att [B, E], already normalised, read
     as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
-    K0, K1, K2 (PREFETCH only): the segments of the row (`_slice_seg`).
     """
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
-          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED, K0, K1, K2)
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED)
 
 
 @triton.jit
 def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
           DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
           USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-          FOLDED: tl.constexpr = False, K0: tl.constexpr = 0, K1: tl.constexpr = 0, K2: tl.constexpr = 0):
+          FOLDED: tl.constexpr = False):
     """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED: as the kernel)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
-    if PREFETCH:  # the whole slice (in segments) and the bias, before the wait
+    if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
-        w0, w1, w2 = _slice_seg(w_ptr, n, n_mask, E, K0, K1, K2, LEAVE_OUT)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
     elif PRELOADED:
         w = w_pre
     else:
@@ -420,17 +313,9 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
     _pdl_wait(USE_PDL, LEAVE_OUT)
     res = _residual(x_in, b, b_mask, n, n_mask, E, LEAVE_OUT)
     if PREFETCH:
-        a0 = _made(_attention_in(part_o, part_m, part_l, b, b_mask, tl.arange(0, K0), E, H, DH, NS, BB, K0, FOLDED),
-                   LEAVE_OUT, _INPUT)
-        a1 = a0
-        a2 = a0
-        if K1 > 0:
-            a1 = _made(_attention_in(part_o, part_m, part_l, b, b_mask, K0 + tl.arange(0, K1), E, H, DH, NS, BB, K1,
-                                     FOLDED), LEAVE_OUT, _INPUT)
-        if K2 > 0:
-            a2 = _made(_attention_in(part_o, part_m, part_l, b, b_mask, K0 + K1 + tl.arange(0, K2), E, H, DH, NS, BB,
-                                     K2, FOLDED), LEAVE_OUT, _INPUT)
-        acc = _dot_seg(a0, a1, a2, w0, w1, w2, K0, K1, K2)
+        a = _made(_attention_in(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK, FOLDED),
+                  LEAVE_OUT, _INPUT)
+        acc = _dot_slice(a, w_raw)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
         for k0 in range(0, E, BK):
@@ -448,46 +333,45 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
                       F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                       USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                      LN_FOLD: tl.constexpr = False, K0: tl.constexpr = 0, K1: tl.constexpr = 0, K2: tl.constexpr = 0):
+                      LN_FOLD: tl.constexpr = False):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC matrix + 12 KB bias + 6 KB norm
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
-    LN_FOLD, K0, K1, K2: as ln_qkv_kernel's.
+    LN_FOLD: as ln_qkv_kernel's.
     """
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK,
-           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD, K0, K1, K2)
+           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD)
 
 
 @triton.jit
 def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
            F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-           LN_FOLD: tl.constexpr = False, K0: tl.constexpr = 0, K1: tl.constexpr = 0, K2: tl.constexpr = 0):
+           LN_FOLD: tl.constexpr = False):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
-    if PREFETCH:  # the whole slice (in segments), the bias and the norm parameters (or their fold), before the wait
-        w0, w1, w2 = _slice_seg(w_ptr, n, n_mask, E, K0, K1, K2, LEAVE_OUT)
-        g0, g1, g2 = _vec_seg(ln_w, E, K0, K1, K2)
+    ke = tl.arange(0, BE)
+    if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters (or their fold), before the wait
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+        g = _load_vec(ln_w, ke, E)
         if LN_FOLD:
             shift = _load_vec(c1_ptr, n, F)
             rows = _load_vec(c2_ptr, n, F)
-            b0, b1, b2 = g0, g1, g2  # (not read)
         else:
-            b0, b1, b2 = _vec_seg(ln_b, E, K0, K1, K2)
+            shift = _load_vec(ln_b, ke, E)
             rows = _load_vec(bias_ptr, n, F)
-            shift = rows  # (not read)
     elif PRELOADED:
         w_first = w_pre
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
-        x0, x1, x2 = _x_seg(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, E, False, LEAVE_OUT, K0, K1, K2)
-        y = _ln_gemv_seg(x0, x1, x2, E, eps, g0, g1, g2, b0, b1, b2, shift, rows, w0, w1, w2, LN_FOLD, K0, K1, K2)
+        x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
+        y = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
@@ -501,29 +385,28 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
 @triton.jit
 def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
                         BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0, K0: tl.constexpr = 0, K1: tl.constexpr = 0, K2: tl.constexpr = 0):
+                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC2 matrix + 3 KB bias (+ the 12 KB h
     row per program, from L2); reads and writes 3 KB of residual.
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
-    K0, K1, K2 (PREFETCH only): the segments of the row (`_slice_seg`).
     """
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
-         LEAVE_OUT, 0, False, K0, K1, K2)
+         LEAVE_OUT, 0, False)
 
 
 @triton.jit
 def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
          BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
-         w_pre, PRELOADED: tl.constexpr, K0: tl.constexpr = 0, K1: tl.constexpr = 0, K2: tl.constexpr = 0):
+         w_pre, PRELOADED: tl.constexpr):
     """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
-    if PREFETCH:  # the whole slice (in segments) and the bias, before the wait
+    if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
-        w0, w1, w2 = _slice_seg(w_ptr, n, n_mask, F, K0, K1, K2, LEAVE_OUT)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK, LEAVE_OUT)
     elif PRELOADED:
         w = w_pre
     else:
@@ -531,8 +414,9 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
     _pdl_wait(USE_PDL, LEAVE_OUT)
     res = _residual(x_in, b, b_mask, n, n_mask, E, LEAVE_OUT)
     if PREFETCH:
-        a0, a1, a2 = _x_seg(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, F, False, LEAVE_OUT, K0, K1, K2)
-        acc = _dot_seg(a0, a1, a2, w0, w1, w2, K0, K1, K2)
+        k = tl.arange(0, BK)
+        a = _load_x(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, k, F, False, LEAVE_OUT)
+        acc = _dot_slice(a, w_raw)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
         for k0 in range(0, F, BK):

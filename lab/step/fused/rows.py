@@ -124,21 +124,8 @@ def _ln_stats(x, k_mask, E: tl.constexpr, eps, FAST: tl.constexpr = False):
     layer norm takes it), where correctly rounded divisions and a square root took about 40 machine instructions, each
     with a branch to a slow path. Otherwise correctly rounded: the gemm path's add_ln (see `_gelu`), the chunked GEMV
     kernels and lm_head (lab.step.fused.projections._ln_gemv)."""
-    total, squares = _row_sums(x, k_mask)
-    return _stats_of(total, squares, E, eps, FAST)
-
-
-@triton.jit
-def _row_sums(x, k_mask):
-    """The sum and the sum of squares of each row of x [BB, BK] (columns where k_mask is false left out): one
-    reduction (`_ln_stats`; the PREFETCH kernels add one a segment of their row: projections._ln_gemv_seg)."""
     x = tl.where(k_mask[None, :], x, 0.0)
-    return tl.reduce((x, x * x), 1, _add_pair)
-
-
-@triton.jit
-def _stats_of(total, squares, E: tl.constexpr, eps, FAST: tl.constexpr = False):
-    """Mean and 1/std from a row's sum and sum of squares over its E values (`_ln_stats`)."""
+    total, squares = tl.reduce((x, x * x), 1, _add_pair)
     if FAST:
         mean = total * (1.0 / E)
         var = tl.maximum(squares * (1.0 / E) - mean * mean, 0.0)

@@ -136,7 +136,6 @@ class FusedPlan:
     path_reason: str = ""  # why the rule chose it
     fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
     ln_fold: bool = False  # the PREFETCH kernels fold their layer norms into the product (configs.ln_fold)
-    segments: bool = False  # the PREFETCH kernels read their rows in segments (configs.k_segments, configs.segmented)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -178,8 +177,7 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
-            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None,
-            segments: bool | None = None) -> FusedPlan:
+            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -197,10 +195,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     where ln_qkv's BN divides the head's width: `configs.fold_refusal`): no attention launch, `proj` reads the
     normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
-
-    `segments`: whether the PREFETCH kernels read their rows in power-of-two segments, K values a row rather than
-    next_pow2(K) (configs.k_segments); None (the default) as configs.segmented says for the dtype and width.
-    `plan.segments` says what the plan does (False off the PREFETCH path).
     """
     _check(state, w)
     if pdl:
@@ -241,11 +235,10 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     fold = fold and not gemm and not refusal
     reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
     ln_fold = prefetch and C.ln_fold(str(w.dtype), E)  # (prefetch: the gemv-prefetch path only)
-    segments = prefetch and (C.segmented(str(w.dtype), E) if segments is None else segments)
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         reason, fold, ln_fold, segments)
+                         reason, fold, ln_fold)
 
     if gemm:
         from lab.step.fused import library
@@ -253,14 +246,13 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         ws.library = library.buffers(B, w)
         return made(library.launches(state, w, ws, cfg, common, x_out, new_pos))
 
-    def gemv(name: str, N: int, K: int = E) -> tuple[tuple[int], dict[str, Any], int]:
+    def gemv(name: str, N: int) -> tuple[tuple[int], dict[str, Any], int]:
         g = cfg[name]
         assert isinstance(g, C.GemvConfig)
         nbb = C.cdiv(B, g.BB)
         meta = {"BB": g.BB, "BN": g.BN, "BK": g.BK, "num_warps": g.num_warps, **common}
-        if prefetch and name in C.PREFETCH_KERNELS:  # the whole row of K values, in segments or in one tile of BK
+        if prefetch and name in C.PREFETCH_KERNELS:
             meta["PREFETCH"] = True
-            meta["K0"], meta["K1"], meta["K2"] = C.k_segments(K, segments) if segments else (g.BK, 0, 0)
         return (C.cdiv(N, g.BN) * nbb,), meta, nbb
 
     BE, BD, scale = C.next_pow2(E), C.next_pow2(DH), 1.0 / math.sqrt(DH)
@@ -273,7 +265,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):
         cache = state.caches[i]
-        # the PREFETCH kernels' folded layer norms (projections._ln_gemv_seg); where not folded, the bias there, unused
+        # the PREFETCH kernels' folded layer norms (projections._ln_gemv_one); where not folded, the bias there, unused
         qkv_c = ln_folded(lw.attn_w, lw.ln1_w, lw.ln1_b, lw.attn_b) if ln_fold else (lw.attn_b, lw.attn_b)
         fc_c = ln_folded(lw.fc_w, lw.ln2_w, lw.ln2_b, lw.fc_b) if ln_fold else (lw.fc_b, lw.fc_b)
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
@@ -294,7 +286,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
             ws.x, lw.ln2_w, lw.ln2_b, lw.fc_w, lw.fc_b, *fc_c, ws.h, B, nbb, w.eps),
             {"E": E, "F": F, "BE": BE, **meta, **ln_folding}))
-        grid, meta, nbb = gemv("fc2", E, F)
+        grid, meta, nbb = gemv("fc2", E)
         launches.append(Launch("fc2", KERNELS["fc2"], grid, (
             ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))
     grid, meta, nbb = gemv("lm_head", V)
@@ -310,7 +302,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
 def ln_folded(weight: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
               bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(c1, c2) = (W g, W beta + bias) in fp32, summed in float64 and rounded once: what the PREFETCH kernels fold a
-    layer norm into (layer_norm(x) @ W.T + bias = rstd ((x g) @ W.T - mean c1) + c2: projections._ln_gemv_seg).
+    layer norm into (layer_norm(x) @ W.T + bias = rstd ((x g) @ W.T - mean c1) + c2: projections._ln_gemv_one).
     Two fp32 vectors the length of W's rows, made once when the plan is bound."""
     w64 = weight.to(torch.float64)
     return ((w64 @ g.to(torch.float64)).to(torch.float32),

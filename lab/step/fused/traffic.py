@@ -142,7 +142,7 @@ def _gemv(s: Shape, layout: Layout, position: int) -> list[Call]:
     row, kv_row, partials, embed, cands = _terms(s, layout)
     slots = s.max_len if layout.early_attention and not layout.fold else position + 1
     # a layer norm's parameters before a GEMV: its scale and shift and the GEMV's bias in the weights' dtype, or, where
-    # the PREFETCH path folds it, its scale and the folded constants c1, c2 in fp32 (projections._ln_gemv_seg)
+    # the PREFETCH path folds it, its scale and the folded constants c1, c2 in fp32 (projections._ln_gemv_one)
     folded = layout.path == "gemv-prefetch" and layout.ln_fold
 
     def ln_params(n: int) -> int:
