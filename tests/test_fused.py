@@ -63,11 +63,13 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     assert len(folded.launches) == 4 * w.n_layer + 2
     qkv, proj = folded.launches[0], folded.launches[1]
     assert (qkv.meta["FOLD"], qkv.meta["BS"], qkv.meta["BD"]) == (True, 32, 16) and proj.meta["FOLDED"]
+    assert qkv.meta["HEAD_MAJOR"]  # folded, its programs run head by head (projections._head_major_row)
     assert proj.args[0] is folded.workspace.att and tuple(folded.workspace.att.shape) == (3, 64)
     heads = folded.workspace.heads
     assert heads is not None and heads.dtype == torch.int32 and heads.numel() == 2 * 4 and not heads.any()
     wide = prepare(new_state(w, 1, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(1, 32, 64)})
     assert not wide.fold and "attention" in [x.name for x in wide.launches]
+    assert not wide.launches[0].meta.get("HEAD_MAJOR")
     assert "not folded into ln_qkv: ln_qkv's BN 32 does not divide the head's width 16" in wide.path_reason
     gemm = prepare(new_state(w, 1, 24), w, fold=True, path="gemm")
     assert not gemm.fold and "folded" not in gemm.path_reason

@@ -345,6 +345,33 @@ def case_gelu() -> dict[str, Any]:
     return out
 
 
+if TRITON_MISSING is None:
+    import triton
+    import triton.language as tl
+
+    from lab.step.fused.projections import _head_major_row
+
+    @triton.jit
+    def _head_major_rows_kernel(out_ptr, E: tl.constexpr, DH: tl.constexpr, BN: tl.constexpr):
+        tl.store(out_ptr + tl.program_id(0), _head_major_row(tl.program_id(0), E, DH, BN))
+
+
+HEAD_MAJOR_SHAPES = ((64, 16, 8), (48, 12, 4), (1600, 64, 8), (768, 64, 16))  # (E, DH, BN): tiny, odd, GPT-2s
+
+
+@case
+def case_head_major_rows() -> dict[str, Any]:
+    """ln_qkv's HEAD_MAJOR order (projections._head_major_row): the first row of each row block, by program."""
+    import torch
+
+    out = {}
+    for E, DH, BN in HEAD_MAJOR_SHAPES:
+        rows = torch.full((3 * E // BN,), -1, dtype=torch.int32)
+        _head_major_rows_kernel[(rows.numel(),)](rows, E, DH, BN)
+        out[f"{E},{DH},{BN}"] = rows.tolist()
+    return out
+
+
 # what each kernel writes (its output in the workspace of a repeatable plan), for the anatomy case
 WRITES = {"ln_qkv": "q", "attention": "part_o", "proj": "x_scratch", "ln_fc": "h", "fc2": "x_scratch",
           "lm_head": "logits"}
@@ -622,9 +649,18 @@ def test_gelu_both_forms_match_torch_tanh_gelu(worker: Worker) -> None:
         assert got[form]["core"] <= 1e-6 and got[form]["all"] <= 2e-5, got
 
 
+def test_head_major_order_covers_every_row_block_once_head_by_head_q_then_k_then_v(worker: Worker) -> None:
+    got = worker.run("head-major-rows")
+    for E, DH, BN in HEAD_MAJOR_SHAPES:
+        rows, per_head, per_part = got[f"{E},{DH},{BN}"], 3 * DH // BN, DH // BN
+        assert sorted(rows) == list(range(0, 3 * E, BN)), (E, DH, BN)  # every block of BN rows, once
+        for i, row in enumerate(rows):
+            assert (row % E // DH, row // E) == (i // per_head, i % per_head // per_part), (E, DH, BN, i, row)
+
+
 def test_every_case_has_a_test() -> None:
     assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment",
-                                                              "persistent-exact", "gelu"}
+                                                              "persistent-exact", "gelu", "head-major-rows"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

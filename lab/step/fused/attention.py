@@ -147,12 +147,12 @@ def combine_kernel(part_o, part_m, part_l, att_ptr, B, NBB, E: tl.constexpr, H: 
 @triton.jit
 def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
                     H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
-                    BD: tl.constexpr):
+                    BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
     for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
     divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
     batch rows over the reached slots, normalised, into att [B, E]: the projection's input, with no attention launch
-    between the two and no splits to combine.
+    between the two and no splits to combine. HEAD_MAJOR: ln_qkv's row blocks in the order of the heads.
 
     The hand-over is the threadfence-reduction pattern: a CTA barrier (every thread's stores issued), then one
     acquire-release atomic at GPU scope on the head's counter; the program that reads 3 * DH / BN - 1 zeroes it for the
@@ -162,7 +162,10 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, 
     batch row (what the attention launch read), and writes DH fp32 per row.
     """
     bb = pid % NBB
-    h = (pid // NBB) * BN % E // DH
+    if HEAD_MAJOR:  # the row blocks in the order of the heads (projections._head_major_row)
+        h = pid // NBB // (3 * (DH // BN))
+    else:
+        h = (pid // NBB) * BN % E // DH
     tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
     counter = heads_ptr + bb * H + h
     seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")

@@ -178,7 +178,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
-                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False):
+                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -200,13 +200,28 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
     LN_FOLD (PREFETCH only): the layer norm folded into the product (`_ln_gemv_one`), c1_ptr and c2_ptr its
     constants; otherwise they are not read.
+
+    HEAD_MAJOR (BN divides DH): the programs in the order of the heads, each head's q, K and V row blocks side by
+    side (`_head_major_row`), instead of every q block, then every K block, then every V block. The GPU starts a
+    launch's programs in about the order of their ids, so with FOLD each head's last program, and its attention,
+    comes while the later heads' programs still stream their weights, rather than every head's at the end.
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr,
             q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False,
-            LN_FOLD)
+            LN_FOLD, HEAD_MAJOR)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
-                        BB, BN, BS, BD)
+                        BB, BN, BS, BD, HEAD_MAJOR)
+
+
+@triton.jit
+def _head_major_row(pid_n, E: tl.constexpr, DH: tl.constexpr, BN: tl.constexpr):
+    """The first of the BN rows (of the [3E, E] QKV matrix) that row block `pid_n` holds in the head-major order
+    (ln_qkv_kernel's HEAD_MAJOR): the blocks of head h are pid_n = h * 3 * DH / BN ... (h + 1) * 3 * DH / BN - 1, its
+    q rows first, then its K rows, then its V rows. BN divides DH."""
+    per_head: tl.constexpr = 3 * (DH // BN)
+    j = pid_n % per_head
+    return j // (DH // BN) * E + pid_n // per_head * DH + j % (DH // BN) * BN
 
 
 @triton.jit
@@ -214,11 +229,13 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             cache_ptr, B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-            LN_FOLD: tl.constexpr = False):
+            LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
-    while the program worked on its previous task or waited at the grid barrier."""
+    while the program worked on its previous task or waited at the grid barrier. HEAD_MAJOR: as the kernel's."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
+    if HEAD_MAJOR:  # the same blocks of BN rows, in the order of the heads
+        n = _head_major_row(pid_n, E, DH, BN) + tl.arange(0, BN)
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; see `_ln_gemv_one`)
