@@ -63,7 +63,7 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     assert len(folded.launches) == 4 * w.n_layer + 2
     qkv, proj = folded.launches[0], folded.launches[1]
     assert (qkv.meta["FOLD"], qkv.meta["BS"], qkv.meta["BD"]) == (True, 32, 16) and proj.meta["FOLDED"]
-    assert qkv.meta["HEAD_MAJOR"]  # folded, its programs run head by head (projections._head_major_row)
+    assert qkv.meta["HEAD_MAJOR"] is False  # the q-K-V order at this width (configs.HEAD_MAJOR: measured shapes only)
     assert proj.args[0] is folded.workspace.att and tuple(folded.workspace.att.shape) == (3, 64)
     heads = folded.workspace.heads
     assert heads is not None and heads.dtype == torch.int32 and heads.numel() == 2 * 4 and not heads.any()
@@ -107,6 +107,24 @@ def test_the_folded_layer_norm_constants_reproduce_layer_norm_then_the_projectio
     folded = (var + 1e-5).rsqrt() * ((x * g.double()) @ weight.double().T - mean * c1.double()) + c2.double()
     ref = F.linear(F.layer_norm(x, (E,), g.double(), beta.double(), 1e-5), weight.double(), bias.double())
     assert torch.allclose(folded, ref, rtol=0, atol=1e-5 * ref.abs().max().item()), (folded - ref).abs().max()
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype, width, head_major", [(torch.float32, 768, False), (torch.bfloat16, 768, False),
+                                                      (torch.float32, 1600, False), (torch.bfloat16, 1600, True)])
+def test_the_folded_ln_qkv_runs_head_by_head_where_that_measured_faster(dtype: torch.dtype, width: int,
+                                                                         head_major: bool) -> None:
+    """configs.HEAD_MAJOR: GPT-2 1.5B in bf16 runs the folded ln_qkv's programs head by head (0.986x the step on the
+    H200), the other shapes in the q-K-V order; a plan that does not fold binds no order."""
+    from lab.contract.profiles import ModelSpec
+    from lab.step.fused import aot
+
+    spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
+    assert C.head_major(str(dtype), width) == head_major
+    [qkv] = [x for x in aot.plan_for_shapes(spec, dtype, 1, pdl=True, prefetch=True).launches if x.name == "ln_qkv"]
+    assert qkv.meta["FOLD"] and qkv.meta["HEAD_MAJOR"] == head_major
+    [plain] = [x for x in aot.plan_for_shapes(spec, dtype, 1, fold=False).launches if x.name == "ln_qkv"]
+    assert "HEAD_MAJOR" not in plain.meta
 
 
 @needs_triton

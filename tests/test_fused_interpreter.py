@@ -172,6 +172,17 @@ def case_fold_odd_b3() -> dict[str, Any]:
 
 
 @case
+def case_fold_head_major_odd_b3() -> dict[str, Any]:
+    # case_fold_odd_b3 with ln_qkv's programs head by head (configs.HEAD_MAJOR: on a device, GPT-2 1.5B in bf16): the
+    # heads' counters, the parts and the batch blocks as the q-K-V order has them
+    C.HEAD_MAJOR.add(("float32", 48))
+    try:
+        return case_fold_odd_b3()
+    finally:
+        C.HEAD_MAJOR.discard(("float32", 48))
+
+
+@case
 def case_fold_bf16_b1() -> dict[str, Any]:
     from lab.step.fused.check import parse_configs
 
@@ -534,6 +545,7 @@ FP32_CASES = {  # case -> (path, batch)
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
+    "fold-head-major-odd-b3": ("gemv", 3),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
@@ -560,6 +572,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert run["fold"] == name.startswith("fold-"), run  # taken where asked (and nowhere else: no PDL here)
     # the PREFETCH layer norms folded (configs.ln_fold) but where the case keeps them unfolded
     assert run["ln_fold"] == (path == "gemv-prefetch" and "unfolded" not in name), run
+    assert run["head_major"] == ("head-major" in name), run  # configs.HEAD_MAJOR: no interpreter shape but where asked
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name

@@ -72,11 +72,17 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
         direct = {"out": fused.out.clone(), "logits": lf}
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
-                              "ln_fold": plan.ln_fold, "configs": {k: v.__dict__ for k, v in plan.configs.items()},
+                              "ln_fold": plan.ln_fold, "head_major": _head_major(plan),
+                              "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
         result["graph"] = _graph_replay(w, plan, fused, prompt, steps, direct)
     return result
+
+
+def _head_major(plan: Any) -> bool:
+    """Whether the plan's folded ln_qkv runs its programs head by head (configs.head_major)."""
+    return any(bool(getattr(x, "meta", {}).get("HEAD_MAJOR")) for x in plan.launches)
 
 
 def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Tensor, steps: int,

@@ -169,6 +169,20 @@ def ln_fold(dtype: str, n_embd: int) -> bool:
     return (dtype.removeprefix("torch."), n_embd) not in LN_UNFOLDED
 
 
+# Where the folded ln_qkv runs its programs head by head (projections._head_major_row; keys: dtype name, model width).
+# Measured on an H200 (2026-12-04, the tuner's repeatable plan at batch 1 with PDL and the PREFETCH kernels, one process,
+# 5 rotated rounds): head by head took 0.986x the step's time in the q-K-V order at GPT-2 1.5B bf16 (1.2577 against
+# 1.2760 ms: ln_qkv's 600 programs are 1.14 waves, and in the q-K-V order every head's last program, and its attention,
+# came in the last one), 1.002x at 1.5B fp32, 1.012x at 124M bf16 and 1.007x at 124M fp32 (one wave: nothing to gain,
+# and each program's neighbours read rows a third of the matrix apart). A width not measured keeps the q-K-V order.
+HEAD_MAJOR = {("bfloat16", 1600)}
+
+
+def head_major(dtype: str, n_embd: int) -> bool:
+    """Whether the folded ln_qkv runs its programs head by head at this dtype and width (HEAD_MAJOR)."""
+    return (dtype.removeprefix("torch."), n_embd) in HEAD_MAJOR
+
+
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
 
 
