@@ -128,6 +128,32 @@ def test_the_folded_ln_qkv_runs_head_by_head_where_that_measured_faster(dtype: t
 
 
 @needs_triton
+@pytest.mark.parametrize("dtype, width, marked", [(torch.float32, 768, True), (torch.bfloat16, 768, True),
+                                                  (torch.float32, 1600, False), (torch.bfloat16, 1600, True)])
+def test_the_prefetch_plan_marks_its_weight_loads_to_leave_l2_first_where_that_measured_faster(
+        dtype: torch.dtype, width: int, marked: bool) -> None:
+    """configs.EVICT_FIRST: the PREFETCH kernels' slices and lm_head's tiles are loaded evict-first at GPT-2 124M (both
+    dtypes) and 1.5B bf16, not at 1.5B fp32 (1.045x there); the other paths never; a marked build's PTX says so."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import ModelSpec
+    from lab.step.fused import aot
+
+    spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
+    assert C.evict_first(str(dtype), width) == marked
+    weights = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")
+    plan = aot.plan_for_shapes(spec, dtype, 1, pdl=True, prefetch=True)
+    assert {x.name: x.meta.get("EVICT", 0) for x in plan.launches if x.name in weights} == dict.fromkeys(weights,
+                                                                                                      int(marked))
+    assert not any(x.meta.get("EVICT") for x in aot.plan_for_shapes(spec, dtype, 1, pdl=True).launches)
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1" or width != 768:
+        return  # (the PTX once: a compile of each dtype at one width)
+    [fc2] = [x for x in plan.launches if x.name == "fc2"]
+    ptx = {e: aot.compile_launch(replace(fc2, meta={**fc2.meta, "EVICT": e})).asm["ptx"] for e in (0, 1)}
+    assert "evict_first" in ptx[1] and "evict_first" not in ptx[0]
+
+
+@needs_triton
 @pytest.mark.parametrize("dtype, width, folds", [(torch.float32, 768, False), (torch.bfloat16, 768, True),
                                                  (torch.float32, 1600, True), (torch.bfloat16, 1600, True)])
 def test_the_prefetch_plan_folds_its_layer_norms_where_that_measured_faster(dtype: torch.dtype, width: int,

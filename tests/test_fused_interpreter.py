@@ -124,6 +124,17 @@ def case_prefetch_unfolded_fp32_b1() -> dict[str, Any]:
 
 
 @case
+def case_prefetch_evict_fp32_b1() -> dict[str, Any]:
+    # the weight loads marked to leave L2 first (configs.EVICT_FIRST: on a device, GPT-2 124M and 1.5B bf16), on the
+    # tiny model: the same values
+    C.EVICT_FIRST.add(("float32", 64))
+    try:
+        return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True))
+    finally:
+        C.EVICT_FIRST.discard(("float32", 64))
+
+
+@case
 def case_prefetch_odd_b3() -> dict[str, Any]:
     return _free("odd", 3, steps=2, prompt_len=4, sms=4, prefetch=True)
 
@@ -541,7 +552,7 @@ def worker():
 FP32_CASES = {  # case -> (path, batch)
     "gemv-fp32-b1": ("gemv", 1), "gemv-fp32-b3": ("gemv", 3), "gemv-fp32-b8": ("gemv", 8),
     "gemv-odd-b3": ("gemv", 3), "prefetch-fp32-b1": ("gemv-prefetch", 1), "prefetch-odd-b3": ("gemv-prefetch", 3),
-    "prefetch-unfolded-fp32-b1": ("gemv-prefetch", 1),
+    "prefetch-unfolded-fp32-b1": ("gemv-prefetch", 1), "prefetch-evict-fp32-b1": ("gemv-prefetch", 1),
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
@@ -573,6 +584,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     # the PREFETCH layer norms folded (configs.ln_fold) but where the case keeps them unfolded
     assert run["ln_fold"] == (path == "gemv-prefetch" and "unfolded" not in name), run
     assert run["head_major"] == ("head-major" in name), run  # configs.HEAD_MAJOR: no interpreter shape but where asked
+    assert run["evict"] == ("evict" in name), run  # configs.EVICT_FIRST: likewise
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name

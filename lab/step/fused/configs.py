@@ -183,6 +183,20 @@ def head_major(dtype: str, n_embd: int) -> bool:
     return (dtype.removeprefix("torch."), n_embd) in HEAD_MAJOR
 
 
+# Where the step's weight loads are marked to leave L2 first (EVICT: the PREFETCH kernels' slices and lm_head's tiles,
+# projections._weights; keys: dtype name, model width). Measured on an H200 (2026-12-04, the tuner's repeatable plan
+# at batch 1 with PDL and the PREFETCH kernels, one process, 5 rotated rounds; the step replayed from a CUDA graph step
+# after step, as a decode runs it): every weight load marked took 0.945x the step's time at GPT-2 124M bf16, 0.965x at
+# 124M fp32 and 0.991x at 1.5B bf16, but 1.045x at 1.5B fp32; the layers' loads alone 1.005x and lm_head's alone
+# 1.003x at 124M bf16. A width not measured leaves the loads unmarked.
+EVICT_FIRST = {("bfloat16", 768), ("float32", 768), ("bfloat16", 1600)}
+
+
+def evict_first(dtype: str, n_embd: int) -> bool:
+    """Whether the step marks its weight loads to leave L2 first at this dtype and width (EVICT_FIRST)."""
+    return (dtype.removeprefix("torch."), n_embd) in EVICT_FIRST
+
+
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
 
 

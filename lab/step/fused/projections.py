@@ -43,7 +43,18 @@ from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, 
 # -------------------------------------------------------------------------------------- helpers
 
 @triton.jit
-def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+def _weights(ptrs, mask, other, EVICT: tl.constexpr = 0):
+    """A load of weights: as any other (EVICT 0), or marked first to leave L2 (EVICT 1: the step streams its weights
+    once, through an L2 that holds its activations and the cache)."""
+    if EVICT == 1:
+        w = tl.load(ptrs, mask=mask, other=other, eviction_policy="evict_first")
+    else:
+        w = tl.load(ptrs, mask=mask, other=other)
+    return w
+
+
+@triton.jit
+def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
     """The weight tile [1, BN, BK] at columns k0.. (zeros past K), widened to fp32.
 
     Loaded in the 3-D shape of the product it feeds ([BB, BN, BK], summed over K), so the tile
@@ -51,12 +62,13 @@ def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr =
     """
     k = k0 + tl.arange(0, BK)
     mask = n_mask[None, :, None] & (k < K)[None, None, :]
-    w = tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0).to(tl.float32)
+    w = _weights(w_ptr + n[None, :, None] * K + k[None, None, :], mask, 0.0, EVICT).to(tl.float32)
     return _made(w, LEAVE_OUT, _WEIGHTS)
 
 
 @triton.jit
-def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0,
+                EVICT: tl.constexpr = 0):
     """The weight slice at columns 0.. in the weights' own bits (PREFETCH: widened at use): [1, BN, BK] as stored, or,
     for bf16 rows of even length, [1, BN, BK // 2] int32, each the packed pair of columns 2j (low half) and 2j + 1
     (high half), which `_dot_slice` widens with one integer instruction each.
@@ -70,11 +82,11 @@ def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: 
         k2 = tl.max_contiguous(tl.arange(0, BK // 2), 2)
         mask = n_mask[None, :, None] & (k2 < K // 2)[None, None, :]
         pairs = w_ptr.to(tl.pointer_type(tl.int32))
-        w = tl.load(pairs + n[None, :, None] * (K // 2) + k2[None, None, :], mask=mask, other=0)
+        w = _weights(pairs + n[None, :, None] * (K // 2) + k2[None, None, :], mask, 0, EVICT)
     else:
         k = tl.arange(0, BK)
         mask = n_mask[None, :, None] & (k < K)[None, None, :]
-        w = tl.load(w_ptr + n[None, :, None] * K + k[None, None, :], mask=mask, other=0.0)
+        w = _weights(w_ptr + n[None, :, None] * K + k[None, None, :], mask, 0.0, EVICT)
     return _made(w, LEAVE_OUT, _WEIGHTS)
 
 
@@ -89,7 +101,7 @@ def _first_tile(task, w_ptr, NBB, B, N, K, BB: tl.constexpr, BN: tl.constexpr, B
 @triton.jit
 def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_first, b, b_mask, n, n_mask,
              E: tl.constexpr, eps, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             BE: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+             BE: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
     """acc [BB, BN] = layer_norm(x[b]) @ W[n].T, with the first weight tile already loaded (w_first). The statistics
     correctly rounded (`_ln_stats`): the chunked kernels are the reference the persistent kernel matches bit for bit
     (its layer kernel, with the fast forms, spilled under its cap of 128 registers), and lm_head's are a few dozen
@@ -104,7 +116,7 @@ def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_fi
         a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED, LEAVE_OUT), mean, rstd,
                       g_ptr, beta_ptr, k, E)
         acc += tl.sum(a[:, None, :] * w, axis=2)
-        w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT)  # the next tile (all masked after the last)
+        w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT, EVICT)  # the next tile (all masked after the last)
     return acc
 
 
@@ -178,7 +190,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
-                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False):
+                  BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
+                  EVICT: tl.constexpr = 0):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -208,7 +221,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     """
     _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr,
             q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False,
-            LN_FOLD, HEAD_MAJOR)
+            LN_FOLD, HEAD_MAJOR, EVICT)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
                         BB, BN, BS, BD, HEAD_MAJOR)
@@ -229,7 +242,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             cache_ptr, B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-            LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False):
+            LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False, EVICT: tl.constexpr = 0):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
     while the program worked on its previous task or waited at the grid barrier. HEAD_MAJOR: as the kernel's."""
@@ -239,7 +252,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; see `_ln_gemv_one`)
-        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT, EVICT)
         g = _load_vec(ln_w, ke, E)
         if LN_FOLD:
             shift = _load_vec(c1_ptr, n, 3 * E)
@@ -296,7 +309,7 @@ def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.c
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
                          BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False):
+                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False, EVICT: tl.constexpr = 0):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -309,20 +322,20 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
     """
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
-          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED)
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED, EVICT)
 
 
 @triton.jit
 def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
           DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
           USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-          FOLDED: tl.constexpr = False):
+          FOLDED: tl.constexpr = False, EVICT: tl.constexpr = 0):
     """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED: as the kernel)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
-        w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT, EVICT)
     elif PRELOADED:
         w = w_pre
     else:
@@ -350,7 +363,7 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
                       F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                       USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                      LN_FOLD: tl.constexpr = False):
+                      LN_FOLD: tl.constexpr = False, EVICT: tl.constexpr = 0):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
@@ -360,20 +373,20 @@ def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr,
     LN_FOLD: as ln_qkv_kernel's.
     """
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK,
-           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD)
+           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD, EVICT)
 
 
 @triton.jit
 def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
            F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-           LN_FOLD: tl.constexpr = False):
+           LN_FOLD: tl.constexpr = False, EVICT: tl.constexpr = 0):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
     if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters (or their fold), before the wait
-        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT)
+        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT, EVICT)
         g = _load_vec(ln_w, ke, E)
         if LN_FOLD:
             shift = _load_vec(c1_ptr, n, F)
@@ -402,7 +415,7 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
 @triton.jit
 def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
                         BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
+                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
@@ -411,19 +424,19 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
-         LEAVE_OUT, 0, False)
+         LEAVE_OUT, 0, False, EVICT)
 
 
 @triton.jit
 def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
          BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
-         w_pre, PRELOADED: tl.constexpr):
+         w_pre, PRELOADED: tl.constexpr, EVICT: tl.constexpr = 0):
     """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
         bias = _load_vec(bias_ptr, n, E)
-        w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK, LEAVE_OUT)
+        w_raw = _load_w_raw(w_ptr, n, n_mask, F, BK, LEAVE_OUT, EVICT)
     elif PRELOADED:
         w = w_pre
     else:
@@ -451,7 +464,7 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
 def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B, NBB, eps, E: tl.constexpr,
                    V: tl.constexpr, NBLK: tl.constexpr,
                    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                   USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+                   USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
     """The final layer norm + the tied lm_head (x @ wte.T) + each row block's argmax.
 
     Fuses: layer_norm(x) -> logits [B, V] in the weights' dtype (what the step returns) -> per
@@ -463,10 +476,10 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     """
     pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, V, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
-    w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
+    w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK, LEAVE_OUT, EVICT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
     acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, wte_ptr, w_first, b, b_mask, n, n_mask,
-                   E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
+                   E, eps, False, BB, BN, BK, BE, LEAVE_OUT, EVICT)
     logits = acc.to(logits_ptr.dtype.element_ty)
     tl.store(logits_ptr + b[:, None] * V + n[None, :], logits,
              mask=_stored(b_mask[:, None] & n_mask[None, :], acc, LEAVE_OUT))

@@ -235,6 +235,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     fold = fold and not gemm and not refusal
     reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
     ln_fold = prefetch and C.ln_fold(str(w.dtype), E)  # (prefetch: the gemv-prefetch path only)
+    evict = prefetch and C.evict_first(str(w.dtype), E)  # measured on the gemv-prefetch path only
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
@@ -253,6 +254,8 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         meta = {"BB": g.BB, "BN": g.BN, "BK": g.BK, "num_warps": g.num_warps, **common}
         if prefetch and name in C.PREFETCH_KERNELS:
             meta["PREFETCH"] = True
+        if evict and (name in C.PREFETCH_KERNELS or name == "lm_head"):
+            meta["EVICT"] = 1  # the weight loads marked to leave L2 first (projections._weights)
         return (C.cdiv(N, g.BN) * nbb,), meta, nbb
 
     BE, BD, scale = C.next_pow2(E), C.next_pow2(DH), 1.0 / math.sqrt(DH)
