@@ -72,7 +72,8 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
         direct = {"out": fused.out.clone(), "logits": lf}
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
-                              "ln_fold": plan.ln_fold, "head_major": _head_major(plan), "evict": _evict(plan),
+                              "ln_fold": plan.ln_fold, "head_major": _bound(plan, "HEAD_MAJOR"),
+                              "evict": _bound(plan, "EVICT"),
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
@@ -80,14 +81,10 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
     return result
 
 
-def _head_major(plan: Any) -> bool:
-    """Whether the plan's folded ln_qkv runs its programs head by head (configs.head_major)."""
-    return any(bool(getattr(x, "meta", {}).get("HEAD_MAJOR")) for x in plan.launches)
-
-
-def _evict(plan: Any) -> bool:
-    """Whether the plan marks its weight loads to leave L2 first (configs.evict_first)."""
-    return any(bool(getattr(x, "meta", {}).get("EVICT")) for x in plan.launches)
+def _bound(plan: Any, switch: str) -> bool:
+    """Whether any of the plan's launches binds `switch` on: HEAD_MAJOR (the folded ln_qkv head by head,
+    configs.head_major), EVICT (the weight loads marked to leave L2 first, configs.evict_first)."""
+    return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 
 def _graph_replay(w: Weights, plan: Any, state: D.DecodeState, prompt: torch.Tensor, steps: int,
