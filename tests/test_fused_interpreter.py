@@ -28,7 +28,8 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -113,25 +114,30 @@ def case_prefetch_fp32_b1() -> dict[str, Any]:
     return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True))
 
 
+@contextmanager
+def _measured(table: set[tuple[str, int]], shape: tuple[str, int]) -> Iterator[None]:
+    """One of configs' per-shape tables (LN_UNFOLDED, HEAD_MAJOR, EVICT_FIRST: measured on a device, at GPT-2's widths)
+    with an interpreter model's (dtype, width) in it for one case."""
+    table.add(shape)
+    try:
+        yield
+    finally:
+        table.discard(shape)
+
+
 @case
 def case_prefetch_unfolded_fp32_b1() -> dict[str, Any]:
     # the PREFETCH layer norms unfolded (configs.LN_UNFOLDED: on a device, GPT-2 124M in fp32), on the tiny model
-    C.LN_UNFOLDED.add(("float32", 64))
-    try:
-        return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True))
-    finally:
-        C.LN_UNFOLDED.discard(("float32", 64))
+    with _measured(C.LN_UNFOLDED, ("float32", 64)):
+        return case_prefetch_fp32_b1()
 
 
 @case
 def case_prefetch_evict_fp32_b1() -> dict[str, Any]:
     # the weight loads marked to leave L2 first (configs.EVICT_FIRST: on a device, GPT-2 124M and 1.5B bf16), on the
     # tiny model: the same values
-    C.EVICT_FIRST.add(("float32", 64))
-    try:
-        return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, overrides=_heuristic("tiny", 1, prefetch=True))
-    finally:
-        C.EVICT_FIRST.discard(("float32", 64))
+    with _measured(C.EVICT_FIRST, ("float32", 64)):
+        return case_prefetch_fp32_b1()
 
 
 @case
@@ -186,11 +192,8 @@ def case_fold_odd_b3() -> dict[str, Any]:
 def case_fold_head_major_odd_b3() -> dict[str, Any]:
     # case_fold_odd_b3 with ln_qkv's programs head by head (configs.HEAD_MAJOR: on a device, GPT-2 1.5B in bf16): the
     # heads' counters, the parts and the batch blocks as the q-K-V order has them
-    C.HEAD_MAJOR.add(("float32", 48))
-    try:
+    with _measured(C.HEAD_MAJOR, ("float32", 48)):
         return case_fold_odd_b3()
-    finally:
-        C.HEAD_MAJOR.discard(("float32", 48))
 
 
 @case
