@@ -209,6 +209,82 @@ def test_tuner_candidates_are_bounded_in_bytes_so_bf16_tries_twice_the_values() 
         assert max(c.BN for c in cands) == widest, cands
 
 
+def test_an_ab_arm_is_read_as_config_fields_and_launch_switches_by_kernel() -> None:
+    from lab.step.fused.ab import parse_arm
+
+    assert parse_arm("table").configs == {} and parse_arm("table").switches == {}
+    arm = parse_arm("ln_fc.BN=4; ln_fc.num_warps=8;ln_qkv:HEAD_MAJOR=1;all:EVICT=0")
+    assert arm.configs == {"ln_fc": {"BN": 4, "num_warps": 8}}
+    assert arm.switches == {"ln_qkv": {"HEAD_MAJOR": 1}, "all": {"EVICT": 0}}
+    for bad, says in (("ln_fc.BN", "is not KERNEL.FIELD=INTEGER"), ("ln_fc.BN=four", "is not KERNEL.FIELD=INTEGER"),
+                      ("BN=4", "names no kernel"), ("lnfc.BN=4", "no kernel 'lnfc'"),
+                      ("all.BN=4", "names one kernel, not 'all'")):
+        with pytest.raises(ValueError, match=says):
+            parse_arm(bad)
+
+
+@needs_triton
+def test_an_ab_arm_binds_its_fields_and_switches_and_refuses_what_the_plan_has_not(tiny_fp32) -> None:
+    from lab.step.decode import new_state
+    from lab.step.fused.ab import bind, parse_arm
+    from lab.step.fused.step import Launch, prepare
+
+    state = new_state(tiny_fp32, 1, 16)
+
+    def made(overrides: dict | None = None):
+        return prepare(state, tiny_fp32, sms=2, repeatable=True, prefetch=True, path="gemv", overrides=overrides)
+
+    base = made()
+    assert bind(base, parse_arm("table"), made) is base
+    wide = bind(base, parse_arm("ln_fc.BN=8;ln_fc.num_warps=2"), made)
+    assert (wide.configs["ln_fc"].BN, wide.configs["ln_fc"].num_warps) == (8, 2) and wide.configs["fc2"] == base.configs["fc2"]
+    marked = bind(base, parse_arm("all:EVICT=1;fc2:PREFETCH=0"), made)
+    gemv = {"ln_qkv", "proj", "ln_fc", "fc2", "lm_head"}  # the kernels with the EVICT switch
+    for before, after in zip(base.launches, marked.launches):
+        assert isinstance(after, Launch) and after.args is before.args
+        assert after.meta.get("EVICT", 0) == (1 if after.name in gemv else 0), after.name
+        assert after.meta.get("PREFETCH") == (False if after.name == "fc2" else before.meta.get("PREFETCH"))
+    with pytest.raises(ValueError, match="no launch of this plan takes argmax:HEAD_MAJOR"):
+        bind(base, parse_arm("argmax:HEAD_MAJOR=1"), made)
+    with pytest.raises(ValueError, match="has no field BQ"):
+        bind(base, parse_arm("ln_fc.BQ=2"), made)
+
+
+def test_ab_rounds_rotate_the_arms_and_ratios_are_against_the_first() -> None:
+    from lab.step.fused.ab import rounds, summary
+
+    order: list[str] = []
+    ms = {"a": 2.0, "b": 1.0, "c": 3.0}
+
+    def timer(plan: str) -> float:
+        order.append(plan)
+        return ms[plan] + 0.01 * len(order)  # a drift every arm shares, round by round
+
+    got = rounds({k: k for k in ms}, 3, timer)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [len(v) for v in got.values()] == [3, 3, 3]
+    out = summary(got)
+    assert out["ratio"]["a"] == 1.0 and 0.45 < out["ratio"]["b"] < 0.55 and 1.4 < out["ratio"]["c"] < 1.6
+    assert out["rounds_ms"] is got
+
+
+def test_ab_refuses_a_bad_arm_in_one_line_before_anything_runs(capsys) -> None:
+    from lab.step.fused import ab
+
+    assert ab.main(["--size", "gpt2-124M", "table", "lnfc.BN=4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "arm 'lnfc.BN=4': no kernel 'lnfc'" in err
+    assert ab.main(["table", "table"]) == 2 and "an arm is given twice" in capsys.readouterr().err
+    assert ab.main(["--rounds", "0", "table"]) == 2 and "must be positive" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the A/B tool's refusal on a host without CUDA")
+def test_ab_needs_cuda(capsys) -> None:
+    from lab.step.fused import ab
+
+    assert ab.main(["table"]) == 2 and "needs a CUDA device" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the tuner's refusal on a host without CUDA")
 def test_tuner_needs_cuda_and_names_the_sizes_it_tunes(capsys) -> None:
     from lab.step.fused import tune as T

@@ -1,0 +1,183 @@
+"""A/B-time variants of the fused step on a GPU, in one process, in rotating rounds:
+
+    python -m lab.step.fused.ab --size gpt2-1.5B --dtype bfloat16 table "ln_fc.BN=4;ln_fc.num_warps=8"
+    python -m lab.step.fused.ab --size gpt2-124M --dtype float32 table "ln_qkv:HEAD_MAJOR=1" "all:EVICT=0"
+
+What README item 14's and 15's ratios come from. Each ARM is the tuner's repeatable plan of `fused-pdl-prefetch`
+(`lab.step.fused.tune`: random weights of the size's shapes, a state mid-decode at position POSITION, the gemv path
+forced, PDL where the device has it) with changes, separated by ";":
+
+- `KERNEL.FIELD=V`: a field of that kernel's config (BN, BK, BB, num_warps for a GEMV kernel; BS for the attention),
+  as the tuner varies them;
+- `KERNEL:SWITCH=V`: a compile-time switch bound on that kernel's launches (HEAD_MAJOR, EVICT, PREFETCH, ...: any
+  constexpr of its kernel), as a per-shape table in lab.step.fused.configs would bind it; `all:SWITCH=V` binds it
+  on every launch whose kernel has it;
+- `table`: no change (the plan as the tables bind it).
+
+Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order
+(`triton.testing.do_bench_cudagraph`, the median of REP_MS of replays), so that a drift of the device over the run
+falls on every arm alike. Prints each arm's median and its ratio to the first arm's, and one JSON line (`AB {...}`)
+with every round kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import torch
+
+from lab.step.fused import configs as C
+
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One variant of the step: config fields and launch switches by kernel."""
+
+    label: str
+    configs: dict[str, dict[str, int]] = field(default_factory=dict)  # kernel -> config field -> value
+    switches: dict[str, dict[str, int]] = field(default_factory=dict)  # kernel (or "all") -> switch -> value
+
+
+def parse_arm(text: str) -> Arm:
+    """An ARM of the command line (the module docstring); ValueError naming what is wrong."""
+    arm = Arm(text)
+    if text.strip() == "table":
+        return arm
+    for item in (x.strip() for x in text.split(";")):
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"arm {text!r}: {item!r} is not KERNEL.FIELD=INTEGER or KERNEL:SWITCH=INTEGER")
+        if ":" in name:
+            kernel, key = (x.strip() for x in name.split(":", 1))
+            table = arm.switches
+        elif "." in name:
+            kernel, key = (x.strip() for x in name.split(".", 1))
+            table = arm.configs
+            if kernel == ALL:
+                raise ValueError(f"arm {text!r}: {item!r}: a config field names one kernel, not {ALL!r}")
+        else:
+            raise ValueError(f"arm {text!r}: {item!r} names no kernel (KERNEL.FIELD or KERNEL:SWITCH)")
+        if kernel != ALL and kernel not in C.KERNEL_NAMES:
+            raise ValueError(f"arm {text!r}: no kernel {kernel!r} (the step's: {', '.join(C.KERNEL_NAMES)})")
+        table.setdefault(kernel, {})[key] = int(value)
+    return arm
+
+
+def _constexprs(kernel: Any) -> set[str]:
+    """The compile-time switches a Triton kernel takes (its tl.constexpr parameters)."""
+    return {p.name for p in getattr(kernel, "params", ()) if getattr(p, "is_constexpr", False)}
+
+
+def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
+    """The arm's plan: `base` re-prepared with its config fields (`prepare(overrides=...)`), then its switches bound on
+    the launches of their kernels. ValueError for a field the kernel's config has not, or a switch no launch takes."""
+    plan = base
+    if arm.configs:
+        overrides = dict(base.configs)
+        for kernel, fields in arm.configs.items():
+            cfg = base.configs.get(kernel)
+            unknown = sorted(set(fields) - set(getattr(cfg, "__dataclass_fields__", {})))
+            if cfg is None or unknown:
+                raise ValueError(f"arm {arm.label!r}: {kernel}'s config ({cfg}) has no field {', '.join(unknown)}")
+            overrides[kernel] = replace(cfg, **fields)
+        plan = prepare(overrides)
+    if not arm.switches:
+        return plan
+    bound: set[tuple[str, str]] = set()
+    launches = []
+    for launch in plan.launches:
+        meta = dict(getattr(launch, "meta", {}))
+        for kernel, switches in arm.switches.items():
+            if kernel not in (ALL, launch.name):
+                continue
+            for key, value in switches.items():
+                if key in _constexprs(launch.kernel):
+                    meta[key] = value
+                    bound.add((kernel, key))
+        launches.append(replace(launch, meta=meta) if meta != getattr(launch, "meta", {}) else launch)
+    missing = sorted(f"{k}:{s}" for k, sw in arm.switches.items() for s in sw if (k, s) not in bound)
+    if missing:
+        raise ValueError(f"arm {arm.label!r}: no launch of this plan takes {', '.join(missing)}")
+    return replace(plan, launches=launches)
+
+
+def rounds(plans: dict[str, Any], n: int, timer: Callable[[Any], float]) -> dict[str, list[float]]:
+    """Every plan timed once a round, `n` rounds, round r starting at plan r (mod the number of plans)."""
+    labels = list(plans)
+    out: dict[str, list[float]] = {k: [] for k in labels}
+    for r in range(n):
+        for k in labels[r % len(labels):] + labels[:r % len(labels)]:
+            out[k].append(timer(plans[k]))
+    return out
+
+
+def summary(times: dict[str, list[float]]) -> dict[str, Any]:
+    """Each arm's median (ms) and its ratio to the first arm's median."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    first = med[next(iter(med))]
+    return {"median_ms": med, "ratio": {k: v / first for k, v in med.items()}, "rounds_ms": times}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lab.contract.profiles import SHAPES
+
+    p = argparse.ArgumentParser(prog="python -m lab.step.fused.ab", description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="gpt2-124M", choices=[k for k in SHAPES if k.startswith("gpt2-")])
+    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rep-ms", type=int, default=20, help="milliseconds of replays a timing")
+    p.add_argument("arms", nargs="+", metavar="ARM", help="table | KERNEL.FIELD=V;KERNEL:SWITCH=V;...")
+    args = p.parse_args(argv)
+    try:
+        arms = [parse_arm(a) for a in args.arms]
+    except ValueError as exc:
+        print(f"python -m lab.step.fused.ab: {exc}", file=sys.stderr)
+        return 2
+    if len({a.label for a in arms}) < len(arms):
+        print("python -m lab.step.fused.ab: an arm is given twice", file=sys.stderr)
+        return 2
+    if args.batch < 1 or args.rounds < 1 or args.rep_ms < 1:
+        print("python -m lab.step.fused.ab: --batch, --rounds and --rep-ms must be positive", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("lab.step.fused.ab needs a CUDA device (none visible)", file=sys.stderr)
+        return 2
+    from lab.step.fused.step import pdl_supported, prepare
+    from lab.step.fused.tune import random_weights, step_ms, timing_state
+
+    w = random_weights(SHAPES[args.size], getattr(torch, args.dtype), "cuda")
+    state = timing_state(w, args.batch)
+    sms = C.device_sms("cuda")
+    pdl, _ = pdl_supported(w.device)
+
+    def made(overrides: dict[str, C.Config] | None = None) -> Any:
+        return prepare(state, w, sms=sms, repeatable=True, pdl=pdl, prefetch=True, path="gemv", overrides=overrides)
+
+    base = made()
+    try:
+        plans = {a.label: bind(base, a, made) for a in arms}
+    except ValueError as exc:
+        print(f"python -m lab.step.fused.ab: {exc}", file=sys.stderr)
+        return 2
+    for plan in plans.values():  # compiled, captured and warm before any round
+        step_ms(plan, 5)
+    torch.cuda.synchronize()
+    out = summary(rounds(plans, args.rounds, lambda plan: step_ms(plan, args.rep_ms)))
+    print(f"{torch.cuda.get_device_name()}, {args.size} {args.dtype} batch {args.batch}, fused-pdl-prefetch's "
+          f"repeatable plan{'' if pdl else ' (no PDL on this device)'}, {args.rounds} rotated rounds:")
+    for label in plans:
+        print(f"  {out['median_ms'][label]:9.4f} ms  {out['ratio'][label]:6.3f}x  {label}")
+    print("AB " + json.dumps({"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, **out}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
