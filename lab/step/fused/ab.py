@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import torch
 
+from lab.measure.timing import flat, rotating_rounds
 from lab.step.fused import configs as C
 
 ALL = "all"
@@ -94,11 +95,12 @@ def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
     launches = []
     for launch in plan.launches:
         meta = dict(getattr(launch, "meta", {}))
+        takes = _constexprs(launch.kernel)
         for kernel, switches in arm.switches.items():
             if kernel not in (ALL, launch.name):
                 continue
             for key, value in switches.items():
-                if key in _constexprs(launch.kernel):
+                if key in takes:
                     meta[key] = value
                     bound.add((kernel, key))
         launches.append(replace(launch, meta=meta) if meta != getattr(launch, "meta", {}) else launch)
@@ -109,13 +111,13 @@ def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
 
 
 def rounds(plans: dict[str, Any], n: int, timer: Callable[[Any], float]) -> dict[str, list[float]]:
-    """Every plan timed once a round, `n` rounds, round r starting at plan r (mod the number of plans)."""
-    labels = list(plans)
-    out: dict[str, list[float]] = {k: [] for k in labels}
-    for r in range(n):
-        for k in labels[r % len(labels):] + labels[:r % len(labels)]:
-            out[k].append(timer(plans[k]))
-    return out
+    """Every plan timed once a round, `n` rounds in rotated order (lab.measure.timing.rotating_rounds, as the lab's
+    experiments time their methods): each plan's timings, round by round."""
+    def turn(plan: Any) -> Callable[[], list[float]]:
+        return lambda: [timer(plan)]
+
+    per_round = rotating_rounds({label: turn(plan) for label, plan in plans.items()}, n)
+    return {label: flat(samples) for label, samples in per_round.items()}
 
 
 def summary(times: dict[str, list[float]]) -> dict[str, Any]:
