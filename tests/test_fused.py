@@ -141,10 +141,9 @@ def test_the_prefetch_plan_marks_its_weight_loads_to_leave_l2_first_where_that_m
 
     spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
     assert C.evict_first(str(dtype), width) == marked
-    weights = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")
     plan = aot.plan_for_shapes(spec, dtype, 1, pdl=True, prefetch=True)
-    assert {x.name: x.meta.get("EVICT", 0) for x in plan.launches if x.name in weights} == dict.fromkeys(weights,
-                                                                                                      int(marked))
+    assert ({x.name: x.meta.get("EVICT", 0) for x in plan.launches if x.name in C.GEMV_KERNELS}
+            == dict.fromkeys(C.GEMV_KERNELS, int(marked)))
     assert not any(x.meta.get("EVICT") for x in aot.plan_for_shapes(spec, dtype, 1, pdl=True).launches)
     if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1" or width != 768:
         return  # (the PTX once: a compile of each dtype at one width)
@@ -239,10 +238,9 @@ def test_an_ab_arm_binds_its_fields_and_switches_and_refuses_what_the_plan_has_n
     wide = bind(base, parse_arm("ln_fc.BN=8;ln_fc.num_warps=2"), made)
     assert (wide.configs["ln_fc"].BN, wide.configs["ln_fc"].num_warps) == (8, 2) and wide.configs["fc2"] == base.configs["fc2"]
     marked = bind(base, parse_arm("all:EVICT=1;fc2:PREFETCH=0"), made)
-    gemv = {"ln_qkv", "proj", "ln_fc", "fc2", "lm_head"}  # the kernels with the EVICT switch
-    for before, after in zip(base.launches, marked.launches):
+    for before, after in zip(base.launches, marked.launches):  # the GEMV kernels have the EVICT switch
         assert isinstance(after, Launch) and after.args is before.args
-        assert after.meta.get("EVICT", 0) == (1 if after.name in gemv else 0), after.name
+        assert after.meta.get("EVICT", 0) == (1 if after.name in C.GEMV_KERNELS else 0), after.name
         assert after.meta.get("PREFETCH") == (False if after.name == "fc2" else before.meta.get("PREFETCH"))
     with pytest.raises(ValueError, match="no launch of this plan takes argmax:HEAD_MAJOR"):
         bind(base, parse_arm("argmax:HEAD_MAJOR=1"), made)

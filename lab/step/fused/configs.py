@@ -156,6 +156,12 @@ TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
 }
 PREFETCH_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the GEMV kernels with a PREFETCH path
 
+
+def _shape(dtype: str, n_embd: int) -> tuple[str, int]:
+    """A key of the per-shape tables below (LN_UNFOLDED, HEAD_MAJOR, EVICT_FIRST): the dtype's name, the model width."""
+    return dtype.removeprefix("torch."), n_embd
+
+
 # Where the PREFETCH path keeps its layer norms unfolded (projections._ln_gemv_one; keys: dtype name, model width).
 # Measured on an H200 (2026-12-04, the tuner's repeatable plans at batch 1, two alternations of 3 rounds of
 # `do_bench_cudagraph` each, the folded and unfolded kernels in separate processes): folded, 124M bf16 took 0.986x
@@ -166,7 +172,7 @@ LN_UNFOLDED = {("float32", 768)}
 
 def ln_fold(dtype: str, n_embd: int) -> bool:
     """Whether the PREFETCH kernels fold their layer norm into the product at this dtype and width (LN_UNFOLDED)."""
-    return (dtype.removeprefix("torch."), n_embd) not in LN_UNFOLDED
+    return _shape(dtype, n_embd) not in LN_UNFOLDED
 
 
 # Where the folded ln_qkv runs its programs head by head (projections._head_major_row; keys: dtype name, model width).
@@ -180,7 +186,7 @@ HEAD_MAJOR = {("bfloat16", 1600)}
 
 def head_major(dtype: str, n_embd: int) -> bool:
     """Whether the folded ln_qkv runs its programs head by head at this dtype and width (HEAD_MAJOR)."""
-    return (dtype.removeprefix("torch."), n_embd) in HEAD_MAJOR
+    return _shape(dtype, n_embd) in HEAD_MAJOR
 
 
 # Where the step's weight loads are marked to leave L2 first (EVICT: the PREFETCH kernels' slices and lm_head's tiles,
@@ -194,7 +200,7 @@ EVICT_FIRST = {("bfloat16", 768), ("float32", 768), ("bfloat16", 1600)}
 
 def evict_first(dtype: str, n_embd: int) -> bool:
     """Whether the step marks its weight loads to leave L2 first at this dtype and width (EVICT_FIRST)."""
-    return (dtype.removeprefix("torch."), n_embd) in EVICT_FIRST
+    return _shape(dtype, n_embd) in EVICT_FIRST
 
 
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)

@@ -254,8 +254,8 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         meta = {"BB": g.BB, "BN": g.BN, "BK": g.BK, "num_warps": g.num_warps, **common}
         if prefetch and name in C.PREFETCH_KERNELS:
             meta["PREFETCH"] = True
-        if evict and (name in C.PREFETCH_KERNELS or name == "lm_head"):
-            meta["EVICT"] = 1  # the weight loads marked to leave L2 first (projections._weights)
+        if evict:  # every GEMV kernel's weight loads marked to leave L2 first (projections._weights)
+            meta["EVICT"] = 1
         return (C.cdiv(N, g.BN) * nbb,), meta, nbb
 
     BE, BD, scale = C.next_pow2(E), C.next_pow2(DH), 1.0 / math.sqrt(DH)
