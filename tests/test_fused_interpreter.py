@@ -374,11 +374,13 @@ if TRITON_MISSING is None:
     import triton
     import triton.language as tl
 
-    from lab.step.fused.projections import _head_major_row
+    from lab.step.fused.attention import _qkv_block_row
 
     @triton.jit
-    def _head_major_rows_kernel(out_ptr, E: tl.constexpr, DH: tl.constexpr, BN: tl.constexpr):
-        tl.store(out_ptr + tl.program_id(0), _head_major_row(tl.program_id(0), E, DH, BN))
+    def _qkv_block_rows_kernel(out_ptr, E: tl.constexpr, DH: tl.constexpr, BN: tl.constexpr, HEAD_MAJOR: tl.constexpr):
+        row, h = _qkv_block_row(tl.program_id(0), E, DH, BN, HEAD_MAJOR)
+        tl.store(out_ptr + 2 * tl.program_id(0), row)
+        tl.store(out_ptr + 2 * tl.program_id(0) + 1, h)
 
 
 HEAD_MAJOR_SHAPES = ((64, 16, 8), (48, 12, 4), (1600, 64, 8), (768, 64, 16))  # (E, DH, BN): tiny, odd, GPT-2s
@@ -386,14 +388,16 @@ HEAD_MAJOR_SHAPES = ((64, 16, 8), (48, 12, 4), (1600, 64, 8), (768, 64, 16))  # 
 
 @case
 def case_head_major_rows() -> dict[str, Any]:
-    """ln_qkv's HEAD_MAJOR order (projections._head_major_row): the first row of each row block, by program."""
+    """ln_qkv's two orders (attention._qkv_block_row): each row block's first row and head, by program; head by head
+    under the key E,DH,BN and in the q-K-V order under E,DH,BN,qkv."""
     import torch
 
     out = {}
     for E, DH, BN in HEAD_MAJOR_SHAPES:
-        rows = torch.full((3 * E // BN,), -1, dtype=torch.int32)
-        _head_major_rows_kernel[(rows.numel(),)](rows, E, DH, BN)
-        out[f"{E},{DH},{BN}"] = rows.tolist()
+        for head_major, key in ((True, f"{E},{DH},{BN}"), (False, f"{E},{DH},{BN},qkv")):
+            rows = torch.full((3 * E // BN, 2), -1, dtype=torch.int32)
+            _qkv_block_rows_kernel[(rows.shape[0],)](rows, E, DH, BN, head_major)
+            out[key] = rows.tolist()
     return out
 
 
@@ -680,10 +684,14 @@ def test_gelu_both_forms_match_torch_tanh_gelu(worker: Worker) -> None:
 def test_head_major_order_covers_every_row_block_once_head_by_head_q_then_k_then_v(worker: Worker) -> None:
     got = worker.run("head-major-rows")
     for E, DH, BN in HEAD_MAJOR_SHAPES:
-        rows, per_head, per_part = got[f"{E},{DH},{BN}"], 3 * DH // BN, DH // BN
+        blocks, per_head, per_part = got[f"{E},{DH},{BN}"], 3 * DH // BN, DH // BN
+        rows = [row for row, _ in blocks]
         assert sorted(rows) == list(range(0, 3 * E, BN)), (E, DH, BN)  # every block of BN rows, once
-        for i, row in enumerate(rows):
+        for i, (row, head) in enumerate(blocks):
             assert (row % E // DH, row // E) == (i // per_head, i % per_head // per_part), (E, DH, BN, i, row)
+            assert head == row % E // DH, (E, DH, BN, i, row, head)  # the head its rows belong to
+        # the q-K-V order: block i at row i * BN, of the head that row is in
+        assert got[f"{E},{DH},{BN},qkv"] == [[i * BN, i * BN % E // DH] for i in range(3 * E // BN)]
 
 
 def test_every_case_has_a_test() -> None:

@@ -145,6 +145,23 @@ def combine_kernel(part_o, part_m, part_l, att_ptr, B, NBB, E: tl.constexpr, H: 
 
 
 @triton.jit
+def _qkv_block_row(pid_n, E: tl.constexpr, DH: tl.constexpr, BN: tl.constexpr, HEAD_MAJOR: tl.constexpr = False):
+    """(row, head): the first of the BN rows (of the [3E, E] QKV matrix) that ln_qkv's row block `pid_n` holds, and
+    the head they belong to. In the q-K-V order (every q block, then every K block, then every V block) the row is
+    pid_n * BN; HEAD_MAJOR (BN divides DH), the blocks of head h are pid_n = h * 3 * DH / BN ... (h + 1) * 3 * DH / BN -
+    1, its q rows first, then its K rows, then its V rows."""
+    if HEAD_MAJOR:
+        per_head: tl.constexpr = 3 * (DH // BN)
+        j = pid_n % per_head
+        h = pid_n // per_head
+        row = j // (DH // BN) * E + h * DH + j % (DH // BN) * BN
+    else:
+        row = pid_n * BN
+        h = row % E // DH
+    return row, h
+
+
+@triton.jit
 def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
                     H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
                     BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False):
@@ -162,10 +179,7 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, 
     batch row (what the attention launch read), and writes DH fp32 per row.
     """
     bb = pid % NBB
-    if HEAD_MAJOR:  # the row blocks in the order of the heads (projections._head_major_row)
-        h = pid // NBB // (3 * (DH // BN))
-    else:
-        h = (pid // NBB) * BN % E // DH
+    _, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
     tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
     counter = heads_ptr + bb * H + h
     seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")

@@ -175,7 +175,7 @@ def ln_fold(dtype: str, n_embd: int) -> bool:
     return _shape(dtype, n_embd) not in LN_UNFOLDED
 
 
-# Where the folded ln_qkv runs its programs head by head (projections._head_major_row; keys: dtype name, model width).
+# Where the folded ln_qkv runs its programs head by head (attention._qkv_block_row; keys: dtype name, model width).
 # Measured on an H200 (2026-12-04, the tuner's repeatable plan at batch 1 with PDL and the PREFETCH kernels, one process,
 # 5 rotated rounds): head by head took 0.986x the step's time in the q-K-V order at GPT-2 1.5B bf16 (1.2577 against
 # 1.2760 ms: ln_qkv's 600 programs are 1.14 waves, and in the q-K-V order every head's last program, and its attention,

@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.attention import _attention_chunk, _fold_attention
+from lab.step.fused.attention import _attention_chunk, _fold_attention, _qkv_block_row
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
                                   _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
@@ -215,7 +215,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     constants; otherwise they are not read.
 
     HEAD_MAJOR (BN divides DH): the programs in the order of the heads, each head's q, K and V row blocks side by
-    side (`_head_major_row`), instead of every q block, then every K block, then every V block. The GPU starts a
+    side (attention._qkv_block_row), instead of every q block, then every K block, then every V block. The GPU starts a
     launch's programs in about the order of their ids, so with FOLD each head's last program, and its attention,
     comes while the later heads' programs still stream their weights, rather than every head's at the end.
     """
@@ -225,16 +225,6 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
                         BB, BN, BS, BD, HEAD_MAJOR)
-
-
-@triton.jit
-def _head_major_row(pid_n, E: tl.constexpr, DH: tl.constexpr, BN: tl.constexpr):
-    """The first of the BN rows (of the [3E, E] QKV matrix) that row block `pid_n` holds in the head-major order
-    (ln_qkv_kernel's HEAD_MAJOR): the blocks of head h are pid_n = h * 3 * DH / BN ... (h + 1) * 3 * DH / BN - 1, its
-    q rows first, then its K rows, then its V rows. BN divides DH."""
-    per_head: tl.constexpr = 3 * (DH // BN)
-    j = pid_n % per_head
-    return j // (DH // BN) * E + pid_n // per_head * DH + j % (DH // BN) * BN
 
 
 @triton.jit
@@ -248,7 +238,8 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     while the program worked on its previous task or waited at the grid barrier. HEAD_MAJOR: as the kernel's."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     if HEAD_MAJOR:  # the same blocks of BN rows, in the order of the heads
-        n = _head_major_row(pid_n, E, DH, BN) + tl.arange(0, BN)
+        row, _ = _qkv_block_row(pid_n, E, DH, BN, HEAD_MAJOR)
+        n = row + tl.arange(0, BN)
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; see `_ln_gemv_one`)

@@ -264,7 +264,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     ws.att = torch.zeros(B if fold else 0, E, **f32)
     ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
     # folded, ln_qkv's programs run head by head where that measured faster (configs.head_major,
-    # projections._head_major_row): each head's attention comes as its last program does, not all at the launch's end
+    # attention._qkv_block_row): each head's attention comes as its last program does, not all at the launch's end
     folding = ({"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD,
                 "HEAD_MAJOR": C.head_major(str(w.dtype), E)} if fold else {})
     ln_folding = {"LN_FOLD": True} if ln_fold else {}
