@@ -260,10 +260,27 @@ def test_ab_rounds_rotate_the_arms_and_ratios_are_against_the_first() -> None:
 
     got = rounds({k: k for k in ms}, 3, timer)
     assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert [len(v) for v in got.values()] == [3, 3, 3]
+    assert [[len(r) for r in v] for v in got.values()] == [[1, 1, 1]] * 3
     out = summary(got)
     assert out["ratio"]["a"] == 1.0 and 0.45 < out["ratio"]["b"] < 0.55 and 1.4 < out["ratio"]["c"] < 1.6
-    assert out["rounds_ms"] is got
+    assert out["rounds_ms"] == {k: [r[0] for r in v] for k, v in got.items()}
+    # each ratio has its paired interval around it, and the verdict against the first arm follows from it
+    for arm in "bc":
+        low, high = out["ratio_interval"][arm]
+        assert low <= out["ratio"][arm] <= high and high - low < 0.05
+        low, high = out["median_interval_ms"][arm]
+        assert low <= out["median_ms"][arm] <= high
+    assert out["against_first"] == {"a": "same", "b": "lower", "c": "higher"}
+
+
+def test_ab_says_same_where_the_rounds_overlap_and_no_interval_from_one_round() -> None:
+    from lab.step.fused.ab import _row, summary
+
+    noisy = summary({"a": [[1.0], [1.2], [0.9], [1.1]], "b": [[1.1], [0.95], [1.15], [1.0]]})
+    assert noisy["against_first"]["b"] == "same"
+    one = summary({"a": [[1.0]], "b": [[0.5]]})
+    assert one["ratio"]["b"] == 0.5 and one["ratio_interval"]["b"] is None and one["against_first"]["b"] == "unknown"
+    assert "no interval" in _row(one, "b") and "0.500x" in _row(one, "b") and _row(one, "a").rstrip().endswith("a")
 
 
 def test_ab_refuses_a_bad_arm_in_one_line_before_anything_runs(capsys) -> None:

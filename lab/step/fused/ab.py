@@ -16,8 +16,10 @@ forced, PDL where the device has it) with changes, separated by ";":
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order
 (`triton.testing.do_bench_cudagraph`, the median of REP_MS of replays), so that a drift of the device over the run
-falls on every arm alike. Prints each arm's median and its ratio to the first arm's, and one JSON line (`AB {...}`)
-with every round kept.
+falls on every arm alike. Prints each arm's median with its 95% interval (a bootstrap over rounds,
+lab.contract.intervals), its ratio to the first arm's with the ratio's interval (paired: the same rounds drawn for
+both, since round r of every arm ran side by side), and whether the arm is faster, slower or the same as the first
+by the lab's one rule (the interval against 1); and one JSON line (`AB {...}`) with every round kept.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from lab.contract import intervals as I
 from lab.measure.timing import flat, rotating_rounds
 from lab.step.fused import configs as C
 
@@ -110,21 +113,43 @@ def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
     return replace(plan, launches=launches)
 
 
-def rounds(plans: dict[str, Any], n: int, timer: Callable[[Any], float]) -> dict[str, list[float]]:
+def rounds(plans: dict[str, Any], n: int, timer: Callable[[Any], float]) -> dict[str, list[list[float]]]:
     """Every plan timed once a round, `n` rounds in rotated order (lab.measure.timing.rotating_rounds, as the lab's
-    experiments time their methods): each plan's timings, round by round."""
+    experiments time their methods): each plan's timings, one list a round."""
     def turn(plan: Any) -> Callable[[], list[float]]:
         return lambda: [timer(plan)]
 
-    per_round = rotating_rounds({label: turn(plan) for label, plan in plans.items()}, n)
-    return {label: flat(samples) for label, samples in per_round.items()}
+    return rotating_rounds({label: turn(plan) for label, plan in plans.items()}, n)
 
 
-def summary(times: dict[str, list[float]]) -> dict[str, Any]:
-    """Each arm's median (ms) and its ratio to the first arm's median."""
-    med = {k: statistics.median(v) for k, v in times.items()}
-    first = med[next(iter(med))]
-    return {"median_ms": med, "ratio": {k: v / first for k, v in med.items()}, "rounds_ms": times}
+def _ends(interval: I.Interval | None) -> list[float] | None:
+    return None if interval is None else [interval.low, interval.high]
+
+
+def summary(times: dict[str, list[list[float]]]) -> dict[str, Any]:
+    """Each arm's median (ms) with its 95% interval, its ratio to the first arm's median with the ratio's interval
+    (paired over rounds), and where the arm stands against the first (lab.contract.intervals.versus: "lower" is
+    faster; "unknown" with fewer than two rounds)."""
+    first = next(iter(times))
+    ratio_iv = {k: I.ratio_interval(v, times[first]) for k, v in times.items()}
+    med = {k: statistics.median(flat(v)) for k, v in times.items()}
+    return {"median_ms": med, "median_interval_ms": {k: _ends(I.median_interval(v)) for k, v in times.items()},
+            "ratio": {k: v / med[first] for k, v in med.items()},
+            "ratio_interval": {k: _ends(iv) for k, iv in ratio_iv.items()},
+            "against_first": {k: I.versus(iv, 1.0).value for k, iv in ratio_iv.items()},
+            "rounds_ms": {k: flat(v) for k, v in times.items()}}
+
+
+def _row(out: dict[str, Any], label: str) -> str:
+    """One arm's line: median [interval] ms, ratio [interval], and its verdict against the first arm."""
+    def ends(key: str, digits: int) -> str:
+        iv = out[key][label]
+        return " " * (2 * digits + 8) if iv is None else f"[{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]"
+
+    verdict = {"lower": "faster", "higher": "slower", "same": "same", "unknown": "no interval"}
+    return (f"  {out['median_ms'][label]:9.4f} ms {ends('median_interval_ms', 4)}  {out['ratio'][label]:6.3f}x "
+            f"{ends('ratio_interval', 3)}  {'' if label == next(iter(out['ratio'])) else verdict[out['against_first'][label]]:<11}"
+            f"  {label}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()}, {args.size} {args.dtype} batch {args.batch}, fused-pdl-prefetch's "
           f"repeatable plan{'' if pdl else ' (no PDL on this device)'}, {args.rounds} rotated rounds:")
     for label in plans:
-        print(f"  {out['median_ms'][label]:9.4f} ms  {out['ratio'][label]:6.3f}x  {label}")
+        print(_row(out, label))
     print("AB " + json.dumps({"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, **out}))
     return 0
 
