@@ -275,20 +275,21 @@ def beat() -> None:
 
 @contextlib.contextmanager
 def timed(label: str, sampling: bool = True) -> Iterator[None]:
-    """A timed section named `label` (lab.measure.timing: `time_calls`, a method's turn in `rotating_rounds`): at
-    the outermost one's edges the heartbeat speaks early, inside it only when the promise would break, and every
-    write while a `sampling` one is under way is counted against the outermost (lab.heartbeat). The edges take
-    the console's lock: a write under way ends before the timing starts."""
+    """A timed section named `label` (lab.measure.timing: `time_calls` and each stretch of its samples, a method's
+    turn in `rotating_rounds`): at its edges, where no samples are being taken (a gap), the heartbeat speaks early,
+    inside it only when the promise would break, and every write while a `sampling` one is under way is counted
+    against the outermost (lab.heartbeat). The edges take the console's lock: a write under way ends before the
+    timing starts."""
     with BOARD.lock:
-        outermost = not heartbeat.timing()
-        if outermost:
+        gap = not heartbeat.sampling()
+        if gap:
             BOARD.beat(edge=True)
         heartbeat.enter(label, sampling)
     try:
         yield
     finally:
         heartbeat.leave()
-    if outermost:
+    if gap:
         BOARD.beat(edge=True)
 
 

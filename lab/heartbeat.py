@@ -6,14 +6,22 @@ heartbeat runs in the measuring process, so it is part of the measurement unless
 decides every write it makes (`due`), from its thread or at the edge of a timed section:
 - outside a timed section it speaks once the console has been silent for the interval; on a terminal it
   redraws the live display every LIVE_REDRAW_S instead (rich's own refresh thread is not used);
-- at the edge of a timed section (entering the outermost one, or leaving it: the gap between two timings,
-  run on the measuring thread itself, so nothing it writes overlaps a timing) it speaks already after
+- at a gap, the edge of a timed section where no samples are being taken (entering or leaving one while no
+  sampling section is under way: between two timings, or between two stretches of one timing's samples),
+  run on the measuring thread itself, so nothing it writes overlaps a sample, it speaks already after
   GAP_SHARE of the interval: a section shorter than the rest of the interval never needs a write inside it;
 - inside a timed section it writes only when the silence reaches the interval (waiting longer would break
   the promise). Every write inside one while samples are taken (`enter(sampling=True)`: time_calls' marked
   loop, not its warm-up nor the rest of a method's turn), the heartbeat's or anyone's (`shown`), is counted
   against the outermost section under way (`take_disturbed`); the runner puts the count in the experiment's
   record with a failed non-fatal check naming the timings it fell in (lab.run.runner), so no disturbed number is silent.
+
+A sampling loop longer than the interval would still meet the promise inside it (a slow host stretches a loop of
+short calls as well as a long call), so time_calls takes its samples in stretches of about STRETCH_SHARE of the
+interval by the pace of the calls so far (`stretch_s`), each a sampling section of its own; the gap between two
+stretches is where the heartbeat speaks. A stretch may run four times longer than its pace said (a host that slows
+that much between two stretches) and still end before the silence reaches the interval; a single call longer
+than GAP_SHARE of the interval cannot be cut, and a write inside it is counted as before.
 
 A timed section is `lab.measure.timing.time_calls` or one method's turn in `rotating_rounds` (entered through
 lab.console.timed). Every write, redraw and section edge takes LOCK, so a write of the thread that is under
@@ -40,6 +48,7 @@ from typing import Callable
 
 MIN_INTERVAL_S = 1.0  # the heartbeat's shortest interval (LAB_PROGRESS_EVERY_S=0 says every step, not every beat)
 GAP_SHARE = 0.5  # at a timed section's edge the heartbeat speaks after this share of the interval
+STRETCH_SHARE = GAP_SHARE / 4  # time_calls' samples come in stretches of about this share of the interval
 LIVE_REDRAW_S = 0.5  # the live display's redraw outside timings (rich drew it at refresh_per_second=2)
 LOCK = threading.RLock()  # the console's one lock: every write, redraw and timed section's edge
 
@@ -55,6 +64,11 @@ def interval_s() -> float:
 def promise_s() -> float:
     """The heartbeat's interval: the promise, at least MIN_INTERVAL_S."""
     return max(MIN_INTERVAL_S, interval_s())
+
+
+def stretch_s() -> float:
+    """How long one stretch of a timing's samples should last (time_calls): STRETCH_SHARE of the interval."""
+    return promise_s() * STRETCH_SHARE
 
 
 _clock: Callable[[], float] = time.monotonic
@@ -91,7 +105,7 @@ def shown() -> None:
     """The console wrote or redrew now: the silence starts again, and inside a timed section the write counts."""
     with LOCK:
         STATE.last_shown = now()
-        if any(sampling for _, sampling in STATE.sections):
+        if sampling():
             STATE.disturbed[STATE.sections[0][0]] += 1
 
 
@@ -103,6 +117,11 @@ def quiet() -> float:
 def timing() -> bool:
     """Whether a timed section is under way."""
     return bool(STATE.sections)
+
+
+def sampling() -> bool:
+    """Whether samples are being taken: a sampling section is under way (a write now would be counted)."""
+    return any(taking for _, taking in STATE.sections)
 
 
 def enter(label: str, sampling: bool = True) -> None:
@@ -126,8 +145,8 @@ def take_disturbed() -> dict[str, int]:
 
 def due(live: bool, edge: bool = False) -> bool:
     """The rule: whether the heartbeat speaks now. `live`: what it would do is redraw a terminal's display;
-    `edge`: it is at the edge of a timed section (none under way)."""
-    if STATE.sections:
+    `edge`: it is at a gap, the edge of a timed section (an edge while samples are taken is no gap)."""
+    if sampling() or (STATE.sections and not edge):
         limit = promise_s()
     elif live:
         limit = LIVE_REDRAW_S

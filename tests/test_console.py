@@ -540,6 +540,26 @@ def test_the_heartbeat_writes_inside_a_timing_once_the_promise_would_break_and_c
     assert heartbeat.take_disturbed() == {"eager in round 1": 2}
 
 
+def test_a_long_loop_of_short_calls_hears_the_heartbeat_only_between_its_samples(watched) -> None:
+    """A turn of 200 calls of half a second each (100 s of samples, as a loaded host stretches a loop of short
+    steps): the promise is kept (no silence over 10 s) by lines in the gaps between stretches of samples, so nothing
+    is counted against the turn, and every call is still one sample."""
+    from lab.measure.timing import HostClock, rotating_rounds, time_calls
+
+    clock, stream = watched
+    start = clock()
+
+    def step() -> None:
+        clock.advance(0.5)
+
+    got = rotating_rounds({"eager": lambda: time_calls(step, 200, HostClock(now=clock))}, rounds=1)
+    assert got["eager"] == [[pytest.approx(500.0)] * 200]
+    times = [start] + [t for t, _ in stream.lines] + [clock()]
+    assert max(b - a for a, b in zip(times, times[1:])) <= 10, stream.lines
+    assert len(stream.lines) >= 100 // 10
+    assert heartbeat.take_disturbed() == {}
+
+
 def test_a_write_in_a_turns_untimed_warm_up_is_not_counted(watched) -> None:
     """A turn whose time_calls spends 25 s in its untimed warm-up (a recompile, say) and 1 s sampling: the heartbeat
     keeps its promise inside the turn (lines at 10 and 20 s), but no sample was taken meanwhile, so nothing is

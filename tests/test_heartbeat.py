@@ -87,3 +87,22 @@ def test_a_section_that_takes_no_samples_counts_nothing_until_one_inside_does(cl
     heartbeat.leave()
     heartbeat.leave()
     assert heartbeat.take_disturbed() == {"growing compile in round 1": 1}
+
+
+def test_an_edge_inside_a_turn_is_a_gap_unless_samples_are_being_taken(clock) -> None:
+    """Between two stretches of a timing's samples (inside a method's turn, which takes none itself) the edge rule
+    holds (half the interval); an edge inside a sampling section is no gap, and waits for the promise."""
+    heartbeat.enter("eager in round 1", sampling=False)
+    try:
+        clock[0] = 5.0
+        assert not heartbeat.sampling() and heartbeat.due(live=False, edge=True) and not heartbeat.due(live=False)
+        heartbeat.enter("timing step", sampling=True)
+        try:
+            assert heartbeat.sampling() and not heartbeat.due(live=False, edge=True)
+            clock[0] = 10.0
+            assert heartbeat.due(live=False, edge=True)
+        finally:
+            heartbeat.leave()
+    finally:
+        heartbeat.leave()
+    assert heartbeat.take_disturbed() == {}

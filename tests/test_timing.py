@@ -15,10 +15,29 @@ def test_spread_and_noise_flag() -> None:
 
 
 def test_time_calls_with_fake_clock() -> None:
-    ticks = iter([0.0, 0.001, 0.003, 0.006])
-    clock = HostClock(now=lambda: next(ticks))
-    samples = time_calls(lambda: None, iters=3, clock=clock)
-    assert samples == pytest.approx([1.0, 2.0, 3.0])
+    """Each sample is one call between two marks, whatever stretches the loop is cut into (warm-up untimed)."""
+    t = [0.0]
+    durations = iter([5.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+
+    def call() -> None:
+        t[0] += next(durations) / 1e3
+
+    samples = time_calls(call, iters=7, clock=HostClock(now=lambda: t[0]), warmup=1)
+    assert samples == pytest.approx([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+
+
+def test_a_stretch_of_samples_lasts_about_its_share_of_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lab.heartbeat.stretch_s at the pace known (1.25 s at the 10 s interval), one call while none is, at most four
+    times the last stretch, never more than is left, never none."""
+    from lab.measure.timing import stretch_calls
+
+    monkeypatch.setenv("LAB_PROGRESS_EVERY_S", "10")
+    assert stretch_calls(100, None, 0) == 1 and stretch_calls(0, None, 0) == 0
+    assert stretch_calls(1000, 0.01, 0) == 125  # the warm-up's pace: a whole stretch at once
+    assert stretch_calls(1000, 0.01, 2) == 8  # after a stretch of two: four times that
+    assert stretch_calls(1000, 0.01, 100) == 125 and stretch_calls(50, 0.01, 100) == 50
+    assert stretch_calls(1000, 3.0, 100) == 1  # a call longer than a stretch: one a stretch
+    assert stretch_calls(1000, 0.0, 7) == 28  # a clock that did not move: only the growth limits it
 
 
 def test_rotating_rounds_rotate_the_order() -> None:

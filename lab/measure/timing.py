@@ -43,7 +43,7 @@ from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence, TypeVar
 
 import torch
 
-from lab import console
+from lab import console, heartbeat
 from lab.contract import intervals
 from lab.contract.results import Spread
 from lab.measure import profiler_guard
@@ -124,20 +124,45 @@ def time_calls(fn: Callable[[], object], iters: int, clock: Clock, warmup: int =
     """Per-call milliseconds of `fn`, after `warmup` untimed calls; marks are read after the loop. A timed section
     (lab.console.timed: the console's heartbeat keeps out of it while its promise allows, and counts what it writes).
 
+    The samples are taken in stretches (`stretch_calls`: about lab.heartbeat.stretch_s each, by the pace of the
+    warm-up and of the stretches before), each its own sampling section; between two stretches, a gap where the
+    heartbeat may speak, and no sample: a stretch's first mark comes after the gap, so every sample is one call
+    between two marks with nothing else between them, as in one unbroken loop.
+
     Refused (lab.measure.profiler_guard.ProfilerResidue) after a profiler session left CUPTI attached."""
     what = f"timing {getattr(fn, '__name__', 'a call')}"
     profiler_guard.check_clean(what)
+    stretches: list[list[Any]] = []
     with console.timed(what, sampling=False):
+        began = heartbeat.now()
         for _ in range(warmup):
             fn()
         clock.sync()
-        with console.timed(what):  # a write counts only from the first mark to the last (a recompile in warm-up not)
-            marks = [clock.mark()]
-            for _ in range(iters):
-                fn()
-                marks.append(clock.mark())
-            clock.sync()
-    return [clock.elapsed_ms(a, b) for a, b in zip(marks, marks[1:])]
+        pace = (heartbeat.now() - began) / warmup if warmup else None
+        done = last = 0
+        while done < iters:
+            last = stretch_calls(iters - done, pace, last)
+            began = heartbeat.now()
+            with console.timed(what):  # a write counts only from a stretch's first mark to its last
+                marks = [clock.mark()]
+                for _ in range(last):
+                    fn()
+                    marks.append(clock.mark())
+            pace = (heartbeat.now() - began) / last
+            stretches.append(marks)
+            done += last
+        clock.sync()  # (what is queued when the last mark is: nothing the host writes now moves it)
+    return [clock.elapsed_ms(a, b) for marks in stretches for a, b in zip(marks, marks[1:])]
+
+
+def stretch_calls(left: int, pace: float | None, last: int) -> int:
+    """How many calls the next stretch of samples takes (time_calls): about lab.heartbeat.stretch_s at `pace`
+    (seconds a call, by the heartbeat's clock; None: not known yet, one call), at most four times the `last`
+    stretch (a pace read from one fast call does not commit to a long stretch), at least one, at most `left`."""
+    if pace is None:
+        return min(left, 1)
+    most = left if pace <= 0 else max(1, int(heartbeat.stretch_s() / pace))
+    return max(1, min(left, most, 4 * last if last else most))
 
 
 K = TypeVar("K", bound=Hashable)
