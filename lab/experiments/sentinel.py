@@ -294,10 +294,13 @@ def steps_of(ctx: Any) -> int:
 
 
 def child_kwargs(ctx: Any) -> dict[str, Any]:
-    """The child's arguments: the run's model and weights, its device and shape, the warm-up rule."""
+    """The child's arguments: the run's model and weights, its device and shape, the warm-up rule, its methods (eager
+    alone off CUDA: graph replay needs a CUDA device; `python -m lab residue` pairs eager rounds on a CPU host)."""
     prof = ctx.profile
+    methods = list(METHODS) if ctx.device.type == "cuda" else [Method.EAGER]
     return {"model": dataclasses.asdict(prof.model), "provenance": provenance(ctx), "device": ctx.device.type,
-            "prompt_len": prof.prompt_len, P.MAX_LEN: prof.max_len, P.STEPS: steps_of(ctx), **rule(ctx.options)}
+            "prompt_len": prof.prompt_len, P.MAX_LEN: prof.max_len, P.STEPS: steps_of(ctx), **rule(ctx.options),
+            "methods": methods}
 
 
 def measure(ctx: Any, when: str) -> dict[str, Any] | None:

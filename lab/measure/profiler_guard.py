@@ -22,7 +22,10 @@ What the lab does, three layers deep:
 A profile with CPU activity only attaches no CUPTI, and the guard does not count it as a residue; but on an H200
 host (torch 2.11, 2026-12-02) a CUDA process that had run one CPU-only session of 50 ops was 18-30% slower at
 eager than fresh processes taking turns with it on the same CPU, while one that had run a CPU+CUDA session with
-CUPTI torn down was not. GPU runs profile with CUDA activity only; on a CPU host the effect is not measured.
+CUPTI torn down was not. GPU runs profile with CUDA activity only. On a CPU host (torch 2.13 CPU, 2 cores,
+2026-12-04) CPU-only sessions left nothing measurable: `python -m lab residue` (lab.commands.residue, the sentinel's
+paired rounds before and after 3 sessions) moved GPT-2 124M's eager step 0.998x [0.994, 1.002] against 0.993x
+[0.989, 0.997] with no session, and a tiny model's 0.996x [0.968, 1.026] against 0.997x [0.961, 1.032].
 The lab's fresh-process sentinel (lab.experiments.sentinel) measures the same step outside the run at
 its start and end, so a residue this module cannot see would still show as in-run over sentinel.
 """
