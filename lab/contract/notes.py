@@ -135,8 +135,9 @@ CONSOLE_IN_TIMING = NoteSpec("console_writes_in_timing", dict, "writes of the co
                                                              "runner writes it, for any experiment", entries="{section}")
 HOST_WARNINGS = NoteSpec("host_warnings", list, "what the host did that the run measured and reports as the host's, "
                                                "never as a failed check: its speed moved while a fresh process warmed "
-                                               "up, or between the start and the end of the run",
-                         ("sentinel", "sentinel_end"))
+                                               "up, or between the start and the end of the run, or while a CPU "
+                                               "timing's rounds ran (gemm_bound)",
+                         ("sentinel", "sentinel_end", "gemm_bound"))
 PAIRED_ROUNDS = NoteSpec("paired_rounds", dict, "the paired rounds of the run's start or end: the CPU every process "
                                                 "was pinned to (per side; None: not pinned), per side and round what "
                                                 "the host and the process did meanwhile (lab.host.procstat: the CPU, "
@@ -147,7 +148,7 @@ HOST_INDEX = NoteSpec("host_index.{shape}", dict, "the host-speed index of one t
                                                    "workload, its cost over the turns' time, and every raw sample "
                                                    "(ms) before and after each method's turn, per round",
                       (*STEP_METHODS, "model_scaling", "peer_generate", "inductor", "sentinel",
-                       "sentinel_end"), fields=("workload", "loop", "cost", "turns"))
+                       "sentinel_end", "gemm_bound"), fields=("workload", "loop", "cost", "turns"))
 KERNEL_ROWS = "kernels"  # the fused_kernels note's per-kernel rows, and its fit's list of the kernels fitted
 FUSED_KERNELS = NoteSpec("fused_kernels.{method}.{shape}", dict, "the hand-fused step kernel by kernel, from one "
                                                                    "profiled step (lab.step.fused.breakdown): calls, "

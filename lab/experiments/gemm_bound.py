@@ -4,6 +4,12 @@ Two MLP blocks (Linear D→4D, GELU, Linear 4D→D, residual) at a large batch. 
 kernels already (MKL/oneDNN on the CPU, cuBLAS on the GPU) and dominate the time; the only fusible
 work is the GELU and the residual add. About 1.0× is the correct answer, and the evidence is the
 kernel mix: the time share of matrix products, and the kernel counts before and after.
+
+On the CPU the timed work is the host's own, so the rounds are timed between samples of the host-speed index
+(lab.measure.hostspeed; the `host_index.{shape}` note): a speedup outside "about 1.0x" while the index moved by more
+than HOST_MOVED over the rounds (p95 over p5) is the host's doing, a host warning with the index's range, and the check
+is not failed for it (a quick-start run beside the test suite on 2 cores measured 0.75x [0.314, 0.763], where the
+same host idle gives 0.94-1.22x). On a GPU the GEMMs run on the device, whatever the host's speed: no index there.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from typing import Literal
 
 import torch
 
-from lab.contract import intervals
+from lab.contract import hostspeed, intervals
 from lab.contract import metrics as M
+from lab.experiments.common.hostspeed import host_warning
+from lab.measure.hostspeed import HostIndex
 from lab.measure.timing import compile_first_call, time_methods
 from lab.step.model import torch_dtype
 from lab.contract import notes as N
@@ -51,15 +59,22 @@ class MLPStack(torch.nn.Module):
 # 95% interval of the speedup lies wholly outside this band (the run shows it is not about 1.0x); an interval
 # that overlaps the band cannot show that, however far its median (a loaded host widens it).
 ABOUT_ONE = (0.85, 1.2)
+HOST_MOVED = 0.10  # a host index that moved more than this over the rounds (p95/p5) excuses a speedup outside the band
 
 
-def about_one(sp: float, ci: intervals.Interval | None) -> tuple[str, bool, str]:
-    """The check that compile gives about 1.0x, judged by the speedup's interval against ABOUT_ONE."""
+def about_one(sp: float, ci: intervals.Interval | None, moved: float | None = None) -> tuple[str, bool, str]:
+    """The check that compile gives about 1.0x, judged by the speedup's interval against ABOUT_ONE; `moved`: how far
+    the host-speed index moved over the rounds (p95/p5; None: not taken), which says whose doing a miss is."""
     name = f"compile gives about 1.0x (95% interval overlaps {ABOUT_ONE[0]}-{ABOUT_ONE[1]})"
     if ci is None:
-        return name, ABOUT_ONE[0] <= sp <= ABOUT_ONE[1], f"{sp:.2f}x (no interval: fewer than two rounds)"
-    band = intervals.Interval(*ABOUT_ONE)
-    return name, ci.overlaps(band), f"{sp:.2f}x, 95% interval {ci.text()}"
+        inside, detail = ABOUT_ONE[0] <= sp <= ABOUT_ONE[1], f"{sp:.2f}x (no interval: fewer than two rounds)"
+    else:
+        inside, detail = ci.overlaps(intervals.Interval(*ABOUT_ONE)), f"{sp:.2f}x, 95% interval {ci.text()}"
+    if moved is not None:
+        detail += f"; the host-speed index moved {moved:.2f}x (p95/p5) over the rounds"
+        if not inside and moved > 1 + HOST_MOVED:
+            return name, True, detail + ": the host moved, not the lab (a host warning)"
+    return name, inside, detail
 
 
 def run(ctx: Context[Options]) -> None:
@@ -80,8 +95,9 @@ def run(ctx: Context[Options]) -> None:
         tol = 1e-4 if dtype == torch.float32 else 2e-2
         rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
         ctx.check("compiled equals eager (relative error)", rel < tol, detail=f"{rel:.2e} (limit {tol:.0e})")
+        index = HostIndex() if dev.type == "cpu" else None  # (the CPU's speed is the timed work's only there)
         samples = time_methods({Method.EAGER: lambda: model(x), Method.COMPILE_DEFAULT: lambda: c.fn(x)},
-                               ctx.clock, o.rounds, o.iters, warmup=1)
+                               ctx.clock, o.rounds, o.iters, warmup=1, index=index)
         # the profiles after the timing: a profiler session may slow every later launch (lab.measure.profiler_guard)
         for method, f in ((Method.EAGER, model), (Method.COMPILE_DEFAULT, c.fn)):
             prof = profile_step(lambda f=f: f(x), dev, steps=3, warmup=1)
@@ -93,5 +109,12 @@ def run(ctx: Context[Options]) -> None:
     share = ctx.record.metric(M.GEMM_SHARE.name, method=Method.EAGER).value
     ctx.check("GEMMs dominate eager time (>= 60%)", share >= 0.6, fatal=False, detail=f"{share:.0%}")
     ci = stored_interval(ctx.record, M.SPEEDUP)
-    ctx.check(*about_one(sp, ci), fatal=False)
+    moved = None
+    if index is not None:
+        ctx.note(N.HOST_INDEX.key_for(shape=f"b{batch}"), index.note())
+        moved = hostspeed.spread_ratio(index.all_rounds())
+    name, passed, detail = about_one(sp, ci, moved)
+    if passed and detail.endswith("(a host warning)"):
+        host_warning(ctx, f"gemm_bound's speedup {detail}")
+    ctx.check(name, passed, fatal=False, detail=detail)
     torch._dynamo.reset()

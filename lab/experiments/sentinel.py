@@ -53,6 +53,7 @@ from lab.experiments.common.sweep import provenance
 from lab.host import cpuplace, procstat
 from lab.contract import hostspeed
 from lab.experiments.common import hostspeed as hostspeed_record
+from lab.experiments.common.hostspeed import host_warning
 from lab.experiments.common import paired
 from lab.measure import profiler_guard
 from lab.measure.hostspeed import HostIndex
@@ -249,12 +250,6 @@ def host_moved(warmup: dict[str, Any], agree: float) -> bool:
     took its rounds (False where the note holds no index: an older run's)."""
     moved = warmup.get("host_moved")
     return moved is not None and moved > 1 + agree
-
-
-def host_warning(ctx: Any, text: str) -> None:
-    """A warning about the host (what it did, measured), kept in the record's `host_warnings` note: never a check."""
-    ctx.note(N.HOST_WARNINGS.key, [*ctx.record.notes.get(N.HOST_WARNINGS.key, []), text])
-    ctx.progress(f"host warning: {text}")
 
 
 def steadiness(ctx: Any, warmup: dict[str, Any], when: str, agree: float) -> bool:

@@ -56,7 +56,7 @@ from lab.contract.reasons import Code
 from lab.contract import query
 from lab.experiments import sentinel
 from lab.experiments.common import paired
-from lab.experiments.common.hostspeed import put
+from lab.experiments.common.hostspeed import host_warning, put
 from lab.experiments.sentinel import METHODS, sentinel_ms
 from lab.run import turns
 from lab.run.context import Context
@@ -116,7 +116,7 @@ def twin_change(ctx: Any, end: paired.Paired, start: paired.Paired) -> str:
     put(ctx, M.FRESH_CHANGE, fresh, 4, **paired.PARAMS)
     text = f"{fresh.value:.3f}x" + ("" if fresh.interval is None else f" {fresh.interval.text()}")
     if not hostspeed.in_run_clean(fresh.value, fresh.interval):
-        sentinel.host_warning(ctx, f"the two fresh processes, idle through the run, moved {text} apart over it: "
+        host_warning(ctx, f"the two fresh processes, idle through the run, moved {text} apart over it: "
                                    "beyond the 5% the instrument's verdict allows")
     return f"; the two fresh processes' own change {text} (the resolution)"
 
@@ -153,7 +153,7 @@ def drift(ctx: Any) -> None:
                 i0, i1 = _index_median(records, "start"), _index_median([ctx.record], "end")
                 index = (f"; the host index {i0:.3g} ms at the start, {i1:.3g} ms at the end ({i1 / i0:.2f}x)"
                          if i0 and i1 else "")
-                sentinel.host_warning(ctx, f"the fresh-process {method} step moved {moved:.2f}x over the run "
+                host_warning(ctx, f"the fresh-process {method} step moved {moved:.2f}x over the run "
                                            f"(start {start:.4g} ms, end {end:.4g} ms){index}")
         in_run = _in_run_ms(records, method)
         if in_run is not None:

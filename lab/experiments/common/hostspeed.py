@@ -47,6 +47,12 @@ def timed(ctx: Any, turns: Turns, rounds: int, params: dict[str, Any],
     return {name: (samples[name], spreads[name]) for name in turns}
 
 
+def host_warning(ctx: Any, text: str) -> None:
+    """A warning about the host (what it did, measured), kept in the record's `host_warnings` note: never a check."""
+    ctx.note(notes.HOST_WARNINGS.key, [*ctx.record.notes.get(notes.HOST_WARNINGS.key, []), text])
+    ctx.progress(f"host warning: {text}")
+
+
 def put(ctx: Any, spec: M.MetricSpec, est: Estimate | None, digits: int, **params: Any) -> None:
     """`spec` and its interval's two ends, where the experiment declares it (None where nothing could be fitted)."""
     if spec not in ctx.spec.metrics or spec.interval is None:
