@@ -97,6 +97,10 @@ def test_the_flags_name_the_overloaded_host_the_unsteady_warm_up_and_the_unclean
                      "host: the fresh-process eager step moved 1.65x over the run"]
     calm = from_dict(raw(_h200_decode(), manifest={"host": {"overloaded": False}}), "x/results.json")
     assert host.flags(calm.experiments, calm.manifest) == []
+    excused = rec("gemm_bound", [], notes={"host_warnings": ["gemm_bound's speedup 0.75x ...: the host moved"]})
+    cpu = from_dict(raw(excused, manifest={"host": {"overloaded": False}}, profile="cpu"), "x/results.json")
+    assert host.flags(cpu.experiments, cpu.manifest) == ["host (gemm_bound): gemm_bound's speedup 0.75x ...: the host "
+                                                         "moved"]
 
 
 @pytest.fixture(scope="module")

@@ -145,6 +145,10 @@ def flags(records: Iterable[Record], manifest: dict[str, Any]) -> list[str]:
         warnings = rec.notes.get(N.HOST_WARNINGS.key)
         if isinstance(warnings, list):  # those about a warm-up are said by its flag above, from the same note
             out += [f"host: {w}" for w in warnings if isinstance(w, str) and not w.startswith("the fresh process (")]
+    for rec in (r for r in recs if r.id not in INSTRUMENT):  # an experiment's own (gemm_bound's rounds on the CPU)
+        warnings = rec.notes.get(N.HOST_WARNINGS.key)
+        if isinstance(warnings, list):
+            out += [f"host ({rec.id}): {w}" for w in warnings if isinstance(w, str)]
     return out
 
 
