@@ -59,3 +59,16 @@ def test_the_paired_rounds_before_and_after_give_the_change_and_its_verdict(caps
     assert out["detail"].startswith(f"{change['value']:.3f}x")
     assert all(log["count"] >= 1 for log in out["library_logs"])
     assert "USDT" not in said.err  # kineto's lines (where this build writes them) stay off the console
+
+
+def test_a_fresh_process_that_fails_is_one_line_and_exit_1(capsys, monkeypatch) -> None:
+    """No figure without both ends: the failed child's check detail, one line, no traceback."""
+    def failed(ctx, when, cpu=None):
+        ctx.check(f"the sentinel child measured the step ({when})", False, detail="exit 137 (killed)", fatal=True)
+
+    monkeypatch.setattr(sentinel, "measure_paired", failed)
+    capsys.readouterr()
+    assert main(["residue", "--profile", "smoke", "--session", "none"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[-1] == "python -m lab residue: the fresh processes did not measure the step: exit 137 (killed)"
+    assert "Traceback" not in err

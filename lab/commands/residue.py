@@ -27,12 +27,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 SESSIONS = ("cpu", "cuda", "none")
+
+
+class ChildFailed(RuntimeError):
+    """A fresh process failed or timed out (the host's doing, or the lab's: its error says which): no figure."""
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -141,14 +146,14 @@ def _paired(profile: Any, options: Any, args: argparse.Namespace) -> dict[str, A
         start = context(Experiment.SENTINEL)
         began = sentinel.measure_paired(start, "start")
         if began is None:
-            raise RuntimeError(f"the fresh processes did not measure the step: {_failed(start.record)}")
+            raise ChildFailed(f"the fresh processes did not measure the step: {_failed(start.record)}")
         paired.record(start, began)
         results.experiments.append(start.record)
         _sessions(start, args.session, args.sessions)
         end = context(Experiment.SENTINEL_END)
         ended = sentinel.measure_paired(end, "end", began.pinned.get(paired.IN_RUN))
         if ended is None:
-            raise RuntimeError(f"the fresh processes did not measure the step again: {_failed(end.record)}")
+            raise ChildFailed(f"the fresh processes did not measure the step again: {_failed(end.record)}")
         sentinel_end.record_paired(end, ended, began)
     finally:
         models.close()
@@ -174,7 +179,11 @@ def _text(fig: dict[str, float | None] | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    out = measure(args)
+    try:
+        out = measure(args)
+    except ChildFailed as exc:
+        print(f"python -m lab residue: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(out))
         return 0
