@@ -10,8 +10,6 @@ import torch
 
 from cli_helpers import one_line_error
 from lab.__main__ import main
-from lab.contract import hostspeed
-from lab.contract.intervals import Interval
 from lab.experiments import sentinel
 from lab.measure import profiler_guard
 
@@ -55,8 +53,11 @@ def test_the_paired_rounds_before_and_after_give_the_change_and_its_verdict(caps
     start, end = out["in_run_over_fresh"]["start"]["value"], out["in_run_over_fresh"]["end"]["value"]
     assert out["in_run_change"]["value"] == pytest.approx(end / start, rel=2e-3, abs=1e-4)  # stored to 4 decimals
     change = out["in_run_change"]
-    assert out["clean"] == hostspeed.in_run_clean(change["value"], Interval(change["low"], change["high"]))
-    assert out["detail"].startswith(f"{change['value']:.3f}x")
+    if abs(change["value"] - 1) < 0.049 or change["low"] < 0.999 < 1.001 < change["high"]:  # (clear of rounding)
+        assert out["clean"] is True
+    elif abs(change["value"] - 1) > 0.051 and (change["low"] > 1.001 or change["high"] < 0.999):
+        assert out["clean"] is False
+    assert "over the run: at the start the run's process was" in out["detail"]  # the sentinel_end verdict's detail
     assert all(log["count"] >= 1 for log in out["library_logs"])
     assert "USDT" not in said.err  # kineto's lines (where this build writes them) stay off the console
 
