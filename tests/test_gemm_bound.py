@@ -18,16 +18,16 @@ from lab.run import runner
 
 
 def test_about_one_is_the_interval_against_the_band_and_a_moving_host_excuses_a_miss() -> None:
-    name, passed, detail = gemm_bound.about_one(0.97, Interval(0.9, 1.05))
-    assert passed and name.startswith("compile gives about 1.0x") and detail == "0.97x, 95% interval [0.9, 1.05]"
+    name, passed, detail, hosts = gemm_bound.about_one(0.97, Interval(0.9, 1.05))
+    assert passed and not hosts and name.startswith("compile gives about 1.0x") and detail == "0.97x, 95% interval [0.9, 1.05]"
     assert gemm_bound.about_one(0.95, Interval(0.5, 0.86))[1]  # overlaps the band: cannot show it is not 1.0x
     assert not gemm_bound.about_one(0.75, Interval(0.314, 0.763))[1]  # wholly below, no index: the lab's
-    _, passed, detail = gemm_bound.about_one(0.75, Interval(0.314, 0.763), moved=1.05)
-    assert not passed and detail.endswith("the host-speed index moved 1.05x (p95/p5) over the rounds")
-    _, passed, detail = gemm_bound.about_one(0.75, Interval(0.314, 0.763), moved=1.8)
-    assert passed and detail.endswith("moved 1.80x (p95/p5) over the rounds: the host moved, not the lab (a host warning)")
-    _, passed, detail = gemm_bound.about_one(1.0, Interval(0.95, 1.05), moved=1.8)  # inside: no warning to give
-    assert passed and not detail.endswith("(a host warning)")
+    _, passed, detail, hosts = gemm_bound.about_one(0.75, Interval(0.314, 0.763), moved=1.05)
+    assert not passed and not hosts and detail.endswith("the host-speed index moved 1.05x (p95/p5) over the rounds")
+    _, passed, detail, hosts = gemm_bound.about_one(0.75, Interval(0.314, 0.763), moved=1.8)
+    assert passed and hosts and detail.endswith("moved 1.80x (p95/p5) over the rounds: the host moved, not the lab (a host warning)")
+    _, passed, detail, hosts = gemm_bound.about_one(1.0, Interval(0.95, 1.05), moved=1.8)  # inside: no warning
+    assert passed and not hosts and not detail.endswith("(a host warning)")
     assert not gemm_bound.about_one(2.0, None)[1] and "fewer than two rounds" in gemm_bound.about_one(2.0, None)[2]
 
 
