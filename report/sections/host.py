@@ -138,17 +138,16 @@ def flags(records: Iterable[Record], manifest: dict[str, Any]) -> list[str]:
         load = host.get("load_start")
         out.append("host overloaded at the start" + (f" (load {load[0]:.1f})" if isinstance(load, list) and load
                                                        and isinstance(load[0], (int, float)) else ""))
-    for rec in (r for r in recs if r.id in INSTRUMENT):
-        out += _warmup_flags(rec)
-        out += [f"instrument not clean: {c.name} ({c.detail})" if c.detail else f"instrument not clean: {c.name}"
-                for c in rec.checks if not c.passed and "steady" not in c.name]
-        warnings = rec.notes.get(N.HOST_WARNINGS.key)
-        if isinstance(warnings, list):  # those about a warm-up are said by its flag above, from the same note
-            out += [f"host: {w}" for w in warnings if isinstance(w, str) and not w.startswith("the fresh process (")]
-    for rec in (r for r in recs if r.id not in INSTRUMENT):  # an experiment's own (gemm_bound's rounds on the CPU)
-        warnings = rec.notes.get(N.HOST_WARNINGS.key)
-        if isinstance(warnings, list):
-            out += [f"host ({rec.id}): {w}" for w in warnings if isinstance(w, str)]
+    for rec in recs:
+        instrument = rec.id in INSTRUMENT
+        if instrument:
+            out += _warmup_flags(rec)
+            out += [f"instrument not clean: {c.name} ({c.detail})" if c.detail else f"instrument not clean: {c.name}"
+                    for c in rec.checks if not c.passed and "steady" not in c.name]
+        warnings = rec.notes.get(N.HOST_WARNINGS.key)  # the instrument's, or an experiment's own (gemm_bound's)
+        if isinstance(warnings, list):  # the instrument's about a warm-up are said by its flag above, from this note
+            out += [f"host: {w}" if instrument else f"host ({rec.id}): {w}" for w in warnings
+                    if isinstance(w, str) and not (instrument and w.startswith("the fresh process ("))]
     return out
 
 
