@@ -114,11 +114,6 @@ def quiet() -> float:
     return now() - STATE.last_shown
 
 
-def timing() -> bool:
-    """Whether a timed section is under way."""
-    return bool(STATE.sections)
-
-
 def sampling() -> bool:
     """Whether samples are being taken: a sampling section is under way (a write now would be counted)."""
     return any(taking for _, taking in STATE.sections)
