@@ -197,6 +197,16 @@ def case_fold_head_major_odd_b3() -> dict[str, Any]:
 
 
 @case
+def case_fold_head_major_switched_fp32_b1() -> dict[str, Any]:
+    # a switch bound by name on the plan's launches (check.free_running's `switches`: step.with_switches, what the A/B
+    # tool's arms bind), here ln_qkv's programs head by head on the tiny model: the same tokens as eager's
+    from lab.step.fused.check import parse_configs
+
+    return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, fold=True, switches={"ln_qkv": {"HEAD_MAJOR": 1}},
+                 overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
 def case_fold_bf16_b1() -> dict[str, Any]:
     from lab.step.fused.check import parse_configs
 
@@ -563,7 +573,7 @@ FP32_CASES = {  # case -> (path, batch)
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
-    "fold-head-major-odd-b3": ("gemv", 3),
+    "fold-head-major-odd-b3": ("gemv", 3), "fold-head-major-switched-fp32-b1": ("gemv-prefetch", 1),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer

@@ -9,9 +9,9 @@ forced, PDL where the device has it) with changes, separated by ";":
 
 - `KERNEL.FIELD=V`: a field of that kernel's config (BN, BK, BB, num_warps for a GEMV kernel; BS for the attention),
   as the tuner varies them;
-- `KERNEL:SWITCH=V`: a compile-time switch bound on that kernel's launches (HEAD_MAJOR, EVICT, PREFETCH, ...: any
-  constexpr of its kernel), as a per-shape table in lab.step.fused.configs would bind it; `all:SWITCH=V` binds it
-  on every launch whose kernel has it;
+- `KERNEL:SWITCH=V`: a compile-time switch bound on that kernel's launches (HEAD_MAJOR, EVICT, KV_L2, PREFETCH, ...:
+  any constexpr of its kernel; lab.step.fused.step.with_switches), as a per-shape table in lab.step.fused.configs
+  would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it;
 - `table`: no change (the plan as the tables bind it).
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order
@@ -37,9 +37,6 @@ from lab.contract import intervals as I
 from lab.measure.timing import flat, rotating_rounds
 from lab.step.fused import configs as C
 
-ALL = "all"
-
-
 @dataclass(frozen=True)
 class Arm:
     """One variant of the step: config fields and launch switches by kernel."""
@@ -64,19 +61,14 @@ def parse_arm(text: str) -> Arm:
         elif "." in name:
             kernel, key = (x.strip() for x in name.split(".", 1))
             table = arm.configs
-            if kernel == ALL:
-                raise ValueError(f"arm {text!r}: {item!r}: a config field names one kernel, not {ALL!r}")
+            if kernel == C.ALL_KERNELS:
+                raise ValueError(f"arm {text!r}: {item!r}: a config field names one kernel, not {C.ALL_KERNELS!r}")
         else:
             raise ValueError(f"arm {text!r}: {item!r} names no kernel (KERNEL.FIELD or KERNEL:SWITCH)")
-        if kernel != ALL and kernel not in C.KERNEL_NAMES:
+        if kernel != C.ALL_KERNELS and kernel not in C.KERNEL_NAMES:
             raise ValueError(f"arm {text!r}: no kernel {kernel!r} (the step's: {', '.join(C.KERNEL_NAMES)})")
         table.setdefault(kernel, {})[key] = int(value)
     return arm
-
-
-def _constexprs(kernel: Any) -> set[str]:
-    """The compile-time switches a Triton kernel takes (its tl.constexpr parameters)."""
-    return {p.name for p in getattr(kernel, "params", ()) if getattr(p, "is_constexpr", False)}
 
 
 def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
@@ -94,23 +86,12 @@ def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
         plan = prepare(overrides)
     if not arm.switches:
         return plan
-    bound: set[tuple[str, str]] = set()
-    launches = []
-    for launch in plan.launches:
-        meta = dict(getattr(launch, "meta", {}))
-        takes = _constexprs(launch.kernel)
-        for kernel, switches in arm.switches.items():
-            if kernel not in (ALL, launch.name):
-                continue
-            for key, value in switches.items():
-                if key in takes:
-                    meta[key] = value
-                    bound.add((kernel, key))
-        launches.append(replace(launch, meta=meta) if meta != getattr(launch, "meta", {}) else launch)
-    missing = sorted(f"{k}:{s}" for k, sw in arm.switches.items() for s in sw if (k, s) not in bound)
-    if missing:
-        raise ValueError(f"arm {arm.label!r}: no launch of this plan takes {', '.join(missing)}")
-    return replace(plan, launches=launches)
+    from lab.step.fused.step import with_switches
+
+    try:
+        return with_switches(plan, arm.switches)
+    except ValueError as exc:
+        raise ValueError(f"arm {arm.label!r}: {exc}") from None
 
 
 def rounds(plans: dict[str, Any], n: int, timer: Callable[[Any], float]) -> dict[str, list[list[float]]]:

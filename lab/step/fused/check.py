@@ -42,19 +42,21 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                  pdl: bool = False, graph: bool = False, sms: int | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, prefetch: bool = False,
                  path: str | None = None, persistent: dict[str, Any] | None = None,
-                 fold: bool | None = None) -> dict[str, Any]:
+                 fold: bool | None = None, switches: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """Eager vs fused (vs fused replayed from a CUDA graph), `steps` steps after one prefill (`path`: the
     projection path, None for the rule's; `persistent`: the persistent plan, lab.step.fused.persistent.prepare's
     keyword arguments, e.g. {"programs": 132}; `fold`: attention folded into ln_qkv, lab.step.fused.step.prepare's,
-    None for its default: folded with PDL, as the lab's methods run)."""
+    None for its default: folded with PDL, as the lab's methods run; `switches`: compile-time switches bound on the
+    plan's launches by kernel, lab.step.fused.step.with_switches, e.g. {"ln_qkv": {"KV_L2": 1}})."""
     from lab.step.fused import persistent as PS
-    from lab.step.fused.step import prepare
+    from lab.step.fused.step import prepare, with_switches
 
     max_len = max_len or prompt_len + steps + 8  # room for a graph's warm-up steps
     prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
     ref, fused = D.new_state(w, batch, max_len), D.new_state(w, batch, max_len)
     plan = (PS.prepare(fused, w, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
             else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path, fold=fold))
+    plan = with_switches(plan, switches) if switches else plan
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
         D.prefill(ref, w, prompt)
@@ -73,7 +75,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
                               "ln_fold": plan.ln_fold, "head_major": _bound(plan, "HEAD_MAJOR"),
-                              "evict": _bound(plan, "EVICT"),
+                              "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
@@ -83,7 +85,8 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
 
 def _bound(plan: Any, switch: str) -> bool:
     """Whether any of the plan's launches binds `switch` on: HEAD_MAJOR (the folded ln_qkv head by head,
-    configs.head_major), EVICT (the weight loads marked to leave L2 first, configs.evict_first)."""
+    configs.head_major), EVICT (the weight loads marked to leave L2 first, configs.evict_first), KV_L2 (the folded
+    ln_qkv's heads' K and V asked into L2 before its wait: bound by `switches` only)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 

@@ -37,6 +37,7 @@ MAX_BN = 64
 MAX_SPLITS = 4
 GEMV_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2", "lm_head")
 KERNEL_NAMES = GEMV_KERNELS[:1] + ("attention",) + GEMV_KERNELS[1:] + ("argmax",)
+ALL_KERNELS = "all"  # a switch bound on every launch whose kernel takes it (step.with_switches, the A/B tool's arms)
 
 
 @dataclass(frozen=True)

@@ -69,9 +69,10 @@ so that a run measures it beside `fused-pdl`.
 
 from __future__ import annotations
 
+import inspect
 import math
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -303,6 +304,39 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
         {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
     return made(launches)
+
+
+def _constexprs(kernel: Any) -> set[str]:
+    """The compile-time switches (tl.constexpr parameters) a Triton kernel takes: a JIT function's own list, or, in
+    Triton's interpreter (an InterpretedFunction has none), its Python function's annotated signature."""
+    if kernel is None:
+        return set()
+    if hasattr(kernel, "params"):
+        return {p.name for p in kernel.params if p.is_constexpr}
+    return {name for name, p in inspect.signature(kernel.fn).parameters.items() if "constexpr" in str(p.annotation)}
+
+
+def with_switches(plan: FusedPlan, switches: dict[str, dict[str, int]]) -> FusedPlan:
+    """`plan` with compile-time switches bound on its launches, by kernel name (configs.ALL_KERNELS: every launch whose
+    kernel takes it), as a per-shape table in lab.step.fused.configs would bind them: what `python -m lab.step.fused.ab`
+    times and the fused checks run (e.g. {"ln_qkv": {"KV_L2": 1}}). ValueError naming a switch no launch takes."""
+    bound: set[tuple[str, str]] = set()
+    launches: list[Launch | LibraryCall] = []
+    for launch in plan.launches:
+        meta = dict(getattr(launch, "meta", {}))
+        takes = _constexprs(getattr(launch, "kernel", None))
+        for kernel, by_name in switches.items():
+            if kernel not in (C.ALL_KERNELS, launch.name):
+                continue
+            for key, value in by_name.items():
+                if key in takes:
+                    meta[key] = value
+                    bound.add((kernel, key))
+        launches.append(replace(launch, meta=meta) if isinstance(launch, Launch) and meta != launch.meta else launch)
+    missing = sorted(f"{k}:{s}" for k, by_name in switches.items() for s in by_name if (k, s) not in bound)
+    if missing:
+        raise ValueError(f"no launch of this plan takes {', '.join(missing)}")
+    return replace(plan, launches=launches)
 
 
 def ln_folded(weight: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
