@@ -451,6 +451,43 @@ def test_a_bf16_slice_is_not_held_both_packed_and_widened() -> None:
 
 @needs_triton
 @pytest.mark.slow
+@pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.bfloat16), ("gpt2-1.5B", torch.float32)])
+def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_before_the_wait(
+        size: str, dtype: torch.dtype) -> None:
+    """attention._fold_attention: a head's last program, once counted in, loads q, K and V first, on the chain of every
+    layer. It used to reload the position first (a 64-bit load, one L2 round trip before K and V could be asked for)
+    and to start the softmax's running max and sum as reductions of constant tiles (five CTA barriers through shared
+    memory, which ptxas does not fold: 17 barriers in the tail against 12 now, at both shapes). Now one barrier stands
+    between the count-in and those loads: the one after the counter is zeroed. With KV_L2 the heads' first q programs
+    ask L2 for K and V (one prefetch each, batch 1) before their PDL wait; by default nothing is prefetched."""
+    import re
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES[size]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
+    [qkv] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
+    assert qkv.meta["FOLD"] and not qkv.meta.get("KV_L2"), qkv.meta
+    kernel = aot.compile_launch(qkv)
+    tail = aot.fold_tail(aot.sass(kernel.asm["cubin"]))
+    if tail is None:
+        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    assert not any(re.search(r"\bLDG\.E\.64\b", x) for x in tail), "the position is loaded again after the count-in"
+    loads = [i for i, x in enumerate(tail) if re.search(r"\bLDG\b", x)]
+    assert len(loads) >= 3 and aot._barriers(tail[:loads[2]]) == 1, tail[:loads[2] + 1]  # q, then K and V
+    ptx = {kv: aot.compile_launch(replace(qkv, meta={**qkv.meta, "KV_L2": kv})).asm["ptx"] if kv else kernel.asm["ptx"]
+           for kv in (0, 1)}
+    assert "cp.async.bulk.prefetch.L2" not in ptx[0]
+    before, wait, after = ptx[1].partition("griddepcontrol.wait")
+    assert wait and before.count("cp.async.bulk.prefetch.L2") == 2 and "cp.async.bulk.prefetch.L2" not in after
+
+
+@needs_triton
+@pytest.mark.slow
 def test_bf16_products_take_two_instructions_a_weight_after_the_wait() -> None:
     """GPT-2 1.5B's bf16 fc2 as fused-pdl-prefetch bound it until 2026-12-04 (BN 4 x BK 8192, 4 warps: 256 bf16 values a
     thread; retuned since to BN 2, the same code over half the rows): read as packed pairs and summed in column order,
@@ -610,18 +647,22 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int, path: str | No
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch,prefetch", [(1, False), (8, False), (1, True), (8, True), (3, False)],
-                         ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b3"])
-def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool) -> None:
+@pytest.mark.parametrize("batch,prefetch,kv_l2", [(1, False, False), (8, False, False), (1, True, False),
+                                                 (8, True, False), (3, False, False), (1, True, True), (3, True, True)],
+                         ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b3", "b1-prefetch-kv-l2", "b3-prefetch-kv-l2"])
+def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool, kv_l2: bool) -> None:
     """The PDL methods as the lab runs them (on the gemv path, the attention folded into ln_qkv: FOLD_WITH_PDL):
-    eager's tokens, the graph's replay bit for bit."""
+    eager's tokens, the graph's replay bit for bit; kv-l2: with the folded ln_qkv's KV_L2 switch bound (its heads' K
+    and V asked into L2 before the wait: a hint, so the same values)."""
     from lab.step.fused.check import free_running
     from lab.step.fused.step import FOLD_WITH_PDL, pdl_supported
 
     ok, why = pdl_supported(torch.device("cuda"))
     if not ok:
         pytest.skip(why)
-    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch)
+    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch,
+                       switches={"ln_qkv": {"KV_L2": 1}} if kv_l2 else None)
+    assert run["kv_l2"] == kv_l2, run
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
     assert run["fold"] == (run["path"] != "gemm" and FOLD_WITH_PDL), run["configs"]  # the gemv paths fold
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)

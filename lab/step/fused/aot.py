@@ -56,6 +56,13 @@ class Compiled:
     # CTA barriers (BAR.SYNC) on that path: each reduction across warps takes two, and each change of a tile's layout
     # through shared memory one or more (a bf16 input read in another layout than its products took 16 in fc2)
     barriers_after_wait: int | None = None
+    # the folded ln_qkv's last program of a head (attention._fold_attention): SASS instructions from the exit the head's
+    # other programs take after counting in to its own exit, and the CTA barriers among them: the head's attention, on
+    # the chain of every layer (None: not a folded ln_qkv, or no disassembler)
+    tail_instructions: int | None = None
+    tail_barriers: int | None = None
+    # cp.async.bulk.prefetch.L2 instructions in the PTX (the folded ln_qkv's KV_L2: the heads' K and V asked into L2)
+    l2_prefetches: int = 0
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -152,6 +159,23 @@ def after_wait(code: str | None) -> list[str] | None:
     return lines[wait:end + 1]
 
 
+def fold_tail(code: str | None) -> list[str] | None:
+    """The SASS instructions of a folded ln_qkv's last program after its count-in: from the instruction after the
+    first EXIT that follows the head counter's atomic (where every other program of the head leaves) to the next EXIT,
+    both exits excluded and included (None: no code, or no atomic)."""
+    if code is None:
+        return None
+    lines = [line for line in code.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
+    atom = next((i for i, line in enumerate(lines) if re.search(r"\bATOMG?\b", line)), None)
+    if atom is None:
+        return None
+    leave = next((i for i in range(atom, len(lines)) if re.search(r"\bEXIT\b", lines[i])), None)
+    if leave is None:
+        return None
+    end = next((i for i in range(leave + 1, len(lines)) if re.search(r"\bEXIT\b", lines[i])), len(lines) - 1)
+    return lines[leave + 1:end + 1]
+
+
 def _barriers(path: list[str]) -> int:
     """The CTA barriers (BAR.SYNC) among SASS instructions."""
     return sum(bool(re.search(r"\bBAR\.SYNC", line)) for line in path)
@@ -187,7 +211,9 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
         kernel = compile_launch(launch, arch)
         ptx = kernel.asm["ptx"]
         regs, spills = ptxas_usage(ptx, arch)
-        path = after_wait(sass(kernel.asm["cubin"]))
+        code = sass(kernel.asm["cubin"])
+        path = after_wait(code)
+        tail = fold_tail(code) if launch.meta.get("FOLD") else None
         out.append(Compiled(launch.name, "embed" if launch.meta.get("EMBED") else "", regs, spills,
                             int(kernel.metadata.shared), len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
                             len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
@@ -195,7 +221,9 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             len(re.findall(r"\bld(?:\.\w+)*\.acquire\b", ptx)),
                             len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M)),
                             _loads_after_barrier(ptx), None if path is None else len(path),
-                            None if path is None else _barriers(path)))
+                            None if path is None else _barriers(path), None if tail is None else len(tail),
+                            None if tail is None else _barriers(tail),
+                            len(re.findall(r"\bcp\.async\.bulk\.prefetch\.L2\b", ptx))))
     return out
 
 
@@ -268,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait} (after its first barrier "
                       f"{c.loads_after_barrier})  atomics {c.atomics} acquires "
                       f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  sass after wait "
-                      f"{c.post_wait_instructions} ({c.barriers_after_wait} barriers)  {cfg}")
+                      f"{c.post_wait_instructions} ({c.barriers_after_wait} barriers)"
+                      + (f"  fold tail {c.tail_instructions} ({c.tail_barriers} barriers)"
+                         if c.tail_instructions is not None else "")
+                      + (f"  L2 prefetches {c.l2_prefetches}" if c.l2_prefetches else "") + f"  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
     return 1 if bad else 0
 

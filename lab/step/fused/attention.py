@@ -162,7 +162,43 @@ def _qkv_block_row(pid_n, E: tl.constexpr, DH: tl.constexpr, BN: tl.constexpr, H
 
 
 @triton.jit
-def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
+def _l2_prefetch(ptr, size):
+    """Ask L2 for `size` bytes at `ptr` (`cp.async.bulk.prefetch.L2`, sm_90), from the program's thread 0, where the
+    address is 16-byte aligned and the size positive (a multiple of 16: the caller rounds it down). Nothing waits for
+    it and nothing reads its result: it changes no value, only where later loads of those bytes are served from.
+    Inline assembly: not for Triton's interpreter."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b32 t; .reg .b64 a; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; and.b64 a, $1, 15; "
+        "setp.eq.and.u64 p, a, 0, p; setp.gt.and.s32 p, $2, 0, p; @p cp.async.bulk.prefetch.L2.global [$1], $2; "
+        "mov.u32 $0, 0; }",
+        "=r,l,r", [ptr, size], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+              BB: tl.constexpr, BN: tl.constexpr, HEAD_MAJOR: tl.constexpr = False):
+    """KV_L2 (the folded ln_qkv, before its PDL wait): the first q program of each head and batch block asks L2 for the
+    K and V of the head's reached slots, its BB batch rows', so that the head's last program, which attends after its
+    count-in (`_fold_attention`), finds them in L2 rather than in HBM, where a step's stream of weights has pushed them
+    since the step before. The position is read before the wait: this step's or, should the step before still be
+    writing it, that one's; a prefetch is a hint either way (the slot this step writes is stored by this launch's K and
+    V programs, through L2). Bytes: none beyond what the attention reads, earlier."""
+    bb = pid % NBB
+    row, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
+    if (row % DH == 0) & (row < E):
+        ESIZE: tl.constexpr = cache_ptr.dtype.element_ty.primitive_bitwidth // 8
+        reached = tl.minimum(tl.load(pos_ptr) + 1, L)
+        size = (reached * (DH * ESIZE) // 16 * 16).to(tl.int32)
+        for i in tl.static_range(BB):
+            b = bb * BB + i
+            if b < B:
+                at = (b * H + h) * L * DH
+                _l2_prefetch(cache_ptr + at, size)  # K: cache[0, b, h, :reached]
+                _l2_prefetch(cache_ptr + B * H * L * DH + at, size)  # V: cache[1, b, h, :reached]
+
+
+@triton.jit
+def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
                     H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
                     BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
@@ -177,6 +213,11 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, 
     The softmax runs online over chunks of BS slots, up to the position (the rows past `pos` cost no traffic).
     Bytes: 4 B of atomic per program; the last one reads q, and K and V of the reached slots, once per head and
     batch row (what the attention launch read), and writes DH fp32 per row.
+
+    `pos` is the position as the program read it after its PDL wait (ln_qkv's `_ln_qkv` returns it: the step does not
+    change it), so the last program's first loads after its count-in are q, K and V, not the position before them; and
+    the softmax's running max and sum start as scalars, not as reductions of constant tiles (each a reduction across
+    warps through shared memory: five CTA barriers on the path, which the compiler does not fold).
     """
     bb = pid % NBB
     _, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
@@ -186,7 +227,6 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, 
     if seen == 3 * (DH // BN) - 1:
         tl.store(counter, 0)
         tl.debug_barrier()  # every thread reads after the acquire
-        pos = tl.load(pos_ptr)
         d = tl.arange(0, BD)
         d_mask = d < DH
         reached = tl.minimum(pos + 1, L)
@@ -194,8 +234,8 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, 
             b = bb * BB + i
             if b < B:
                 q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
-                m = tl.max(tl.full([BS], float("-inf"), tl.float32), axis=0)
-                den = tl.sum(tl.zeros([BS], dtype=tl.float32), axis=0)
+                m = tl.full([], float("-inf"), tl.float32)
+                den = tl.full([], 0.0, tl.float32)
                 num = tl.zeros([BD], dtype=tl.float32)
                 s0 = 0
                 while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)

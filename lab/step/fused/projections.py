@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.attention import _attention_chunk, _fold_attention, _qkv_block_row
+from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _qkv_block_row
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
                                   _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
@@ -191,7 +191,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
-                  EVICT: tl.constexpr = 0):
+                  EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -218,13 +218,16 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     side (attention._qkv_block_row), instead of every q block, then every K block, then every V block. The GPU starts a
     launch's programs in about the order of their ids, so with FOLD each head's last program, and its attention,
     comes while the later heads' programs still stream their weights, rather than every head's at the end.
+
+    KV_L2 (with FOLD; inline assembly, so never in Triton's interpreter): before its wait, each head's first q program
+    asks L2 for the K and V its head's attention will read (attention._kv_to_l2). Off unless bound.
     """
-    _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr,
-            q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False,
-            LN_FOLD, HEAD_MAJOR, EVICT)
+    pos = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr,
+                  c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH,
+                  LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2)
     if FOLD:
-        _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos_ptr, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH,
-                        BB, BN, BS, BD, HEAD_MAJOR)
+        _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH, BB,
+                        BN, BS, BD, HEAD_MAJOR)
 
 
 @triton.jit
@@ -232,10 +235,12 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             cache_ptr, B, NBB, L, eps, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-            LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False, EVICT: tl.constexpr = 0):
+            LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False, EVICT: tl.constexpr = 0,
+            KV_L2: tl.constexpr = False):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
-    while the program worked on its previous task or waited at the grid barrier. HEAD_MAJOR: as the kernel's."""
+    while the program worked on its previous task or waited at the grid barrier. HEAD_MAJOR: as the kernel's. Returns
+    the position it read after its wait (the folded attention's)."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     if HEAD_MAJOR:  # the same blocks of BN rows, in the order of the heads
         row, _ = _qkv_block_row(pid_n, E, DH, BN, HEAD_MAJOR)
@@ -255,6 +260,8 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
         w_first = w_pre
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)  # weights: written by nobody, safe before the wait
+    if KV_L2:  # the kernel's KV_L2: its head's K and V asked into L2 for the folded attention, before the wait
+        _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E, H, DH, BB, BN, HEAD_MAJOR)
     _pdl_wait(USE_PDL, LEAVE_OUT)
     pos = tl.load(pos_ptr)
     if EMBED:
@@ -281,6 +288,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     is_kv = n_mask & (part > 0) & (pos < L)
     tl.store(cache_ptr + off, out.to(cache_ptr.dtype.element_ty),
              mask=_stored(b_mask[:, None] & is_kv[None, :], out, LEAVE_OUT))
+    return pos
 
 
 # ------------------------------------------------------------------------------- kernel 2 of 4
