@@ -35,3 +35,34 @@ def test_the_committed_smoke_fixture_renders_every_sweep_section(tmp_path: Path)
     assert sweeps.headline(runs[0].results) == runs[0].results.record("peer_generate").metric(
         M.CONCLUSION.name).value
     assert traces.publish(runs[0], tmp_path) == []  # the fixture keeps no traces: no pages, no error
+
+
+def _scaling_chart(notes: dict, flops: bool):
+    import warnings
+
+    from report.sections import sweeps
+    from synthetic_runs import metric, rec, results
+
+    p = {"size": "gpt2-124M", "batch": 1, "dtype": "float32"}
+    metrics = [metric("step_ms", 6.27, "ms", method="eager", **p), metric("step_ms", 0.518, "ms", method="graph", **p),
+               metric("speedup_vs_eager", 12.1, "x", method="graph", **p)]
+    if flops:
+        metrics.append(metric("flops_per_kernel", 3.0e6, "FLOP", method="graph", **p))
+    record = results(rec("model_scaling", metrics, notes=notes)).record("model_scaling")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "cannot be log-scaled" would be library noise on the console
+        _, [chart] = sweeps._scaling(record)
+    assert chart.svg and not chart.error, chart.error
+    return chart
+
+
+def test_the_scaling_chart_says_which_panel_the_run_stored_nothing_for() -> None:
+    """A model_scaling record without the parameter counts' notes or FLOPs per kernel: each panel says what is
+    missing, where a log axis of nothing drew an empty frame (the gain against size plotted at 0 parameters)."""
+    bare = _scaling_chart({}, flops=False)
+    assert bare.data["empty"] == ["left", "right"] and "left" not in bare.data and "right" not in bare.data
+    assert "no parameter counts stored" in bare.svg and "no FLOPs per kernel stored" in bare.svg
+    full = _scaling_chart({"parameters.gpt2-124M": 124_439_808}, flops=True)
+    assert "empty" not in full.data
+    assert full.data["left"] == {"graph, float32, b1": [(124.439808, 12.1)]}
+    assert full.data["right"] == {"graph": [(3.0, 12.1)]}

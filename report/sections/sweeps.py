@@ -118,6 +118,17 @@ def _peer(rec: Record) -> tuple[list[Table], list[Chart]]:
 # ---------------------------------------------------------------------------- model_scaling
 
 
+def _log_or_none(ax: Any, panel: str, missing: str, data: dict[str, Any]) -> None:
+    """A panel's x axis on a log scale where it drew points (data[panel]); else it says what the run did not store,
+    where a log scale of nothing would be an empty frame (and matplotlib's warning on the console)."""
+    if panel in data:
+        _log_axis(ax, "x")
+        return
+    ax.text(0.5, 0.5, missing, ha="center", va="center", transform=ax.transAxes, fontsize=8, color="0.4")
+    ax.set_xticks([])
+    data.setdefault("empty", []).append(panel)
+
+
 def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
     steps = _values(rec, M.STEP_MS)
     params_of = {key[P.SIZE]: float(v) for k, v in rec.notes.items()
@@ -151,23 +162,26 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
             return None
         fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
         for method in sorted({m.params.get(P.METHOD) for m in sp}, key=method_rank):
-            for dtype, batch in cases:
-                pts = sorted((params_of.get(m.params.get(P.SIZE), 0) / 1e6, m.value) for m in sp
+            for dtype, batch in cases:  # a size whose parameter count the run did not note has no place on the axis
+                pts = sorted((params_of[m.params.get(P.SIZE)] / 1e6, m.value) for m in sp
                              if (m.params.get(P.METHOD), m.params.get(P.DTYPE), m.params.get(P.BATCH))
-                             == (method, dtype, batch))
+                             == (method, dtype, batch) and params_of.get(m.params.get(P.SIZE), 0) > 0)
                 if pts:
                     left.plot(*zip(*pts), marker="o", label=f"{method}, {dtype}, b{batch}")
-        _log_axis(left, "x")
-        _labels(left, "parameters, millions (log)", "speedup over eager, x", "Gain vs model size", fontsize=6)
+                    data.setdefault("left", {})[f"{method}, {dtype}, b{batch}"] = pts
+        _log_or_none(left, "left", "no parameter counts stored", data)
+        _labels(left, "parameters, millions (log)", "speedup over eager, x", "Gain vs model size",
+                **({"fontsize": 6} if "left" in data else {}))
         fk = _values(rec, M.FLOPS_PER_KERNEL)
         for method in sorted({m.params.get(P.METHOD) for m in fk}, key=method_rank):
             here = [(m.value, q.maybe(rec, M.SPEEDUP_VS_EAGER, **m.params)) for m in fk if m.params.get(P.METHOD) == method]
-            pts = sorted((x / 1e6, s.value) for x, s in here if s is not None)
+            pts = sorted((x / 1e6, s.value) for x, s in here if s is not None and x > 0)
             if pts:
                 right.scatter([x for x, _ in pts], [y for _, y in pts], label=str(method))
-        _log_axis(right, "x")
+                data.setdefault("right", {})[str(method)] = pts
+        _log_or_none(right, "right", "no FLOPs per kernel stored", data)
         _labels(right, "MFLOP per kernel (log)", "speedup over eager, x", "Gain vs arithmetic per launch",
-                **({"fontsize": 7} if right.get_legend_handles_labels()[0] else {}))
+                **({"fontsize": 7} if "right" in data else {}))
         fig.tight_layout()
         return fig
 
