@@ -459,7 +459,9 @@ def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_b
     and to start the softmax's running max and sum as reductions of constant tiles (five CTA barriers through shared
     memory, which ptxas does not fold: 17 barriers in the tail against 12 now, at both shapes). Now one barrier stands
     between the count-in and those loads: the one after the counter is zeroed. With KV_L2 the heads' first q programs
-    ask L2 for K and V (one prefetch each, batch 1) before their PDL wait; by default nothing is prefetched."""
+    ask L2 for K and V (one prefetch each, batch 1) before their PDL wait; by default nothing is prefetched. With
+    Stage.ATTEND left out (a timing arm of the A/B tool) the last program only zeroes the counter: no load, no
+    attention after the count-in."""
     import re
     from dataclasses import replace
 
@@ -479,6 +481,11 @@ def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_b
     assert not any(re.search(r"\bLDG\.E\.64\b", x) for x in tail), "the position is loaded again after the count-in"
     loads = [i for i, x in enumerate(tail) if re.search(r"\bLDG\b", x)]
     assert len(loads) >= 3 and aot._barriers(tail[:loads[2]]) == 1, tail[:loads[2] + 1]  # q, then K and V
+    from lab.step.fused.stages import Stage
+
+    bare = aot.fold_tail(aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "LEAVE_OUT": int(Stage.ATTEND)}))
+                                  .asm["cubin"]))
+    assert bare is not None and not any(re.search(r"\bLDG\b", x) for x in bare) and len(bare) < len(tail) // 10, bare
     ptx = {kv: aot.compile_launch(replace(qkv, meta={**qkv.meta, "KV_L2": kv})).asm["ptx"] if kv else kernel.asm["ptx"]
            for kv in (0, 1)}
     assert "cp.async.bulk.prefetch.L2" not in ptx[0]

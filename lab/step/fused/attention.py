@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.rows import _INPUT, _made, _pdl_launch, _pdl_wait, _stored
+from lab.step.fused.rows import _ATTEND, _INPUT, _made, _pdl_launch, _pdl_wait, _stored
 
 
 @triton.jit
@@ -200,7 +200,7 @@ def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constex
 @triton.jit
 def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
                     H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
-                    BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False):
+                    BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
     for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
     divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
@@ -218,6 +218,9 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     change it), so the last program's first loads after its count-in are q, K and V, not the position before them; and
     the softmax's running max and sum start as scalars, not as reductions of constant tiles (each a reduction across
     warps through shared memory: five CTA barriers on the path, which the compiler does not fold).
+
+    LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends
+    no further (att is not written), so that the A/B tool can time what the attention after the count-in costs.
     """
     bb = pid % NBB
     _, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
@@ -227,31 +230,32 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     if seen == 3 * (DH // BN) - 1:
         tl.store(counter, 0)
         tl.debug_barrier()  # every thread reads after the acquire
-        d = tl.arange(0, BD)
-        d_mask = d < DH
-        reached = tl.minimum(pos + 1, L)
-        for i in tl.static_range(BB):
-            b = bb * BB + i
-            if b < B:
-                q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
-                m = tl.full([], float("-inf"), tl.float32)
-                den = tl.full([], 0.0, tl.float32)
-                num = tl.zeros([BD], dtype=tl.float32)
-                s0 = 0
-                while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)
-                    slot = s0 + tl.arange(0, BS)
-                    valid = slot < reached
-                    mask = valid[:, None] & d_mask[None, :]
-                    base = (b * H + h) * L * DH + slot[:, None] * DH + d[None, :]
-                    k = tl.load(cache_ptr + base, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
-                    v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0,
-                                cache_modifier=".cg").to(tl.float32)
-                    scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
-                    m_new = tl.maximum(m, tl.max(scores, axis=0))  # finite: every chunk holds a reached slot
-                    alpha = tl.exp(m - m_new)
-                    p = tl.where(valid, tl.exp(scores - m_new), 0.0)
-                    den = den * alpha + tl.sum(p, axis=0)
-                    num = num * alpha + tl.sum(p[:, None] * v, axis=0)
-                    m = m_new
-                    s0 += BS
-                tl.store(att_ptr + b * E + h * DH + d, tl.div_rn(num, den), mask=d_mask)
+        if (_ATTEND & LEAVE_OUT) == 0:  # (a compile-time switch: the step's build is the code without it)
+            d = tl.arange(0, BD)
+            d_mask = d < DH
+            reached = tl.minimum(pos + 1, L)
+            for i in tl.static_range(BB):
+                b = bb * BB + i
+                if b < B:
+                    q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
+                    m = tl.full([], float("-inf"), tl.float32)
+                    den = tl.full([], 0.0, tl.float32)
+                    num = tl.zeros([BD], dtype=tl.float32)
+                    s0 = 0
+                    while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)
+                        slot = s0 + tl.arange(0, BS)
+                        valid = slot < reached
+                        mask = valid[:, None] & d_mask[None, :]
+                        base = (b * H + h) * L * DH + slot[:, None] * DH + d[None, :]
+                        k = tl.load(cache_ptr + base, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+                        v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0,
+                                    cache_modifier=".cg").to(tl.float32)
+                        scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
+                        m_new = tl.maximum(m, tl.max(scores, axis=0))  # finite: every chunk holds a reached slot
+                        alpha = tl.exp(m - m_new)
+                        p = tl.where(valid, tl.exp(scores - m_new), 0.0)
+                        den = den * alpha + tl.sum(p, axis=0)
+                        num = num * alpha + tl.sum(p[:, None] * v, axis=0)
+                        m = m_new
+                        s0 += BS
+                    tl.store(att_ptr + b * E + h * DH + d, tl.div_rn(num, den), mask=d_mask)

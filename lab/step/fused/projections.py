@@ -227,7 +227,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH, BB,
-                        BN, BS, BD, HEAD_MAJOR)
+                        BN, BS, BD, HEAD_MAJOR, LEAVE_OUT)
 
 
 @triton.jit

@@ -25,6 +25,7 @@ _WEIGHTS = tl.constexpr(Stage.WEIGHTS.value)
 _INPUT = tl.constexpr(Stage.INPUT.value)
 _STORE = tl.constexpr(Stage.STORE.value)
 _WAIT = tl.constexpr(Stage.WAIT.value)
+_ATTEND = tl.constexpr(Stage.ATTEND.value)
 
 
 # -------------------------------------------------------------------------------------- helpers

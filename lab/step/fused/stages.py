@@ -37,6 +37,12 @@ step_variant), timed as one CUDA graph of the step (its weights, larger than L2,
 - `no_wait:KERNEL` (under PDL only): the same for one kernel's launches only (STEP_WAITS): full - no_wait:KERNEL is
   what waiting before that kernel costs the step, in all its launches (the wait on its predecessor's last program,
   the flush of its writes, the start of the programs that were not resident yet).
+
+`Stage.ATTEND` is in no variant here: the folded ln_qkv (lab.step.fused.attention._fold_attention) with its heads'
+attention left out after the count-in (the hand-over kept, att not written: proj reads the last step's), timed as an
+arm of the A/B tool against the step as it runs, `python -m lab.step.fused.ab ... table "ln_qkv:LEAVE_OUT=16"`: the
+difference is what the attention after the count-in costs the step, on the chain of every layer (with the caveat
+above: that build has its own registers, fewer, so more of ln_qkv's programs may be resident at once).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class Stage(IntFlag):
     INPUT = 2  # the activations read after the wait (residual row, h, attention partials, q, K and V) made so
     STORE = 4  # every output store predicated off at run time: computed, nothing written
     WAIT = 8  # under PDL, no wait for the previous kernel (the launches become independent)
+    ATTEND = 16  # the folded ln_qkv: the head's last program counts in and zeroes the counter, but does not attend
 
 
 @dataclass(frozen=True)
