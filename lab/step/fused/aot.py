@@ -146,34 +146,41 @@ def sass(cubin: bytes) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+_EXIT = r"\bEXIT\b"
+
+
+def _instructions(code: str) -> list[str]:
+    """The instruction lines of a disassembly (those with an address comment)."""
+    return [line for line in code.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
+
+
+def _first(lines: list[str], pattern: str, start: int = 0) -> int | None:
+    """The index of the first of `lines` from `start` on that matches `pattern` (None: none does)."""
+    return next((i for i in range(start, len(lines)) if re.search(pattern, lines[i])), None)
+
+
+def _through_exit(lines: list[str], start: int) -> list[str]:
+    """`lines` from `start` to the first EXIT after it, included (to the end where none follows)."""
+    end = _first(lines, _EXIT, start)
+    return lines[start:(len(lines) if end is None else end + 1)]
+
+
 def after_wait(code: str | None) -> list[str] | None:
     """The SASS instructions from the PDL wait (griddepcontrol.wait: ACQBULK) to the first EXIT after it, both
     included (None: no code, or no wait)."""
-    if code is None:
-        return None
-    lines = [line for line in code.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
-    wait = next((i for i, line in enumerate(lines) if re.search(r"\bACQBULK\b", line)), None)
-    if wait is None:
-        return None
-    end = next((i for i in range(wait, len(lines)) if re.search(r"\bEXIT\b", lines[i])), len(lines) - 1)
-    return lines[wait:end + 1]
+    lines = [] if code is None else _instructions(code)
+    wait = _first(lines, r"\bACQBULK\b")
+    return None if wait is None else _through_exit(lines, wait)
 
 
 def fold_tail(code: str | None) -> list[str] | None:
     """The SASS instructions of a folded ln_qkv's last program after its count-in: from the instruction after the
     first EXIT that follows the head counter's atomic (where every other program of the head leaves) to the next EXIT,
     both exits excluded and included (None: no code, or no atomic)."""
-    if code is None:
-        return None
-    lines = [line for line in code.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
-    atom = next((i for i, line in enumerate(lines) if re.search(r"\bATOMG?\b", line)), None)
-    if atom is None:
-        return None
-    leave = next((i for i in range(atom, len(lines)) if re.search(r"\bEXIT\b", lines[i])), None)
-    if leave is None:
-        return None
-    end = next((i for i in range(leave + 1, len(lines)) if re.search(r"\bEXIT\b", lines[i])), len(lines) - 1)
-    return lines[leave + 1:end + 1]
+    lines = [] if code is None else _instructions(code)
+    atom = _first(lines, r"\bATOMG?\b")
+    leave = None if atom is None else _first(lines, _EXIT, atom)
+    return None if leave is None else _through_exit(lines, leave + 1)
 
 
 def _barriers(path: list[str]) -> int:
