@@ -467,6 +467,7 @@ def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_b
 
     from lab.contract.profiles import SHAPES, ModelSpec
     from lab.step.fused import aot
+    from lab.step.fused.stages import Stage
 
     if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
@@ -481,8 +482,6 @@ def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_b
     assert not any(re.search(r"\bLDG\.E\.64\b", x) for x in tail), "the position is loaded again after the count-in"
     loads = [i for i, x in enumerate(tail) if re.search(r"\bLDG\b", x)]
     assert len(loads) >= 3 and aot._barriers(tail[:loads[2]]) == 1, tail[:loads[2] + 1]  # q, then K and V
-    from lab.step.fused.stages import Stage
-
     bare = aot.fold_tail(aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "LEAVE_OUT": int(Stage.ATTEND)}))
                                   .asm["cubin"]))
     assert bare is not None and not any(re.search(r"\bLDG\b", x) for x in bare) and len(bare) < len(tail) // 10, bare
