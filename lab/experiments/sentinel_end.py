@@ -117,7 +117,7 @@ def twin_change(ctx: Any, end: paired.Paired, start: paired.Paired) -> str:
     text = f"{fresh.value:.3f}x" + ("" if fresh.interval is None else f" {fresh.interval.text()}")
     if not hostspeed.in_run_clean(fresh.value, fresh.interval):
         host_warning(ctx, f"the two fresh processes, idle through the run, moved {text} apart over it: "
-                                   "beyond the 5% the instrument's verdict allows")
+                          "beyond the 5% the instrument's verdict allows")
     return f"; the two fresh processes' own change {text} (the resolution)"
 
 
@@ -154,7 +154,7 @@ def drift(ctx: Any) -> None:
                 index = (f"; the host index {i0:.3g} ms at the start, {i1:.3g} ms at the end ({i1 / i0:.2f}x)"
                          if i0 and i1 else "")
                 host_warning(ctx, f"the fresh-process {method} step moved {moved:.2f}x over the run "
-                                           f"(start {start:.4g} ms, end {end:.4g} ms){index}")
+                                  f"(start {start:.4g} ms, end {end:.4g} ms){index}")
         in_run = _in_run_ms(records, method)
         if in_run is not None:
             ctx.metric(M.IN_RUN_OVER_SENTINEL, round(in_run / start, 4), method=method)
