@@ -26,6 +26,7 @@ Tokens, `out`, `tok` and `pos` must be equal, always.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -150,6 +151,32 @@ def test_the_prefetch_plan_marks_its_weight_loads_to_leave_l2_first_where_that_m
     [fc2] = [x for x in plan.launches if x.name == "fc2"]
     ptx = {e: aot.compile_launch(replace(fc2, meta={**fc2.meta, "EVICT": e})).asm["ptx"] for e in (0, 1)}
     assert "evict_first" in ptx[1] and "evict_first" not in ptx[0]
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype, width, asks", [(torch.float32, 768, True), (torch.bfloat16, 768, False),
+                                                (torch.float32, 1600, False), (torch.bfloat16, 1600, True)])
+def test_the_folded_prefetch_plan_asks_l2_for_k_and_v_before_its_wait_where_that_measured_faster(
+        dtype: torch.dtype, width: int, asks: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs.KV_L2_FIRST: the folded ln_qkv of the PREFETCH path binds KV_L2 (its heads' K and V asked into L2 before
+    the PDL wait) at GPT-2 124M fp32 and 1.5B bf16 (0.954x and 0.982x the step's time on the H200), not at 124M bf16
+    (1.009x) nor 1.5B fp32 (0.997x, no faster); never unfolded, never off the PREFETCH path, never where the instruction
+    cannot run (Triton's interpreter runs no inline assembly)."""
+    from lab.contract.profiles import ModelSpec
+    from lab.step.fused import aot
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
+    assert C.kv_l2(str(dtype), width) == asks
+
+    def bound(**kw: Any) -> list[bool]:
+        return [bool(x.meta.get("KV_L2")) for x in aot.plan_for_shapes(spec, dtype, 1, pdl=True, **kw).launches
+                if x.name == "ln_qkv"]
+
+    assert bound(prefetch=True) == [asks]
+    assert bound(prefetch=True, fold=False) == [False] and bound() == [False]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert bound(prefetch=True) == [False]
 
 
 @needs_triton
@@ -653,13 +680,15 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int, path: str | No
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch,prefetch,kv_l2", [(1, False, False), (8, False, False), (1, True, False),
-                                                 (8, True, False), (3, False, False), (1, True, True), (3, True, True)],
-                         ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b3", "b1-prefetch-kv-l2", "b3-prefetch-kv-l2"])
-def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool, kv_l2: bool) -> None:
+@pytest.mark.parametrize("batch,prefetch,kv_l2", [(1, False, None), (8, False, None), (1, True, None),
+                                                 (8, True, None), (3, False, None), (1, True, 0), (3, True, 1)],
+                         ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b3", "b1-prefetch-kv-l2-off",
+                              "b3-prefetch-kv-l2"])
+def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool, kv_l2: int | None) -> None:
     """The PDL methods as the lab runs them (on the gemv path, the attention folded into ln_qkv: FOLD_WITH_PDL):
-    eager's tokens, the graph's replay bit for bit; kv-l2: with the folded ln_qkv's KV_L2 switch bound (its heads' K
-    and V asked into L2 before the wait: a hint, so the same values)."""
+    eager's tokens, the graph's replay bit for bit; the folded ln_qkv's KV_L2 switch (its heads' K and V asked into L2
+    before the wait: a hint, so the same values) as configs.KV_L2_FIRST binds it (on, for GPT-2 124M fp32 on the
+    PREFETCH path), or bound off (kv-l2-off) or on (kv-l2) by name."""
     from lab.step.fused.check import free_running
     from lab.step.fused.step import FOLD_WITH_PDL, pdl_supported
 
@@ -667,8 +696,9 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
     if not ok:
         pytest.skip(why)
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch,
-                       switches={"ln_qkv": {"KV_L2": 1}} if kv_l2 else None)
-    assert run["kv_l2"] == kv_l2, run
+                       switches=None if kv_l2 is None else {"ln_qkv": {"KV_L2": kv_l2}})
+    table = run["path"] == "gemv-prefetch" and C.kv_l2("float32", GPT2.n_embd)
+    assert run["kv_l2"] == (table if kv_l2 is None else bool(kv_l2)), run
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
     assert run["fold"] == (run["path"] != "gemm" and FOLD_WITH_PDL), run["configs"]  # the gemv paths fold
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)

@@ -86,7 +86,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
 def _bound(plan: Any, switch: str) -> bool:
     """Whether any of the plan's launches binds `switch` on: HEAD_MAJOR (the folded ln_qkv head by head,
     configs.head_major), EVICT (the weight loads marked to leave L2 first, configs.evict_first), KV_L2 (the folded
-    ln_qkv's heads' K and V asked into L2 before its wait: bound by `switches` only)."""
+    ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 

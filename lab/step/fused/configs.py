@@ -159,7 +159,8 @@ PREFETCH_KERNELS = ("ln_qkv", "proj", "ln_fc", "fc2")  # the GEMV kernels with a
 
 
 def _shape(dtype: str, n_embd: int) -> tuple[str, int]:
-    """A key of the per-shape tables below (LN_UNFOLDED, HEAD_MAJOR, EVICT_FIRST): the dtype's name, the model width."""
+    """A key of the per-shape tables below (LN_UNFOLDED, HEAD_MAJOR, EVICT_FIRST, KV_L2_FIRST): the dtype's name, the model
+    width."""
     return dtype.removeprefix("torch."), n_embd
 
 
@@ -202,6 +203,19 @@ EVICT_FIRST = {("bfloat16", 768), ("float32", 768), ("bfloat16", 1600)}
 def evict_first(dtype: str, n_embd: int) -> bool:
     """Whether the step marks its weight loads to leave L2 first at this dtype and width (EVICT_FIRST)."""
     return _shape(dtype, n_embd) in EVICT_FIRST
+
+
+# Where the folded ln_qkv asks L2 for its heads' K and V before its PDL wait (KV_L2: attention._kv_to_l2, on the
+# gemv-prefetch path; keys: dtype name, model width). Measured on an H200 (2026-12-05, `python -m lab.step.fused.ab`:
+# the repeatable plan at batch 1 with PDL and the PREFETCH kernels, one process, 5 rotated rounds): 0.954x the step's
+# time at GPT-2 124M fp32 (0.1798 against 0.1885 ms) and 0.982x at 1.5B bf16 (1.2213 against 1.2432), but 1.009x at
+# 124M bf16 and 0.997x [0.995, 1.002] at 1.5B fp32. A width not measured asks for nothing.
+KV_L2_FIRST = {("float32", 768), ("bfloat16", 1600)}
+
+
+def kv_l2(dtype: str, n_embd: int) -> bool:
+    """Whether the folded ln_qkv asks L2 for its heads' K and V before its wait at this dtype and width (KV_L2_FIRST)."""
+    return _shape(dtype, n_embd) in KV_L2_FIRST
 
 
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -157,6 +158,15 @@ def pdl_supported(device: torch.device) -> tuple[bool, str]:
     return True, ""
 
 
+def bulk_prefetch(device: torch.device) -> bool:
+    """Whether the folded ln_qkv's KV_L2 (attention._kv_to_l2: `cp.async.bulk.prefetch.L2`, inline PTX of compute
+    capability 9.0) can run here: on a CUDA device of 9.0 or newer, or in a plan over CPU tensors compiled ahead of time
+    for sm_90 (lab.step.fused.aot); never in Triton's interpreter, which runs no inline assembly."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return device.type != "cuda" or torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def _check(state: DecodeState, w: Weights) -> None:
     E, H = w.n_embd, w.n_head
     if E % H:
@@ -237,6 +247,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     reason = choice.reason + (f"; attention not folded into ln_qkv: {refusal}" if refusal else "")
     ln_fold = prefetch and C.ln_fold(str(w.dtype), E)  # (prefetch: the gemv-prefetch path only)
     evict = prefetch and C.evict_first(str(w.dtype), E)  # measured on the gemv-prefetch path only
+    kv_l2 = fold and prefetch and C.kv_l2(str(w.dtype), E) and bulk_prefetch(dev)  # likewise, and only where it runs
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
@@ -265,9 +276,10 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     ws.att = torch.zeros(B if fold else 0, E, **f32)
     ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
     # folded, ln_qkv's programs run head by head where that measured faster (configs.head_major,
-    # attention._qkv_block_row): each head's attention comes as its last program does, not all at the launch's end
+    # attention._qkv_block_row): each head's attention comes as its last program does, not all at the launch's end;
+    # its heads' K and V asked into L2 before the wait where that measured faster (configs.kv_l2)
     folding = ({"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD,
-                "HEAD_MAJOR": C.head_major(str(w.dtype), E)} if fold else {})
+                "HEAD_MAJOR": C.head_major(str(w.dtype), E), **({"KV_L2": True} if kv_l2 else {})} if fold else {})
     ln_folding = {"LN_FOLD": True} if ln_fold else {}
     launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):
