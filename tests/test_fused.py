@@ -269,10 +269,39 @@ def test_an_ab_arm_binds_its_fields_and_switches_and_refuses_what_the_plan_has_n
         assert isinstance(after, Launch) and after.args is before.args
         assert after.meta.get("EVICT", 0) == (1 if after.name in C.GEMV_KERNELS else 0), after.name
         assert after.meta.get("PREFETCH") == (False if after.name == "fc2" else before.meta.get("PREFETCH"))
+    capped = bind(base, parse_arm("ln_qkv:maxnreg=96"), made)  # a launch option: any Triton launch takes it
+    assert [x.meta.get("maxnreg") for x in capped.launches] == [96 if x.name == "ln_qkv" else None
+                                                               for x in base.launches]
     with pytest.raises(ValueError, match="no launch of this plan takes argmax:HEAD_MAJOR"):
         bind(base, parse_arm("argmax:HEAD_MAJOR=1"), made)
     with pytest.raises(ValueError, match="has no field BQ"):
         bind(base, parse_arm("ln_fc.BQ=2"), made)
+
+
+@needs_triton
+@pytest.mark.slow
+def test_a_register_cap_bound_by_name_reaches_ptxas() -> None:
+    """`maxnreg` (step.LAUNCH_OPTIONS) bound on ln_qkv by name, as an A/B arm binds it: GPT-2 1.5B bf16's folded ln_qkv
+    (126 registers a thread: four of its 4-warp programs an SM, 600 programs in 1.14 waves of 132 SMs) compiles within
+    96 (five an SM), spilling what does not fit; the uncapped build is unchanged."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+    from lab.step.fused.step import with_switches
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES["gpt2-1.5B"]
+    plan = aot.plan_for_shapes(ModelSpec("one-layer", 1, spec.n_embd, spec.n_head), torch.bfloat16, 1, pdl=True,
+                               prefetch=True)
+    capped = with_switches(plan, {"ln_qkv": {"maxnreg": 96}})
+    [before] = [x for x in plan.launches if x.name == "ln_qkv"]
+    [after] = [x for x in capped.launches if x.name == "ln_qkv"]
+    assert after.meta == {**before.meta, "maxnreg": 96} and "maxnreg" not in before.meta
+    regs = {k: aot.ptxas_usage(aot.compile_launch(replace(x, meta=dict(x.meta))).asm["ptx"])[0]
+            for k, x in (("before", before), ("after", after))}
+    assert regs["after"] is not None and regs["after"] <= 96 < (regs["before"] or 0), regs
 
 
 def test_ab_rounds_rotate_the_arms_and_ratios_are_against_the_first() -> None:

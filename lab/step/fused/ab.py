@@ -2,6 +2,7 @@
 
     python -m lab.step.fused.ab --size gpt2-1.5B --dtype bfloat16 table "ln_fc.BN=4;ln_fc.num_warps=8"
     python -m lab.step.fused.ab --size gpt2-124M --dtype float32 table "ln_qkv:HEAD_MAJOR=1" "all:EVICT=0"
+    python -m lab.step.fused.ab --size gpt2-1.5B --dtype bfloat16 table "ln_qkv:maxnreg=96"
 
 What README item 14's and 15's ratios come from. Each ARM is the tuner's repeatable plan of `fused-pdl-prefetch`
 (`lab.step.fused.tune`: random weights of the size's shapes, a state mid-decode at position POSITION, the gemv path
@@ -11,7 +12,8 @@ forced, PDL where the device has it) with changes, separated by ";":
   as the tuner varies them;
 - `KERNEL:SWITCH=V`: a compile-time switch bound on that kernel's launches (HEAD_MAJOR, EVICT, KV_L2, PREFETCH, ...:
   any constexpr of its kernel; lab.step.fused.step.with_switches), as a per-shape table in lab.step.fused.configs
-  would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it;
+  would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it; `KERNEL:maxnreg=R`, Triton's launch
+  option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;
 - `table`: no change (the plan as the tables bind it).
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order

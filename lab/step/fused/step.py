@@ -328,15 +328,21 @@ def _constexprs(kernel: Any) -> set[str]:
     return {name for name, p in inspect.signature(kernel.fn).parameters.items() if "constexpr" in str(p.annotation)}
 
 
+# Triton's launch options a switch may also name (not constexprs; every Triton launch takes them): `maxnreg`, a cap on a
+# thread's registers (ptxas spills beyond it), so that more programs fit an SM. Triton's interpreter ignores it.
+LAUNCH_OPTIONS = frozenset({"maxnreg"})
+
+
 def with_switches(plan: FusedPlan, switches: dict[str, dict[str, int]]) -> FusedPlan:
     """`plan` with compile-time switches bound on its launches, by kernel name (configs.ALL_KERNELS: every launch whose
     kernel takes it), as a per-shape table in lab.step.fused.configs would bind them: what `python -m lab.step.fused.ab`
-    times and the fused checks run (e.g. {"ln_qkv": {"KV_L2": 1}}). ValueError naming a switch no launch takes."""
+    times and the fused checks run (e.g. {"ln_qkv": {"KV_L2": 1}}); a switch may also be a launch option
+    (LAUNCH_OPTIONS, e.g. {"ln_qkv": {"maxnreg": 96}}). ValueError naming a switch no launch takes."""
     bound: set[tuple[str, str]] = set()
     launches: list[Launch | LibraryCall] = []
     for launch in plan.launches:
         meta = dict(getattr(launch, "meta", {}))
-        takes = _constexprs(getattr(launch, "kernel", None))
+        takes = _constexprs(getattr(launch, "kernel", None)) | (LAUNCH_OPTIONS if isinstance(launch, Launch) else set())
         for kernel, by_name in switches.items():
             if kernel not in (C.ALL_KERNELS, launch.name):
                 continue
