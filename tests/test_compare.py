@@ -603,7 +603,9 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
     # a grid of three methods against the previous grid of five: what they share is compared
     assert got["h200-2026-12-04-model-scaling-evict"] == ("h200-2026-12-04-model-scaling-head-major",
                                                         f"the previous run of {h200}")
-    assert got["h200-2026-12-02-gpu"] == ("h200-2026-12-04-model-scaling-evict",
+    assert got["h200-2026-12-05-model-scaling-kv-l2"] == ("h200-2026-12-04-model-scaling-evict",
+                                                        f"the previous run of {h200}")
+    assert got["h200-2026-12-02-gpu"] == ("h200-2026-12-05-model-scaling-kv-l2",
                                           f"no earlier run of {h200}: the newest other run of profile gpu")
     assert got["h200-2026-12-02-sweep"] == (None, "no other run of profile gpu-sweep among the runs rendered: nothing "
                                                   "to set it against (a run of the same profile, from this host or "
