@@ -155,12 +155,12 @@ def test_the_prefetch_plan_marks_its_weight_loads_to_leave_l2_first_where_that_m
 
 @needs_triton
 @pytest.mark.parametrize("dtype, width, asks", [(torch.float32, 768, True), (torch.bfloat16, 768, False),
-                                                (torch.float32, 1600, False), (torch.bfloat16, 1600, True)])
+                                                (torch.float32, 1600, True), (torch.bfloat16, 1600, True)])
 def test_the_folded_prefetch_plan_asks_l2_for_k_and_v_before_its_wait_where_that_measured_faster(
         dtype: torch.dtype, width: int, asks: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """configs.KV_L2_FIRST: the folded ln_qkv of the PREFETCH path binds KV_L2 (its heads' K and V asked into L2 before
-    the PDL wait) at GPT-2 124M fp32 and 1.5B bf16 (0.954x and 0.982x the step's time on the H200), not at 124M bf16
-    (1.009x) nor 1.5B fp32 (0.997x, no faster); never unfolded, never off the PREFETCH path, never where the instruction
+    the PDL wait) at GPT-2 124M fp32, 1.5B bf16 and 1.5B fp32 (0.954x, 0.982x and 0.999x the step's time on the H200),
+    not at 124M bf16 (1.009x); never unfolded, never off the PREFETCH path, never where the instruction
     cannot run (Triton's interpreter runs no inline assembly)."""
     from lab.contract.profiles import ModelSpec
     from lab.step.fused import aot
@@ -530,7 +530,8 @@ def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_b
     spec = SHAPES[size]
     plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
     [qkv] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
-    assert qkv.meta["FOLD"] and not qkv.meta.get("KV_L2"), qkv.meta
+    assert qkv.meta["FOLD"] and qkv.meta.get("KV_L2", False) == C.kv_l2(str(dtype), spec.n_embd), qkv.meta
+    qkv = replace(qkv, meta={k: v for k, v in qkv.meta.items() if k != "KV_L2"})  # the build without it
     kernel = aot.compile_launch(qkv)
     tail = aot.fold_tail(aot.sass(kernel.asm["cubin"]))
     if tail is None:

@@ -125,6 +125,9 @@ TUNED: dict[TunedKey, dict[str, int]] = {
 # They were A/B-timed the next session (2026-12-04, one process, 5 rotated rounds of the repeatable plan): 1.5B fp32
 # with proj BN 2, ln_fc at 4 warps and lm_head BN 128 x BK 64 took 0.981x the table's time (1.8726 against 1.9084 ms),
 # so they are the table's now (the attention's slots do not apply: the PDL step folds the attention into ln_qkv).
+# On 2026-12-05 (the same A/B, 8 rounds, at ec42659's kernels) 1.5B fp32's lm_head at BN 64 took 0.997x [0.996, 0.997]
+# the table's BN 128 (1.8703 against 1.8762 ms); ln_qkv at 8 warps 1.050x, ln_fc at 8 warps 1.064x, fc2 at 4 warps
+# 1.017x, proj BN 4 1.018x, the folded attention's chunk at 64 slots 1.033x, register caps 1.00-1.24x (README item 16).
 TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
     ('ln_qkv', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 4},
     ('proj', 'bfloat16', 1, 768): {'BB': 1, 'BN': 2, 'BK': 1024, 'num_warps': 1},
@@ -151,7 +154,7 @@ TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
     ('proj', 'float32', 1, 1600): {'BB': 1, 'BN': 2, 'BK': 2048, 'num_warps': 4},
     ('ln_fc', 'float32', 1, 1600): {'BB': 1, 'BN': 4, 'BK': 2048, 'num_warps': 4},
     ('fc2', 'float32', 1, 1600): {'BB': 1, 'BN': 2, 'BK': 8192, 'num_warps': 8},
-    ('lm_head', 'float32', 1, 1600): {'BB': 1, 'BN': 128, 'BK': 64, 'num_warps': 8},
+    ('lm_head', 'float32', 1, 1600): {'BB': 1, 'BN': 64, 'BK': 64, 'num_warps': 8},
     ('attention', 'float32', 1, 1600): {'BS': 256, 'num_warps': 4},
     ('argmax', 'float32', 1, 1600): {'BB': 1, 'num_warps': 8},
 }
@@ -209,8 +212,9 @@ def evict_first(dtype: str, n_embd: int) -> bool:
 # gemv-prefetch path; keys: dtype name, model width). Measured on an H200 (2026-12-05, `python -m lab.step.fused.ab`:
 # the repeatable plan at batch 1 with PDL and the PREFETCH kernels, one process, 5 rotated rounds): 0.954x the step's
 # time at GPT-2 124M fp32 (0.1798 against 0.1885 ms) and 0.982x at 1.5B bf16 (1.2213 against 1.2432), but 1.009x at
-# 124M bf16 and 0.997x [0.995, 1.002] at 1.5B fp32. A width not measured asks for nothing.
-KV_L2_FIRST = {("float32", 768), ("bfloat16", 1600)}
+# 124M bf16 and 0.997x [0.995, 1.002] at 1.5B fp32, which in a second A/B of 8 rounds took 0.999x [0.999, 1.000]
+# (1.8751 against 1.8762 ms): faster by the lab's rule, by 0.1%. A width not measured asks for nothing.
+KV_L2_FIRST = {("float32", 768), ("bfloat16", 1600), ("float32", 1600)}
 
 
 def kv_l2(dtype: str, n_embd: int) -> bool:
