@@ -284,8 +284,6 @@ def test_a_register_cap_bound_by_name_reaches_ptxas() -> None:
     """`maxnreg` (step.LAUNCH_OPTIONS) bound on ln_qkv by name, as an A/B arm binds it: GPT-2 1.5B bf16's folded ln_qkv
     (126 registers a thread: four of its 4-warp programs an SM, 600 programs in 1.14 waves of 132 SMs) compiles within
     96 (five an SM), spilling what does not fit; the uncapped build is unchanged."""
-    from dataclasses import replace
-
     from lab.contract.profiles import SHAPES, ModelSpec
     from lab.step.fused import aot
     from lab.step.fused.step import with_switches
@@ -299,8 +297,7 @@ def test_a_register_cap_bound_by_name_reaches_ptxas() -> None:
     [before] = [x for x in plan.launches if x.name == "ln_qkv"]
     [after] = [x for x in capped.launches if x.name == "ln_qkv"]
     assert after.meta == {**before.meta, "maxnreg": 96} and "maxnreg" not in before.meta
-    regs = {k: aot.ptxas_usage(aot.compile_launch(replace(x, meta=dict(x.meta))).asm["ptx"])[0]
-            for k, x in (("before", before), ("after", after))}
+    regs = {k: aot.ptxas_usage(aot.compile_launch(x).asm["ptx"])[0] for k, x in (("before", before), ("after", after))}
     assert regs["after"] is not None and regs["after"] <= 96 < (regs["before"] or 0), regs
 
 

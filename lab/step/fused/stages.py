@@ -41,8 +41,9 @@ step_variant), timed as one CUDA graph of the step (its weights, larger than L2,
 `Stage.ATTEND` is in no variant here: the folded ln_qkv (lab.step.fused.attention._fold_attention) with its heads'
 attention left out after the count-in (the hand-over kept, att not written: proj reads the last step's), timed as an
 arm of the A/B tool against the step as it runs, `python -m lab.step.fused.ab ... table "ln_qkv:LEAVE_OUT=16"`: the
-difference is what the attention after the count-in costs the step, on the chain of every layer (with the caveat
-above: that build has its own registers, fewer, so more of ln_qkv's programs may be resident at once).
+difference is what the attention after the count-in costs the step, on the chain of every layer. That build has its
+own registers, fewer, which could let more of ln_qkv's programs be resident at once; at GPT-2's shapes as the tables
+bound them on 2026-12-05 it lets none (`python -m lab.step.fused.aot` prints the registers; README item 16).
 """
 
 from __future__ import annotations
