@@ -346,6 +346,49 @@ def test_ab_refuses_a_bad_arm_in_one_line_before_anything_runs(capsys) -> None:
     assert ab.main(["--rounds", "0", "table"]) == 2 and "must be positive" in capsys.readouterr().err
 
 
+def test_ab_over_processes_judges_each_arm_by_whether_it_holds_from_process_to_process(monkeypatch, capsys) -> None:
+    import json
+
+    from lab.step.fused import ab
+
+    # three fresh processes, each faster for "b" within its own rounds by a margin that moves between processes (as
+    # an arm of 0.995x in one process and 1.004x in the next did on the H200), and "c" faster in all three
+    per_process = [(0.995, 0.990), (1.004, 0.991), (0.999, 0.989)]
+    calls: list[list[str]] = []
+
+    def child(argv: list[str]) -> tuple[int, str, str]:
+        calls.append(argv)
+        b, c = per_process[len(calls) - 1]
+        rounds = {"table": [1.0 + 0.0001 * r for r in range(6)]}
+        rounds["lm_head.BK=128"] = [b * x for x in rounds["table"]]
+        rounds["argmax.num_warps=4"] = [c * x for x in rounds["table"]]
+        record = {"size": "gpt2-1.5B", "dtype": "float32", "batch": 1, "pdl": True, "rounds_ms": rounds}
+        return 0, "NVIDIA H200, gpt2-1.5B float32 batch 1, ..., 6 rotated rounds:\n  ...\nAB " + json.dumps(record), ""
+
+    monkeypatch.setattr(ab, "_child", child)
+    argv = ["--size", "gpt2-1.5B", "--dtype", "float32", "--rounds", "6", "--processes", "3", "table",
+            "lm_head.BK=128", "argmax.num_warps=4"]
+    assert ab.main(argv) == 0
+    out = capsys.readouterr().out
+    # each process ran the same A/B alone (not asked for more processes), one after another
+    assert len(calls) == 3 and all("--processes" not in c and c[-3:] == argv[-3:] for c in calls)
+    assert "process 2 of 3: lm_head.BK=128 1.004x, argmax.num_warps=4 0.991x" in out
+    record = json.loads(next(x for x in out.splitlines() if x.startswith("AB "))[3:])
+    assert record["against_first"] == {"table": "same", "lm_head.BK=128": "same", "argmax.num_warps=4": "lower"}
+    assert [round(r, 3) for r in record["process_ratios"]["lm_head.BK=128"]] == [0.995, 1.004, 0.999]
+    assert len(record["processes"]) == 3 and len(record["processes"][0]["rounds_ms"]["table"]) == 6
+    row = next(x for x in out.splitlines() if x.rstrip().endswith("1.004x, 0.999x)"))
+    assert "same" in row and "lm_head.BK=128" in row and "in each of 3 processes" in out
+
+    # a process that fails ends the A/B with its own last line and status, nothing judged
+    monkeypatch.setattr(ab, "_child", lambda argv: (2, "", "lab.step.fused.ab needs a CUDA device (none visible)\n"))
+    assert ab.main(argv) == 2
+    captured = capsys.readouterr()
+    assert "process 1 of 3 ended with status 2: lab.step.fused.ab needs a CUDA device" in captured.err
+    assert "AB " not in captured.out
+    assert ab.main(["--processes", "0", "table"]) == 2 and "--processes must be positive" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the A/B tool's refusal on a host without CUDA")
 def test_ab_needs_cuda(capsys) -> None:
     from lab.step.fused import ab

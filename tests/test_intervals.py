@@ -97,3 +97,24 @@ def test_pair_ratio_of_one_pair_has_no_interval_and_of_none_is_an_error():
     assert intervals.pair_ratio([[2.0, 2.0]], [[1.0]]) == (2.0, None)
     with pytest.raises(ValueError, match="no pair"):
         intervals.pair_ratio([[]], [[1.0]])
+
+
+def test_a_ratio_that_moves_between_clusters_widens_the_clustered_interval():
+    # three processes, each with six tight paired rounds: within each the arm is clearly faster or slower, but the
+    # processes disagree; pooled as one process's rounds the interval would call it, clustered it must not
+    first = [[[1.0]] * 6, [[1.0]] * 6, [[1.0]] * 6]
+    moving = [[[0.995 + 0.0002 * r] for r in range(6)], [[1.004 + 0.0002 * r] for r in range(6)],
+              [[0.999 + 0.0002 * r] for r in range(6)]]
+    ci = I.clustered_ratio_interval(moving, first)
+    assert ci is not None and ci.low < 0.996 and ci.high > 1.004
+    assert I.versus(ci, 1.0) is I.Relation.SAME
+    pooled = I.ratio_interval([r for c in moving for r in c], [r for c in first for r in c])
+    assert pooled is not None and pooled.high - pooled.low < ci.high - ci.low
+    # where every process agrees the clustered interval stays narrow and says so
+    steady = [[[0.99 + 0.0002 * r] for r in range(6)] for _ in range(3)]
+    ci = I.clustered_ratio_interval(steady, first)
+    assert ci is not None and I.versus(ci, 1.0) is I.Relation.LOWER and ci.high - ci.low < 0.002
+    assert ci == I.clustered_ratio_interval(steady, first)  # fixed seed
+    assert I.clustered_ratio_interval(steady[:1], first[:1]) is None  # one cluster: no interval
+    with pytest.raises(ValueError, match="different numbers of rounds"):
+        I.clustered_ratio_interval([[[1.0], [1.0]]] * 2, [[[1.0]]] * 2)

@@ -169,3 +169,39 @@ def _two_sided(left: Sequence[Sequence[float]], right: Sequence[Sequence[float]]
         if value is not None:
             stats.append(value)
     return percentile_interval(stats) if stats else None
+
+
+def clustered_ratio_interval(numerator: Sequence[Sequence[Sequence[float]]],
+                             denominator: Sequence[Sequence[Sequence[float]]], resamples: int = RESAMPLES,
+                             seed: int = SEED) -> Interval | None:
+    """The 95% interval of median(numerator) / median(denominator), each side's samples pooled over clusters of paired
+    rounds: clusters[c][r] is round r of cluster c (a process, say, that timed both sides in rotating rounds).
+
+    A two-level bootstrap: each resample draws the clusters with replacement, then within each drawn cluster its
+    rounds with replacement, the same indices for both sides (paired as `ratio_interval` pairs). So a ratio that
+    moves from one cluster to the next (a process whose buffers landed elsewhere, a kernel compiled again) widens the
+    interval as it should, where rounds pooled as one cluster would draw on one process's luck. None with fewer than
+    two clusters, or a cluster whose two sides have different numbers of rounds (ValueError)."""
+    num = [_usable(c) for c in numerator]
+    den = [_usable(c) for c in denominator]
+    if len(num) != len(den):
+        raise ValueError(f"clustered_ratio_interval: {len(num)} clusters against {len(den)}")
+    if any(len(a) != len(b) for a, b in zip(num, den)):
+        raise ValueError("clustered_ratio_interval: a cluster's two sides have different numbers of rounds")
+    pairs = [(a, b) for a, b in zip(num, den) if a]
+    if len(pairs) < 2:
+        return None
+    rng = random.Random(seed)
+    stats = []
+    for _ in range(resamples):
+        top: list[float] = []
+        bottom: list[float] = []
+        for c in rng.choices(range(len(pairs)), k=len(pairs)):
+            a, b = pairs[c]
+            for r in rng.choices(range(len(a)), k=len(a)):
+                top += a[r]
+                bottom += b[r]
+        low = statistics.median(bottom)
+        if low > 0:
+            stats.append(statistics.median(top) / low)
+    return percentile_interval(stats) if stats else None

@@ -22,6 +22,14 @@ falls on every arm alike. Prints each arm's median with its 95% interval (a boot
 lab.contract.intervals), its ratio to the first arm's with the ratio's interval (paired: the same rounds drawn for
 both, since round r of every arm ran side by side), and whether the arm is faster, slower or the same as the first
 by the lab's one rule (the interval against 1); and one JSON line (`AB {...}`) with every round kept.
+
+`--processes N` runs the whole A/B N times, each in a fresh process (one after another; this one only starts them and
+touches no GPU), and judges the arms over all of them: each arm's ratio in each process, and the ratio of the pooled
+medians with an interval that draws processes, then rounds within them (lab.contract.intervals.
+clustered_ratio_interval). Why: on the H200 (2026-12-05) an arm 0.995x [0.994, 0.997] the table's in one process was,
+bound as the table, 1.004x [1.003, 1.005] the old table's in another: where a step is compiled, captured and its
+buffers placed anew, its time moves by about half a percent, more than one process's rounds show. A change of that
+size is only shown where it holds from process to process.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -123,6 +132,27 @@ def summary(times: dict[str, list[list[float]]]) -> dict[str, Any]:
             "rounds_ms": {k: flat(v) for k, v in times.items()}}
 
 
+def summary_over(runs: list[dict[str, list[list[float]]]]) -> dict[str, Any]:
+    """`summary`'s figures over several processes' rounds (`runs`: each process's arm -> rounds, the arms in the same
+    order): each arm's median of every process's rounds pooled, its ratio to the first arm's, that ratio's interval
+    drawn process by process (lab.contract.intervals.clustered_ratio_interval) and the verdict from it, and each
+    process's own ratio (`summary` of its rounds alone)."""
+    if not runs or any(list(r) != list(runs[0]) for r in runs):
+        raise ValueError("summary_over: every process must time the same arms in the same order")
+    arms = list(runs[0])
+    first = arms[0]
+    pooled = {k: [rnd for r in runs for rnd in r[k]] for k in arms}
+    med = {k: statistics.median(flat(v)) for k, v in pooled.items()}
+    ratio_iv = {k: I.clustered_ratio_interval([r[k] for r in runs], [r[first] for r in runs]) for k in arms}
+    each = [summary(r) for r in runs]
+    return {"median_ms": med, "median_interval_ms": {k: _ends(I.median_interval(v)) for k, v in pooled.items()},
+            "ratio": {k: v / med[first] for k, v in med.items()},
+            "ratio_interval": {k: _ends(iv) for k, iv in ratio_iv.items()},
+            "against_first": {k: I.versus(iv, 1.0).value for k, iv in ratio_iv.items()},
+            "process_ratios": {k: [e["ratio"][k] for e in each] for k in arms},
+            "processes": [{"rounds_ms": e["rounds_ms"], "ratio_interval": e["ratio_interval"]} for e in each]}
+
+
 def _row(out: dict[str, Any], label: str) -> str:
     """One arm's line: median [interval] ms, ratio [interval], and its verdict against the first arm."""
     def ends(key: str, digits: int) -> str:
@@ -132,7 +162,45 @@ def _row(out: dict[str, Any], label: str) -> str:
     verdict = {"lower": "faster", "higher": "slower", "same": "same", "unknown": "no interval"}
     return (f"  {out['median_ms'][label]:9.4f} ms {ends('median_interval_ms', 4)}  {out['ratio'][label]:6.3f}x "
             f"{ends('ratio_interval', 3)}  {'' if label == next(iter(out['ratio'])) else verdict[out['against_first'][label]]:<11}"
-            f"  {label}")
+            f"  {label}"
+            + ("" if "process_ratios" not in out else
+               "  (each process: " + ", ".join(f"{r:.3f}x" for r in out["process_ratios"][label]) + ")"))
+
+
+def _child(argv: list[str]) -> tuple[int, str, str]:
+    """One process of `--processes`: this tool with `argv`, its exit status, standard output and error."""
+    done = subprocess.run([sys.executable, "-m", "lab.step.fused.ab", *argv], capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _processes(args: argparse.Namespace) -> int:
+    """`--processes N`: the A/B in N fresh processes, one after another, judged over all of them (`summary_over`)."""
+    argv = ["--size", args.size, "--dtype", args.dtype, "--batch", str(args.batch), "--rounds", str(args.rounds),
+            "--rep-ms", str(args.rep_ms), *args.arms]
+    runs: list[dict[str, list[list[float]]]] = []
+    head, meta = "", {}
+    for i in range(args.processes):
+        rc, out, err = _child(argv)
+        line = next((x for x in out.splitlines() if x.startswith("AB ")), None)
+        if rc != 0 or line is None:
+            last = (err.strip().splitlines() or out.strip().splitlines() or ["no output"])[-1]
+            print(f"python -m lab.step.fused.ab: process {i + 1} of {args.processes} ended with status {rc}: {last}",
+                  file=sys.stderr)
+            return rc if rc in (1, 2) else 1
+        record = json.loads(line[3:])
+        head = next((x for x in out.splitlines() if "rotated rounds" in x), head)
+        rounds_ms = {k: [[v] for v in vs] for k, vs in record["rounds_ms"].items()}
+        runs.append(rounds_ms)
+        mine = summary(rounds_ms)
+        print(f"process {i + 1} of {args.processes}: " + ", ".join(
+            f"{k} {mine['ratio'][k]:.3f}x" for k in list(rounds_ms)[1:]), flush=True)
+        meta = {k: record[k] for k in ("size", "dtype", "batch", "pdl")}
+    out_all = summary_over(runs)
+    print(head.replace("rotated rounds:", f"rotated rounds in each of {args.processes} processes:"))
+    for label in runs[0]:
+        print(_row(out_all, label))
+    print("AB " + json.dumps({**meta, **out_all}))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep-ms", type=int, default=20, help="milliseconds of replays a timing")
+    p.add_argument("--processes", type=int, default=1,
+                   help="run the A/B in this many fresh processes and judge the arms over all of them")
     p.add_argument("arms", nargs="+", metavar="ARM", help="table | KERNEL.FIELD=V;KERNEL:SWITCH=V;...")
     args = p.parse_args(argv)
     try:
@@ -154,9 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     if len({a.label for a in arms}) < len(arms):
         print("python -m lab.step.fused.ab: an arm is given twice", file=sys.stderr)
         return 2
-    if args.batch < 1 or args.rounds < 1 or args.rep_ms < 1:
-        print("python -m lab.step.fused.ab: --batch, --rounds and --rep-ms must be positive", file=sys.stderr)
+    if args.batch < 1 or args.rounds < 1 or args.rep_ms < 1 or args.processes < 1:
+        print("python -m lab.step.fused.ab: --batch, --rounds, --rep-ms and --processes must be positive",
+              file=sys.stderr)
         return 2
+    if args.processes > 1:
+        return _processes(args)
     if not torch.cuda.is_available():
         print("lab.step.fused.ab needs a CUDA device (none visible)", file=sys.stderr)
         return 2
