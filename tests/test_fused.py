@@ -351,8 +351,8 @@ def test_ab_over_processes_judges_each_arm_by_whether_it_holds_from_process_to_p
 
     from lab.step.fused import ab
 
-    # three fresh processes, each faster for "b" within its own rounds by a margin that moves between processes (as
-    # an arm of 0.995x in one process and 1.004x in the next did on the H200), and "c" faster in all three
+    # three fresh processes: within its own rounds each calls "b" faster or slower by a margin that moves from one to
+    # the next (as one arm did between machines on the H200), and "c" faster in all three
     per_process = [(0.995, 0.990), (1.004, 0.991), (0.999, 0.989)]
     calls: list[list[str]] = []
 

@@ -179,7 +179,7 @@ def clustered_ratio_interval(numerator: Sequence[Sequence[Sequence[float]]],
 
     A two-level bootstrap: each resample draws the clusters with replacement, then within each drawn cluster its
     rounds with replacement, the same indices for both sides (paired as `ratio_interval` pairs). So a ratio that
-    moves from one cluster to the next (a process whose buffers landed elsewhere, a kernel compiled again) widens the
+    moves from one cluster to the next (one process to the next, or one machine to the next) widens the
     interval as it should, where rounds pooled as one cluster would draw on one process's luck. None with fewer than
     two clusters, or a cluster whose two sides have different numbers of rounds (ValueError)."""
     num = [_usable(c) for c in numerator]

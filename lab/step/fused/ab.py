@@ -26,10 +26,11 @@ by the lab's one rule (the interval against 1); and one JSON line (`AB {...}`) w
 `--processes N` runs the whole A/B N times, each in a fresh process (one after another; this one only starts them and
 touches no GPU), and judges the arms over all of them: each arm's ratio in each process, and the ratio of the pooled
 medians with an interval that draws processes, then rounds within them (lab.contract.intervals.
-clustered_ratio_interval). Why: on the H200 (2026-12-05) an arm 0.995x [0.994, 0.997] the table's in one process was,
-bound as the table, 1.004x [1.003, 1.005] the old table's in another: where a step is compiled, captured and its
-buffers placed anew, its time moves by about half a percent, more than one process's rounds show. A change of that
-size is only shown where it holds from process to process.
+clustered_ratio_interval). What it shows and what it does not (H200, 2026-12-05): three processes on one machine gave
+the same ratio to the third decimal (0.996x, 0.996x, 0.996x), so a process's rounds are not where a half-percent
+effect hides; but an arm 0.995x [0.994, 0.997] the table's on one machine was, bound as the table, 1.004x the old
+table's on two others. A change of that size is shown only where it holds on another machine: run the A/B again in a
+call that starts one.
 """
 
 from __future__ import annotations
