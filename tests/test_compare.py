@@ -508,6 +508,18 @@ def test_eager_figures_rank_the_host_dispatch_first_and_kernel_figures_the_gpu_s
     assert [r.first for r in explain(a, b, "kernel") if r.differs][:4] == [True, True, True, False]
 
 
+def test_a_kernel_figure_on_another_card_of_the_same_kind_names_the_card_first() -> None:
+    """Two runs on machines of one kind, the same software, different cards (their UUIDs): the card is what differs,
+    and a kernel-bound figure's explanation checks it among the first things."""
+    a, _ = _hosts()
+    b = copy.deepcopy(a)
+    a["gpu"]["nvidia_smi"]["gpus"][0]["uuid"] = "GPU-0a1b"
+    b["gpu"]["nvidia_smi"]["gpus"][0]["uuid"] = "GPU-9f8e"
+    rows = [r for r in explain(a, b, "kernel") if r.differs]
+    assert [(r.label, r.first) for r in rows] == [("the card (UUID)", True)]
+    assert not [r for r in explain(a, a, "kernel") if r.differs]
+
+
 def test_host_bound_figures_rank_the_runs_host_index_first_then_placement_then_launch_cost() -> None:
     """The host-speed index each run measured explains an eager move before anything in the manifests; a field only
     one run records comes after every field both record and that differs."""

@@ -29,3 +29,23 @@ def test_host_facts(tmp_path: Path, monkeypatch) -> None:
     manifest: dict = {"host": {"hostname": "vm"}}
     finish(manifest)
     assert len(manifest["host"]["load_end"]) == 3  # Linux has load averages
+
+
+def test_nvidia_smi_names_each_card_by_its_uuid_and_bus_id(monkeypatch) -> None:
+    """Machines of one kind may hold different cards: the manifest records which card a run had (uuid, pci.bus_id),
+    one object per GPU, every field asked of nvidia-smi in the order asked."""
+    asked: list[list[str]] = []
+    line = ("NVIDIA H200, 580.159.04, 143771 MiB, 1980 MHz, 3201 MHz, 345 MHz, 3201 MHz, 700.00 W, 700.00 W, 5, 9.0, "
+            "Enabled, GPU-5d0c2a1e-0000-4a11-9c3e-2b7f00000001, 00000000:1A:00.0")
+
+    def run_text(cmd: list[str]) -> str:
+        asked.append(cmd)
+        return line + "\n" + line.replace("0001", "0002").replace(":1A:", ":2B:")
+
+    monkeypatch.setattr(hostinfo, "run_text", run_text)
+    got = hostinfo.nvidia_smi()
+    assert got is not None and len(got["gpus"]) == 2
+    assert asked[0][1] == "--query-gpu=" + ",".join(hostinfo.NVIDIA_SMI_FIELDS)
+    assert got["gpus"][0]["uuid"] == "GPU-5d0c2a1e-0000-4a11-9c3e-2b7f00000001"
+    assert got["gpus"][1]["pci.bus_id"] == "00000000:2B:00.0" and got["gpus"][1]["name"] == "NVIDIA H200"
+    assert list(got["gpus"][0]) == list(hostinfo.NVIDIA_SMI_FIELDS)

@@ -42,6 +42,7 @@ CLASSES: dict[str, str] = {"dispatch": "eager and launch-bound figures: the host
 # ending in "." is a group of fields.
 EXPLAIN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("GPU", ("gpu.nvidia_smi.gpus[0].name",)), ("GPU seen by torch", ("gpu.torch.device_name",)),
+    ("the card (UUID)", ("gpu.nvidia_smi.gpus[0].uuid",)),
     ("driver", ("gpu.nvidia_smi.gpus[0].driver_version",)), ("torch", ("torch.version",)),
     ("CUDA", ("torch.cuda_build",)), ("cuDNN", ("torch.cudnn",)), ("Triton", ("libraries.triton",)),
     ("Python", ("python.version",)), ("transformers", ("libraries.transformers",)), ("numpy", ("libraries.numpy",)),
@@ -70,7 +71,7 @@ FIRST: dict[str, tuple[str, ...]] = {
     "dispatch": ("host-speed index (ms)", "CPU binding (LAB_CPU_BIND)", "the GPU's NUMA node",
                  "eager launch, measured clean (µs)", "eager launch, ceilings (µs)", "CPU", "CPU clock (MHz)",
                  "host load at start", "host load at end", "torch threads", "cores usable"),
-    "kernel": ("GPU", "GPU seen by torch", "driver", "torch", "CUDA", "Triton", "GPU SM clock", "GPU max SM clock",
+    "kernel": ("GPU", "GPU seen by torch", "the card (UUID)", "driver", "torch", "CUDA", "Triton", "GPU SM clock", "GPU max SM clock",
                "GPU memory clock", "GPU power limit"),
     "other": (),
 }

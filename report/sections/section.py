@@ -92,7 +92,7 @@ ENV_FIELDS: tuple[tuple[str, str], ...] = (
     ("torch CUDA build", "torch.cuda_build"), ("cuDNN", "torch.cudnn"), ("Triton", "libraries.triton"),
     ("transformers", "libraries.transformers"), ("GPU", "gpu.nvidia_smi.gpus[0].name"),
     ("GPU driver", "gpu.nvidia_smi.gpus[0].driver_version"), ("GPU memory", "gpu.nvidia_smi.gpus[0].memory.total"),
-    ("CUDA seen by torch", "gpu.torch.available"), ("Why no CUDA", "gpu.torch.why_not"),
+    ("GPU card (UUID)", "gpu.nvidia_smi.gpus[0].uuid"), ("CUDA seen by torch", "gpu.torch.available"), ("Why no CUDA", "gpu.torch.why_not"),
     ("GPU clocks (SM, memory)", "gpu.nvidia_smi.gpus[0].clocks.sm"), ("GPU power limit", "gpu.nvidia_smi.gpus[0].power.limit"),
     ("CPU", "cpu.model"), ("CPU flags", "cpu.isa"), ("CPU caches", "cpu.caches"), ("CPU cores usable", "cpu.usable_cores"),
     ("torch threads", "cpu.torch_threads"), ("Compile cache at start", "compile_cache.state"),

@@ -195,7 +195,7 @@ def _processes(args: argparse.Namespace) -> int:
         mine = summary(rounds_ms)
         print(f"process {i + 1} of {args.processes}: " + ", ".join(
             f"{k} {mine['ratio'][k]:.3f}x" for k in list(rounds_ms)[1:]), flush=True)
-        meta = {k: record[k] for k in ("size", "dtype", "batch", "pdl")}
+        meta = {k: record.get(k) for k in ("size", "dtype", "batch", "pdl", "card")}
     out_all = summary_over(runs)
     print(head.replace("rotated rounds:", f"rotated rounds in each of {args.processes} processes:"))
     for label in runs[0]:
@@ -255,11 +255,13 @@ def main(argv: list[str] | None = None) -> int:
         step_ms(plan, 5)
     torch.cuda.synchronize()
     out = summary(rounds(plans, args.rounds, lambda plan: step_ms(plan, args.rep_ms)))
-    print(f"{torch.cuda.get_device_name()}, {args.size} {args.dtype} batch {args.batch}, fused-pdl-prefetch's "
+    card = str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) or "unknown"
+    print(f"{torch.cuda.get_device_name()} (card {card}), {args.size} {args.dtype} batch {args.batch}, fused-pdl-prefetch's "
           f"repeatable plan{'' if pdl else ' (no PDL on this device)'}, {args.rounds} rotated rounds:")
     for label in plans:
         print(_row(out, label))
-    print("AB " + json.dumps({"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, **out}))
+    print("AB " + json.dumps({"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, "card": card,
+                              **out}))
     return 0
 
 
