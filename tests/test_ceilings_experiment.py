@@ -74,8 +74,15 @@ def _one_mbu_per_step(cgd, bctx, profile) -> None:
         nbytes = ceil.metric("bytes_per_step", **p).value
         assert nbytes == ceilings.decode_bytes(w, batch, profile.prompt_len, steps) == ceilings.step_bytes(
             w, batch, profile.prompt_len + (steps - 1) / 2 + 1) < ceilings.step_bytes(w, batch, profile.max_len)
-        step = cgd.metric("step_ms", readback=False, **p).value
+        timed = cgd.metric("step_ms", readback=False, **p)
+        step = timed.value
         assert cgd.metric("mbu", **p).value == pytest.approx(nbytes / (step / 1e3) / 1e9 / bandwidth, rel=2e-3, abs=1e-4)
+        # its interval: the step's, over the same bandwidth (the step's slower end is the MBU's lower one)
+        assert timed.spread is not None and timed.spread.ci_low is not None and timed.spread.ci_high is not None
+        low, high = cgd.metric("mbu_ci_low", **p).value, cgd.metric("mbu_ci_high", **p).value
+        assert low == pytest.approx(nbytes / (timed.spread.ci_high / 1e3) / 1e9 / bandwidth, rel=2e-3, abs=1e-4)
+        assert high == pytest.approx(nbytes / (timed.spread.ci_low / 1e3) / 1e9 / bandwidth, rel=2e-3, abs=1e-4)
+        assert low <= cgd.metric("mbu", **p).value <= high
 
 
 def test_ceilings_bounds_the_cases_of_a_failed_decode_comparison_that_passed_their_checks() -> None:

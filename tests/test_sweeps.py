@@ -66,3 +66,24 @@ def test_the_scaling_chart_says_which_panel_the_run_stored_nothing_for() -> None
     assert "empty" not in full.data
     assert full.data["left"] == {"graph, float32, b1": [(124.439808, 12.1)]}
     assert full.data["right"] == {"graph": [(3.0, 12.1)]}
+
+
+def test_the_scaling_table_gives_mbu_with_its_interval_where_the_run_stored_one() -> None:
+    """model_scaling stores MBU's interval (the step's, over the copy bandwidth): the table prints it beside the MBU
+    under the step's median; a run that stored none (made before it was) prints the MBU alone."""
+    from report.sections import sweeps
+    from synthetic_runs import metric, rec, results
+
+    p = {"size": "gpt2-1.5B", "batch": 1, "dtype": "float32"}
+
+    def cell(with_interval: bool) -> str:
+        metrics = [metric("step_ms", 1.8523, "ms", method="fused-pdl-prefetch", **p),
+                   metric("mbu", 0.7928, "fraction", method="fused-pdl-prefetch", **p)]
+        if with_interval:
+            metrics += [metric("mbu_ci_low", 0.7921, "fraction", method="fused-pdl-prefetch", **p),
+                        metric("mbu_ci_high", 0.7932, "fraction", method="fused-pdl-prefetch", **p)]
+        [table, *_], _ = sweeps._scaling(results(rec("model_scaling", metrics)).record("model_scaling"))
+        return table.rows[0][3].sub
+
+    assert cell(True) == "MBU 0.793 [0.792, 0.793]"  # (the report's three significant digits)
+    assert cell(False) == "MBU 0.793"

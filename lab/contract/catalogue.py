@@ -58,7 +58,7 @@ _STEP_METHODS = (M.SETUP_S, M.DYNAMO_GRAPHS, M.GRAPH_BREAKS, M.COMPILED_FRAMES, 
                  M.CORRECT, M.TEACHER_FORCED_AGREEMENT, M.TEACHER_FORCED_MAX_LOGIT_ERROR, M.KERNELS_PER_STEP,
                  M.KERNEL_TIME_PER_STEP_US, M.GPU_BUSY_US, M.GAP_US, M.RECOMPILES_DURING_TIMING, M.STEP_MS,
                  M.ROUND_MEDIANS_MS, M.SPEEDUP_VS_EAGER, *_INTERVAL, M.SAVING_MS_PER_STEP, M.BREAK_EVEN_STEPS, M.MBU,
-                 M.BANDWIDTH_GBPS, *_HOST)
+                 M.MBU_CI_LOW, M.MBU_CI_HIGH, M.BANDWIDTH_GBPS, *_HOST)
 
 CATALOGUE: tuple[ExperimentSpec, ...] = (
     # first: the decode step in a fresh process, before the run has measured (or profiled) anything
@@ -144,7 +144,8 @@ CATALOGUE: tuple[ExperimentSpec, ...] = (
                                          M.TEACHER_FORCED_AGREEMENT, M.TEACHER_FORCED_MAX_LOGIT_ERROR, M.STEP_MS,
                                          M.SPEEDUP_VS_EAGER, *_INTERVAL, M.SAVING_MS_PER_STEP, M.KERNELS_PER_STEP,
                                          M.KERNEL_TIME_PER_STEP_US, M.FLOPS_PER_STEP, M.FLOPS_PER_KERNEL,
-                                         M.BYTES_PER_STEP, M.MBU, M.GAIN_RATIO, M.CONCLUSION, *_HOST),
+                                         M.BYTES_PER_STEP, M.MBU, M.MBU_CI_LOW, M.MBU_CI_HIGH, M.GAIN_RATIO,
+                                         M.CONCLUSION, *_HOST),
                    sweep=True),
     ExperimentSpec("context_scaling", "Fixed-shape step + graph vs growing-cache step, max_len 256-2048, filled 10-90%: "
                    "the crossover", "014", (), (M.SETUP_S, M.STEP_MS, M.TOKENS_EQUAL, M.CROSSOVER_MAX_LEN,

@@ -363,9 +363,12 @@ MEASURED_OVER_BOUND = declare("measured_over_bound", units.X, L, "measured step 
                               "the ceiling (1 is at it)", comparable=_MODEL, derived_from=("step_ms", "bound_ms"))
 ACHIEVED_GBPS = declare("achieved_GBps", units.GBPS, H, "bytes moved per second at the measured time",
                         comparable=_BYTES + _MODEL, derived_from=("step_ms",))
-MBU = declare("mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes_per_step / the step's own median time / "
-              "the copy bandwidth (lab.step.ceilings.mbu; 1 is the byte floor), stored once by the experiment that "
-              "timed the step", comparable=_MODEL, derived_from=("step_ms", "bytes_per_step", "bandwidth_GBps"))
+MBU, MBU_CI_LOW, MBU_CI_HIGH = _with_interval(
+    "mbu", units.FRACTION, H, "memory-bandwidth utilisation: bytes_per_step / the step's own median time / the copy "
+    "bandwidth (lab.step.ceilings.mbu; 1 is the byte floor), stored once by the experiment that timed the step",
+    " (the step time's 95% interval, over the copy bandwidth as measured: the bandwidth's own spread is not in it; "
+    "stored where the step was timed in rounds)", comparable=_MODEL,
+    derived_from=("step_ms", "bytes_per_step", "bandwidth_GBps"))
 ACHIEVED_TFLOPS = declare("achieved_TFLOPs", units.TFLOPS, H, "FLOPs per second at the measured time", comparable=_GEMM,
                           derived_from=("step_ms",))
 

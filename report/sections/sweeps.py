@@ -26,7 +26,7 @@ from lab.contract.results import Record  # noqa: E402
 from report.draw.charts import Chart, _draw, _labels, _log_axis  # noqa: E402
 from report.site.traces import NOTE_TRACES, trace_href, trace_source  # noqa: E402
 from report.sections.section import Section, noted, why_absent  # noqa: E402
-from report.draw.tables import (Cell, Table, fmt, is_number, num, param_cells, sort_key,  # noqa: E402
+from report.draw.tables import (Cell, Table, fmt, interval_text, is_number, num, param_cells, sort_key,  # noqa: E402
                                 timing_cell, value_cell)
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
@@ -144,8 +144,10 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
         p: dict[str, Any] = {P.SIZE: size, P.DTYPE: dtype, P.BATCH: batch}
         row = param_cells(p, P.SIZE, P.DTYPE, P.BATCH)
         for method in methods:
-            extra = " · ".join(words.format(fmt(f.value)) for spec, words in (  # under the median, each where stored
-                (M.SPEEDUP_VS_EAGER, "{}x"), (M.MBU, "MBU {}"), (M.KERNELS_PER_STEP, "{} kernels"))
+            extra = " · ".join(  # under the median, each where stored (MBU with its interval where stored)
+                (words.format(fmt(f.value)) + (f" {interval_text(q.interval(rec, M.MBU, **p, method=method))}".rstrip()
+                                               if spec is M.MBU else ""))
+                for spec, words in ((M.SPEEDUP_VS_EAGER, "{}x"), (M.MBU, "MBU {}"), (M.KERNELS_PER_STEP, "{} kernels"))
                 if (f := q.maybe(rec, spec, **p, method=method)))
             row.append(timing_cell(q.maybe(rec, M.STEP_MS, **p, method=method), extra=extra))
         b = q.maybe(rec, M.BYTES_PER_STEP, **p)

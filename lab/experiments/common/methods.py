@@ -283,8 +283,11 @@ def time(ctx: Any, ms: MethodSet, rounds: int, readbacks: tuple[bool, ...] = (Fa
         ms.ms[(name, rb)] = sp.median
         record(ctx, {M.ROUND_MEDIANS_MS: [round(statistics.median(r), 5) for r in per_round]}, shape, method=name,
                **extra)
-        if bandwidth_gbps and not rb:
-            record(ctx, {M.MBU: ceilings.mbu(nbytes, sp.median, bandwidth_gbps)}, shape, method=name)
+        if bandwidth_gbps and not rb:  # MBU, and its interval: the step's, over the copy bandwidth (a slower end, a lower MBU)
+            ends = ({M.MBU_CI_LOW: ceilings.mbu(nbytes, sp.ci_high, bandwidth_gbps),
+                     M.MBU_CI_HIGH: ceilings.mbu(nbytes, sp.ci_low, bandwidth_gbps)}
+                    if sp.ci_low is not None and sp.ci_high is not None else {})
+            record(ctx, {M.MBU: ceilings.mbu(nbytes, sp.median, bandwidth_gbps), **ends}, shape, method=name)
     for (name, rb), per_round in ms.rounds.items():
         eager = ms.rounds.get((Method.EAGER, rb))
         if eager is None or (name == Method.EAGER and not eager_speedup):
