@@ -619,7 +619,9 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
                                                         f"the previous run of {h200}")
     assert got["h200-2026-12-05-model-scaling-lm-head"] == ("h200-2026-12-05-model-scaling-kv-l2",
                                                           f"the previous run of {h200}")
-    assert got["h200-2026-12-02-gpu"] == ("h200-2026-12-05-model-scaling-lm-head",
+    assert got["h200-2026-12-05-model-scaling-lm-argmax"] == ("h200-2026-12-05-model-scaling-lm-head",
+                                                            f"the previous run of {h200}")
+    assert got["h200-2026-12-02-gpu"] == ("h200-2026-12-05-model-scaling-lm-argmax",
                                           f"no earlier run of {h200}: the newest other run of profile gpu")
     assert got["h200-2026-12-02-sweep"] == (None, "no other run of profile gpu-sweep among the runs rendered: nothing "
                                                   "to set it against (a run of the same profile, from this host or "
