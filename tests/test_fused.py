@@ -377,15 +377,21 @@ def test_ab_over_processes_judges_each_arm_by_whether_it_holds_from_process_to_p
     assert record["against_first"] == {"table": "same", "lm_head.BK=128": "same", "argmax.num_warps=4": "lower"}
     assert [round(r, 3) for r in record["process_ratios"]["lm_head.BK=128"]] == [0.995, 1.004, 0.999]
     assert len(record["processes"]) == 3 and len(record["processes"][0]["rounds_ms"]["table"]) == 6
+    # each process's own record, as it came, before the pooled one
+    own = [json.loads(x[len("AB-PROCESS "):]) for x in out.splitlines() if x.startswith("AB-PROCESS ")]
+    assert [r["rounds_ms"] for r in own] == [r["rounds_ms"] for r in record["processes"]]
     row = next(x for x in out.splitlines() if x.rstrip().endswith("1.004x, 0.999x)"))
     assert "same" in row and "lm_head.BK=128" in row and "in each of 3 processes" in out
 
-    # a process that fails ends the A/B with its own last line and status, nothing judged
-    monkeypatch.setattr(ab, "_child", lambda argv: (2, "", "lab.step.fused.ab needs a CUDA device (none visible)\n"))
+    # a process that fails ends the A/B with its own last line and status, nothing pooled, what ended before it kept
+    calls.clear()
+    monkeypatch.setattr(ab, "_child", lambda argv: child(argv) if not calls else
+                        (2, "", "lab.step.fused.ab needs a CUDA device (none visible)\n"))
     assert ab.main(argv) == 2
     captured = capsys.readouterr()
-    assert "process 1 of 3 ended with status 2: lab.step.fused.ab needs a CUDA device" in captured.err
-    assert "AB " not in captured.out
+    assert "process 2 of 3 ended with status 2: lab.step.fused.ab needs a CUDA device" in captured.err
+    assert not [x for x in captured.out.splitlines() if x.startswith("AB ")]
+    assert len([x for x in captured.out.splitlines() if x.startswith("AB-PROCESS ")]) == 1
     assert ab.main(["--processes", "0", "table"]) == 2 and "--processes must be positive" in capsys.readouterr().err
 
 

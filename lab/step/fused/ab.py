@@ -26,7 +26,8 @@ by the lab's one rule (the interval against 1); and one JSON line (`AB {...}`) w
 `--processes N` runs the whole A/B N times, each in a fresh process (one after another; this one only starts them and
 touches no GPU), and judges the arms over all of them: each arm's ratio in each process, and the ratio of the pooled
 medians with an interval that draws processes, then rounds within them (lab.contract.intervals.
-clustered_ratio_interval). What it shows and what it does not (H200, 2026-12-05): three processes on one machine gave
+clustered_ratio_interval). Each process's own record is printed as it ends (`AB-PROCESS {...}`), the pooled one last
+(`AB {...}`). What it shows and what it does not (H200, 2026-12-05): three processes on one machine gave
 the same ratio to the third decimal (0.996x, 0.996x, 0.996x), so a process's rounds are not where a half-percent
 effect hides; but an arm 0.995x [0.994, 0.997] the table's on one machine was, bound as the table, 1.004x the old
 table's on two others. A change of that size is shown only where it holds on another machine: run the A/B again in a
@@ -195,6 +196,7 @@ def _processes(args: argparse.Namespace) -> int:
         mine = summary(rounds_ms)
         print(f"process {i + 1} of {args.processes}: " + ", ".join(
             f"{k} {mine['ratio'][k]:.3f}x" for k in list(rounds_ms)[1:]), flush=True)
+        print("AB-PROCESS " + line[3:], flush=True)  # each process's own record as it ends: kept should a later one fail
         meta = {k: record.get(k) for k in ("size", "dtype", "batch", "pdl", "card")}
     out_all = summary_over(runs)
     print(head.replace("rotated rounds:", f"rotated rounds in each of {args.processes} processes:"))
