@@ -84,7 +84,8 @@ class CudaView(_Open):
 
 class NvidiaSmi(_Open):
     gpus: list[dict[str, str]] = []
-    """one object per GPU: nvidia-smi's fields (name, driver_version, memory.total, clocks, power limit...) as text"""
+    """one object per GPU: nvidia-smi's fields (name, driver_version, memory.total, clocks, power limit..., and the
+    card: uuid, pci.bus_id) as text"""
 
 
 class Gpu(_Open):
