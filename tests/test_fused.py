@@ -362,7 +362,9 @@ def test_ab_over_processes_judges_each_arm_by_whether_it_holds_from_process_to_p
         rounds = {"table": [1.0 + 0.0001 * r for r in range(6)]}
         rounds["lm_head.BK=128"] = [b * x for x in rounds["table"]]
         rounds["argmax.num_warps=4"] = [c * x for x in rounds["table"]]
-        record = {"size": "gpt2-1.5B", "dtype": "float32", "batch": 1, "pdl": True, "rounds_ms": rounds}
+        # the record a process prints: its own summary of its rounds (ab.summary), as main writes it
+        record = {"size": "gpt2-1.5B", "dtype": "float32", "batch": 1, "pdl": True,
+                  **ab.summary({k: [[v] for v in vs] for k, vs in rounds.items()})}
         return 0, "NVIDIA H200, gpt2-1.5B float32 batch 1, ..., 6 rotated rounds:\n  ...\nAB " + json.dumps(record), ""
 
     monkeypatch.setattr(ab, "_child", child)

@@ -193,9 +193,8 @@ def _processes(args: argparse.Namespace) -> int:
         head = next((x for x in out.splitlines() if "rotated rounds" in x), head)
         rounds_ms = {k: [[v] for v in vs] for k, vs in record["rounds_ms"].items()}
         runs.append(rounds_ms)
-        mine = summary(rounds_ms)
-        print(f"process {i + 1} of {args.processes}: " + ", ".join(
-            f"{k} {mine['ratio'][k]:.3f}x" for k in list(rounds_ms)[1:]), flush=True)
+        print(f"process {i + 1} of {args.processes}: " + ", ".join(  # the ratios its own summary printed
+            f"{k} {record['ratio'][k]:.3f}x" for k in list(rounds_ms)[1:]), flush=True)
         print("AB-PROCESS " + line[3:], flush=True)  # each process's own record as it ends: kept should a later one fail
         meta = {k: record.get(k) for k in ("size", "dtype", "batch", "pdl", "card")}
     out_all = summary_over(runs)
