@@ -30,6 +30,8 @@ from report.draw.tables import (Cell, Table, fmt, interval_text, is_number, num,
                                 timing_cell, value_cell)
 
 SWEEP_IDS = tuple(spec.id for spec in CATALOGUE if spec.sweep)
+# What model_scaling's table prints under a step's median: (metric, words, whether its interval goes beside it)
+UNDER_THE_MEDIAN = ((M.SPEEDUP_VS_EAGER, "{}x", False), (M.MBU, "MBU {}", True), (M.KERNELS_PER_STEP, "{} kernels", False))
 
 
 def _values(rec: Record | None, spec: M.MetricSpec, **params: Any) -> list[Any]:
@@ -144,11 +146,9 @@ def _scaling(rec: Record) -> tuple[list[Table], list[Chart]]:
         p: dict[str, Any] = {P.SIZE: size, P.DTYPE: dtype, P.BATCH: batch}
         row = param_cells(p, P.SIZE, P.DTYPE, P.BATCH)
         for method in methods:
-            extra = " · ".join(  # under the median, each where stored (MBU with its interval where stored)
-                (words.format(fmt(f.value)) + (f" {interval_text(q.interval(rec, M.MBU, **p, method=method))}".rstrip()
-                                               if spec is M.MBU else ""))
-                for spec, words in ((M.SPEEDUP_VS_EAGER, "{}x"), (M.MBU, "MBU {}"), (M.KERNELS_PER_STEP, "{} kernels"))
-                if (f := q.maybe(rec, spec, **p, method=method)))
+            extra = " · ".join(  # under the median, each where stored; MBU with its interval where stored
+                f"{words.format(fmt(f.value))} {interval_text(q.interval(rec, spec, **p, method=method)) if ranged else ''}"
+                .rstrip() for spec, words, ranged in UNDER_THE_MEDIAN if (f := q.maybe(rec, spec, **p, method=method)))
             row.append(timing_cell(q.maybe(rec, M.STEP_MS, **p, method=method), extra=extra))
         b = q.maybe(rec, M.BYTES_PER_STEP, **p)
         row.append(num(b.value / 1e6 if b else None))
