@@ -597,6 +597,64 @@ def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_b
     assert wait and before.count("cp.async.bulk.prefetch.L2") == 2 and "cp.async.bulk.prefetch.L2" not in after
 
 
+def test_late_loads_counts_the_loads_a_tail_issues_after_its_first_exchange_between_threads() -> None:
+    """aot.late_loads over disassembly lines: loads before the first shuffle or CTA barrier that follows the first load
+    are one round trip; each one after it starts another."""
+    from lab.step.fused import aot
+
+    one = ["LDG.E.128 R4, [R2]", "LDG.E.128 R8, [R2+0x10]", "FFMA R1, R4, R8, R1", "SHFL.BFLY PT, R3, R1, 0x10, 0x1f",
+           "BAR.SYNC.DEFER_BLOCKING 0x0", "STG.E [R6], R1", "EXIT"]
+    assert aot.late_loads(one) == 0
+    two = one[:3] + ["SHFL.BFLY PT, R3, R1, 0x10, 0x1f", "@P0 LDG.E.128.STRONG.GPU R12, [R2+0x20]",
+                     "BAR.SYNC.DEFER_BLOCKING 0x0", "LDG.E R13, [R9]", "EXIT"]
+    assert aot.late_loads(two) == 2
+    assert aot.late_loads(["BAR.SYNC.DEFER_BLOCKING 0x0", "LDG.E R1, [R2]", "FFMA R1, R1, R1, R1", "EXIT"]) == 0
+    assert aot.late_loads(["MOV R1, RZ", "EXIT"]) == 0  # no load
+
+
+@needs_triton
+def test_aot_binds_a_switch_by_name_and_refuses_one_no_launch_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m lab.step.fused.aot --switch KERNEL:SWITCH=V`: a malformed one is argparse's usage error, one that no
+    launch of the plan takes one line naming it; both exit 2 before anything is compiled."""
+    from lab.step.fused import aot
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("lab.step.fused.aot refuses to run under Triton's interpreter")
+    with pytest.raises(SystemExit) as bad:
+        aot.main(["--switch", "ln_qkv:KV_AT_ONCE"])
+    assert bad.value.code == 2 and "expected KERNEL:SWITCH=V" in capsys.readouterr().err
+    assert aot.main(["--model", "tiny", "--dtype", "float32", "--batch", "1", "--switch", "ln_qkv:NOPE=1"]) == 2
+    assert capsys.readouterr().err.strip() == "--switch: no launch of this plan takes ln_qkv:NOPE"
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.bfloat16), ("gpt2-1.5B", torch.float32)])
+def test_kv_at_once_issues_the_folded_attentions_v_loads_with_k(size: str, dtype: torch.dtype) -> None:
+    """attention._fold_attention's KV_AT_ONCE: without it ptxas issues V's loads after the scores' multiply-adds, which
+    wait for K (8 of GPT-2 124M bf16's 18 loads in the tail, 16 of 1.5B fp32's 33: two round trips on the chain of
+    every layer); with it, every load of the tail before its first exchange between threads, the same loads."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES[size]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
+    [qkv] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
+    assert "KV_AT_ONCE" not in qkv.meta, qkv.meta  # off unless bound
+    tails = {on: aot.fold_tail(aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "KV_AT_ONCE": on}))
+                                        .asm["cubin"])) for on in (0, 1)}
+    if tails[0] is None or tails[1] is None:
+        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    loads = {on: sum("LDG" in x for x in t) for on, t in tails.items()}
+    assert loads[0] == loads[1], loads  # q, then K and V of a chunk: the same loads
+    assert aot.late_loads(tails[0]) > 0, "ptxas now issues V's loads with K's on its own: KV_AT_ONCE has no work left"
+    assert aot.late_loads(tails[1]) == 0, [x for x in tails[1] if "LDG" in x or "SHFL" in x][:40]
+
+
 @needs_triton
 @pytest.mark.slow
 def test_bf16_products_take_two_instructions_a_weight_after_the_wait() -> None:
@@ -758,26 +816,31 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int, path: str | No
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch,prefetch,kv_l2", [(1, False, None), (8, False, None), (1, True, None),
-                                                 (8, True, None), (3, False, None), (1, True, 0), (2, True, 1)],
+@pytest.mark.parametrize("batch,prefetch,kv_l2,at_once", [(1, False, None, 0), (8, False, None, 0), (1, True, None, 0),
+                                                          (8, True, None, 0), (3, False, None, 0), (1, True, 0, 0),
+                                                          (2, True, 1, 0), (1, True, None, 1), (2, True, None, 1)],
                          ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b3", "b1-prefetch-kv-l2-off",
-                              "b2-prefetch-kv-l2"])
-def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool, kv_l2: int | None) -> None:
+                              "b2-prefetch-kv-l2", "b1-prefetch-kv-at-once", "b2-prefetch-kv-at-once"])
+def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool, kv_l2: int | None,
+                                          at_once: int) -> None:
     """The PDL methods as the lab runs them (on the gemv path, the attention folded into ln_qkv: FOLD_WITH_PDL):
     eager's tokens, the graph's replay bit for bit; the folded ln_qkv's KV_L2 switch (its heads' K and V asked into L2
     before the wait: a hint, so the same values) as configs.KV_L2_FIRST binds it (on, for GPT-2 124M fp32 on the
     PREFETCH path), or bound off (kv-l2-off) or on (kv-l2: two batch rows a program, the most the PREFETCH path
-    takes at GPT-2 124M fp32; at batch 3 the rule declines it) by name."""
+    takes at GPT-2 124M fp32; at batch 3 the rule declines it) by name; the folded attention's KV_AT_ONCE (K and V of
+    a chunk asked for in one round trip: the same values) bound by name at one and two batch rows a program."""
     from lab.step.fused.check import free_running
     from lab.step.fused.step import FOLD_WITH_PDL, pdl_supported
 
     ok, why = pdl_supported(torch.device("cuda"))
     if not ok:
         pytest.skip(why)
+    switches = {**({} if kv_l2 is None else {"KV_L2": kv_l2}), **({"KV_AT_ONCE": 1} if at_once else {})}
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch,
-                       switches=None if kv_l2 is None else {"ln_qkv": {"KV_L2": kv_l2}})
+                       switches={"ln_qkv": switches} if switches else None)
     table = run["path"] == "gemv-prefetch" and C.kv_l2("float32", GPT2.n_embd)
     assert run["kv_l2"] == (table if kv_l2 is None else bool(kv_l2)), run
+    assert run["kv_at_once"] == bool(at_once), run
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
     assert run["fold"] == (run["path"] != "gemm" and FOLD_WITH_PDL), run["configs"]  # the gemv paths fold
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)

@@ -207,6 +207,40 @@ def case_fold_head_major_switched_fp32_b1() -> dict[str, Any]:
 
 
 @case
+def case_fold_kv_at_once_exact() -> dict[str, Any]:
+    """The folded plan over odd shapes (case_fold_odd_b3's: heads 12 wide, batch blocks of 2 rows, the reached slots
+    in chunks of 8, so the online softmax carries across chunks), with and without the folded attention's KV_AT_ONCE
+    (its scores made to wait for V's loads by a select that always takes K), step by step from the same prefill:
+    bit-identical logits and state."""
+    import torch
+
+    from lab.step import decode as D
+    from lab.step.fused import check as K, step as S
+
+    real = C.fold_slots
+    C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
+    try:
+        w = K.weights_for("odd")
+        prompt = K.prompt_for(3, 20, int(w.wte.shape[0])).to(w.device)
+        states = [D.new_state(w, 3, 28) for _ in range(2)]
+        for st in states:
+            D.prefill(st, w, prompt)
+        odd = K.parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}')
+        plain = S.prepare(states[0], w, sms=4, fold=True, overrides=odd)
+        plans = [plain, S.with_switches(S.prepare(states[1], w, sms=4, fold=True, overrides=odd),
+                                        {"ln_qkv": {"KV_AT_ONCE": 1}})]
+        out: dict[str, Any] = {"fold": [p.fold for p in plans], "identical": [],
+                               "bound": [any(x.meta.get("KV_AT_ONCE") for x in p.launches) for p in plans]}
+        for _ in range(3):
+            logits = [p().clone() for p in plans]
+            out["identical"].append(torch.equal(logits[0], logits[1]) and all(
+                torch.equal(a, b) for a, b in zip(states[0].buffers().values(), states[1].buffers().values())))
+        return out
+    finally:
+        C.fold_slots = real  # type: ignore[assignment]
+
+
+@case
 def case_fold_bf16_b1() -> dict[str, Any]:
     from lab.step.fused.check import parse_configs
 
@@ -681,6 +715,13 @@ def test_persistent_plan_is_the_five_kernel_step_bit_for_bit_and_leaves_its_barr
 
 
 @pytest.mark.slow
+def test_kv_at_once_leaves_the_folded_step_bit_for_bit_as_it_was(worker: Worker) -> None:
+    got = worker.run("fold-kv-at-once-exact")
+    assert got["fold"] == [True, True] and got["bound"] == [False, True], got
+    assert got["identical"] == [True] * 3, got
+
+
+@pytest.mark.slow
 def test_gelu_both_forms_match_torch_tanh_gelu(worker: Worker) -> None:
     """The fast form (constants folded into one power of two, the fast division) and the correctly rounded one agree
     with torch's tanh GELU to fp32 rounding in the interpreter, whose exp2 and division are numpy's; on a GPU the fast
@@ -706,7 +747,8 @@ def test_head_major_order_covers_every_row_block_once_head_by_head_q_then_k_then
 
 def test_every_case_has_a_test() -> None:
     assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment",
-                                                              "persistent-exact", "gelu", "head-major-rows"}
+                                                              "persistent-exact", "gelu", "head-major-rows",
+                                                              "fold-kv-at-once-exact"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

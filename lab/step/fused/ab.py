@@ -10,7 +10,7 @@ forced, PDL where the device has it) with changes, separated by ";":
 
 - `KERNEL.FIELD=V`: a field of that kernel's config (BN, BK, BB, num_warps for a GEMV kernel; BS for the attention),
   as the tuner varies them;
-- `KERNEL:SWITCH=V`: a compile-time switch bound on that kernel's launches (HEAD_MAJOR, EVICT, KV_L2, PREFETCH, ...:
+- `KERNEL:SWITCH=V`: a compile-time switch bound on that kernel's launches (HEAD_MAJOR, EVICT, KV_L2, KV_AT_ONCE, ...:
   any constexpr of its kernel; lab.step.fused.step.with_switches), as a per-shape table in lab.step.fused.configs
   would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it; `KERNEL:maxnreg=R`, Triton's launch
   option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;

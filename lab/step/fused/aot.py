@@ -61,6 +61,10 @@ class Compiled:
     # the chain of every layer (None: not a folded ln_qkv, or no disassembler)
     tail_instructions: int | None = None
     tail_barriers: int | None = None
+    # ... and its global loads issued after its first exchange between threads (a shuffle or a CTA barrier) that follows
+    # its first load: at batch 1 a second round trip on that chain, where one could have carried them (V's, after the
+    # scores that wait for K, unless KV_AT_ONCE: attention._fold_attention)
+    tail_late_loads: int | None = None
     # cp.async.bulk.prefetch.L2 instructions in the PTX (the folded ln_qkv's KV_L2: the heads' K and V asked into L2)
     l2_prefetches: int = 0
 
@@ -183,6 +187,15 @@ def fold_tail(code: str | None) -> list[str] | None:
     return None if leave is None else _through_exit(lines, leave + 1)
 
 
+def late_loads(tail: list[str]) -> int:
+    """The global loads (LDG) among SASS instructions issued after the first exchange between threads (SHFL, or a CTA
+    barrier) that follows the first of them: loads whose round trip starts only after the first ones' has ended and been
+    reduced over (0 where they have no load, or every load comes before such an exchange)."""
+    first = _first(tail, r"\bLDG\b")
+    exchange = None if first is None else _first(tail, r"\bSHFL\b|\bBAR\.SYNC", first)
+    return 0 if exchange is None else sum(bool(re.search(r"\bLDG\b", line)) for line in tail[exchange:])
+
+
 def _barriers(path: list[str]) -> int:
     """The CTA barriers (BAR.SYNC) among SASS instructions."""
     return sum(bool(re.search(r"\bBAR\.SYNC", line)) for line in path)
@@ -229,7 +242,7 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M)),
                             _loads_after_barrier(ptx), None if path is None else len(path),
                             None if path is None else _barriers(path), None if tail is None else len(tail),
-                            None if tail is None else _barriers(tail),
+                            None if tail is None else _barriers(tail), None if tail is None else late_loads(tail),
                             len(re.findall(r"\bcp\.async\.bulk\.prefetch\.L2\b", ptx))))
     return out
 
@@ -270,6 +283,15 @@ def anatomy_plan(plan: Any) -> Any:
     return plan
 
 
+def _switch(text: str) -> tuple[str, str, int]:
+    """`KERNEL:SWITCH=V` (as lab.step.fused.ab's arms bind a switch) -> (kernel, switch, V)."""
+    kernel, _, rest = text.partition(":")
+    name, _, value = rest.partition("=")
+    if not (kernel and name and value.lstrip("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KERNEL:SWITCH=V with an integer V, e.g. ln_qkv:KV_L2=1")
+    return kernel, name, int(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.step.fused.aot", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="gpt2", choices=("gpt2", "tiny"))
@@ -284,7 +306,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="the attention folded into ln_qkv (four launches a layer; default: with --pdl, as on a device)")
     p.add_argument("--path", default=None, choices=("gemv", "gemm"),
                    help="force a projection path (default: the rule's at each batch, lab.step.fused.rule)")
+    p.add_argument("--switch", action="append", default=[], type=_switch, metavar="KERNEL:SWITCH=V",
+                   help="a compile-time switch bound on that kernel's launches, as an A/B arm binds it "
+                        "(lab.step.fused.step.with_switches), e.g. ln_qkv:KV_AT_ONCE=1; repeatable")
     args = p.parse_args(argv)
+    switches: dict[str, dict[str, int]] = {}
+    for kernel, name, value in args.switch:
+        switches.setdefault(kernel, {})[name] = value
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("lab.step.fused.aot compiles for a GPU: unset TRITON_INTERPRET", file=sys.stderr)
         return 2
@@ -294,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
             plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
                                    path=args.path, persistent=args.persistent, fold=args.fold)
             plan = anatomy_plan(plan) if args.anatomy else plan
+            if switches:
+                from lab.step.fused.step import with_switches
+
+                try:
+                    plan = with_switches(plan, switches)
+                except ValueError as e:
+                    print(f"--switch: {e}", file=sys.stderr)
+                    return 2
             print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
                   f"{' prefetch' if args.prefetch else ''}{' fold' if plan.fold else ''} path {plan.path}:")
             for c in compile_plan(plan, args.arch):
@@ -304,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{c.loads_after_barrier})  atomics {c.atomics} acquires "
                       f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  sass after wait "
                       f"{c.post_wait_instructions} ({c.barriers_after_wait} barriers)"
-                      + (f"  fold tail {c.tail_instructions} ({c.tail_barriers} barriers)"
+                      + (f"  fold tail {c.tail_instructions} ({c.tail_barriers} barriers, {c.tail_late_loads} "
+                         "loads after its first exchange)"
                          if c.tail_instructions is not None else "")
                       + (f"  L2 prefetches {c.l2_prefetches}" if c.l2_prefetches else "") + f"  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None

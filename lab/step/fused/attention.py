@@ -200,7 +200,8 @@ def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constex
 @triton.jit
 def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
                     H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
-                    BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0):
+                    BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
+                    KV_AT_ONCE: tl.constexpr = False):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
     for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
     divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
@@ -218,6 +219,15 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     change it), so the last program's first loads after its count-in are q, K and V, not the position before them; and
     the softmax's running max and sum start as scalars, not as reductions of constant tiles (each a reduction across
     warps through shared memory: five CTA barriers on the path, which the compiler does not fold).
+
+    KV_AT_ONCE: K and V of a chunk asked for in one round trip. Their loads are issued together in the PTX, but ptxas
+    (Triton 3.6's, sm_90, at every register cap tried from 90 to 255) moves V's after the scores' multiply-adds, which
+    wait for K: V's round trip then starts only once K has arrived, and the softmax's reductions hide only part of it.
+    With the switch each K value the scores use is selected by `pos >= 0` between itself and its V value: always K
+    (a position is never negative), but the compiler cannot know it, so the scores depend on V's loads and ptxas issues
+    them with K's (`lab.step.fused.aot`'s `tail_late_loads` counts the tail's loads issued after its first exchange
+    between threads). The values are the same; the cost is one select a value and the registers that hold K and V at
+    once (GPT-2 124M bf16: 128 a thread against 90).
 
     LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends
     no further (att is not written), so that the A/B tool can time what the attention after the count-in costs.
@@ -250,6 +260,8 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
                         k = tl.load(cache_ptr + base, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
                         v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0,
                                     cache_modifier=".cg").to(tl.float32)
+                        if KV_AT_ONCE:  # always k: the select only makes the scores wait for V's loads too
+                            k = tl.where(pos >= 0, k, v)
                         scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
                         m_new = tl.maximum(m, tl.max(scores, axis=0))  # finite: every chunk holds a reached slot
                         alpha = tl.exp(m - m_new)

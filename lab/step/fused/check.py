@@ -76,6 +76,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                               "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
                               "ln_fold": plan.ln_fold, "head_major": _bound(plan, "HEAD_MAJOR"),
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
+                              "kv_at_once": _bound(plan, "KV_AT_ONCE"),
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
@@ -86,7 +87,8 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
 def _bound(plan: Any, switch: str) -> bool:
     """Whether any of the plan's launches binds `switch` on: HEAD_MAJOR (the folded ln_qkv head by head,
     configs.head_major), EVICT (the weight loads marked to leave L2 first, configs.evict_first), KV_L2 (the folded
-    ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2)."""
+    ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2), KV_AT_ONCE (the folded attention's K and V
+    asked for in one round trip, attention._fold_attention)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 

@@ -191,7 +191,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
-                  EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False):
+                  EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -221,13 +221,16 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
     KV_L2 (with FOLD; inline assembly, so never in Triton's interpreter): before its wait, each head's first q program
     asks L2 for the K and V its head's attention will read (attention._kv_to_l2). Off unless bound.
+
+    KV_AT_ONCE (with FOLD): the folded attention asks for K and V of a chunk in one round trip, not V after the
+    scores (attention._fold_attention). Off unless bound.
     """
     pos = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr,
                   c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH,
                   LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH, BB,
-                        BN, BS, BD, HEAD_MAJOR, LEAVE_OUT)
+                        BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE)
 
 
 @triton.jit
