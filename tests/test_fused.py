@@ -657,6 +657,35 @@ def test_kv_at_once_issues_the_folded_attentions_v_loads_with_k(size: str, dtype
 
 @needs_triton
 @pytest.mark.slow
+@pytest.mark.parametrize("size", ["gpt2-124M", "gpt2-1.5B"])
+def test_res_at_once_issues_the_fp32_residual_with_the_input(size: str) -> None:
+    """proj's and fc2's RES_AT_ONCE (projections._res_at_once), fp32 as fused-pdl-prefetch binds them at batch 1: without
+    it ptxas issues the residual's load among the reduction's shuffles (a second round trip after the wait, on the
+    chain of two launches a layer); with it, every load after the wait before the first exchange between threads."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES[size]
+    plan = aot.plan_for_shapes(ModelSpec("one-layer", 1, spec.n_embd, spec.n_head), torch.float32, 1, pdl=True,
+                               prefetch=True)
+    for name in ("proj", "fc2"):
+        [launch] = [x for x in plan.launches if x.name == name]
+        assert "RES_AT_ONCE" not in launch.meta, launch.meta  # off unless bound
+        paths = {on: aot.after_wait(aot.sass(aot.compile_launch(replace(launch, meta={**launch.meta,
+                                                                                      "RES_AT_ONCE": on}))
+                                             .asm["cubin"])) for on in (0, 1)}
+        if paths[0] is None or paths[1] is None:
+            pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+        assert aot.late_loads(paths[0]) > 0, (name, "ptxas now issues the residual with the input on its own")
+        assert aot.late_loads(paths[1]) == 0, (name, [x for x in paths[1] if "LDG" in x or "SHFL" in x][:20])
+
+
+@needs_triton
+@pytest.mark.slow
 def test_bf16_products_take_two_instructions_a_weight_after_the_wait() -> None:
     """GPT-2 1.5B's bf16 fc2 as fused-pdl-prefetch bound it until 2026-12-04 (BN 4 x BK 8192, 4 warps: 256 bf16 values a
     thread; retuned since to BN 2, the same code over half the rows): read as packed pairs and summed in column order,
@@ -820,7 +849,7 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int, path: str | No
                                                           (8, True, None, 0), (3, False, None, 0), (1, True, 0, 0),
                                                           (2, True, 1, 0), (1, True, None, 1), (2, True, None, 1)],
                          ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b3", "b1-prefetch-kv-l2-off",
-                              "b2-prefetch-kv-l2", "b1-prefetch-kv-at-once", "b2-prefetch-kv-at-once"])
+                              "b2-prefetch-kv-l2", "b1-prefetch-at-once", "b2-prefetch-at-once"])
 def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool, kv_l2: int | None,
                                           at_once: int) -> None:
     """The PDL methods as the lab runs them (on the gemv path, the attention folded into ln_qkv: FOLD_WITH_PDL):
@@ -828,19 +857,21 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
     before the wait: a hint, so the same values) as configs.KV_L2_FIRST binds it (on, for GPT-2 124M fp32 on the
     PREFETCH path), or bound off (kv-l2-off) or on (kv-l2: two batch rows a program, the most the PREFETCH path
     takes at GPT-2 124M fp32; at batch 3 the rule declines it) by name; the folded attention's KV_AT_ONCE (K and V of
-    a chunk asked for in one round trip: the same values) bound by name at one and two batch rows a program."""
+    a chunk asked for in one round trip) and proj's and fc2's RES_AT_ONCE (the residual asked for with the input),
+    the same values, bound by name at one and two batch rows a program (at-once)."""
     from lab.step.fused.check import free_running
     from lab.step.fused.step import FOLD_WITH_PDL, pdl_supported
 
     ok, why = pdl_supported(torch.device("cuda"))
     if not ok:
         pytest.skip(why)
-    switches = {**({} if kv_l2 is None else {"KV_L2": kv_l2}), **({"KV_AT_ONCE": 1} if at_once else {})}
+    switches = {"ln_qkv": {**({} if kv_l2 is None else {"KV_L2": kv_l2}), **({"KV_AT_ONCE": 1} if at_once else {})},
+                **({"proj": {"RES_AT_ONCE": 1}, "fc2": {"RES_AT_ONCE": 1}} if at_once else {})}
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch,
-                       switches={"ln_qkv": switches} if switches else None)
+                       switches=switches if switches["ln_qkv"] or at_once else None)
     table = run["path"] == "gemv-prefetch" and C.kv_l2("float32", GPT2.n_embd)
     assert run["kv_l2"] == (table if kv_l2 is None else bool(kv_l2)), run
-    assert run["kv_at_once"] == bool(at_once), run
+    assert run["kv_at_once"] == run["res_at_once"] == bool(at_once), run
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
     assert run["fold"] == (run["path"] != "gemm" and FOLD_WITH_PDL), run["configs"]  # the gemv paths fold
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)

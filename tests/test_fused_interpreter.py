@@ -206,12 +206,12 @@ def case_fold_head_major_switched_fp32_b1() -> dict[str, Any]:
                  overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
 
 
-@case
-def case_fold_kv_at_once_exact() -> dict[str, Any]:
-    """The folded plan over odd shapes (case_fold_odd_b3's: heads 12 wide, batch blocks of 2 rows, the reached slots
-    in chunks of 8, so the online softmax carries across chunks), with and without the folded attention's KV_AT_ONCE
-    (its scores made to wait for V's loads by a select that always takes K), step by step from the same prefill:
-    bit-identical logits and state."""
+def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16: bool = False) -> dict[str, Any]:
+    """The folded plan over odd shapes (case_fold_odd_b3's: heads 12 wide, batch blocks of 2 rows, or one of 4 on the
+    PREFETCH path, the last row masked; the reached slots in chunks of 8, so the online softmax carries across chunks)
+    without and with `switches`, step by step from the same prefill (bf16: the weights, cache and activations in bf16,
+    even rows read as packed pairs): whether each step's logits and state are bit-identical, and which launches bound a
+    switch."""
     import torch
 
     from lab.step import decode as D
@@ -220,17 +220,19 @@ def case_fold_kv_at_once_exact() -> dict[str, Any]:
     real = C.fold_slots
     C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
     try:
-        w = K.weights_for("odd")
+        w = K.weights_for("odd", dtype=torch.bfloat16) if bf16 else K.weights_for("odd")
         prompt = K.prompt_for(3, 20, int(w.wte.shape[0])).to(w.device)
         states = [D.new_state(w, 3, 28) for _ in range(2)]
         for st in states:
             D.prefill(st, w, prompt)
-        odd = K.parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}')
-        plain = S.prepare(states[0], w, sms=4, fold=True, overrides=odd)
-        plans = [plain, S.with_switches(S.prepare(states[1], w, sms=4, fold=True, overrides=odd),
-                                        {"ln_qkv": {"KV_AT_ONCE": 1}})]
-        out: dict[str, Any] = {"fold": [p.fold for p in plans], "identical": [],
-                               "bound": [any(x.meta.get("KV_AT_ONCE") for x in p.launches) for p in plans]}
+        # PREFETCH: one chunk of the row, and the batch in one block (the rule declines a slice read twice)
+        odd = K.parse_configs('{"ln_qkv": {"BB": %d, "BN": 4, "BK": %d}}' % ((4, 64) if prefetch else (2, 32)))
+        plans = [S.prepare(st, w, sms=4, fold=True, overrides=odd, prefetch=prefetch) for st in states]
+        plans[1] = S.with_switches(plans[1], switches)
+        out: dict[str, Any] = {"fold": [p.fold for p in plans], "prefetch": [p.prefetch for p in plans],
+                               "identical": [], "bound": [sorted(f"{x.name}:{k}" for x in p.launches for k in
+                                                                 ("KV_AT_ONCE", "RES_AT_ONCE") if x.meta.get(k))
+                                                          for p in plans]}
         for _ in range(3):
             logits = [p().clone() for p in plans]
             out["identical"].append(torch.equal(logits[0], logits[1]) and all(
@@ -238,6 +240,27 @@ def case_fold_kv_at_once_exact() -> dict[str, Any]:
         return out
     finally:
         C.fold_slots = real  # type: ignore[assignment]
+
+
+@case
+def case_fold_kv_at_once_exact() -> dict[str, Any]:
+    # the folded attention's KV_AT_ONCE (its scores made to wait for V's loads by a select that always takes K)
+    return _with_and_without({"ln_qkv": {"KV_AT_ONCE": 1}}, prefetch=False)
+
+
+AT_ONCE = {"ln_qkv": {"KV_AT_ONCE": 1}, "proj": {"RES_AT_ONCE": 1}, "fc2": {"RES_AT_ONCE": 1}}
+
+
+@case
+def case_prefetch_at_once_exact() -> dict[str, Any]:
+    # the PREFETCH path folded, with KV_AT_ONCE and proj's and fc2's RES_AT_ONCE (their products made to wait for the
+    # residual by zeroing the weight rows whose residual is NaN: where none is, none)
+    return _with_and_without(AT_ONCE, prefetch=True)
+
+
+@case
+def case_prefetch_at_once_bf16_exact() -> dict[str, Any]:
+    return _with_and_without(AT_ONCE, prefetch=True, bf16=True)
 
 
 @case
@@ -717,7 +740,17 @@ def test_persistent_plan_is_the_five_kernel_step_bit_for_bit_and_leaves_its_barr
 @pytest.mark.slow
 def test_kv_at_once_leaves_the_folded_step_bit_for_bit_as_it_was(worker: Worker) -> None:
     got = worker.run("fold-kv-at-once-exact")
-    assert got["fold"] == [True, True] and got["bound"] == [False, True], got
+    assert got["fold"] == [True, True] and got["prefetch"] == [False, False], got
+    assert got["bound"] == [[], ["ln_qkv:KV_AT_ONCE"] * 2], got  # layer 0's ln_qkv (it embeds) and layer 1's
+    assert got["identical"] == [True] * 3, got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["prefetch-at-once-exact", "prefetch-at-once-bf16-exact"])
+def test_kv_and_res_at_once_leave_the_prefetch_step_bit_for_bit_as_it_was(worker: Worker, name: str) -> None:
+    got = worker.run(name)
+    assert got["fold"] == [True, True] and got["prefetch"] == [True, True], got
+    assert got["bound"] == [[], ["fc2:RES_AT_ONCE"] * 2 + ["ln_qkv:KV_AT_ONCE"] * 2 + ["proj:RES_AT_ONCE"] * 2], got
     assert got["identical"] == [True] * 3, got
 
 
@@ -748,7 +781,8 @@ def test_head_major_order_covers_every_row_block_once_head_by_head_q_then_k_then
 def test_every_case_has_a_test() -> None:
     assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment",
                                                               "persistent-exact", "gelu", "head-major-rows",
-                                                              "fold-kv-at-once-exact"}
+                                                              "fold-kv-at-once-exact", "prefetch-at-once-exact",
+                                                              "prefetch-at-once-bf16-exact"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

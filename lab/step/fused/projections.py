@@ -182,6 +182,19 @@ def _add_residual(res, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr, 
     out += bias[None, :]
     tl.store(x_out + b[:, None] * E + n[None, :], out, mask=_stored(mask, out, LEAVE_OUT))
 
+@triton.jit
+def _res_at_once(w_raw, res):
+    """RES_AT_ONCE (proj and fc2, PREFETCH): the weight slice [1, BN, K'] (as `_load_w_raw` holds it) with row n zeroed
+    for batch row b where res[b, n] is NaN: [BB, BN, K']. Where it is zeroed the output is NaN either way (res + acc +
+    bias), so every value is as without it; but the products now wait for the residual's load, so ptxas issues it with
+    the input's, right after the wait, where it put it among the reduction's shuffles (Triton 3.6's ptxas, sm_90: one
+    more round trip to L2 before the store, on the chain of two launches a layer). The cost: a select a value of the
+    slice held (a packed pair in bf16) before the multiply-adds, and the residual read by every thread that holds its
+    rows rather than by one."""
+    keep = res == res
+    return tl.where(keep[:, :, None], w_raw, tl.zeros_like(w_raw))
+
+
 # ------------------------------------------------------------------------------- kernel 1 of 4
 
 @triton.jit
@@ -311,7 +324,8 @@ def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.c
 def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
                          BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
-                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False, EVICT: tl.constexpr = 0):
+                         LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False, EVICT: tl.constexpr = 0,
+                         RES_AT_ONCE: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -322,17 +336,19 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
 
     FOLDED (after an ln_qkv launch with FOLD): part_o is the attention output att [B, E], already normalised, read
     as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
+
+    RES_AT_ONCE (PREFETCH): the residual asked for with the input, not during the reduction (`_res_at_once`).
     """
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
-          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED, EVICT)
+          BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED, EVICT, RES_AT_ONCE)
 
 
 @triton.jit
 def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, H: tl.constexpr,
           DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
           USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-          FOLDED: tl.constexpr = False, EVICT: tl.constexpr = 0):
-    """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED: as the kernel)."""
+          FOLDED: tl.constexpr = False, EVICT: tl.constexpr = 0, RES_AT_ONCE: tl.constexpr = False):
+    """proj_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; FOLDED, RES_AT_ONCE: as the kernel)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= E) and the bias, before the wait
@@ -347,6 +363,8 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
     if PREFETCH:
         a = _made(_attention_in(part_o, part_m, part_l, b, b_mask, tl.arange(0, BK), E, H, DH, NS, BB, BK, FOLDED),
                   LEAVE_OUT, _INPUT)
+        if RES_AT_ONCE:
+            w_raw = _res_at_once(w_raw, res)
         acc = _dot_slice(a, w_raw)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
@@ -417,7 +435,8 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
 @triton.jit
 def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr,
                         BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
+                        PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0,
+                        RES_AT_ONCE: tl.constexpr = False):
     """The second MLP matrix + bias + the residual add.
 
     Fuses: h @ fc2_w.T + fc2_b -> x + that (x_in = x_out in the step: in place, own rows only).
@@ -426,14 +445,14 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
     """
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
-         LEAVE_OUT, 0, False, EVICT)
+         LEAVE_OUT, 0, False, EVICT, RES_AT_ONCE)
 
 
 @triton.jit
 def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
          BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
-         w_pre, PRELOADED: tl.constexpr, EVICT: tl.constexpr = 0):
-    """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
+         w_pre, PRELOADED: tl.constexpr, EVICT: tl.constexpr = 0, RES_AT_ONCE: tl.constexpr = False):
+    """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; RES_AT_ONCE: as proj's kernel)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
@@ -448,6 +467,8 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
     if PREFETCH:
         k = tl.arange(0, BK)
         a = _load_x(h_ptr, h_ptr, h_ptr, h_ptr, 0, b, b_mask, k, F, False, LEAVE_OUT)
+        if RES_AT_ONCE:
+            w_raw = _res_at_once(w_raw, res)
         acc = _dot_slice(a, w_raw)
     else:
         acc = tl.zeros([BB, BN], dtype=tl.float32)
