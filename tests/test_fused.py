@@ -658,6 +658,34 @@ def test_kv_at_once_issues_the_folded_attentions_v_loads_with_k(size: str, dtype
 @needs_triton
 @pytest.mark.slow
 @pytest.mark.parametrize("size", ["gpt2-124M", "gpt2-1.5B"])
+def test_pos_at_once_issues_the_bf16_position_with_ln_qkvs_row(size: str) -> None:
+    """ln_qkv's POS_AT_ONCE (projections._ln_qkv), bf16 as fused-pdl-prefetch binds it at batch 1: without it ptxas
+    issues the position's load (where the K and V rows are stored) after the layer norm's statistics, a second round
+    trip before the stores and the fold's count-in; with it, with the row's."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES[size]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), torch.bfloat16, 1, pdl=True,
+                               prefetch=True)
+    [qkv] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
+    assert "POS_AT_ONCE" not in qkv.meta, qkv.meta  # off unless bound
+    paths = {on: aot.after_wait(aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "POS_AT_ONCE": on}))
+                                         .asm["cubin"])) for on in (0, 1)}
+    if paths[0] is None or paths[1] is None:
+        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    late = [x for x in paths[0][next(i for i, x in enumerate(paths[0]) if "SHFL" in x):] if "LDG" in x]
+    assert len(late) == 1 and "LDG.E.64" in late[0], late  # the position (int64), after the statistics' shuffles
+    assert aot.late_loads(paths[1]) == 0, [x for x in paths[1] if "LDG" in x or "SHFL" in x][:20]
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("size", ["gpt2-124M", "gpt2-1.5B"])
 def test_res_at_once_issues_the_fp32_residual_with_the_input(size: str) -> None:
     """proj's and fc2's RES_AT_ONCE (projections._res_at_once), fp32 as fused-pdl-prefetch binds them at batch 1: without
     it ptxas issues the residual's load among the reduction's shuffles (a second round trip after the wait, on the
@@ -857,21 +885,23 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
     before the wait: a hint, so the same values) as configs.KV_L2_FIRST binds it (on, for GPT-2 124M fp32 on the
     PREFETCH path), or bound off (kv-l2-off) or on (kv-l2: two batch rows a program, the most the PREFETCH path
     takes at GPT-2 124M fp32; at batch 3 the rule declines it) by name; the folded attention's KV_AT_ONCE (K and V of
-    a chunk asked for in one round trip) and proj's and fc2's RES_AT_ONCE (the residual asked for with the input),
-    the same values, bound by name at one and two batch rows a program (at-once)."""
+    a chunk asked for in one round trip), its POS_AT_ONCE (the position asked for with the row) and proj's and fc2's
+    RES_AT_ONCE (the residual asked for with the input), the same values, bound by name at one and two batch rows a
+    program (at-once)."""
     from lab.step.fused.check import free_running
     from lab.step.fused.step import FOLD_WITH_PDL, pdl_supported
 
     ok, why = pdl_supported(torch.device("cuda"))
     if not ok:
         pytest.skip(why)
-    switches = {"ln_qkv": {**({} if kv_l2 is None else {"KV_L2": kv_l2}), **({"KV_AT_ONCE": 1} if at_once else {})},
+    switches = {"ln_qkv": {**({} if kv_l2 is None else {"KV_L2": kv_l2}),
+                           **({"KV_AT_ONCE": 1, "POS_AT_ONCE": 1} if at_once else {})},
                 **({"proj": {"RES_AT_ONCE": 1}, "fc2": {"RES_AT_ONCE": 1}} if at_once else {})}
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch,
                        switches=switches if switches["ln_qkv"] or at_once else None)
     table = run["path"] == "gemv-prefetch" and C.kv_l2("float32", GPT2.n_embd)
     assert run["kv_l2"] == (table if kv_l2 is None else bool(kv_l2)), run
-    assert run["kv_at_once"] == run["res_at_once"] == bool(at_once), run
+    assert run["kv_at_once"] == run["pos_at_once"] == run["res_at_once"] == bool(at_once), run
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
     assert run["fold"] == (run["path"] != "gemm" and FOLD_WITH_PDL), run["configs"]  # the gemv paths fold
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)

@@ -231,7 +231,7 @@ def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16:
         plans[1] = S.with_switches(plans[1], switches)
         out: dict[str, Any] = {"fold": [p.fold for p in plans], "prefetch": [p.prefetch for p in plans],
                                "identical": [], "bound": [sorted(f"{x.name}:{k}" for x in p.launches for k in
-                                                                 ("KV_AT_ONCE", "RES_AT_ONCE") if x.meta.get(k))
+                                                                 ("KV_AT_ONCE", "POS_AT_ONCE", "RES_AT_ONCE") if x.meta.get(k))
                                                           for p in plans]}
         for _ in range(3):
             logits = [p().clone() for p in plans]
@@ -248,13 +248,14 @@ def case_fold_kv_at_once_exact() -> dict[str, Any]:
     return _with_and_without({"ln_qkv": {"KV_AT_ONCE": 1}}, prefetch=False)
 
 
-AT_ONCE = {"ln_qkv": {"KV_AT_ONCE": 1}, "proj": {"RES_AT_ONCE": 1}, "fc2": {"RES_AT_ONCE": 1}}
+AT_ONCE = {"ln_qkv": {"KV_AT_ONCE": 1, "POS_AT_ONCE": 1}, "proj": {"RES_AT_ONCE": 1}, "fc2": {"RES_AT_ONCE": 1}}
 
 
 @case
 def case_prefetch_at_once_exact() -> dict[str, Any]:
-    # the PREFETCH path folded, with KV_AT_ONCE and proj's and fc2's RES_AT_ONCE (their products made to wait for the
-    # residual by zeroing the weight rows whose residual is NaN: where none is, none)
+    # the PREFETCH path folded, with KV_AT_ONCE, ln_qkv's POS_AT_ONCE (its row selected by pos >= 0 between itself and
+    # zeros) and proj's and fc2's RES_AT_ONCE (their products made to wait for the residual by zeroing the weight rows
+    # whose residual is NaN: where none is, none)
     return _with_and_without(AT_ONCE, prefetch=True)
 
 
@@ -750,7 +751,8 @@ def test_kv_at_once_leaves_the_folded_step_bit_for_bit_as_it_was(worker: Worker)
 def test_kv_and_res_at_once_leave_the_prefetch_step_bit_for_bit_as_it_was(worker: Worker, name: str) -> None:
     got = worker.run(name)
     assert got["fold"] == [True, True] and got["prefetch"] == [True, True], got
-    assert got["bound"] == [[], ["fc2:RES_AT_ONCE"] * 2 + ["ln_qkv:KV_AT_ONCE"] * 2 + ["proj:RES_AT_ONCE"] * 2], got
+    assert got["bound"] == [[], ["fc2:RES_AT_ONCE"] * 2 + ["ln_qkv:KV_AT_ONCE"] * 2 + ["ln_qkv:POS_AT_ONCE"] * 2
+                                 + ["proj:RES_AT_ONCE"] * 2], got  # sorted; each of the two layers
     assert got["identical"] == [True] * 3, got
 
 

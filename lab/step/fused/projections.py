@@ -204,7 +204,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
-                  EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False):
+                  EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False,
+                  POS_AT_ONCE: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -237,10 +238,13 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
     KV_AT_ONCE (with FOLD): the folded attention asks for K and V of a chunk in one round trip, not V after the
     scores (attention._fold_attention). Off unless bound.
+
+    POS_AT_ONCE (PREFETCH): the position asked for with the input row, not after the layer norm's statistics
+    (`_ln_qkv`). Off unless bound.
     """
     pos = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr,
                   c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH,
-                  LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2)
+                  LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH, BB,
                         BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE)
@@ -252,11 +256,18 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
             LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False, EVICT: tl.constexpr = 0,
-            KV_L2: tl.constexpr = False):
+            KV_L2: tl.constexpr = False, POS_AT_ONCE: tl.constexpr = False):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
     while the program worked on its previous task or waited at the grid barrier. HEAD_MAJOR: as the kernel's. Returns
-    the position it read after its wait (the folded attention's)."""
+    the position it read after its wait (the folded attention's).
+
+    POS_AT_ONCE (PREFETCH): the position is read after the wait (no kernel of the step writes it, but one of the step
+    before may still run while a launch waits), then stored with in the K and V rows' addresses. ptxas issues its load
+    after the layer norm's statistics in bf16 (Triton 3.6's, sm_90: GPT-2 124M and 1.5B), so the stores, and with them
+    the fold's count-in, wait for a second round trip. With the switch the row is selected by `pos >= 0` between itself
+    and zeros: always itself (a position is never negative), but the products now wait for the position's load too,
+    and ptxas issues it with the row's. The values are the same; the cost is a select for each value of the row."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     if HEAD_MAJOR:  # the same blocks of BN rows, in the order of the heads
         row, _ = _qkv_block_row(pid_n, E, DH, BN, HEAD_MAJOR)
@@ -287,6 +298,8 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
                      mask=_stored(b_mask[:, None] & (ke < E)[None, :], x0, LEAVE_OUT))
     if PREFETCH:
         x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT)
+        if POS_AT_ONCE:  # always x: the select only makes the products wait for the position's load too
+            x = tl.where(pos >= 0, x, 0.0)
         out = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
