@@ -527,6 +527,11 @@ def test_kernels_compile_for_hopper(label: str) -> None:
         assert k["grid_dependency_ops"] == (2 if "pdl" in label else 0), k
         if k["name"] in WIDE_LOADS:
             assert k["vector_loads"] > 0, k  # 16-byte loads of the weights / cache / rows
+        # the SASS path after a PDL wait and its loads a round trip late (aot.late_loads): the PREFETCH ln_fc reads its
+        # row and nothing else, in one trip
+        assert (k["late_loads_after_wait"] is None) == (k["post_wait_instructions"] is None), k
+        if "prefetch" in label and path != "gemm" and k["name"] == "ln_fc":
+            assert k["late_loads_after_wait"] == 0, k
 
 
 @needs_triton

@@ -56,6 +56,10 @@ class Compiled:
     # CTA barriers (BAR.SYNC) on that path: each reduction across warps takes two, and each change of a tile's layout
     # through shared memory one or more (a bf16 input read in another layout than its products took 16 in fc2)
     barriers_after_wait: int | None = None
+    # global loads on that path issued after its first exchange between threads that follows its first load (`late_loads`):
+    # at batch 1 a second round trip after the wait (the position in bf16 ln_qkv, the residual in fp32 proj and fc2,
+    # unless their AT_ONCE switches are bound; lm_head's later chunks and the argmax's second level by design)
+    late_loads_after_wait: int | None = None
     # the folded ln_qkv's last program of a head (attention._fold_attention): SASS instructions from the exit the head's
     # other programs take after counting in to its own exit, and the CTA barriers among them: the head's attention, on
     # the chain of every layer (None: not a folded ln_qkv, or no disassembler)
@@ -241,7 +245,8 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             len(re.findall(r"\bld(?:\.\w+)*\.acquire\b", ptx)),
                             len(re.findall(r"^\s*(?:atom\.|ld(?:\.\w+)*\.acquire\b)", ptx, flags=re.M)),
                             _loads_after_barrier(ptx), None if path is None else len(path),
-                            None if path is None else _barriers(path), None if tail is None else len(tail),
+                            None if path is None else _barriers(path), None if path is None else late_loads(path),
+                            None if tail is None else len(tail),
                             None if tail is None else _barriers(tail), None if tail is None else late_loads(tail),
                             len(re.findall(r"\bcp\.async\.bulk\.prefetch\.L2\b", ptx))))
     return out
@@ -339,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait} (after its first barrier "
                       f"{c.loads_after_barrier})  atomics {c.atomics} acquires "
                       f"{c.acquires} ({c.unpredicated_atomics} unpredicated)  sass after wait "
-                      f"{c.post_wait_instructions} ({c.barriers_after_wait} barriers)"
+                      f"{c.post_wait_instructions} ({c.barriers_after_wait} barriers, {c.late_loads_after_wait} loads "
+                      "after its first exchange)"
                       + (f"  fold tail {c.tail_instructions} ({c.tail_barriers} barriers, {c.tail_late_loads} "
                          "loads after its first exchange)"
                          if c.tail_instructions is not None else "")
