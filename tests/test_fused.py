@@ -632,13 +632,10 @@ def test_aot_binds_a_switch_by_name_and_refuses_one_no_launch_takes(capsys: pyte
     assert capsys.readouterr().err.strip() == "--switch: no launch of this plan takes ln_qkv:NOPE"
 
 
-@needs_triton
-@pytest.mark.slow
-@pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.bfloat16), ("gpt2-1.5B", torch.float32)])
-def test_kv_at_once_issues_the_folded_attentions_v_loads_with_k(size: str, dtype: torch.dtype) -> None:
-    """attention._fold_attention's KV_AT_ONCE: without it ptxas issues V's loads after the scores' multiply-adds, which
-    wait for K (8 of GPT-2 124M bf16's 18 loads in the tail, 16 of 1.5B fp32's 33: two round trips on the chain of
-    every layer); with it, every load of the tail before its first exchange between threads, the same loads."""
+def _switch_builds(size: str, dtype: torch.dtype, kernel: str, switch: str, tail: bool = False) -> dict[int, list[str]]:
+    """`kernel`'s launch in GPT-2 `size`'s fused-pdl-prefetch plan at batch 1 (not layer 0's embedding variant), compiled
+    for sm_90 with the compile-time `switch` off (0) and on (1): the SASS path after its PDL wait, or with `tail` the
+    fold tail (aot.fold_tail). Skips without the Triton wheel's ptxas and nvdisasm; the plan must not bind the switch."""
     from dataclasses import replace
 
     from lab.contract.profiles import SHAPES, ModelSpec
@@ -648,12 +645,26 @@ def test_kv_at_once_issues_the_folded_attentions_v_loads_with_k(size: str, dtype
         pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
     spec = SHAPES[size]
     plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
-    [qkv] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
-    assert "KV_AT_ONCE" not in qkv.meta, qkv.meta  # off unless bound
-    tails = {on: aot.fold_tail(aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "KV_AT_ONCE": on}))
-                                        .asm["cubin"])) for on in (0, 1)}
-    if tails[0] is None or tails[1] is None:
+    [launch] = [x for x in plan.launches if x.name == kernel and not x.meta.get("EMBED")][-1:]
+    assert switch not in launch.meta, launch.meta  # off unless bound
+    pick = aot.fold_tail if tail else aot.after_wait
+    paths = {on: pick(aot.sass(aot.compile_launch(replace(launch, meta={**launch.meta, switch: on})).asm["cubin"]))
+             for on in (0, 1)}
+    if paths[0] is None or paths[1] is None:
         pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    return {on: path for on, path in paths.items() if path is not None}
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.bfloat16), ("gpt2-1.5B", torch.float32)])
+def test_kv_at_once_issues_the_folded_attentions_v_loads_with_k(size: str, dtype: torch.dtype) -> None:
+    """attention._fold_attention's KV_AT_ONCE: without it ptxas issues V's loads after the scores' multiply-adds, which
+    wait for K (8 of GPT-2 124M bf16's 18 loads in the tail, 16 of 1.5B fp32's 33: two round trips on the chain of
+    every layer); with it, every load of the tail before its first exchange between threads, the same loads."""
+    from lab.step.fused import aot
+
+    tails = _switch_builds(size, dtype, "ln_qkv", "KV_AT_ONCE", tail=True)
     loads = {on: sum("LDG" in x for x in t) for on, t in tails.items()}
     assert loads[0] == loads[1], loads  # q, then K and V of a chunk: the same loads
     assert aot.late_loads(tails[0]) > 0, "ptxas now issues V's loads with K's on its own: KV_AT_ONCE has no work left"
@@ -667,22 +678,9 @@ def test_pos_at_once_issues_the_bf16_position_with_ln_qkvs_row(size: str) -> Non
     """ln_qkv's POS_AT_ONCE (projections._ln_qkv), bf16 as fused-pdl-prefetch binds it at batch 1: without it ptxas
     issues the position's load (where the K and V rows are stored) after the layer norm's statistics, a second round
     trip before the stores and the fold's count-in; with it, with the row's."""
-    from dataclasses import replace
-
-    from lab.contract.profiles import SHAPES, ModelSpec
     from lab.step.fused import aot
 
-    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
-    spec = SHAPES[size]
-    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), torch.bfloat16, 1, pdl=True,
-                               prefetch=True)
-    [qkv] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
-    assert "POS_AT_ONCE" not in qkv.meta, qkv.meta  # off unless bound
-    paths = {on: aot.after_wait(aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "POS_AT_ONCE": on}))
-                                         .asm["cubin"])) for on in (0, 1)}
-    if paths[0] is None or paths[1] is None:
-        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    paths = _switch_builds(size, torch.bfloat16, "ln_qkv", "POS_AT_ONCE")
     late = [x for x in paths[0][next(i for i, x in enumerate(paths[0]) if "SHFL" in x):] if "LDG" in x]
     assert len(late) == 1 and "LDG.E.64" in late[0], late  # the position (int64), after the statistics' shuffles
     assert aot.late_loads(paths[1]) == 0, [x for x in paths[1] if "LDG" in x or "SHFL" in x][:20]
@@ -695,24 +693,10 @@ def test_res_at_once_issues_the_fp32_residual_with_the_input(size: str) -> None:
     """proj's and fc2's RES_AT_ONCE (projections._res_at_once), fp32 as fused-pdl-prefetch binds them at batch 1: without
     it ptxas issues the residual's load among the reduction's shuffles (a second round trip after the wait, on the
     chain of two launches a layer); with it, every load after the wait before the first exchange between threads."""
-    from dataclasses import replace
-
-    from lab.contract.profiles import SHAPES, ModelSpec
     from lab.step.fused import aot
 
-    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
-    spec = SHAPES[size]
-    plan = aot.plan_for_shapes(ModelSpec("one-layer", 1, spec.n_embd, spec.n_head), torch.float32, 1, pdl=True,
-                               prefetch=True)
     for name in ("proj", "fc2"):
-        [launch] = [x for x in plan.launches if x.name == name]
-        assert "RES_AT_ONCE" not in launch.meta, launch.meta  # off unless bound
-        paths = {on: aot.after_wait(aot.sass(aot.compile_launch(replace(launch, meta={**launch.meta,
-                                                                                      "RES_AT_ONCE": on}))
-                                             .asm["cubin"])) for on in (0, 1)}
-        if paths[0] is None or paths[1] is None:
-            pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+        paths = _switch_builds(size, torch.float32, name, "RES_AT_ONCE")
         assert aot.late_loads(paths[0]) > 0, (name, "ptxas now issues the residual with the input on its own")
         assert aot.late_loads(paths[1]) == 0, (name, [x for x in paths[1] if "LDG" in x or "SHFL" in x][:20])
 
