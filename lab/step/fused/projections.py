@@ -182,6 +182,7 @@ def _add_residual(res, x_out, acc, bias, b, b_mask, n, n_mask, E: tl.constexpr, 
     out += bias[None, :]
     tl.store(x_out + b[:, None] * E + n[None, :], out, mask=_stored(mask, out, LEAVE_OUT))
 
+
 @triton.jit
 def _res_at_once(w_raw, res):
     """RES_AT_ONCE (proj and fc2, PREFETCH): the weight slice [1, BN, K'] (as `_load_w_raw` holds it) with row n zeroed
@@ -263,7 +264,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     the position it read after its wait (the folded attention's).
 
     POS_AT_ONCE (PREFETCH): the position is read after the wait (no kernel of the step writes it, but one of the step
-    before may still run while a launch waits), then stored with in the K and V rows' addresses. ptxas issues its load
+    before may still run while a launch waits) and places the K and V rows in the cache. ptxas issues its load
     after the layer norm's statistics in bf16 (Triton 3.6's, sm_90: GPT-2 124M and 1.5B), so the stores, and with them
     the fold's count-in, wait for a second round trip. With the switch the row is selected by `pos >= 0` between itself
     and zeros: always itself (a position is never negative), but the products now wait for the position's load too,
@@ -456,6 +457,8 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC2 matrix + 3 KB bias (+ the 12 KB h
     row per program, from L2); reads and writes 3 KB of residual.
     Launches per step: one per layer (12). Grid: cdiv(E, BN) * cdiv(B, BB) programs.
+
+    RES_AT_ONCE (PREFETCH): the residual asked for with the input, not during the reduction (`_res_at_once`).
     """
     _fc2(tl.program_id(0), h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, F, BB, BN, BK, USE_PDL, PREFETCH,
          LEAVE_OUT, 0, False, EVICT, RES_AT_ONCE)
@@ -465,7 +468,7 @@ def fc2_residual_kernel(h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.const
 def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: tl.constexpr, BB: tl.constexpr,
          BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr,
          w_pre, PRELOADED: tl.constexpr, EVICT: tl.constexpr = 0, RES_AT_ONCE: tl.constexpr = False):
-    """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; RES_AT_ONCE: as proj's kernel)."""
+    """fc2_residual_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`; RES_AT_ONCE: as the kernel)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, E, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     if PREFETCH:  # the whole slice (BK >= F) and the bias, before the wait
