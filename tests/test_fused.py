@@ -532,6 +532,13 @@ def test_kernels_compile_for_hopper(label: str) -> None:
         assert (k["late_loads_after_wait"] is None) == (k["post_wait_instructions"] is None), k
         if "prefetch" in label and path != "gemm" and k["name"] == "ln_fc":
             assert k["late_loads_after_wait"] == 0, k
+        # the launch's grid and warps (what the issue floor after the wait multiplies), and which paths loop: lm_head's
+        # over its chunks (so it has no floor), not the PREFETCH ln_fc's and fc2's
+        assert k["programs"] >= 1 and k["warps"] in (1, 2, 4, 8, 16), k
+        if k["name"] == "lm_head" and k["post_wait_instructions"] is not None:
+            assert k["loops_after_wait"], k
+        if "prefetch" in label and path != "gemm" and k["name"] in ("ln_fc", "fc2"):  # (proj unfolded loops over splits)
+            assert not k["loops_after_wait"], k
 
 
 @needs_triton
@@ -617,6 +624,36 @@ def test_late_loads_counts_the_loads_a_tail_issues_after_its_first_exchange_betw
     assert aot.late_loads(["MOV R1, RZ", "EXIT"]) == 0  # no load
 
 
+def test_issue_after_wait_prices_every_programs_path_and_the_fold_tails_over_the_sms_schedulers() -> None:
+    """aot.issue_after_wait_us: warps x (programs x the path after the wait + tail programs x the tail) warp
+    instructions, issued four a cycle an SM; nothing where there is no wait or the path loops (counted once, it is not
+    what runs)."""
+    from dataclasses import replace
+
+    from lab.step.fused import aot
+
+    c = aot.Compiled("ln_qkv", "", 90, 0, 0, 0, 0, 2, post_wait_instructions=500, tail_instructions=900, programs=100,
+                     warps=4, tail_programs=12)
+    cycles = 4 * (100 * 500 + 12 * 900) / (132 * 4)
+    assert aot.issue_after_wait_us(c, 132, 1980.0) == pytest.approx(cycles / 1980.0, rel=1e-12)
+    assert aot.issue_after_wait_us(c, 66, 1980.0) == pytest.approx(2 * cycles / 1980.0, rel=1e-12)  # half the SMs
+    assert aot.issue_after_wait_us(replace(c, loops_after_wait=True), 132, 1980.0) is None
+    assert aot.issue_after_wait_us(replace(c, post_wait_instructions=None), 132, 1980.0) is None
+
+
+def test_loops_after_wait_finds_a_branch_back_between_the_wait_and_the_exit() -> None:
+    from lab.step.fused import aot
+
+    head = ["        /*0000*/ MOV R1, c[0x0][0x28] ;", ".L_x_0:", "        /*0010*/ ACQBULK ;"]
+    back = head + [".L_x_1:", "        /*0020*/ FFMA R2, R3, R4, R2 ;", "        /*0030*/ @P0 BRA `(.L_x_1) ;",
+                   "        /*0040*/ EXIT ;"]
+    forward = head + ["        /*0020*/ @P0 BRA `(.L_x_2) ;", "        /*0030*/ FFMA R2, R3, R4, R2 ;", ".L_x_2:",
+                      "        /*0040*/ EXIT ;", ".L_x_3:", "        /*0050*/ BRA `(.L_x_3);"]
+    assert aot.loops_after_wait("\n".join(back))
+    assert not aot.loops_after_wait("\n".join(forward))  # forward only; the trap loop after EXIT does not count
+    assert not aot.loops_after_wait("\n".join(back).replace("ACQBULK", "NOP")) and not aot.loops_after_wait(None)
+
+
 @needs_triton
 def test_aot_binds_a_switch_by_name_and_refuses_one_no_launch_takes(capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m lab.step.fused.aot --switch KERNEL:SWITCH=V`: a malformed one is argparse's usage error, one that no
@@ -628,7 +665,8 @@ def test_aot_binds_a_switch_by_name_and_refuses_one_no_launch_takes(capsys: pyte
     with pytest.raises(SystemExit) as bad:
         aot.main(["--switch", "ln_qkv:KV_AT_ONCE"])
     assert bad.value.code == 2 and "expected KERNEL:SWITCH=V" in capsys.readouterr().err
-    assert aot.main(["--model", "tiny", "--dtype", "float32", "--batch", "1", "--switch", "ln_qkv:NOPE=1"]) == 2
+    # (a GPT-2 size by name: two layers of its shapes)
+    assert aot.main(["--model", "gpt2-124M", "--dtype", "float32", "--batch", "1", "--switch", "ln_qkv:NOPE=1"]) == 2
     assert capsys.readouterr().err.strip() == "--switch: no launch of this plan takes ln_qkv:NOPE"
 
 

@@ -4,13 +4,17 @@
     python -m lab.step.fused.aot --dtype bfloat16 --batch 8 --pdl --arch 90
     python -m lab.step.fused.aot --dtype bfloat16 --batch 1 --pdl --prefetch     # the fused-pdl-prefetch variant
     python -m lab.step.fused.aot --batch 1 --anatomy     # each kernel in every variant of lab.step.fused.stages
+    python -m lab.step.fused.aot --model gpt2-1.5B --dtype bfloat16 --batch 1 --pdl --prefetch --switch ln_qkv:KV_AT_ONCE=1
+                                  # two layers of GPT-2 1.5B's shapes, a switch bound by name as an A/B arm binds it
 
 Triton compiles ahead of time for a named target (`triton.compile(ASTSource, target=GPUTarget)`)
 with the ptxas bundled in its wheel, so a CPU host can check what the interpreter cannot: that
 each kernel lowers to PTX and a cubin for Hopper, how many registers a thread needs (occupancy),
 whether anything spills, that weights are read with 16-byte vector loads, that the fp32 step
 uses no tensor-core instruction (IEEE fp32 FMA only), that PDL builds contain griddepcontrol, and (disassembled by
-the wheel's nvdisasm) how many machine instructions a program runs after its PDL wait, on the chain.
+the wheel's nvdisasm) how many machine instructions a program runs after its PDL wait, on the chain, which of its
+loads come a round trip late, and what issuing that path in every program of the launch costs at least
+(`issue_after_wait_us`).
 On the gemm path (lab.step.fused.rule) only its Triton kernels are compiled: its GEMMs are the library's.
 The arguments are specialised as the JIT would on a device: 16-byte aligned pointers, integers
 equal to 1 as constants, multiples of 16 marked divisible.
@@ -19,6 +23,7 @@ equal to 1 as constants, multiples of 16 marked divisible.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -29,6 +34,9 @@ from typing import Any
 
 import torch
 
+from lab.contract.profiles import SHAPES
+
+SIZES = {name: spec for name, spec in SHAPES.items() if name.startswith("gpt2-")}  # `main`'s --model by size
 _PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64",
         torch.int32: "*i32"}
 
@@ -71,6 +79,14 @@ class Compiled:
     tail_late_loads: int | None = None
     # cp.async.bulk.prefetch.L2 instructions in the PTX (the folded ln_qkv's KV_L2: the heads' K and V asked into L2)
     l2_prefetches: int = 0
+    # the launch's grid (programs) and warps a program, and how many of its programs run a fold tail (a head's last, per
+    # batch block): what `issue_after_wait_us` multiplies the paths by
+    programs: int = 0
+    warps: int = 0
+    tail_programs: int = 0
+    # whether the path after the PDL wait branches back (a loop, as lm_head's over its chunks): then its instructions
+    # counted once are not those it runs, and `issue_after_wait_us` says nothing
+    loops_after_wait: bool = False
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -191,6 +207,22 @@ def fold_tail(code: str | None) -> list[str] | None:
     return None if leave is None else _through_exit(lines, leave + 1)
 
 
+def loops_after_wait(code: str | None) -> bool:
+    """Whether a disassembly branches back between its PDL wait (ACQBULK) and the first EXIT after it: a branch to a
+    label defined above the branch (False without code or a wait)."""
+    lines = [] if code is None else code.splitlines()
+    wait = _first(lines, r"\bACQBULK\b")
+    if wait is None:
+        return False
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    end = _first(lines, _EXIT, wait)
+    for i in range(wait, len(lines) if end is None else end):
+        target = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", lines[i])
+        if target and labels.get(target.group(1), len(lines)) < i:
+            return True
+    return False
+
+
 def late_loads(tail: list[str]) -> int:
     """The global loads (LDG) among SASS instructions issued after the first exchange between threads (SHFL, or a CTA
     barrier) that follows the first of them: loads whose round trip starts only after the first ones' has ended and been
@@ -198,6 +230,23 @@ def late_loads(tail: list[str]) -> int:
     first = _first(tail, r"\bLDG\b")
     exchange = None if first is None else _first(tail, r"\bSHFL\b|\bBAR\.SYNC", first)
     return 0 if exchange is None else sum(bool(re.search(r"\bLDG\b", line)) for line in tail[exchange:])
+
+
+LAYER_KERNELS = ("ln_qkv", "attention", "proj", "ln_fc", "fc2")  # launched once a layer (ln_qkv: but layer 0's)
+ISSUE_PER_CYCLE = 4  # warp instructions an SM issues a cycle: one from each of its four schedulers (sm_90)
+H200_SM_MHZ = 1980.0  # the H200's SM clock, held under load (NVML, 2026-12-02); `main`'s default
+
+
+def issue_after_wait_us(c: Compiled, sms: int, clock_mhz: float) -> float | None:
+    """The least time a launch's programs take to issue what they run after the PDL wait, where they all wait at once:
+    every program's warps the path after the wait, and the fold's last programs their tails as well, over `sms` SMs
+    issuing ISSUE_PER_CYCLE warp instructions a cycle at `clock_mhz` (a predicated-off instruction issues too). A floor
+    on what follows the wait that shorter latencies cannot lower: only fewer instructions, or fewer programs and warps
+    running them, can (None: no PDL wait, no disassembler, or a loop after the wait)."""
+    if c.post_wait_instructions is None or c.loops_after_wait:
+        return None
+    warp_instructions = c.warps * (c.programs * c.post_wait_instructions + c.tail_programs * (c.tail_instructions or 0))
+    return warp_instructions / (sms * ISSUE_PER_CYCLE) / clock_mhz
 
 
 def _barriers(path: list[str]) -> int:
@@ -225,6 +274,7 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
     compiled; the library's GEMMs of the gemm path (LibraryCall) are not Triton's and are left out."""
     out: list[Compiled] = []
     seen: set[tuple[str, Any]] = set()
+    heads = getattr(getattr(plan, "workspace", None), "heads", None)  # a folding plan's counters: one a tail
     for launch in plan.launches:
         if not hasattr(launch, "kernel"):
             continue
@@ -248,7 +298,10 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             None if path is None else _barriers(path), None if path is None else late_loads(path),
                             None if tail is None else len(tail),
                             None if tail is None else _barriers(tail), None if tail is None else late_loads(tail),
-                            len(re.findall(r"\bcp\.async\.bulk\.prefetch\.L2\b", ptx))))
+                            len(re.findall(r"\bcp\.async\.bulk\.prefetch\.L2\b", ptx)),
+                            math.prod(launch.grid), int(launch.meta.get("num_warps", 4)),
+                            int(heads.numel()) if launch.meta.get("FOLD") and heads is not None else 0,
+                            loops_after_wait(code)))
     return out
 
 
@@ -299,7 +352,8 @@ def _switch(text: str) -> tuple[str, str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.step.fused.aot", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="gpt2", choices=("gpt2", "tiny"))
+    p.add_argument("--model", default="gpt2", choices=("gpt2", "tiny", *SIZES),
+                   help="gpt2 (124M) or tiny, whole; a GPT-2 size by name, two layers of its shapes")
     p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
     p.add_argument("--batch", type=int, nargs="+", default=[1, 64])
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: Hopper)")
@@ -311,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the attention folded into ln_qkv (four launches a layer; default: with --pdl, as on a device)")
     p.add_argument("--path", default=None, choices=("gemv", "gemm"),
                    help="force a projection path (default: the rule's at each batch, lab.step.fused.rule)")
+    p.add_argument("--clock-mhz", type=float, default=H200_SM_MHZ,
+                   help="the SM clock the issue floor after each wait is priced at (default: the H200's, which holds "
+                        "it under load)")
     p.add_argument("--switch", action="append", default=[], type=_switch, metavar="KERNEL:SWITCH=V",
                    help="a compile-time switch bound on that kernel's launches, as an A/B arm binds it "
                         "(lab.step.fused.step.with_switches), e.g. ln_qkv:KV_AT_ONCE=1; repeatable")
@@ -324,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for dname in args.dtype:
         for batch in args.batch:
-            plan = plan_for_shapes(args.model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
+            model = args.model if args.model in ("gpt2", "tiny") else replace(SIZES[args.model], n_layer=2)
+            plan = plan_for_shapes(model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
                                    path=args.path, persistent=args.persistent, fold=args.fold)
             plan = anatomy_plan(plan) if args.anatomy else plan
             if switches:
@@ -337,8 +395,12 @@ def main(argv: list[str] | None = None) -> int:
                     return 2
             print(f"{args.model} {dname} batch {batch} sm_{args.arch}{' pdl' if args.pdl else ''}"
                   f"{' prefetch' if args.prefetch else ''}{' fold' if plan.fold else ''} path {plan.path}:")
+            layer_us = 0.0
             for c in compile_plan(plan, args.arch):
                 cfg = getattr(plan.configs.get(c.name.split(":")[0]), "__dict__", "")
+                issue = issue_after_wait_us(c, plan.sms, args.clock_mhz)
+                if c.name in LAYER_KERNELS and c.variant != "embed":
+                    layer_us += issue or 0.0
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "
                       f"smem {c.shared_bytes} B  v-loads {c.vector_loads}  mma {c.tensor_core_ops}  "
                       f"gdc {c.grid_dependency_ops}  loads after wait {c.loads_after_wait} (after its first barrier "
@@ -349,8 +411,13 @@ def main(argv: list[str] | None = None) -> int:
                       + (f"  fold tail {c.tail_instructions} ({c.tail_barriers} barriers, {c.tail_late_loads} "
                          "loads after its first exchange)"
                          if c.tail_instructions is not None else "")
-                      + (f"  L2 prefetches {c.l2_prefetches}" if c.l2_prefetches else "") + f"  {cfg}")
+                      + (f"  L2 prefetches {c.l2_prefetches}" if c.l2_prefetches else "")
+                      + (f"  issue after wait >= {issue:.2f} us ({c.programs} programs x {c.warps} warps)"
+                         if issue is not None else "") + f"  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
+            if layer_us:
+                print(f"  issue after the waits, a layer (its launches after the first): >= {layer_us:.2f} us "
+                      f"({plan.sms} SMs at {args.clock_mhz:.0f} MHz)")
     return 1 if bad else 0
 
 
