@@ -223,13 +223,14 @@ def loops_after_wait(code: str | None) -> bool:
     return False
 
 
-def late_loads(tail: list[str]) -> int:
-    """The global loads (LDG) among SASS instructions issued after the first exchange between threads (SHFL, or a CTA
-    barrier) that follows the first of them: loads whose round trip starts only after the first ones' has ended and been
-    reduced over (0 where they have no load, or every load comes before such an exchange)."""
-    first = _first(tail, r"\bLDG\b")
-    exchange = None if first is None else _first(tail, r"\bSHFL\b|\bBAR\.SYNC", first)
-    return 0 if exchange is None else sum(bool(re.search(r"\bLDG\b", line)) for line in tail[exchange:])
+def late_loads(path: list[str]) -> int:
+    """The global loads (LDG) among SASS instructions (a path after a PDL wait, or a fold tail) issued after the first
+    exchange between threads (SHFL, or a CTA barrier) that follows the first of them: loads whose round trip starts only
+    after the first ones' has ended and been reduced over (0 where they have no load, or every load comes before such an
+    exchange)."""
+    first = _first(path, r"\bLDG\b")
+    exchange = None if first is None else _first(path, r"\bSHFL\b|\bBAR\.SYNC", first)
+    return 0 if exchange is None else sum(bool(re.search(r"\bLDG\b", line)) for line in path[exchange:])
 
 
 LAYER_KERNELS = ("ln_qkv", "attention", "proj", "ln_fc", "fc2")  # launched once a layer (ln_qkv: but layer 0's)
@@ -341,13 +342,20 @@ def anatomy_plan(plan: Any) -> Any:
     return plan
 
 
-def _switch(text: str) -> tuple[str, str, int]:
-    """`KERNEL:SWITCH=V` (as lab.step.fused.ab's arms bind a switch) -> (kernel, switch, V)."""
-    kernel, _, rest = text.partition(":")
-    name, _, value = rest.partition("=")
-    if not (kernel and name and value.lstrip("-").isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KERNEL:SWITCH=V with an integer V, e.g. ln_qkv:KV_L2=1")
-    return kernel, name, int(value)
+def _switch(text: str) -> dict[str, dict[str, int]]:
+    """`KERNEL:SWITCH=V` -> {kernel: {switch: V}}, parsed as lab.step.fused.ab parses an arm's switches (its kernel named
+    by the step; a config field, which would need the plan prepared again, is refused)."""
+    from lab.step.fused.ab import parse_arm
+
+    expected = f"{text!r}: expected KERNEL:SWITCH=V with an integer V, e.g. ln_qkv:KV_L2=1"
+    try:
+        arm = parse_arm(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{expected} ({exc})") from None
+    if arm.configs or not arm.switches:
+        raise argparse.ArgumentTypeError(expected + (" (a config field: aot compiles the configs the tables choose)"
+                                                     if arm.configs else ""))
+    return arm.switches
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,18 +378,20 @@ def main(argv: list[str] | None = None) -> int:
                         "it under load)")
     p.add_argument("--switch", action="append", default=[], type=_switch, metavar="KERNEL:SWITCH=V",
                    help="a compile-time switch bound on that kernel's launches, as an A/B arm binds it "
-                        "(lab.step.fused.step.with_switches), e.g. ln_qkv:KV_AT_ONCE=1; repeatable")
+                        "(lab.step.fused.step.with_switches), e.g. ln_qkv:KV_AT_ONCE=1, or several joined by ';'; "
+                        "repeatable")
     args = p.parse_args(argv)
     switches: dict[str, dict[str, int]] = {}
-    for kernel, name, value in args.switch:
-        switches.setdefault(kernel, {})[name] = value
+    for bound in args.switch:
+        for kernel, by_name in bound.items():
+            switches.setdefault(kernel, {}).update(by_name)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("lab.step.fused.aot compiles for a GPU: unset TRITON_INTERPRET", file=sys.stderr)
         return 2
     bad = 0
+    model = args.model if args.model in ("gpt2", "tiny") else replace(SIZES[args.model], n_layer=2)
     for dname in args.dtype:
         for batch in args.batch:
-            model = args.model if args.model in ("gpt2", "tiny") else replace(SIZES[args.model], n_layer=2)
             plan = plan_for_shapes(model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
                                    path=args.path, persistent=args.persistent, fold=args.fold)
             plan = anatomy_plan(plan) if args.anatomy else plan
