@@ -739,71 +739,6 @@ def test_res_at_once_issues_the_fp32_residual_with_the_input(size: str) -> None:
         assert aot.late_loads(paths[1]) == 0, (name, [x for x in paths[1] if "LDG" in x or "SHFL" in x][:20])
 
 
-def test_l2_shares_cover_the_bytes_in_program_order_in_spans_of_16() -> None:
-    """configs.l2_share (attention._share_to_l2's arithmetic, proj's NEXT_L2): the programs' spans tile [0, nbytes)
-    exactly, in program order, each a multiple of 16 bytes from a multiple of 16; where there are more programs than
-    16-byte lines the last ones ask for nothing."""
-    for programs, nbytes in [(800, 20_480_000), (384, 4_718_592), (1, 48), (7, 16 * 100), (132, 16 * 50), (3, 0)]:
-        shares = [C.l2_share(pid, programs, nbytes) for pid in range(programs)]
-        at = 0
-        for start, size in shares:
-            assert size == 0 or (start == at and start % 16 == 0 and size % 16 == 0), (programs, nbytes, start, size)
-            at += size
-        assert at == nbytes, (programs, nbytes)
-    assert C.l2_share(131, 132, 16 * 50) == (131 * 16, 0)  # 50 lines over 132 programs: one line each, then none
-
-
-@needs_triton
-def test_proj_is_handed_the_last_bytes_of_its_layers_ln_fc_weights_up_to_the_budget() -> None:
-    """proj's NEXT_L2 arguments (step._last_bytes): a view of the end of the same layer's ln_fc weight, min(its size,
-    configs.NEXT_L2_BUDGET) bytes from a 16-byte boundary, passed to every plan (read only where the switch is
-    bound); the switch is off unless bound."""
-    from lab.contract.profiles import ModelSpec
-    from lab.step.fused import aot, step
-
-    for width, dtype in [(64, torch.float32), (128, torch.bfloat16)]:
-        plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, width, width // 32, vocab_size=512), dtype, 1, pdl=True,
-                                   prefetch=True)
-        projs = [x for x in plan.launches if x.name == "proj"]
-        fcs = [x for x in plan.launches if x.name == "ln_fc"]
-        assert len(projs) == len(fcs) == 2
-        for proj, fc in zip(projs, fcs):
-            names = proj.kernel.arg_names
-            view, nbytes = proj.args[names.index("next_w")], proj.args[names.index("next_bytes")]
-            w = fc.args[fc.kernel.arg_names.index("w_ptr")]
-            total = w.numel() * w.element_size()
-            assert nbytes == total and view.data_ptr() == w.data_ptr(), (width, dtype)
-            assert "NEXT_L2" not in proj.meta
-    w = torch.zeros(64, 1 << 16, dtype=torch.bfloat16)  # 8 MB
-    view, nbytes = step._last_bytes(w, 3 << 20)
-    assert nbytes == 3 << 20 and view.numel() * 2 == nbytes
-    assert view.data_ptr() + nbytes == w.data_ptr() + w.numel() * 2 and view.data_ptr() % 16 == 0
-
-
-@needs_triton
-@pytest.mark.slow
-@pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.bfloat16), ("gpt2-1.5B", torch.float32)])
-def test_next_l2_asks_l2_for_ln_fcs_weights_once_a_program_before_projs_wait(size: str, dtype: torch.dtype) -> None:
-    """proj's NEXT_L2 (attention._share_to_l2): bound, each program issues one cp.async.bulk.prefetch.L2 before its
-    PDL wait and none after; unbound, none. After the wait the same loads either way."""
-    import re
-    from dataclasses import replace
-
-    from lab.contract.profiles import SHAPES, ModelSpec
-    from lab.step.fused import aot
-
-    paths = _switch_builds(size, dtype, "proj", "NEXT_L2")
-    loads = [sorted(m.group() for x in paths[on] if (m := re.search(r"LDG\S*", x))) for on in (0, 1)]
-    assert loads[0] == loads[1] and loads[0], loads
-    spec = SHAPES[size]
-    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
-    [proj] = [x for x in plan.launches if x.name == "proj"][-1:]
-    ptx = {on: aot.compile_launch(replace(proj, meta={**proj.meta, "NEXT_L2": on})).asm["ptx"] for on in (0, 1)}
-    assert "cp.async.bulk.prefetch.L2" not in ptx[0]
-    before, wait, after = ptx[1].partition("griddepcontrol.wait")
-    assert wait and before.count("cp.async.bulk.prefetch.L2") == 1 and "cp.async.bulk.prefetch.L2" not in after
-
-
 @needs_triton
 @pytest.mark.slow
 def test_bf16_products_take_two_instructions_a_weight_after_the_wait() -> None:
@@ -969,7 +904,7 @@ def test_gpu_fp32_equals_eager_and_replays(gpt2_cuda, batch: int, path: str | No
                                                           (8, True, None, 0), (3, False, None, 0), (1, True, 0, 0),
                                                           (2, True, 1, 0), (1, True, None, 1), (2, True, None, 1)],
                          ids=["b1", "b8", "b1-prefetch", "b8-prefetch", "b3", "b1-prefetch-kv-l2-off",
-                              "b2-prefetch-kv-l2", "b1-prefetch-switches", "b2-prefetch-switches"])
+                              "b2-prefetch-kv-l2", "b1-prefetch-at-once", "b2-prefetch-at-once"])
 def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool, kv_l2: int | None,
                                           at_once: int) -> None:
     """The PDL methods as the lab runs them (on the gemv path, the attention folded into ln_qkv: FOLD_WITH_PDL):
@@ -978,9 +913,8 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
     PREFETCH path), or bound off (kv-l2-off) or on (kv-l2: two batch rows a program, the most the PREFETCH path
     takes at GPT-2 124M fp32; at batch 3 the rule declines it) by name; the folded attention's KV_AT_ONCE (K and V of
     a chunk asked for in one round trip), its POS_AT_ONCE (the position asked for with the row) and proj's and fc2's
-    RES_AT_ONCE (the residual asked for with the input) and proj's NEXT_L2 (its programs asking L2 for ln_fc's
-    weights before their wait: a hint), the same values, bound by name at one and two batch rows a program
-    (switches)."""
+    RES_AT_ONCE (the residual asked for with the input), the same values, bound by name at one and two batch rows a
+    program (at-once)."""
     from lab.step.fused.check import free_running
     from lab.step.fused.step import FOLD_WITH_PDL, pdl_supported
 
@@ -989,12 +923,12 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
         pytest.skip(why)
     switches = {"ln_qkv": {**({} if kv_l2 is None else {"KV_L2": kv_l2}),
                            **({"KV_AT_ONCE": 1, "POS_AT_ONCE": 1} if at_once else {})},
-                **({"proj": {"RES_AT_ONCE": 1, "NEXT_L2": 1}, "fc2": {"RES_AT_ONCE": 1}} if at_once else {})}
+                **({"proj": {"RES_AT_ONCE": 1}, "fc2": {"RES_AT_ONCE": 1}} if at_once else {})}
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=True, prefetch=prefetch,
                        switches=switches if switches["ln_qkv"] or at_once else None)
     table = run["path"] == "gemv-prefetch" and C.kv_l2("float32", GPT2.n_embd)
     assert run["kv_l2"] == (table if kv_l2 is None else bool(kv_l2)), run
-    assert run["kv_at_once"] == run["pos_at_once"] == run["res_at_once"] == run["next_l2"] == bool(at_once), run
+    assert run["kv_at_once"] == run["pos_at_once"] == run["res_at_once"] == bool(at_once), run
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
     assert run["fold"] == (run["path"] != "gemm" and FOLD_WITH_PDL), run["configs"]  # the gemv paths fold
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)

@@ -175,20 +175,6 @@ def _l2_prefetch(ptr, size):
 
 
 @triton.jit
-def _share_to_l2(ptr, nbytes):
-    """NEXT_L2 (proj, before its own loads and its PDL wait): this program's share of `nbytes` bytes at `ptr` (the
-    next kernel's weights, or their last part: step.prepare passes a view and a size, both multiples of 16 bytes)
-    asked into L2. The bytes are split in equal spans of a multiple of 16 over the launch's programs, in program
-    order; the last spans may be short or empty (`configs.l2_share` is the same arithmetic). Nothing reads the
-    prefetch's result: it moves where the next kernel's loads are served from, not what they read."""
-    programs = tl.num_programs(0)
-    span = (nbytes + programs * 16 - 1) // (programs * 16) * 16
-    start = tl.program_id(0).to(tl.int64) * span
-    size = tl.maximum(tl.minimum(start + span, nbytes) - start, 0).to(tl.int32)
-    _l2_prefetch(ptr.to(tl.pointer_type(tl.int8)) + start, size)
-
-
-@triton.jit
 def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
               BB: tl.constexpr, BN: tl.constexpr, HEAD_MAJOR: tl.constexpr = False):
     """KV_L2 (the folded ln_qkv, before its PDL wait): the first q program of each head and batch block asks L2 for the

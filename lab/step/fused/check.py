@@ -77,7 +77,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                               "ln_fold": plan.ln_fold, "head_major": _bound(plan, "HEAD_MAJOR"),
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "kv_at_once": _bound(plan, "KV_AT_ONCE"), "pos_at_once": _bound(plan, "POS_AT_ONCE"),
-                              "res_at_once": _bound(plan, "RES_AT_ONCE"), "next_l2": _bound(plan, "NEXT_L2"),
+                              "res_at_once": _bound(plan, "RES_AT_ONCE"),
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
@@ -91,8 +91,7 @@ def _bound(plan: Any, switch: str) -> bool:
     ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2), KV_AT_ONCE (the folded attention's K and V
     asked for in one round trip, attention._fold_attention), POS_AT_ONCE (ln_qkv's position asked for with its row,
     projections._ln_qkv), RES_AT_ONCE (proj's and fc2's residual asked for with their input,
-    projections._res_at_once), NEXT_L2 (proj's programs asking L2 for ln_fc's weights before their wait,
-    attention._share_to_l2)."""
+    projections._res_at_once)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 

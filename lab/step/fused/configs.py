@@ -228,20 +228,6 @@ def kv_l2(dtype: str, n_embd: int) -> bool:
     return _shape(dtype, n_embd) in KV_L2_FIRST
 
 
-# NEXT_L2 (proj, a switch off unless bound: attention._share_to_l2): the bytes of ln_fc's weights proj's programs ask
-# into L2 before their wait, at most; the last part of the matrix where it is larger (its later programs, the ones
-# that start last). About half of an H200's 50 MB L2, so that the prefetched bytes are still there when read.
-NEXT_L2_BUDGET = 24 << 20
-
-
-def l2_share(pid: int, programs: int, nbytes: int) -> tuple[int, int]:
-    """(start, bytes) of the `nbytes` that program `pid` of `programs` asks into L2 under NEXT_L2: equal spans of a
-    multiple of 16 bytes in program order, the last ones short or empty (attention._share_to_l2's arithmetic)."""
-    span = -(-nbytes // (programs * 16)) * 16
-    start = pid * span
-    return start, max(0, min(start + span, nbytes) - start)
-
-
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _qkv_block_row, _share_to_l2
+from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _qkv_block_row
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
                                   _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
@@ -335,11 +335,11 @@ def _attention_in(part_o, part_m, part_l, b, b_mask, k, E: tl.constexpr, H: tl.c
 
 
 @triton.jit
-def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, next_w, next_bytes,
-                         E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr,
-                         BN: tl.constexpr, BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
+def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr,
+                         H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
+                         BK: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                          LEAVE_OUT: tl.constexpr = 0, FOLDED: tl.constexpr = False, EVICT: tl.constexpr = 0,
-                         RES_AT_ONCE: tl.constexpr = False, NEXT_L2: tl.constexpr = False):
+                         RES_AT_ONCE: tl.constexpr = False):
     """Combine the attention splits + the output projection + bias + the residual add.
 
     Fuses: softmax normalisation across splits (on load) -> att @ proj_w.T + proj_b -> x + that.
@@ -352,15 +352,7 @@ def proj_residual_kernel(part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B
     as it is (one L2 round trip, no splits to combine); part_m and part_l are not read.
 
     RES_AT_ONCE (PREFETCH): the residual asked for with the input, not during the reduction (`_res_at_once`).
-
-    NEXT_L2 (PREFETCH; inline assembly, so never in Triton's interpreter): before its own loads and its wait, each
-    program asks L2 for its share of `next_bytes` at `next_w`, the next launch's (ln_fc's) weights or their last part
-    (attention._share_to_l2). Those of ln_fc's programs that cannot be resident beside proj's start, and load their
-    slices, only once proj's have exited; with the switch those slices stream from HBM while proj waits for the
-    attention, when little else does. Off unless bound; otherwise next_w and next_bytes are not read.
     """
-    if NEXT_L2:
-        _share_to_l2(next_w, next_bytes)
     _proj(tl.program_id(0), part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E, H, DH, NS, BB, BN,
           BK, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, FOLDED, EVICT, RES_AT_ONCE)
 

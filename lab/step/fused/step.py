@@ -299,8 +299,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
                  **common, **({"EARLY": True} if prefetch and C.attention_early(att, DH) else {})}))
         grid, meta, nbb = gemv("proj", E)
         launches.append(Launch("proj", KERNELS["proj"], grid, (
-            ws.att if fold else ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb,
-            *_last_bytes(lw.fc_w, C.NEXT_L2_BUDGET)),
+            ws.att if fold else ws.part_o, ws.part_m, ws.part_l, lw.proj_w, lw.proj_b, ws.x, x_out, B, nbb),
             {"E": E, "H": H, "DH": DH, "NS": NS, **meta, **({"FOLDED": True} if fold else {})}))
         grid, meta, nbb = gemv("ln_fc", F)
         launches.append(Launch("ln_fc", KERNELS["ln_fc"], grid, (
@@ -317,15 +316,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
         {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
     return made(launches)
-
-
-def _last_bytes(weight: torch.Tensor, budget: int) -> tuple[torch.Tensor, int]:
-    """(view, bytes): the last min(its size, budget) bytes of a contiguous weight, a multiple of 16 from a 16-byte
-    boundary (proj's NEXT_L2 arguments: what its programs may ask into L2 of ln_fc's weights)."""
-    flat = weight.view(-1)  # (the weights are contiguous: a copy here would prefetch bytes nobody reads)
-    es = flat.element_size()
-    want = min(flat.numel() * es, budget) // 16 * 16
-    return flat[flat.numel() - want // es:], want
 
 
 def _constexprs(kernel: Any) -> set[str]:
