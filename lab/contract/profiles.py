@@ -58,6 +58,7 @@ SHAPES: dict[str, ModelSpec] = {
     "tiny-2L": TINY,
     "tiny-4L": ModelSpec("tiny-4L", n_layer=4, n_embd=96, n_head=4, vocab_size=512, n_positions=128, init_std=0.3),
 }
+GPT2_SIZES: dict[str, ModelSpec] = {name: spec for name, spec in SHAPES.items() if name.startswith("gpt2-")}
 
 
 @dataclass(frozen=True)

@@ -206,10 +206,10 @@ def _processes(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lab.contract.profiles import SHAPES
+    from lab.contract.profiles import GPT2_SIZES
 
     p = argparse.ArgumentParser(prog="python -m lab.step.fused.ab", description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="gpt2-124M", choices=[k for k in SHAPES if k.startswith("gpt2-")])
+    p.add_argument("--size", default="gpt2-124M", choices=list(GPT2_SIZES))
     p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--rounds", type=int, default=5)
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     from lab.step.fused.step import pdl_supported, prepare
     from lab.step.fused.tune import random_weights, step_ms, timing_state
 
-    w = random_weights(SHAPES[args.size], getattr(torch, args.dtype), "cuda")
+    w = random_weights(GPT2_SIZES[args.size], getattr(torch, args.dtype), "cuda")
     state = timing_state(w, args.batch)
     sms = C.device_sms("cuda")
     pdl, _ = pdl_supported(w.device)

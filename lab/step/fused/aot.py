@@ -34,9 +34,7 @@ from typing import Any
 
 import torch
 
-from lab.contract.profiles import SHAPES
-
-SIZES = {name: spec for name, spec in SHAPES.items() if name.startswith("gpt2-")}  # `main`'s --model by size
+from lab.contract.profiles import GPT2_SIZES
 _PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64",
         torch.int32: "*i32"}
 
@@ -360,7 +358,7 @@ def _switch(text: str) -> dict[str, dict[str, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.step.fused.aot", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="gpt2", choices=("gpt2", "tiny", *SIZES),
+    p.add_argument("--model", default="gpt2", choices=("gpt2", "tiny", *GPT2_SIZES),
                    help="gpt2 (124M) or tiny, whole; a GPT-2 size by name, two layers of its shapes")
     p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
     p.add_argument("--batch", type=int, nargs="+", default=[1, 64])
@@ -389,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         print("lab.step.fused.aot compiles for a GPU: unset TRITON_INTERPRET", file=sys.stderr)
         return 2
     bad = 0
-    model = args.model if args.model in ("gpt2", "tiny") else replace(SIZES[args.model], n_layer=2)
+    model = args.model if args.model in ("gpt2", "tiny") else replace(GPT2_SIZES[args.model], n_layer=2)
     for dname in args.dtype:
         for batch in args.batch:
             plan = plan_for_shapes(model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,

@@ -41,7 +41,7 @@ import torch
 from lab.step import decode as D
 from lab.step.fused import configs as C
 from lab.step.model import LayerWeights, Weights
-from lab.contract.profiles import SHAPES, ModelSpec
+from lab.contract.profiles import GPT2_SIZES, ModelSpec
 
 POSITION = 80  # mid-decode of the gpu profile (16-token prompt, 128 steps, 256 slots)
 MAX_LEN = 256
@@ -231,7 +231,7 @@ def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.step.fused.tune", description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="gpt2-124M", choices=[k for k in SHAPES if k.startswith("gpt2-")],
+    p.add_argument("--size", default="gpt2-124M", choices=list(GPT2_SIZES),
                    help="the GPT-2 shape whose configs are tuned (the tables are keyed by its width)")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     start, share = time.monotonic(), args.max_seconds / (len(args.dtype) * len(args.batch))
     sms = C.device_sms("cuda")
     bandwidth = max(copy_bandwidth_gbps(torch.device("cuda"), 1 << 30))
-    spec = SHAPES[args.size]
+    spec = GPT2_SIZES[args.size]
     log(f"{torch.cuda.get_device_name()}: {sms} SMs, copy bandwidth {bandwidth:.0f} GB/s; {spec.name} shapes, "
         f"position {POSITION} of {MAX_LEN}")
     tuned: dict[C.TunedKey, dict[str, int]] = {}
