@@ -621,16 +621,22 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
                                                           f"the previous run of {h200}")
     assert got["h200-2026-12-05-model-scaling-lm-argmax"] == ("h200-2026-12-05-model-scaling-lm-head",
                                                             f"the previous run of {h200}")
+    # made after lm-argmax's grid on another H200: the anatomy against the previous anatomy, the grid past the two
+    assert got["h200-2026-12-05-fused-anatomy-124M"] == (anatomy + "1.5B-head-major", f"the previous run of {h200}")
+    assert got["h200-2026-12-05-fused-anatomy-1.5B"] == ("h200-2026-12-05-fused-anatomy-124M",
+                                                         f"the previous run of {h200}")
+    assert got["h200-2026-12-05-model-scaling-main"] == ("h200-2026-12-05-model-scaling-lm-argmax",
+                                                       f"the previous run of {h200}")
     # another host's run: no run of its own host before it, so the newest other run of its profile, the H200's grid
     h100 = "host vm (Intel(R) Xeon(R) Processor, 16 cores; NVIDIA H100 80GB HBM3, driver 580.159.04) with profile gpu"
-    assert got["h100-2026-12-05-model-scaling"] == ("h200-2026-12-05-model-scaling-lm-argmax",
+    assert got["h100-2026-12-05-model-scaling"] == ("h200-2026-12-05-model-scaling-main",
                                                     f"no earlier run of {h100}: the newest other run of profile gpu")
     # the H100's anatomy runs, made after its grid: the first against that grid (no anatomy of the host before it)
     assert got["h100-2026-12-05-fused-anatomy-124M"] == ("h100-2026-12-05-model-scaling", f"the previous run of {h100}")
     assert got["h100-2026-12-05-fused-anatomy-1.5B"] == ("h100-2026-12-05-fused-anatomy-124M",
                                                          f"the previous run of {h100}")
-    # shares no experiment with any run: all are candidates, and the newest of the profile is the H100's last anatomy
-    assert got["h200-2026-12-02-gpu"] == ("h100-2026-12-05-fused-anatomy-1.5B",
+    # shares no experiment with any run: all are candidates, and the newest of the profile is the H200's last grid
+    assert got["h200-2026-12-02-gpu"] == ("h200-2026-12-05-model-scaling-main",
                                           f"no earlier run of {h200}: the newest other run of profile gpu")
     assert got["h200-2026-12-02-sweep"] == (None, "no other run of profile gpu-sweep among the runs rendered: nothing "
                                                   "to set it against (a run of the same profile, from this host or "
