@@ -267,8 +267,9 @@ def verdict(checks: Sequence[Check], speedup: float | None, device: str,
     sp = (f"compile {speedup:.2f}×" + ("" if interval is None else f" {interval.text()}") if speedup
           else "compile not measured")
     k = kern.data
-    kernels_txt = (f"compile reduced {'kernels' if device == 'cuda' else 'ops'} {k['eager']:.0f} → {k['compiled']:.0f}"
-                   if k.get("compiled") is not None else "")
+    fewer = k.get("compiled") is not None and k["compiled"] < k["eager"]
+    kernels_txt = (f"compile {'reduced' if fewer else 'kept'} {'kernels' if device == 'cuda' else 'ops'} "
+                   f"{k['eager']:.0f} → {k['compiled']:.0f}" if k.get("compiled") is not None else "")
     if brk.status == "finding" and brk.data.get("graph_breaks", 0) > 0:
         reasons = brk.data.get("reasons") or ["?"]
         return "graph-broken", (f"{brk.data[M.GRAPH_BREAKS.name]} graph break(s) on every call "
@@ -279,11 +280,16 @@ def verdict(checks: Sequence[Check], speedup: float | None, device: str,
     tail = "" if steady.status == "ok" else " (measurement not steady: rerun with more warm-up)"
     share = k.get(M.MATMUL_SHARE.name, 0.0)
     # Fusion can at best remove the non-GEMM time: a speedup beyond 1/share (+10%), its interval included, is
-    # something else, unless the timing itself was not steady (a 2-core host once read 1.22x for six unfused GEMMs).
+    # something else, unless the timing itself was not steady (a 2-core host once read 1.22x for six unfused GEMMs)
+    # or compile fused nothing (the same count of ops: a 2-core host read 1.21x [1.18, 1.24], steady, for six GEMMs
+    # it left as six; that is other GEMM kernels or the host's speed between rounds, never fusion).
     low = speedup if interval is None or speedup is None else interval.low
-    if share >= GEMM_BOUND_SHARE and (low is None or low <= 1.1 / share or steady.status != "ok"):
+    beyond = share > 0 and low is not None and low > 1.1 / share
+    if share >= GEMM_BOUND_SHARE and (not beyond or steady.status != "ok" or not fewer):
+        unexplained = (f"; not fusion: {kernels_txt}, so the speedup is other GEMM kernels or the host's speed "
+                       f"between rounds" if beyond and not fewer and steady.status == "ok" else "")
         return "gemm-bound", (f"{share:.0%} of time in matrix products; {sp} — the correct answer: the GEMMs are "
-                              f"already library kernels and there is little to fuse or launch{tail}")
+                              f"already library kernels and there is little to fuse or launch{unexplained}{tail}")
     if device == "cuda" and host.status == "finding":
         return "launch-bound", (f"{host.data[M.HOST_SHARE.name]:.0%} of step time is host; "
                                 f"{kernels_txt or sp}{'; ' + sp if kernels_txt else ''}; expect graph replay to help"
@@ -293,7 +299,7 @@ def verdict(checks: Sequence[Check], speedup: float | None, device: str,
                                   f"{host.data[M.US_PER_OP.name]:.1f} µs each; "
                                   f"{kernels_txt + '; ' if kernels_txt else ''}{sp}: fewer, larger ops help "
                                   f"(compile); on a GPU, graph replay would too{tail}")
-    if speedup is not None and speedup >= HELPS_X:
+    if speedup is not None and speedup >= HELPS_X and fewer:
         return "fusion", f"{kernels_txt + '; ' if kernels_txt else ''}{sp}: fusion removed memory traffic{tail}"
     return "no-overhead", (f"no launch, fusion or compile problem found; {sp}; "
                            f"{kernels_txt or 'kernel counts not compared'}{tail}")
