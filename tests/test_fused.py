@@ -180,6 +180,64 @@ def test_the_folded_prefetch_plan_asks_l2_for_k_and_v_before_its_wait_where_that
 
 
 @needs_triton
+@pytest.mark.parametrize("card, dtype, width, asks", [
+    (C.H100_SXM, torch.float32, 768, True), (C.H100_SXM, torch.bfloat16, 1600, True),
+    (C.H100_SXM, torch.bfloat16, 768, False), (C.H100_SXM, torch.float32, 1600, False),
+    ("NVIDIA H200", torch.float32, 768, False), ("NVIDIA H200", torch.bfloat16, 1600, False),
+    ("", torch.float32, 768, False), ("NVIDIA H100 PCIe", torch.bfloat16, 1600, False)])
+def test_the_folded_prefetch_plan_asks_for_k_and_v_at_once_on_the_cards_where_that_measured_faster(
+        card: str, dtype: torch.dtype, width: int, asks: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs.KV_AT_ONCE_FIRST: on an H100 SXM the folded ln_qkv of the PREFETCH path binds KV_AT_ONCE (each chunk's K
+    and V in one round trip) at GPT-2 124M fp32 and 1.5B bf16 (0.987x/0.991x and 0.980x/0.981x the step's time on two
+    H100s), not at 124M bf16 or 1.5B fp32 (1.000x there); never on the H200 (0.998-1.012x), on a card not measured or
+    without one (the CPU); never unfolded, never off the PREFETCH path. A select, so Triton's interpreter runs it too."""
+    from lab.contract.profiles import ModelSpec
+    from lab.step.fused import aot
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
+    assert C.kv_at_once(str(dtype), width, card) == asks
+
+    def bound(**kw: Any) -> list[bool]:
+        plan = aot.plan_for_shapes(spec, dtype, 1, pdl=True, card=card, **kw)
+        assert plan.card == card
+        return [bool(x.meta.get("KV_AT_ONCE")) for x in plan.launches if x.name == "ln_qkv"]
+
+    assert bound(prefetch=True) == [asks]
+    assert bound(prefetch=True, fold=False) == [False] and bound() == [False]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert bound(prefetch=True) == [asks]
+    assert C.device_card("cpu") == "" and C.device_card(None) == ""  # the CPU has no card: the tables every card takes
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.float32), ("gpt2-1.5B", torch.bfloat16)])
+def test_the_h100s_bound_kv_at_once_compiles_for_hopper_without_a_spill(size: str, dtype: torch.dtype) -> None:
+    """The ahead-of-time checks of the ln_qkv an H100 SXM binds KV_AT_ONCE on (configs.KV_AT_ONCE_FIRST): sm_90, at
+    most 255 registers, no spill, no tensor-core instruction, PDL's two griddepcontrol instructions, its one count-in
+    atomic; and every load of its fold tail before the first exchange between threads (the round trip it saves)."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES[size]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True,
+                               prefetch=True, card=C.H100_SXM)
+    [launch] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")][-1:]
+    assert launch.meta.get("KV_AT_ONCE") is True, launch.meta
+    [k] = aot.compile_plan(replace(plan, launches=[launch]))
+    assert k.registers is not None and k.registers <= 255 and k.spill_bytes == 0, k
+    assert k.tensor_core_ops == 0 and k.grid_dependency_ops == 2 and (k.atomics, k.unpredicated_atomics) == (1, 0), k
+    if k.tail_late_loads is None:
+        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    assert k.tail_late_loads == 0, k
+
+
+@needs_triton
 @pytest.mark.parametrize("dtype, width, folds", [(torch.float32, 768, False), (torch.bfloat16, 768, True),
                                                  (torch.float32, 1600, True), (torch.bfloat16, 1600, True)])
 def test_the_prefetch_plan_folds_its_layer_norms_where_that_measured_faster(dtype: torch.dtype, width: int,
@@ -928,7 +986,10 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
                        switches=switches if switches["ln_qkv"] or at_once else None)
     table = run["path"] == "gemv-prefetch" and C.kv_l2("float32", GPT2.n_embd)
     assert run["kv_l2"] == (table if kv_l2 is None else bool(kv_l2)), run
-    assert run["kv_at_once"] == run["pos_at_once"] == run["res_at_once"] == bool(at_once), run
+    # KV_AT_ONCE as the card's table binds it (configs.KV_AT_ONCE_FIRST: on an H100 SXM, at GPT-2 124M fp32), or by name
+    card_table = run["path"] == "gemv-prefetch" and C.kv_at_once("float32", GPT2.n_embd, C.device_card("cuda"))
+    assert run["card"] == C.device_card("cuda") and run["kv_at_once"] == (bool(at_once) or card_table), run
+    assert run["pos_at_once"] == run["res_at_once"] == bool(at_once), run
     assert run["path"] == ("gemm" if batch >= 8 else "gemv-prefetch" if prefetch else "gemv"), run["path"]
     assert run["fold"] == (run["path"] != "gemm" and FOLD_WITH_PDL), run["configs"]  # the gemv paths fold
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)

@@ -306,11 +306,11 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
 
 def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
                     sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False,
-                    fold: bool | None = None) -> Any:
+                    fold: bool | None = None, card: str = "") -> Any:
     """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped): `model` is "gpt2",
     "tiny" or a lab.contract.profiles.ModelSpec; `persistent`: lab.step.fused.persistent's, one program an SM;
     `fold`: the attention folded into ln_qkv (lab.step.fused.step.prepare; None: as a PDL plan on a device would,
-    FOLD_WITH_PDL)."""
+    FOLD_WITH_PDL); `card`: the card whose per-card tables apply (configs.device_card; "" for none)."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
     from lab.step.fused.tune import random_weights
@@ -323,7 +323,7 @@ def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 2
         from lab.step.fused import persistent as PS
 
         return PS.prepare(state, w, sms=sms)
-    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path, fold=S.folds(fold, pdl))
+    plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path, fold=S.folds(fold, pdl), card=card)
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
                          if isinstance(launch, S.Launch) else launch for launch in plan.launches]
@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a compile-time switch bound on that kernel's launches, as an A/B arm binds it "
                         "(lab.step.fused.step.with_switches), e.g. ln_qkv:KV_AT_ONCE=1, or several joined by ';'; "
                         "repeatable")
+    p.add_argument("--card", default="", metavar="NAME",
+                   help="build the plan a card of this CUDA name takes (its per-card tables, lab.step.fused.configs."
+                        "KV_AT_ONCE_FIRST), e.g. 'NVIDIA H100 80GB HBM3'; default: none (the tables every card takes)")
     args = p.parse_args(argv)
     switches: dict[str, dict[str, int]] = {}
     for bound in args.switch:
@@ -391,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     for dname in args.dtype:
         for batch in args.batch:
             plan = plan_for_shapes(model, getattr(torch, dname), batch, pdl=args.pdl, prefetch=args.prefetch,
-                                   path=args.path, persistent=args.persistent, fold=args.fold)
+                                   path=args.path, persistent=args.persistent, fold=args.fold, card=args.card)
             plan = anatomy_plan(plan) if args.anatomy else plan
             if switches:
                 from lab.step.fused.step import with_switches

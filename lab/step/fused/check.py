@@ -73,7 +73,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                          "argmax_of_own_logits": bool(torch.equal(fused.tok[:, 0], lf.argmax(-1)))})
         direct = {"out": fused.out.clone(), "logits": lf}
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
-                              "path": str(plan.path), "prefetch": plan.prefetch, "fold": plan.fold,
+                              "path": str(plan.path), "card": plan.card, "prefetch": plan.prefetch, "fold": plan.fold,
                               "ln_fold": plan.ln_fold, "head_major": _bound(plan, "HEAD_MAJOR"),
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "kv_at_once": _bound(plan, "KV_AT_ONCE"), "pos_at_once": _bound(plan, "POS_AT_ONCE"),

@@ -228,6 +228,38 @@ def kv_l2(dtype: str, n_embd: int) -> bool:
     return _shape(dtype, n_embd) in KV_L2_FIRST
 
 
+# The tables above were measured on an NVIDIA H200 and are every card's. Some moves measured on one kind of card and
+# not on another are bound on that card only, by the name CUDA gives the device (`device_card`; the CPU and Triton's
+# interpreter have none, and take the tables above as they are).
+H100_SXM = "NVIDIA H100 80GB HBM3"
+
+# Where the folded ln_qkv asks for each chunk's K and V in one round trip (KV_AT_ONCE: attention._fold_attention, the
+# scores read K through a select between K and V, so ptxas cannot issue V's loads after the scores), on the
+# gemv-prefetch path; keys: card, dtype name, model width. Measured with `python -m lab.step.fused.ab --rounds 8
+# --processes 2` (the repeatable plan at batch 1, PDL and the PREFETCH kernels, two fresh processes, 8 rotated rounds
+# each). On three H100s (card eb131377 at 5d71e69's kernels, card 558c4acc at 8073839's, the kernels of now): at 1.5B bf16
+# 0.980x [0.978, 0.981] and 0.981x the table's step, and about 0.994x on a third card (0fbf99b5, against another arm);
+# at 124M fp32 0.987x [0.985, 0.990] and 0.991x; at 1.5B fp32 and 124M bf16 1.000x and 0.999x (not bound). On an H200
+# (card 3b817f1c, 2026-12-05) none held: 0.998x [0.995, 1.000] at 1.5B bf16, 0.999x at 124M fp32, 1.002x at 1.5B fp32,
+# 1.012x at 124M bf16. A move under about 1% must hold on two cards (README item 17): these hold on two H100s.
+KV_AT_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600), (H100_SXM, "float32", 768)}
+
+
+def kv_at_once(dtype: str, n_embd: int, card: str) -> bool:
+    """Whether the folded ln_qkv asks for K and V in one round trip at this dtype and width on this card
+    (KV_AT_ONCE_FIRST; `card` as device_card names it, "" for none)."""
+    return (card, *_shape(dtype, n_embd)) in KV_AT_ONCE_FIRST
+
+
+def device_card(device: torch.device | str | None = None) -> str:
+    """The name CUDA gives the device (e.g. "NVIDIA H100 80GB HBM3"), the key of the per-card tables; "" without a CUDA
+    device (the CPU, Triton's interpreter)."""
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
+        return str(torch.cuda.get_device_name(dev))
+    return ""
+
+
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
 
 

@@ -138,6 +138,7 @@ class FusedPlan:
     path_reason: str = ""  # why the rule chose it
     fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
     ln_fold: bool = False  # the PREFETCH kernels fold their layer norms into the product (configs.ln_fold)
+    card: str = ""  # the card whose per-card tables were consulted (configs.device_card; "" for none)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -188,7 +189,8 @@ def _check(state: DecodeState, w: Weights) -> None:
 
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
-            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None) -> FusedPlan:
+            prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None,
+            card: str | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -206,6 +208,9 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     where ln_qkv's BN divides the head's width: `configs.fold_refusal`): no attention launch, `proj` reads the
     normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
+
+    `card`: the name of the card whose per-card tables apply (configs.KV_AT_ONCE_FIRST); None takes the device's
+    (configs.device_card: "" on the CPU), a name builds that card's plan anywhere (tests, `aot --card`).
     """
     _check(state, w)
     if pdl:
@@ -215,6 +220,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     B, L, E, H, V = state.batch, state.max_len, w.n_embd, w.n_head, int(w.wte.shape[0])
     DH, F, dev = E // H, 4 * E, w.device
     sms = sms or C.device_sms(dev)
+    card = C.device_card(dev) if card is None else card
     tiles: dict[str, int] = {}
     if prefetch and path is None:  # what the rule weighs: the row tiles of the one-chunk configs
         one_chunk = C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=True)
@@ -248,10 +254,11 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     ln_fold = prefetch and C.ln_fold(str(w.dtype), E)  # (prefetch: the gemv-prefetch path only)
     evict = prefetch and C.evict_first(str(w.dtype), E)  # measured on the gemv-prefetch path only
     kv_l2 = fold and prefetch and C.kv_l2(str(w.dtype), E) and bulk_prefetch(dev)  # likewise, and only where it runs
+    kv_at_once = fold and prefetch and C.kv_at_once(str(w.dtype), E, card)  # a select: the interpreter runs it too
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         reason, fold, ln_fold)
+                         reason, fold, ln_fold, card)
 
     if gemm:
         from lab.step.fused import library
@@ -277,9 +284,11 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
     # folded, ln_qkv's programs run head by head where that measured faster (configs.head_major,
     # attention._qkv_block_row): each head's attention comes as its last program does, not all at the launch's end;
-    # its heads' K and V asked into L2 before the wait where that measured faster (configs.kv_l2)
+    # its heads' K and V asked into L2 before the wait where that measured faster (configs.kv_l2), and each chunk's K and
+    # V in one round trip on the cards where that did (configs.kv_at_once)
     folding = ({"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD,
-                "HEAD_MAJOR": C.head_major(str(w.dtype), E), **({"KV_L2": True} if kv_l2 else {})} if fold else {})
+                "HEAD_MAJOR": C.head_major(str(w.dtype), E), **({"KV_L2": True} if kv_l2 else {}),
+                **({"KV_AT_ONCE": True} if kv_at_once else {})} if fold else {})
     ln_folding = {"LN_FOLD": True} if ln_fold else {}
     launches: list[Launch | LibraryCall] = []
     for i, lw in enumerate(w.layers):
