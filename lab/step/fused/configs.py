@@ -239,7 +239,8 @@ H100_SXM = "NVIDIA H100 80GB HBM3"
 # --processes 2` (the repeatable plan at batch 1, PDL and the PREFETCH kernels, two fresh processes, 8 rotated rounds
 # each). On three H100s (card eb131377 at 5d71e69's kernels, card 558c4acc at 8073839's, the kernels of now): at 1.5B bf16
 # 0.980x [0.978, 0.981] and 0.981x the table's step, and about 0.994x on a third card (0fbf99b5, against another arm);
-# at 124M fp32 0.987x [0.985, 0.990] and 0.991x; at 1.5B fp32 and 124M bf16 1.000x and 0.999x (not bound). On an H200
+# at 124M fp32 0.987x [0.985, 0.990] and 0.991x; at 1.5B fp32 1.000x on both, at 124M bf16 0.999x and 0.997x (not
+# bound). On an H200
 # (card 3b817f1c, 2026-12-05) none held: 0.998x [0.995, 1.000] at 1.5B bf16, 0.999x at 124M fp32, 1.002x at 1.5B fp32,
 # 1.012x at 124M bf16. A move under about 1% must hold on two cards (README item 17): these hold on two H100s.
 KV_AT_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600), (H100_SXM, "float32", 768)}
