@@ -189,7 +189,7 @@ def test_the_folded_prefetch_plan_asks_for_k_and_v_at_once_on_the_cards_where_th
         card: str, dtype: torch.dtype, width: int, asks: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """configs.KV_AT_ONCE_FIRST: on an H100 SXM the folded ln_qkv of the PREFETCH path binds KV_AT_ONCE (each chunk's K
     and V in one round trip) at GPT-2 124M fp32 and 1.5B bf16 (0.987x/0.991x and 0.980x/0.981x the step's time on two
-    H100s), not at 124M bf16 or 1.5B fp32 (1.000x there); never on the H200 (0.998-1.012x), on a card not measured or
+    H100s), not at 124M bf16 or 1.5B fp32 (0.997-1.000x there); never on the H200 (0.998-1.012x), on a card not measured or
     without one (the CPU); never unfolded, never off the PREFETCH path. A select, so Triton's interpreter runs it too."""
     from lab.contract.profiles import ModelSpec
     from lab.step.fused import aot

@@ -242,7 +242,8 @@ H100_SXM = "NVIDIA H100 80GB HBM3"
 # at 124M fp32 0.987x [0.985, 0.990] and 0.991x; at 1.5B fp32 1.000x on both, at 124M bf16 0.999x and 0.997x (not
 # bound). On an H200
 # (card 3b817f1c, 2026-12-05) none held: 0.998x [0.995, 1.000] at 1.5B bf16, 0.999x at 124M fp32, 1.002x at 1.5B fp32,
-# 1.012x at 124M bf16. A move under about 1% must hold on two cards (README item 17): these hold on two H100s.
+# 1.012x at 124M bf16. A move under about 1% must hold on two cards (README item 17): these hold on two H100s. Timed
+# at batch 1 and bound, like the per-shape tables above, at every batch the PREFETCH path takes (the same values).
 KV_AT_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600), (H100_SXM, "float32", 768)}
 
 
