@@ -153,6 +153,18 @@ def test_the_prefetch_plan_marks_its_weight_loads_to_leave_l2_first_where_that_m
     assert "evict_first" in ptx[1] and "evict_first" not in ptx[0]
 
 
+def _ln_qkv_binds(switch: str, dtype: torch.dtype, width: int, card: str = "", **kw: Any) -> list[bool]:
+    """Whether each ln_qkv launch binds `switch` in a one-layer PDL plan of this width at batch 1 (aot.plan_for_shapes,
+    no device; `kw`: prefetch, fold), built as `card` would take it (the plan records that card)."""
+    from lab.contract.profiles import ModelSpec
+    from lab.step.fused import aot
+
+    plan = aot.plan_for_shapes(ModelSpec("one-layer", 1, width, width // 64, vocab_size=512), dtype, 1, pdl=True,
+                               card=card, **kw)
+    assert plan.card == card
+    return [bool(x.meta.get(switch)) for x in plan.launches if x.name == "ln_qkv"]
+
+
 @needs_triton
 @pytest.mark.parametrize("dtype, width, asks", [(torch.float32, 768, True), (torch.bfloat16, 768, False),
                                                 (torch.float32, 1600, True), (torch.bfloat16, 1600, True)])
@@ -162,16 +174,11 @@ def test_the_folded_prefetch_plan_asks_l2_for_k_and_v_before_its_wait_where_that
     the PDL wait) at GPT-2 124M fp32, 1.5B bf16 and 1.5B fp32 (0.954x, 0.982x and 0.999x the step's time on the H200),
     not at 124M bf16 (1.009x); never unfolded, never off the PREFETCH path, never where the instruction
     cannot run (Triton's interpreter runs no inline assembly)."""
-    from lab.contract.profiles import ModelSpec
-    from lab.step.fused import aot
-
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
     assert C.kv_l2(str(dtype), width) == asks
 
     def bound(**kw: Any) -> list[bool]:
-        return [bool(x.meta.get("KV_L2")) for x in aot.plan_for_shapes(spec, dtype, 1, pdl=True, **kw).launches
-                if x.name == "ln_qkv"]
+        return _ln_qkv_binds("KV_L2", dtype, width, **kw)
 
     assert bound(prefetch=True) == [asks]
     assert bound(prefetch=True, fold=False) == [False] and bound() == [False]
@@ -191,17 +198,11 @@ def test_the_folded_prefetch_plan_asks_for_k_and_v_at_once_on_the_cards_where_th
     and V in one round trip) at GPT-2 124M fp32 and 1.5B bf16 (0.987x/0.991x and 0.980x/0.981x the step's time on two
     H100s), not at 124M bf16 or 1.5B fp32 (0.997-1.000x there); never on the H200 (0.998-1.012x), on a card not measured or
     without one (the CPU); never unfolded, never off the PREFETCH path. A select, so Triton's interpreter runs it too."""
-    from lab.contract.profiles import ModelSpec
-    from lab.step.fused import aot
-
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
     assert C.kv_at_once(str(dtype), width, card) == asks
 
     def bound(**kw: Any) -> list[bool]:
-        plan = aot.plan_for_shapes(spec, dtype, 1, pdl=True, card=card, **kw)
-        assert plan.card == card
-        return [bool(x.meta.get("KV_AT_ONCE")) for x in plan.launches if x.name == "ln_qkv"]
+        return _ln_qkv_binds("KV_AT_ONCE", dtype, width, card=card, **kw)
 
     assert bound(prefetch=True) == [asks]
     assert bound(prefetch=True, fold=False) == [False] and bound() == [False]

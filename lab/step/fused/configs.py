@@ -256,10 +256,8 @@ def kv_at_once(dtype: str, n_embd: int, card: str) -> bool:
 def device_card(device: torch.device | str | None = None) -> str:
     """The name CUDA gives the device (e.g. "NVIDIA H100 80GB HBM3"), the key of the per-card tables; "" without a CUDA
     device (the CPU, Triton's interpreter)."""
-    dev = torch.device(device) if device is not None else None
-    if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
-        return str(torch.cuda.get_device_name(dev))
-    return ""
+    dev = _cuda(device)
+    return "" if dev is None else str(torch.cuda.get_device_name(dev))
 
 
 PREFETCH_TILE = 64  # fp32 values of a tile a thread may hold (64 registers; x 32 threads x num_warps per program)
@@ -280,12 +278,16 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _cuda(device: torch.device | str | None) -> torch.device | None:
+    """`device` where it is a CUDA device this process can use, else None (the CPU, the interpreter, no device)."""
+    dev = torch.device(device) if device is not None else None
+    return dev if dev is not None and dev.type == "cuda" and torch.cuda.is_available() else None
+
+
 def device_sms(device: torch.device | str | None = None) -> int:
     """Streaming multiprocessors of a CUDA device, DEFAULT_SMS without one (the interpreter, the CPU)."""
-    dev = torch.device(device) if device is not None else None
-    if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
-        return int(torch.cuda.get_device_properties(dev).multi_processor_count)
-    return DEFAULT_SMS
+    dev = _cuda(device)
+    return DEFAULT_SMS if dev is None else int(torch.cuda.get_device_properties(dev).multi_processor_count)
 
 
 def gemv_shapes(n_embd: int, vocab: int) -> dict[str, tuple[int, int]]:
