@@ -26,6 +26,7 @@ Tokens, `out`, `tok` and `pos` must be equal, always.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import pytest
@@ -729,10 +730,12 @@ def test_aot_binds_a_switch_by_name_and_refuses_one_no_launch_takes(capsys: pyte
     assert capsys.readouterr().err.strip() == "--switch: no launch of this plan takes ln_qkv:NOPE"
 
 
-def _switch_builds(size: str, dtype: torch.dtype, kernel: str, switch: str, tail: bool = False) -> dict[int, list[str]]:
+def _switch_builds(size: str, dtype: torch.dtype, kernel: str, switch: str, tail: bool = False,
+                   loop: bool = False) -> dict[int, list[str]]:
     """`kernel`'s launch in GPT-2 `size`'s fused-pdl-prefetch plan at batch 1 (not layer 0's embedding variant), compiled
-    for sm_90 with the compile-time `switch` off (0) and on (1): the SASS path after its PDL wait, or with `tail` the
-    fold tail (aot.fold_tail). Skips without the Triton wheel's ptxas and nvdisasm; the plan must not bind the switch."""
+    for sm_90 with the compile-time `switch` off (0) and on (1): the SASS path after its PDL wait, with `tail` the
+    fold tail (aot.fold_tail), with `loop` the loop after the wait (aot.loop_after_wait). Skips without the Triton
+    wheel's ptxas and nvdisasm; the plan must not bind the switch."""
     from dataclasses import replace
 
     from lab.contract.profiles import SHAPES, ModelSpec
@@ -744,7 +747,7 @@ def _switch_builds(size: str, dtype: torch.dtype, kernel: str, switch: str, tail
     plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
     [launch] = [x for x in plan.launches if x.name == kernel and not x.meta.get("EMBED")][-1:]
     assert switch not in launch.meta, launch.meta  # off unless bound
-    pick = aot.fold_tail if tail else aot.after_wait
+    pick = aot.fold_tail if tail else aot.loop_after_wait if loop else aot.after_wait
     paths = {on: pick(aot.sass(aot.compile_launch(replace(launch, meta={**launch.meta, switch: on})).asm["cubin"]))
              for on in (0, 1)}
     if paths[0] is None or paths[1] is None:
@@ -766,6 +769,32 @@ def test_kv_at_once_issues_the_folded_attentions_v_loads_with_k(size: str, dtype
     assert loads[0] == loads[1], loads  # q, then K and V of a chunk: the same loads
     assert aot.late_loads(tails[0]) > 0, "ptxas now issues V's loads with K's on its own: KV_AT_ONCE has no work left"
     assert aot.late_loads(tails[1]) == 0, [x for x in tails[1] if "LDG" in x or "SHFL" in x][:40]
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("size", ["gpt2-124M", "gpt2-1.5B"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sum_once_takes_the_sum_over_k_out_of_lm_heads_loop(size: str, dtype: torch.dtype) -> None:
+    """lm_head's SUM_ONCE (projections._ln_gemv) at the tiles its plan takes: without it every chunk of K ends in a sum
+    across the threads that hold a row (shuffles, 32 a chunk at GPT-2 1.5B bf16), with it the loop has none and fewer
+    instructions (the products accumulate element by element; one sum after the loop), and neither build spills."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    loops = _switch_builds(size, dtype, "lm_head", "SUM_ONCE", loop=True)
+    shuffles = {on: sum(bool(re.search(r"\bSHFL\b", x)) for x in body) for on, body in loops.items()}
+    assert shuffles[0] > 0, "lm_head's loop sums over K without shuffles now: SUM_ONCE has no work left"
+    assert shuffles[1] == 0, [x for x in loops[1] if "SHFL" in x]
+    assert len(loops[1]) < len(loops[0]), {on: len(body) for on, body in loops.items()}
+    spec = SHAPES[size]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
+    [launch] = [x for x in plan.launches if x.name == "lm_head"]
+    for on in (0, 1):
+        [c] = aot.compile_plan(replace(plan, launches=[replace(launch, meta={**launch.meta, "SUM_ONCE": on})]))
+        assert c.spill_bytes == 0 and c.registers is not None and c.registers <= 255, c
 
 
 @needs_triton
@@ -995,6 +1024,31 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
     assert run["fold"] == (run["path"] != "gemm" and FOLD_WITH_PDL), run["configs"]  # the gemv paths fold
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
+
+
+@pytest.mark.cuda
+@needs_triton
+@pytest.mark.parametrize("batch,pdl", [(1, True), (3, False)], ids=["b1-pdl-prefetch", "b3"])
+def test_gpu_sum_once_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch: int, pdl: bool) -> None:
+    """lm_head's SUM_ONCE (its products summed over K once, after the last chunk), bound by name as an A/B arm binds
+    it, on fused-pdl-prefetch at batch 1 and plain fused at batch 3: fp32 eager's tokens and the graph's replay bit for
+    bit; bf16 by the teacher-forced rule."""
+    from lab.step.fused.check import free_running, teacher_forced
+    from lab.step.fused.step import pdl_supported
+
+    ok, why = pdl_supported(torch.device("cuda"))
+    if pdl and not ok:
+        pytest.skip(why)
+    switches = {"lm_head": {"SUM_ONCE": 1}}
+    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=pdl, prefetch=pdl,
+                       switches=switches)
+    assert run["sum_once"] and run["path"] == ("gemv-prefetch" if pdl else "gemv"), run
+    assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
+    assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
+    r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=pdl, pdl=pdl,
+                       switches=switches)
+    assert r["sum_once"] and all(r["bookkeeping_ok"]), r
+    assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r  # as test_gpu_bf16_teacher_forced
 
 
 @pytest.mark.cuda

@@ -104,6 +104,26 @@ def case_gemv_odd_b3() -> dict[str, Any]:
     return _free("odd", 3, steps=2, prompt_len=4, sms=4, overrides=odd)
 
 
+SUM_ONCE = {"lm_head": {"SUM_ONCE": 1}}  # lm_head's products summed over K once, after its last chunk
+
+
+@case
+def case_lm_sum_once_odd() -> dict[str, Any]:
+    # lm_head's SUM_ONCE over gemv-odd-b3's masked lanes: K in a chunk of 32 and a partial one of 16 (48), row blocks
+    # of 32 (500 = 15 x 32 + 20), batch 3
+    from lab.step.fused.check import parse_configs
+
+    odd = parse_configs('{"lm_head": {"BB": 1, "BN": 32, "BK": 32}}')
+    return _free("odd", 3, steps=2, prompt_len=4, sms=4, overrides=odd, switches=SUM_ONCE)
+
+
+@case
+def case_prefetch_sum_once_bf16_b1() -> dict[str, Any]:
+    # the same on the PREFETCH path in bf16, lm_head's heuristic tiles (K in two chunks of 32)
+    return _forced(1, prefetch=True, overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
+                                                "lm_head": C.GemvConfig(1, 32, 32)}, switches=SUM_ONCE)
+
+
 @case
 def case_gemv_bf16_b2() -> dict[str, Any]:
     return _forced(2)
@@ -632,12 +652,13 @@ FP32_CASES = {  # case -> (path, batch)
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
     "fold-head-major-odd-b3": ("gemv", 3), "fold-head-major-switched-fp32-b1": ("gemv-prefetch", 1),
+    "lm-sum-once-odd": ("gemv", 3),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
               "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1),
-              "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1)}
+              "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -660,6 +681,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert run["ln_fold"] == (path == "gemv-prefetch" and "unfolded" not in name), run
     assert run["head_major"] == ("head-major" in name), run  # configs.HEAD_MAJOR: no interpreter shape but where asked
     assert run["evict"] == ("evict" in name), run  # configs.EVICT_FIRST: likewise
+    assert run["sum_once"] == ("sum-once" in name), run  # lm_head's SUM_ONCE, bound by name
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name
@@ -681,6 +703,7 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     assert r["dtype"] == "bfloat16" and len(r["fused_err"]) == 3 and r["path"] == BF16_CASES[name][0], r
     assert r["fold"] == name.startswith("fold-"), r
     assert r["ln_fold"] == (r["path"] == "gemv-prefetch"), r
+    assert r["sum_once"] == ("sum-once" in name), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
         assert err <= BF16_REL * scale, r

@@ -205,20 +205,27 @@ def fold_tail(code: str | None) -> list[str] | None:
     return None if leave is None else _through_exit(lines, leave + 1)
 
 
-def loops_after_wait(code: str | None) -> bool:
-    """Whether a disassembly branches back between its PDL wait (ACQBULK) and the first EXIT after it: a branch to a
-    label defined above the branch (False without code or a wait)."""
+def loop_after_wait(code: str | None) -> list[str] | None:
+    """The SASS instructions of the first loop between a disassembly's PDL wait (ACQBULK) and the first EXIT after it:
+    from the label a branch goes back to, to that branch, included (None without code, a wait or such a branch). What a
+    program runs once a chunk (lm_head's walk over K: `projections._ln_gemv`)."""
     lines = [] if code is None else code.splitlines()
     wait = _first(lines, r"\bACQBULK\b")
     if wait is None:
-        return False
+        return None
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
     end = _first(lines, _EXIT, wait)
     for i in range(wait, len(lines) if end is None else end):
         target = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", lines[i])
         if target and labels.get(target.group(1), len(lines)) < i:
-            return True
-    return False
+            return _instructions("\n".join(lines[labels[target.group(1)]:i + 1]))
+    return None
+
+
+def loops_after_wait(code: str | None) -> bool:
+    """Whether a disassembly branches back between its PDL wait (ACQBULK) and the first EXIT after it: a branch to a
+    label defined above the branch (False without code or a wait)."""
+    return loop_after_wait(code) is not None
 
 
 def late_loads(path: list[str]) -> int:

@@ -77,7 +77,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                               "ln_fold": plan.ln_fold, "head_major": _bound(plan, "HEAD_MAJOR"),
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "kv_at_once": _bound(plan, "KV_AT_ONCE"), "pos_at_once": _bound(plan, "POS_AT_ONCE"),
-                              "res_at_once": _bound(plan, "RES_AT_ONCE"),
+                              "res_at_once": _bound(plan, "RES_AT_ONCE"), "sum_once": _bound(plan, "SUM_ONCE"),
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
@@ -91,7 +91,7 @@ def _bound(plan: Any, switch: str) -> bool:
     ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2), KV_AT_ONCE (the folded attention's K and V
     asked for in one round trip, attention._fold_attention), POS_AT_ONCE (ln_qkv's position asked for with its row,
     projections._ln_qkv), RES_AT_ONCE (proj's and fc2's residual asked for with their input,
-    projections._res_at_once)."""
+    projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 
@@ -116,17 +116,18 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                    sms: int | None = None, seed: int = 0, prefetch: bool = False,
                    path: str | None = None, overrides: dict[str, Any] | None = None,
                    persistent: dict[str, Any] | None = None, fold: bool | None = None,
-                   pdl: bool = False) -> dict[str, Any]:
+                   pdl: bool = False, switches: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens (`persistent`: the
-    persistent plan, `pdl` and `fold`, as in `free_running`)."""
+    persistent plan, `pdl`, `fold` and `switches`, as in `free_running`)."""
     from lab.step.fused import persistent as PS
-    from lab.step.fused.step import prepare
+    from lab.step.fused.step import prepare, with_switches
 
     max_len = prompt_len + steps + 2
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
     plan = (PS.prepare(fused, w_low, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
             else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold, pdl=pdl))
+    plan = with_switches(plan, switches) if switches else plan
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
     with torch.no_grad():
@@ -153,7 +154,8 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
             out["bookkeeping_ok"].append(bool(torch.equal(fused.tok[:, 0], own)) and int(fused.pos.item()) == pos + 1
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
-            "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, **out}
+            "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "sum_once": _bound(plan, "SUM_ONCE"),
+            **out}
 
 
 def same_as_five(w: Weights, batch: int, steps: int, persistent: dict[str, Any], prompt_len: int = 8,

@@ -101,22 +101,37 @@ def _first_tile(task, w_ptr, NBB, B, N, K, BB: tl.constexpr, BN: tl.constexpr, B
 @triton.jit
 def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_first, b, b_mask, n, n_mask,
              E: tl.constexpr, eps, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             BE: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
+             BE: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0, SUM_ONCE: tl.constexpr = 0):
     """acc [BB, BN] = layer_norm(x[b]) @ W[n].T, with the first weight tile already loaded (w_first). The statistics
     correctly rounded (`_ln_stats`): the chunked kernels are the reference the persistent kernel matches bit for bit
     (its layer kernel, with the fast forms, spilled under its cap of 128 registers), and lm_head's are a few dozen
-    instructions in a kernel that streams 77-154 MB."""
+    instructions in a kernel that streams 77-154 MB.
+
+    SUM_ONCE (lm_head's switch, `configs.sum_once`): the products of every chunk accumulate element by element in a
+    [BB, BN, BK] tile and are summed over K once, after the last chunk, instead of once a chunk (a sum over K is a
+    reduction across the threads that hold a row: shuffles, every chunk). The same products, summed in another
+    order: not bit for bit the per-chunk sum."""
     ke = tl.arange(0, BE)
     mean, rstd = _ln_stats(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT),
                            ke < E, E, eps)
-    acc = tl.zeros([BB, BN], dtype=tl.float32)
     w = w_first
-    for k0 in range(0, E, BK):
-        k = k0 + tl.arange(0, BK)
-        a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED, LEAVE_OUT), mean, rstd,
-                      g_ptr, beta_ptr, k, E)
-        acc += tl.sum(a[:, None, :] * w, axis=2)
-        w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT, EVICT)  # the next tile (all masked after the last)
+    if SUM_ONCE:
+        parts = tl.zeros([BB, BN, BK], dtype=tl.float32)
+        for k0 in range(0, E, BK):
+            k = k0 + tl.arange(0, BK)
+            a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED, LEAVE_OUT), mean,
+                          rstd, g_ptr, beta_ptr, k, E)
+            parts += a[:, None, :] * w
+            w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT, EVICT)  # the next tile (all masked after the last)
+        acc = tl.sum(parts, axis=2)
+    else:
+        acc = tl.zeros([BB, BN], dtype=tl.float32)
+        for k0 in range(0, E, BK):
+            k = k0 + tl.arange(0, BK)
+            a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED, LEAVE_OUT), mean,
+                          rstd, g_ptr, beta_ptr, k, E)
+            acc += tl.sum(a[:, None, :] * w, axis=2)
+            w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT, EVICT)  # the next tile (all masked after the last)
     return acc
 
 
@@ -503,8 +518,9 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
 def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B, NBB, eps, E: tl.constexpr,
                    V: tl.constexpr, NBLK: tl.constexpr,
                    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
-                   USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
-    """The final layer norm + the tied lm_head (x @ wte.T) + each row block's argmax.
+                   USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0,
+                   SUM_ONCE: tl.constexpr = 0):
+    """The final layer norm + the tied lm_head (x @ wte.T) + each row block's argmax (SUM_ONCE: `_ln_gemv`).
 
     Fuses: layer_norm(x) -> logits [B, V] in the weights' dtype (what the step returns) -> per
     program, the largest logit of its BN rows and its index (first index on ties, as torch.argmax),
@@ -518,7 +534,7 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     w_first = _load_w(wte_ptr, n, n_mask, 0, E, BK, LEAVE_OUT, EVICT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
     acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, wte_ptr, w_first, b, b_mask, n, n_mask,
-                   E, eps, False, BB, BN, BK, BE, LEAVE_OUT, EVICT)
+                   E, eps, False, BB, BN, BK, BE, LEAVE_OUT, EVICT, SUM_ONCE)
     logits = acc.to(logits_ptr.dtype.element_ty)
     tl.store(logits_ptr + b[:, None] * V + n[None, :], logits,
              mask=_stored(b_mask[:, None] & n_mask[None, :], acc, LEAVE_OUT))
