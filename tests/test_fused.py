@@ -26,7 +26,6 @@ Tokens, `out`, `tok` and `pos` must be equal, always.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 import pytest
@@ -730,12 +729,10 @@ def test_aot_binds_a_switch_by_name_and_refuses_one_no_launch_takes(capsys: pyte
     assert capsys.readouterr().err.strip() == "--switch: no launch of this plan takes ln_qkv:NOPE"
 
 
-def _switch_builds(size: str, dtype: torch.dtype, kernel: str, switch: str, tail: bool = False,
-                   loop: bool = False) -> dict[int, list[str]]:
+def _switch_builds(size: str, dtype: torch.dtype, kernel: str, switch: str, tail: bool = False) -> dict[int, list[str]]:
     """`kernel`'s launch in GPT-2 `size`'s fused-pdl-prefetch plan at batch 1 (not layer 0's embedding variant), compiled
-    for sm_90 with the compile-time `switch` off (0) and on (1): the SASS path after its PDL wait, with `tail` the
-    fold tail (aot.fold_tail), with `loop` the loop after the wait (aot.loop_after_wait). Skips without the Triton
-    wheel's ptxas and nvdisasm; the plan must not bind the switch."""
+    for sm_90 with the compile-time `switch` off (0) and on (1): the SASS path after its PDL wait, or with `tail` the
+    fold tail (aot.fold_tail). Skips without the Triton wheel's ptxas and nvdisasm; the plan must not bind the switch."""
     from dataclasses import replace
 
     from lab.contract.profiles import SHAPES, ModelSpec
@@ -747,7 +744,7 @@ def _switch_builds(size: str, dtype: torch.dtype, kernel: str, switch: str, tail
     plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
     [launch] = [x for x in plan.launches if x.name == kernel and not x.meta.get("EMBED")][-1:]
     assert switch not in launch.meta, launch.meta  # off unless bound
-    pick = aot.fold_tail if tail else aot.loop_after_wait if loop else aot.after_wait
+    pick = aot.fold_tail if tail else aot.after_wait
     paths = {on: pick(aot.sass(aot.compile_launch(replace(launch, meta={**launch.meta, switch: on})).asm["cubin"]))
              for on in (0, 1)}
     if paths[0] is None or paths[1] is None:
@@ -784,16 +781,21 @@ def test_sum_once_takes_the_sum_over_k_out_of_lm_heads_loop(size: str, dtype: to
     from lab.contract.profiles import SHAPES, ModelSpec
     from lab.step.fused import aot
 
-    loops = _switch_builds(size, dtype, "lm_head", "SUM_ONCE", loop=True)
-    shuffles = {on: sum(bool(re.search(r"\bSHFL\b", x)) for x in body) for on, body in loops.items()}
-    assert shuffles[0] > 0, "lm_head's loop sums over K without shuffles now: SUM_ONCE has no work left"
-    assert shuffles[1] == 0, [x for x in loops[1] if "SHFL" in x]
-    assert len(loops[1]) < len(loops[0]), {on: len(body) for on, body in loops.items()}
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
     spec = SHAPES[size]
     plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
     [launch] = [x for x in plan.launches if x.name == "lm_head"]
-    for on in (0, 1):
-        [c] = aot.compile_plan(replace(plan, launches=[replace(launch, meta={**launch.meta, "SUM_ONCE": on})]))
+    assert "SUM_ONCE" not in launch.meta, launch.meta  # off unless bound
+    built = {on: aot.compile_plan(replace(plan, launches=[replace(launch, meta={**launch.meta, "SUM_ONCE": on})]))[0]
+             for on in (0, 1)}
+    if built[0].post_wait_instructions is None:
+        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    assert built[0].loop_shuffles, "lm_head's loop sums over K without shuffles now: SUM_ONCE has no work left"
+    assert built[1].loop_shuffles == 0, built[1]
+    assert built[1].loop_instructions is not None and built[0].loop_instructions is not None
+    assert built[1].loop_instructions < built[0].loop_instructions, built
+    for c in built.values():
         assert c.spill_bytes == 0 and c.registers is not None and c.registers <= 255, c
 
 

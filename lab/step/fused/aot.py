@@ -85,6 +85,10 @@ class Compiled:
     # whether the path after the PDL wait branches back (a loop, as lm_head's over its chunks): then its instructions
     # counted once are not those it runs, and `issue_after_wait_us` says nothing
     loops_after_wait: bool = False
+    # that loop's SASS instructions (aot.loop_after_wait: what a program runs once a chunk of K, as lm_head's) and the
+    # shuffles among them (a sum across the threads that hold a row, every chunk, unless lm_head's SUM_ONCE); None: no loop
+    loop_instructions: int | None = None
+    loop_shuffles: int | None = None
 
 
 def compile_launch(launch: Any, arch: int = 90) -> Any:
@@ -294,6 +298,7 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
         code = sass(kernel.asm["cubin"])
         path = after_wait(code)
         tail = fold_tail(code) if launch.meta.get("FOLD") else None
+        loop = loop_after_wait(code)
         out.append(Compiled(launch.name, "embed" if launch.meta.get("EMBED") else "", regs, spills,
                             int(kernel.metadata.shared), len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
                             len(re.findall(r"\b(?:w?gmma|mma)\.", ptx)), ptx.count("griddepcontrol."),
@@ -307,7 +312,8 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             len(re.findall(r"\bcp\.async\.bulk\.prefetch\.L2\b", ptx)),
                             math.prod(launch.grid), int(launch.meta.get("num_warps", 4)),
                             int(heads.numel()) if launch.meta.get("FOLD") and heads is not None else 0,
-                            loops_after_wait(code)))
+                            loop is not None, None if loop is None else len(loop),
+                            None if loop is None else sum(bool(re.search(r"\bSHFL\b", x)) for x in loop)))
     return out
 
 
@@ -430,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                          "loads after its first exchange)"
                          if c.tail_instructions is not None else "")
                       + (f"  L2 prefetches {c.l2_prefetches}" if c.l2_prefetches else "")
+                      + (f"  loop {c.loop_instructions} a chunk ({c.loop_shuffles} shuffles)"
+                         if c.loop_instructions is not None else "")
                       + (f"  issue after wait >= {issue:.2f} us ({c.programs} programs x {c.warps} warps)"
                          if issue is not None else "") + f"  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
