@@ -107,31 +107,27 @@ def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_fi
     (its layer kernel, with the fast forms, spilled under its cap of 128 registers), and lm_head's are a few dozen
     instructions in a kernel that streams 77-154 MB.
 
-    SUM_ONCE (lm_head's switch, `configs.sum_once`): the products of every chunk accumulate element by element in a
-    [BB, BN, BK] tile and are summed over K once, after the last chunk, instead of once a chunk (a sum over K is a
-    reduction across the threads that hold a row: shuffles, every chunk). The same products, summed in another
-    order: not bit for bit the per-chunk sum."""
+    SUM_ONCE (lm_head's switch, bound by name as an A/B arm binds it: README item 22): the products of every chunk
+    accumulate element by element in a [BB, BN, BK] tile and are summed over K once, after the last chunk, instead of
+    once a chunk (a sum over K is a reduction across the threads that hold a row: shuffles, every chunk). The same
+    products, summed in another order: not bit for bit the per-chunk sum."""
     ke = tl.arange(0, BE)
     mean, rstd = _ln_stats(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT),
                            ke < E, E, eps)
+    acc = tl.zeros([BB, BN], dtype=tl.float32)
+    parts = tl.zeros([BB, BN, BK] if SUM_ONCE else [1, 1, 1], dtype=tl.float32)  # (SUM_ONCE's partial sums)
     w = w_first
-    if SUM_ONCE:
-        parts = tl.zeros([BB, BN, BK], dtype=tl.float32)
-        for k0 in range(0, E, BK):
-            k = k0 + tl.arange(0, BK)
-            a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED, LEAVE_OUT), mean,
-                          rstd, g_ptr, beta_ptr, k, E)
+    for k0 in range(0, E, BK):
+        k = k0 + tl.arange(0, BK)
+        a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED, LEAVE_OUT), mean, rstd,
+                      g_ptr, beta_ptr, k, E)
+        if SUM_ONCE:
             parts += a[:, None, :] * w
-            w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT, EVICT)  # the next tile (all masked after the last)
-        acc = tl.sum(parts, axis=2)
-    else:
-        acc = tl.zeros([BB, BN], dtype=tl.float32)
-        for k0 in range(0, E, BK):
-            k = k0 + tl.arange(0, BK)
-            a = _ln_apply(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED, LEAVE_OUT), mean,
-                          rstd, g_ptr, beta_ptr, k, E)
+        else:
             acc += tl.sum(a[:, None, :] * w, axis=2)
-            w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT, EVICT)  # the next tile (all masked after the last)
+        w = _load_w(w_ptr, n, n_mask, k0 + BK, E, BK, LEAVE_OUT, EVICT)  # the next tile (all masked after the last)
+    if SUM_ONCE:
+        acc = tl.sum(parts, axis=2)
     return acc
 
 
