@@ -153,16 +153,17 @@ def test_the_prefetch_plan_marks_its_weight_loads_to_leave_l2_first_where_that_m
     assert "evict_first" in ptx[1] and "evict_first" not in ptx[0]
 
 
-def _ln_qkv_binds(switch: str, dtype: torch.dtype, width: int, card: str = "", **kw: Any) -> list[bool]:
-    """Whether each ln_qkv launch binds `switch` in a one-layer PDL plan of this width at batch 1 (aot.plan_for_shapes,
-    no device; `kw`: prefetch, fold), built as `card` would take it (the plan records that card)."""
+def _ln_qkv_binds(switch: str, dtype: torch.dtype, width: int, card: str = "", kernel: str = "ln_qkv",
+                  **kw: Any) -> list[bool]:
+    """Whether each ln_qkv launch (or `kernel`'s) binds `switch` in a one-layer PDL plan of this width at batch 1
+    (aot.plan_for_shapes, no device; `kw`: prefetch, fold), built as `card` would take it (the plan records that card)."""
     from lab.contract.profiles import ModelSpec
     from lab.step.fused import aot
 
     plan = aot.plan_for_shapes(ModelSpec("one-layer", 1, width, width // 64, vocab_size=512), dtype, 1, pdl=True,
                                card=card, **kw)
     assert plan.card == card
-    return [bool(x.meta.get(switch)) for x in plan.launches if x.name == "ln_qkv"]
+    return [bool(x.meta.get(switch)) for x in plan.launches if x.name == kernel]
 
 
 @needs_triton
@@ -209,6 +210,30 @@ def test_the_folded_prefetch_plan_asks_for_k_and_v_at_once_on_the_cards_where_th
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert bound(prefetch=True) == [asks]
     assert C.device_card("cpu") == "" and C.device_card(None) == ""  # the CPU has no card: the tables every card takes
+
+
+@needs_triton
+@pytest.mark.parametrize("card, dtype, width, sums", [
+    (C.H100_SXM, torch.bfloat16, 1600, True), (C.H100_SXM, torch.float32, 1600, False),
+    (C.H100_SXM, torch.bfloat16, 768, False), (C.H100_SXM, torch.float32, 768, False),
+    ("NVIDIA H200", torch.bfloat16, 1600, False), ("", torch.bfloat16, 1600, False),
+    ("NVIDIA H100 PCIe", torch.bfloat16, 1600, False)])
+def test_the_prefetch_plans_lm_head_sums_over_k_once_on_the_cards_where_that_measured_faster(
+        card: str, dtype: torch.dtype, width: int, sums: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs.SUM_ONCE_FIRST: on an H100 SXM the PREFETCH path's lm_head binds SUM_ONCE (its products summed over K
+    once, after its loop) at GPT-2 1.5B bf16 (0.996x the step's time on two H100s), not at 1.5B fp32 or 124M (1.000x,
+    1.008x, 1.010x on the first); never on a card not measured for it (the H200, an H100 PCIe) or without one (the
+    CPU), never off the PREFETCH path. A constexpr of the kernel, so Triton's interpreter runs it too."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert C.sum_once(str(dtype), width, card) == sums
+
+    def bound(**kw: Any) -> list[bool]:
+        return _ln_qkv_binds("SUM_ONCE", dtype, width, card=card, kernel="lm_head", **kw)
+
+    assert bound(prefetch=True) == [sums]
+    assert bound() == [False]  # fused-pdl: the plain gemv path
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert bound(prefetch=True) == [sums]
 
 
 @needs_triton

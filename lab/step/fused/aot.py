@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                         "repeatable")
     p.add_argument("--card", default="", metavar="NAME",
                    help="build the plan a card of this CUDA name takes (its per-card tables, lab.step.fused.configs."
-                        "KV_AT_ONCE_FIRST), e.g. 'NVIDIA H100 80GB HBM3'; default: none (the tables every card takes)")
+                        "KV_AT_ONCE_FIRST, SUM_ONCE_FIRST), e.g. 'NVIDIA H100 80GB HBM3'; default: none (the tables every card takes)")
     args = p.parse_args(argv)
     switches: dict[str, dict[str, int]] = {}
     for bound in args.switch:

@@ -253,6 +253,22 @@ def kv_at_once(dtype: str, n_embd: int, card: str) -> bool:
     return (card, *_shape(dtype, n_embd)) in KV_AT_ONCE_FIRST
 
 
+# Where lm_head sums its products over K once, after its last chunk, instead of once a chunk (SUM_ONCE:
+# projections._ln_gemv, a tile of partial sums beside the accumulator: no shuffle in the loop, more registers), on the
+# gemv-prefetch path; keys: card, dtype name, model width. Measured with `python -m lab.step.fused.ab --rounds 8
+# --processes 2` (as KV_AT_ONCE above; the H100's table arm with KV_AT_ONCE bound) on two H100s: at 1.5B bf16 0.996x
+# [0.996, 0.997] (card 2f2cab0a, 2026-12-05, each process 0.996x, 0.997x) and 0.996x [0.995, 0.997] (card 86fb4e20,
+# 2026-12-06, 0.995x, 0.996x); not bound where it was slower or level on the first card: 124M fp32 1.010x, 124M bf16
+# 1.008x, 1.5B fp32 1.000x. Not yet timed on an H200. At 1.5B bf16 the PREFETCH path is taken at batch 1 only.
+SUM_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600)}
+
+
+def sum_once(dtype: str, n_embd: int, card: str) -> bool:
+    """Whether lm_head sums over K once, after its loop, at this dtype and width on this card (SUM_ONCE_FIRST; `card`
+    as device_card names it, "" for none)."""
+    return (card, *_shape(dtype, n_embd)) in SUM_ONCE_FIRST
+
+
 def device_card(device: torch.device | str | None = None) -> str:
     """The name CUDA gives the device (e.g. "NVIDIA H100 80GB HBM3"), the key of the per-card tables; "" without a CUDA
     device (the CPU, Triton's interpreter)."""

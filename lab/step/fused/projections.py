@@ -107,10 +107,10 @@ def _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, g_ptr, beta_ptr, w_ptr, w_fi
     (its layer kernel, with the fast forms, spilled under its cap of 128 registers), and lm_head's are a few dozen
     instructions in a kernel that streams 77-154 MB.
 
-    SUM_ONCE (lm_head's switch, bound by name as an A/B arm binds it: README item 22): the products of every chunk
-    accumulate element by element in a [BB, BN, BK] tile and are summed over K once, after the last chunk, instead of
-    once a chunk (a sum over K is a reduction across the threads that hold a row: shuffles, every chunk). The same
-    products, summed in another order: not bit for bit the per-chunk sum."""
+    SUM_ONCE (lm_head's switch: on the cards configs.SUM_ONCE_FIRST names, or by name as an A/B arm binds it; README
+    items 22-23): the products of every chunk accumulate element by element in a [BB, BN, BK] tile and are summed over
+    K once, after the last chunk, instead of once a chunk (a sum over K is a reduction across the threads that hold a
+    row: shuffles, every chunk). The same products, summed in another order: not bit for bit the per-chunk sum."""
     ke = tl.arange(0, BE)
     mean, rstd = _ln_stats(_load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT),
                            ke < E, E, eps)

@@ -209,8 +209,8 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
 
-    `card`: the name of the card whose per-card tables apply (configs.KV_AT_ONCE_FIRST); None takes the device's
-    (configs.device_card: "" on the CPU), a name builds that card's plan anywhere (tests, `aot --card`).
+    `card`: the name of the card whose per-card tables apply (configs.KV_AT_ONCE_FIRST, SUM_ONCE_FIRST); None takes the
+    device's (configs.device_card: "" on the CPU), a name builds that card's plan anywhere (tests, `aot --card`).
     """
     _check(state, w)
     if pdl:
@@ -318,6 +318,8 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         launches.append(Launch("fc2", KERNELS["fc2"], grid, (
             ws.h, lw.fc2_w, lw.fc2_b, ws.x, x_out, B, nbb), {"E": E, "F": F, **meta}))
     grid, meta, nbb = gemv("lm_head", V)
+    if prefetch and C.sum_once(str(w.dtype), E, card):  # over K once, on the cards where that measured faster
+        meta["SUM_ONCE"] = True
     launches.append(Launch("lm_head", KERNELS["lm_head"], grid, (
         ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps),
         {"E": E, "V": V, "NBLK": nblk, "BE": BE, **meta}))
