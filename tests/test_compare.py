@@ -628,18 +628,21 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
     assert got["h200-2026-12-05-model-scaling-main"] == ("h200-2026-12-05-model-scaling-lm-argmax",
                                                        f"the previous run of {h200}")
     # another host's first run: no run of its own host before it, so the newest other run of its profile (the same
-    # host's later grid, the newest of the profile since 2026-12-06)
+    # host's last grid, the newest of the profile since 2026-12-06)
     h100 = "host vm (Intel(R) Xeon(R) Processor, 16 cores; NVIDIA H100 80GB HBM3, driver 580.159.04) with profile gpu"
-    assert got["h100-2026-12-05-model-scaling"] == ("h100-2026-12-06-model-scaling",
+    assert got["h100-2026-12-05-model-scaling"] == ("h100-2026-12-06-model-scaling-sum-once",
                                                     f"no earlier run of {h100}: the newest other run of profile gpu")
-    # the H100's second grid, against its first, past the two anatomy runs made between them
+    # the H100's second grid, against its first, past the two anatomy runs made between them; the third (one size and
+    # dtype of the grid) against the second: what they share is compared
     assert got["h100-2026-12-06-model-scaling"] == ("h100-2026-12-05-model-scaling", f"the previous run of {h100}")
+    assert got["h100-2026-12-06-model-scaling-sum-once"] == ("h100-2026-12-06-model-scaling",
+                                                             f"the previous run of {h100}")
     # the H100's anatomy runs, made after its grid: the first against that grid (no anatomy of the host before it)
     assert got["h100-2026-12-05-fused-anatomy-124M"] == ("h100-2026-12-05-model-scaling", f"the previous run of {h100}")
     assert got["h100-2026-12-05-fused-anatomy-1.5B"] == ("h100-2026-12-05-fused-anatomy-124M",
                                                          f"the previous run of {h100}")
     # shares no experiment with any run: all are candidates, and the newest of the profile is the H100's last grid
-    assert got["h200-2026-12-02-gpu"] == ("h100-2026-12-06-model-scaling",
+    assert got["h200-2026-12-02-gpu"] == ("h100-2026-12-06-model-scaling-sum-once",
                                           f"no earlier run of {h200}: the newest other run of profile gpu")
     assert got["h200-2026-12-02-sweep"] == (None, "no other run of profile gpu-sweep among the runs rendered: nothing "
                                                   "to set it against (a run of the same profile, from this host or "
