@@ -258,8 +258,10 @@ def kv_at_once(dtype: str, n_embd: int, card: str) -> bool:
 # gemv-prefetch path; keys: card, dtype name, model width. Measured with `python -m lab.step.fused.ab --rounds 8
 # --processes 2` (as KV_AT_ONCE above; the H100's table arm with KV_AT_ONCE bound) on two H100s: at 1.5B bf16 0.996x
 # [0.996, 0.997] (card 2f2cab0a, 2026-12-05, each process 0.996x, 0.997x) and 0.996x [0.995, 0.997] (card 86fb4e20,
-# 2026-12-06, 0.995x, 0.996x); not bound where it was slower or level on the first card: 124M fp32 1.010x, 124M bf16
-# 1.008x, 1.5B fp32 1.000x. Not yet timed on an H200. At 1.5B bf16 the PREFETCH path is taken at batch 1 only.
+# 2026-12-06, 0.995x, 0.996x); bound, taking it off was 1.004x [1.004, 1.005] on a third (card 283cc3be) and 1.003x
+# [1.001, 1.004] on a fourth (card ff5353a9). Not bound where it was slower or level on the first card: 124M fp32
+# 1.010x, 124M bf16 1.008x (1.009x on the fourth), 1.5B fp32 1.000x. Not yet timed on an H200. At 1.5B bf16 the
+# PREFETCH path is taken at batch 1 only.
 SUM_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600)}
 
 
