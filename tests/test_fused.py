@@ -153,9 +153,9 @@ def test_the_prefetch_plan_marks_its_weight_loads_to_leave_l2_first_where_that_m
     assert "evict_first" in ptx[1] and "evict_first" not in ptx[0]
 
 
-def _ln_qkv_binds(switch: str, dtype: torch.dtype, width: int, card: str = "", kernel: str = "ln_qkv",
-                  **kw: Any) -> list[bool]:
-    """Whether each ln_qkv launch (or `kernel`'s) binds `switch` in a one-layer PDL plan of this width at batch 1
+def _launches_bind(switch: str, dtype: torch.dtype, width: int, card: str = "", kernel: str = "ln_qkv",
+                   **kw: Any) -> list[bool]:
+    """Whether each `kernel` launch (ln_qkv unless named) binds `switch` in a one-layer PDL plan of this width at batch 1
     (aot.plan_for_shapes, no device; `kw`: prefetch, fold), built as `card` would take it (the plan records that card)."""
     from lab.contract.profiles import ModelSpec
     from lab.step.fused import aot
@@ -179,7 +179,7 @@ def test_the_folded_prefetch_plan_asks_l2_for_k_and_v_before_its_wait_where_that
     assert C.kv_l2(str(dtype), width) == asks
 
     def bound(**kw: Any) -> list[bool]:
-        return _ln_qkv_binds("KV_L2", dtype, width, **kw)
+        return _launches_bind("KV_L2", dtype, width, **kw)
 
     assert bound(prefetch=True) == [asks]
     assert bound(prefetch=True, fold=False) == [False] and bound() == [False]
@@ -203,7 +203,7 @@ def test_the_folded_prefetch_plan_asks_for_k_and_v_at_once_on_the_cards_where_th
     assert C.kv_at_once(str(dtype), width, card) == asks
 
     def bound(**kw: Any) -> list[bool]:
-        return _ln_qkv_binds("KV_AT_ONCE", dtype, width, card=card, **kw)
+        return _launches_bind("KV_AT_ONCE", dtype, width, card=card, **kw)
 
     assert bound(prefetch=True) == [asks]
     assert bound(prefetch=True, fold=False) == [False] and bound() == [False]
@@ -228,7 +228,7 @@ def test_the_prefetch_plans_lm_head_sums_over_k_once_on_the_cards_where_that_mea
     assert C.sum_once(str(dtype), width, card) == sums
 
     def bound(**kw: Any) -> list[bool]:
-        return _ln_qkv_binds("SUM_ONCE", dtype, width, card=card, kernel="lm_head", **kw)
+        return _launches_bind("SUM_ONCE", dtype, width, card=card, kernel="lm_head", **kw)
 
     assert bound(prefetch=True) == [sums]
     assert bound() == [False]  # fused-pdl: the plain gemv path
