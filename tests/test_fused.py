@@ -308,6 +308,24 @@ def test_tuner_search_picks_the_fastest_candidate(tiny_fp32) -> None:
         assert {c.num_warps for c, _ in tried["proj"]} >= {1, 2, 4, 8}, tried["proj"]  # one warp: no CTA barrier
 
 
+@needs_triton
+def test_tuner_from_the_table_starts_each_kernel_at_the_config_the_table_binds(tiny_fp32, monkeypatch) -> None:
+    """--from-table: each kernel's first candidate is the tables' config (here a TUNED entry for the tiny width), not
+    the heuristics'; without it the descent starts from the heuristics as before (no kernel runs: a fake clock)."""
+    from lab.step.fused import tune as T
+
+    E, V = tiny_fp32.n_embd, int(tiny_fp32.wte.shape[0])
+    heuristic = C.choose(E, tiny_fp32.n_head, V, 64, 1, tiny_fp32.dtype, 8, tuned={})["proj"]
+    assert isinstance(heuristic, C.GemvConfig)
+    table = C.GemvConfig(heuristic.BB, heuristic.BN * 2, heuristic.BK, 2 if heuristic.num_warps != 2 else 4)
+    monkeypatch.setattr(C, "TUNED", {("proj", "float32", 1, E): dict(table.__dict__)})
+    for from_table, first in ((True, table), (False, heuristic)):
+        best, tried = T.tune(tiny_fp32, 1, 8, 1, float("inf"), [].append, timer=lambda plan, rep: 1.0, max_len=64,
+                             from_table=from_table)
+        assert tried["proj"][0][0] == first, (from_table, tried["proj"][:2])
+        assert best["proj"] == first  # every candidate ties: the first stays best
+
+
 def test_tuner_candidates_are_bounded_in_bytes_so_bf16_tries_twice_the_values() -> None:
     """GPT-2 1.5B's ln_fc, one chunk (BK 2048): fp32 candidates stop at 64 KB (BN 8), bf16 ones at BN 16."""
     from lab.step.fused import tune as T

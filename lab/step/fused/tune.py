@@ -4,6 +4,7 @@
     python -m lab.step.fused.tune --size gpt2-1.5B --batch 1   # another GPT-2 width (the tables are keyed by it)
     python -m lab.step.fused.tune --batch 1 --dtype bfloat16 --max-seconds 120
     python -m lab.step.fused.tune --batch 1 --dtype bfloat16 --pdl --prefetch   # tune fused-pdl-prefetch as it runs
+    python -m lab.step.fused.tune --batch 1 --pdl --prefetch --from-table        # start from the bound tables
 
 The configs tuned are the gemv path's (lab.step.fused.rule), which every plan here is forced to take.
 
@@ -14,7 +15,9 @@ graph (`triton.testing.do_bench_cudagraph`, median of 10 replays of a graph hold
 weights streaming from HBM (the step's 247-495 MB do not fit in L2), its neighbours, the gaps
 between launches. The plan is `repeatable` (the position does not advance, the residual kernels
 write a scratch copy), so every replay does the same work. A first pass varies BN and BK around
-the heuristic default, a second BB (batch > 1) and num_warps around the best.
+the heuristic default, a second BB (batch > 1) and num_warps around the best. `--from-table` starts the descent
+from the configs the step binds now (the tuned tables, where they have an entry) instead of the heuristics, so
+each kernel's first candidate is the table's: how another card would retune the tables measured on an H200.
 
 Prints, per dtype and batch: each kernel's default and best step time and its top candidates; the
 step time with the defaults, the tuned configs and the tuned configs + PDL; where the GPU time goes
@@ -127,16 +130,19 @@ def second_pass(best: C.Config, batch: int) -> list[C.Config]:
 
 def tune(w: Weights, batch: int, sms: int, rep_ms: int, deadline: float, log: Callable[[str], None],
          timer: Callable[[Any, int], float] = step_ms, max_len: int = MAX_LEN, pdl: bool = False,
-         prefetch: bool = False) -> tuple[dict[str, C.Config], dict[str, list[tuple[C.Config, float]]]]:
+         prefetch: bool = False, from_table: bool = False,
+         ) -> tuple[dict[str, C.Config], dict[str, list[tuple[C.Config, float]]]]:
     """Coordinate descent over the kernels; returns the best configs and every (config, ms) tried.
 
-    `pdl` / `prefetch`: time the plans as `fused-pdl` / `fused-pdl-prefetch` run them."""
+    `pdl` / `prefetch`: time the plans as `fused-pdl` / `fused-pdl-prefetch` run them. `from_table`: start from
+    the configs the tables bind (each kernel's first candidate), not the heuristics."""
     from lab.step.fused.step import prepare
 
     state = timing_state(w, batch, max_len)
     E, V = w.n_embd, int(w.wte.shape[0])
     shapes = C.gemv_shapes(E, V)
-    best = C.choose(E, w.n_head, V, max_len, batch, w.dtype, sms, tuned={}, prefetch=prefetch)
+    best = C.choose(E, w.n_head, V, max_len, batch, w.dtype, sms, tuned=None if from_table else {},
+                    prefetch=prefetch)
     tried: dict[str, list[tuple[C.Config, float]]] = {}
 
     def time_with(name: str, cfg: C.Config) -> float:
@@ -197,7 +203,7 @@ def breakdown(plan: Any, steps: int = 5) -> list[tuple[str, int, float]]:
 
 
 def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep_ms: int, bandwidth: float,
-                log: Callable[[str], None], prefetch: bool = False) -> None:
+                log: Callable[[str], None], prefetch: bool = False, from_table: bool = False) -> None:
     from lab.step.fused.step import pdl_supported, prepare
 
     state = timing_state(w, batch)
@@ -206,10 +212,16 @@ def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep
                       path="gemv")
     tuned = prepare(state, w, sms=sms, overrides=best, repeatable=True, prefetch=prefetch, path="gemv")
     plans = {"default": default, "tuned" + ("+prefetch" if prefetch else ""): tuned}
+    if from_table:  # the step as the tables bind it now, beside what this descent found
+        plans["table" + ("+prefetch" if prefetch else "")] = prepare(state, w, sms=sms, repeatable=True,
+                                                                     prefetch=prefetch, path="gemv")
     ok, why = pdl_supported(w.device)
     if ok:  # with PDL the plan folds the attention into ln_qkv (step.FOLD_WITH_PDL): fewer launches
         plans["tuned+pdl" + ("+prefetch" if prefetch else "")] = prepare(
             state, w, sms=sms, overrides=best, repeatable=True, pdl=True, prefetch=prefetch, path="gemv")
+        if from_table:
+            plans["table+pdl" + ("+prefetch" if prefetch else "")] = prepare(
+                state, w, sms=sms, repeatable=True, pdl=True, prefetch=prefetch, path="gemv")
     times = {k: step_ms(plan, rep_ms) for k, plan in plans.items()}
     rows = C.byte_budget(w.n_layer, w.n_embd, w.n_head, int(w.wte.shape[0]), batch, w.wte.element_size(),
                          POSITION + 1, C.cdiv(MAX_LEN, best["attention"].BS),  # type: ignore[union-attr]
@@ -241,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                    "prints TUNED_PREFETCH")
     p.add_argument("--max-seconds", type=float, default=480.0,
                    help="stop trying candidates after this long (the report and the dict still print)")
+    p.add_argument("--from-table", action="store_true",
+                   help="start from the configs the tables bind now, not the heuristics (each kernel's first "
+                        "candidate is the table's)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("lab.step.fused.tune needs a CUDA device (none visible)", file=sys.stderr)
@@ -264,13 +279,16 @@ def main(argv: list[str] | None = None) -> int:
             combos += 1
             deadline = start + combos * share  # each dtype and batch gets its share (unused time carries over)
             log(f"{dname}, batch {batch}: per kernel, the whole step's time with that kernel's candidates")
-            best, _ = tune(w, batch, sms, args.rep_ms, deadline, log, pdl=args.pdl, prefetch=args.prefetch)
-            report_step(w, batch, sms, best, args.rep_ms, bandwidth, log, prefetch=args.prefetch)
+            best, _ = tune(w, batch, sms, args.rep_ms, deadline, log, pdl=args.pdl, prefetch=args.prefetch,
+                           from_table=args.from_table)
+            report_step(w, batch, sms, best, args.rep_ms, bandwidth, log, prefetch=args.prefetch,
+                        from_table=args.from_table)
             tuned.update({(name, dname, batch, spec.n_embd): dict(cfg.__dict__) for name, cfg in best.items()})
         del w
         torch.cuda.empty_cache()
     table = "TUNED_PREFETCH" if args.prefetch else "TUNED"
-    log(f"# paste into lab/step/fused/configs.py ({'tuned with PDL' if args.pdl else 'tuned without PDL'}):")
+    log(f"# paste into lab/step/fused/configs.py ({'tuned with PDL' if args.pdl else 'tuned without PDL'}"
+        f"{', from the bound tables' if args.from_table else ''}; {torch.cuda.get_device_name()}):")
     log(f"{table}: dict[TunedKey, dict[str, int]] = {{")
     for key, value in tuned.items():
         log(f"    {key!r}: {value!r},")
