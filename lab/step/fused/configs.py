@@ -271,6 +271,22 @@ def sum_once(dtype: str, n_embd: int, card: str) -> bool:
     return (card, *_shape(dtype, n_embd)) in SUM_ONCE_FIRST
 
 
+# The PREFETCH path's tiles where a card measured others faster than TUNED_PREFETCH's (tuned on an H200); keys: card,
+# kernel, dtype name, batch, model width; values as TUNED_PREFETCH's (the whole config). Found on an H100 SXM by
+# `python -m lab.step.fused.tune --batch 1 --pdl --prefetch --from-table` (card 0e4c2277, 2026-12-06, lab 9f8e163: at
+# 124M fp32 and 1.5B fp32 the descent from the table ended slower than the table; at 124M bf16 and 1.5B bf16 it found
+# the two below) and A/B-timed there with `python -m lab.step.fused.ab --rounds 8 --processes 2` (each arm twice, in two
+# calls): 1.5B bf16 proj at 2 warps 0.986x [0.985, 0.989] and 0.985x [0.983, 0.987] the table's step; 124M bf16 the
+# folded attention's chunk of 128 slots 0.983x [0.979, 0.984] and 0.982x [0.979, 0.985] (64 slots 0.981x; both
+# together with 124M bf16 proj at 4 warps, 0.992x alone, 1.008-1.009x: not bound). The tuner's other finds were level
+# (124M fp32: all of them together 1.001x [0.999, 1.003]) or less than these alone (1.5B bf16 ln_fc BN 16 0.996x,
+# the attention at 16 slots 0.994x, with proj at 2 warps 0.987-0.989x).
+TUNED_PREFETCH_BY_CARD: dict[tuple[str, str, str, int, int], dict[str, int]] = {
+    (H100_SXM, "proj", "bfloat16", 1, 1600): {"BB": 1, "BN": 2, "BK": 2048, "num_warps": 2},
+    (H100_SXM, "attention", "bfloat16", 1, 768): {"BS": 128, "num_warps": 2},
+}
+
+
 def device_card(device: torch.device | str | None = None) -> str:
     """The name CUDA gives the device (e.g. "NVIDIA H100 80GB HBM3"), the key of the per-card tables; "" without a CUDA
     device (the CPU, Triton's interpreter)."""
@@ -381,12 +397,13 @@ def one_chunk(name: str, cfg: Config, K: int) -> bool:
 def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype: torch.dtype, sms: int,
            overrides: dict[str, Config] | None = None,
            tuned: dict[TunedKey, dict[str, int]] | None = None,
-           prefetch: bool = False) -> dict[str, Config]:
+           prefetch: bool = False, card: str = "") -> dict[str, Config]:
     """Every kernel's config: explicit overrides, else the tuned table, else the heuristics.
 
-    `prefetch`: the PREFETCH variant's configs: TUNED_PREFETCH where it has an entry (for every kernel: lm_head,
-    attention and the argmax are tuned beside the PREFETCH kernels), else the above, the PREFETCH kernels' made
-    one chunk by `prefetch_config` (an override must already be one chunk).
+    `prefetch`: the PREFETCH variant's configs: TUNED_PREFETCH_BY_CARD's for this `card` (as device_card names it, ""
+    for none) where it has an entry, else TUNED_PREFETCH's (for every kernel: lm_head, attention and the argmax are
+    tuned beside the PREFETCH kernels), else the above, the PREFETCH kernels' made one chunk by `prefetch_config` (an
+    override must already be one chunk). `tuned` given (the tuner's {}): no table, neither the card's.
     """
     overrides = overrides or {}
     dname = str(dtype).removeprefix("torch.")
@@ -398,10 +415,11 @@ def choose(n_embd: int, n_head: int, vocab: int, max_len: int, batch: int, dtype
                                  f"{next_pow2(shapes[name][1])} (one chunk), got {overrides[name]}")
         out = choose(n_embd, n_head, vocab, max_len, batch, dtype, sms, overrides, tuned)
         table = TUNED_PREFETCH if tuned is None else {}
+        by_card = TUNED_PREFETCH_BY_CARD if tuned is None else {}
         for name in out:
             if name in overrides:
                 continue
-            entry = table.get((name, dname, batch, n_embd))
+            entry = by_card.get((card, name, dname, batch, n_embd)) or table.get((name, dname, batch, n_embd))
             if name not in PREFETCH_KERNELS:  # lm_head, attention, argmax: as tuned beside the PREFETCH kernels
                 if entry:
                     out[name] = type(out[name])(**entry)

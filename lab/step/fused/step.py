@@ -223,13 +223,13 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     card = C.device_card(dev) if card is None else card
     tiles: dict[str, int] = {}
     if prefetch and path is None:  # what the rule weighs: the row tiles of the one-chunk configs
-        one_chunk = C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=True)
+        one_chunk = C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=True, card=card)
         tiles = {k: g.BB for k, g in one_chunk.items() if k in C.PREFETCH_KERNELS and isinstance(g, C.GemvConfig)}
     choice = R.choose(B, E, str(w.dtype), prefetch, tiles, forced=path)
     prefetch = choice.path == R.Path.GEMV_PREFETCH
     gemm = choice.path == R.Path.GEMM
     cfg = (C.choose_library(E, H, V, L, B, sms, overrides) if gemm
-           else C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=prefetch))
+           else C.choose(E, H, V, L, B, w.dtype, sms, overrides, prefetch=prefetch, card=card))
     att, am = cfg["attention"], cfg["argmax"]
     lm = cfg["block_argmax" if gemm else "lm_head"]
     assert isinstance(att, C.AttentionConfig) and isinstance(am, C.ArgmaxConfig)

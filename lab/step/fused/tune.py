@@ -142,7 +142,7 @@ def tune(w: Weights, batch: int, sms: int, rep_ms: int, deadline: float, log: Ca
     E, V = w.n_embd, int(w.wte.shape[0])
     shapes = C.gemv_shapes(E, V)
     best = C.choose(E, w.n_head, V, max_len, batch, w.dtype, sms, tuned=None if from_table else {},
-                    prefetch=prefetch)
+                    prefetch=prefetch, card=C.device_card(w.device))
     tried: dict[str, list[tuple[C.Config, float]]] = {}
 
     def time_with(name: str, cfg: C.Config) -> float:
