@@ -437,12 +437,14 @@ def test_an_ab_arm_binds_its_fields_and_switches_and_refuses_what_the_plan_has_n
         return prepare(state, tiny_fp32, sms=2, repeatable=True, prefetch=True, path="gemv", overrides=overrides)
 
     base = made()
-    assert bind(base, parse_arm("table"), made) is base
+    again = bind(base, parse_arm("table"), made)  # every arm its own plan, the table's too (the A/A needs a second)
+    assert again is not base and again.configs == base.configs and again.workspace.x is not base.workspace.x
+    assert [x.meta for x in again.launches] == [x.meta for x in base.launches]
     wide = bind(base, parse_arm("ln_fc.BN=8;ln_fc.num_warps=2"), made)
     assert (wide.configs["ln_fc"].BN, wide.configs["ln_fc"].num_warps) == (8, 2) and wide.configs["fc2"] == base.configs["fc2"]
     marked = bind(base, parse_arm("all:EVICT=1;fc2:PREFETCH=0"), made)
     for before, after in zip(base.launches, marked.launches):  # the GEMV kernels have the EVICT switch
-        assert isinstance(after, Launch) and after.args is before.args
+        assert isinstance(after, Launch) and (after.name, after.grid) == (before.name, before.grid)
         assert after.meta.get("EVICT", 0) == (1 if after.name in C.GEMV_KERNELS else 0), after.name
         assert after.meta.get("PREFETCH") == (False if after.name == "fc2" else before.meta.get("PREFETCH"))
     capped = bind(base, parse_arm("ln_qkv:maxnreg=96"), made)  # a launch option: any Triton launch takes it
@@ -512,6 +514,32 @@ def test_ab_says_same_where_the_rounds_overlap_and_no_interval_from_one_round() 
     assert "no interval" in _row(one, "b") and "0.500x" in _row(one, "b") and _row(one, "a").rstrip().endswith("a")
 
 
+def test_ab_judges_an_arm_against_a_second_plan_of_the_first_and_builds_the_arms_in_a_rotated_order() -> None:
+    """The A/A (`FIRST (again)`, added last): an arm is faster or slower only beyond 1 and the A/A's interval. As on an
+    H100 at 124M bf16, a second plan of the table 0.976x the first: an arm at 0.980x is the same, one at 0.95x faster;
+    one at 1.03x slower. Without an A/A the verdict is against 1 alone, as before."""
+    from lab.step.fused.ab import CONTROL, Arm, _row, build_order, summary, with_control
+
+    arms = with_control([Arm("table"), Arm("attention.BS=128")])
+    assert [a.label for a in arms] == ["table", "attention.BS=128", "table" + CONTROL]
+    assert arms[2].configs == arms[0].configs and arms[2].switches == arms[0].switches
+    assert build_order(["a", "b", "c"], 0) == ["a", "b", "c"] and build_order(["a", "b", "c"], 4) == ["b", "c", "a"]
+
+    def rounds(ratio: float) -> list[list[float]]:
+        return [[ratio * (0.2 + 0.0001 * r)] for r in range(6)]
+
+    times = {"table": rounds(1.0), "close": rounds(0.980), "far": rounds(0.95), "up": rounds(1.03),
+             "table" + CONTROL: rounds(0.976)}
+    out = summary(times)
+    assert out["against_first"]["close"] == "lower"  # against 1 alone it would be faster
+    assert out["against_control"] == {"table": "same", "close": "same", "far": "lower", "up": "higher",
+                                      "table" + CONTROL: "same"}
+    assert "same" in _row(out, "close") and "faster" in _row(out, "far") and "slower" in _row(out, "up")
+    assert "A/A" in _row(out, "table" + CONTROL)
+    bare = summary({k: v for k, v in times.items() if not k.endswith(CONTROL)})
+    assert "against_control" not in bare and "faster" in _row(bare, "close")
+
+
 def test_ab_refuses_a_bad_arm_in_one_line_before_anything_runs(capsys) -> None:
     from lab.step.fused import ab
 
@@ -519,6 +547,7 @@ def test_ab_refuses_a_bad_arm_in_one_line_before_anything_runs(capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "arm 'lnfc.BN=4': no kernel 'lnfc'" in err
     assert ab.main(["table", "table"]) == 2 and "an arm is given twice" in capsys.readouterr().err
+    assert ab.main(["table", "table (again)"]) == 2 and "is not KERNEL.FIELD" in capsys.readouterr().err  # the A/A's
     assert ab.main(["--rounds", "0", "table"]) == 2 and "must be positive" in capsys.readouterr().err
 
 
@@ -550,6 +579,8 @@ def test_ab_over_processes_judges_each_arm_by_whether_it_holds_from_process_to_p
     out = capsys.readouterr().out
     # each process ran the same A/B alone (not asked for more processes), one after another
     assert len(calls) == 3 and all("--processes" not in c and c[-3:] == argv[-3:] for c in calls)
+    assert [c[:2] for c in calls] == [["--shift", "0"], ["--shift", "1"], ["--shift", "2"]]  # each its build order
+    assert all("--no-control" not in c for c in calls)
     assert "process 2 of 3: lm_head.BK=128 1.004x, argmax.num_warps=4 0.991x" in out
     record = json.loads(next(x for x in out.splitlines() if x.startswith("AB "))[3:])
     assert record["against_first"] == {"table": "same", "lm_head.BK=128": "same", "argmax.num_warps=4": "lower"}

@@ -32,6 +32,15 @@ the same ratio to the third decimal (0.996x, 0.996x, 0.996x), so a process's rou
 effect hides; but an arm 0.995x [0.994, 0.997] the table's on one machine was, bound as the table, 1.004x the old
 table's on two others. A change of that size is shown only where it holds on another machine: run the A/B again in a
 call that starts one.
+
+**The first arm again (A/A).** Unless `--no-control`, the A/B times one more arm, `FIRST (again)`: a second plan of
+the first arm, the same configs and switches, built like every other arm (each arm is its own plan, its own
+workspace, from the same weights). On an H100 at GPT-2 124M bf16 (2026-12-06, card 9a07d692) the table and a second
+plan of the same table differed by 2.4% (0.976x, each process 0.974x and 0.976x): where a plan's small buffers land
+moves a step that short by as much as a config does. So an arm is called faster or slower only where its ratio's
+interval lies beyond both 1 and the A/A's interval (`against_control`); within them it is the same. The arms are
+built in an order rotated by the process (`--processes`: the i-th process starts at the i-th arm), so that no arm
+keeps the same place among the allocations from process to process.
 """
 
 from __future__ import annotations
@@ -84,19 +93,34 @@ def parse_arm(text: str) -> Arm:
     return arm
 
 
+CONTROL = " (again)"  # the A/A arm's label: the first arm's, then this
+
+
+def with_control(arms: list[Arm]) -> list[Arm]:
+    """The arms and, last, a second of the first (its label + CONTROL): the A/A that shows what a second plan of the
+    same configs moves by itself."""
+    first = arms[0]
+    return [*arms, replace(first, label=first.label + CONTROL)]
+
+
+def build_order(labels: list[str], shift: int) -> list[str]:
+    """The order in which the arms' plans are built (allocated): rotated by `shift` (the process's index)."""
+    k = shift % len(labels) if labels else 0
+    return labels[k:] + labels[:k]
+
+
 def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
-    """The arm's plan: `base` re-prepared with its config fields (`prepare(overrides=...)`), then its switches bound on
-    the launches of their kernels. ValueError for a field the kernel's config has not, or a switch no launch takes."""
-    plan = base
-    if arm.configs:
-        overrides = dict(base.configs)
-        for kernel, fields in arm.configs.items():
-            cfg = base.configs.get(kernel)
-            unknown = sorted(set(fields) - set(getattr(cfg, "__dataclass_fields__", {})))
-            if cfg is None or unknown:
-                raise ValueError(f"arm {arm.label!r}: {kernel}'s config ({cfg}) has no field {', '.join(unknown)}")
-            overrides[kernel] = replace(cfg, **fields)
-        plan = prepare(overrides)
+    """The arm's plan, its own (its own workspace, even for `table`): `base`'s configs with the arm's fields
+    (`prepare(overrides=...)`), then its switches bound on the launches of their kernels. ValueError for a field the
+    kernel's config has not, or a switch no launch takes."""
+    overrides = dict(base.configs)
+    for kernel, fields in arm.configs.items():
+        cfg = base.configs.get(kernel)
+        unknown = sorted(set(fields) - set(getattr(cfg, "__dataclass_fields__", {})))
+        if cfg is None or unknown:
+            raise ValueError(f"arm {arm.label!r}: {kernel}'s config ({cfg}) has no field {', '.join(unknown)}")
+        overrides[kernel] = replace(cfg, **fields)
+    plan = prepare(overrides)
     if not arm.switches:
         return plan
     from lab.step.fused.step import with_switches
@@ -120,18 +144,43 @@ def _ends(interval: I.Interval | None) -> list[float] | None:
     return None if interval is None else [interval.low, interval.high]
 
 
+def against_control(ratio_iv: dict[str, I.Interval | None], control: str | None) -> dict[str, str] | None:
+    """Each arm against the first and its A/A (`control`'s label; None: no A/A): "lower" (faster) or "higher" only
+    where its ratio's interval lies beyond 1 and beyond the A/A's interval, "same" where it does not, "unknown" without
+    an interval (the A/A's or its own)."""
+    if control is None or control not in ratio_iv:
+        return None
+    aa = ratio_iv[control]
+    out: dict[str, str] = {}
+    for k, iv in ratio_iv.items():
+        if iv is None or aa is None:
+            out[k] = "unknown"
+        elif k == control:
+            out[k] = "same"
+        else:
+            out[k] = "lower" if iv.high < min(1.0, aa.low) else "higher" if iv.low > max(1.0, aa.high) else "same"
+    return out
+
+
+def _control(labels: list[str]) -> str | None:
+    """The A/A arm's label where the arms have one (the first arm's + CONTROL)."""
+    return labels[0] + CONTROL if labels and labels[0] + CONTROL in labels else None
+
+
 def summary(times: dict[str, list[list[float]]]) -> dict[str, Any]:
     """Each arm's median (ms) with its 95% interval, its ratio to the first arm's median with the ratio's interval
     (paired over rounds), and where the arm stands against the first (lab.contract.intervals.versus: "lower" is
-    faster; "unknown" with fewer than two rounds)."""
+    faster; "unknown" with fewer than two rounds) and, where the arms have an A/A, against both (`against_control`)."""
     first = next(iter(times))
     ratio_iv = {k: I.ratio_interval(v, times[first]) for k, v in times.items()}
     med = {k: statistics.median(flat(v)) for k, v in times.items()}
-    return {"median_ms": med, "median_interval_ms": {k: _ends(I.median_interval(v)) for k, v in times.items()},
-            "ratio": {k: v / med[first] for k, v in med.items()},
-            "ratio_interval": {k: _ends(iv) for k, iv in ratio_iv.items()},
-            "against_first": {k: I.versus(iv, 1.0).value for k, iv in ratio_iv.items()},
-            "rounds_ms": {k: flat(v) for k, v in times.items()}}
+    out = {"median_ms": med, "median_interval_ms": {k: _ends(I.median_interval(v)) for k, v in times.items()},
+           "ratio": {k: v / med[first] for k, v in med.items()},
+           "ratio_interval": {k: _ends(iv) for k, iv in ratio_iv.items()},
+           "against_first": {k: I.versus(iv, 1.0).value for k, iv in ratio_iv.items()},
+           "rounds_ms": {k: flat(v) for k, v in times.items()}}
+    control = against_control(ratio_iv, _control(list(times)))
+    return out if control is None else {**out, "against_control": control}
 
 
 def summary_over(runs: list[dict[str, list[list[float]]]]) -> dict[str, Any]:
@@ -147,12 +196,14 @@ def summary_over(runs: list[dict[str, list[list[float]]]]) -> dict[str, Any]:
     med = {k: statistics.median(flat(v)) for k, v in pooled.items()}
     ratio_iv = {k: I.clustered_ratio_interval([r[k] for r in runs], [r[first] for r in runs]) for k in arms}
     each = [summary(r) for r in runs]
-    return {"median_ms": med, "median_interval_ms": {k: _ends(I.median_interval(v)) for k, v in pooled.items()},
-            "ratio": {k: v / med[first] for k, v in med.items()},
-            "ratio_interval": {k: _ends(iv) for k, iv in ratio_iv.items()},
-            "against_first": {k: I.versus(iv, 1.0).value for k, iv in ratio_iv.items()},
-            "process_ratios": {k: [e["ratio"][k] for e in each] for k in arms},
-            "processes": [{"rounds_ms": e["rounds_ms"], "ratio_interval": e["ratio_interval"]} for e in each]}
+    out = {"median_ms": med, "median_interval_ms": {k: _ends(I.median_interval(v)) for k, v in pooled.items()},
+           "ratio": {k: v / med[first] for k, v in med.items()},
+           "ratio_interval": {k: _ends(iv) for k, iv in ratio_iv.items()},
+           "against_first": {k: I.versus(iv, 1.0).value for k, iv in ratio_iv.items()},
+           "process_ratios": {k: [e["ratio"][k] for e in each] for k in arms},
+           "processes": [{"rounds_ms": e["rounds_ms"], "ratio_interval": e["ratio_interval"]} for e in each]}
+    control = against_control(ratio_iv, _control(arms))
+    return out if control is None else {**out, "against_control": control}
 
 
 def _row(out: dict[str, Any], label: str) -> str:
@@ -162,8 +213,11 @@ def _row(out: dict[str, Any], label: str) -> str:
         return " " * (2 * digits + 8) if iv is None else f"[{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]"
 
     verdict = {"lower": "faster", "higher": "slower", "same": "same", "unknown": "no interval"}
+    judged = out.get("against_control", out["against_first"])
+    say = ("" if label == next(iter(out["ratio"])) else "A/A" if label.endswith(CONTROL) and "against_control" in out
+           else verdict[judged[label]])
     return (f"  {out['median_ms'][label]:9.4f} ms {ends('median_interval_ms', 4)}  {out['ratio'][label]:6.3f}x "
-            f"{ends('ratio_interval', 3)}  {'' if label == next(iter(out['ratio'])) else verdict[out['against_first'][label]]:<11}"
+            f"{ends('ratio_interval', 3)}  {say:<11}"
             f"  {label}"
             + ("" if "process_ratios" not in out else
                "  (each process: " + ", ".join(f"{r:.3f}x" for r in out["process_ratios"][label]) + ")"))
@@ -178,11 +232,11 @@ def _child(argv: list[str]) -> tuple[int, str, str]:
 def _processes(args: argparse.Namespace) -> int:
     """`--processes N`: the A/B in N fresh processes, one after another, judged over all of them (`summary_over`)."""
     argv = ["--size", args.size, "--dtype", args.dtype, "--batch", str(args.batch), "--rounds", str(args.rounds),
-            "--rep-ms", str(args.rep_ms), *args.arms]
+            "--rep-ms", str(args.rep_ms), *([] if args.control else ["--no-control"]), *args.arms]
     runs: list[dict[str, list[list[float]]]] = []
     head, meta = "", {}
     for i in range(args.processes):
-        rc, out, err = _child(argv)
+        rc, out, err = _child(["--shift", str(i), *argv])
         line = next((x for x in out.splitlines() if x.startswith("AB ")), None)
         if rc != 0 or line is None:
             last = (err.strip().splitlines() or out.strip().splitlines() or ["no output"])[-1]
@@ -216,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rep-ms", type=int, default=20, help="milliseconds of replays a timing")
     p.add_argument("--processes", type=int, default=1,
                    help="run the A/B in this many fresh processes and judge the arms over all of them")
+    p.add_argument("--no-control", dest="control", action="store_false",
+                   help="time no second plan of the first arm (the A/A against which the arms are judged)")
+    p.add_argument("--shift", type=int, default=0, help=argparse.SUPPRESS)  # --processes: the i-th starts at arm i
     p.add_argument("arms", nargs="+", metavar="ARM", help="table | KERNEL.FIELD=V;KERNEL:SWITCH=V;...")
     args = p.parse_args(argv)
     try:
@@ -226,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if len({a.label for a in arms}) < len(arms):
         print("python -m lab.step.fused.ab: an arm is given twice", file=sys.stderr)
         return 2
+    arms = with_control(arms) if args.control else arms
     if args.batch < 1 or args.rounds < 1 or args.rep_ms < 1 or args.processes < 1:
         print("python -m lab.step.fused.ab: --batch, --rounds, --rep-ms and --processes must be positive",
               file=sys.stderr)
@@ -246,12 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     def made(overrides: dict[str, C.Config] | None = None) -> Any:
         return prepare(state, w, sms=sms, repeatable=True, pdl=pdl, prefetch=True, path="gemv", overrides=overrides)
 
-    base = made()
+    base = made()  # the tables' configs, which every arm's plan starts from (this plan is not timed)
+    by_label = {a.label: a for a in arms}
     try:
-        plans = {a.label: bind(base, a, made) for a in arms}
+        built = {label: bind(base, by_label[label], made) for label in build_order(list(by_label), args.shift)}
     except ValueError as exc:
         print(f"python -m lab.step.fused.ab: {exc}", file=sys.stderr)
         return 2
+    plans = {label: built[label] for label in by_label}  # reported in the order given
     for plan in plans.values():  # compiled, captured and warm before any round
         step_ms(plan, 5)
     torch.cuda.synchronize()
@@ -262,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     for label in plans:
         print(_row(out, label))
     print("AB " + json.dumps({"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, "card": card,
-                              **out}))
+                              "built": list(built), **out}))
     return 0
 
 
