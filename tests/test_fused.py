@@ -236,8 +236,7 @@ def test_the_prefetch_plans_lm_head_sums_over_k_once_on_the_cards_where_that_mea
     assert bound(prefetch=True) == [sums]
 
 
-_H100_TILES = {("proj", torch.bfloat16, 1600): C.GemvConfig(1, 2, 2048, 2),
-               ("attention", torch.bfloat16, 768): C.AttentionConfig(128, 2)}
+_H100_TILES = {("proj", torch.bfloat16, 1600): C.GemvConfig(1, 2, 2048, 2)}
 
 
 @pytest.mark.parametrize("card", [C.H100_SXM, "NVIDIA H200", "NVIDIA H100 PCIe", ""])
@@ -246,10 +245,11 @@ _H100_TILES = {("proj", torch.bfloat16, 1600): C.GemvConfig(1, 2, 2048, 2),
                                                   ("proj", torch.float32, 1600), ("attention", torch.float32, 768)])
 def test_the_prefetch_tiles_an_h100_timed_faster_are_that_cards_alone(card: str, kernel: str, dtype: torch.dtype,
                                                                        width: int) -> None:
-    """configs.TUNED_PREFETCH_BY_CARD: on an H100 SXM the PREFETCH path binds proj at 2 warps at GPT-2 1.5B bf16 and the
-    folded attention's chunk of 128 slots at 124M bf16 (0.985-0.986x and 0.982-0.983x the step's time there); at the
-    other shapes, on the H200, a card not measured or none (the CPU) the H200's TUNED_PREFETCH as it was; never off the
-    PREFETCH path, at another batch or when the tuner asks for no table."""
+    """configs.TUNED_PREFETCH_BY_CARD: on an H100 SXM the PREFETCH path binds proj at 2 warps at GPT-2 1.5B bf16
+    (0.985-0.986x the step's time on one H100, 1.006-1.009x taken off on two more); not the attention's chunk at 124M
+    bf16 (what moved there was the order the A/B built its plans in); at the other shapes, on the H200, a card not
+    measured or none (the CPU) the H200's TUNED_PREFETCH as it was; never off the PREFETCH path, at another batch or
+    when the tuner asks for no table."""
     heads = width // 64
 
     def chosen(batch: int = 1, **kw: Any) -> C.Config:
@@ -269,13 +269,13 @@ def test_the_prefetch_tiles_an_h100_timed_faster_are_that_cards_alone(card: str,
 @pytest.mark.parametrize("card", [C.H100_SXM, "NVIDIA H200"])
 def test_the_plan_takes_the_prefetch_tiles_of_its_card(card: str) -> None:
     """step.prepare passes the plan's card to the tables: a PREFETCH plan at 1.5B bf16 (one layer) built as an H100 SXM
-    runs proj at 2 warps, as the H200 at 4; and at 124M bf16 the folded attention walks the cache in chunks of 128
-    slots on the H100 (two chunks of the 256), 32 on the H200. The same plan without PDL's prefetch path: the table's."""
+    runs proj at 2 warps, as the H200 at 4; at 124M bf16 the folded attention walks the cache in chunks of 32 slots on
+    both. The same plans without PDL's prefetch path: the tables' for the plain gemv path."""
     from lab.contract.profiles import ModelSpec
     from lab.step.fused import aot
 
     h100 = card == C.H100_SXM
-    for width, kernel, want, table in ((1600, "proj", 2 if h100 else 4, 4), (768, "attention", 128 if h100 else 32, 32)):
+    for width, kernel, want, table in ((1600, "proj", 2 if h100 else 4, 4), (768, "attention", 32, 32)):
         spec = ModelSpec("one-layer", 1, width, width // 64, vocab_size=512)
         plan = aot.plan_for_shapes(spec, torch.bfloat16, 1, pdl=True, prefetch=True, card=card)
         got = plan.configs[kernel]
@@ -287,11 +287,10 @@ def test_the_plan_takes_the_prefetch_tiles_of_its_card(card: str) -> None:
 
 @needs_triton
 @pytest.mark.slow
-@pytest.mark.parametrize("size, kernel", [("gpt2-1.5B", "proj"), ("gpt2-124M", "ln_qkv")])
+@pytest.mark.parametrize("size, kernel", [("gpt2-1.5B", "proj")])
 def test_the_h100s_prefetch_tiles_compile_for_hopper_without_a_spill(size: str, kernel: str) -> None:
     """The ahead-of-time checks of the launches TUNED_PREFETCH_BY_CARD changes on an H100 SXM (bf16): 1.5B's proj at 2
-    warps, and 124M's folded ln_qkv, whose attention walks 128 slots a chunk: sm_90, at most 255 registers, no spill,
-    PDL's two griddepcontrol instructions."""
+    warps: sm_90, at most 255 registers, no spill, PDL's two griddepcontrol instructions."""
     from dataclasses import replace
 
     from lab.contract.profiles import SHAPES, ModelSpec
@@ -302,8 +301,7 @@ def test_the_h100s_prefetch_tiles_compile_for_hopper_without_a_spill(size: str, 
     spec = SHAPES[size]
     plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), torch.bfloat16, 1, pdl=True,
                                prefetch=True, card=C.H100_SXM)
-    changed = plan.configs["proj"].num_warps == 2 if kernel == "proj" else plan.configs["attention"].BS == 128
-    assert changed, plan.configs
+    assert plan.configs[kernel] == _H100_TILES[(kernel, torch.bfloat16, spec.n_embd)], plan.configs
     [launch] = [x for x in plan.launches if x.name == kernel and not x.meta.get("EMBED")][-1:]
     [k] = aot.compile_plan(replace(plan, launches=[launch]))
     assert k.registers is not None and k.registers <= 255 and k.spill_bytes == 0, k

@@ -274,16 +274,16 @@ def sum_once(dtype: str, n_embd: int, card: str) -> bool:
 # The PREFETCH path's tiles where a card measured others faster than TUNED_PREFETCH's (tuned on an H200); keys: card,
 # kernel, dtype name, batch, model width; values as TUNED_PREFETCH's (the whole config). Found on an H100 SXM by
 # `python -m lab.step.fused.tune --batch 1 --pdl --prefetch --from-table` (card 0e4c2277, 2026-12-06, lab 9f8e163: at
-# 124M fp32 and 1.5B fp32 the descent from the table ended slower than the table; at 124M bf16 and 1.5B bf16 it found
-# the two below) and A/B-timed there with `python -m lab.step.fused.ab --rounds 8 --processes 2` (each arm twice, in two
-# calls): 1.5B bf16 proj at 2 warps 0.986x [0.985, 0.989] and 0.985x [0.983, 0.987] the table's step; 124M bf16 the
-# folded attention's chunk of 128 slots 0.983x [0.979, 0.984] and 0.982x [0.979, 0.985] (64 slots 0.981x; both
-# together with 124M bf16 proj at 4 warps, 0.992x alone, 1.008-1.009x: not bound). The tuner's other finds were level
-# (124M fp32: all of them together 1.001x [0.999, 1.003]) or less than these alone (1.5B bf16 ln_fc BN 16 0.996x,
-# the attention at 16 slots 0.994x, with proj at 2 warps 0.987-0.989x).
+# 124M fp32 and 1.5B fp32 the descent from the table ended slower than the table) and A/B-timed with
+# `python -m lab.step.fused.ab --rounds 8`: 1.5B bf16 proj at 2 warps 0.986x [0.985, 0.989] and 0.985x [0.983, 0.987]
+# the table's step on that card (2 processes each), taking it off 1.009x [1.007, 1.010] on a second (card 9a07d692)
+# and 1.006x [1.002, 1.010] on a third (card 5e5bef9c, 4 processes, each 1.001-1.011x; its A/A, a second plan of the
+# same table, 1.000x [0.995, 1.006]: within it by the A/B's rule, README item 24). Not bound: 124M bf16's folded
+# attention at 128 slots a chunk, 0.982-0.983x on the first card, then 0.980x *slower* than the H200's 32 on the second:
+# at 124M bf16 on an H100 a second plan of the same table is 3.4% slower or faster by the order the plans were built
+# in (0.967x / 1.034x, eight processes, card 5e5bef9c), which those A/Bs, without an A/A, took for the configs.
 TUNED_PREFETCH_BY_CARD: dict[tuple[str, str, str, int, int], dict[str, int]] = {
     (H100_SXM, "proj", "bfloat16", 1, 1600): {"BB": 1, "BN": 2, "BK": 2048, "num_warps": 2},
-    (H100_SXM, "attention", "bfloat16", 1, 768): {"BS": 128, "num_warps": 2},
 }
 
 
