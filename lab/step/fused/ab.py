@@ -146,21 +146,14 @@ def _ends(interval: I.Interval | None) -> list[float] | None:
 
 
 def against_control(ratio_iv: dict[str, I.Interval | None], control: str | None) -> dict[str, str] | None:
-    """Each arm against the first and its A/A (`control`'s label; None: no A/A): "lower" (faster) or "higher" only
-    where its ratio's interval lies beyond 1 and beyond the A/A's interval, "same" where it does not, "unknown" without
-    an interval (the A/A's or its own)."""
+    """Each arm against the first and its A/A (`control`'s label; None: no A/A): the lab's one rule
+    (lab.contract.intervals.relation) against the span from 1 to the A/A's interval, so "lower" (faster) or "higher"
+    only beyond both, "same" where it overlaps them, "unknown" without an interval (the A/A's or its own)."""
     if control is None or control not in ratio_iv:
         return None
     aa = ratio_iv[control]
-    out: dict[str, str] = {}
-    for k, iv in ratio_iv.items():
-        if iv is None or aa is None:
-            out[k] = "unknown"
-        elif k == control:
-            out[k] = "same"
-        else:
-            out[k] = "lower" if iv.high < min(1.0, aa.low) else "higher" if iv.low > max(1.0, aa.high) else "same"
-    return out
+    span = None if aa is None else I.Interval(min(1.0, aa.low), max(1.0, aa.high))
+    return {k: I.relation(span, iv).value for k, iv in ratio_iv.items()}
 
 
 def _control(labels: list[str]) -> str | None:
