@@ -226,12 +226,13 @@ def case_fold_head_major_switched_fp32_b1() -> dict[str, Any]:
                  overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
 
 
-def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16: bool = False) -> dict[str, Any]:
+def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16: bool = False,
+                      change: Callable[[Any, Callable[[], Any]], Any] | None = None) -> dict[str, Any]:
     """The folded plan over odd shapes (case_fold_odd_b3's: heads 12 wide, batch blocks of 2 rows, or one of 4 on the
     PREFETCH path, the last row masked; the reached slots in chunks of 8, so the online softmax carries across chunks)
-    without and with `switches`, step by step from the same prefill (bf16: the weights, cache and activations in bf16,
-    even rows read as packed pairs): whether each step's logits and state are bit-identical, and which launches bound a
-    switch."""
+    without and with `switches` (or `change`d: `change(plan, made)`, `made` building another plan of its state),
+    step by step from the same prefill (bf16: the weights, cache and activations in bf16, even rows read as packed
+    pairs): whether each step's logits and state are bit-identical, and which launches bound a switch."""
     import torch
 
     from lab.step import decode as D
@@ -248,7 +249,8 @@ def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16:
         # PREFETCH: one chunk of the row, and the batch in one block (the rule declines a slice read twice)
         odd = K.parse_configs('{"ln_qkv": {"BB": %d, "BN": 4, "BK": %d}}' % ((4, 64) if prefetch else (2, 32)))
         plans = [S.prepare(st, w, sms=4, fold=True, overrides=odd, prefetch=prefetch) for st in states]
-        plans[1] = S.with_switches(plans[1], switches)
+        plans[1] = (S.with_switches(plans[1], switches) if change is None else
+                    change(plans[1], lambda: S.prepare(states[1], w, sms=4, fold=True, overrides=odd, prefetch=prefetch)))
         out: dict[str, Any] = {"fold": [p.fold for p in plans], "prefetch": [p.prefetch for p in plans],
                                "identical": [], "bound": [sorted(f"{x.name}:{k}" for x in p.launches for k in
                                                                  ("KV_AT_ONCE", "POS_AT_ONCE", "RES_AT_ONCE") if x.meta.get(k))
@@ -282,6 +284,27 @@ def case_prefetch_at_once_exact() -> dict[str, Any]:
 @case
 def case_prefetch_at_once_bf16_exact() -> dict[str, Any]:
     return _with_and_without(AT_ONCE, prefetch=True, bf16=True)
+
+
+@case
+def case_place_swapped_exact() -> dict[str, Any]:
+    # a plan with every one of its own buffers (workspace, folded layer-norm constants) taken from another plan of its
+    # state, as lab.step.fused.place times it: the same values, bit for bit, as a plan of its own
+    from lab.step.fused.place import owned, swapped
+
+    seen: dict[str, Any] = {}
+
+    def change(plan: Any, made: Callable[[], Any]) -> Any:
+        other = made()
+        state = plan.state_ref()
+        buffers = owned(plan, plan.weights_ref().tensors() + list(state.buffers().values()))
+        out = swapped(plan, other, [p for pos in buffers.values() for p in pos])
+        own = {id(t) for t in vars(plan.workspace).values() if hasattr(t, "data_ptr")}
+        seen.update(buffers=sorted(buffers), left=sum(id(a) in own for x in out.launches for a in x.args
+                                                     if getattr(a, "numel", lambda: 0)()))
+        return out
+
+    return {**_with_and_without({}, prefetch=True, change=change), **seen}
 
 
 @case
@@ -803,11 +826,20 @@ def test_head_major_order_covers_every_row_block_once_head_by_head_q_then_k_then
         assert got[f"{E},{DH},{BN},qkv"] == [[i * BN, i * BN % E // DH] for i in range(3 * E // BN)]
 
 
+@pytest.mark.slow
+def test_a_plan_on_another_plans_buffers_computes_its_step_bit_for_bit(worker: Worker) -> None:
+    """lab.step.fused.place's swapped plan (every own buffer another plan's) against a plan of its own, three steps."""
+    got = worker.run("place-swapped-exact")
+    assert got["fold"] == [True, True] and got["prefetch"] == [True, True], got
+    assert {"x", "logits", "ln_qkv.c1_ptr", "ln_fc.c2_ptr"} <= set(got["buffers"]) and got["left"] == 0, got
+    assert got["identical"] == [True] * 3, got
+
+
 def test_every_case_has_a_test() -> None:
     assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment",
                                                               "persistent-exact", "gelu", "head-major-rows",
                                                               "fold-kv-at-once-exact", "prefetch-at-once-exact",
-                                                              "prefetch-at-once-bf16-exact"}
+                                                              "prefetch-at-once-bf16-exact", "place-swapped-exact"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
