@@ -141,7 +141,57 @@ def test_the_place_tool_refuses_bad_arguments_and_a_host_without_cuda_in_one_lin
 
     assert place.main(["--plans", "1"]) == 2 and "--plans and --rounds at least 2" in capsys.readouterr().err
     assert place.main(["--rounds", "1"]) == 2 and "at least 2" in capsys.readouterr().err
+    assert place.main(["--sweep", "x", "--stride", "40"]) == 2 and "a positive multiple of 16" in capsys.readouterr().err
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert place.main([]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "lab.step.fused.place needs a CUDA device (none visible)"
+
+
+def test_candidates_are_copies_of_the_buffer_stride_bytes_apart_from_an_aligned_start(tiny) -> None:
+    import torch
+
+    from lab.step.fused.place import candidates
+
+    like = torch.arange(24, dtype=torch.float32).view(2, 12)
+    for stride in (96, 48):  # the buffer's 96 bytes apart, then overlapping: the last copy whole, each a copy once
+        got = candidates(like, 5, stride)
+        assert got[0].data_ptr() % 4096 == 0
+        assert [t.data_ptr() - got[0].data_ptr() for t in got] == [k * stride for k in range(5)]
+        assert all(t.shape == like.shape and t.dtype == like.dtype for t in got) and torch.equal(got[-1], like)
+        assert all(torch.equal(t, like) for t in got) == (stride == 96)
+    for bad in ((5, 40), (5, 0), (0, 48)):
+        with pytest.raises(ValueError, match="a positive multiple of 16"):
+            candidates(like, *bad)
+
+
+def test_a_sweep_times_the_buffer_at_each_place_in_a_shuffled_order_and_finds_the_slow_ones(tiny) -> None:
+    """The plan's `x` at eight places 512 bytes apart; a fake clock makes the places with bit 10 of the address set
+    slow: the sweep's ratios say so place by place, against the plan's own, and its order is not the address order."""
+    from lab.step.fused.place import moved, owned, sweep
+
+    w, state = tiny
+    plan = _made(w, state)()
+    buffers = owned(plan, _shared(w, state))
+    calls: list[int] = []
+
+    def timer(p) -> float:
+        calls.append(p.workspace.x.data_ptr())
+        xs = {id(a) for x in p.launches for a in x.args if a is p.workspace.x}
+        assert len(xs) == 1 and all(a is p.workspace.x for i, j in buffers["x"] for a in [p.launches[i].args[j]])
+        return 1.1 if p.workspace.x.data_ptr() & 1024 else 1.0
+
+    lines: list[str] = []
+    got = sweep(plan, "x", buffers["x"], 8, 512, 3, timer, lines.append)
+    own_slow = bool(plan.workspace.x.data_ptr() & 1024)
+    assert list(got["places"]) == ["own"] + [f"+{512 * k}" for k in range(8)] and got["order"] != list(got["places"])
+    for k in range(8):
+        row = got["places"][f"+{512 * k}"]
+        slow = bool(int(row["address"], 16) & 1024)
+        assert row["relation"] == ("same" if slow == own_slow else "higher" if slow else "lower"), (k, row)
+    assert [int(got["places"][f"+{512 * k}"]["address"], 16) & 1024 for k in range(8)] == [0, 0, 1024, 1024] * 2
+    assert 1.09 < got["spread"] < 1.11 and len(calls) == 9 * 3 and len(lines) == 9
+    with pytest.raises(ValueError, match="ln_qkv.c1_ptr is 2 tensors"):
+        sweep(plan, "ln_qkv.c1_ptr", buffers["ln_qkv.c1_ptr"], 2, 512, 2, timer)
+    with pytest.raises(ValueError, match="moved: launch .* not a tensor of its shape"):
+        moved(plan, buffers["x"], plan.workspace.h)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import random
 import statistics
 import sys
 from dataclasses import replace
@@ -73,25 +74,84 @@ def owned(plan: Any, shared: list[torch.Tensor]) -> dict[str, Positions]:
     return out
 
 
-def swapped(plan: Any, other: Any, positions: Positions) -> Any:
-    """`plan` with `other`'s tensors at `positions` (a buffer's, from `owned`), and `other`'s workspace field where the
-    buffer is one, so that the plan still returns the logits it wrote. ValueError where the plans are not alike (the
-    same launches of the same kernels)."""
-    if [x.name for x in plan.launches] != [x.name for x in other.launches]:
-        raise ValueError("swapped: the two plans do not make the same launches")
+def _rebound(plan: Any, tensors: dict[tuple[int, int], torch.Tensor]) -> Any:
+    """`plan` with each (launch, argument) of `tensors` taking that tensor, and the workspace field whose tensor it
+    replaced taking it too (so that the plan still returns the logits it wrote). ValueError for a tensor not of the
+    argument's shape and dtype."""
     launches = list(plan.launches)
     fields: dict[str, torch.Tensor] = {}
     mine = {id(t): name for name, t in vars(plan.workspace).items() if isinstance(t, torch.Tensor)}
-    for i, j in positions:
+    for (i, j), tensor in tensors.items():
         args = list(launches[i].args)
-        theirs = other.launches[i].args[j]
-        if not isinstance(theirs, torch.Tensor) or theirs.shape != args[j].shape or theirs.dtype != args[j].dtype:
-            raise ValueError(f"swapped: launch {i} ({launches[i].name}) argument {j} differs between the plans")
+        if not isinstance(tensor, torch.Tensor) or tensor.shape != args[j].shape or tensor.dtype != args[j].dtype:
+            raise ValueError(f"launch {i} ({launches[i].name}) argument {j}: not a tensor of its shape and dtype")
         if id(args[j]) in mine:
-            fields[mine[id(args[j])]] = theirs
-        args[j] = theirs
+            fields[mine[id(args[j])]] = tensor
+        args[j] = tensor
         launches[i] = replace(launches[i], args=tuple(args))
     return replace(plan, launches=launches, workspace=replace(plan.workspace, **fields))
+
+
+def swapped(plan: Any, other: Any, positions: Positions) -> Any:
+    """`plan` with `other`'s tensors at `positions` (a buffer's, from `owned`). ValueError where the plans are not
+    alike (the same launches of the same kernels, the same shapes there)."""
+    if [x.name for x in plan.launches] != [x.name for x in other.launches]:
+        raise ValueError("swapped: the two plans do not make the same launches")
+    try:
+        return _rebound(plan, {(i, j): other.launches[i].args[j] for i, j in positions})
+    except ValueError as exc:
+        raise ValueError(f"swapped: {exc}") from None
+
+
+def moved(plan: Any, positions: Positions, tensor: torch.Tensor) -> Any:
+    """`plan` with `tensor` at every one of `positions` (one buffer's). ValueError where it is not of its shape."""
+    try:
+        return _rebound(plan, {(i, j): tensor for i, j in positions})
+    except ValueError as exc:
+        raise ValueError(f"moved: {exc}") from None
+
+
+def candidates(like: torch.Tensor, count: int, stride: int, align: int = 4096) -> list[torch.Tensor]:
+    """`count` copies of `like` in one block of memory, the first at an `align`-byte boundary and each `stride` bytes
+    after the one before (a multiple of 16, so every copy is aligned for the kernels' vector loads): the places a
+    sweep tries. Where `stride` is less than the buffer's bytes the copies overlap, each holding what the next one's
+    copy left of it: a step writes every workspace buffer before it reads it, but for ln_qkv's head counters, which
+    are zeros in every copy and left at zero."""
+    if stride % 16 or stride < 16 or count < 1:
+        raise ValueError(f"candidates: a stride of {stride} bytes (a positive multiple of 16) and {count} copies")
+    nbytes = like.numel() * like.element_size()
+    block = torch.empty((count - 1) * stride + nbytes + align, dtype=torch.uint8, device=like.device)
+    start = -block.data_ptr() % align
+    out = []
+    for k in range(count):
+        copy = block[start + k * stride:start + k * stride + nbytes].view(like.dtype).view(like.shape)
+        out.append(copy.copy_(like))
+    return out
+
+
+def sweep(plan: Any, name: str, positions: Positions, count: int, stride: int, n_rounds: int,
+          timer: Callable[[Any], float], say: Callable[[str], None] = print, seed: int = 0) -> dict[str, Any]:
+    """The plan with its buffer `name` at each of `count` places `stride` bytes apart (`candidates`), and its own, timed
+    in rotated rounds in an order shuffled once (seeded), so that a drift over a round does not fall on the places in
+    address order: each place's median, ratio to the plan's own and the ratio's interval, and address."""
+    own = {id(plan.launches[i].args[j]) for i, j in positions}
+    if len(own) != 1:
+        raise ValueError(f"sweep: {name} is {len(own)} tensors (a workspace buffer is one)")
+    i, j = positions[0]
+    arms = {"own": plan, **{f"+{k * stride}": moved(plan, positions, c)
+                            for k, c in enumerate(candidates(plan.launches[i].args[j], count, stride))}}
+    order = list(arms)
+    random.Random(seed).shuffle(order)
+    times = ab.rounds({k: arms[k] for k in order}, n_rounds, timer)
+    rows = {k: {"address": hex(arms[k].launches[i].args[j].data_ptr()), "median_ms": statistics.median(flat(times[k])),
+                **_against(times, k, "own"), "rounds_ms": flat(times[k])} for k in arms}
+    for k, v in rows.items():
+        iv = v["ratio_interval"]
+        say(f"  {k:>8}  {v['address']}  {v['median_ms']:9.4f} ms  {v['ratio']:6.3f}x"
+            + ("" if iv is None else f" [{iv[0]:.3f}, {iv[1]:.3f}]") + ("" if k == "own" else f"  {v['relation']}"))
+    med = [v["median_ms"] for v in rows.values()]
+    return {"buffer": name, "stride": stride, "count": count, "order": order, "places": rows,
+            "spread": max(med) / min(med)}
 
 
 def places(plan: Any, buffers: dict[str, Positions]) -> dict[str, list[str]]:
@@ -187,9 +247,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plans", type=int, default=4, help="plans of the same configs built and timed first")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep-ms", type=int, default=20, help="milliseconds of replays a timing")
+    p.add_argument("--sweep", metavar="BUFFER",
+                   help="instead: one plan with this workspace buffer (x, h, ...) at COUNT places STRIDE bytes apart")
+    p.add_argument("--count", type=int, default=32, help="--sweep: places tried")
+    p.add_argument("--stride", type=int, default=512, help="--sweep: bytes between places (a multiple of 16)")
     args = p.parse_args(argv)
     if args.batch < 1 or args.rounds < 2 or args.rep_ms < 1 or args.plans < 2:
         print("python -m lab.step.fused.place: --batch and --rep-ms must be positive, --plans and --rounds at least 2",
+              file=sys.stderr)
+        return 2
+    if args.sweep is not None and (args.count < 1 or args.stride < 16 or args.stride % 16):
+        print("python -m lab.step.fused.place: --count must be positive and --stride a positive multiple of 16",
               file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
@@ -208,14 +276,32 @@ def main(argv: list[str] | None = None) -> int:
         return prepare(state, w, sms=sms, repeatable=True, pdl=pdl, prefetch=True, path="gemv")
 
     card = str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) or "unknown"
-    print(f"{torch.cuda.get_device_name()} (card {card}), {args.size} {args.dtype} batch {args.batch}, {args.plans} plans "
-          f"of fused-pdl-prefetch's repeatable plan{'' if pdl else ' (no PDL on this device)'}, {args.rounds} rotated "
-          "rounds:", flush=True)
+    meta = {"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, "card": card,
+            "device": torch.cuda.get_device_name()}
+    where = (f"{torch.cuda.get_device_name()} (card {card}), {args.size} {args.dtype} batch {args.batch}, "
+             f"fused-pdl-prefetch's repeatable plan{'' if pdl else ' (no PDL on this device)'}")
+    if args.sweep is not None:
+        plan = made()
+        buffers = owned(plan, w.tensors() + list(state.buffers().values()))
+        if args.sweep not in buffers:
+            print(f"python -m lab.step.fused.place: --sweep {args.sweep}: no such buffer of this plan (its own: "
+                  f"{', '.join(buffers)})", file=sys.stderr)
+            return 2
+        step_ms(plan, 5)
+        print(f"{where}, {args.sweep} at {args.count} places {args.stride} bytes apart, {args.rounds} rounds:", flush=True)
+        try:
+            found = sweep(plan, args.sweep, buffers[args.sweep], args.count, args.stride, args.rounds,
+                          lambda p: step_ms(p, args.rep_ms), lambda line: print(line, flush=True))
+        except ValueError as exc:
+            print(f"python -m lab.step.fused.place: {exc}", file=sys.stderr)
+            return 2
+        print("PLACE " + json.dumps({**meta, "sweep": found}))
+        return 0
+    print(f"{where}, {args.plans} plans, {args.rounds} rotated rounds:", flush=True)
     record = study(made, w.tensors() + list(state.buffers().values()), args.plans, args.rounds,
                    lambda plan: step_ms(plan, args.rep_ms), lambda line: print(line, flush=True),
                    warm=lambda plan: step_ms(plan, 5))  # compiled, captured and warm before any round
-    print("PLACE " + json.dumps({"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, "card": card,
-                                 "device": torch.cuda.get_device_name(), **record}))
+    print("PLACE " + json.dumps({**meta, **record}))
     return 0
 
 
