@@ -26,6 +26,7 @@ Tokens, `out`, `tok` and `pos` must be equal, always.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -396,6 +397,38 @@ def test_tuner_from_the_table_starts_each_kernel_at_the_config_the_table_binds(t
                              from_table=from_table)
         assert tried["proj"][0][0] == first, (from_table, tried["proj"][:2])
         assert best["proj"] == first  # every candidate ties: the first stays best
+
+
+@needs_triton
+def test_the_tuners_report_times_the_tuned_and_the_tables_step_with_and_without_pdl(tiny_fp32, monkeypatch) -> None:
+    """report_step's plans, in order: the heuristics' step, then what the descent found and (--from-table) the tables'
+    step, without PDL and, where the device has it, with (no kernel runs: a fake clock, PDL claimed on the CPU)."""
+    from lab.step.fused import step as S, tune as T
+
+    E, V = tiny_fp32.n_embd, int(tiny_fp32.wte.shape[0])
+    real_state = T.timing_state
+    monkeypatch.setattr(T, "MAX_LEN", 64)  # the tiny model has 128 positions
+    monkeypatch.setattr(T, "timing_state", lambda w, batch: real_state(w, batch, 64))
+    table = C.choose(E, tiny_fp32.n_head, V, 64, 1, tiny_fp32.dtype, 8, prefetch=True)
+    proj = table["proj"]
+    assert isinstance(proj, C.GemvConfig)
+    best = {**table, "proj": replace(proj, num_warps=2 if proj.num_warps != 2 else 4)}
+    timed: list[tuple[bool, object]] = []
+    monkeypatch.setattr(T, "step_ms", lambda plan, rep: timed.append((plan.pdl, plan.configs["proj"])) or 1.0)
+    monkeypatch.setattr(T, "breakdown", lambda plan: [("a kernel", 1, 1.0)])
+    for pdl, from_table, labels in (
+            (True, True, ["default", "tuned+prefetch", "table+prefetch", "tuned+pdl+prefetch", "table+pdl+prefetch"]),
+            (True, False, ["default", "tuned+prefetch", "tuned+pdl+prefetch"]),
+            (False, True, ["default", "tuned+prefetch", "table+prefetch"])):
+        monkeypatch.setattr(S, "pdl_supported", lambda device, ok=pdl: (ok, "" if ok else "no PDL here"))
+        lines: list[str] = []
+        timed.clear()
+        T.report_step(tiny_fp32, 1, 8, best, 1, 1000.0, lines.append, prefetch=True, from_table=from_table)
+        step = next(x for x in lines if x.startswith("  step: "))
+        assert [x.split(" ")[0] for x in step.removeprefix("  step: ").split(", ")] == labels, step
+        assert [p for p, _ in timed] == ["pdl" in x for x in labels]
+        assert [c for _, c in timed][1:] == [best["proj"] if x.startswith("tuned") else proj for x in labels[1:]]
+        assert ("no PDL here" in step) == (not pdl)
 
 
 def test_tuner_candidates_are_bounded_in_bytes_so_bf16_tries_twice_the_values() -> None:

@@ -210,18 +210,17 @@ def report_step(w: Weights, batch: int, sms: int, best: dict[str, C.Config], rep
     default = prepare(state, w, sms=sms, overrides=C.choose(w.n_embd, w.n_head, int(w.wte.shape[0]), MAX_LEN,
                                                             batch, w.dtype, sms, tuned={}), repeatable=True,
                       path="gemv")
-    tuned = prepare(state, w, sms=sms, overrides=best, repeatable=True, prefetch=prefetch, path="gemv")
-    plans = {"default": default, "tuned" + ("+prefetch" if prefetch else ""): tuned}
-    if from_table:  # the step as the tables bind it now, beside what this descent found
-        plans["table" + ("+prefetch" if prefetch else "")] = prepare(state, w, sms=sms, repeatable=True,
-                                                                     prefetch=prefetch, path="gemv")
+    plans = {"default": default}
     ok, why = pdl_supported(w.device)
-    if ok:  # with PDL the plan folds the attention into ln_qkv (step.FOLD_WITH_PDL): fewer launches
-        plans["tuned+pdl" + ("+prefetch" if prefetch else "")] = prepare(
-            state, w, sms=sms, overrides=best, repeatable=True, pdl=True, prefetch=prefetch, path="gemv")
-        if from_table:
-            plans["table+pdl" + ("+prefetch" if prefetch else "")] = prepare(
-                state, w, sms=sms, repeatable=True, pdl=True, prefetch=prefetch, path="gemv")
+    # what this descent found and, from the table, the step as the tables bind it now beside it; with PDL where the
+    # device has it (the plan then folds the attention into ln_qkv, step.FOLD_WITH_PDL: fewer launches). Each is its
+    # own plan in its own place: a difference within the A/B tool's A/A (lab.step.fused.ab) is not the configs'
+    found = {"tuned": best, **({"table": None} if from_table else {})}
+    for pdl in (False, True) if ok else (False,):
+        for name, overrides in found.items():
+            plans[name + ("+pdl" if pdl else "") + ("+prefetch" if prefetch else "")] = prepare(
+                state, w, sms=sms, overrides=overrides, repeatable=True, pdl=pdl, prefetch=prefetch, path="gemv")
+    tuned = plans["tuned" + ("+prefetch" if prefetch else "")]
     times = {k: step_ms(plan, rep_ms) for k, plan in plans.items()}
     rows = C.byte_budget(w.n_layer, w.n_embd, w.n_head, int(w.wte.shape[0]), batch, w.wte.element_size(),
                          POSITION + 1, C.cdiv(MAX_LEN, best["attention"].BS),  # type: ignore[union-attr]
