@@ -2,6 +2,7 @@
 
     python -m lab.step.fused.place --size gpt2-124M --dtype bfloat16
     python -m lab.step.fused.place --size gpt2-1.5B --dtype bfloat16 --plans 6 --rounds 7
+    python -m lab.step.fused.place --size gpt2-124M --dtype float32 --sweep x h --count 32 --stride 512
 
 Why (README item 24): on an H100 at GPT-2 124M bf16 two plans of the same configs, each with its own buffers, took
 0.170 and 0.177 ms, the one built first the faster, whichever arm it was. Two plans share the weights and the decode
@@ -19,6 +20,11 @@ timed in the same rotated rounds (`ab.rounds`), and each buffer is judged by how
 swap carries: the buffer whose place is the step's moves F to S's time and S to F's. Prints a line an arm and one JSON
 line (`PLACE {...}`) with every round and every buffer's address in every plan (hexadecimal), so that a later reading
 can ask what the fast places have in common.
+
+`--sweep BUFFER` asks instead where one buffer is fast: one plan, with BUFFER (a workspace buffer: x, h, ...) at COUNT
+places STRIDE bytes apart in one block (the first 4 KB-aligned) and at its own, timed in rotated rounds in an order
+shuffled once, so that a drift over a round does not fall on the places in address order (`sweep`): each place's
+ratio to the plan's own, with its interval.
 
 A swapped plan is a correct plan (tests/test_fused_interpreter.py runs one against a plan of its own): it computes the
 same values into another's buffer, and the plans run one at a time.
@@ -247,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plans", type=int, default=4, help="plans of the same configs built and timed first")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep-ms", type=int, default=20, help="milliseconds of replays a timing")
-    p.add_argument("--sweep", metavar="BUFFER",
-                   help="instead: one plan with this workspace buffer (x, h, ...) at COUNT places STRIDE bytes apart")
+    p.add_argument("--sweep", metavar="BUFFER", nargs="+",
+                   help="instead: one plan with this workspace buffer (x, h, ...) at COUNT places STRIDE bytes apart; "
+                        "several in turn (a name given twice sweeps again: the allocator mostly hands back the same "
+                        "block, so whether each place's time holds)")
     p.add_argument("--count", type=int, default=32, help="--sweep: places tried")
     p.add_argument("--stride", type=int, default=512, help="--sweep: bytes between places (a multiple of 16)")
     args = p.parse_args(argv)
@@ -283,19 +291,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep is not None:
         plan = made()
         buffers = owned(plan, w.tensors() + list(state.buffers().values()))
-        if args.sweep not in buffers:
-            print(f"python -m lab.step.fused.place: --sweep {args.sweep}: no such buffer of this plan (its own: "
+        unknown = [name for name in args.sweep if name not in buffers]
+        if unknown:
+            print(f"python -m lab.step.fused.place: --sweep {unknown[0]}: no such buffer of this plan (its own: "
                   f"{', '.join(buffers)})", file=sys.stderr)
             return 2
         step_ms(plan, 5)
-        print(f"{where}, {args.sweep} at {args.count} places {args.stride} bytes apart, {args.rounds} rounds:", flush=True)
-        try:
-            found = sweep(plan, args.sweep, buffers[args.sweep], args.count, args.stride, args.rounds,
-                          lambda p: step_ms(p, args.rep_ms), lambda line: print(line, flush=True))
-        except ValueError as exc:
-            print(f"python -m lab.step.fused.place: {exc}", file=sys.stderr)
-            return 2
-        print("PLACE " + json.dumps({**meta, "sweep": found}))
+        sweeps = []
+        for k, name in enumerate(args.sweep):
+            print(f"{where}, {name} at {args.count} places {args.stride} bytes apart, {args.rounds} rounds:", flush=True)
+            try:
+                sweeps.append(sweep(plan, name, buffers[name], args.count, args.stride, args.rounds,
+                                    lambda p: step_ms(p, args.rep_ms), lambda line: print(line, flush=True), seed=k))
+            except ValueError as exc:
+                print(f"python -m lab.step.fused.place: {exc}", file=sys.stderr)
+                return 2
+        print("PLACE " + json.dumps({**meta, "sweeps": sweeps}))
         return 0
     print(f"{where}, {args.plans} plans, {args.rounds} rotated rounds:", flush=True)
     record = study(made, w.tensors() + list(state.buffers().values()), args.plans, args.rounds,
