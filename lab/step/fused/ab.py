@@ -38,7 +38,8 @@ the first arm, the same configs and switches, built like every other arm (each a
 workspace, from the same weights). On an H100 at GPT-2 124M bf16 (2026-12-06, card 5e5bef9c) the plan built first
 took 0.170-0.172 ms and the one built second 0.176-0.178, whichever arm each was (eight processes: 1.034x, 0.967x,
 ... in turn; on another card the first built was the slower, by 1%; README item 24): where a plan's buffers land
-moves a step that short by as much as a config does. So an arm is called faster or slower only where its ratio's
+moves a step that short by as much as a config does (which buffers, the residual `x` and the MLP's row `h`:
+`lab.step.fused.place`, README item 25). So an arm is called faster or slower only where its ratio's
 interval lies beyond both 1 and the A/A's interval (`against_control`); within them it is the same. The arms are
 built in an order rotated by the process (`--processes`: the i-th process starts at the i-th arm), so that no arm
 keeps the same place among the allocations from process to process.
