@@ -254,6 +254,26 @@ def _processes(args: argparse.Namespace) -> int:
     return 0
 
 
+def plans_on_gpu(size: str, dtype: str, batch: int) -> tuple[Any, Any, bool, Callable[..., Any]]:
+    """What this tool times, on the GPU: GPT-2-shaped random weights of `size`, a state mid-decode, whether PDL is on
+    (where the device has it), and a function that builds `fused-pdl-prefetch`'s repeatable plan on them (the gemv
+    path) with the given config `overrides` (lab.step.fused.tune's weights and state; lab.step.fused.place builds its
+    plans with it too)."""
+    from lab.contract.profiles import GPT2_SIZES
+    from lab.step.fused.step import pdl_supported, prepare
+    from lab.step.fused.tune import random_weights, timing_state
+
+    w = random_weights(GPT2_SIZES[size], getattr(torch, dtype), "cuda")
+    state = timing_state(w, batch)
+    sms = C.device_sms("cuda")
+    pdl, _ = pdl_supported(w.device)
+
+    def made(overrides: dict[str, C.Config] | None = None) -> Any:
+        return prepare(state, w, sms=sms, repeatable=True, pdl=pdl, prefetch=True, path="gemv", overrides=overrides)
+
+    return w, state, pdl, made
+
+
 def main(argv: list[str] | None = None) -> int:
     from lab.contract.profiles import GPT2_SIZES
 
@@ -288,16 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("lab.step.fused.ab needs a CUDA device (none visible)", file=sys.stderr)
         return 2
-    from lab.step.fused.step import pdl_supported, prepare
-    from lab.step.fused.tune import random_weights, step_ms, timing_state
+    from lab.step.fused.tune import step_ms
 
-    w = random_weights(GPT2_SIZES[args.size], getattr(torch, args.dtype), "cuda")
-    state = timing_state(w, args.batch)
-    sms = C.device_sms("cuda")
-    pdl, _ = pdl_supported(w.device)
-
-    def made(overrides: dict[str, C.Config] | None = None) -> Any:
-        return prepare(state, w, sms=sms, repeatable=True, pdl=pdl, prefetch=True, path="gemv", overrides=overrides)
+    _, _, pdl, made = plans_on_gpu(args.size, args.dtype, args.batch)
 
     base = made()  # the tables' configs, which every arm's plan starts from (this plan is not timed)
     by_label = {a.label: a for a in arms}

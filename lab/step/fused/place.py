@@ -271,17 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("lab.step.fused.place needs a CUDA device (none visible)", file=sys.stderr)
         return 2
-    from lab.step.fused import configs as C
-    from lab.step.fused.step import pdl_supported, prepare
-    from lab.step.fused.tune import random_weights, step_ms, timing_state
+    from lab.step.fused.tune import step_ms
 
-    w = random_weights(GPT2_SIZES[args.size], getattr(torch, args.dtype), "cuda")
-    state = timing_state(w, args.batch)
-    sms = C.device_sms("cuda")
-    pdl, _ = pdl_supported(w.device)
-
-    def made() -> Any:
-        return prepare(state, w, sms=sms, repeatable=True, pdl=pdl, prefetch=True, path="gemv")
+    w, state, pdl, made = ab.plans_on_gpu(args.size, args.dtype, args.batch)
 
     card = str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) or "unknown"
     meta = {"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, "card": card,
