@@ -311,6 +311,29 @@ def test_the_h100s_prefetch_tiles_compile_for_hopper_without_a_spill(size: str, 
 
 @needs_triton
 @pytest.mark.slow
+def test_the_bf16_residual_plan_compiles_for_hopper_without_a_spill() -> None:
+    """The ahead-of-time checks of every launch of a plan whose residual stream is bf16 (step.prepare's `residual`; the
+    A/B's `plan:RESIDUAL_BF16=1`, an experiment, bound nowhere), GPT-2 124M's width, two layers, PDL and the PREFETCH
+    kernels: sm_90, at most 255 registers, PDL's two griddepcontrol instructions each, no spill but in ln_qkv, where
+    ptxas keeps 80 registers (90-96 with the fp32 residual) and spills 8 bytes (Triton 3.6): what its A/B times."""
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES["gpt2-124M"]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), torch.bfloat16, 1, pdl=True,
+                               prefetch=True, residual=torch.bfloat16)
+    assert plan.residual == "bfloat16" and plan.workspace.x.dtype == torch.bfloat16
+    compiled = aot.compile_plan(plan)
+    assert len(compiled) >= 5, compiled  # ln_qkv (embedding and not), proj, ln_fc, fc2, lm_head, argmax
+    for k in compiled:
+        assert k.registers is not None and k.registers <= 255 and k.grid_dependency_ops == 2, k
+        assert k.spill_bytes == 0 or (k.name == "ln_qkv" and k.spill_bytes <= 8), k
+
+
+@needs_triton
+@pytest.mark.slow
 @pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.float32), ("gpt2-1.5B", torch.bfloat16)])
 def test_the_h100s_bound_kv_at_once_compiles_for_hopper_without_a_spill(size: str, dtype: torch.dtype) -> None:
     """The ahead-of-time checks of the ln_qkv an H100 SXM binds KV_AT_ONCE on (configs.KV_AT_ONCE_FIRST): sm_90, at
@@ -485,6 +508,43 @@ def test_an_ab_arm_binds_its_fields_and_switches_and_refuses_what_the_plan_has_n
         bind(base, parse_arm("argmax:HEAD_MAJOR=1"), made)
     with pytest.raises(ValueError, match="has no field BQ"):
         bind(base, parse_arm("ln_fc.BQ=2"), made)
+
+
+@needs_triton
+def test_an_ab_arm_builds_its_plan_with_a_bf16_residual_where_asked_and_only_over_bf16_weights(tiny_fp32) -> None:
+    """`plan:RESIDUAL_BF16=1`: the arm's plan keeps x and x_scratch in bf16 (step.prepare's `residual`), every other
+    buffer as it was; over fp32 weights, or on the gemm path, the plan refuses it in one line."""
+    from lab.step.decode import new_state
+    from lab.step.fused.ab import bind, parse_arm
+    from lab.step.fused.check import weights_for
+    from lab.step.fused.step import prepare
+
+    arm = parse_arm("plan:RESIDUAL_BF16=1;ln_fc.num_warps=2")
+    assert arm.options == {"RESIDUAL_BF16": 1} and arm.configs == {"ln_fc": {"num_warps": 2}} and arm.switches == {}
+    with pytest.raises(ValueError, match="no plan option 'RESIDUAL'"):
+        parse_arm("plan:RESIDUAL=1")
+    w = weights_for("tiny", dtype=torch.bfloat16)
+    for weights, ok in ((w, True), (tiny_fp32, False)):
+        state = new_state(weights, 1, 16)
+
+        def made(overrides: dict | None = None, **kw):
+            return prepare(state, weights, sms=2, repeatable=True, prefetch=True, path="gemv", overrides=overrides,
+                           **kw)
+
+        base = made()
+        if not ok:
+            with pytest.raises(ValueError, match="arm .*: fused step: a residual in torch.bfloat16 \\(float32 or"):
+                bind(base, arm, made)
+            continue
+        low = bind(base, arm, made)
+        assert low.residual == "bfloat16" and base.residual == "float32", (low.residual, base.residual)
+        assert low.workspace.x.dtype == low.workspace.x_scratch.dtype == torch.bfloat16
+        assert {k: t.dtype for k, t in vars(low.workspace).items() if isinstance(t, torch.Tensor) and k not in (
+            "x", "x_scratch")} == {k: t.dtype for k, t in vars(base.workspace).items() if isinstance(t, torch.Tensor)
+                                   and k not in ("x", "x_scratch")}
+        assert low.configs["ln_fc"].num_warps == 2 and bind(base, parse_arm("table"), made).residual == "float32"
+        with pytest.raises(ValueError, match="on the gemm path"):
+            prepare(state, weights, sms=2, path="gemm", residual=torch.bfloat16)
 
 
 @needs_triton

@@ -308,6 +308,26 @@ def case_place_swapped_exact() -> dict[str, Any]:
 
 
 @case
+def case_residual_bf16_b2() -> dict[str, Any]:
+    # the residual stream in bf16 (step.prepare's `residual`): every kernel reads it in fp32, the residual kernels round
+    # their sums to bf16 as they store, as the eager bf16 step keeps its stream
+    import torch
+
+    return _forced(2, residual=torch.bfloat16)
+
+
+@case
+def case_fold_residual_bf16_b1() -> dict[str, Any]:
+    import torch
+
+    from lab.step.fused.check import parse_configs
+
+    return _forced(1, prefetch=True, fold=True, residual=torch.bfloat16,
+                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
+                              **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
 def case_fold_bf16_b1() -> dict[str, Any]:
     from lab.step.fused.check import parse_configs
 
@@ -681,7 +701,8 @@ PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3":
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
               "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1),
-              "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1)}
+              "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1),
+              "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -727,6 +748,7 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     assert r["fold"] == name.startswith("fold-"), r
     assert r["ln_fold"] == (r["path"] == "gemv-prefetch"), r
     assert r["sum_once"] == ("sum-once" in name), r
+    assert r["residual"] == ("bfloat16" if "residual" in name else "float32"), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
         assert err <= BF16_REL * scale, r

@@ -14,6 +14,8 @@ forced, PDL where the device has it) with changes, separated by ";":
   any constexpr of its kernel; lab.step.fused.step.with_switches), as a per-shape table in lab.step.fused.configs
   would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it; `KERNEL:maxnreg=R`, Triton's launch
   option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;
+- `plan:RESIDUAL_BF16=1`: the plan built with its residual stream in bf16 (`step.prepare(residual=torch.bfloat16)`;
+  bf16 weights only), not fp32: half the bytes every program reads after its wait;
 - `table`: no change (the plan as the tables bind it).
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order
@@ -68,6 +70,11 @@ class Arm:
     label: str
     configs: dict[str, dict[str, int]] = field(default_factory=dict)  # kernel -> config field -> value
     switches: dict[str, dict[str, int]] = field(default_factory=dict)  # kernel (or "all") -> switch -> value
+    options: dict[str, int] = field(default_factory=dict)  # how the plan is built (PLAN_OPTIONS) -> value
+
+
+PLAN = "plan"  # an arm's `plan:OPTION=V`: how its plan is built, not a kernel's switch
+PLAN_OPTIONS = ("RESIDUAL_BF16",)  # step.prepare(residual=torch.bfloat16) where not 0
 
 
 def parse_arm(text: str) -> Arm:
@@ -79,6 +86,12 @@ def parse_arm(text: str) -> Arm:
         name, sep, value = item.partition("=")
         if not sep or not value.strip().lstrip("-").isdigit():
             raise ValueError(f"arm {text!r}: {item!r} is not KERNEL.FIELD=INTEGER or KERNEL:SWITCH=INTEGER")
+        if ":" in name and name.split(":", 1)[0].strip() == PLAN:
+            key = name.split(":", 1)[1].strip()
+            if key not in PLAN_OPTIONS:
+                raise ValueError(f"arm {text!r}: {item!r}: no plan option {key!r} (the plan's: {', '.join(PLAN_OPTIONS)})")
+            arm.options[key] = int(value)
+            continue
         if ":" in name:
             kernel, key = (x.strip() for x in name.split(":", 1))
             table = arm.switches
@@ -122,7 +135,10 @@ def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
         if cfg is None or unknown:
             raise ValueError(f"arm {arm.label!r}: {kernel}'s config ({cfg}) has no field {', '.join(unknown)}")
         overrides[kernel] = replace(cfg, **fields)
-    plan = prepare(overrides)
+    try:
+        plan = prepare(overrides, residual=torch.bfloat16) if arm.options.get("RESIDUAL_BF16") else prepare(overrides)
+    except ValueError as exc:
+        raise ValueError(f"arm {arm.label!r}: {exc}") from None
     if not arm.switches:
         return plan
     from lab.step.fused.step import with_switches
@@ -268,8 +284,9 @@ def plans_on_gpu(size: str, dtype: str, batch: int) -> tuple[Any, Any, bool, Cal
     sms = C.device_sms("cuda")
     pdl, _ = pdl_supported(w.device)
 
-    def made(overrides: dict[str, C.Config] | None = None) -> Any:
-        return prepare(state, w, sms=sms, repeatable=True, pdl=pdl, prefetch=True, path="gemv", overrides=overrides)
+    def made(overrides: dict[str, C.Config] | None = None, **kw: Any) -> Any:
+        return prepare(state, w, sms=sms, repeatable=True, pdl=pdl, prefetch=True, path="gemv", overrides=overrides,
+                       **kw)
 
     return w, state, pdl, made
 

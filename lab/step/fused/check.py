@@ -116,9 +116,11 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                    sms: int | None = None, seed: int = 0, prefetch: bool = False,
                    path: str | None = None, overrides: dict[str, Any] | None = None,
                    persistent: dict[str, Any] | None = None, fold: bool | None = None,
-                   pdl: bool = False, switches: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+                   pdl: bool = False, switches: dict[str, dict[str, int]] | None = None,
+                   residual: torch.dtype | None = None) -> dict[str, Any]:
     """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens (`persistent`: the
-    persistent plan, `pdl`, `fold` and `switches`, as in `free_running`)."""
+    persistent plan, `pdl`, `fold` and `switches`, as in `free_running`; `residual`: the fused step's residual dtype,
+    step.prepare's)."""
     from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare, with_switches
 
@@ -126,7 +128,8 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
     prompt = prompt_for(batch, prompt_len, int(w_ref.wte.shape[0]), seed).to(w_ref.device)
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
     plan = (PS.prepare(fused, w_low, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
-            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold, pdl=pdl))
+            else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold, pdl=pdl,
+                         residual=residual))
     plan = with_switches(plan, switches) if switches else plan
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
@@ -155,6 +158,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
             "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "sum_once": _bound(plan, "SUM_ONCE"),
+            "residual": getattr(plan, "residual", "float32"),
             **out}
 
 

@@ -180,7 +180,7 @@ def _residual(x_in, b, b_mask, n, n_mask, E: tl.constexpr, LEAVE_OUT: tl.constex
     """x_in[b, n] [BB, BN]: the residual a program adds its product to, loaded right after the wait beside its input
     (one round trip to L2 after the wait, not a second one after the reduction: the PTX had it after its bar.sync)."""
     mask = b_mask[:, None] & n_mask[None, :]
-    return _made(tl.load(x_in + b[:, None] * E + n[None, :], mask=mask, other=0.0), LEAVE_OUT, _INPUT)
+    return _made(tl.load(x_in + b[:, None] * E + n[None, :], mask=mask, other=0.0).to(tl.float32), LEAVE_OUT, _INPUT)
 
 
 @triton.jit

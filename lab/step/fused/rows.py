@@ -96,7 +96,8 @@ def _load_vec(ptr, idx, N):
 
 @triton.jit
 def _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
-    """Residual rows [BB, len(k)] in fp32: from the residual buffer, or (EMBED) wte[tok] + wpe[pos] (made in registers
+    """Residual rows [BB, len(k)] in fp32: from the residual buffer (fp32, or the weights' dtype: step.prepare's
+    `residual`), or (EMBED) wte[tok] + wpe[pos] (made in registers
     with the input left out: Stage.INPUT)."""
     mask = b_mask[:, None] & (k < E)[None, :]
     if EMBED:
@@ -104,7 +105,7 @@ def _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, k, E, EMBED: tl.co
         x = tl.load(wte_ptr + tok[:, None] * E + k[None, :], mask=mask, other=0.0).to(tl.float32)
         x += tl.load(wpe_ptr + pos * E + k, mask=k < E, other=0.0).to(tl.float32)[None, :]
     else:
-        x = tl.load(x_ptr + b[:, None] * E + k[None, :], mask=mask, other=0.0)
+        x = tl.load(x_ptr + b[:, None] * E + k[None, :], mask=mask, other=0.0).to(tl.float32)  # (a bf16 residual)
     return _made(x, LEAVE_OUT, _INPUT)
 
 

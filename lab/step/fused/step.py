@@ -90,7 +90,8 @@ __all__ = ["FusedPlan", "Launch", "LibraryCall", "Workspace", "bind", "fused_ste
 
 @dataclass
 class Workspace:
-    """Every intermediate of a step, allocated once (fp32 except logits, in the weights' dtype)."""
+    """Every intermediate of a step, allocated once (fp32 except logits, in the weights' dtype, and the residual where
+    `prepare(residual=...)` asks for another dtype)."""
 
     x: torch.Tensor  # [B, E] the residual stream
     q: torch.Tensor  # [B, E] this layer's query
@@ -139,6 +140,7 @@ class FusedPlan:
     fold: bool = False  # ln_qkv folds the attention in: four launches a layer (asked for and taken)
     ln_fold: bool = False  # the PREFETCH kernels fold their layer norms into the product (configs.ln_fold)
     card: str = ""  # the card whose per-card tables were consulted (configs.device_card; "" for none)
+    residual: str = "float32"  # the residual stream's dtype (x and x_scratch; prepare's `residual`)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -190,7 +192,7 @@ def _check(state: DecodeState, w: Weights) -> None:
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
             prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None,
-            card: str | None = None) -> FusedPlan:
+            card: str | None = None, residual: torch.dtype | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -211,6 +213,11 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
 
     `card`: the name of the card whose per-card tables apply (configs.KV_AT_ONCE_FIRST, SUM_ONCE_FIRST); None takes the
     device's (configs.device_card: "" on the CPU), a name builds that card's plan anywhere (tests, `aot --card`).
+
+    `residual`: the residual stream's dtype (x and x_scratch: every kernel reads it in fp32 and adds in fp32, and the
+    residual kernels round their sums to it as they store), fp32 unless given; the weights' dtype (bf16) halves the
+    bytes every program of every kernel reads after its wait, rounding the stream as the eager bf16 step does (the
+    teacher-forced rule judges it). The gemv paths only: ValueError where the plan takes the gemm path.
     """
     _check(state, w)
     if pdl:
@@ -234,15 +241,21 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     lm = cfg["block_argmax" if gemm else "lm_head"]
     assert isinstance(att, C.AttentionConfig) and isinstance(am, C.ArgmaxConfig)
     assert isinstance(lm, C.GemvConfig | C.RowConfig)
+    residual = residual or torch.float32
+    if residual not in (torch.float32, w.dtype):
+        raise ValueError(f"fused step: a residual in {residual} (float32 or the weights' {w.dtype})")
+    if gemm and residual != torch.float32:
+        raise ValueError(f"fused step: a residual in {residual} on the gemm path (its row kernels keep it in fp32)")
     NS = C.cdiv(L, att.BS)  # attention splits
     nblk = C.cdiv(V, lm.BN)  # lm_head (or logits) row blocks, each leaving one argmax candidate
     f32 = dict(dtype=torch.float32, device=dev)
-    ws = Workspace(x=torch.zeros(B, E, **f32), q=torch.zeros(0 if gemm else B, E, **f32),
+    res = dict(dtype=residual, device=dev)
+    ws = Workspace(x=torch.zeros(B, E, **res), q=torch.zeros(0 if gemm else B, E, **f32),
                    part_o=torch.zeros(B, H, NS, DH, **f32), part_m=torch.zeros(B, H, NS, **f32),
                    part_l=torch.zeros(B, H, NS, **f32), h=torch.zeros(0 if gemm else B, F, **f32),
                    logits=torch.zeros(B, V, dtype=w.dtype, device=dev),
                    lm_val=torch.zeros(B, nblk, **f32), lm_idx=torch.zeros(B, nblk, dtype=torch.int32, device=dev),
-                   x_scratch=torch.zeros(B, E, **f32), pos_scratch=torch.zeros_like(state.pos))
+                   x_scratch=torch.zeros(B, E, **res), pos_scratch=torch.zeros_like(state.pos))
     x_out = ws.x_scratch if repeatable else ws.x
     new_pos = ws.pos_scratch if repeatable else state.pos
     common = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
@@ -258,7 +271,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         reason, fold, ln_fold, card)
+                         reason, fold, ln_fold, card, str(residual).removeprefix("torch."))
 
     if gemm:
         from lab.step.fused import library
