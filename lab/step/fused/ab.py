@@ -15,7 +15,8 @@ forced, PDL where the device has it) with changes, separated by ";":
   would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it; `KERNEL:maxnreg=R`, Triton's launch
   option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;
 - `plan:RESIDUAL_BF16=1`: the plan built with its residual stream in bf16 (`step.prepare(residual=torch.bfloat16)`;
-  bf16 weights only), not fp32: half the bytes every program reads after its wait;
+  bf16 weights only), not fp32: half the bytes every program reads after its wait (6-8% slower on an H100: README
+  item 25);
 - `table`: no change (the plan as the tables bind it).
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order

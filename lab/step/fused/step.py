@@ -217,7 +217,8 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     `residual`: the residual stream's dtype (x and x_scratch: every kernel reads it in fp32 and adds in fp32, and the
     residual kernels round their sums to it as they store), fp32 unless given; the weights' dtype (bf16) halves the
     bytes every program of every kernel reads after its wait, rounding the stream as the eager bf16 step does (the
-    teacher-forced rule judges it). The gemv paths only: ValueError where the plan takes the gemm path.
+    teacher-forced rule judges it). The gemv paths only: ValueError where the plan takes the gemm path. An experiment
+    (`python -m lab.step.fused.ab ... table "plan:RESIDUAL_BF16=1"`): 6-8% slower on an H100, so no method asks for it.
     """
     _check(state, w)
     if pdl:
