@@ -64,11 +64,16 @@ def _params(kernel: Any) -> list[str]:
         return []
 
 
+def _fields(plan: Any) -> dict[int, str]:
+    """The plan's workspace tensors, by identity: each one's field name."""
+    return {id(t): name for name, t in vars(plan.workspace).items() if isinstance(t, torch.Tensor)}
+
+
 def owned(plan: Any, shared: list[torch.Tensor]) -> dict[str, Positions]:
     """The plan's own buffers, each with where its launches take it: a workspace field by its name, any other tensor
     argument that is not one of `shared` (the weights' and the state's) by its kernel and parameter name
     (`ln_qkv.c1_ptr`: every layer's launch's together). Empty tensors (a path's unused buffers) are left out."""
-    fields = {id(t): name for name, t in vars(plan.workspace).items() if isinstance(t, torch.Tensor)}
+    fields = _fields(plan)
     common = {id(t) for t in shared}
     out: dict[str, Positions] = {}
     for i, launch in enumerate(plan.launches):
@@ -89,7 +94,7 @@ def _rebound(plan: Any, tensors: dict[tuple[int, int], torch.Tensor]) -> Any:
     argument's shape and dtype."""
     launches = list(plan.launches)
     fields: dict[str, torch.Tensor] = {}
-    mine = {id(t): name for name, t in vars(plan.workspace).items() if isinstance(t, torch.Tensor)}
+    mine = _fields(plan)
     for (i, j), tensor in tensors.items():
         args = list(launches[i].args)
         if not isinstance(tensor, torch.Tensor) or tensor.shape != args[j].shape or tensor.dtype != args[j].dtype:
@@ -277,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     from lab.step.fused.tune import step_ms
 
     w, state, pdl, made = ab.plans_on_gpu(args.size, args.dtype, args.batch)
+    shared = w.tensors() + list(state.buffers().values())  # the weights and the state: no plan's own
 
     card = str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) or "unknown"
     meta = {"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, "card": card,
@@ -285,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
              f"fused-pdl-prefetch's repeatable plan{'' if pdl else ' (no PDL on this device)'}")
     if args.sweep is not None:
         plan = made()
-        buffers = owned(plan, w.tensors() + list(state.buffers().values()))
+        buffers = owned(plan, shared)
         unknown = [name for name in args.sweep if name not in buffers]
         if unknown:
             print(f"python -m lab.step.fused.place: --sweep {unknown[0]}: no such buffer of this plan (its own: "
@@ -304,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print("PLACE " + json.dumps({**meta, "sweeps": sweeps}))
         return 0
     print(f"{where}, {args.plans} plans, {args.rounds} rotated rounds:", flush=True)
-    record = study(made, w.tensors() + list(state.buffers().values()), args.plans, args.rounds,
+    record = study(made, shared, args.plans, args.rounds,
                    lambda plan: step_ms(plan, args.rep_ms), lambda line: print(line, flush=True),
                    warm=lambda plan: step_ms(plan, 5))  # compiled, captured and warm before any round
     print("PLACE " + json.dumps({**meta, **record}))
