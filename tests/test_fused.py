@@ -80,6 +80,43 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     assert folds(True, pdl=False) and not folds(False, pdl=True)  # asked for or refused, either way
 
 
+@needs_triton
+def test_the_argmax_folds_into_lm_head_where_asked_or_its_table_binds_it(tiny_fp32, monkeypatch) -> None:
+    """argmax_fold=True: no argmax launch, lm_head with ARGMAX_FOLD, the step's tokens, out and position as its
+    arguments, the argmax's rows a pass and the candidates' padded width, its counter zeroed; None takes
+    configs.ARGMAX_FOLD (no shape bound: the plans are as they were) and False leaves it a launch where the table binds
+    it; the gemm path never folds it and refuses it asked for; the persistent plan keeps its own argmax launch."""
+    from lab.step.decode import new_state
+    from lab.step.fused import persistent as PS
+    from lab.step.fused.step import prepare
+
+    w = tiny_fp32
+    state = new_state(w, 3, 24)
+    am = C.ArgmaxConfig(2, 1)
+    plain = prepare(state, w, overrides={"argmax": am})
+    folded = prepare(state, w, argmax_fold=True, overrides={"argmax": am})
+    assert not plain.argmax_fold and folded.argmax_fold and C.ARGMAX_FOLD == set()
+    assert [x.name for x in plain.launches] == [x.name for x in folded.launches] + ["argmax"]
+    head = folded.launches[-1]
+    assert head.name == "lm_head" and head.args[10:15] == (state.tok, state.out, state.pos, state.pos, state.max_len)
+    nblk = plain.workspace.lm_val.shape[1]
+    assert {k: head.meta[k] for k in ("ARGMAX_FOLD", "NB", "AB", "BP")} == {
+        "ARGMAX_FOLD": True, "NB": 3, "AB": 2, "BP": C.next_pow2(nblk)}
+    assert "ARGMAX_FOLD" not in plain.launches[-2].meta
+    done = folded.workspace.lm_done
+    assert head.args[15] is done and done is not None and done.dtype == torch.int32 and done.numel() == 1
+    assert not done.any() and plain.workspace.lm_done is not None and plain.workspace.lm_done.numel() == 0
+    repeatable = prepare(state, w, argmax_fold=True, repeatable=True)
+    assert repeatable.launches[-1].args[13] is repeatable.workspace.pos_scratch  # the position is not advanced
+    monkeypatch.setattr(C, "ARGMAX_FOLD", {("float32", w.n_embd)})
+    assert prepare(state, w).argmax_fold and not prepare(state, w, argmax_fold=False).argmax_fold
+    assert not prepare(state, w, path="gemm").argmax_fold
+    with pytest.raises(ValueError, match="argmax folded into lm_head on the gemm path"):
+        prepare(state, w, path="gemm", argmax_fold=True)
+    persistent = PS.prepare(new_state(w, 1, 24), w, stepped=True)
+    assert [x.name for x in persistent.launches[-2:]] == ["lm_head", "argmax"] and not persistent.argmax_fold
+
+
 def test_the_folded_attentions_chunk_fits_the_tile_budget() -> None:
     assert C.fold_slots(256, 64, 4) == 128 and C.fold_slots(256, 64, 8) == 256  # K and V: 64 values a thread each
     assert C.fold_slots(256, 64, 2) == 64 and C.fold_slots(24, 64, 8) == 32  # no more than the cache holds
@@ -545,6 +582,30 @@ def test_an_ab_arm_builds_its_plan_with_a_bf16_residual_where_asked_and_only_ove
         assert low.configs["ln_fc"].num_warps == 2 and bind(base, parse_arm("table"), made).residual == "float32"
         with pytest.raises(ValueError, match="on the gemm path"):
             prepare(state, weights, sms=2, path="gemm", residual=torch.bfloat16)
+
+
+@needs_triton
+def test_an_ab_arm_folds_the_argmax_into_lm_head_where_asked_and_leaves_it_a_launch_at_0(tiny_fp32, monkeypatch) -> None:
+    """`plan:ARGMAX_FOLD=1`: the arm's plan takes the argmax in lm_head's last program (step.prepare's argmax_fold);
+    `=0` keeps the launch even where configs.ARGMAX_FOLD binds the fold, and `table` follows the table."""
+    from lab.step.decode import new_state
+    from lab.step.fused.ab import bind, parse_arm
+    from lab.step.fused.step import prepare
+
+    state = new_state(tiny_fp32, 1, 16)
+
+    def made(overrides: dict | None = None, **kw):
+        return prepare(state, tiny_fp32, sms=2, repeatable=True, prefetch=True, path="gemv", overrides=overrides, **kw)
+
+    base = made()
+    arm = parse_arm("plan:ARGMAX_FOLD=1;lm_head.num_warps=2")
+    assert arm.options == {"ARGMAX_FOLD": 1} and arm.configs == {"lm_head": {"num_warps": 2}}
+    folded = bind(base, arm, made)
+    assert folded.argmax_fold and not base.argmax_fold and folded.configs["lm_head"].num_warps == 2
+    assert [x.name for x in folded.launches][-1] == "lm_head" and folded.launches[-1].meta["ARGMAX_FOLD"]
+    monkeypatch.setattr(C, "ARGMAX_FOLD", {("float32", tiny_fp32.n_embd)})
+    assert bind(base, parse_arm("table"), made).argmax_fold
+    assert not bind(base, parse_arm("plan:ARGMAX_FOLD=0"), made).argmax_fold
 
 
 @needs_triton
@@ -1040,6 +1101,26 @@ def test_sum_once_takes_the_sum_over_k_out_of_lm_heads_loop(size: str, dtype: to
 
 @needs_triton
 @pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_folded_argmax_compiles_for_hopper_with_one_atomic_and_no_spill(dtype: torch.dtype) -> None:
+    """lm_head with the argmax folded in (ARGMAX_FOLD), fused-pdl-prefetch's at GPT-2 1.5B, batch 1 (where the fold
+    measured faster, README item 10): one atomic, one thread's, its count-in; no spill; no argmax launch."""
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES["gpt2-1.5B"]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True,
+                               argmax_fold=True)
+    assert plan.argmax_fold and "argmax" not in [x.name for x in plan.launches]
+    [head] = [c for c in aot.compile_plan(plan) if c.name == "lm_head"]
+    assert (head.atomics, head.unpredicated_atomics) == (1, 0), head
+    assert head.spill_bytes == 0 and head.registers is not None and head.registers <= 255, head
+
+
+@needs_triton
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["gpt2-124M", "gpt2-1.5B"])
 def test_pos_at_once_issues_the_bf16_position_with_ln_qkvs_row(size: str) -> None:
     """ln_qkv's POS_AT_ONCE (projections._ln_qkv), bf16 as fused-pdl-prefetch binds it at batch 1: without it ptxas
@@ -1289,6 +1370,29 @@ def test_gpu_sum_once_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch:
     r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=pdl, pdl=pdl,
                        switches=switches)
     assert r["sum_once"] and all(r["bookkeeping_ok"]), r
+    assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r  # as test_gpu_bf16_teacher_forced
+
+
+@pytest.mark.cuda
+@needs_triton
+@pytest.mark.parametrize("batch,pdl", [(1, True), (3, False)], ids=["b1-pdl-prefetch", "b3"])
+def test_gpu_argmax_fold_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch: int, pdl: bool) -> None:
+    """The argmax taken by lm_head's last program (step.prepare's argmax_fold: every program counts itself in, the last
+    reads the candidates back through L2), on fused-pdl-prefetch at batch 1 and plain fused at batch 3: fp32 eager's
+    tokens, out and position at every step and the graph's replay bit for bit; bf16 by the teacher-forced rule."""
+    from lab.step.fused.check import free_running, teacher_forced
+    from lab.step.fused.step import pdl_supported
+
+    ok, why = pdl_supported(torch.device("cuda"))
+    if pdl and not ok:
+        pytest.skip(why)
+    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=pdl, prefetch=pdl, argmax_fold=True)
+    assert run["argmax_fold"] and run["path"] == ("gemv-prefetch" if pdl else "gemv"), run
+    assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
+    assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
+    r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=pdl, pdl=pdl,
+                       argmax_fold=True)
+    assert r["argmax_fold"] and all(r["bookkeeping_ok"]), r
     assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r  # as test_gpu_bf16_teacher_forced
 
 

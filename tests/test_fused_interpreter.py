@@ -328,6 +328,34 @@ def case_fold_residual_bf16_b1() -> dict[str, Any]:
 
 
 @case
+def case_argmax_fold_odd() -> dict[str, Any]:
+    # the argmax taken by lm_head's last program (step.prepare's argmax_fold) over gemv-odd-b3's masked lanes: 16 row
+    # blocks of 32 (500 = 15 x 32 + 20) for each of 3 batch rows, 48 programs counting in, the last taking the rows two
+    # at a time (the second pair masked)
+    from lab.step.fused.check import parse_configs
+
+    odd = parse_configs('{"lm_head": {"BB": 1, "BN": 32, "BK": 32}, "argmax": {"BB": 2, "num_warps": 1}}')
+    return _free("odd", 3, steps=2, prompt_len=4, sms=4, overrides=odd, argmax_fold=True)
+
+
+@case
+def case_fold_argmax_fold_fp32_b1() -> dict[str, Any]:  # both folds, on the PREFETCH path, as a PDL plan would bind them
+    from lab.step.fused.check import parse_configs
+
+    return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, fold=True, argmax_fold=True,
+                 overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
+def case_fold_argmax_fold_bf16_b1() -> dict[str, Any]:
+    from lab.step.fused.check import parse_configs
+
+    return _forced(1, prefetch=True, fold=True, argmax_fold=True,
+                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
+                              **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
 def case_fold_bf16_b1() -> dict[str, Any]:
     from lab.step.fused.check import parse_configs
 
@@ -695,14 +723,15 @@ FP32_CASES = {  # case -> (path, batch)
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
     "fold-head-major-odd-b3": ("gemv", 3), "fold-head-major-switched-fp32-b1": ("gemv-prefetch", 1),
-    "lm-sum-once-odd": ("gemv", 3),
+    "lm-sum-once-odd": ("gemv", 3), "argmax-fold-odd": ("gemv", 3), "fold-argmax-fold-fp32-b1": ("gemv-prefetch", 1),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
 BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch", 1), "gemm-bf16-b8": ("gemm", 8),
               "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1),
               "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1),
-              "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1)}
+              "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1),
+              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -726,6 +755,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert run["head_major"] == ("head-major" in name), run  # configs.HEAD_MAJOR: no interpreter shape but where asked
     assert run["evict"] == ("evict" in name), run  # configs.EVICT_FIRST: likewise
     assert run["sum_once"] == ("sum-once" in name), run  # lm_head's SUM_ONCE, bound by name
+    assert run.get("argmax_fold", False) == ("argmax-fold" in name), run  # configs.ARGMAX_FOLD binds none: by name
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name
@@ -749,6 +779,9 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     assert r["ln_fold"] == (r["path"] == "gemv-prefetch"), r
     assert r["sum_once"] == ("sum-once" in name), r
     assert r["residual"] == ("bfloat16" if "residual" in name else "float32"), r
+    assert r["argmax_fold"] == ("argmax-fold" in name), r
+    assert r["kernels_per_step"] == (9 * 2 + 4 if r["path"] == "gemm" else (4 if r["fold"] else 5) * 2 + 2
+                                     - r["argmax_fold"]), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
         assert err <= BF16_REL * scale, r

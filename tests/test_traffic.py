@@ -101,6 +101,17 @@ def test_a_position_outside_the_cache_or_an_unknown_path_is_refused() -> None:
         T.calls(GPT2, T.Layout("gemx", 4, 786), 0)
 
 
+def test_the_folded_argmax_moves_its_launchs_bytes_into_lm_head() -> None:
+    """With the argmax folded into lm_head (step.prepare's argmax_fold) the step reads and writes what it did, in one
+    launch fewer: lm_head also reads the candidates back and writes the tokens."""
+    layouts = [T.Layout("gemv-prefetch", 4, 786, fold=True, argmax_fold=f) for f in (False, True)]
+    two, one = (T.calls(GPT2, layout, 10) for layout in layouts)
+    assert [c.kernel for c in two] == [c.kernel for c in one] + ["argmax"]
+    assert sum(c.total for c in two) == sum(c.total for c in one)
+    assert one[-1].act_in == two[-2].act_in + two[-1].act_in and one[-1].act_out == two[-2].act_out + two[-1].act_out
+    assert [c.total for c in two[:-2]] == [c.total for c in one[:-1]]
+
+
 def test_byte_budget_is_the_traffic_summed_per_kernel() -> None:
     rows = C.byte_budget(12, 768, 12, 50257, 1, 4, reached_slots=65, n_splits=4, lm_blocks=786)
     per = T.per_kernel(T.calls(GPT2, T.Layout("gemv", 4, 786), 64))
@@ -109,22 +120,25 @@ def test_byte_budget_is_the_traffic_summed_per_kernel() -> None:
 
 
 @pytest.mark.skipif(triton_import_error() is not None, reason=f"Triton does not import: {triton_import_error()}")
-@pytest.mark.parametrize("path, prefetch, dtype, fold", [("gemv", False, torch.float32, False),
-                                                         ("gemm", False, torch.float32, False),
-                                                         (None, True, torch.bfloat16, False),
-                                                         (None, True, torch.float32, True)])
-def test_the_calls_are_the_plans_launches_in_order(tiny, path, prefetch, dtype, fold) -> None:
+@pytest.mark.parametrize("path, prefetch, dtype, fold, argmax_fold", [("gemv", False, torch.float32, False, False),
+                                                                      ("gemm", False, torch.float32, False, False),
+                                                                      (None, True, torch.bfloat16, False, False),
+                                                                      (None, True, torch.float32, True, False),
+                                                                      ("gemv", False, torch.float32, False, True),
+                                                                      (None, True, torch.float32, True, True)])
+def test_the_calls_are_the_plans_launches_in_order(tiny, path, prefetch, dtype, fold, argmax_fold) -> None:
     """What `prepare` binds (on the CPU: nothing is launched) is what the traffic lists, launch for launch, with the
-    plan's splits, argmax blocks, the prefetch variant's EARLY attention and the attention folded into ln_qkv."""
+    plan's splits, argmax blocks, the prefetch variant's EARLY attention, the attention folded into ln_qkv and the
+    argmax into lm_head."""
     from lab.step.fused.step import prepare
 
     w = extract_weights(tiny[0], dtype=dtype)
     state = D.new_state(w, 3 if path == "gemm" else 1, 24)
-    plan = prepare(state, w, path=path, prefetch=prefetch, fold=fold,
+    plan = prepare(state, w, path=path, prefetch=prefetch, fold=fold, argmax_fold=argmax_fold,
                    overrides={"ln_qkv": C.GemvConfig(1, 8, 64)} if fold else None)
-    assert plan.fold == fold, plan.path_reason
+    assert plan.fold == fold and plan.argmax_fold == argmax_fold, plan.path_reason
     layout = T.Layout.of_plan(plan)
-    assert layout.fold == fold
+    assert layout.fold == fold and layout.argmax_fold == argmax_fold
     assert layout.path == str(plan.path) and layout.n_splits == plan.workspace.part_m.shape[2]
     assert layout.early_attention == any(x.meta.get("EARLY") for x in plan.launches if x.name == "attention")
     step = T.calls(T.Shape.of(w, state.batch, state.max_len), layout, 8)

@@ -14,9 +14,10 @@ forced, PDL where the device has it) with changes, separated by ";":
   any constexpr of its kernel; lab.step.fused.step.with_switches), as a per-shape table in lab.step.fused.configs
   would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it; `KERNEL:maxnreg=R`, Triton's launch
   option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;
-- `plan:RESIDUAL_BF16=1`: the plan built with its residual stream in bf16 (`step.prepare(residual=torch.bfloat16)`;
-  bf16 weights only), not fp32: half the bytes every program reads after its wait (6-8% slower on an H100: README
-  item 25);
+- `plan:OPTION=V`: how the plan is built (`PLAN_OPTIONS`, each a keyword of `step.prepare`): `plan:RESIDUAL_BF16=1`
+  the residual stream in bf16 (`residual=torch.bfloat16`; bf16 weights only), not fp32: half the bytes every program
+  reads after its wait (6-8% slower on an H100: README item 25); `plan:ARGMAX_FOLD=1` the argmax taken by lm_head's
+  last program, no argmax launch (`argmax_fold=True`; `=0` leaves it a launch where configs.ARGMAX_FOLD binds it);
 - `table`: no change (the plan as the tables bind it).
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order
@@ -75,7 +76,11 @@ class Arm:
 
 
 PLAN = "plan"  # an arm's `plan:OPTION=V`: how its plan is built, not a kernel's switch
-PLAN_OPTIONS = ("RESIDUAL_BF16",)  # step.prepare(residual=torch.bfloat16) where not 0
+# an arm's plan options: OPTION -> step.prepare's keyword arguments for its value (RESIDUAL_BF16=0 is the table's fp32)
+PLAN_OPTIONS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "RESIDUAL_BF16": lambda v: {"residual": torch.bfloat16} if v else {},
+    "ARGMAX_FOLD": lambda v: {"argmax_fold": bool(v)},
+}
 
 
 def parse_arm(text: str) -> Arm:
@@ -136,8 +141,9 @@ def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
         if cfg is None or unknown:
             raise ValueError(f"arm {arm.label!r}: {kernel}'s config ({cfg}) has no field {', '.join(unknown)}")
         overrides[kernel] = replace(cfg, **fields)
+    keywords = {k: v for option, value in arm.options.items() for k, v in PLAN_OPTIONS[option](value).items()}
     try:
-        plan = prepare(overrides, residual=torch.bfloat16) if arm.options.get("RESIDUAL_BF16") else prepare(overrides)
+        plan = prepare(overrides, **keywords)
     except ValueError as exc:
         raise ValueError(f"arm {arm.label!r}: {exc}") from None
     if not arm.switches:

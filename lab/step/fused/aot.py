@@ -319,12 +319,13 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
 
 def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 256, pdl: bool = False,
                     sms: int = 132, prefetch: bool = False, path: str | None = None, persistent: bool = False,
-                    fold: bool | None = None, card: str = "", residual: torch.dtype | None = None) -> Any:
+                    fold: bool | None = None, card: str = "", residual: torch.dtype | None = None,
+                    argmax_fold: bool | None = None) -> Any:
     """A plan over CPU tensors of the model's shapes (no device needed; PDL's device check skipped): `model` is "gpt2",
     "tiny" or a lab.contract.profiles.ModelSpec; `persistent`: lab.step.fused.persistent's, one program an SM;
     `fold`: the attention folded into ln_qkv (lab.step.fused.step.prepare; None: as a PDL plan on a device would,
     FOLD_WITH_PDL); `card`: the card whose per-card tables apply (configs.device_card; "" for none); `residual`: the
-    residual stream's dtype (step.prepare's)."""
+    residual stream's dtype and `argmax_fold` the argmax taken by lm_head's last program (step.prepare's)."""
     from lab.step.decode import new_state
     from lab.step.fused import step as S
     from lab.step.fused.tune import random_weights
@@ -338,7 +339,7 @@ def plan_for_shapes(model: Any, dtype: torch.dtype, batch: int, max_len: int = 2
 
         return PS.prepare(state, w, sms=sms)
     plan = S.prepare(state, w, sms=sms, prefetch=prefetch, path=path, fold=S.folds(fold, pdl), card=card,
-                     residual=residual)
+                     residual=residual, argmax_fold=argmax_fold)
     if pdl:  # the same launches with PDL's switches on (prepare refuses PDL without a Hopper device)
         plan.launches = [replace(launch, meta={**launch.meta, "USE_PDL": True, "launch_pdl": True})
                          if isinstance(launch, S.Launch) else launch for launch in plan.launches]

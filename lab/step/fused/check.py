@@ -42,12 +42,14 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                  pdl: bool = False, graph: bool = False, sms: int | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, prefetch: bool = False,
                  path: str | None = None, persistent: dict[str, Any] | None = None,
-                 fold: bool | None = None, switches: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+                 fold: bool | None = None, switches: dict[str, dict[str, int]] | None = None,
+                 argmax_fold: bool | None = None) -> dict[str, Any]:
     """Eager vs fused (vs fused replayed from a CUDA graph), `steps` steps after one prefill (`path`: the
     projection path, None for the rule's; `persistent`: the persistent plan, lab.step.fused.persistent.prepare's
     keyword arguments, e.g. {"programs": 132}; `fold`: attention folded into ln_qkv, lab.step.fused.step.prepare's,
     None for its default: folded with PDL, as the lab's methods run; `switches`: compile-time switches bound on the
-    plan's launches by kernel, lab.step.fused.step.with_switches, e.g. {"ln_qkv": {"KV_L2": 1}})."""
+    plan's launches by kernel, lab.step.fused.step.with_switches, e.g. {"ln_qkv": {"KV_L2": 1}}; `argmax_fold`: the
+    argmax taken by lm_head's last program, step.prepare's, None for its table)."""
     from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare, with_switches
 
@@ -55,7 +57,8 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
     prompt = prompt_for(batch, prompt_len, int(w.wte.shape[0]), seed).to(w.device)
     ref, fused = D.new_state(w, batch, max_len), D.new_state(w, batch, max_len)
     plan = (PS.prepare(fused, w, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
-            else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path, fold=fold))
+            else prepare(fused, w, pdl=pdl, sms=sms, overrides=overrides, prefetch=prefetch, path=path, fold=fold,
+                         argmax_fold=argmax_fold))
     plan = with_switches(plan, switches) if switches else plan
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
@@ -74,7 +77,8 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
         direct = {"out": fused.out.clone(), "logits": lf}
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "card": plan.card, "prefetch": plan.prefetch, "fold": plan.fold,
-                              "ln_fold": plan.ln_fold, "head_major": _bound(plan, "HEAD_MAJOR"),
+                              "ln_fold": plan.ln_fold, "argmax_fold": plan.argmax_fold,
+                              "head_major": _bound(plan, "HEAD_MAJOR"),
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "kv_at_once": _bound(plan, "KV_AT_ONCE"), "pos_at_once": _bound(plan, "POS_AT_ONCE"),
                               "res_at_once": _bound(plan, "RES_AT_ONCE"), "sum_once": _bound(plan, "SUM_ONCE"),
@@ -117,10 +121,10 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                    path: str | None = None, overrides: dict[str, Any] | None = None,
                    persistent: dict[str, Any] | None = None, fold: bool | None = None,
                    pdl: bool = False, switches: dict[str, dict[str, int]] | None = None,
-                   residual: torch.dtype | None = None) -> dict[str, Any]:
+                   residual: torch.dtype | None = None, argmax_fold: bool | None = None) -> dict[str, Any]:
     """Fused and eager steps on `w_low` (e.g. bf16), both fed the fp32 eager reference's tokens (`persistent`: the
-    persistent plan, `pdl`, `fold` and `switches`, as in `free_running`; `residual`: the fused step's residual dtype,
-    step.prepare's)."""
+    persistent plan, `pdl`, `fold`, `switches` and `argmax_fold`, as in `free_running`; `residual`: the fused step's
+    residual dtype, step.prepare's)."""
     from lab.step.fused import persistent as PS
     from lab.step.fused.step import prepare, with_switches
 
@@ -129,7 +133,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
     ref, fused, eager = (D.new_state(x, batch, max_len) for x in (w_ref, w_low, w_low))
     plan = (PS.prepare(fused, w_low, sms=sms, **{"overrides": overrides, **persistent}) if persistent is not None
             else prepare(fused, w_low, sms=sms, prefetch=prefetch, path=path, overrides=overrides, fold=fold, pdl=pdl,
-                         residual=residual))
+                         residual=residual, argmax_fold=argmax_fold))
     plan = with_switches(plan, switches) if switches else plan
     out: dict[str, list[Any]] = {"fused_err": [], "eager_err": [], "fused_vs_eager": [], "scale": [],
                                  "fused_agree": [], "eager_agree": [], "bookkeeping_ok": []}
@@ -158,7 +162,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
             "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "sum_once": _bound(plan, "SUM_ONCE"),
-            "residual": plan.residual,
+            "residual": plan.residual, "argmax_fold": plan.argmax_fold, "kernels_per_step": len(plan.launches),
             **out}
 
 

@@ -214,6 +214,21 @@ def evict_first(dtype: str, n_embd: int) -> bool:
     return _shape(dtype, n_embd) in EVICT_FIRST
 
 
+# Where lm_head's last program takes the argmax and advances the step, the argmax launch left out (step.prepare's
+# `argmax_fold`, projections.lm_head_kernel's ARGMAX_FOLD; keys: dtype name, model width). Measured once, on an H200
+# (2026-12-04, the kernels of d6eea0c, the repeatable plans in alternating rounds, 9 of each; README item 10): 2.3 µs a
+# step less at GPT-2 1.5B fp32 and 5.5 µs in bf16 (0.999x and 0.997x), 1.8 µs more at 124M fp32 and 1.6 µs in bf16:
+# the count-in of every lm_head program and the last one's reads back cost about what the launch did. Under 1% and on
+# kernels since changed, so it binds no shape until an A/B with its A/A shows it on two machines
+# (`python -m lab.step.fused.ab ... table "plan:ARGMAX_FOLD=1"`, README item 26).
+ARGMAX_FOLD: set[tuple[str, int]] = set()
+
+
+def argmax_fold(dtype: str, n_embd: int) -> bool:
+    """Whether lm_head's last program takes the argmax (no argmax launch) at this dtype and width (ARGMAX_FOLD)."""
+    return _shape(dtype, n_embd) in ARGMAX_FOLD
+
+
 # Where the folded ln_qkv asks L2 for its heads' K and V before its PDL wait (KV_L2: attention._kv_to_l2, on the
 # gemv-prefetch path; keys: dtype name, model width). Measured on an H200 (2026-12-05, `python -m lab.step.fused.ab`:
 # the repeatable plan at batch 1 with PDL and the PREFETCH kernels, one process, 5 rotated rounds): 0.954x the step's

@@ -177,7 +177,8 @@ def prepare(state: DecodeState, w: Weights, programs: int | None = None, repeata
     on the GEMV path), each layer's five launches made one `layer_kernel` launch of `programs` programs (default:
     one an SM). `stepped`: five launches a layer, one per phase, no barrier (the interpreter's way). `num_warps`:
     the kernel's (one for every phase; default the largest of the five kernels' tuned configs)."""
-    base = S.prepare(state, w, sms=sms, overrides=overrides, repeatable=repeatable, path=R.Path.GEMV)
+    base = S.prepare(state, w, sms=sms, overrides=overrides, repeatable=repeatable, path=R.Path.GEMV,
+                     argmax_fold=False)
     sms = base.sms
     P = programs or sms
     if P < 1:

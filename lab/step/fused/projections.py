@@ -36,8 +36,8 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _qkv_block_row
-from lab.step.fused.rows import (_INPUT, _WEIGHTS, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x, _made,
-                                  _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
+from lab.step.fused.rows import (_INPUT, _WEIGHTS, _argmax_advance, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x,
+                                  _made, _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
 
 # -------------------------------------------------------------------------------------- helpers
@@ -511,11 +511,13 @@ def _fc2(pid, h_ptr, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: tl.constexpr, F: t
 # ------------------------------------------------------------------------------- the head
 
 @triton.jit
-def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B, NBB, eps, E: tl.constexpr,
+def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B, NBB, eps,
+                   tok_ptr, out_ptr, pos_ptr, new_pos_ptr, MAXLEN, done_ptr, E: tl.constexpr,
                    V: tl.constexpr, NBLK: tl.constexpr,
                    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                    USE_PDL: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0,
-                   SUM_ONCE: tl.constexpr = 0):
+                   SUM_ONCE: tl.constexpr = 0, ARGMAX_FOLD: tl.constexpr = 0, NB: tl.constexpr = 1,
+                   AB: tl.constexpr = 1, BP: tl.constexpr = 1):
     """The final layer norm + the tied lm_head (x @ wte.T) + each row block's argmax (SUM_ONCE: `_ln_gemv`).
 
     Fuses: layer_norm(x) -> logits [B, V] in the weights' dtype (what the step returns) -> per
@@ -524,6 +526,15 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     Bytes (GPT-2 124M, batch 1, fp32): reads the 154.4 MB embedding matrix (the largest single
     read of the step: 31% of its weight bytes) + 6 KB norm weights; writes 201 KB of logits and
     8 B per program of partial argmax. Launches per step: 1. Grid: cdiv(V, BN) * cdiv(B, BB).
+
+    ARGMAX_FOLD (lab.step.fused.step.prepare's `argmax_fold`): the step's last launch, the argmax over the candidates
+    and the step's bookkeeping (lab.step.fused.rows.argmax_advance_kernel), is done by this launch's last program.
+    Every program, once its candidates are stored, counts itself in on done_ptr (int32 [1], zero between launches): a
+    CTA barrier, then one acquire-release atomic at GPU scope, as the folded attention's count-in
+    (attention._fold_attention); the program that completes the count zeroes it and, every candidate stored, takes
+    the argmax over them (AB batch rows at a time, BP >= NBLK candidates, NB = B rows) and writes tok, out[:, pos + 1]
+    and new_pos. Bytes: 4 B of atomic per program; the last reads the candidates back (8 B each). Without it, tok_ptr
+    to done_ptr are not read.
     """
     pid_n, b, n, b_mask, n_mask = _row_blocks(NBB, B, V, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
@@ -539,4 +550,12 @@ def lm_head_kernel(x_ptr, ln_w, ln_b, wte_ptr, logits_ptr, part_val, part_idx, B
     top = tl.max(val, axis=1)
     tl.store(part_val + b * NBLK + pid_n, top, mask=_stored(b_mask, top, LEAVE_OUT))
     tl.store(part_idx + b * NBLK + pid_n, pid_n * BN + best, mask=_stored(b_mask, top, LEAVE_OUT))
+    if ARGMAX_FOLD:
+        tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
+        seen = tl.atomic_add(done_ptr, 1, sem="acq_rel", scope="gpu")
+        if seen == tl.num_programs(0) - 1:
+            tl.store(done_ptr, 0)
+            tl.debug_barrier()  # every thread reads after the acquire
+            _argmax_advance(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos_ptr, MAXLEN, NB, NBLK, AB, BP,
+                            True)
 

@@ -180,19 +180,35 @@ def argmax_advance_kernel(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos
     new_pos = pos + 1 (the step passes new_pos_ptr = pos_ptr: the position advances on the device).
     One program, so no other program can read pos after it moved.
     Bytes: reads 8 B per lm_head program per batch row (about 6 KB at batch 1); writes 16 B.
-    Launches per step: 1. Grid: 1 program.
+    Launches per step: 1 (none where lm_head's last program does this work: its ARGMAX_FOLD). Grid: 1 program.
     """
     _pdl_launch(USE_PDL)
     _pdl_wait(USE_PDL)
+    _argmax_advance(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos_ptr, MAXLEN, B, NBLK, BB, BP, False)
+
+
+@triton.jit
+def _argmax_advance(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos_ptr, MAXLEN, B: tl.constexpr,
+                    NBLK: tl.constexpr, BB: tl.constexpr, BP: tl.constexpr, CG: tl.constexpr):
+    """argmax_advance_kernel's work, by one program. CG: the candidates read through L2 (`.cg`), as a program that
+    counted itself in after the programs that wrote them must read them (lab.step.fused.projections.lm_head_kernel's
+    ARGMAX_FOLD)."""
     pos = tl.load(pos_ptr)
     j = tl.arange(0, BP)
     for b0 in range(0, B, BB):
         b = b0 + tl.arange(0, BB)
         b_mask = b < B
-        val = tl.load(part_val + b[:, None] * NBLK + j[None, :], mask=b_mask[:, None] & (j < NBLK)[None, :],
-                      other=float("-inf"))
+        mask = b_mask[:, None] & (j < NBLK)[None, :]
+        if CG:
+            val = tl.load(part_val + b[:, None] * NBLK + j[None, :], mask=mask, other=float("-inf"),
+                          cache_modifier=".cg")
+        else:
+            val = tl.load(part_val + b[:, None] * NBLK + j[None, :], mask=mask, other=float("-inf"))
         blk = tl.argmax(val, axis=1, tie_break_left=True)
-        tok = tl.load(part_idx + b * NBLK + blk, mask=b_mask, other=0).to(tl.int64)
+        if CG:
+            tok = tl.load(part_idx + b * NBLK + blk, mask=b_mask, other=0, cache_modifier=".cg").to(tl.int64)
+        else:
+            tok = tl.load(part_idx + b * NBLK + blk, mask=b_mask, other=0).to(tl.int64)
         tl.store(tok_ptr + b, tok, mask=b_mask)
         tl.store(out_ptr + b * MAXLEN + pos + 1, tok, mask=b_mask & (pos + 1 < MAXLEN))
     tl.store(new_pos_ptr, pos + 1)

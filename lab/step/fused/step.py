@@ -18,7 +18,8 @@ Kernels per step (lab.step.fused.kernels), n_layer = 12:
     5 x 12 + 2 = 62 launches (eager: 203 kernels; compile + capture: 147).
 
     With the attention folded in (`fold`, the PDL methods' default: FOLD_WITH_PDL), ln_qkv's last program of each
-    head computes the head's attention and proj reads it: 4 x 12 + 2 = 50 launches.
+    head computes the head's attention and proj reads it: 4 x 12 + 2 = 50 launches. With the argmax folded into
+    lm_head (`argmax_fold`, where configs.ARGMAX_FOLD binds it), lm_head's last program takes it: one launch fewer.
 
 Byte budget of a step (GPT-2 124M, batch 1; `configs.byte_budget` computes it for any shape):
 
@@ -108,6 +109,9 @@ class Workspace:
     # between launches): ln_qkv attends and proj reads att (lab.step.fused.attention._fold_attention; empty otherwise)
     att: torch.Tensor | None = None
     heads: torch.Tensor | None = None
+    # where the argmax is folded into lm_head, its programs' counter (int32 [1], zero between launches: its last
+    # program takes the argmax; lab.step.fused.projections.lm_head_kernel's ARGMAX_FOLD; empty otherwise)
+    lm_done: torch.Tensor | None = None
     # the gemm path's GEMM inputs and outputs (lab.step.fused.library.buffers; empty on the gemv path,
     # where q and h are used instead: empty on the gemm path)
     library: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -141,6 +145,7 @@ class FusedPlan:
     ln_fold: bool = False  # the PREFETCH kernels fold their layer norms into the product (configs.ln_fold)
     card: str = ""  # the card whose per-card tables were consulted (configs.device_card; "" for none)
     residual: str = "float32"  # the residual stream's dtype (x and x_scratch; prepare's `residual`)
+    argmax_fold: bool = False  # lm_head's last program takes the argmax: no argmax launch (prepare's `argmax_fold`)
 
     def __call__(self) -> torch.Tensor:
         for launch in self.launches:
@@ -192,7 +197,8 @@ def _check(state: DecodeState, w: Weights) -> None:
 def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None = None,
             overrides: dict[str, C.Config] | None = None, repeatable: bool = False,
             prefetch: bool = False, path: R.Path | str | None = None, fold: bool | None = None,
-            card: str | None = None, residual: torch.dtype | None = None) -> FusedPlan:
+            card: str | None = None, residual: torch.dtype | None = None,
+            argmax_fold: bool | None = None) -> FusedPlan:
     """Choose the path and configs, allocate the workspace and bind every launch. Call it before any capture.
 
     `path`: the projection path (lab.step.fused.rule); None lets the rule choose it from the batch, the
@@ -219,6 +225,11 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     bytes every program of every kernel reads after its wait, rounding the stream as the eager bf16 step does (the
     teacher-forced rule judges it). The gemv paths only: ValueError where the plan takes the gemm path. An experiment
     (`python -m lab.step.fused.ab ... table "plan:RESIDUAL_BF16=1"`): 6-8% slower on an H100, so no method asks for it.
+
+    `argmax_fold=True` asks for lm_head's last program to take the argmax and advance the step (the gemv paths only:
+    ValueError where the plan takes the gemm path): no argmax launch. None (the default) takes it where
+    configs.argmax_fold binds it on the gemv paths, False never. `plan.argmax_fold` says whether it was taken. The A/B
+    times it as `plan:ARGMAX_FOLD=1`.
     """
     _check(state, w)
     if pdl:
@@ -247,6 +258,10 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         raise ValueError(f"fused step: a residual in {residual} (float32 or the weights' {w.dtype})")
     if gemm and residual != torch.float32:
         raise ValueError(f"fused step: a residual in {residual} on the gemm path (its row kernels keep it in fp32)")
+    if gemm and argmax_fold:
+        raise ValueError("fused step: the argmax folded into lm_head on the gemm path (its logits come from a library "
+                         "GEMM: block_argmax and the argmax stay launches)")
+    argmax_fold = not gemm and (C.argmax_fold(str(w.dtype), E) if argmax_fold is None else argmax_fold)
     NS = C.cdiv(L, att.BS)  # attention splits
     nblk = C.cdiv(V, lm.BN)  # lm_head (or logits) row blocks, each leaving one argmax candidate
     f32 = dict(dtype=torch.float32, device=dev)
@@ -272,7 +287,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
-                         reason, fold, ln_fold, card, str(residual).removeprefix("torch."))
+                         reason, fold, ln_fold, card, str(residual).removeprefix("torch."), argmax_fold)
 
     if gemm:
         from lab.step.fused import library
@@ -334,12 +349,18 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     grid, meta, nbb = gemv("lm_head", V)
     if prefetch and C.sum_once(str(w.dtype), E, card):  # over K once, on the cards where that measured faster
         meta["SUM_ONCE"] = True
+    # the argmax over the candidates: its own launch, or (folded) lm_head's last program's, AB batch rows at a time
+    ws.lm_done = torch.zeros(1 if argmax_fold else 0, dtype=torch.int32, device=dev)
+    if argmax_fold:
+        meta |= {"ARGMAX_FOLD": True, "NB": B, "AB": am.BB, "BP": C.next_pow2(nblk)}
     launches.append(Launch("lm_head", KERNELS["lm_head"], grid, (
-        ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps),
+        ws.x, w.ln_f_w, w.ln_f_b, w.wte, ws.logits, ws.lm_val, ws.lm_idx, B, nbb, w.eps,
+        state.tok, state.out, state.pos, new_pos, L, ws.lm_done),
         {"E": E, "V": V, "NBLK": nblk, "BE": BE, **meta}))
-    launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
-        ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
-        {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
+    if not argmax_fold:
+        launches.append(Launch("argmax", KERNELS["argmax"], (1,), (
+            ws.lm_val, ws.lm_idx, state.tok, state.out, state.pos, new_pos, L),
+            {"B": B, "NBLK": nblk, "BB": am.BB, "BP": C.next_pow2(nblk), "num_warps": am.num_warps, **common}))
     return made(launches)
 
 

@@ -77,6 +77,8 @@ class Layout:
     fold: bool = False  # ln_qkv attends (lab.step.fused.step.prepare's fold): no attention launch, proj reads att
     # the PREFETCH path's layer norms folded into ln_qkv's and ln_fc's products (lab.step.fused.configs.ln_fold)
     ln_fold: bool = False
+    # lm_head's last program takes the argmax (lab.step.fused.step.prepare's argmax_fold): no argmax launch
+    argmax_fold: bool = False
     # the gemm path's library calls: (launch name, form) where not the default (lab.step.fused.layout.DEFAULT)
     forms: tuple[tuple[str, str], ...] = ()
 
@@ -90,6 +92,7 @@ class Layout:
         forms = {x.name: x.form for x in plan.launches if getattr(x, "form", "")}
         return cls(str(plan.path), int(ws.part_m.shape[2]), int(ws.lm_val.shape[1]), early,
                    fold=bool(getattr(plan, "fold", False)), ln_fold=bool(getattr(plan, "ln_fold", False)),
+                   argmax_fold=bool(getattr(plan, "argmax_fold", False)),
                    forms=tuple(sorted((k, v) for k, v in forms.items() if v != LY.DEFAULT[LY.BY_LAUNCH[k].name])))
 
     def form(self, launch: str) -> str:
@@ -161,6 +164,9 @@ def _gemv(s: Shape, layout: Layout, position: int) -> list[Call]:
         out += [Call("proj", (E * E + E) * w, act_in=(row if layout.fold else partials) + row, act_out=row),
                 Call("ln_fc", F * E * w + ln_params(F), act_in=row, act_out=B * F * FP32),
                 Call("fc2", (E * F + E) * w, act_in=B * F * FP32 + row, act_out=row)]
+    if layout.argmax_fold:  # lm_head's last program reads the candidates back and writes the tokens
+        return out + [Call("lm_head", (V * E + 2 * E) * w, act_in=row + cands,
+                           act_out=B * V * w + cands + 2 * B * INDEX)]
     return out + [Call("lm_head", (V * E + 2 * E) * w, act_in=row, act_out=B * V * w + cands),
                   Call("argmax", 0, act_in=cands, act_out=2 * B * INDEX)]
 
