@@ -162,7 +162,8 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
             "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "sum_once": _bound(plan, "SUM_ONCE"),
-            "residual": plan.residual, "argmax_fold": plan.argmax_fold, "kernels_per_step": len(plan.launches),
+            "residual": plan.residual, "argmax_fold": plan.argmax_fold, "n_layer": w_low.n_layer,
+            "kernels_per_step": len(plan.launches),
             **out}
 
 
