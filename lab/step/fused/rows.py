@@ -188,6 +188,16 @@ def argmax_advance_kernel(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos
 
 
 @triton.jit
+def _candidates(ptrs, mask, other, CG: tl.constexpr):
+    """A load of the lm_head programs' candidates: as any other, or through L2 (CG: `.cg`)."""
+    if CG:
+        x = tl.load(ptrs, mask=mask, other=other, cache_modifier=".cg")
+    else:
+        x = tl.load(ptrs, mask=mask, other=other)
+    return x
+
+
+@triton.jit
 def _argmax_advance(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos_ptr, MAXLEN, B: tl.constexpr,
                     NBLK: tl.constexpr, BB: tl.constexpr, BP: tl.constexpr, CG: tl.constexpr):
     """argmax_advance_kernel's work, by one program. CG: the candidates read through L2 (`.cg`), as a program that
@@ -199,16 +209,9 @@ def _argmax_advance(part_val, part_idx, tok_ptr, out_ptr, pos_ptr, new_pos_ptr, 
         b = b0 + tl.arange(0, BB)
         b_mask = b < B
         mask = b_mask[:, None] & (j < NBLK)[None, :]
-        if CG:
-            val = tl.load(part_val + b[:, None] * NBLK + j[None, :], mask=mask, other=float("-inf"),
-                          cache_modifier=".cg")
-        else:
-            val = tl.load(part_val + b[:, None] * NBLK + j[None, :], mask=mask, other=float("-inf"))
+        val = _candidates(part_val + b[:, None] * NBLK + j[None, :], mask, float("-inf"), CG)
         blk = tl.argmax(val, axis=1, tie_break_left=True)
-        if CG:
-            tok = tl.load(part_idx + b * NBLK + blk, mask=b_mask, other=0, cache_modifier=".cg").to(tl.int64)
-        else:
-            tok = tl.load(part_idx + b * NBLK + blk, mask=b_mask, other=0).to(tl.int64)
+        tok = _candidates(part_idx + b * NBLK + blk, b_mask, 0, CG).to(tl.int64)
         tl.store(tok_ptr + b, tok, mask=b_mask)
         tl.store(out_ptr + b * MAXLEN + pos + 1, tok, mask=b_mask & (pos + 1 < MAXLEN))
     tl.store(new_pos_ptr, pos + 1)
