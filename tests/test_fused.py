@@ -1355,21 +1355,27 @@ def test_gpu_sum_once_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch:
     """lm_head's SUM_ONCE (its products summed over K once, after the last chunk), bound by name as an A/B arm binds
     it, on fused-pdl-prefetch at batch 1 and plain fused at batch 3: fp32 eager's tokens and the graph's replay bit for
     bit; bf16 by the teacher-forced rule."""
+    _lm_head_variant_equals_eager(gpt2_cuda, gpt2_cuda_bf16, batch, pdl, "sum_once",
+                                  switches={"lm_head": {"SUM_ONCE": 1}})
+
+
+def _lm_head_variant_equals_eager(gpt2_cuda: Any, gpt2_cuda_bf16: Any, batch: int, pdl: bool, taken: str,
+                                  **variant: Any) -> None:
+    """A variant of lm_head (`variant`: check.free_running's and teacher_forced's keyword arguments for it; `taken`:
+    the run's key that says the plan took it), on fused-pdl-prefetch (pdl) or plain fused: fp32 eager's tokens and the
+    graph's replay bit for bit; bf16 by the teacher-forced rule."""
     from lab.step.fused.check import free_running, teacher_forced
     from lab.step.fused.step import pdl_supported
 
     ok, why = pdl_supported(torch.device("cuda"))
     if pdl and not ok:
         pytest.skip(why)
-    switches = {"lm_head": {"SUM_ONCE": 1}}
-    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=pdl, prefetch=pdl,
-                       switches=switches)
-    assert run["sum_once"] and run["path"] == ("gemv-prefetch" if pdl else "gemv"), run
+    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=pdl, prefetch=pdl, **variant)
+    assert run[taken] and run["path"] == ("gemv-prefetch" if pdl else "gemv"), run
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
-    r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=pdl, pdl=pdl,
-                       switches=switches)
-    assert r["sum_once"] and all(r["bookkeeping_ok"]), r
+    r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=pdl, pdl=pdl, **variant)
+    assert r[taken] and all(r["bookkeeping_ok"]), r
     assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r  # as test_gpu_bf16_teacher_forced
 
 
@@ -1380,20 +1386,7 @@ def test_gpu_argmax_fold_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, bat
     """The argmax taken by lm_head's last program (step.prepare's argmax_fold: every program counts itself in, the last
     reads the candidates back through L2), on fused-pdl-prefetch at batch 1 and plain fused at batch 3: fp32 eager's
     tokens, out and position at every step and the graph's replay bit for bit; bf16 by the teacher-forced rule."""
-    from lab.step.fused.check import free_running, teacher_forced
-    from lab.step.fused.step import pdl_supported
-
-    ok, why = pdl_supported(torch.device("cuda"))
-    if pdl and not ok:
-        pytest.skip(why)
-    run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=pdl, prefetch=pdl, argmax_fold=True)
-    assert run["argmax_fold"] and run["path"] == ("gemv-prefetch" if pdl else "gemv"), run
-    assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
-    assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
-    r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=pdl, pdl=pdl,
-                       argmax_fold=True)
-    assert r["argmax_fold"] and all(r["bookkeeping_ok"]), r
-    assert max(r["fused_err"]) <= BF16_VS_EAGER * max(r["eager_err"]), r  # as test_gpu_bf16_teacher_forced
+    _lm_head_variant_equals_eager(gpt2_cuda, gpt2_cuda_bf16, batch, pdl, "argmax_fold", argmax_fold=True)
 
 
 @pytest.mark.cuda

@@ -36,7 +36,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fused_helpers import assert_equal_run  # noqa: E402
+from fused_helpers import assert_equal_run, launches_per_step  # noqa: E402
 from lab.step.fused import configs as C, triton_import_error  # noqa: E402
 
 TRITON_MISSING = triton_import_error()
@@ -780,9 +780,7 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     assert r["sum_once"] == ("sum-once" in name), r
     assert r["residual"] == ("bfloat16" if "residual" in name else "float32"), r
     assert r["argmax_fold"] == ("argmax-fold" in name), r
-    n = r["n_layer"]  # the launches a step: one fewer with the argmax folded into lm_head
-    assert r["kernels_per_step"] == (9 * n + 4 if r["path"] == "gemm" else (4 if r["fold"] else 5) * n + 2
-                                     - r["argmax_fold"]), r
+    assert r["kernels_per_step"] == launches_per_step(r, r["n_layer"]), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
         assert err <= BF16_REL * scale, r
