@@ -1104,7 +1104,7 @@ def test_sum_once_takes_the_sum_over_k_out_of_lm_heads_loop(size: str, dtype: to
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_folded_argmax_compiles_for_hopper_with_one_atomic_and_no_spill(dtype: torch.dtype) -> None:
     """lm_head with the argmax folded in (ARGMAX_FOLD), fused-pdl-prefetch's at GPT-2 1.5B, batch 1 (where the fold
-    measured faster, README item 10): one atomic, one thread's, its count-in; no spill; no argmax launch."""
+    measured faster, docs/fused-step.md item 10): one atomic, one thread's, its count-in; no spill; no argmax launch."""
     from lab.contract.profiles import SHAPES, ModelSpec
     from lab.step.fused import aot
 

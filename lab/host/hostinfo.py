@@ -21,7 +21,7 @@ from typing import Any
 
 # nvidia-smi's fields a manifest records of each GPU. `uuid` and `pci.bus_id` name the physical card: two runs on
 # machines of one kind (a lent H200, say) may be on different cards, and at batch 1 cards of one kind were seen to
-# differ by about half a percent (README, the fused step's item 17), so a comparison can tell a new card from a change.
+# differ by about half a percent (docs/fused-step.md, item 17), so a comparison can tell a new card from a change.
 NVIDIA_SMI_FIELDS = (
     "name", "driver_version", "memory.total", "clocks.max.sm", "clocks.max.mem", "clocks.sm", "clocks.mem",
     "power.limit", "power.max_limit", "pcie.link.gen.current", "compute_cap", "persistence_mode", "uuid", "pci.bus_id",

@@ -4,7 +4,7 @@
     python -m lab.step.fused.ab --size gpt2-124M --dtype float32 table "ln_qkv:HEAD_MAJOR=1" "all:EVICT=0"
     python -m lab.step.fused.ab --size gpt2-1.5B --dtype bfloat16 table "ln_qkv:maxnreg=96"
 
-What README item 14's and 15's ratios come from. Each ARM is the tuner's repeatable plan of `fused-pdl-prefetch`
+What docs/fused-step.md item 14's and 15's ratios come from. Each ARM is the tuner's repeatable plan of `fused-pdl-prefetch`
 (`lab.step.fused.tune`: random weights of the size's shapes, a state mid-decode at position POSITION, the gemv path
 forced, PDL where the device has it) with changes, separated by ";":
 
@@ -16,7 +16,7 @@ forced, PDL where the device has it) with changes, separated by ";":
   option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;
 - `plan:OPTION=V`: how the plan is built (`PLAN_OPTIONS`, each a keyword of `step.prepare`): `plan:RESIDUAL_BF16=1`
   the residual stream in bf16 (`residual=torch.bfloat16`; bf16 weights only), not fp32: half the bytes every program
-  reads after its wait (6-8% slower on an H100: README item 25); `plan:ARGMAX_FOLD=1` the argmax taken by lm_head's
+  reads after its wait (6-8% slower on an H100: docs/fused-step.md item 25); `plan:ARGMAX_FOLD=1` the argmax taken by lm_head's
   last program, no argmax launch (`argmax_fold=True`; `=0` leaves it a launch where configs.ARGMAX_FOLD binds it);
 - `table`: no change (the plan as the tables bind it).
 
@@ -41,9 +41,9 @@ call that starts one.
 the first arm, the same configs and switches, built like every other arm (each arm is its own plan, its own
 workspace, from the same weights). On an H100 at GPT-2 124M bf16 (2026-12-06, card 5e5bef9c) the plan built first
 took 0.170-0.172 ms and the one built second 0.176-0.178, whichever arm each was (eight processes: 1.034x, 0.967x,
-... in turn; on another card the first built was the slower, by 1%; README item 24): where a plan's buffers land
+... in turn; on another card the first built was the slower, by 1%; docs/fused-step.md item 24): where a plan's buffers land
 moves a step that short by as much as a config does (which buffers, the residual `x` and the MLP's row `h`:
-`lab.step.fused.place`, README item 25). So an arm is called faster or slower only where its ratio's
+`lab.step.fused.place`, docs/fused-step.md item 25). So an arm is called faster or slower only where its ratio's
 interval lies beyond both 1 and the A/A's interval (`against_control`); within them it is the same. The arms are
 built in an order rotated by the process (`--processes`: the i-th process starts at the i-th arm), so that no arm
 keeps the same place among the allocations from process to process.

@@ -127,13 +127,13 @@ TUNED: dict[TunedKey, dict[str, int]] = {
 # so they are the table's now (the attention's slots do not apply: the PDL step folds the attention into ln_qkv).
 # On 2026-12-05 (the same A/B, 8 rounds, at ec42659's kernels) 1.5B fp32's lm_head at BN 64 took 0.997x [0.996, 0.997]
 # the table's BN 128 (1.8703 against 1.8762 ms); ln_qkv at 8 warps 1.050x, ln_fc at 8 warps 1.064x, fc2 at 4 warps
-# 1.017x, proj BN 4 1.018x, the folded attention's chunk at 64 slots 1.033x, register caps 1.00-1.24x (README item 16).
+# 1.017x, proj BN 4 1.018x, the folded attention's chunk at 64 slots 1.033x, register caps 1.00-1.24x (docs/fused-step.md item 16).
 # Later that day four more moves measured faster in one machine's A/B (d00efd9's kernels, 6-8 rounds): 1.5B fp32's
 # lm_head at BK 128 0.995x and its argmax at 4 warps 0.996x, 124M fp32's argmax at 4 warps 0.993x, 1.5B bf16's lm_head
 # at BK 256 0.994x. Bound and timed again on other machines of the same kind, they did not hold: against the old
 # settings 1.5B fp32 took 1.004x on a second machine and 1.004x on a third (there in three processes, 1.004x in each),
 # 124M fp32 1.007x and 1.5B bf16 0.999x on the third. So they are not bound: at batch 1 a move under about 1% must
-# hold on two machines (README item 17).
+# hold on two machines (docs/fused-step.md item 17).
 TUNED_PREFETCH: dict[TunedKey, dict[str, int]] = {
     ('ln_qkv', 'bfloat16', 1, 768): {'BB': 1, 'BN': 8, 'BK': 1024, 'num_warps': 4},
     ('proj', 'bfloat16', 1, 768): {'BB': 1, 'BN': 2, 'BK': 1024, 'num_warps': 1},
@@ -216,11 +216,11 @@ def evict_first(dtype: str, n_embd: int) -> bool:
 
 # Where lm_head's last program takes the argmax and advances the step, the argmax launch left out (step.prepare's
 # `argmax_fold`, projections.lm_head_kernel's ARGMAX_FOLD; keys: dtype name, model width). Measured once, on an H200
-# (2026-12-04, the kernels of d6eea0c, the repeatable plans in alternating rounds, 9 of each; README item 10): 2.3 µs a
+# (2026-12-04, the kernels of d6eea0c, the repeatable plans in alternating rounds, 9 of each; docs/fused-step.md item 10): 2.3 µs a
 # step less at GPT-2 1.5B fp32 and 5.5 µs in bf16 (0.999x and 0.997x), 1.8 µs more at 124M fp32 and 1.6 µs in bf16:
 # the count-in of every lm_head program and the last one's reads back cost about what the launch did. Under 1% and on
 # kernels since changed, so it binds no shape until an A/B with its A/A shows it on two machines
-# (`python -m lab.step.fused.ab ... table "plan:ARGMAX_FOLD=1"`, README item 26).
+# (`python -m lab.step.fused.ab ... table "plan:ARGMAX_FOLD=1"`, docs/fused-step.md item 26).
 ARGMAX_FOLD: set[tuple[str, int]] = set()
 
 
@@ -257,7 +257,7 @@ H100_SXM = "NVIDIA H100 80GB HBM3"
 # at 124M fp32 0.987x [0.985, 0.990] and 0.991x; at 1.5B fp32 1.000x on both, at 124M bf16 0.999x and 0.997x (not
 # bound). On an H200
 # (card 3b817f1c, 2026-12-05) none held: 0.998x [0.995, 1.000] at 1.5B bf16, 0.999x at 124M fp32, 1.002x at 1.5B fp32,
-# 1.012x at 124M bf16. A move under about 1% must hold on two cards (README item 17): these hold on two H100s. Timed
+# 1.012x at 124M bf16. A move under about 1% must hold on two cards (docs/fused-step.md item 17): these hold on two H100s. Timed
 # at batch 1 and bound, like the per-shape tables above, at every batch the PREFETCH path takes (the same values).
 KV_AT_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600), (H100_SXM, "float32", 768)}
 
@@ -293,7 +293,7 @@ def sum_once(dtype: str, n_embd: int, card: str) -> bool:
 # `python -m lab.step.fused.ab --rounds 8`: 1.5B bf16 proj at 2 warps 0.986x [0.985, 0.989] and 0.985x [0.983, 0.987]
 # the table's step on that card (2 processes each), taking it off 1.009x [1.007, 1.010] on a second (card 9a07d692)
 # and 1.006x [1.002, 1.010] on a third (card 5e5bef9c, 4 processes, each 1.001-1.011x; its A/A, a second plan of the
-# same table, 1.000x [0.995, 1.006]: within it by the A/B's rule, README item 24). Not bound: 124M bf16's folded
+# same table, 1.000x [0.995, 1.006]: within it by the A/B's rule, docs/fused-step.md item 24). Not bound: 124M bf16's folded
 # attention at 128 slots a chunk, 0.982-0.983x on the first card, then 0.980x *slower* than the H200's 32 on the second:
 # at 124M bf16 on an H100 a second plan of the same table is 3.4% slower or faster by the order the plans were built
 # in (0.967x / 1.034x, eight processes, card 5e5bef9c), which those A/Bs, without an A/A, took for the configs.

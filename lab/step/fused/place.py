@@ -4,7 +4,7 @@
     python -m lab.step.fused.place --size gpt2-1.5B --dtype bfloat16 --plans 6 --rounds 7
     python -m lab.step.fused.place --size gpt2-124M --dtype float32 --sweep x h --count 32 --stride 512
 
-Why (README item 24): on an H100 at GPT-2 124M bf16 two plans of the same configs, each with its own buffers, took
+Why (docs/fused-step.md item 24): on an H100 at GPT-2 124M bf16 two plans of the same configs, each with its own buffers, took
 0.170 and 0.177 ms, the one built first the faster, whichever arm it was. Two plans share the weights and the decode
 state; what each has of its own is its workspace (`step.Workspace`: the residual x, the query, the attention's
 partials, the MLP's hidden row, the logits, ...) and the constants it derives when it is bound (the folded layer
@@ -29,7 +29,7 @@ ratio to the plan's own, with its interval.
 A swapped plan is a correct plan (tests/test_fused_interpreter.py runs one against a plan of its own): it computes the
 same values into another's buffer, and the plans run one at a time.
 
-What it found (README item 25; H100s, 2026-12-06): at 124M the residual `x` carries the gap (four cards), the MLP's
+What it found (docs/fused-step.md item 25; H100s, 2026-12-06): at 124M the residual `x` carries the gap (four cards), the MLP's
 row `h` part of it in bf16; swept, `x` at 124M bf16 moves the step by 2.3-2.9%, the same places fast twice over.
 """
 

@@ -43,7 +43,7 @@ attention left out after the count-in (the hand-over kept, att not written: proj
 arm of the A/B tool against the step as it runs, `python -m lab.step.fused.ab ... table "ln_qkv:LEAVE_OUT=16"`: the
 difference is what the attention after the count-in costs the step, on the chain of every layer. That build has its
 own registers, fewer, which could let more of ln_qkv's programs be resident at once; at GPT-2's shapes as the tables
-bound them on 2026-12-05 it lets none (`python -m lab.step.fused.aot` prints the registers; README item 16).
+bound them on 2026-12-05 it lets none (`python -m lab.step.fused.aot` prints the registers; docs/fused-step.md item 16).
 """
 
 from __future__ import annotations
