@@ -641,8 +641,11 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
     assert got["h100-2026-12-05-fused-anatomy-124M"] == ("h100-2026-12-05-model-scaling", f"the previous run of {h100}")
     assert got["h100-2026-12-05-fused-anatomy-1.5B"] == ("h100-2026-12-05-fused-anatomy-124M",
                                                          f"the previous run of {h100}")
-    # shares no experiment with any run: all are candidates, and the newest of the profile is the H100's last grid
-    assert got["h200-2026-12-02-gpu"] == ("h100-2026-12-06-model-scaling-sum-once",
+    # the H100's whole gpu profile (2026-12-06, by the offline route) after its last grid
+    assert got["h100-2026-12-06-gpu"] == ("h100-2026-12-06-model-scaling-sum-once", f"the previous run of {h100}")
+    # no earlier run of its own host: the newest other run of the profile, the H100's whole gpu profile, whose
+    # experiments are all its own, so the two references of the gpu profile are set against each other
+    assert got["h200-2026-12-02-gpu"] == ("h100-2026-12-06-gpu",
                                           f"no earlier run of {h200}: the newest other run of profile gpu")
     assert got["h200-2026-12-02-sweep"] == (None, "no other run of profile gpu-sweep among the runs rendered: nothing "
                                                   "to set it against (a run of the same profile, from this host or "
