@@ -220,7 +220,9 @@ def evict_first(dtype: str, n_embd: int) -> bool:
 # step less at GPT-2 1.5B fp32 and 5.5 µs in bf16 (0.999x and 0.997x), 1.8 µs more at 124M fp32 and 1.6 µs in bf16:
 # the count-in of every lm_head program and the last one's reads back cost about what the launch did. Under 1% and on
 # kernels since changed, so it binds no shape until an A/B with its A/A shows it on two machines
-# (`python -m lab.step.fused.ab ... table "plan:ARGMAX_FOLD=1"`, docs/fused-step.md item 26).
+# (`python -m lab.step.fused.ab ... table "plan:ARGMAX_FOLD=1"`, docs/fused-step.md item 26). With today's kernels it
+# is level: at all four shapes on an H100 (card 8dee1d14), at 1.5B on a second, and at 1.5B fp32 and bf16 on an H200
+# (card 21b832cf, 2026-12-06: 1.000x [0.995, 1.004] and 1.000x [0.997, 1.003], item 27).
 ARGMAX_FOLD: set[tuple[str, int]] = set()
 
 
@@ -275,8 +277,9 @@ def kv_at_once(dtype: str, n_embd: int, card: str) -> bool:
 # [0.996, 0.997] (card 2f2cab0a, 2026-12-05, each process 0.996x, 0.997x) and 0.996x [0.995, 0.997] (card 86fb4e20,
 # 2026-12-06, 0.995x, 0.996x); bound, taking it off was 1.004x [1.004, 1.005] on a third (card 283cc3be) and 1.003x
 # [1.001, 1.004] on a fourth (card ff5353a9). Not bound where it was slower or level on the first card: 124M fp32
-# 1.010x, 124M bf16 1.008x (1.009x on the fourth), 1.5B fp32 1.000x. Not yet timed on an H200. At 1.5B bf16 the
-# PREFETCH path is taken at batch 1 only.
+# 1.010x, 124M bf16 1.008x (1.009x on the fourth), 1.5B fp32 1.000x. On one H200 (card 21b832cf, 2026-12-06, three
+# processes) at 1.5B bf16 0.993x [0.991, 0.997] (0.997x, 0.992x, 0.991x; item 27): the H200 is bound only where a
+# second H200 holds it (item 17). At 1.5B bf16 the PREFETCH path is taken at batch 1 only.
 SUM_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600)}
 
 
