@@ -645,8 +645,8 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
                                                          f"the previous run of {h100}")
     # the H100's whole gpu profile (2026-12-06, by the offline route) after its last grid
     assert got["h100-2026-12-06-gpu"] == ("h100-2026-12-06-model-scaling-sum-once", f"the previous run of {h100}")
-    # no earlier run of its own host: the newest other run of the profile, the H100's whole gpu profile, whose
-    # experiments are all its own, so the two references of the gpu profile are set against each other
+    # no earlier run of its own host: among the profile's other runs those that ran one of its experiments come first
+    # (`_sharing`), so the H100's whole gpu profile, not the H200's later grid, which ran none of them
     assert got["h200-2026-12-02-gpu"] == ("h100-2026-12-06-gpu",
                                           f"no earlier run of {h200}: the newest other run of profile gpu")
     assert got["h200-2026-12-02-sweep"] == (None, "no other run of profile gpu-sweep among the runs rendered: nothing "
