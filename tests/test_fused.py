@@ -608,6 +608,61 @@ def test_an_ab_arm_folds_the_argmax_into_lm_head_where_asked_and_leaves_it_a_lau
     assert not bind(base, parse_arm("plan:ARGMAX_FOLD=0"), made).argmax_fold
 
 
+def test_an_ab_arm_reads_a_kernel_left_out_or_idled_as_a_bound_and_refuses_what_is_not_one() -> None:
+    """`KERNEL:ABSENT=1` and `KERNEL:IDLE=1` are bounds (Arm.bounds), not switches of a kernel: they name one of the
+    step's kernels, take 1, and a kernel is one or the other; the console says which arms are bounds."""
+    from lab.step.fused.ab import bound_note, parse_arm
+
+    arm = parse_arm("proj:ABSENT=1;fc2:IDLE=1;ln_fc.num_warps=2")
+    assert arm.bounds == {"proj": "ABSENT", "fc2": "IDLE"} and arm.switches == {} and arm.bound
+    assert arm.configs == {"ln_fc": {"num_warps": 2}}
+    table = parse_arm("table")
+    assert not table.bound and bound_note([table]) is None
+    note = bound_note([table, arm])
+    assert note is not None and "bounds, not steps" in note and arm.label in note and "table," not in note
+    for bad, says in (("all:ABSENT=1", "ABSENT names one of the step's kernels .*not 'all'"),
+                      ("lnfc:IDLE=1", "IDLE names one of the step's kernels .*not 'lnfc'"),
+                      ("proj:ABSENT=0", "ABSENT takes 1"), ("proj:ABSENT=1;proj:IDLE=1", "proj is both ABSENT and IDLE")):
+        with pytest.raises(ValueError, match=says):
+            parse_arm(bad)
+
+
+@needs_triton
+def test_an_ab_bound_leaves_a_kernels_launches_out_or_makes_them_idle_and_keeps_every_other(tiny_fp32) -> None:
+    """ABSENT: the plan without that kernel's launches, every other launch as it was, in order; IDLE: each of its
+    launches the idle kernel with the launch's grid and warps and the plan's PDL, the rest as they were; a kernel the
+    plan does not launch is refused in one line naming it."""
+    from lab.step.decode import new_state
+    from lab.step.fused.ab import bind, parse_arm
+    from lab.step.fused.kernels import idle_kernel
+    from lab.step.fused.step import Launch, prepare
+
+    state = new_state(tiny_fp32, 1, 16)
+
+    def made(overrides: dict | None = None, **kw):
+        return prepare(state, tiny_fp32, sms=2, repeatable=True, prefetch=True, path="gemv", overrides=overrides, **kw)
+
+    base = made()
+    names = [x.name for x in base.launches]
+    assert names.count("proj") == tiny_fp32.n_layer and "fc2" in names
+    absent = bind(base, parse_arm("proj:ABSENT=1;fc2:ABSENT=1"), made)
+    kept = [x for x in base.launches if x.name not in ("proj", "fc2")]
+    assert [(x.name, x.grid, x.meta) for x in absent.launches] == [(x.name, x.grid, x.meta) for x in kept]
+    idle = bind(base, parse_arm("proj:IDLE=1;ln_fc.num_warps=2"), made)
+    assert [x.name for x in idle.launches] == [("proj:idle" if n == "proj" else n) for n in names]
+    for before, after in zip(base.launches, idle.launches):
+        assert isinstance(before, Launch) and isinstance(after, Launch)
+        if before.name == "proj":
+            assert after.kernel is idle_kernel and after.grid == before.grid and after.args == ()
+            assert after.meta == {"num_warps": before.meta["num_warps"], "USE_PDL": base.pdl}
+        else:
+            assert after.kernel is before.kernel and after.grid == before.grid
+    assert idle.configs["ln_fc"].num_warps == 2
+    folded = made(argmax_fold=True)
+    with pytest.raises(ValueError, match="arm 'argmax:ABSENT=1': leaving kernels out: the plan .* has no launch of argmax"):
+        bind(folded, parse_arm("argmax:ABSENT=1"), lambda overrides=None, **kw: made(overrides, argmax_fold=True))
+
+
 @needs_triton
 @pytest.mark.slow
 def test_a_register_cap_bound_by_name_reaches_ptxas() -> None:

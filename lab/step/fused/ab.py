@@ -18,6 +18,11 @@ forced, PDL where the device has it) with changes, separated by ";":
   the residual stream in bf16 (`residual=torch.bfloat16`; bf16 weights only), not fp32: half the bytes every program
   reads after its wait (6-8% slower on an H100: docs/fused-step.md item 25); `plan:ARGMAX_FOLD=1` the argmax taken by lm_head's
   last program, no argmax launch (`argmax_fold=True`; `=0` leaves it a launch where configs.ARGMAX_FOLD binds it);
+- `KERNEL:ABSENT=1`, `KERNEL:IDLE=1`: bounds, not steps (their values are not the step's): every launch of that
+  kernel left out of the plan, or made the idle kernel with its grid and warps (lab.step.fused.anatomy.without,
+  idled). What a fold of that kernel's work into a neighbour could save at most (a fold that cost the neighbour
+  nothing would take the step to ABSENT's time), and how much of the kernel's place on the chain is its launch and
+  hand-over (IDLE) rather than its work: `"proj:ABSENT=1" "proj:IDLE=1" "proj:ABSENT=1;fc2:ABSENT=1"`;
 - `table`: no change (the plan as the tables bind it).
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order
@@ -73,8 +78,15 @@ class Arm:
     configs: dict[str, dict[str, int]] = field(default_factory=dict)  # kernel -> config field -> value
     switches: dict[str, dict[str, int]] = field(default_factory=dict)  # kernel (or "all") -> switch -> value
     options: dict[str, int] = field(default_factory=dict)  # how the plan is built (PLAN_OPTIONS) -> value
+    bounds: dict[str, str] = field(default_factory=dict)  # kernel -> ABSENT or IDLE (BOUNDS): a bound, not a step
+
+    @property
+    def bound(self) -> bool:
+        """Whether the arm is a bound (a kernel left out or idled): its values are not the step's."""
+        return bool(self.bounds)
 
 
+BOUNDS = ("ABSENT", "IDLE")  # an arm's `KERNEL:ABSENT=1` / `KERNEL:IDLE=1`: a bound (lab.step.fused.anatomy)
 PLAN = "plan"  # an arm's `plan:OPTION=V`: how its plan is built, not a kernel's switch
 # an arm's plan options: OPTION -> step.prepare's keyword arguments for its value (RESIDUAL_BF16=0 is the table's fp32)
 PLAN_OPTIONS: dict[str, Callable[[int], dict[str, Any]]] = {
@@ -97,6 +109,17 @@ def parse_arm(text: str) -> Arm:
             if key not in PLAN_OPTIONS:
                 raise ValueError(f"arm {text!r}: {item!r}: no plan option {key!r} (the plan's: {', '.join(PLAN_OPTIONS)})")
             arm.options[key] = int(value)
+            continue
+        if ":" in name and name.split(":", 1)[1].strip() in BOUNDS:
+            kernel, key = (x.strip() for x in name.split(":", 1))
+            if kernel not in C.KERNEL_NAMES:
+                raise ValueError(f"arm {text!r}: {item!r}: {key} names one of the step's kernels "
+                                 f"({', '.join(C.KERNEL_NAMES)}), not {kernel!r}")
+            if int(value) != 1:
+                raise ValueError(f"arm {text!r}: {item!r}: {key} takes 1 (the table is the arm `table`)")
+            if arm.bounds.get(kernel, key) != key:
+                raise ValueError(f"arm {text!r}: {kernel} is both {arm.bounds[kernel]} and {key}")
+            arm.bounds[kernel] = key
             continue
         if ":" in name:
             kernel, key = (x.strip() for x in name.split(":", 1))
@@ -146,12 +169,15 @@ def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
         plan = prepare(overrides, **keywords)
     except ValueError as exc:
         raise ValueError(f"arm {arm.label!r}: {exc}") from None
-    if not arm.switches:
-        return plan
+    from lab.step.fused.anatomy import idled, without
     from lab.step.fused.step import with_switches
 
     try:
-        return with_switches(plan, arm.switches)
+        plan = with_switches(plan, arm.switches) if arm.switches else plan
+        absent = [k for k, how in arm.bounds.items() if how == "ABSENT"]
+        idle = [k for k, how in arm.bounds.items() if how == "IDLE"]
+        plan = without(plan, absent) if absent else plan
+        return idled(plan, idle) if idle else plan
     except ValueError as exc:
         raise ValueError(f"arm {arm.label!r}: {exc}") from None
 
@@ -241,6 +267,13 @@ def _row(out: dict[str, Any], label: str) -> str:
                "  (each process: " + ", ".join(f"{r:.3f}x" for r in out["process_ratios"][label]) + ")"))
 
 
+def bound_note(arms: list[Arm]) -> str | None:
+    """The line printed under the rows where an arm is a bound (ABSENT, IDLE), None where none is."""
+    labels = [a.label for a in arms if a.bound]
+    return None if not labels else (f"  bounds, not steps (a kernel's launches left out or idled; their values are not "
+                                    f"the step's): {', '.join(labels)}")
+
+
 def _child(argv: list[str]) -> tuple[int, str, str]:
     """One process of `--processes`: this tool with `argv`, its exit status, standard output and error."""
     done = subprocess.run([sys.executable, "-m", "lab.step.fused.ab", *argv], capture_output=True, text=True)
@@ -273,6 +306,9 @@ def _processes(args: argparse.Namespace) -> int:
     print(head.replace("rotated rounds:", f"rotated rounds in each of {args.processes} processes:"))
     for label in runs[0]:
         print(_row(out_all, label))
+    note = bound_note([parse_arm(a) for a in args.arms])
+    if note:
+        print(note)
     print("AB " + json.dumps({**meta, **out_all}))
     return 0
 
@@ -353,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
           f"repeatable plan{'' if pdl else ' (no PDL on this device)'}, {args.rounds} rotated rounds:")
     for label in plans:
         print(_row(out, label))
+    note = bound_note(arms)
+    if note:
+        print(note)
     print("AB " + json.dumps({"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, "card": card,
                               "built": list(built), **out}))
     return 0

@@ -9,6 +9,12 @@ the step, whose weights are ten times the L2, those bytes come from HBM and not 
 filled. Use a `repeatable` plan (lab.step.fused.step.prepare): every launch then does the same work each time.
 
 `step_variant(plan, variant)` is a whole step with every launch in one of lab.step.fused.stages.STEP_VARIANTS.
+
+`without(plan, kernels)` and `idled(plan, kernels)` are bounds for `python -m lab.step.fused.ab` (`KERNEL:ABSENT=1`,
+`KERNEL:IDLE=1`): the step with every launch of those kernels left out, or made the idle kernel with its grid and
+warps. Their values are not the step's; their times bound what folding that kernel's work elsewhere could save: a
+fold that cost the kernel it joins nothing would take the step to the time `without` gives, and `idled` says how much
+of the kernel's place on the chain is its launch and hand-over rather than its work.
 """
 
 from __future__ import annotations
@@ -59,6 +65,35 @@ def step_variant(plan: Any, variant: Variant) -> list[Launch]:
         switch = "LEAVE_OUT" in launch.kernel.arg_names and variant.only in ("", launch.name)
         out.append(made(launch, as_run) if as_run.idle or (switch and as_run.leave_out) else launch)
     return out
+
+
+def _named(plan: Any, kernels: Sequence[str], what: str) -> set[str]:
+    """`kernels` as a set, each of which has a launch in `plan`; ValueError naming one that has none."""
+    have = {launch.name for launch in plan.launches}
+    missing = [k for k in kernels if k not in have]
+    if missing:
+        raise ValueError(f"{what}: the plan (path {plan.path}) has no launch of {', '.join(missing)}")
+    return set(kernels)
+
+
+def without(plan: Any, kernels: Sequence[str]) -> Any:
+    """`plan` with every launch of `kernels` left out (a bound, not the step: what reads their outputs reads stale
+    values). Under PDL the launch after a left-out one waits for the one before it."""
+    drop = _named(plan, kernels, "leaving kernels out")
+    return replace(plan, launches=[launch for launch in plan.launches if launch.name not in drop])
+
+
+def idled(plan: Any, kernels: Sequence[str]) -> Any:
+    """`plan` with every launch of `kernels` made the idle kernel with its grid and warps (PDL's two calls where the
+    plan has PDL): the launch and its hand-over kept, its work left out (a bound, not the step)."""
+    idle = _named(plan, kernels, "idling kernels")
+    library = sorted({launch.name for launch in plan.launches if launch.name in idle and not isinstance(launch, Launch)})
+    if library:
+        raise ValueError(f"idling kernels: {', '.join(library)} calls the library in this plan: no grid to idle")
+    variant = Variant("idle", idle=True, pdl=plan.pdl)
+    launches = [made(launch, variant) if isinstance(launch, Launch) and launch.name in idle else launch
+                for launch in plan.launches]
+    return replace(plan, launches=launches)
 
 
 # What each kernel streams: the argument rotated over copies
