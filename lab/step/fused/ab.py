@@ -4,7 +4,7 @@
     python -m lab.step.fused.ab --size gpt2-124M --dtype float32 table "ln_qkv:HEAD_MAJOR=1" "all:EVICT=0"
     python -m lab.step.fused.ab --size gpt2-1.5B --dtype bfloat16 table "ln_qkv:maxnreg=96"
 
-What docs/fused-step.md item 14's and 15's ratios come from. Each ARM is the tuner's repeatable plan of `fused-pdl-prefetch`
+What docs/fused-step.md item 14's and 15's ratios come from, and item 28's bounds. Each ARM is the tuner's repeatable plan of `fused-pdl-prefetch`
 (`lab.step.fused.tune`: random weights of the size's shapes, a state mid-decode at position POSITION, the gemv path
 forced, PDL where the device has it) with changes, separated by ";":
 
