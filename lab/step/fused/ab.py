@@ -20,8 +20,8 @@ forced, PDL where the device has it) with changes, separated by ";":
   last program, no argmax launch (`argmax_fold=True`; `=0` leaves it a launch where configs.ARGMAX_FOLD binds it);
 - `KERNEL:ABSENT=1`, `KERNEL:IDLE=1`: bounds, not steps (their values are not the step's): every launch of that
   kernel left out of the plan, or made the idle kernel with its grid and warps (lab.step.fused.anatomy.without,
-  idled). What a fold of that kernel's work into a neighbour could save at most (a fold that cost the neighbour
-  nothing would take the step to ABSENT's time), and how much of the kernel's place on the chain is its launch and
+  idled). What a fold of that kernel's work into a neighbour could save at most (no fold takes the step below
+  ABSENT's time: a fold still reads the kernel's weights), and how much of the kernel's place on the chain is its launch and
   hand-over (IDLE) rather than its work: `"proj:ABSENT=1" "proj:IDLE=1" "proj:ABSENT=1;fc2:ABSENT=1"`;
 - `table`: no change (the plan as the tables bind it).
 
@@ -110,19 +110,18 @@ def parse_arm(text: str) -> Arm:
                 raise ValueError(f"arm {text!r}: {item!r}: no plan option {key!r} (the plan's: {', '.join(PLAN_OPTIONS)})")
             arm.options[key] = int(value)
             continue
-        if ":" in name and name.split(":", 1)[1].strip() in BOUNDS:
-            kernel, key = (x.strip() for x in name.split(":", 1))
-            if kernel not in C.KERNEL_NAMES:
-                raise ValueError(f"arm {text!r}: {item!r}: {key} names one of the step's kernels "
-                                 f"({', '.join(C.KERNEL_NAMES)}), not {kernel!r}")
-            if int(value) != 1:
-                raise ValueError(f"arm {text!r}: {item!r}: {key} takes 1 (the table is the arm `table`)")
-            if arm.bounds.get(kernel, key) != key:
-                raise ValueError(f"arm {text!r}: {kernel} is both {arm.bounds[kernel]} and {key}")
-            arm.bounds[kernel] = key
-            continue
         if ":" in name:
             kernel, key = (x.strip() for x in name.split(":", 1))
+            if key in BOUNDS:
+                if kernel not in C.KERNEL_NAMES:
+                    raise ValueError(f"arm {text!r}: {item!r}: {key} names one of the step's kernels "
+                                     f"({', '.join(C.KERNEL_NAMES)}), not {kernel!r}")
+                if int(value) != 1:
+                    raise ValueError(f"arm {text!r}: {item!r}: {key} takes 1 (the table is the arm `table`)")
+                if arm.bounds.get(kernel, key) != key:
+                    raise ValueError(f"arm {text!r}: {kernel} is both {arm.bounds[kernel]} and {key}")
+                arm.bounds[kernel] = key
+                continue
             table = arm.switches
         elif "." in name:
             kernel, key = (x.strip() for x in name.split(".", 1))
@@ -280,7 +279,7 @@ def _child(argv: list[str]) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-def _processes(args: argparse.Namespace) -> int:
+def _processes(args: argparse.Namespace, arms: list[Arm]) -> int:
     """`--processes N`: the A/B in N fresh processes, one after another, judged over all of them (`summary_over`)."""
     argv = ["--size", args.size, "--dtype", args.dtype, "--batch", str(args.batch), "--rounds", str(args.rounds),
             "--rep-ms", str(args.rep_ms), *([] if args.control else ["--no-control"]), *args.arms]
@@ -306,7 +305,7 @@ def _processes(args: argparse.Namespace) -> int:
     print(head.replace("rotated rounds:", f"rotated rounds in each of {args.processes} processes:"))
     for label in runs[0]:
         print(_row(out_all, label))
-    note = bound_note([parse_arm(a) for a in args.arms])
+    note = bound_note(arms)
     if note:
         print(note)
     print("AB " + json.dumps({**meta, **out_all}))
@@ -364,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.processes > 1:
-        return _processes(args)
+        return _processes(args, arms)
     if not torch.cuda.is_available():
         print("lab.step.fused.ab needs a CUDA device (none visible)", file=sys.stderr)
         return 2

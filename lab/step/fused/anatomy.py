@@ -12,9 +12,9 @@ filled. Use a `repeatable` plan (lab.step.fused.step.prepare): every launch then
 
 `without(plan, kernels)` and `idled(plan, kernels)` are bounds for `python -m lab.step.fused.ab` (`KERNEL:ABSENT=1`,
 `KERNEL:IDLE=1`): the step with every launch of those kernels left out, or made the idle kernel with its grid and
-warps. Their values are not the step's; their times bound what folding that kernel's work elsewhere could save: a
-fold that cost the kernel it joins nothing would take the step to the time `without` gives, and `idled` says how much
-of the kernel's place on the chain is its launch and hand-over rather than its work.
+warps. Their values are not the step's; their times bound what folding that kernel's work elsewhere could save: no
+fold takes the step below the time `without` gives (a fold still reads the kernel's weights), and `idled` says how
+much of the kernel's place on the chain is its launch and hand-over rather than its work.
 """
 
 from __future__ import annotations
