@@ -627,6 +627,75 @@ def test_an_ab_arm_reads_a_kernel_left_out_or_idled_as_a_bound_and_refuses_what_
             parse_arm(bad)
 
 
+def test_an_ab_bound_is_priced_at_the_cards_copy_rate_and_an_idle_one_against_its_absent_twin() -> None:
+    """What a bound saved against the first arm, µs a step; an ABSENT arm's kernels' bytes from memory (weights, K and
+    V, as lab.step.fused.traffic declares them for the table's plan) at the card's copy rate and what it saved beyond
+    them; an IDLE arm's launches against the ABSENT arm of the same kernels (IDLE - ABSENT, and a launch's share). No
+    copy rate: no bytes priced, and the console says so. An arm that is no bound has no row."""
+    from lab.step.fused import traffic as T
+    from lab.step.fused.ab import beyond_bytes, bytes_note, left_out, parse_arm
+
+    calls = T.calls(T.Shape(2, 64, 2, 100, 1, 4, 16), T.Layout("gemv-prefetch", 1, 1, fold=True, ln_fold=True), 5)
+    labels = ("table", "proj:ABSENT=1", "proj:IDLE=1", "proj:ABSENT=1;fc2:ABSENT=1", "fc2:IDLE=1", "ln_fc.BN=2",
+              "ln_qkv:ABSENT=1")
+    arms = [parse_arm(x) for x in labels]
+    left = left_out(arms, calls)
+    assert set(left) == {"proj:ABSENT=1", "proj:IDLE=1", "proj:ABSENT=1;fc2:ABSENT=1", "fc2:IDLE=1", "ln_qkv:ABSENT=1"}
+    proj = sum(c.weights for c in calls if c.kernel == "proj")
+    fc2 = sum(c.weights for c in calls if c.kernel == "fc2")
+    qkv = [c for c in calls if c.kernel == "ln_qkv"]
+    assert proj > 0 and fc2 > 0 and all(c.kv_read > 0 for c in qkv)  # the folded attention reads the cache
+    assert left["proj:ABSENT=1"] == {"bytes": proj, "launches": 2} == left["proj:IDLE=1"]
+    assert left["proj:ABSENT=1;fc2:ABSENT=1"] == {"bytes": proj + fc2, "launches": 4}
+    assert left["ln_qkv:ABSENT=1"]["bytes"] == sum(c.weights + c.kv_read + c.kv_write for c in qkv)
+    med = dict(zip(labels, (0.200, 0.190, 0.195, 0.170, 0.199, 0.201, 0.150)))
+    rows = beyond_bytes(arms, med, left, 1000.0)  # 1000 GB/s: 1e6 bytes a µs
+    assert set(rows) == set(left)
+    assert rows["proj:ABSENT=1"]["saved_us"] == pytest.approx(10.0)
+    assert rows["proj:ABSENT=1"]["bytes_us"] == pytest.approx(proj / 1e6)
+    assert rows["proj:ABSENT=1"]["beyond_us"] == pytest.approx(10.0 - proj / 1e6)
+    assert rows["proj:ABSENT=1;fc2:ABSENT=1"]["beyond_us"] == pytest.approx(30.0 - (proj + fc2) / 1e6)
+    assert rows["proj:IDLE=1"]["launches_us"] == pytest.approx(5.0) and "bytes_us" not in rows["proj:IDLE=1"]
+    assert rows["proj:IDLE=1"]["per_launch_us"] == pytest.approx(2.5)
+    assert set(rows["fc2:IDLE=1"]) == {"saved_us"}  # no arm leaves fc2 alone out: no launches' cost
+    lines = bytes_note(rows, left, 1000.0)
+    assert "1,000 GB/s" in lines[0] and len(lines) == 1 + len(rows)
+    said = {line.split(": ", 1)[0].strip(): line for line in lines[1:]}
+    assert "beyond them" in said["proj:ABSENT=1"] and "2 launches, idle, cost 5.0 more than none (2.50 a launch)" in \
+        said["proj:IDLE=1"]
+    unpriced = beyond_bytes(arms, med, left, None)
+    assert all("bytes_us" not in r and "beyond_us" not in r for r in unpriced.values())
+    assert "not measured" in bytes_note(unpriced, left, None)[0] and bytes_note({}, {}, None) == []
+
+
+def test_ab_processes_price_the_pooled_bounds_at_the_median_of_their_copy_rates(monkeypatch, capsys) -> None:
+    """`--processes N` starts N children (here stand-ins that print what a child prints) and prices the pooled medians'
+    bounds at the median of the children's copy rates, in its console lines and its pooled record."""
+    import json as _json
+
+    from lab.step.fused import ab
+
+    copies = iter((3000.0, 4000.0, 5000.0))
+
+    def child(argv: list[str]) -> tuple[int, str, str]:
+        rounds = {"table": [0.200, 0.201, 0.199], "proj:ABSENT=1": [0.190, 0.191, 0.189],
+                  "table (again)": [0.200, 0.200, 0.201]}
+        record = {"size": "gpt2-124M", "dtype": "float32", "batch": 1, "pdl": True, "card": "c",
+                  "ratio": {k: 1.0 for k in rounds}, "rounds_ms": rounds, "copy_gbps": next(copies),
+                  "left_out": {"proj:ABSENT=1": {"bytes": 4_000_000, "launches": 12}}}
+        return 0, "H200, 3 rotated rounds:\nAB " + _json.dumps(record) + "\n", ""
+
+    monkeypatch.setattr(ab, "_child", child)
+    assert ab.main(["--processes", "3", "--size", "gpt2-124M", "--dtype", "float32", "table", "proj:ABSENT=1"]) == 0
+    out = capsys.readouterr().out
+    pooled = _json.loads(next(x for x in out.splitlines() if x.startswith("AB "))[3:])
+    assert pooled["copy_gbps"] == pytest.approx(4000.0)
+    row = pooled["beyond_bytes"]["proj:ABSENT=1"]
+    assert row["saved_us"] == pytest.approx(10.0) and row["bytes_us"] == pytest.approx(1.0)  # 4 MB at 4 MB a µs
+    assert "4,000 GB/s" in out and "proj:ABSENT=1: saved 10.0; its 4.0 MB a step take 1.0 at the copy rate, so 9.0 " \
+        "beyond them" in out
+
+
 @needs_triton
 def test_an_ab_bound_leaves_a_kernels_launches_out_or_makes_them_idle_and_keeps_every_other(tiny_fp32) -> None:
     """ABSENT: the plan without that kernel's launches, every other launch as it was, in order; IDLE: each of its

@@ -22,7 +22,11 @@ forced, PDL where the device has it) with changes, separated by ";":
   kernel left out of the plan, or made the idle kernel with its grid and warps (lab.step.fused.anatomy.without,
   idled). What a fold of that kernel's work into a neighbour could save at most (no fold takes the step below
   ABSENT's time: a fold still reads the kernel's weights), and how much of the kernel's place on the chain is its launch and
-  hand-over (IDLE) rather than its work: `"proj:ABSENT=1" "proj:IDLE=1" "proj:ABSENT=1;fc2:ABSENT=1"`;
+  hand-over (IDLE) rather than its work: `"proj:ABSENT=1" "proj:IDLE=1" "proj:ABSENT=1;fc2:ABSENT=1"`. Under the rows
+  each bound is priced (`beyond_bytes`): what it saved against the first arm, µs a step; an ABSENT arm's kernels' bytes
+  from memory (lab.step.fused.traffic) at this card's copy rate, measured before the rounds, and what it saved beyond
+  them; an IDLE arm's launches against the ABSENT arm of the same kernels (IDLE - ABSENT: what they cost the chain
+  with no work to do);
 - `table`: no change (the plan as the tables bind it).
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order
@@ -273,6 +277,68 @@ def bound_note(arms: list[Arm]) -> str | None:
                                     f"the step's): {', '.join(labels)}")
 
 
+def left_out(arms: list[Arm], calls: list[Any]) -> dict[str, dict[str, int]]:
+    """Each bound arm's kernels' bytes from memory a step (weights, K and V: lab.step.fused.traffic's calls of the
+    table's plan) and their launches a step: {label: {"bytes": B, "launches": N}}, for the arms with a bound."""
+    out: dict[str, dict[str, int]] = {}
+    for arm in arms:
+        if arm.bound:
+            mine = [c for c in calls if c.kernel in arm.bounds]
+            out[arm.label] = {"bytes": sum(c.weights + c.kv_read + c.kv_write for c in mine), "launches": len(mine)}
+    return out
+
+
+def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, dict[str, int]],
+                 copy_gbps: float | None) -> dict[str, dict[str, float]]:
+    """What each bound arm saved against the first arm, µs a step: `saved_us`; for an arm that leaves its kernels out
+    (ABSENT only), their bytes at the card's copy rate (`bytes_us`) and what leaving them out saved beyond those bytes
+    (`beyond_us`: the launches' and hand-overs' place on the chain, where positive); for an arm that idles them (IDLE
+    only) with an ABSENT arm of the same kernels, what their launches with their grids cost the chain by themselves
+    (`launches_us` = IDLE - ABSENT, and `per_launch_us`). docs/fused-step.md items 28 and 29 read these."""
+    first = next(iter(median_ms))
+    kinds = {a.label: frozenset(a.bounds.values()) for a in arms if a.bound}
+    absent_of = {frozenset(a.bounds): a.label for a in arms if a.bound and kinds[a.label] == {"ABSENT"}}
+    out: dict[str, dict[str, float]] = {}
+    for arm in arms:
+        if not arm.bound or arm.label not in median_ms or arm.label not in left:
+            continue
+        row = {"saved_us": (median_ms[first] - median_ms[arm.label]) * 1e3}
+        if kinds[arm.label] == {"ABSENT"} and copy_gbps:
+            row["bytes_us"] = left[arm.label]["bytes"] / (copy_gbps * 1e3)
+            row["beyond_us"] = row["saved_us"] - row["bytes_us"]
+        twin = absent_of.get(frozenset(arm.bounds))
+        if kinds[arm.label] == {"IDLE"} and twin in median_ms:
+            row["launches_us"] = (median_ms[arm.label] - median_ms[twin]) * 1e3
+            row["per_launch_us"] = row["launches_us"] / max(1, left[arm.label]["launches"])
+        out[arm.label] = row
+    return out
+
+
+def bytes_note(rows: dict[str, dict[str, float]], left: dict[str, dict[str, int]], copy_gbps: float | None) -> list[str]:
+    """The lines printed under the bound note: each bound arm's bytes left out and what it saved beyond them, or what
+    its launches cost (`beyond_bytes`)."""
+    lines = [] if not rows else [f"  against the first arm, µs a step (bytes at this card's copy rate, "
+                                 f"{'not measured' if not copy_gbps else f'{copy_gbps:,.0f} GB/s'}):"]
+    for label, r in rows.items():
+        say = f"saved {r['saved_us']:.1f}"
+        if "beyond_us" in r:
+            say += (f"; its {left[label]['bytes'] / 1e6:,.1f} MB a step take {r['bytes_us']:.1f} at the copy rate, "
+                    f"so {r['beyond_us']:.1f} beyond them")
+        if "launches_us" in r:
+            say += (f"; its {left[label]['launches']} launches, idle, cost {r['launches_us']:.1f} more than none "
+                    f"({r['per_launch_us']:.2f} a launch)")
+        lines.append(f"    {label}: {say}")
+    return lines
+
+
+def card_copy_gbps() -> float:
+    """This card's copy rate, GB/s (read + written; lab.step.ceilings.copy_bandwidth_gbps over 1 GiB, the median of
+    ten): the rate a bound's bytes are priced at."""
+    from lab.step.ceilings import copy_bandwidth_gbps
+
+    return float(statistics.median(copy_bandwidth_gbps(torch.device("cuda"), 1 << 30, repeats=10)))
+
+
 def _child(argv: list[str]) -> tuple[int, str, str]:
     """One process of `--processes`: this tool with `argv`, its exit status, standard output and error."""
     done = subprocess.run([sys.executable, "-m", "lab.step.fused.ab", *argv], capture_output=True, text=True)
@@ -284,6 +350,7 @@ def _processes(args: argparse.Namespace, arms: list[Arm]) -> int:
     argv = ["--size", args.size, "--dtype", args.dtype, "--batch", str(args.batch), "--rounds", str(args.rounds),
             "--rep-ms", str(args.rep_ms), *([] if args.control else ["--no-control"]), *args.arms]
     runs: list[dict[str, list[list[float]]]] = []
+    copies: list[float] = []  # each process's copy rate (where an arm is a bound)
     head, meta = "", {}
     for i in range(args.processes):
         rc, out, err = _child(["--shift", str(i), *argv])
@@ -300,15 +367,19 @@ def _processes(args: argparse.Namespace, arms: list[Arm]) -> int:
         print(f"process {i + 1} of {args.processes}: " + ", ".join(  # the ratios its own summary printed
             f"{k} {record['ratio'][k]:.3f}x" for k in list(rounds_ms)[1:]), flush=True)
         print("AB-PROCESS " + line[3:], flush=True)  # each process's own record as it ends: kept should a later one fail
-        meta = {k: record.get(k) for k in ("size", "dtype", "batch", "pdl", "card")}
+        meta = {k: record.get(k) for k in ("size", "dtype", "batch", "pdl", "card", "left_out")}
+        copies.extend([record["copy_gbps"]] if record.get("copy_gbps") else [])
     out_all = summary_over(runs)
+    copy = statistics.median(copies) if copies else None
     print(head.replace("rotated rounds:", f"rotated rounds in each of {args.processes} processes:"))
     for label in runs[0]:
         print(_row(out_all, label))
     note = bound_note(arms)
-    if note:
-        print(note)
-    print("AB " + json.dumps({**meta, **out_all}))
+    left = meta.get("left_out") or {}
+    rows = beyond_bytes(arms, out_all["median_ms"], left, copy)
+    for line in ([note] if note else []) + bytes_note(rows, left, copy):
+        print(line)
+    print("AB " + json.dumps({**meta, **out_all, "copy_gbps": copy, "beyond_bytes": rows}))
     return 0
 
 
@@ -369,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from lab.step.fused.tune import step_ms
 
-    _, _, pdl, made = plans_on_gpu(args.size, args.dtype, args.batch)
+    w, state, pdl, made = plans_on_gpu(args.size, args.dtype, args.batch)
 
     base = made()  # the tables' configs, which every arm's plan starts from (this plan is not timed)
     by_label = {a.label: a for a in arms}
@@ -379,6 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m lab.step.fused.ab: {exc}", file=sys.stderr)
         return 2
     plans = {label: built[label] for label in by_label}  # reported in the order given
+    from lab.step.fused import traffic as T
+
+    left = left_out(arms, T.calls(T.Shape.of(w, args.batch, state.max_len), T.Layout.of_plan(base),
+                                  int(state.pos.item())))
+    copy = card_copy_gbps() if left else None  # before the rounds: nothing after them can lose them
     for plan in plans.values():  # compiled, captured and warm before any round
         step_ms(plan, 5)
     torch.cuda.synchronize()
@@ -389,10 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     for label in plans:
         print(_row(out, label))
     note = bound_note(arms)
-    if note:
-        print(note)
+    rows = beyond_bytes(arms, out["median_ms"], left, copy)
+    for line in ([note] if note else []) + bytes_note(rows, left, copy):
+        print(line)
     print("AB " + json.dumps({"size": args.size, "dtype": args.dtype, "batch": args.batch, "pdl": pdl, "card": card,
-                              "built": list(built), **out}))
+                              "built": list(built), **out, "left_out": left, "copy_gbps": copy,
+                              "beyond_bytes": rows}))
     return 0
 
 
