@@ -636,11 +636,17 @@ def test_an_ab_bound_is_priced_at_the_cards_copy_rate_and_an_idle_one_against_it
     from lab.step.fused.ab import beyond_bytes, bytes_note, left_out, parse_arm
 
     calls = T.calls(T.Shape(2, 64, 2, 100, 1, 4, 16), T.Layout("gemv-prefetch", 1, 1, fold=True, ln_fold=True), 5)
+    unfolded = T.calls(T.Shape(2, 64, 2, 100, 1, 4, 16), T.Layout("gemv-prefetch", 1, 1, ln_fold=True), 5)
     labels = ("table", "proj:ABSENT=1", "proj:IDLE=1", "proj:ABSENT=1;fc2:ABSENT=1", "fc2:IDLE=1", "ln_fc.BN=2",
-              "ln_qkv:ABSENT=1")
+              "ln_qkv:ABSENT=1", "plan:FOLD=0;attention:ABSENT=1", "plan:FOLD=0;proj:IDLE=1")
     arms = [parse_arm(x) for x in labels]
-    left = left_out(arms, calls)
-    assert set(left) == {"proj:ABSENT=1", "proj:IDLE=1", "proj:ABSENT=1;fc2:ABSENT=1", "fc2:IDLE=1", "ln_qkv:ABSENT=1"}
+    left = left_out(arms, {x: unfolded if x.startswith("plan:FOLD=0") else calls for x in labels})
+    assert set(left) == {"proj:ABSENT=1", "proj:IDLE=1", "proj:ABSENT=1;fc2:ABSENT=1", "fc2:IDLE=1", "ln_qkv:ABSENT=1",
+                         "plan:FOLD=0;attention:ABSENT=1", "plan:FOLD=0;proj:IDLE=1"}
+    attention = [c for c in unfolded if c.kernel == "attention"]
+    assert attention and not any(c.kernel == "attention" for c in calls)  # the arm's own plan prices its bound
+    assert left["plan:FOLD=0;attention:ABSENT=1"] == {"bytes": sum(c.kv_read + c.kv_write for c in attention),
+                                                      "launches": 2}
     proj = sum(c.weights for c in calls if c.kernel == "proj")
     fc2 = sum(c.weights for c in calls if c.kernel == "fc2")
     qkv = [c for c in calls if c.kernel == "ln_qkv"]
@@ -648,9 +654,10 @@ def test_an_ab_bound_is_priced_at_the_cards_copy_rate_and_an_idle_one_against_it
     assert left["proj:ABSENT=1"] == {"bytes": proj, "launches": 2} == left["proj:IDLE=1"]
     assert left["proj:ABSENT=1;fc2:ABSENT=1"] == {"bytes": proj + fc2, "launches": 4}
     assert left["ln_qkv:ABSENT=1"]["bytes"] == sum(c.weights + c.kv_read + c.kv_write for c in qkv)
-    med = dict(zip(labels, (0.200, 0.190, 0.195, 0.170, 0.199, 0.201, 0.150)))
+    med = dict(zip(labels, (0.200, 0.190, 0.195, 0.170, 0.199, 0.201, 0.150, 0.180, 0.196)))
     rows = beyond_bytes(arms, med, left, 1000.0)  # 1000 GB/s: 1e6 bytes a µs
     assert set(rows) == set(left)
+    assert "launches_us" not in rows["plan:FOLD=0;proj:IDLE=1"]  # proj:ABSENT=1 is another plan's: no twin
     assert rows["proj:ABSENT=1"]["saved_us"] == pytest.approx(10.0)
     assert rows["proj:ABSENT=1"]["bytes_us"] == pytest.approx(proj / 1e6)
     assert rows["proj:ABSENT=1"]["beyond_us"] == pytest.approx(10.0 - proj / 1e6)
@@ -702,7 +709,7 @@ def test_an_ab_bound_leaves_a_kernels_launches_out_or_makes_them_idle_and_keeps_
     launches the idle kernel with the launch's grid and warps and the plan's PDL, the rest as they were; a kernel the
     plan does not launch is refused in one line naming it."""
     from lab.step.decode import new_state
-    from lab.step.fused.ab import bind, parse_arm
+    from lab.step.fused.ab import bind, parse_arm, unbounded
     from lab.step.fused.kernels import idle_kernel
     from lab.step.fused.step import Launch, prepare
 
@@ -727,6 +734,13 @@ def test_an_ab_bound_leaves_a_kernels_launches_out_or_makes_them_idle_and_keeps_
         else:
             assert after.kernel is before.kernel and after.grid == before.grid
     assert idle.configs["ln_fc"].num_warps == 2
+    assert "attention" in names and not base.fold  # no PDL here: five kernels a layer
+    fold_on = unbounded(base, parse_arm("plan:FOLD=1;ln_qkv.BN=8;ln_qkv:IDLE=1"), made)
+    assert fold_on.fold and "attention" not in [x.name for x in fold_on.launches]
+    assert [x.name for x in bind(base, parse_arm("plan:FOLD=1;ln_qkv.BN=8;ln_qkv:IDLE=1"), made).launches] == [
+        ("ln_qkv:idle" if x.name == "ln_qkv" else x.name) for x in fold_on.launches]
+    no_attention = bind(base, parse_arm("plan:FOLD=0;attention:ABSENT=1"), made)
+    assert [x.name for x in no_attention.launches] == [n for n in names if n != "attention"]
     folded = made(argmax_fold=True)
     with pytest.raises(ValueError, match="arm 'argmax:ABSENT=1': leaving kernels out: the plan .* has no launch of argmax"):
         bind(folded, parse_arm("argmax:ABSENT=1"), lambda overrides=None, **kw: made(overrides, argmax_fold=True))

@@ -18,6 +18,8 @@ forced, PDL where the device has it) with changes, separated by ";":
   the residual stream in bf16 (`residual=torch.bfloat16`; bf16 weights only), not fp32: half the bytes every program
   reads after its wait (6-8% slower on an H100: docs/fused-step.md item 25); `plan:ARGMAX_FOLD=1` the argmax taken by lm_head's
   last program, no argmax launch (`argmax_fold=True`; `=0` leaves it a launch where configs.ARGMAX_FOLD binds it);
+  `plan:FOLD=0` the attention a launch of its own, not folded into ln_qkv (`fold=False`: five kernels a layer, as
+  plain `fused` runs; with a bound on `attention` or `ln_qkv`, what each costs the chain apart);
 - `KERNEL:ABSENT=1`, `KERNEL:IDLE=1`: bounds, not steps (their values are not the step's): every launch of that
   kernel left out of the plan, or made the idle kernel with its grid and warps (lab.step.fused.anatomy.without,
   idled). What a fold of that kernel's work into a neighbour could save at most (no fold takes the step below
@@ -96,6 +98,7 @@ PLAN = "plan"  # an arm's `plan:OPTION=V`: how its plan is built, not a kernel's
 PLAN_OPTIONS: dict[str, Callable[[int], dict[str, Any]]] = {
     "RESIDUAL_BF16": lambda v: {"residual": torch.bfloat16} if v else {},
     "ARGMAX_FOLD": lambda v: {"argmax_fold": bool(v)},
+    "FOLD": lambda v: {"fold": bool(v)},
 }
 
 
@@ -158,8 +161,14 @@ def build_order(labels: list[str], shift: int) -> list[str]:
 
 def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
     """The arm's plan, its own (its own workspace, even for `table`): `base`'s configs with the arm's fields
-    (`prepare(overrides=...)`), then its switches bound on the launches of their kernels. ValueError for a field the
-    kernel's config has not, or a switch no launch takes."""
+    (`prepare(overrides=...)`), then its switches bound on the launches of their kernels, then its bounds. ValueError
+    for a field the kernel's config has not, or a switch no launch takes."""
+    return bounded(unbounded(base, arm, prepare), arm)
+
+
+def unbounded(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
+    """`bind`'s plan before the arm's bounds: its configs, plan options and switches (the step whose kernels a bound
+    leaves out or idles, and whose bytes price the bound)."""
     overrides = dict(base.configs)
     for kernel, fields in arm.configs.items():
         cfg = base.configs.get(kernel)
@@ -172,11 +181,19 @@ def bind(base: Any, arm: Arm, prepare: Callable[..., Any]) -> Any:
         plan = prepare(overrides, **keywords)
     except ValueError as exc:
         raise ValueError(f"arm {arm.label!r}: {exc}") from None
-    from lab.step.fused.anatomy import idled, without
     from lab.step.fused.step import with_switches
 
     try:
-        plan = with_switches(plan, arm.switches) if arm.switches else plan
+        return with_switches(plan, arm.switches) if arm.switches else plan
+    except ValueError as exc:
+        raise ValueError(f"arm {arm.label!r}: {exc}") from None
+
+
+def bounded(plan: Any, arm: Arm) -> Any:
+    """`plan` with the arm's bounds: its ABSENT kernels' launches left out, its IDLE kernels' made idle."""
+    from lab.step.fused.anatomy import idled, without
+
+    try:
         absent = [k for k, how in arm.bounds.items() if how == "ABSENT"]
         idle = [k for k, how in arm.bounds.items() if how == "IDLE"]
         plan = without(plan, absent) if absent else plan
@@ -277,13 +294,14 @@ def bound_note(arms: list[Arm]) -> str | None:
                                     f"the step's): {', '.join(labels)}")
 
 
-def left_out(arms: list[Arm], calls: list[Any]) -> dict[str, dict[str, int]]:
-    """Each bound arm's kernels' bytes from memory a step (weights, K and V: lab.step.fused.traffic's calls of the
-    table's plan) and their launches a step: {label: {"bytes": B, "launches": N}}, for the arms with a bound."""
+def left_out(arms: list[Arm], calls: dict[str, list[Any]]) -> dict[str, dict[str, int]]:
+    """Each bound arm's kernels' bytes from memory a step (weights, K and V: lab.step.fused.traffic's calls of the arm's
+    plan before its bounds, `calls` by label) and their launches a step: {label: {"bytes": B, "launches": N}}, for the
+    arms with a bound."""
     out: dict[str, dict[str, int]] = {}
     for arm in arms:
         if arm.bound:
-            mine = [c for c in calls if c.kernel in arm.bounds]
+            mine = [c for c in calls[arm.label] if c.kernel in arm.bounds]
             out[arm.label] = {"bytes": sum(c.weights + c.kv_read + c.kv_write for c in mine), "launches": len(mine)}
     return out
 
@@ -294,10 +312,14 @@ def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, d
     (ABSENT only), their bytes at the card's copy rate (`bytes_us`) and what leaving them out saved beyond those bytes
     (`beyond_us`: the launches' and hand-overs' place on the chain, where positive); for an arm that idles them (IDLE
     only) with an ABSENT arm of the same kernels, what their launches with their grids cost the chain by themselves
-    (`launches_us` = IDLE - ABSENT, and `per_launch_us`). docs/fused-step.md items 28 and 29 read these."""
+    (`launches_us` = IDLE - ABSENT, and `per_launch_us`; the same configs, switches and plan options on both).
+    docs/fused-step.md items 28 and 29 read these."""
     first = next(iter(median_ms))
     kinds = {a.label: frozenset(a.bounds.values()) for a in arms if a.bound}
-    absent_of = {frozenset(a.bounds): a.label for a in arms if a.bound and kinds[a.label] == {"ABSENT"}}
+    def same(a: Arm) -> tuple[Any, ...]:  # an IDLE arm's ABSENT twin: the same kernels bound on the same plan
+        return (frozenset(a.bounds), json.dumps([a.configs, a.switches, a.options], sort_keys=True))
+
+    absent_of = {same(a): a.label for a in arms if a.bound and kinds[a.label] == {"ABSENT"}}
     out: dict[str, dict[str, float]] = {}
     for arm in arms:
         if not arm.bound or arm.label not in median_ms or arm.label not in left:
@@ -306,7 +328,7 @@ def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, d
         if kinds[arm.label] == {"ABSENT"} and copy_gbps:
             row["bytes_us"] = left[arm.label]["bytes"] / (copy_gbps * 1e3)
             row["beyond_us"] = row["saved_us"] - row["bytes_us"]
-        twin = absent_of.get(frozenset(arm.bounds))
+        twin = absent_of.get(same(arm))
         if kinds[arm.label] == {"IDLE"} and twin in median_ms:
             row["launches_us"] = (median_ms[arm.label] - median_ms[twin]) * 1e3
             row["per_launch_us"] = row["launches_us"] / max(1, left[arm.label]["launches"])
@@ -444,16 +466,21 @@ def main(argv: list[str] | None = None) -> int:
 
     base = made()  # the tables' configs, which every arm's plan starts from (this plan is not timed)
     by_label = {a.label: a for a in arms}
+    from lab.step.fused import traffic as T
+
+    shape, position = T.Shape.of(w, args.batch, state.max_len), int(state.pos.item())
+    calls: dict[str, list[Any]] = {}  # each arm's launches' bytes before its bounds: what prices a bound
+    built: dict[str, Any] = {}
     try:
-        built = {label: bind(base, by_label[label], made) for label in build_order(list(by_label), args.shift)}
+        for label in build_order(list(by_label), args.shift):
+            plan = unbounded(base, by_label[label], made)
+            calls[label] = T.calls(shape, T.Layout.of_plan(plan), position)
+            built[label] = bounded(plan, by_label[label])
     except ValueError as exc:
         print(f"python -m lab.step.fused.ab: {exc}", file=sys.stderr)
         return 2
     plans = {label: built[label] for label in by_label}  # reported in the order given
-    from lab.step.fused import traffic as T
-
-    left = left_out(arms, T.calls(T.Shape.of(w, args.batch, state.max_len), T.Layout.of_plan(base),
-                                  int(state.pos.item())))
+    left = left_out(arms, calls)
     copy = card_copy_gbps() if left else None  # before the rounds: nothing after them can lose them
     for plan in plans.values():  # compiled, captured and warm before any round
         step_ms(plan, 5)
