@@ -316,6 +316,7 @@ def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, d
     docs/fused-step.md items 28 and 29 read these."""
     first = next(iter(median_ms))
     kinds = {a.label: frozenset(a.bounds.values()) for a in arms if a.bound}
+
     def same(a: Arm) -> tuple[Any, ...]:  # an IDLE arm's ABSENT twin: the same kernels bound on the same plan
         return (frozenset(a.bounds), json.dumps([a.configs, a.switches, a.options], sort_keys=True))
 
@@ -481,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plans = {label: built[label] for label in by_label}  # reported in the order given
     left = left_out(arms, calls)
-    copy = card_copy_gbps() if left else None  # before the rounds: nothing after them can lose them
+    # before the rounds (nothing after them can lose them) and after every plan is built (no plan's buffers move)
+    copy = card_copy_gbps() if left else None
     for plan in plans.values():  # compiled, captured and warm before any round
         step_ms(plan, 5)
     torch.cuda.synchronize()
