@@ -75,6 +75,7 @@ import torch
 from lab.contract import intervals as I
 from lab.measure.timing import flat, rotating_rounds
 from lab.step.fused import configs as C
+from lab.step.fused import traffic as T
 
 @dataclass(frozen=True)
 class Arm:
@@ -301,8 +302,8 @@ def left_out(arms: list[Arm], calls: dict[str, list[Any]]) -> dict[str, dict[str
     out: dict[str, dict[str, int]] = {}
     for arm in arms:
         if arm.bound:
-            mine = [c for c in calls[arm.label] if c.kernel in arm.bounds]
-            out[arm.label] = {"bytes": sum(c.weights + c.kv_read + c.kv_write for c in mine), "launches": len(mine)}
+            mine = [k for k in T.per_kernel(calls[arm.label]) if k.kernel in arm.bounds]
+            out[arm.label] = {"bytes": sum(k.weights + k.kv for k in mine), "launches": sum(k.calls for k in mine)}
     return out
 
 
@@ -467,8 +468,6 @@ def main(argv: list[str] | None = None) -> int:
 
     base = made()  # the tables' configs, which every arm's plan starts from (this plan is not timed)
     by_label = {a.label: a for a in arms}
-    from lab.step.fused import traffic as T
-
     shape, position = T.Shape.of(w, args.batch, state.max_len), int(state.pos.item())
     calls: dict[str, list[Any]] = {}  # each arm's launches' bytes before its bounds: what prices a bound
     built: dict[str, Any] = {}
