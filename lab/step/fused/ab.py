@@ -355,14 +355,6 @@ def bytes_note(rows: dict[str, dict[str, float]], left: dict[str, dict[str, int]
     return lines
 
 
-def card_copy_gbps() -> float:
-    """This card's copy rate, GB/s (read + written; lab.step.ceilings.copy_bandwidth_gbps over 1 GiB, the best of ten,
-    as the lab's floor, its sweeps and the tuner take it): the rate a bound's bytes are priced at."""
-    from lab.step.ceilings import copy_bandwidth_gbps
-
-    return float(max(copy_bandwidth_gbps(torch.device("cuda"), 1 << 30, repeats=10)))
-
-
 def _child(argv: list[str]) -> tuple[int, str, str]:
     """One process of `--processes`: this tool with `argv`, its exit status, standard output and error."""
     done = subprocess.run([sys.executable, "-m", "lab.step.fused.ab", *argv], capture_output=True, text=True)
@@ -462,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("lab.step.fused.ab needs a CUDA device (none visible)", file=sys.stderr)
         return 2
-    from lab.step.fused.tune import step_ms
+    from lab.step.fused.tune import card_copy_gbps, step_ms
 
     w, state, pdl, made = plans_on_gpu(args.size, args.dtype, args.batch)
 

@@ -67,6 +67,15 @@ def random_weights(spec: ModelSpec, dtype: torch.dtype, device: str) -> Weights:
     return Weights(r(V, E), r(spec.n_positions, E), layers, ones(E), r(E), spec.n_head, 1e-5)
 
 
+def card_copy_gbps() -> float:
+    """This card's copy rate, GB/s (read + written; lab.step.ceilings.copy_bandwidth_gbps over 1 GiB, the best of ten,
+    as the lab's floor and its sweeps take it): what the tuner's fractions of the floor and the A/B tool's bounds
+    (lab.step.fused.ab) are priced at."""
+    from lab.step.ceilings import copy_bandwidth_gbps
+
+    return float(max(copy_bandwidth_gbps(torch.device("cuda"), 1 << 30, repeats=10)))
+
+
 def timing_state(w: Weights, batch: int, max_len: int = MAX_LEN) -> D.DecodeState:
     """A state mid-decode: random cache, random tokens, position POSITION (or mid-cache if shorter)."""
     state = D.new_state(w, batch, max_len)
@@ -259,14 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("lab.step.fused.tune needs a CUDA device (none visible)", file=sys.stderr)
         return 2
-    from lab.step.ceilings import copy_bandwidth_gbps
-
     def log(line: str) -> None:
         print(line, flush=True)
 
     start, share = time.monotonic(), args.max_seconds / (len(args.dtype) * len(args.batch))
     sms = C.device_sms("cuda")
-    bandwidth = max(copy_bandwidth_gbps(torch.device("cuda"), 1 << 30))
+    bandwidth = card_copy_gbps()
     spec = GPT2_SIZES[args.size]
     log(f"{torch.cuda.get_device_name()}: {sms} SMs, copy bandwidth {bandwidth:.0f} GB/s; {spec.name} shapes, "
         f"position {POSITION} of {MAX_LEN}")
