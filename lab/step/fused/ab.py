@@ -77,6 +77,7 @@ from lab.measure.timing import flat, rotating_rounds
 from lab.step.fused import configs as C
 from lab.step.fused import traffic as T
 
+
 @dataclass(frozen=True)
 class Arm:
     """One variant of the step: config fields and launch switches by kernel."""

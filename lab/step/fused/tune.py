@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("lab.step.fused.tune needs a CUDA device (none visible)", file=sys.stderr)
         return 2
+
     def log(line: str) -> None:
         print(line, flush=True)
 
