@@ -664,7 +664,7 @@ def test_an_ab_bound_is_priced_at_the_cards_copy_rate_and_an_idle_one_against_it
     assert rows["proj:ABSENT=1;fc2:ABSENT=1"]["beyond_us"] == pytest.approx(30.0 - (proj + fc2) / 1e6)
     assert rows["proj:IDLE=1"]["launches_us"] == pytest.approx(5.0) and "bytes_us" not in rows["proj:IDLE=1"]
     assert rows["proj:IDLE=1"]["per_launch_us"] == pytest.approx(2.5)
-    assert set(rows["fc2:IDLE=1"]) == {"saved_us"}  # no arm leaves fc2 alone out: no launches' cost
+    assert set(rows["fc2:IDLE=1"]) == {"against", "saved_us"}  # no arm leaves fc2 alone out: no launches' cost
     lines = bytes_note(rows, left, 1000.0)
     assert "1,000 GB/s" in lines[0] and len(lines) == 1 + len(rows)
     said = {line.split(": ", 1)[0].strip(): line for line in lines[1:]}
@@ -673,6 +673,39 @@ def test_an_ab_bound_is_priced_at_the_cards_copy_rate_and_an_idle_one_against_it
     unpriced = beyond_bytes(arms, med, left, None)
     assert all("bytes_us" not in r and "beyond_us" not in r for r in unpriced.values())
     assert "not measured" in bytes_note(unpriced, left, None)[0] and bytes_note({}, {}, None) == []
+
+
+def test_an_ab_bound_is_priced_against_the_arm_of_its_own_plan_where_the_ab_has_one() -> None:
+    """A bound on another plan (`plan:FOLD=0;attention:ABSENT=1`) saved what it saved against that plan's arm
+    (`plan:FOLD=0`), not against the first (the folded table, which differs in more than the bound): the H100's fold
+    study of 2026-12-07 printed -79.3 µs "beyond" the attention's bytes, which was the unfolded plan's cost, not the
+    attention's. Where the A/B has no arm of the bound's plan, the first arm prices it; the A/A arm never does; each
+    console line names the arm it is priced against."""
+    from lab.step.fused import traffic as T
+    from lab.step.fused.ab import beyond_bytes, bytes_note, left_out, parse_arm, with_control
+
+    folded = T.calls(T.Shape(2, 64, 2, 100, 1, 4, 16), T.Layout("gemv-prefetch", 1, 1, fold=True, ln_fold=True), 5)
+    unfolded = T.calls(T.Shape(2, 64, 2, 100, 1, 4, 16), T.Layout("gemv-prefetch", 1, 1, ln_fold=True), 5)
+    arms = with_control([parse_arm(x) for x in ("table", "ln_qkv:IDLE=1", "plan:FOLD=0", "plan:FOLD=0;attention:ABSENT=1",
+                                                 "plan:FOLD=0;attention:IDLE=1", "proj.BN=4;proj:ABSENT=1")])
+    labels = [a.label for a in arms]
+    med = dict(zip(labels, (0.170, 0.120, 0.250, 0.245, 0.253, 0.160, 0.171)))
+    left = left_out(arms, {x: unfolded if x.startswith("plan:FOLD=0") else folded for x in labels})
+    rows = beyond_bytes(arms, med, left, 1000.0)  # 1000 GB/s: 1e6 bytes a µs
+    kv = left["plan:FOLD=0;attention:ABSENT=1"]["bytes"]
+    assert kv > 0
+    assert rows["ln_qkv:IDLE=1"]["against"] == "table" and rows["ln_qkv:IDLE=1"]["saved_us"] == pytest.approx(50.0)
+    absent = rows["plan:FOLD=0;attention:ABSENT=1"]
+    assert absent["against"] == "plan:FOLD=0" and absent["saved_us"] == pytest.approx(5.0)  # not -75.0 (the table's)
+    assert absent["beyond_us"] == pytest.approx(5.0 - kv / 1e6)
+    idle = rows["plan:FOLD=0;attention:IDLE=1"]
+    assert idle["against"] == "plan:FOLD=0" and idle["saved_us"] == pytest.approx(-3.0)
+    assert idle["launches_us"] == pytest.approx(8.0)  # IDLE - ABSENT, unchanged
+    assert rows["proj.BN=4;proj:ABSENT=1"]["against"] == "table"  # no arm of proj.BN=4 without the bound: the first
+    assert rows["proj.BN=4;proj:ABSENT=1"]["saved_us"] == pytest.approx(10.0)
+    said = {line.split(": ", 1)[0].strip(): line for line in bytes_note(rows, left, 1000.0)[1:]}
+    assert "saved 5.0 against plan:FOLD=0;" in said["plan:FOLD=0;attention:ABSENT=1"]
+    assert "saved 50.0 against table" in said["ln_qkv:IDLE=1"]
 
 
 def test_ab_processes_price_the_pooled_bounds_at_the_best_of_their_copy_rates(monkeypatch, capsys) -> None:
@@ -700,8 +733,8 @@ def test_ab_processes_price_the_pooled_bounds_at_the_best_of_their_copy_rates(mo
     assert pooled["copy_gbps"] == pytest.approx(4000.0)
     row = pooled["beyond_bytes"]["proj:ABSENT=1"]
     assert row["saved_us"] == pytest.approx(10.0) and row["bytes_us"] == pytest.approx(1.0)  # 4 MB at 4 MB a µs
-    assert "4,000 GB/s" in out and "proj:ABSENT=1: saved 10.0; its 4.0 MB a step take 1.0 at the copy rate, so 9.0 " \
-        "beyond them" in out
+    assert "4,000 GB/s" in out and "proj:ABSENT=1: saved 10.0 against table; its 4.0 MB a step take 1.0 at the copy " \
+        "rate, so 9.0 beyond them" in out
 
 
 @needs_triton

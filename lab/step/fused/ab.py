@@ -25,10 +25,11 @@ forced, PDL where the device has it) with changes, separated by ";":
   idled). What a fold of that kernel's work into a neighbour could save at most (no fold takes the step below
   ABSENT's time: a fold still reads the kernel's weights), and how much of the kernel's place on the chain is its launch and
   hand-over (IDLE) rather than its work: `"proj:ABSENT=1" "proj:IDLE=1" "proj:ABSENT=1;fc2:ABSENT=1"`. Under the rows
-  each bound is priced (`beyond_bytes`): what it saved against the first arm, µs a step; an ABSENT arm's kernels' bytes
-  from memory (lab.step.fused.traffic) at this card's copy rate, measured before the rounds, and what it saved beyond
-  them; an IDLE arm's launches against the ABSENT arm of the same kernels (IDLE - ABSENT: what they cost the chain
-  with no work to do);
+  each bound is priced (`beyond_bytes`): what it saved against the arm of its own plan without the bound
+  (`plan:FOLD=0` for `plan:FOLD=0;attention:ABSENT=1`; the first arm where the A/B has no such arm), µs a step; an
+  ABSENT arm's kernels' bytes from memory (lab.step.fused.traffic) at this card's copy rate, measured before the
+  rounds, and what it saved beyond them; an IDLE arm's launches against the ABSENT arm of the same kernels (IDLE -
+  ABSENT: what they cost the chain with no work to do);
 - `table`: no change (the plan as the tables bind it).
 
 Every arm is captured once and warmed, then all arms are timed in ROUNDS rounds, each in a rotated order
@@ -309,25 +310,32 @@ def left_out(arms: list[Arm], calls: dict[str, list[Any]]) -> dict[str, dict[str
 
 
 def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, dict[str, int]],
-                 copy_gbps: float | None) -> dict[str, dict[str, float]]:
-    """What each bound arm saved against the first arm, µs a step: `saved_us`; for an arm that leaves its kernels out
-    (ABSENT only), their bytes at the card's copy rate (`bytes_us`) and what leaving them out saved beyond those bytes
-    (`beyond_us`: the launches' and hand-overs' place on the chain, where positive); for an arm that idles them (IDLE
-    only) with an ABSENT arm of the same kernels, what their launches with their grids cost the chain by themselves
-    (`launches_us` = IDLE - ABSENT, and `per_launch_us`; the same configs, switches and plan options on both).
-    docs/fused-step.md items 28 and 29 read these."""
+                 copy_gbps: float | None) -> dict[str, dict[str, Any]]:
+    """What each bound arm saved against the arm of its own plan, µs a step: `saved_us`, against `against` (the arm with
+    the same configs, switches and plan options and no bound, where the A/B has one: `plan:FOLD=0` for
+    `plan:FOLD=0;attention:ABSENT=1`, `table` for `proj:ABSENT=1`; else the first arm, whose plan may then differ in
+    more than the bound); for an arm that leaves its kernels out (ABSENT only), their bytes at the card's copy rate
+    (`bytes_us`) and what leaving them out saved beyond those bytes (`beyond_us`: the launches' and hand-overs' place
+    on the chain, where positive); for an arm that idles them (IDLE only) with an ABSENT arm of the same kernels, what
+    their launches with their grids cost the chain by themselves (`launches_us` = IDLE - ABSENT, and `per_launch_us`;
+    the same configs, switches and plan options on both). docs/fused-step.md items 28-30 read these."""
     first = next(iter(median_ms))
     kinds = {a.label: frozenset(a.bounds.values()) for a in arms if a.bound}
 
+    def plan_of(a: Arm) -> str:  # what an arm changes besides its bounds
+        return json.dumps([a.configs, a.switches, a.options], sort_keys=True)
+
     def same(a: Arm) -> tuple[Any, ...]:  # an IDLE arm's ABSENT twin: the same kernels bound on the same plan
-        return (frozenset(a.bounds), json.dumps([a.configs, a.switches, a.options], sort_keys=True))
+        return (frozenset(a.bounds), plan_of(a))
 
     absent_of = {same(a): a.label for a in arms if a.bound and kinds[a.label] == {"ABSENT"}}
-    out: dict[str, dict[str, float]] = {}
+    unbound_of = {plan_of(a): a.label for a in reversed(arms) if not a.bound and a.label in median_ms}
+    out: dict[str, dict[str, Any]] = {}
     for arm in arms:
         if not arm.bound or arm.label not in median_ms or arm.label not in left:
             continue
-        row = {"saved_us": (median_ms[first] - median_ms[arm.label]) * 1e3}
+        base = unbound_of.get(plan_of(arm), first)
+        row: dict[str, Any] = {"against": base, "saved_us": (median_ms[base] - median_ms[arm.label]) * 1e3}
         if kinds[arm.label] == {"ABSENT"} and copy_gbps:
             row["bytes_us"] = left[arm.label]["bytes"] / (copy_gbps * 1e3)
             row["beyond_us"] = row["saved_us"] - row["bytes_us"]
@@ -339,13 +347,14 @@ def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, d
     return out
 
 
-def bytes_note(rows: dict[str, dict[str, float]], left: dict[str, dict[str, int]], copy_gbps: float | None) -> list[str]:
+def bytes_note(rows: dict[str, dict[str, Any]], left: dict[str, dict[str, int]], copy_gbps: float | None) -> list[str]:
     """The lines printed under the bound note: each bound arm's bytes left out and what it saved beyond them, or what
-    its launches cost (`beyond_bytes`)."""
-    lines = [] if not rows else [f"  against the first arm, µs a step (bytes at this card's copy rate, "
+    its launches cost (`beyond_bytes`), each saying which arm it is priced against."""
+    lines = [] if not rows else [f"  each bound against the arm of its plan without the bound (the first arm where the "
+                                 f"A/B has none), µs a step (bytes at this card's copy rate, "
                                  f"{'not measured' if not copy_gbps else f'{copy_gbps:,.0f} GB/s'}):"]
     for label, r in rows.items():
-        say = f"saved {r['saved_us']:.1f}"
+        say = f"saved {r['saved_us']:.1f} against {r['against']}"
         if "beyond_us" in r:
             say += (f"; its {left[label]['bytes'] / 1e6:,.1f} MB a step take {r['bytes_us']:.1f} at the copy rate, "
                     f"so {r['beyond_us']:.1f} beyond them")
