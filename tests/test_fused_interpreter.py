@@ -252,13 +252,16 @@ def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16:
         plans[1] = (S.with_switches(plans[1], switches) if change is None else
                     change(plans[1], lambda: S.prepare(states[1], w, sms=4, fold=True, overrides=odd, prefetch=prefetch)))
         out: dict[str, Any] = {"fold": [p.fold for p in plans], "prefetch": [p.prefetch for p in plans],
-                               "identical": [], "bound": [sorted(f"{x.name}:{k}" for x in p.launches for k in
-                                                                 ("KV_AT_ONCE", "POS_AT_ONCE", "RES_AT_ONCE") if x.meta.get(k))
-                                                          for p in plans]}
+                               "identical": [], "heads_zero": [],
+                               "bound": [sorted(f"{x.name}:{k}" for x in p.launches for k in
+                                                ("KV_AT_ONCE", "POS_AT_ONCE", "RES_AT_ONCE", "SPIN", "HEAD_MAJOR")
+                                                if x.meta.get(k)) for p in plans]}
         for _ in range(3):
             logits = [p().clone() for p in plans]
             out["identical"].append(torch.equal(logits[0], logits[1]) and all(
                 torch.equal(a, b) for a, b in zip(states[0].buffers().values(), states[1].buffers().values())))
+            # every head's counter back at zero after the step (the next launch counts in from zero)
+            out["heads_zero"].append([bool((p.workspace.heads == 0).all()) for p in plans])
         return out
     finally:
         C.fold_slots = real  # type: ignore[assignment]
@@ -284,6 +287,19 @@ def case_prefetch_at_once_exact() -> dict[str, Any]:
 @case
 def case_prefetch_at_once_bf16_exact() -> dict[str, Any]:
     return _with_and_without(AT_ONCE, prefetch=True, bf16=True)
+
+
+@case
+def case_fold_spin_exact() -> dict[str, Any]:
+    # the folded attention's SPIN (each head's attention taken by its last V block, which waits for the head's other
+    # programs to count in; they count in without reading the atomic's answer), in the q-K-V order over two batch blocks
+    return _with_and_without({"ln_qkv": {"SPIN": 1}}, prefetch=False)
+
+
+@case
+def case_prefetch_spin_head_major_bf16_exact() -> dict[str, Any]:
+    # SPIN on the PREFETCH path in bf16, the programs head by head (the named program last of its head's block)
+    return _with_and_without({"ln_qkv": {"SPIN": 1, "HEAD_MAJOR": 1}}, prefetch=True, bf16=True)
 
 
 @case
@@ -844,6 +860,20 @@ def test_kv_at_once_leaves_the_folded_step_bit_for_bit_as_it_was(worker: Worker)
     assert got["fold"] == [True, True] and got["prefetch"] == [False, False], got
     assert got["bound"] == [[], ["ln_qkv:KV_AT_ONCE"] * 2], got  # layer 0's ln_qkv (it embeds) and layer 1's
     assert got["identical"] == [True] * 3, got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,order", [("fold-spin-exact", []),
+                                        ("prefetch-spin-head-major-bf16-exact", ["ln_qkv:HEAD_MAJOR"] * 2)])
+def test_spin_leaves_the_folded_step_bit_for_bit_as_it_was_and_its_counters_at_zero(worker: Worker, name: str,
+                                                                                    order: list[str]) -> None:
+    """SPIN names each head's attending program in advance (its last V block) instead of whichever counts in last:
+    the same values, bit for bit, step after step, and every head's counter zero after each step."""
+    got = worker.run(name)
+    assert got["fold"] == [True, True], got
+    assert got["bound"] == [[], order + ["ln_qkv:SPIN"] * 2], got  # layer 0's ln_qkv (it embeds) and layer 1's
+    assert got["identical"] == [True] * 3, got
+    assert got["heads_zero"] == [[True, True]] * 3, got
 
 
 @pytest.mark.slow

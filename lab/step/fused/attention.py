@@ -10,7 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.rows import _ATTEND, _INPUT, _made, _pdl_launch, _pdl_wait, _stored
+from lab.step.fused.grid import _wait
+from lab.step.fused.rows import _ATTEND, _FENCE, _INPUT, _made, _pdl_launch, _pdl_wait, _stored
 
 
 @triton.jit
@@ -201,7 +202,7 @@ def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constex
 def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
                     H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
                     BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                    KV_AT_ONCE: tl.constexpr = False):
+                    KV_AT_ONCE: tl.constexpr = False, SPIN: tl.constexpr = False):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
     for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
     divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
@@ -229,17 +230,48 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     between threads). The values are the same; the cost is one select a value and the registers that hold K and V at
     once (GPT-2 124M bf16: 128 a thread against 90).
 
+    SPIN: the head's attention is taken by one program named in advance, the head's last V block (for its batch
+    block: the head's highest program id), not by whichever counts in last. Every other program of the head counts in
+    with a release add whose answer it does not read (a reduction: it leaves without waiting for the atomic's round
+    trip), and the named one, once its own rows are stored, spins on the counter until the others have counted in
+    (lab.step.fused.grid._wait: volatile reads, then an acquire), zeroes it and attends. So no program but the named
+    one waits on the counter, where now every one waits for its atomic's answer before it may leave: at 1.5B, where
+    ln_qkv runs in more than one wave, the next wave's programs wait for those answers (docs/fused-step.md item 30).
+    The named program's head blocks all have lower ids: the GPU starts a launch's programs in the order of their ids,
+    so they are resident or done when it spins. CUDA does not promise that order, so a plan that binds SPIN can hang
+    the GPU where it does not hold, and the lab runs it only in a child process with a watchdog. Off unless bound
+    (an A/B arm's `ln_qkv:SPIN=1`); Triton's interpreter runs the programs in the order of their ids, so there the
+    named program finds every other counted in.
+
     LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends
-    no further (att is not written), so that the A/B tool can time what the attention after the count-in costs.
+    no further (att is not written), so that the A/B tool can time what the attention after the count-in costs. With
+    Stage.FENCE also (timing only: the hand-over is then unordered) the count-in's atomic is relaxed: no release fence
+    before it, no acquire after, so that the A/B tool can time what the fence costs apart from the atomic's answer.
     """
     bb = pid % NBB
-    _, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
+    row, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
     tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
     counter = heads_ptr + bb * H + h
-    seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    if seen == 3 * (DH // BN) - 1:
-        tl.store(counter, 0)
-        tl.debug_barrier()  # every thread reads after the acquire
+    others: tl.constexpr = 3 * (DH // BN) - 1  # the head's programs (of this batch block) but one
+    if SPIN:
+        attends = row == 2 * E + h * DH + DH - BN  # the head's last V block: named in advance
+        if attends:
+            _wait(counter, others)  # (its CTA barrier: every thread reads after the acquire)
+            tl.store(counter, 0)
+        elif (_FENCE & LEAVE_OUT) != 0:
+            tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
+        else:
+            tl.atomic_add(counter, 1, sem="release", scope="gpu")  # its answer unread: a reduction
+    else:
+        if (_FENCE & LEAVE_OUT) != 0:
+            seen = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
+        else:
+            seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+        attends = seen == others
+        if attends:
+            tl.store(counter, 0)
+            tl.debug_barrier()  # every thread reads after the acquire
+    if attends:
         if (_ATTEND & LEAVE_OUT) == 0:  # (a compile-time switch: the step's build is the code without it)
             d = tl.arange(0, BD)
             d_mask = d < DH

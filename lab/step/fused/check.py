@@ -82,11 +82,18 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "kv_at_once": _bound(plan, "KV_AT_ONCE"), "pos_at_once": _bound(plan, "POS_AT_ONCE"),
                               "res_at_once": _bound(plan, "RES_AT_ONCE"), "sum_once": _bound(plan, "SUM_ONCE"),
+                              "spin": _bound(plan, "SPIN"),
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
         result["graph"] = _graph_replay(w, plan, fused, prompt, steps, direct)
     return result
+
+
+def free_running_child(model: str, device: str, dtype: str, batch: int, steps: int, **kw: Any) -> dict[str, Any]:
+    """`free_running` on `weights_for(model, device, dtype)`, for a child process (lab.run.childproc, under its
+    watchdog): where a switch can hang the GPU (SPIN, attention._fold_attention), the check runs only there."""
+    return free_running(weights_for(model, device, getattr(torch, dtype)), batch, steps, **kw)
 
 
 def _bound(plan: Any, switch: str) -> bool:
@@ -95,7 +102,8 @@ def _bound(plan: Any, switch: str) -> bool:
     ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2), KV_AT_ONCE (the folded attention's K and V
     asked for in one round trip, attention._fold_attention), POS_AT_ONCE (ln_qkv's position asked for with its row,
     projections._ln_qkv), RES_AT_ONCE (proj's and fc2's residual asked for with their input,
-    projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv)."""
+    projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv), SPIN (each
+    head's attention taken by a program named in advance, which spins on its head's counter, attention._fold_attention)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 

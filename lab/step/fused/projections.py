@@ -217,7 +217,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
                   EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False,
-                  POS_AT_ONCE: tl.constexpr = False):
+                  POS_AT_ONCE: tl.constexpr = False, SPIN: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -253,13 +253,17 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
     POS_AT_ONCE (PREFETCH): the position asked for with the input row, not after the layer norm's statistics
     (`_ln_qkv`). Off unless bound.
+
+    SPIN (with FOLD): each head's attention taken by its last V block, which spins until the head's other programs
+    have counted in; they count in without waiting for the atomic's answer (attention._fold_attention). It can hang
+    where the GPU does not start programs in the order of their ids: off unless bound.
     """
     pos = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr,
                   c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH,
                   LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH, BB,
-                        BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE)
+                        BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE, SPIN)
 
 
 @triton.jit

@@ -26,6 +26,7 @@ _INPUT = tl.constexpr(Stage.INPUT.value)
 _STORE = tl.constexpr(Stage.STORE.value)
 _WAIT = tl.constexpr(Stage.WAIT.value)
 _ATTEND = tl.constexpr(Stage.ATTEND.value)
+_FENCE = tl.constexpr(Stage.FENCE.value)
 
 
 # -------------------------------------------------------------------------------------- helpers

@@ -44,6 +44,10 @@ arm of the A/B tool against the step as it runs, `python -m lab.step.fused.ab ..
 difference is what the attention after the count-in costs the step, on the chain of every layer. That build has its
 own registers, fewer, which could let more of ln_qkv's programs be resident at once; at GPT-2's shapes as the tables
 bound them on 2026-12-05 it lets none (`python -m lab.step.fused.aot` prints the registers; docs/fused-step.md item 16).
+`Stage.FENCE` with it, `"ln_qkv:LEAVE_OUT=48"`, makes the count-in's atomic relaxed (no release fence before it, no
+acquire after: the hand-over unordered, timing only): against `"ln_qkv:LEAVE_OUT=16"`, what the fence costs; and
+`"ln_qkv:SPIN=1;ln_qkv:LEAVE_OUT=16"` (the head's other programs count in without waiting for the atomic's answer)
+against it, what the answer's round trip costs.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Stage(IntFlag):
     STORE = 4  # every output store predicated off at run time: computed, nothing written
     WAIT = 8  # under PDL, no wait for the previous kernel (the launches become independent)
     ATTEND = 16  # the folded ln_qkv: the head's last program counts in and zeroes the counter, but does not attend
+    FENCE = 32  # the folded ln_qkv's count-in relaxed: no release fence before its atomic, no acquire after (unordered)
 
 
 @dataclass(frozen=True)
