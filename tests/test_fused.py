@@ -1330,6 +1330,51 @@ def test_spin_counts_in_without_waiting_for_the_answer_and_only_the_named_progra
 
 @needs_triton
 @pytest.mark.slow
+@pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.bfloat16), ("gpt2-1.5B", torch.float32),
+                                         ("gpt2-1.5B", torch.bfloat16)])
+def test_mailbox_hands_over_without_a_fence_or_an_atomic_at_the_tables_occupancy(size: str, dtype: torch.dtype) -> None:
+    """attention._fold_attention's MAILBOX, compiled for sm_90 at the tiles GPT-2's fused-pdl-prefetch plan takes: the
+    table's build counts in with a GPU-scope fence and an atomic; with MAILBOX no instruction of the kernel fences or
+    is atomic: each program stores its words in 8-byte stores (its rows, then the named program's three rows zeroed),
+    the named program reads them with volatile 8-byte loads (L1 bypassed) until flagged; no spill, and the launch in as
+    many waves as the table's build (registers bound how many programs an SM holds: the new slot is one more step of
+    the online softmax, not a tile broadcast over every chunk, which held 148 registers a thread at 1.5B bf16 against
+    126, three programs an SM against four, 1.5 waves against 1.14; at 124M bf16, 107 against 90 still hold its 288
+    programs in one wave)."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES[size]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
+    [launch] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
+    assert launch.meta.get("FOLD") and "MAILBOX" not in launch.meta, launch.meta  # folded; off unless bound
+    built = {on: aot.compile_launch(replace(launch, meta={**launch.meta, "MAILBOX": on})) for on in (0, 1)}
+    regs = {}
+    for on, c in built.items():
+        regs[on], spill = aot.ptxas_usage(c.asm["ptx"])
+        assert regs[on] is not None and regs[on] <= 255 and spill == 0, (on, regs[on], spill)
+    threads = 32 * launch.meta["num_warps"]
+    per_sm = {on: 65536 // (threads * -(-r // 8) * 8) for on, r in regs.items() if r is not None}
+    waves = {on: -(-launch.grid[0] // (132 * k)) for on, k in per_sm.items()}  # the plan's 132 SMs
+    assert waves[1] == waves[0], (regs, per_sm, waves, launch.grid)
+    code = {on: aot.sass(c.asm["cubin"]) for on, c in built.items()}
+    if code[0] is None or code[1] is None:
+        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    ops = {on: [x.split("*/")[-1].strip().split(";")[0].split() for x in aot._instructions(text)]
+           for on, text in code.items()}
+    opcodes = {on: [w[1] if w[0].startswith("@") else w[0] for w in rows if w] for on, rows in ops.items()}
+    assert "ATOMG.E.ADD.STRONG.GPU" in opcodes[0] and any(o.startswith("MEMBAR") for o in opcodes[0]), opcodes[0]
+    assert not [o for o in opcodes[1] if o.startswith(("ATOM", "REDG", "MEMBAR", "FENCE"))], opcodes[1]
+    assert opcodes[1].count("STG.E.64") == 4, [o for o in opcodes[1] if o.startswith("STG")]  # put; q, K, V zeroed
+    assert opcodes[1].count("LDG.E.64.STRONG.SYS") >= 3, [o for o in opcodes[1] if o.startswith("LDG")]  # the poll
+
+
+@needs_triton
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["gpt2-124M", "gpt2-1.5B"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sum_once_takes_the_sum_over_k_out_of_lm_heads_loop(size: str, dtype: torch.dtype) -> None:
@@ -1610,12 +1655,15 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
 
 @pytest.mark.cuda
 @needs_triton
+@pytest.mark.parametrize("switch", ["SPIN", "MAILBOX"])
 @pytest.mark.parametrize("batch,prefetch", [(1, True), (3, False)], ids=["b1-prefetch", "b3"])
-def test_gpu_spin_in_a_watched_child_equals_eager_and_replays(batch: int, prefetch: bool) -> None:
+def test_gpu_spin_in_a_watched_child_equals_eager_and_replays(batch: int, prefetch: bool, switch: str) -> None:
     """The folded attention's SPIN (each head's attention taken by its last V block, which spins until the head's other
-    programs have counted in), bound by name as an A/B arm binds it, on the PDL methods' folded step at batch 1 (the
-    PREFETCH path, one batch block) and 3 (the gemv path, a block a row): eager's tokens, the graph's replay bit for
-    bit. A spin can hang the GPU, so the check runs in a child process under a watchdog (lab.run.childproc)."""
+    programs have counted in) and MAILBOX (the same program takes the head's rows from flagged words: no count-in),
+    bound by name as an A/B arm binds them, on the PDL methods' folded step at batch 1 (the PREFETCH path, one batch
+    block) and 3 (the gemv path, a block a row): eager's tokens, the graph's replay bit for bit, the counters and the
+    mailbox at zero after the steps. A spin can hang the GPU, so the check runs in a child process under a watchdog
+    (lab.run.childproc)."""
     from lab.run.childproc import run_child
     from lab.step.fused.step import pdl_supported
 
@@ -1625,10 +1673,10 @@ def test_gpu_spin_in_a_watched_child_equals_eager_and_replays(batch: int, prefet
     res = run_child("lab.step.fused.check:free_running_child",
                     {"model": "gpt2", "device": "cuda", "dtype": "float32", "batch": batch, "steps": 12,
                      "prompt_len": 16, "graph": True, "pdl": True, "prefetch": prefetch,
-                     "switches": {"ln_qkv": {"SPIN": 1}}}, timeout_s=240)
+                     "switches": {"ln_qkv": {switch: 1}}}, timeout_s=240)
     assert res.value is not None, res.describe()
     run = res.value
-    assert run["spin"] and run["fold"], run
+    assert run[switch.lower()] and run["fold"] and run["handover_zero"], run
     assert run["path"] == ("gemv-prefetch" if prefetch else "gemv"), run["path"]
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]

@@ -14,8 +14,8 @@ forced, PDL where the device has it) with changes, separated by ";":
   any constexpr of its kernel; lab.step.fused.step.with_switches), as a per-shape table in lab.step.fused.configs
   would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it; `KERNEL:maxnreg=R`, Triton's launch
   option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;
-  an arm that binds `ln_qkv:SPIN=1` (each head's attention taken by a program that spins until the head's other
-  programs have counted in: attention._fold_attention) can hang the GPU where a launch's programs do not start in the
+  an arm that binds `ln_qkv:SPIN=1` or `ln_qkv:MAILBOX=1` (each head's attention taken by a program that spins until
+  the head's other programs have counted in or left their rows: attention._fold_attention) can hang the GPU where a launch's programs do not start in the
   order of their ids, so the tool times it only in child processes (as `--processes`, one even where N is 1), each
   killed by a watchdog after `--watchdog-s` seconds;
 - `plan:OPTION=V`: how the plan is built (`PLAN_OPTIONS`, each a keyword of `step.prepare`): `plan:RESIDUAL_BF16=1`
@@ -369,7 +369,7 @@ def bytes_note(rows: dict[str, dict[str, Any]], left: dict[str, dict[str, int]],
     return lines
 
 
-HANGS = ("SPIN",)  # the switches with which a launch can hang the GPU (attention._fold_attention's SPIN spins)
+HANGS = ("SPIN", "MAILBOX")  # the switches with which a launch can hang the GPU (attention._fold_attention's spin)
 
 
 def can_hang(arms: list[Arm]) -> list[str]:
