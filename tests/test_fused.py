@@ -941,8 +941,9 @@ def test_ab_times_an_arm_that_can_hang_only_in_a_child_under_its_watchdog(monkey
     from lab.step.fused import ab
 
     assert ab.can_hang([ab.parse_arm("table"), ab.parse_arm("ln_qkv:SPIN=1;ln_qkv:LEAVE_OUT=16"),
-                        ab.parse_arm("ln_qkv:SPIN=0"), ab.parse_arm("all:SPIN=1")]) == [
-        "ln_qkv:SPIN=1;ln_qkv:LEAVE_OUT=16", "all:SPIN=1"]
+                        ab.parse_arm("ln_qkv:SPIN=0"), ab.parse_arm("all:SPIN=1"), ab.parse_arm("ln_qkv:MAILBOX=1"),
+                        ab.parse_arm("ln_qkv:MAILBOX=2")]) == [
+        "ln_qkv:SPIN=1;ln_qkv:LEAVE_OUT=16", "all:SPIN=1", "ln_qkv:MAILBOX=1"]  # MAILBOX=2 (counted) cannot hang
     seen: list[tuple[list[str], float]] = []
     real_child = ab._child
 
@@ -1330,13 +1331,16 @@ def test_spin_counts_in_without_waiting_for_the_answer_and_only_the_named_progra
 
 @needs_triton
 @pytest.mark.slow
+@pytest.mark.parametrize("value", [1, 2], ids=["named", "counted"])
 @pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.bfloat16), ("gpt2-1.5B", torch.float32),
                                          ("gpt2-1.5B", torch.bfloat16)])
-def test_mailbox_hands_over_without_a_fence_or_an_atomic_at_the_tables_occupancy(size: str, dtype: torch.dtype) -> None:
+def test_mailbox_hands_over_without_a_fence_at_the_tables_occupancy(size: str, dtype: torch.dtype, value: int) -> None:
     """attention._fold_attention's MAILBOX, compiled for sm_90 at the tiles GPT-2's fused-pdl-prefetch plan takes: the
-    table's build counts in with a GPU-scope fence and an atomic; with MAILBOX no instruction of the kernel fences or
-    is atomic: each program stores its words in 8-byte stores (its rows, then the named program's three rows zeroed),
-    the named program reads them with volatile 8-byte loads (L1 bypassed) until flagged; no spill, and the launch in as
+    table's build counts in with a GPU-scope fence and an atomic; with MAILBOX no instruction of the kernel fences:
+    each program stores its words in 8-byte stores (its rows, then the attending program's three rows zeroed), the
+    attending program reads them with volatile 8-byte loads (L1 bypassed) until flagged; named (1), no instruction is
+    atomic; counted (2), one relaxed atomic add (no fence before it, no L1 invalidation after); no spill, and the
+    launch in as
     many waves as the table's build (registers bound how many programs an SM holds: the new slot is one more step of
     the online softmax, not a tile broadcast over every chunk, which held 148 registers a thread at 1.5B bf16 against
     126, three programs an SM against four, 1.5 waves against 1.14; at 124M bf16, 107 against 90 still hold its 288
@@ -1352,7 +1356,7 @@ def test_mailbox_hands_over_without_a_fence_or_an_atomic_at_the_tables_occupancy
     plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
     [launch] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
     assert launch.meta.get("FOLD") and "MAILBOX" not in launch.meta, launch.meta  # folded; off unless bound
-    built = {on: aot.compile_launch(replace(launch, meta={**launch.meta, "MAILBOX": on})) for on in (0, 1)}
+    built = {on: aot.compile_launch(replace(launch, meta={**launch.meta, "MAILBOX": value * on})) for on in (0, 1)}
     regs = {}
     for on, c in built.items():
         regs[on], spill = aot.ptxas_usage(c.asm["ptx"])
@@ -1368,7 +1372,9 @@ def test_mailbox_hands_over_without_a_fence_or_an_atomic_at_the_tables_occupancy
            for on, text in code.items()}
     opcodes = {on: [w[1] if w[0].startswith("@") else w[0] for w in rows if w] for on, rows in ops.items()}
     assert "ATOMG.E.ADD.STRONG.GPU" in opcodes[0] and any(o.startswith("MEMBAR") for o in opcodes[0]), opcodes[0]
-    assert not [o for o in opcodes[1] if o.startswith(("ATOM", "REDG", "MEMBAR", "FENCE"))], opcodes[1]
+    assert not [o for o in opcodes[1] if o.startswith(("MEMBAR", "FENCE", "CCTL", "REDG"))], opcodes[1]
+    atomics = [o for o in opcodes[1] if o.startswith("ATOM")]
+    assert atomics == ([] if value == 1 else ["ATOMG.E.ADD.STRONG.GPU"]), atomics
     assert opcodes[1].count("STG.E.64") == 4, [o for o in opcodes[1] if o.startswith("STG")]  # put; q, K, V zeroed
     assert opcodes[1].count("LDG.E.64.STRONG.SYS") >= 3, [o for o in opcodes[1] if o.startswith("LDG")]  # the poll
 
@@ -1655,12 +1661,14 @@ def test_gpu_pdl_equals_eager_and_replays(gpt2_cuda, batch: int, prefetch: bool,
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("switch", ["SPIN", "MAILBOX"])
+@pytest.mark.parametrize("switch,value", [("SPIN", 1), ("MAILBOX", 1), ("MAILBOX", 2)],
+                         ids=["spin", "mailbox-named", "mailbox-counted"])
 @pytest.mark.parametrize("batch,prefetch", [(1, True), (3, False)], ids=["b1-prefetch", "b3"])
-def test_gpu_spin_in_a_watched_child_equals_eager_and_replays(batch: int, prefetch: bool, switch: str) -> None:
+def test_gpu_spin_in_a_watched_child_equals_eager_and_replays(batch: int, prefetch: bool, switch: str,
+                                                              value: int) -> None:
     """The folded attention's SPIN (each head's attention taken by its last V block, which spins until the head's other
-    programs have counted in) and MAILBOX (the same program takes the head's rows from flagged words: no count-in),
-    bound by name as an A/B arm binds them, on the PDL methods' folded step at batch 1 (the PREFETCH path, one batch
+    programs have counted in) and MAILBOX (the head's rows handed over in flagged words, no fence: taken by that named
+    program with no count-in, or by the last to count in with a relaxed atomic), bound by name as an A/B arm binds them, on the PDL methods' folded step at batch 1 (the PREFETCH path, one batch
     block) and 3 (the gemv path, a block a row): eager's tokens, the graph's replay bit for bit, the counters and the
     mailbox at zero after the steps. A spin can hang the GPU, so the check runs in a child process under a watchdog
     (lab.run.childproc)."""
@@ -1673,7 +1681,7 @@ def test_gpu_spin_in_a_watched_child_equals_eager_and_replays(batch: int, prefet
     res = run_child("lab.step.fused.check:free_running_child",
                     {"model": "gpt2", "device": "cuda", "dtype": "float32", "batch": batch, "steps": 12,
                      "prompt_len": 16, "graph": True, "pdl": True, "prefetch": prefetch,
-                     "switches": {"ln_qkv": {switch: 1}}}, timeout_s=240)
+                     "switches": {"ln_qkv": {switch: value}}}, timeout_s=240)
     assert res.value is not None, res.describe()
     run = res.value
     assert run[switch.lower()] and run["fold"] and run["handover_zero"], run

@@ -223,6 +223,17 @@ def case_fold_mailbox_first_slot_fp32_b1() -> dict[str, Any]:
 
 
 @case
+def case_fold_mailbox_counted_odd_b3() -> dict[str, Any]:
+    # MAILBOX=2: the words taken by the last program to count in (a relaxed atomic), not by a named one
+    return case_fold_odd_b3(switches={"ln_qkv": {"MAILBOX": 2}})
+
+
+@case
+def case_fold_mailbox_counted_first_slot_fp32_b1() -> dict[str, Any]:
+    return case_fold_odd_b3(switches={"ln_qkv": {"MAILBOX": 2}}, prompt_len=1, steps=4, batch=1)
+
+
+@case
 def case_fold_mailbox_head_major_odd_b3() -> dict[str, Any]:
     with _measured(C.HEAD_MAJOR, ("float32", 48)):
         return case_fold_odd_b3(switches={"ln_qkv": {"MAILBOX": 1}})
@@ -405,6 +416,15 @@ def case_fold_mailbox_bf16_b1() -> dict[str, Any]:
     from lab.step.fused.check import parse_configs
 
     return _forced(1, prefetch=True, fold=True, switches={"ln_qkv": {"MAILBOX": 1}},
+                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
+                              **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
+def case_fold_mailbox_counted_bf16_b1() -> dict[str, Any]:
+    from lab.step.fused.check import parse_configs
+
+    return _forced(1, prefetch=True, fold=True, switches={"ln_qkv": {"MAILBOX": 2}},
                    overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
                               **parse_configs("{" + FOLD_QKV + "}")})
 
@@ -769,7 +789,8 @@ FP32_CASES = {  # case -> (path, batch)
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
     "fold-mailbox-odd-b3": ("gemv", 3), "fold-mailbox-head-major-odd-b3": ("gemv", 3),
-    "fold-mailbox-first-slot-fp32-b1": ("gemv", 1),
+    "fold-mailbox-first-slot-fp32-b1": ("gemv", 1), "fold-mailbox-counted-odd-b3": ("gemv", 3),
+    "fold-mailbox-counted-first-slot-fp32-b1": ("gemv", 1),
     "fold-head-major-odd-b3": ("gemv", 3), "fold-head-major-switched-fp32-b1": ("gemv-prefetch", 1),
     "lm-sum-once-odd": ("gemv", 3), "argmax-fold-odd": ("gemv", 3), "fold-argmax-fold-fp32-b1": ("gemv-prefetch", 1),
 }
@@ -779,7 +800,8 @@ BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch",
               "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1),
               "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1),
               "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1),
-              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1), "fold-mailbox-bf16-b1": ("gemv-prefetch", 1)}
+              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1), "fold-mailbox-bf16-b1": ("gemv-prefetch", 1),
+              "fold-mailbox-counted-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run

@@ -14,8 +14,9 @@ forced, PDL where the device has it) with changes, separated by ";":
   any constexpr of its kernel; lab.step.fused.step.with_switches), as a per-shape table in lab.step.fused.configs
   would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it; `KERNEL:maxnreg=R`, Triton's launch
   option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;
-  an arm that binds `ln_qkv:SPIN=1` or `ln_qkv:MAILBOX=1` (each head's attention taken by a program that spins until
-  the head's other programs have counted in or left their rows: attention._fold_attention) can hang the GPU where a launch's programs do not start in the
+  an arm that binds `ln_qkv:SPIN=1` or `ln_qkv:MAILBOX=1` (each head's attention taken by a program named in advance,
+  which spins until the head's other programs have counted in or left their rows: attention._fold_attention; not
+  `MAILBOX=2`, whose last program to count in waits only for words already issued) can hang the GPU where a launch's programs do not start in the
   order of their ids, so the tool times it only in child processes (as `--processes`, one even where N is 1), each
   killed by a watchdog after `--watchdog-s` seconds;
 - `plan:OPTION=V`: how the plan is built (`PLAN_OPTIONS`, each a keyword of `step.prepare`): `plan:RESIDUAL_BF16=1`
@@ -369,13 +370,14 @@ def bytes_note(rows: dict[str, dict[str, Any]], left: dict[str, dict[str, int]],
     return lines
 
 
-HANGS = ("SPIN", "MAILBOX")  # the switches with which a launch can hang the GPU (attention._fold_attention's spin)
+# the switches, and their values, with which a launch can hang the GPU (attention._fold_attention's named program)
+HANGS = {"SPIN": (1,), "MAILBOX": (1,)}
 
 
 def can_hang(arms: list[Arm]) -> list[str]:
-    """The labels of the arms that bind a switch of HANGS (on any kernel): those the tool times only in child
-    processes under its watchdog."""
-    return [a.label for a in arms if any(v and k in HANGS for sw in a.switches.values() for k, v in sw.items())]
+    """The labels of the arms that bind a switch of HANGS at a value that can hang (on any kernel): those the tool
+    times only in child processes under its watchdog."""
+    return [a.label for a in arms if any(v in HANGS.get(k, ()) for sw in a.switches.values() for k, v in sw.items())]
 
 
 def _child(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
@@ -386,7 +388,8 @@ def _child(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return -9, "", (f"killed by the watchdog after {timeout_s:g} s (an arm that binds "
-                        f"{' or '.join(HANGS)} can hang the GPU: --watchdog-s sets the limit)")
+                        f"{' or '.join(f'{k}={v[0]}' for k, v in HANGS.items())} can hang the GPU: --watchdog-s sets "
+                        "the limit)")
     return done.returncode, done.stdout, done.stderr
 
 

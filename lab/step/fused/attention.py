@@ -198,6 +198,18 @@ def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constex
                 _l2_prefetch(cache_ptr + B * H * L * DH + at, size)  # V: cache[1, b, h, :reached]
 
 
+@triton.jit
+def _online(m, den, num, k, v, q, valid, scale):
+    """One chunk of the folded attention's online softmax: the running max `m`, sum `den` and weighted sum `num` [BD]
+    after the chunk's keys `k` and values `v` [BS, BD] (fp32) for the query `q` [BD], its slots `valid` [BS] (at least
+    one: the max stays finite)."""
+    scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
+    m_new = tl.maximum(m, tl.max(scores, axis=0))
+    alpha = tl.exp(m - m_new)
+    p = tl.where(valid, tl.exp(scores - m_new), 0.0)
+    return m_new, den * alpha + tl.sum(p, axis=0), num * alpha + tl.sum(p[:, None] * v, axis=0)
+
+
 _FULL = tl.constexpr(1 << 32)  # a MAILBOX word's flag (bit 32; the value's fp32 bits are bits 0-31)
 _LOW = tl.constexpr(0xFFFFFFFF)
 
@@ -248,7 +260,7 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
                     H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
                     BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
                     KV_AT_ONCE: tl.constexpr = False, SPIN: tl.constexpr = False, mail_ptr=None,
-                    MAILBOX: tl.constexpr = False):
+                    MAILBOX: tl.constexpr = 0):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
     for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
     divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
@@ -289,13 +301,18 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     (an A/B arm's `ln_qkv:SPIN=1`); Triton's interpreter runs the programs in the order of their ids, so there the
     named program finds every other counted in.
 
-    MAILBOX: no count-in at all. Every program has also put its rows in mail_ptr (`_mail_put`: value and flag in one
-    8-byte word) and leaves, with no CTA barrier, fence or atomic; the head's last V block, named in advance as with
-    SPIN, takes the head's q, K and V rows from there once all are flagged (`_mail_take`: it reads them, as it would
-    have read q and the new slot's K and V, until every word is flagged), zeroes their words and attends: the slot this
-    launch writes from the mailbox, the earlier slots from the cache (written by earlier launches). The same values:
-    the words hold q as the q workspace does and K and V as the cache does. It can hang as SPIN can, and runs where
-    SPIN does.
+    MAILBOX: every program has also put its rows in mail_ptr (`_mail_put`: value and flag in one 8-byte word), so no
+    fence orders its stores before the hand-over: the program that attends takes the head's q, K and V rows from there
+    once all are flagged (`_mail_take`: it reads them, as it would have read q and the new slot's K and V, until every
+    word is flagged), zeroes their words and attends: the earlier slots from the cache (written by earlier launches),
+    then the slot this launch writes from the mailbox, as one
+    more step of the online softmax (the same values as the cache's up to the order of the sums: the words hold q as
+    the q workspace does and K and V as the cache does). Which program attends:
+    - MAILBOX=1, named: the head's last V block, as with SPIN; every other program leaves after its words, with no CTA
+      barrier, count-in or atomic. It can hang as SPIN can, and runs where SPIN does.
+    - MAILBOX=2, counted: the last to count in, as without it, but the count-in is a relaxed atomic after a CTA barrier
+      (no release fence: the words carry their own flags). Every program that counts in has issued its words, so the
+      one that attends waits at most for their flight to L2: it cannot hang.
 
     LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends
     no further (att is not written), so that the A/B tool can time what the attention after the count-in costs. With
@@ -306,8 +323,14 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     row, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
     counter = heads_ptr + bb * H + h
     others: tl.constexpr = 3 * (DH // BN) - 1  # the head's programs (of this batch block) but one
-    if MAILBOX:
+    if MAILBOX == 1:
         attends = row == 2 * E + h * DH + DH - BN  # the head's last V block: named in advance
+    elif MAILBOX:  # 2: counted in, relaxed (the words carry their own flags): the last to count in attends
+        tl.debug_barrier()  # every thread of the program has issued its words before one thread counts it in
+        seen = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
+        attends = seen == others
+        if attends:
+            tl.store(counter, 0)
     elif SPIN:
         tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
         attends = row == 2 * E + h * DH + DH - BN  # the head's last V block: named in advance
@@ -342,13 +365,13 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
             for i in tl.static_range(BB):
                 b = bb * BB + i
                 if b < B:
+                    m = tl.full([], float("-inf"), tl.float32)
+                    den = tl.full([], 0.0, tl.float32)
+                    num = tl.zeros([BD], dtype=tl.float32)
                     if MAILBOX:  # q, and K and V of the slot this launch writes (slot pos, where pos < L)
                         q, k_new, v_new = _mail_take(mail_ptr, b, h, d, d_mask, E, DH)
                     else:
                         q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
-                    m = tl.full([], float("-inf"), tl.float32)
-                    den = tl.full([], 0.0, tl.float32)
-                    num = tl.zeros([BD], dtype=tl.float32)
                     s0 = 0
                     while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)
                         slot = s0 + tl.arange(0, BS)
@@ -360,13 +383,7 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
                                     cache_modifier=".cg").to(tl.float32)
                         if KV_AT_ONCE:  # always k: the select only makes the scores wait for V's loads too
                             k = tl.where(pos >= 0, k, v)
-                        scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
-                        m_new = tl.maximum(m, tl.max(scores, axis=0))  # finite: every chunk holds a reached slot
-                        alpha = tl.exp(m - m_new)
-                        p = tl.where(valid, tl.exp(scores - m_new), 0.0)
-                        den = den * alpha + tl.sum(p, axis=0)
-                        num = num * alpha + tl.sum(p[:, None] * v, axis=0)
-                        m = m_new
+                        m, den, num = _online(m, den, num, k, v, q, valid, scale)
                         s0 += BS
                     if MAILBOX:
                         if pos < L:  # slot pos, from the mailbox: one more step of the online softmax

@@ -217,7 +217,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
                   EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False,
-                  POS_AT_ONCE: tl.constexpr = False, SPIN: tl.constexpr = False, MAILBOX: tl.constexpr = False):
+                  POS_AT_ONCE: tl.constexpr = False, SPIN: tl.constexpr = False, MAILBOX: tl.constexpr = 0):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -258,11 +258,12 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     have counted in; they count in without waiting for the atomic's answer (attention._fold_attention). It can hang
     where the GPU does not start programs in the order of their ids: off unless bound.
 
-    MAILBOX (with FOLD): the hand-over without a count-in: each program also stores its rows, each value with a flag in
-    one 8-byte word, in mail_ptr (int64 [B, 3E], every word zero between launches), and leaves; each head's last V
-    block takes the head's q, K and V rows from there once every word is flagged, zeroes them and attends
-    (attention._mail_put, _mail_take). No program fences, counts in or waits for an atomic. It can hang as SPIN can:
-    off unless bound. Without FOLD and MAILBOX, mail_ptr is not read.
+    MAILBOX (with FOLD): the hand-over without a fence: each program also stores its rows, each value with a flag in
+    one 8-byte word, in mail_ptr (int64 [B, 3E], every word zero between launches); the program that attends takes
+    the head's q, K and V rows from there once every word is flagged, zeroes them and attends (attention._mail_put,
+    _mail_take, _fold_attention): at 1 the head's last V block, named in advance (no count-in; it can hang as SPIN
+    can), at 2 the last to count in with a relaxed atomic (it cannot hang). Off unless bound. Without FOLD and MAILBOX,
+    mail_ptr is not read.
     """
     pos, out = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr,
                        c1_ptr, c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL,
