@@ -369,10 +369,25 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
                     den = tl.full([], 0.0, tl.float32)
                     num = tl.zeros([BD], dtype=tl.float32)
                     if MAILBOX:  # q, and K and V of the slot this launch writes (slot pos, where pos < L)
+                        # the first chunk's K and V asked for before the words are taken (they need nothing of this
+                        # launch), so that their round trip and the words' overlap
+                        first = (b * H + h) * L * DH + tl.arange(0, BS)[:, None] * DH + d[None, :]
+                        first_mask = (tl.arange(0, BS) < reached)[:, None] & d_mask[None, :]
+                        k_first = tl.load(cache_ptr + first, mask=first_mask, other=0.0, cache_modifier=".cg")
+                        v_first = tl.load(cache_ptr + B * H * L * DH + first, mask=first_mask, other=0.0,
+                                          cache_modifier=".cg")
                         q, k_new, v_new = _mail_take(mail_ptr, b, h, d, d_mask, E, DH)
+                        s0 = 0
+                        if reached > 0:  # the first chunk, peeled off the loop: its tiles held across the take only
+                            kf = k_first.to(tl.float32)
+                            vf = v_first.to(tl.float32)
+                            if KV_AT_ONCE:
+                                kf = tl.where(pos >= 0, kf, vf)
+                            m, den, num = _online(m, den, num, kf, vf, q, tl.arange(0, BS) < reached, scale)
+                            s0 = BS
                     else:
                         q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
-                    s0 = 0
+                        s0 = 0
                     while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)
                         slot = s0 + tl.arange(0, BS)
                         valid = slot < reached
