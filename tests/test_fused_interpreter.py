@@ -192,7 +192,7 @@ def case_fold_fp32_b1() -> dict[str, Any]:  # the attention folded into ln_qkv's
 
 
 @case
-def case_fold_odd_b3(batch: int = 3, **kw: Any) -> dict[str, Any]:
+def case_fold_odd_b3() -> dict[str, Any]:
     # folded over odd shapes: heads 12 wide (BN 4, three programs a part), batch blocks of 2 rows (the second half
     # masked), and the reached slots in chunks of 8 (a 20-token prompt: three chunks, the last partial), so the
     # online softmax carries across chunks
@@ -202,41 +202,10 @@ def case_fold_odd_b3(batch: int = 3, **kw: Any) -> dict[str, Any]:
     real = C.fold_slots
     C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
     try:
-        return _free("odd", batch, steps=kw.pop("steps", 2), prompt_len=kw.pop("prompt_len", 20), sms=4, fold=True,
-                     overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'), **kw)
+        return _free("odd", 3, steps=2, prompt_len=20, sms=4, fold=True,
+                     overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'))
     finally:
         C.fold_slots = real  # type: ignore[assignment]
-
-
-@case
-def case_fold_mailbox_odd_b3() -> dict[str, Any]:
-    # case_fold_odd_b3 with MAILBOX (each head's rows handed to its last V block in flagged words, no count-in): the
-    # earlier slots from the cache over three chunks, the new one from the mailbox; two batch blocks
-    return case_fold_odd_b3(switches={"ln_qkv": {"MAILBOX": 1}})
-
-
-@case
-def case_fold_mailbox_first_slot_fp32_b1() -> dict[str, Any]:
-    # MAILBOX at position 0 on (a one-token prompt): no earlier slot, the first step's attention is the mailbox's slot
-    # alone; then the next steps, one earlier slot more each
-    return case_fold_odd_b3(switches={"ln_qkv": {"MAILBOX": 1}}, prompt_len=1, steps=4, batch=1)
-
-
-@case
-def case_fold_mailbox_counted_odd_b3() -> dict[str, Any]:
-    # MAILBOX=2: the words taken by the last program to count in (a relaxed atomic), not by a named one
-    return case_fold_odd_b3(switches={"ln_qkv": {"MAILBOX": 2}})
-
-
-@case
-def case_fold_mailbox_counted_first_slot_fp32_b1() -> dict[str, Any]:
-    return case_fold_odd_b3(switches={"ln_qkv": {"MAILBOX": 2}}, prompt_len=1, steps=4, batch=1)
-
-
-@case
-def case_fold_mailbox_head_major_odd_b3() -> dict[str, Any]:
-    with _measured(C.HEAD_MAJOR, ("float32", 48)):
-        return case_fold_odd_b3(switches={"ln_qkv": {"MAILBOX": 1}})
 
 
 @case
@@ -283,16 +252,13 @@ def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16:
         plans[1] = (S.with_switches(plans[1], switches) if change is None else
                     change(plans[1], lambda: S.prepare(states[1], w, sms=4, fold=True, overrides=odd, prefetch=prefetch)))
         out: dict[str, Any] = {"fold": [p.fold for p in plans], "prefetch": [p.prefetch for p in plans],
-                               "identical": [], "heads_zero": [],
-                               "bound": [sorted(f"{x.name}:{k}" for x in p.launches for k in
-                                                ("KV_AT_ONCE", "POS_AT_ONCE", "RES_AT_ONCE", "SPIN", "HEAD_MAJOR")
-                                                if x.meta.get(k)) for p in plans]}
+                               "identical": [], "bound": [sorted(f"{x.name}:{k}" for x in p.launches for k in
+                                                                 ("KV_AT_ONCE", "POS_AT_ONCE", "RES_AT_ONCE") if x.meta.get(k))
+                                                          for p in plans]}
         for _ in range(3):
             logits = [p().clone() for p in plans]
             out["identical"].append(torch.equal(logits[0], logits[1]) and all(
                 torch.equal(a, b) for a, b in zip(states[0].buffers().values(), states[1].buffers().values())))
-            # every head's counter back at zero after the step (the next launch counts in from zero)
-            out["heads_zero"].append([bool((p.workspace.heads == 0).all()) for p in plans])
         return out
     finally:
         C.fold_slots = real  # type: ignore[assignment]
@@ -318,19 +284,6 @@ def case_prefetch_at_once_exact() -> dict[str, Any]:
 @case
 def case_prefetch_at_once_bf16_exact() -> dict[str, Any]:
     return _with_and_without(AT_ONCE, prefetch=True, bf16=True)
-
-
-@case
-def case_fold_spin_exact() -> dict[str, Any]:
-    # the folded attention's SPIN (each head's attention taken by its last V block, which waits for the head's other
-    # programs to count in; they count in without reading the atomic's answer), in the q-K-V order over two batch blocks
-    return _with_and_without({"ln_qkv": {"SPIN": 1}}, prefetch=False)
-
-
-@case
-def case_prefetch_spin_head_major_bf16_exact() -> dict[str, Any]:
-    # SPIN on the PREFETCH path in bf16, the programs head by head (the named program last of its head's block)
-    return _with_and_without({"ln_qkv": {"SPIN": 1, "HEAD_MAJOR": 1}}, prefetch=True, bf16=True)
 
 
 @case
@@ -408,25 +361,6 @@ def case_fold_bf16_b1() -> dict[str, Any]:
 
     return _forced(1, prefetch=True, fold=True, overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
                                                            **parse_configs("{" + FOLD_QKV + "}")})
-
-
-@case
-def case_fold_mailbox_bf16_b1() -> dict[str, Any]:
-    # MAILBOX in bf16: K and V in the mailbox as the cache holds them (rounded to bf16), q in fp32
-    from lab.step.fused.check import parse_configs
-
-    return _forced(1, prefetch=True, fold=True, switches={"ln_qkv": {"MAILBOX": 1}},
-                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
-                              **parse_configs("{" + FOLD_QKV + "}")})
-
-
-@case
-def case_fold_mailbox_counted_bf16_b1() -> dict[str, Any]:
-    from lab.step.fused.check import parse_configs
-
-    return _forced(1, prefetch=True, fold=True, switches={"ln_qkv": {"MAILBOX": 2}},
-                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
-                              **parse_configs("{" + FOLD_QKV + "}")})
 
 
 @case
@@ -788,9 +722,6 @@ FP32_CASES = {  # case -> (path, batch)
     "gemm-fp32-b8": ("gemm", 8), "gemm-fp32-b1": ("gemm", 1), "gemm-odd-b9": ("gemm", 9),
     "gemm-forms-fp32-b8": ("gemm", 8), "persistent-fp32-b1": ("gemv", 1), "persistent-stepped-odd-b3": ("gemv", 3),
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
-    "fold-mailbox-odd-b3": ("gemv", 3), "fold-mailbox-head-major-odd-b3": ("gemv", 3),
-    "fold-mailbox-first-slot-fp32-b1": ("gemv", 1), "fold-mailbox-counted-odd-b3": ("gemv", 3),
-    "fold-mailbox-counted-first-slot-fp32-b1": ("gemv", 1),
     "fold-head-major-odd-b3": ("gemv", 3), "fold-head-major-switched-fp32-b1": ("gemv-prefetch", 1),
     "lm-sum-once-odd": ("gemv", 3), "argmax-fold-odd": ("gemv", 3), "fold-argmax-fold-fp32-b1": ("gemv-prefetch", 1),
 }
@@ -800,8 +731,7 @@ BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch",
               "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1),
               "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1),
               "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1),
-              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1), "fold-mailbox-bf16-b1": ("gemv-prefetch", 1),
-              "fold-mailbox-counted-bf16-b1": ("gemv-prefetch", 1)}
+              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -826,8 +756,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert run["evict"] == ("evict" in name), run  # configs.EVICT_FIRST: likewise
     assert run["sum_once"] == ("sum-once" in name), run  # lm_head's SUM_ONCE, bound by name
     assert run.get("argmax_fold", False) == ("argmax-fold" in name), run  # configs.ARGMAX_FOLD binds none: by name
-    assert run.get("mailbox", False) == ("mailbox" in name), run  # MAILBOX: bound by name only
-    assert run.get("handover_zero", True), run  # a folding plan's counters and mailbox at zero after its steps
+    assert run.get("heads_zero", True), run  # a folding plan's heads' counters at zero after its steps
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name
@@ -852,7 +781,6 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     assert r["sum_once"] == ("sum-once" in name), r
     assert r["residual"] == ("bfloat16" if "residual" in name else "float32"), r
     assert r["argmax_fold"] == ("argmax-fold" in name), r
-    assert r["mailbox"] == ("mailbox" in name), r
     assert r["kernels_per_step"] == launches_per_step(r, r["n_layer"]), r
     assert all(r["bookkeeping_ok"]), r
     for err, scale in zip(r["fused_err"], r["scale"]):
@@ -917,20 +845,6 @@ def test_kv_at_once_leaves_the_folded_step_bit_for_bit_as_it_was(worker: Worker)
     assert got["fold"] == [True, True] and got["prefetch"] == [False, False], got
     assert got["bound"] == [[], ["ln_qkv:KV_AT_ONCE"] * 2], got  # layer 0's ln_qkv (it embeds) and layer 1's
     assert got["identical"] == [True] * 3, got
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name,order", [("fold-spin-exact", []),
-                                        ("prefetch-spin-head-major-bf16-exact", ["ln_qkv:HEAD_MAJOR"] * 2)])
-def test_spin_leaves_the_folded_step_bit_for_bit_as_it_was_and_its_counters_at_zero(worker: Worker, name: str,
-                                                                                    order: list[str]) -> None:
-    """SPIN names each head's attending program in advance (its last V block) instead of whichever counts in last:
-    the same values, bit for bit, step after step, and every head's counter zero after each step."""
-    got = worker.run(name)
-    assert got["fold"] == [True, True], got
-    assert got["bound"] == [[], order + ["ln_qkv:SPIN"] * 2], got  # layer 0's ln_qkv (it embeds) and layer 1's
-    assert got["identical"] == [True] * 3, got
-    assert got["heads_zero"] == [[True, True]] * 3, got
 
 
 @pytest.mark.slow

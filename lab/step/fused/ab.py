@@ -14,11 +14,6 @@ forced, PDL where the device has it) with changes, separated by ";":
   any constexpr of its kernel; lab.step.fused.step.with_switches), as a per-shape table in lab.step.fused.configs
   would bind it; `all:SWITCH=V` binds it on every launch whose kernel has it; `KERNEL:maxnreg=R`, Triton's launch
   option, caps a thread's registers (ptxas spills beyond the cap) so that more of the kernel's programs fit an SM;
-  an arm that binds `ln_qkv:SPIN=1` or `ln_qkv:MAILBOX=1` (each head's attention taken by a program named in advance,
-  which spins until the head's other programs have counted in or left their rows: attention._fold_attention; not
-  `MAILBOX=2`, whose last program to count in waits only for words already issued) can hang the GPU where a launch's programs do not start in the
-  order of their ids, so the tool times it only in child processes (as `--processes`, one even where N is 1), each
-  killed by a watchdog after `--watchdog-s` seconds;
 - `plan:OPTION=V`: how the plan is built (`PLAN_OPTIONS`, each a keyword of `step.prepare`): `plan:RESIDUAL_BF16=1`
   the residual stream in bf16 (`residual=torch.bfloat16`; bf16 weights only), not fp32: half the bytes every program
   reads after its wait (6-8% slower on an H100: docs/fused-step.md item 25); `plan:ARGMAX_FOLD=1` the argmax taken by lm_head's
@@ -370,38 +365,21 @@ def bytes_note(rows: dict[str, dict[str, Any]], left: dict[str, dict[str, int]],
     return lines
 
 
-# the switches, and their values, with which a launch can hang the GPU (attention._fold_attention's named program)
-HANGS = {"SPIN": (1,), "MAILBOX": (1,)}
-
-
-def can_hang(arms: list[Arm]) -> list[str]:
-    """The labels of the arms that bind a switch of HANGS at a value that can hang (on any kernel): those the tool
-    times only in child processes under its watchdog."""
-    return [a.label for a in arms if any(v in HANGS.get(k, ()) for sw in a.switches.values() for k, v in sw.items())]
-
-
-def _child(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    """One process of `--processes`: this tool with `argv`, its exit status, standard output and error; killed by the
-    watchdog after `timeout_s` (exit status None then: -9 here, and the last line says so)."""
-    try:
-        done = subprocess.run([sys.executable, "-m", "lab.step.fused.ab", *argv], capture_output=True, text=True,
-                              timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return -9, "", (f"killed by the watchdog after {timeout_s:g} s (an arm that binds "
-                        f"{' or '.join(f'{k}={v[0]}' for k, v in HANGS.items())} can hang the GPU: --watchdog-s sets "
-                        "the limit)")
+def _child(argv: list[str]) -> tuple[int, str, str]:
+    """One process of `--processes`: this tool with `argv`, its exit status, standard output and error."""
+    done = subprocess.run([sys.executable, "-m", "lab.step.fused.ab", *argv], capture_output=True, text=True)
     return done.returncode, done.stdout, done.stderr
 
 
 def _processes(args: argparse.Namespace, arms: list[Arm]) -> int:
     """`--processes N`: the A/B in N fresh processes, one after another, judged over all of them (`summary_over`)."""
     argv = ["--size", args.size, "--dtype", args.dtype, "--batch", str(args.batch), "--rounds", str(args.rounds),
-            "--rep-ms", str(args.rep_ms), "--child", *([] if args.control else ["--no-control"]), *args.arms]
+            "--rep-ms", str(args.rep_ms), *([] if args.control else ["--no-control"]), *args.arms]
     runs: list[dict[str, list[list[float]]]] = []
     copies: list[float] = []  # each process's copy rate (where an arm is a bound)
     head, meta = "", {}
     for i in range(args.processes):
-        rc, out, err = _child(["--shift", str(i), *argv], args.watchdog_s)
+        rc, out, err = _child(["--shift", str(i), *argv])
         line = next((x for x in out.splitlines() if x.startswith("AB ")), None)
         if rc != 0 or line is None:
             last = (err.strip().splitlines() or out.strip().splitlines() or ["no output"])[-1]
@@ -465,11 +443,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="run the A/B in this many fresh processes and judge the arms over all of them")
     p.add_argument("--no-control", dest="control", action="store_false",
                    help="time no second plan of the first arm (the A/A against which the arms are judged)")
-    p.add_argument("--watchdog-s", type=float, default=600.0,
-                   help="kill a process of the A/B after this many seconds (arms that bind SPIN, which can hang the "
-                        "GPU, run only in such a process, even with --processes 1)")
     p.add_argument("--shift", type=int, default=0, help=argparse.SUPPRESS)  # --processes: the i-th starts at arm i
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # a process of --processes
     p.add_argument("arms", nargs="+", metavar="ARM", help="table | KERNEL.FIELD=V;KERNEL:SWITCH=V;...")
     args = p.parse_args(argv)
     try:
@@ -481,11 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m lab.step.fused.ab: an arm is given twice", file=sys.stderr)
         return 2
     arms = with_control(arms) if args.control else arms
-    if args.batch < 1 or args.rounds < 1 or args.rep_ms < 1 or args.processes < 1 or args.watchdog_s <= 0:
-        print("python -m lab.step.fused.ab: --batch, --rounds, --rep-ms, --processes and --watchdog-s must be positive",
+    if args.batch < 1 or args.rounds < 1 or args.rep_ms < 1 or args.processes < 1:
+        print("python -m lab.step.fused.ab: --batch, --rounds, --rep-ms and --processes must be positive",
               file=sys.stderr)
         return 2
-    if args.processes > 1 or (can_hang(arms) and not args.child):  # a launch that can hang: in a child, watched
+    if args.processes > 1:
         return _processes(args, arms)
     if not torch.cuda.is_available():
         print("lab.step.fused.ab needs a CUDA device (none visible)", file=sys.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.grid import _wait
 from lab.step.fused.rows import _ATTEND, _FENCE, _INPUT, _made, _pdl_launch, _pdl_wait, _stored
 
 
@@ -199,68 +198,10 @@ def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constex
 
 
 @triton.jit
-def _online(m, den, num, k, v, q, valid, scale):
-    """One chunk of the folded attention's online softmax: the running max `m`, sum `den` and weighted sum `num` [BD]
-    after the chunk's keys `k` and values `v` [BS, BD] (fp32) for the query `q` [BD], its slots `valid` [BS] (at least
-    one: the max stays finite)."""
-    scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
-    m_new = tl.maximum(m, tl.max(scores, axis=0))
-    alpha = tl.exp(m - m_new)
-    p = tl.where(valid, tl.exp(scores - m_new), 0.0)
-    return m_new, den * alpha + tl.sum(p, axis=0), num * alpha + tl.sum(p[:, None] * v, axis=0)
-
-
-_FULL = tl.constexpr(1 << 32)  # a MAILBOX word's flag (bit 32; the value's fp32 bits are bits 0-31)
-_LOW = tl.constexpr(0xFFFFFFFF)
-
-
-@triton.jit
-def _mail_put(pid, mail_ptr, out, B, NBB, E: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
-              HEAD_MAJOR: tl.constexpr, KV_TY: tl.constexpr):
-    """MAILBOX (the folded ln_qkv): task `pid`'s rows `out` [BB, BN] into mail_ptr (int64 [B, 3E]), each value as the
-    attention reads it (q in fp32, as the q workspace holds it; K and V rounded to the cache's dtype, KV_TY, then
-    widened back) in bits 0-31 of one word and the flag in bit 32: a single 8-byte store, so a reader sees the value
-    and its flag together or neither, with no fence. `_mail_take` zeroes the words again."""
-    pid_n = pid // NBB
-    b = (pid % NBB) * BB + tl.arange(0, BB)
-    row, _ = _qkv_block_row(pid_n, E, DH, BN, HEAD_MAJOR)
-    n = row + tl.arange(0, BN)
-    value = tl.where((n < E)[None, :], out, out.to(KV_TY).to(tl.float32))
-    word = (value.to(tl.int32, bitcast=True).to(tl.int64) & _LOW) | _FULL
-    tl.store(mail_ptr + b[:, None] * 3 * E + n[None, :], word, mask=(b < B)[:, None] & (n < 3 * E)[None, :])
-
-
-@triton.jit
-def _mail_open(word):
-    """A MAILBOX word's value (its low 32 bits, an fp32's bits)."""
-    return (word & _LOW).to(tl.int32).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _mail_take(mail_ptr, b, h, d, d_mask, E: tl.constexpr, DH: tl.constexpr):
-    """MAILBOX: batch row b's q, K and V rows of head h [BD each] from mail_ptr, once every word of them is flagged
-    (volatile reads, L1 bypassed, until they are); then their words zeroed for the next launch. (q, k, v) in fp32."""
-    at = mail_ptr + b * 3 * E + h * DH + d
-    mq = tl.load(at, mask=d_mask, other=_FULL, volatile=True)
-    mk = tl.load(at + E, mask=d_mask, other=_FULL, volatile=True)
-    mv = tl.load(at + 2 * E, mask=d_mask, other=_FULL, volatile=True)
-    while tl.min(((mq & mk & mv) >> 32).to(tl.int32), axis=0) == 0:  # a word not flagged yet: read them again
-        mq = tl.load(at, mask=d_mask, other=_FULL, volatile=True)
-        mk = tl.load(at + E, mask=d_mask, other=_FULL, volatile=True)
-        mv = tl.load(at + 2 * E, mask=d_mask, other=_FULL, volatile=True)
-    zero = tl.zeros_like(mq)
-    tl.store(at, zero, mask=d_mask)
-    tl.store(at + E, zero, mask=d_mask)
-    tl.store(at + 2 * E, zero, mask=d_mask)
-    return _mail_open(mq), _mail_open(mk), _mail_open(mv)
-
-
-@triton.jit
 def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
                     H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
                     BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                    KV_AT_ONCE: tl.constexpr = False, SPIN: tl.constexpr = False, mail_ptr=None,
-                    MAILBOX: tl.constexpr = 0):
+                    KV_AT_ONCE: tl.constexpr = False):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
     for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
     divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
@@ -288,106 +229,35 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     between threads). The values are the same; the cost is one select a value and the registers that hold K and V at
     once (GPT-2 124M bf16: 128 a thread against 90).
 
-    SPIN: the head's attention is taken by one program named in advance, the head's last V block (for its batch
-    block: the head's highest program id), not by whichever counts in last. Every other program of the head counts in
-    with a release add whose answer it does not read (a reduction: it leaves without waiting for the atomic's round
-    trip), and the named one, once its own rows are stored, spins on the counter until the others have counted in
-    (lab.step.fused.grid._wait: volatile reads, then an acquire), zeroes it and attends. So no program but the named
-    one waits on the counter, where now every one waits for its atomic's answer before it may leave: at 1.5B, where
-    ln_qkv runs in more than one wave, the next wave's programs wait for those answers (docs/fused-step.md item 30).
-    The named program's head blocks all have lower ids: the GPU starts a launch's programs in the order of their ids,
-    so they are resident or done when it spins. CUDA does not promise that order, so a plan that binds SPIN can hang
-    the GPU where it does not hold, and the lab runs it only in a child process with a watchdog. Off unless bound
-    (an A/B arm's `ln_qkv:SPIN=1`); Triton's interpreter runs the programs in the order of their ids, so there the
-    named program finds every other counted in.
-
-    MAILBOX: every program has also put its rows in mail_ptr (`_mail_put`: value and flag in one 8-byte word), so no
-    fence orders its stores before the hand-over: the program that attends takes the head's q, K and V rows from there
-    once all are flagged (`_mail_take`: it reads them, as it would have read q and the new slot's K and V, until every
-    word is flagged), zeroes their words and attends: the earlier slots from the cache (written by earlier launches),
-    then the slot this launch writes from the mailbox, as one
-    more step of the online softmax (the same values as the cache's up to the order of the sums: the words hold q as
-    the q workspace does and K and V as the cache does). Which program attends:
-    - MAILBOX=1, named: the head's last V block, as with SPIN; every other program leaves after its words, with no CTA
-      barrier, count-in or atomic. It can hang as SPIN can, and runs where SPIN does.
-    - MAILBOX=2, counted: the last to count in, as without it, but the count-in is a relaxed atomic after a CTA barrier
-      (no release fence: the words carry their own flags). Every program that counts in has issued its words, so the
-      one that attends waits at most for their flight to L2: it cannot hang.
-
     LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends
     no further (att is not written), so that the A/B tool can time what the attention after the count-in costs. With
     Stage.FENCE also (timing only: the hand-over is then unordered) the count-in's atomic is relaxed: no release fence
-    before it, no acquire after, so that the A/B tool can time what the fence costs apart from the atomic's answer.
+    before it, no acquire after, so that the A/B tool can time what the fence costs apart from the atomic's answer
+    (docs/fused-step.md item 31).
     """
     bb = pid % NBB
-    row, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
+    _, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
+    tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
     counter = heads_ptr + bb * H + h
-    others: tl.constexpr = 3 * (DH // BN) - 1  # the head's programs (of this batch block) but one
-    if MAILBOX == 1:
-        attends = row == 2 * E + h * DH + DH - BN  # the head's last V block: named in advance
-    elif MAILBOX:  # 2: counted in, relaxed (the words carry their own flags): the last to count in attends
-        tl.debug_barrier()  # every thread of the program has issued its words before one thread counts it in
+    if (_FENCE & LEAVE_OUT) != 0:  # (a compile-time switch, timing only: the step's build is the acq_rel add)
         seen = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
-        attends = seen == others
-        if attends:
-            tl.store(counter, 0)
-    elif SPIN:
-        tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
-        attends = row == 2 * E + h * DH + DH - BN  # the head's last V block: named in advance
-        if attends:
-            _wait(counter, others)  # (its CTA barrier: every thread reads after the acquire)
-            tl.store(counter, 0)
-        elif (_FENCE & LEAVE_OUT) != 0:
-            tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
-        else:
-            tl.atomic_add(counter, 1, sem="release", scope="gpu")  # its answer unread: a reduction
     else:
-        tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
-        if (_FENCE & LEAVE_OUT) != 0:
-            seen = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
-        else:
-            seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-        attends = seen == others
-        if attends:
-            tl.store(counter, 0)
-            tl.debug_barrier()  # every thread reads after the acquire
-    if attends:
-        d = tl.arange(0, BD)
-        d_mask = d < DH
-        if MAILBOX and (_ATTEND & LEAVE_OUT) != 0:  # the words taken and zeroed all the same, no attention
-            for i in tl.static_range(BB):
-                b = bb * BB + i
-                if b < B:
-                    _mail_take(mail_ptr, b, h, d, d_mask, E, DH)
+        seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if seen == 3 * (DH // BN) - 1:
+        tl.store(counter, 0)
+        tl.debug_barrier()  # every thread reads after the acquire
         if (_ATTEND & LEAVE_OUT) == 0:  # (a compile-time switch: the step's build is the code without it)
-            # MAILBOX: the slots earlier launches wrote, from the cache, then the one this launch writes (where pos < L)
-            reached = tl.minimum(pos, L) if MAILBOX else tl.minimum(pos + 1, L)
+            d = tl.arange(0, BD)
+            d_mask = d < DH
+            reached = tl.minimum(pos + 1, L)
             for i in tl.static_range(BB):
                 b = bb * BB + i
                 if b < B:
+                    q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
                     m = tl.full([], float("-inf"), tl.float32)
                     den = tl.full([], 0.0, tl.float32)
                     num = tl.zeros([BD], dtype=tl.float32)
-                    if MAILBOX:  # q, and K and V of the slot this launch writes (slot pos, where pos < L)
-                        # the first chunk's K and V asked for before the words are taken (they need nothing of this
-                        # launch), so that their round trip and the words' overlap
-                        first = (b * H + h) * L * DH + tl.arange(0, BS)[:, None] * DH + d[None, :]
-                        first_mask = (tl.arange(0, BS) < reached)[:, None] & d_mask[None, :]
-                        k_first = tl.load(cache_ptr + first, mask=first_mask, other=0.0, cache_modifier=".cg")
-                        v_first = tl.load(cache_ptr + B * H * L * DH + first, mask=first_mask, other=0.0,
-                                          cache_modifier=".cg")
-                        q, k_new, v_new = _mail_take(mail_ptr, b, h, d, d_mask, E, DH)
-                        s0 = 0
-                        if reached > 0:  # the first chunk, peeled off the loop: its tiles held across the take only
-                            kf = k_first.to(tl.float32)
-                            vf = v_first.to(tl.float32)
-                            if KV_AT_ONCE:
-                                kf = tl.where(pos >= 0, kf, vf)
-                            m, den, num = _online(m, den, num, kf, vf, q, tl.arange(0, BS) < reached, scale)
-                            s0 = BS
-                    else:
-                        q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
-                        s0 = 0
+                    s0 = 0
                     while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)
                         slot = s0 + tl.arange(0, BS)
                         valid = slot < reached
@@ -398,14 +268,12 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
                                     cache_modifier=".cg").to(tl.float32)
                         if KV_AT_ONCE:  # always k: the select only makes the scores wait for V's loads too
                             k = tl.where(pos >= 0, k, v)
-                        m, den, num = _online(m, den, num, k, v, q, valid, scale)
+                        scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
+                        m_new = tl.maximum(m, tl.max(scores, axis=0))  # finite: every chunk holds a reached slot
+                        alpha = tl.exp(m - m_new)
+                        p = tl.where(valid, tl.exp(scores - m_new), 0.0)
+                        den = den * alpha + tl.sum(p, axis=0)
+                        num = num * alpha + tl.sum(p[:, None] * v, axis=0)
+                        m = m_new
                         s0 += BS
-                    if MAILBOX:
-                        if pos < L:  # slot pos, from the mailbox: one more step of the online softmax
-                            score = tl.sum(k_new * q, axis=0) * scale
-                            m_new = tl.maximum(m, score)
-                            alpha = tl.exp(m - m_new)
-                            p_new = tl.exp(score - m_new)
-                            den = den * alpha + p_new
-                            num = num * alpha + p_new * v_new
                     tl.store(att_ptr + b * E + h * DH + d, tl.div_rn(num, den), mask=d_mask)

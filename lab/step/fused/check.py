@@ -75,11 +75,9 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                          "logit_diff": dl, "logit_scale": scale, "cache_diff": dc, "cache_scale": cscale,
                          "argmax_of_own_logits": bool(torch.equal(fused.tok[:, 0], lf.argmax(-1)))})
         direct = {"out": fused.out.clone(), "logits": lf}
-        # a folding plan's hand-over (its heads' counters, its mailbox) back at zero after the steps, as the next
-        # launch must find it (nothing to check for a plan without one)
-        ws = getattr(plan, "workspace", None)
-        handover = [t for t in (getattr(ws, "heads", None), getattr(ws, "mail", None)) if t is not None]
-        handover_zero = all(bool((t == 0).all()) for t in handover)
+        # a folding plan's heads' counters back at zero after the steps, as the next launch must find them
+        heads = getattr(getattr(plan, "workspace", None), "heads", None)
+        heads_zero = heads is None or bool((heads == 0).all())
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "card": plan.card, "prefetch": plan.prefetch, "fold": plan.fold,
                               "ln_fold": plan.ln_fold, "argmax_fold": plan.argmax_fold,
@@ -87,19 +85,12 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "kv_at_once": _bound(plan, "KV_AT_ONCE"), "pos_at_once": _bound(plan, "POS_AT_ONCE"),
                               "res_at_once": _bound(plan, "RES_AT_ONCE"), "sum_once": _bound(plan, "SUM_ONCE"),
-                              "spin": _bound(plan, "SPIN"), "mailbox": _bound(plan, "MAILBOX"),
-                              "handover_zero": handover_zero,
+                              "heads_zero": heads_zero,
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
         result["graph"] = _graph_replay(w, plan, fused, prompt, steps, direct)
     return result
-
-
-def free_running_child(model: str, device: str, dtype: str, batch: int, steps: int, **kw: Any) -> dict[str, Any]:
-    """`free_running` on `weights_for(model, device, dtype)`, for a child process (lab.run.childproc, under its
-    watchdog): where a switch can hang the GPU (SPIN, attention._fold_attention), the check runs only there."""
-    return free_running(weights_for(model, device, getattr(torch, dtype)), batch, steps, **kw)
 
 
 def _bound(plan: Any, switch: str) -> bool:
@@ -108,9 +99,7 @@ def _bound(plan: Any, switch: str) -> bool:
     ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2), KV_AT_ONCE (the folded attention's K and V
     asked for in one round trip, attention._fold_attention), POS_AT_ONCE (ln_qkv's position asked for with its row,
     projections._ln_qkv), RES_AT_ONCE (proj's and fc2's residual asked for with their input,
-    projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv), SPIN (each
-    head's attention taken by a program named in advance, which spins on its head's counter, attention._fold_attention),
-    MAILBOX (the same program takes its head's rows from a mailbox of flagged words: no count-in)."""
+    projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 
@@ -177,7 +166,6 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
             "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "sum_once": _bound(plan, "SUM_ONCE"),
-            "mailbox": _bound(plan, "MAILBOX"),
             "residual": plan.residual, "argmax_fold": plan.argmax_fold, "n_layer": w_low.n_layer,
             "kernels_per_step": len(plan.launches),
             **out}

@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _mail_put, _qkv_block_row
+from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _qkv_block_row
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _argmax_advance, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x,
                                   _made, _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
@@ -211,13 +211,13 @@ def _res_at_once(w_raw, res):
 
 @triton.jit
 def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, q_ptr,
-                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, mail_ptr, scale, E: tl.constexpr, H: tl.constexpr,
+                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr,
                   DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
                   EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False,
-                  POS_AT_ONCE: tl.constexpr = False, SPIN: tl.constexpr = False, MAILBOX: tl.constexpr = 0):
+                  POS_AT_ONCE: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -253,26 +253,13 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
     POS_AT_ONCE (PREFETCH): the position asked for with the input row, not after the layer norm's statistics
     (`_ln_qkv`). Off unless bound.
-
-    SPIN (with FOLD): each head's attention taken by its last V block, which spins until the head's other programs
-    have counted in; they count in without waiting for the atomic's answer (attention._fold_attention). It can hang
-    where the GPU does not start programs in the order of their ids: off unless bound.
-
-    MAILBOX (with FOLD): the hand-over without a fence: each program also stores its rows, each value with a flag in
-    one 8-byte word, in mail_ptr (int64 [B, 3E], every word zero between launches); the program that attends takes
-    the head's q, K and V rows from there once every word is flagged, zeroes them and attends (attention._mail_put,
-    _mail_take, _fold_attention): at 1 the head's last V block, named in advance (no count-in; it can hang as SPIN
-    can), at 2 the last to count in with a relaxed atomic (it cannot hang). Off unless bound. Without FOLD and MAILBOX,
-    mail_ptr is not read.
     """
-    pos, out = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr,
-                       c1_ptr, c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL,
-                       PREFETCH, LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE)
+    pos = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr,
+                  c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH,
+                  LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE)
     if FOLD:
-        if MAILBOX:
-            _mail_put(tl.program_id(0), mail_ptr, out, B, NBB, E, DH, BB, BN, HEAD_MAJOR, cache_ptr.dtype.element_ty)
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH, BB,
-                        BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE, SPIN, mail_ptr, MAILBOX)
+                        BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE)
 
 
 @triton.jit
@@ -292,9 +279,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     after the layer norm's statistics in bf16 (Triton 3.6's, sm_90: GPT-2 124M and 1.5B), so the stores, and with them
     the fold's count-in, wait for a second round trip. With the switch the row is selected by `pos >= 0` between itself
     and zeros: always itself (a position is never negative), but the products now wait for the position's load too,
-    and ptxas issues it with the row's. The values are the same; the cost is a select for each value of the row.
-
-    Returns (pos, out): the position and the task's output rows [BB, BN] in fp32 (the folded attention's MAILBOX)."""
+    and ptxas issues it with the row's. The values are the same; the cost is a select for each value of the row."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     if HEAD_MAJOR:  # the same blocks of BN rows, in the order of the heads
         row, _ = _qkv_block_row(pid_n, E, DH, BN, HEAD_MAJOR)
@@ -344,7 +329,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     is_kv = n_mask & (part > 0) & (pos < L)
     tl.store(cache_ptr + off, out.to(cache_ptr.dtype.element_ty),
              mask=_stored(b_mask[:, None] & is_kv[None, :], out, LEAVE_OUT))
-    return pos, out
+    return pos
 
 
 # ------------------------------------------------------------------------------- kernel 2 of 4

@@ -45,9 +45,8 @@ difference is what the attention after the count-in costs the step, on the chain
 own registers, fewer, which could let more of ln_qkv's programs be resident at once; at GPT-2's shapes as the tables
 bound them on 2026-12-05 it lets none (`python -m lab.step.fused.aot` prints the registers; docs/fused-step.md item 16).
 `Stage.FENCE` with it, `"ln_qkv:LEAVE_OUT=48"`, makes the count-in's atomic relaxed (no release fence before it, no
-acquire after: the hand-over unordered, timing only): against `"ln_qkv:LEAVE_OUT=16"`, what the fence costs; and
-`"ln_qkv:SPIN=1;ln_qkv:LEAVE_OUT=16"` (the head's other programs count in without waiting for the atomic's answer)
-against it, what the answer's round trip costs.
+acquire after: the hand-over unordered, timing only): against `"ln_qkv:LEAVE_OUT=16"`, what the fence costs the step
+(docs/fused-step.md item 31).
 """
 
 from __future__ import annotations

@@ -109,9 +109,6 @@ class Workspace:
     # between launches): ln_qkv attends and proj reads att (lab.step.fused.attention._fold_attention; empty otherwise)
     att: torch.Tensor | None = None
     heads: torch.Tensor | None = None
-    # and its mailbox (int64 [B, 3E], every word zero between launches): where ln_qkv's programs leave their rows for
-    # the attending one where MAILBOX is bound (attention._mail_put, _mail_take; empty otherwise)
-    mail: torch.Tensor | None = None
     # where the argmax is folded into lm_head, its programs' counter (int32 [1], zero between launches: its last
     # program takes the argmax; lab.step.fused.projections.lm_head_kernel's ARGMAX_FOLD; empty otherwise)
     lm_done: torch.Tensor | None = None
@@ -314,7 +311,6 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     assert isinstance(qkv, C.GemvConfig)
     ws.att = torch.zeros(B if fold else 0, E, **f32)
     ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
-    ws.mail = torch.zeros(B * 3 * E if fold else 0, dtype=torch.int64, device=dev)
     # folded, ln_qkv's programs run head by head where that measured faster (configs.head_major,
     # attention._qkv_block_row): each head's attention comes as its last program does, not all at the launch's end;
     # its heads' K and V asked into L2 before the wait where that measured faster (configs.kv_l2), and each chunk's K and
@@ -332,7 +328,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
             ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, *qkv_c, ws.q, cache,
-            B, nbb, L, w.eps, ws.att, ws.heads, ws.mail, scale),
+            B, nbb, L, w.eps, ws.att, ws.heads, scale),
             {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding, **ln_folding}))
         if not fold:
             launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
