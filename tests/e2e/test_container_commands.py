@@ -134,7 +134,10 @@ def test_a_folder_the_lab_may_not_write_is_one_line_naming_it_and_the_fix(tmp_pa
         "import lab.run.runner as r; r.write_json_atomic = refuse\n"
         "from lab.__main__ import main\n"
         f"sys.exit(main(['run', '--profile', 'smoke', '--only', 'toolchain', '--out', {str(tmp_path / 'out')!r}]))\n")
-    env = {**os.environ, "LAB_IMAGE": "graph-lab:cpu", "PYTHONPATH": str(REPO)}
+    # a temporary folder of its own: the run's start sweeps the lab's folders that killed runs left in the system's
+    # (one more line, "removed 1 temporary folder(s) ...", where a run on this host was killed before this test)
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "LAB_IMAGE": "graph-lab:cpu", "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path / "tmp")}
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
