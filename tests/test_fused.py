@@ -1124,20 +1124,22 @@ def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_b
     assert qkv.meta["FOLD"] and qkv.meta.get("KV_L2", False) == C.kv_l2(str(dtype), spec.n_embd), qkv.meta
     qkv = replace(qkv, meta={k: v for k, v in qkv.meta.items() if k != "KV_L2"})  # the build without it
     kernel = aot.compile_launch(qkv)
-    tail = aot.fold_tail(aot.sass(kernel.asm["cubin"]))
+    sass = {0: aot.sass(kernel.asm["cubin"])}  # by LEAVE_OUT: the step's build, then the two timing builds
+    tail = aot.fold_tail(sass[0])
     if tail is None:
         pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
     assert not any(re.search(r"\bLDG\.E\.64\b", x) for x in tail), "the position is loaded again after the count-in"
     loads = [i for i, x in enumerate(tail) if re.search(r"\bLDG\b", x)]
     assert len(loads) >= 3 and aot._barriers(tail[:loads[2]]) == 1, tail[:loads[2] + 1]  # q, then K and V
-    bare = aot.fold_tail(aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "LEAVE_OUT": int(Stage.ATTEND)}))
-                                  .asm["cubin"]))
+    for leave_out in (int(Stage.ATTEND), int(Stage.ATTEND | Stage.FENCE)):
+        sass[leave_out] = aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "LEAVE_OUT": leave_out}))
+                                   .asm["cubin"])
+    bare = aot.fold_tail(sass[int(Stage.ATTEND)])
     assert bare is not None and not any(re.search(r"\bLDG\b", x) for x in bare) and len(bare) < len(tail) // 10, bare
     # Stage.FENCE with it (timing only): the count-in's atomic relaxed, no GPU-scope fence before it, no L1 invalidated
     # after; the step's build and ATTEND's count in with the fence and the acquire
     for leave_out, fenced in ((0, True), (int(Stage.ATTEND), True), (int(Stage.ATTEND | Stage.FENCE), False)):
-        code = aot._instructions(aot.sass(aot.compile_launch(replace(qkv, meta={**qkv.meta, "LEAVE_OUT": leave_out}))
-                                          .asm["cubin"]) or "")
+        code = aot._instructions(sass[leave_out] or "")
         atom = next(i for i, x in enumerate(code) if "ATOMG.E.ADD" in x)
         assert any("MEMBAR" in x and "GPU" in x for x in code[max(0, atom - 4):atom]) == fenced, code[atom - 4:atom + 2]
         assert any("CCTL.IVALL" in x for x in code[atom:atom + 3]) == fenced, code[atom:atom + 3]

@@ -76,7 +76,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                          "argmax_of_own_logits": bool(torch.equal(fused.tok[:, 0], lf.argmax(-1)))})
         direct = {"out": fused.out.clone(), "logits": lf}
         # a folding plan's heads' counters back at zero after the steps, as the next launch must find them
-        heads = getattr(getattr(plan, "workspace", None), "heads", None)
+        heads = plan.workspace.heads
         heads_zero = heads is None or bool((heads == 0).all())
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "card": plan.card, "prefetch": plan.prefetch, "fold": plan.fold,
