@@ -14,10 +14,10 @@ def launches_per_step(run: dict, n_layer: int) -> int:
 
 def assert_equal_run(run: dict, rel: float, n_layer: int = 2, launches: int | None = None) -> None:
     """Every step's tokens, cache row, position and own argmax as eager's; logits and cache within `rel`; the launches
-    per step the run's plan makes (`launches_per_step`), or `launches` where given (the persistent plan: one a layer
-    + 2)."""
+    per step the run's plan makes (`launches_per_step`, over the run's layers where it says, else `n_layer`), or
+    `launches` where given (the persistent plan: one a layer + 2)."""
     if launches is None:
-        launches = launches_per_step(run, n_layer)
+        launches = launches_per_step(run, run.get("n_layer", n_layer))
     assert run["kernels_per_step"] == launches, run
     for i, step in enumerate(run["per_step"]):
         where = f"{run.get('path')} batch {run['batch']}, step {i}: {step}"

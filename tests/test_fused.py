@@ -1318,6 +1318,33 @@ def test_pos_at_once_issues_the_bf16_position_with_ln_qkvs_row(size: str) -> Non
 
 @needs_triton
 @pytest.mark.slow
+def test_pieces_leaves_no_column_padded_and_fits_a_third_ln_qkv_program_on_an_sm() -> None:
+    """ln_qkv's and ln_fc's PIECES (projections._piece) at GPT-2 1.5B fp32, the tables' tiles, sm_90: one tile of the
+    row pads 1600 columns to 2048, so each thread holds and multiplies 28% zeros; held as 1024 + 512 + 64 it holds
+    fewer registers, no spill, and ln_qkv's 4-warp programs fit three an SM (65,536 registers) where they fit two."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES["gpt2-1.5B"]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), torch.float32, 1, pdl=True,
+                               prefetch=True)
+    for name in ("ln_qkv", "ln_fc"):
+        [launch] = [x for x in plan.launches if x.name == name and not x.meta.get("EMBED")][-1:]
+        assert "PIECES" not in launch.meta, launch.meta  # off unless bound
+        regs, spills = zip(*(aot.ptxas_usage(aot.compile_launch(replace(launch, meta={**launch.meta, "PIECES": on}))
+                                             .asm["ptx"]) for on in (0, 1)))
+        assert spills == (0, 0) and None not in regs and regs[1] < regs[0], (name, regs, spills)
+        if name == "ln_qkv":
+            warps = launch.meta["num_warps"]
+            assert [65536 // (r * 32 * warps) for r in regs] == [2, 3], regs
+
+
+@needs_triton
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["gpt2-124M", "gpt2-1.5B"])
 def test_res_at_once_issues_the_fp32_residual_with_the_input(size: str) -> None:
     """proj's and fc2's RES_AT_ONCE (projections._res_at_once), fp32 as fused-pdl-prefetch binds them at batch 1: without

@@ -363,6 +363,37 @@ def case_fold_bf16_b1() -> dict[str, Any]:
                                                            **parse_configs("{" + FOLD_QKV + "}")})
 
 
+PIECES = {"ln_qkv": {"PIECES": 1}, "ln_fc": {"PIECES": 1}}  # rows held as tiles of powers of two (projections._piece)
+ODD_FOLD = '{"ln_qkv": {"BB": 1, "BN": 4, "BK": 64}}'  # a BN that divides the odd model's head width (12)
+
+
+@case
+def case_fold_pieces_odd_b1() -> dict[str, Any]:
+    # ln_qkv's and ln_fc's rows of 48 held as pieces of 32 and 16 (PIECES), folded, the layer norms folded too
+    from lab.step.fused.check import parse_configs
+
+    return _free("odd", 1, sms=4, prefetch=True, fold=True, overrides=parse_configs(ODD_FOLD), switches=PIECES)
+
+
+@case
+def case_prefetch_pieces_unfolded_oddk_b1() -> dict[str, Any]:
+    # rows of 45 as three pieces, 32, 8 and 8 (the last masked past 45), with the layer norms unfolded (configs.
+    # LN_UNFOLDED: on a device, GPT-2 124M in fp32)
+    with _measured(C.LN_UNFOLDED, ("float32", 45)):
+        return _free("odd-k", 1, sms=4, prefetch=True, fold=False, switches=PIECES)
+
+
+@case
+def case_fold_pieces_odd_bf16_b1() -> dict[str, Any]:
+    # PIECES over bf16 rows of 48 read as packed pairs: pieces of 16 and 8 pairs
+    import torch
+
+    from lab.step.fused import check as K
+
+    return K.teacher_forced(K.weights_for("odd"), K.weights_for("odd", dtype=torch.bfloat16), 1, steps=3, sms=4,
+                            prefetch=True, fold=True, overrides=K.parse_configs(ODD_FOLD), switches=PIECES)
+
+
 @case
 def case_gemm_fp32_b8() -> dict[str, Any]:  # the rule's choice at batch 8
     return _free("tiny", 8, steps=2)
@@ -724,6 +755,7 @@ FP32_CASES = {  # case -> (path, batch)
     "persistent-wide-odd": ("gemv", 3), "fold-fp32-b1": ("gemv-prefetch", 1), "fold-odd-b3": ("gemv", 3),
     "fold-head-major-odd-b3": ("gemv", 3), "fold-head-major-switched-fp32-b1": ("gemv-prefetch", 1),
     "lm-sum-once-odd": ("gemv", 3), "argmax-fold-odd": ("gemv", 3), "fold-argmax-fold-fp32-b1": ("gemv-prefetch", 1),
+    "fold-pieces-odd-b1": ("gemv-prefetch", 1), "prefetch-pieces-unfolded-oddk-b1": ("gemv-prefetch", 1),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
@@ -731,7 +763,7 @@ BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch",
               "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1),
               "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1),
               "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1),
-              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1)}
+              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1), "fold-pieces-odd-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -755,6 +787,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert run["head_major"] == ("head-major" in name), run  # configs.HEAD_MAJOR: no interpreter shape but where asked
     assert run["evict"] == ("evict" in name), run  # configs.EVICT_FIRST: likewise
     assert run["sum_once"] == ("sum-once" in name), run  # lm_head's SUM_ONCE, bound by name
+    assert run["pieces"] == ("pieces" in name), run  # ln_qkv's and ln_fc's PIECES, likewise
     assert run.get("argmax_fold", False) == ("argmax-fold" in name), run  # configs.ARGMAX_FOLD binds none: by name
     assert run.get("heads_zero", True), run  # a folding plan's heads' counters at zero after its steps
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
@@ -779,6 +812,7 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     assert r["fold"] == name.startswith("fold-"), r
     assert r["ln_fold"] == (r["path"] == "gemv-prefetch"), r
     assert r["sum_once"] == ("sum-once" in name), r
+    assert r["pieces"] == ("pieces" in name), r
     assert r["residual"] == ("bfloat16" if "residual" in name else "float32"), r
     assert r["argmax_fold"] == ("argmax-fold" in name), r
     assert r["kernels_per_step"] == launches_per_step(r, r["n_layer"]), r

@@ -85,7 +85,8 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "kv_at_once": _bound(plan, "KV_AT_ONCE"), "pos_at_once": _bound(plan, "POS_AT_ONCE"),
                               "res_at_once": _bound(plan, "RES_AT_ONCE"), "sum_once": _bound(plan, "SUM_ONCE"),
-                              "heads_zero": heads_zero,
+                              "pieces": _bound(plan, "PIECES"),
+                              "heads_zero": heads_zero, "n_layer": w.n_layer,
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
     if graph:
@@ -99,7 +100,8 @@ def _bound(plan: Any, switch: str) -> bool:
     ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2), KV_AT_ONCE (the folded attention's K and V
     asked for in one round trip, attention._fold_attention), POS_AT_ONCE (ln_qkv's position asked for with its row,
     projections._ln_qkv), RES_AT_ONCE (proj's and fc2's residual asked for with their input,
-    projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv)."""
+    projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv), PIECES (ln_qkv's
+    and ln_fc's rows held as tiles of powers of two, projections._piece)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 
@@ -166,6 +168,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
             "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "sum_once": _bound(plan, "SUM_ONCE"),
+            "pieces": _bound(plan, "PIECES"),
             "residual": plan.residual, "argmax_fold": plan.argmax_fold, "n_layer": w_low.n_layer,
             "kernels_per_step": len(plan.launches),
             **out}

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _qkv_block_row
-from lab.step.fused.rows import (_INPUT, _WEIGHTS, _argmax_advance, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x,
+from lab.step.fused.rows import (_INPUT, _WEIGHTS, _add_pair, _argmax_advance, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x,
                                   _made, _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
 
@@ -66,10 +66,30 @@ def _load_w(w_ptr, n, n_mask, k0, K, BK: tl.constexpr, LEAVE_OUT: tl.constexpr =
     return _made(w, LEAVE_OUT, _WEIGHTS)
 
 
+@triton.constexpr_function
+def _piece(K, i):
+    """PIECES: the width of piece i (0, 1 or 2) of a row of K values held as up to three tiles whose widths are powers
+    of two, at columns 0, piece 0, piece 0 + piece 1: the largest power of two in K, the largest in what is left, and
+    the rest rounded up to one (masked past K); 0 where the row needs fewer. GPT-2's rows: 768 = 512 + 256, 1600 = 1024 +
+    512 + 64, 3072 = 2048 + 1024, 6400 = 4096 + 2048 + 256: no column padded, where one tile of next_pow2(K) columns
+    pads 25-28% of them (registers held and products made for zeros)."""
+    K = int(K)
+    widths = []
+    for _ in range(2):
+        if K:
+            widths.append(1 << (K.bit_length() - 1))
+            K -= widths[-1]
+    if K:
+        widths.append(1 << (K - 1).bit_length())
+    widths += [0] * (3 - len(widths))
+    return widths[int(i)]
+
+
 @triton.jit
 def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: tl.constexpr = 0,
-                EVICT: tl.constexpr = 0):
-    """The weight slice at columns 0.. in the weights' own bits (PREFETCH: widened at use): [1, BN, BK] as stored, or,
+                EVICT: tl.constexpr = 0, K0: tl.constexpr = 0):
+    """The weight slice at columns K0.. (0 unless a piece: `_pieces_w`) in the weights' own bits (PREFETCH: widened at
+    use): [1, BN, BK] as stored, or,
     for bf16 rows of even length, [1, BN, BK // 2] int32, each the packed pair of columns 2j (low half) and 2j + 1
     (high half), which `_dot_slice` widens with one integer instruction each.
 
@@ -80,11 +100,13 @@ def _load_w_raw(w_ptr, n, n_mask, K: tl.constexpr, BK: tl.constexpr, LEAVE_OUT: 
     there, 254 registers a thread against 160)."""
     if w_ptr.dtype.element_ty == tl.bfloat16 and K % 2 == 0:
         k2 = tl.max_contiguous(tl.arange(0, BK // 2), 2)
+        if K0 > 0:  # (a piece: `_pieces_w`; added only there, which keeps the hint on the range where there is none)
+            k2 += K0 // 2
         mask = n_mask[None, :, None] & (k2 < K // 2)[None, None, :]
         pairs = w_ptr.to(tl.pointer_type(tl.int32))
         w = _weights(pairs + n[None, :, None] * (K // 2) + k2[None, None, :], mask, 0, EVICT)
     else:
-        k = tl.arange(0, BK)
+        k = K0 + tl.arange(0, BK)
         mask = n_mask[None, :, None] & (k < K)[None, None, :]
         w = _weights(w_ptr + n[None, :, None] * K + k[None, None, :], mask, 0.0, EVICT)
     return _made(w, LEAVE_OUT, _WEIGHTS)
@@ -141,6 +163,12 @@ def _dot_slice(a, w_raw):
     apart, each pair took a multiply, a fused multiply-add and an add). Widened by a cast instead, each high half took
     two instructions, and a slice widened whole kept its fp32 copy live beside the packed one (GPT-2 1.5B's bf16
     ln_fc: 244 registers a thread). Any other slice is used as loaded, widened to fp32."""
+    return tl.sum(_products(a, w_raw), axis=2)
+
+
+@triton.jit
+def _products(a, w_raw):
+    """The products [BB, BN, BK] of `_dot_slice`, in column order, before their sum over K."""
     if w_raw.dtype == tl.int32:
         BB: tl.constexpr = a.shape[0]
         BK: tl.constexpr = a.shape[1]
@@ -148,10 +176,27 @@ def _dot_slice(a, w_raw):
         lo = (w_raw << 16).to(tl.float32, bitcast=True)
         hi = (w_raw & -65536).to(tl.float32, bitcast=True)
         a_even, a_odd = tl.split(tl.reshape(a, (BB, BK // 2, 2)))
-        prod = tl.join(a_even[:, None, :] * lo, a_odd[:, None, :] * hi)
-        acc = tl.sum(tl.reshape(prod, (BB, BN, BK)), axis=2)
+        prod = tl.reshape(tl.join(a_even[:, None, :] * lo, a_odd[:, None, :] * hi), (BB, BN, BK))
     else:
-        acc = tl.sum(a[:, None, :] * w_raw.to(tl.float32), axis=2)
+        prod = a[:, None, :] * w_raw.to(tl.float32)
+    return prod
+
+
+@triton.jit
+def _dot_pieces(a0, w0, a1, w1, a2, w2, P1: tl.constexpr, P2: tl.constexpr):
+    """PIECES: `_dot_slice` over a row held as up to three pieces (`_piece`): the first piece's products folded onto
+    the second's width (P0 // P1 columns a value, summed where each thread holds them) and added to the second's, so
+    that the two take one sum across the program's threads; the third piece (masked past K) sums apart."""
+    p0 = _products(a0, w0)
+    if P1 > 0:
+        BB: tl.constexpr = p0.shape[0]
+        BN: tl.constexpr = p0.shape[1]
+        P0: tl.constexpr = p0.shape[2]
+        acc = tl.sum(tl.sum(tl.reshape(p0, (BB, BN, P0 // P1, P1)), axis=2) + _products(a1, w1), axis=2)
+    else:
+        acc = tl.sum(p0, axis=2)
+    if P2 > 0:
+        acc += tl.sum(_products(a2, w2), axis=2)
     return acc
 
 
@@ -172,6 +217,106 @@ def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: t
     else:
         a = (x - mean[:, None]) * rstd[:, None] * g[None, :] + shift[None, :]
         out = _dot_slice(a, w_raw) + rows[None, :]
+    return out
+
+
+@triton.jit
+def _pieces_vec(ptr, E: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr):
+    """PIECES: a parameter vector of E values (the layer norm's weight or shift, or a row of x's columns' constants) as
+    its pieces [P0], [P1], [P2] (`_piece`), widened to fp32; an absent piece is a zero of one value, never read."""
+    v0 = _load_vec(ptr, tl.arange(0, P0), E)
+    if P1 > 0:
+        v1 = _load_vec(ptr, P0 + tl.arange(0, P1), E)
+    else:
+        v1 = tl.zeros([1], dtype=tl.float32)
+    if P2 > 0:
+        v2 = _load_vec(ptr, P0 + P1 + tl.arange(0, P2), E)
+    else:
+        v2 = tl.zeros([1], dtype=tl.float32)
+    return v0, v1, v2
+
+
+@triton.jit
+def _pieces_w(w_ptr, n, n_mask, K: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
+              LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
+    """PIECES: the weight slice of rows n as its pieces (`_load_w_raw` at columns 0, P0 and P0 + P1), each in the
+    weights' own bits; an absent piece is a zero tile of one value, never read."""
+    w0 = _load_w_raw(w_ptr, n, n_mask, K, P0, LEAVE_OUT, EVICT)
+    if P1 > 0:
+        w1 = _load_w_raw(w_ptr, n, n_mask, K, P1, LEAVE_OUT, EVICT, P0)
+    else:
+        w1 = tl.zeros([1, 1, 1], dtype=tl.float32)
+    if P2 > 0:
+        w2 = _load_w_raw(w_ptr, n, n_mask, K, P2, LEAVE_OUT, EVICT, P0 + P1)
+    else:
+        w2 = tl.zeros([1, 1, 1], dtype=tl.float32)
+    return w0, w1, w2
+
+
+@triton.jit
+def _pieces_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, E: tl.constexpr, EMBED: tl.constexpr,
+              P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """PIECES: the residual rows [BB, E] as their pieces [BB, P0], [BB, P1], [BB, P2] (`_load_x`, zeros past E)."""
+    x0 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, tl.arange(0, P0), E, EMBED, LEAVE_OUT)
+    if P1 > 0:
+        x1 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, P0 + tl.arange(0, P1), E, EMBED, LEAVE_OUT)
+    else:
+        x1 = tl.zeros([1, 1], dtype=tl.float32)
+    if P2 > 0:
+        x2 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, P0 + P1 + tl.arange(0, P2), E, EMBED,
+                     LEAVE_OUT)
+    else:
+        x2 = tl.zeros([1, 1], dtype=tl.float32)
+    return x0, x1, x2
+
+
+@triton.jit
+def _ln_prefetched(w_ptr, n, n_mask, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E: tl.constexpr, N: tl.constexpr,
+                   LN_FOLD: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
+                   LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
+    """What a PREFETCH kernel with a layer norm before its product (ln_qkv, ln_fc: N output rows) loads before its wait:
+    its weight slice, the norm's weight g and the shift (its bias beta, or with LN_FOLD c1 [BN]) and the rows' constants
+    (the bias, or with LN_FOLD c2 [BN]), each as its pieces (`_piece`; without PIECES P0 = BE, one piece)."""
+    w0, w1, w2 = _pieces_w(w_ptr, n, n_mask, E, P0, P1, P2, LEAVE_OUT, EVICT)
+    g0, g1, g2 = _pieces_vec(ln_w, E, P0, P1, P2)
+    if LN_FOLD:
+        s0 = _load_vec(c1_ptr, n, N)
+        s1 = s0
+        s2 = s0
+        rows = _load_vec(c2_ptr, n, N)
+    else:
+        s0, s1, s2 = _pieces_vec(ln_b, E, P0, P1, P2)
+        rows = _load_vec(bias_ptr, n, N)
+    return w0, w1, w2, g0, g1, g2, s0, s1, s2, rows
+
+
+@triton.jit
+def _ln_gemv_pieces(x0, x1, x2, E: tl.constexpr, eps, g0, g1, g2, s0, s1, s2, rows, w0, w1, w2, FOLD: tl.constexpr,
+                    P1: tl.constexpr, P2: tl.constexpr):
+    """PIECES: `_ln_gemv_one` over a row held as its pieces (`_piece`: x, g, shift and the weight slice each as up to
+    three tiles, an absent one never read, the last piece zero past E; with FOLD the shift is c1 [BN], s1 and s2 not
+    read): the statistics' sums and the products summed piece by piece, in fp32. The same products as the one tile's, summed in another order: not bit for bit."""
+    if P1 > 0:  # the first piece folded onto the second's width, then one sum across threads (as `_dot_pieces`)
+        BB: tl.constexpr = x0.shape[0]
+        P0: tl.constexpr = x0.shape[1]
+        f0, f1 = tl.reduce((tl.reshape(x0, (BB, P0 // P1, P1)), tl.reshape(x0 * x0, (BB, P0 // P1, P1))), 1, _add_pair)
+        total, squares = tl.reduce((f0 + x1, f1 + x1 * x1), 1, _add_pair)
+    else:
+        total, squares = tl.reduce((x0, x0 * x0), 1, _add_pair)
+    if P2 > 0:
+        t2, q2 = tl.reduce((x2, x2 * x2), 1, _add_pair)
+        total += t2
+        squares += q2
+    mean = total * (1.0 / E)
+    rstd = tl.math.rsqrt(tl.maximum(squares * (1.0 / E) - mean * mean, 0.0) + eps)
+    if FOLD:
+        acc = _dot_pieces(x0 * g0[None, :], w0, x1 * g1[None, :], w1, x2 * g2[None, :], w2, P1, P2)
+        out = rstd[:, None] * (acc - mean[:, None] * s0[None, :]) + rows[None, :]  # s0: c1 [BN], not pieces
+    else:
+        m, r = mean[:, None], rstd[:, None]
+        acc = _dot_pieces((x0 - m) * r * g0[None, :] + s0[None, :], w0, (x1 - m) * r * g1[None, :] + s1[None, :], w1,
+                          (x2 - m) * r * g2[None, :] + s2[None, :], w2, P1, P2)
+        out = acc + rows[None, :]
     return out
 
 
@@ -217,7 +362,7 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
                   EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False,
-                  POS_AT_ONCE: tl.constexpr = False):
+                  POS_AT_ONCE: tl.constexpr = False, PIECES: tl.constexpr = False):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -253,10 +398,15 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
 
     POS_AT_ONCE (PREFETCH): the position asked for with the input row, not after the layer norm's statistics
     (`_ln_qkv`). Off unless bound.
+
+    PIECES (PREFETCH): the row, its weight slice and the norm's vectors held as tiles whose widths are powers of two
+    (`_piece`: 1600 = 1024 + 512 + 64) instead of one tile of next_pow2(E) columns, the rest masked; fewer registers
+    (GPT-2 1.5B fp32: three 4-warp programs an SM, not two) and no products of zeros, but a sum a piece. Not bit for bit
+    the one tile's sums. Off unless bound.
     """
     pos = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr,
                   c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH,
-                  LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE)
+                  LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE, PIECES)
     if FOLD:
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH, BB,
                         BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE)
@@ -268,7 +418,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
             USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
             LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False, EVICT: tl.constexpr = 0,
-            KV_L2: tl.constexpr = False, POS_AT_ONCE: tl.constexpr = False):
+            KV_L2: tl.constexpr = False, POS_AT_ONCE: tl.constexpr = False, PIECES: tl.constexpr = False):
     """ln_qkv_kernel's work for its task `pid` (a launch's program, or one of a persistent program's tasks).
     PRELOADED (the persistent kernel): `w_pre` is the task's first weight tile, loaded by the caller (`_first_tile`)
     while the program worked on its previous task or waited at the grid barrier. HEAD_MAJOR: as the kernel's. Returns
@@ -286,15 +436,12 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
         n = row + tl.arange(0, BN)
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
+    P0: tl.constexpr = _piece(E, 0) if PIECES else BE
+    P1: tl.constexpr = _piece(E, 1) if PIECES else 0
+    P2: tl.constexpr = _piece(E, 2) if PIECES else 0
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; see `_ln_gemv_one`)
-        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT, EVICT)
-        g = _load_vec(ln_w, ke, E)
-        if LN_FOLD:
-            shift = _load_vec(c1_ptr, n, 3 * E)
-            rows = _load_vec(c2_ptr, n, 3 * E)
-        else:
-            shift = _load_vec(ln_b, ke, E)
-            rows = _load_vec(bias_ptr, n, 3 * E)
+        w_first, w_1, w_2, g, g_1, g_2, shift, s_1, s_2, rows = _ln_prefetched(
+            w_ptr, n, n_mask, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E, 3 * E, LN_FOLD, P0, P1, P2, LEAVE_OUT, EVICT)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -309,10 +456,14 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             tl.store(x_ptr + b[:, None] * E + ke[None, :], x0,
                      mask=_stored(b_mask[:, None] & (ke < E)[None, :], x0, LEAVE_OUT))
     if PREFETCH:
-        x = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, ke, E, EMBED, LEAVE_OUT)
+        x, x_1, x_2 = _pieces_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, E, EMBED, P0, P1, P2, LEAVE_OUT)
         if POS_AT_ONCE:  # always x: the select only makes the products wait for the position's load too
             x = tl.where(pos >= 0, x, 0.0)
-        out = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
+        if PIECES:
+            out = _ln_gemv_pieces(x, x_1, x_2, E, eps, g, g_1, g_2, shift, s_1, s_2, rows, w_first, w_1, w_2, LN_FOLD,
+                                  P1, P2)
+        else:
+            out = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, EMBED, BB, BN, BK, BE, LEAVE_OUT)
@@ -408,45 +559,46 @@ def _proj(pid, part_o, part_m, part_l, w_ptr, bias_ptr, x_in, x_out, B, NBB, E: 
 def ln_fc_gelu_kernel(x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
                       F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
                       USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                      LN_FOLD: tl.constexpr = False, EVICT: tl.constexpr = 0):
+                      LN_FOLD: tl.constexpr = False, EVICT: tl.constexpr = 0, PIECES: tl.constexpr = False):
     """Layer norm 2 + the first MLP matrix + bias + GELU (tanh approximation).
 
     Fuses: layer_norm(x) -> @ fc_w.T + fc_b -> gelu -> the hidden activations h [B, 4E] (fp32).
     Bytes (GPT-2 124M, batch 1, fp32): reads the 9.44 MB FC matrix + 12 KB bias + 6 KB norm
     weights (+ the 3 KB residual row per program, from L2); writes 12 KB of h.
     Launches per step: one per layer (12). Grid: cdiv(4E, BN) * cdiv(B, BB) programs.
-    LN_FOLD: as ln_qkv_kernel's.
+    LN_FOLD and PIECES: as ln_qkv_kernel's.
     """
     _ln_fc(tl.program_id(0), x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E, F, BB, BN, BK,
-           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD, EVICT)
+           BE, USE_PDL, PREFETCH, LEAVE_OUT, 0, False, LN_FOLD, EVICT, PIECES)
 
 
 @triton.jit
 def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NBB, eps, E: tl.constexpr,
            F: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BE: tl.constexpr,
            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
-           LN_FOLD: tl.constexpr = False, EVICT: tl.constexpr = 0):
+           LN_FOLD: tl.constexpr = False, EVICT: tl.constexpr = 0, PIECES: tl.constexpr = False):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
     _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
+    P0: tl.constexpr = _piece(E, 0) if PIECES else BE
+    P1: tl.constexpr = _piece(E, 1) if PIECES else 0
+    P2: tl.constexpr = _piece(E, 2) if PIECES else 0
     if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters (or their fold), before the wait
-        w_first = _load_w_raw(w_ptr, n, n_mask, E, BK, LEAVE_OUT, EVICT)
-        g = _load_vec(ln_w, ke, E)
-        if LN_FOLD:
-            shift = _load_vec(c1_ptr, n, F)
-            rows = _load_vec(c2_ptr, n, F)
-        else:
-            shift = _load_vec(ln_b, ke, E)
-            rows = _load_vec(bias_ptr, n, F)
+        w_first, w_1, w_2, g, g_1, g_2, shift, s_1, s_2, rows = _ln_prefetched(
+            w_ptr, n, n_mask, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E, F, LN_FOLD, P0, P1, P2, LEAVE_OUT, EVICT)
     elif PRELOADED:
         w_first = w_pre
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
-        x = _load_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, ke, E, False, LEAVE_OUT)
-        y = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
+        x, x_1, x_2 = _pieces_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, E, False, P0, P1, P2, LEAVE_OUT)
+        if PIECES:
+            y = _ln_gemv_pieces(x, x_1, x_2, E, eps, g, g_1, g_2, shift, s_1, s_2, rows, w_first, w_1, w_2, LN_FOLD,
+                                P1, P2)
+        else:
+            y = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
         acc = _ln_gemv(x_ptr, x_ptr, x_ptr, x_ptr, 0, ln_w, ln_b, w_ptr, w_first, b, b_mask, n, n_mask,
                        E, eps, False, BB, BN, BK, BE, LEAVE_OUT)
