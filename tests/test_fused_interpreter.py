@@ -383,6 +383,29 @@ def case_prefetch_pieces_unfolded_oddk_b1() -> dict[str, Any]:
         return _free("odd-k", 1, sms=4, prefetch=True, fold=False, switches=PIECES)
 
 
+PIECES_FLAT = '{"ln_qkv": {"BB": 1, "BN": 2, "BK": 64}, "ln_fc": {"BB": 1, "BN": 4, "BK": 64}}'  # 2 x 4, 4 x 4 <= 16
+
+
+@case
+def case_fold_pieces_flat_b1() -> dict[str, Any]:
+    # rows of 52 = 32 + 16 + 4, the third piece of each program's rows held flat at the second's width (ln_qkv's two
+    # rows, ln_fc's four, end to end), folded
+    from lab.step.fused.check import parse_configs
+
+    return _free("pieces", 1, sms=4, prefetch=True, fold=True, overrides=parse_configs(PIECES_FLAT), switches=PIECES)
+
+
+@case
+def case_fold_pieces_flat_bf16_b1() -> dict[str, Any]:
+    # the same in bf16: 26 pairs = 16 + 8 + 2, the third piece's pairs flat
+    import torch
+
+    from lab.step.fused import check as K
+
+    return K.teacher_forced(K.weights_for("pieces"), K.weights_for("pieces", dtype=torch.bfloat16), 1, steps=3, sms=4,
+                            prefetch=True, fold=True, overrides=K.parse_configs(PIECES_FLAT), switches=PIECES)
+
+
 @case
 def case_fold_pieces_odd_bf16_b1() -> dict[str, Any]:
     # PIECES over bf16 rows of 48 read as packed pairs: pieces of 16 and 8 pairs
@@ -756,6 +779,7 @@ FP32_CASES = {  # case -> (path, batch)
     "fold-head-major-odd-b3": ("gemv", 3), "fold-head-major-switched-fp32-b1": ("gemv-prefetch", 1),
     "lm-sum-once-odd": ("gemv", 3), "argmax-fold-odd": ("gemv", 3), "fold-argmax-fold-fp32-b1": ("gemv-prefetch", 1),
     "fold-pieces-odd-b1": ("gemv-prefetch", 1), "prefetch-pieces-unfolded-oddk-b1": ("gemv-prefetch", 1),
+    "fold-pieces-flat-b1": ("gemv-prefetch", 1),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
@@ -763,7 +787,8 @@ BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch",
               "gemm-bf16-b1": ("gemm", 1), "fold-bf16-b1": ("gemv-prefetch", 1),
               "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1),
               "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1),
-              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1), "fold-pieces-odd-bf16-b1": ("gemv-prefetch", 1)}
+              "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1), "fold-pieces-odd-bf16-b1": ("gemv-prefetch", 1),
+              "fold-pieces-flat-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run

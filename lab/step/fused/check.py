@@ -204,14 +204,18 @@ ODD = ModelSpec("gpt2-odd", n_layer=2, n_embd=48, n_head=4, vocab_size=500, n_po
 # rows of odd length (45: three heads of 15) beside the MLP's even ones (180): a bf16 slice read as packed pairs only
 # where its row has an even length (lab.step.fused.projections._load_w_raw)
 ODD_K = ModelSpec("gpt2-odd-k", n_layer=1, n_embd=45, n_head=3, vocab_size=101, n_positions=32, init_std=0.3)
+# rows of 52 = 32 + 16 + 4 (26 pairs in bf16: 16 + 8 + 2): the PREFETCH kernels' PIECES in three, the third small
+# enough to be held flat (lab.step.fused.projections._flat) at the tiles that fold two heads of 26
+PIECES3 = ModelSpec("gpt2-pieces", n_layer=1, n_embd=52, n_head=2, vocab_size=101, n_positions=32, init_std=0.3)
 
 
 def weights_for(model: str, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Weights:
-    """Random weights of the smoke model ("tiny"), the odd-shaped ones ("odd", "odd-k") or GPT-2 124M ("gpt2")."""
+    """Random weights of the smoke model ("tiny"), the odd-shaped ones ("odd", "odd-k", "pieces") or GPT-2 124M
+    ("gpt2")."""
     from lab.step import model as M
     from lab.contract.profiles import GPT2, TINY
 
-    spec = {"tiny": TINY, "odd": ODD, "odd-k": ODD_K, "gpt2": GPT2}[model]
+    spec = {"tiny": TINY, "odd": ODD, "odd-k": ODD_K, "pieces": PIECES3, "gpt2": GPT2}[model]
     m = M.build_model(spec, M.resolve_weights(spec, "random"))
     return M.extract_weights(m, dtype=dtype, device=device)
 

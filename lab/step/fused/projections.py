@@ -183,24 +183,6 @@ def _products(a, w_raw):
 
 
 @triton.jit
-def _dot_pieces(a0, w0, a1, w1, a2, w2, P1: tl.constexpr, P2: tl.constexpr):
-    """PIECES: `_dot_slice` over a row held as up to three pieces (`_piece`): the first piece's products folded onto
-    the second's width (P0 // P1 columns a value, summed where each thread holds them) and added to the second's, so
-    that the two take one sum across the program's threads; the third piece (masked past K) sums apart."""
-    p0 = _products(a0, w0)
-    if P1 > 0:
-        BB: tl.constexpr = p0.shape[0]
-        BN: tl.constexpr = p0.shape[1]
-        P0: tl.constexpr = p0.shape[2]
-        acc = tl.sum(tl.sum(tl.reshape(p0, (BB, BN, P0 // P1, P1)), axis=2) + _products(a1, w1), axis=2)
-    else:
-        acc = tl.sum(p0, axis=2)
-    if P2 > 0:
-        acc += tl.sum(_products(a2, w2), axis=2)
-    return acc
-
-
-@triton.jit
 def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: tl.constexpr):
     """PREFETCH, one chunk: [BB, BN] = layer_norm(x) @ W.T + bias with x [BB, BE] the whole row already loaded, g [BE]
     and the weight slice [1, BN, BE] loaded before the wait.
@@ -220,16 +202,61 @@ def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: t
     return out
 
 
+@triton.constexpr_function
+def _flat(BN, P1, P2):
+    """PIECES: whether the third piece is held flat (`_pieces_w`): the BN rows' P2 columns laid end to end in one vector
+    of the second piece's width P1 (where BN * P2 fits it), so that its products join the other pieces' before their
+    one sum across the program's threads; otherwise it is a tile [BB, BN, P2] of its own, summed apart."""
+    return int(P2) > 0 and int(BN) * int(P2) <= int(P1)
+
+
 @triton.jit
-def _pieces_vec(ptr, E: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr):
-    """PIECES: a parameter vector of E values (the layer norm's weight or shift, or a row of x's columns' constants) as
-    its pieces [P0], [P1], [P2] (`_piece`), widened to fp32; an absent piece is a zero of one value, never read."""
+def _flat_cols(P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr):
+    """PIECES, the third piece flat: for each value j of a vector of width P1, the row (j // P2, of the program's BN) and
+    the column (P0 + P1 + j % P2) it holds."""
+    j = tl.arange(0, P1)
+    return j // P2, P0 + P1 + j % P2
+
+
+@triton.jit
+def _dot_pieces(a0, w0, a1, w1, a2, w2, P1: tl.constexpr, P2: tl.constexpr, FLAT: tl.constexpr):
+    """PIECES: `_dot_slice` over a row held as up to three pieces (`_piece`): the first piece's products folded onto
+    the second's width (summed over P0 // P1 values each thread holds) and added to the second's; the third's, held
+    flat (a2 [BB, P1] and w2 [1, 1, P1'] at the second's width: `_flat`), added to its rows' (a select a value); so
+    that all take one sum across the program's threads. A third piece not flat sums apart."""
+    p0 = _products(a0, w0)
+    if P1 > 0:
+        BB: tl.constexpr = p0.shape[0]
+        BN: tl.constexpr = p0.shape[1]
+        P0: tl.constexpr = p0.shape[2]
+        p = tl.sum(tl.reshape(p0, (BB, BN, P0 // P1, P1)), axis=2) + _products(a1, w1)
+        if FLAT:  # in groups of 4 (a thread's values), so that a select takes a group, not a value
+            p = tl.sum(tl.reshape(p, (BB, BN, P1 // 4, 4)), axis=3)
+            p2 = tl.sum(tl.reshape(_products(a2, w2), (BB, 1, P1 // 4, 4)), axis=3)
+            row = (tl.arange(0, P1 // 4) // (P2 // 4))[None, None, :] == tl.arange(0, BN)[None, :, None]
+            p += tl.where(row, p2, 0.0)
+        acc = tl.sum(p, axis=2)
+    else:
+        acc = tl.sum(p0, axis=2)
+    if (P2 > 0) and not FLAT:
+        acc += tl.sum(_products(a2, w2), axis=2)
+    return acc
+
+
+@triton.jit
+def _pieces_vec(ptr, E: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, FLAT: tl.constexpr):
+    """PIECES: a parameter vector of E values (the layer norm's weight or shift) as its pieces [P0], [P1], [P2] (`_piece`;
+    the third flat, [P1], each of its values at its column: `_flat_cols`), widened to fp32; an absent piece is a zero
+    of one value, never read."""
     v0 = _load_vec(ptr, tl.arange(0, P0), E)
     if P1 > 0:
         v1 = _load_vec(ptr, P0 + tl.arange(0, P1), E)
     else:
         v1 = tl.zeros([1], dtype=tl.float32)
-    if P2 > 0:
+    if FLAT:
+        _, col = _flat_cols(P0, P1, P2)
+        v2 = _load_vec(ptr, col, E)
+    elif P2 > 0:
         v2 = _load_vec(ptr, P0 + P1 + tl.arange(0, P2), E)
     else:
         v2 = tl.zeros([1], dtype=tl.float32)
@@ -237,16 +264,30 @@ def _pieces_vec(ptr, E: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl
 
 
 @triton.jit
-def _pieces_w(w_ptr, n, n_mask, K: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-              LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
-    """PIECES: the weight slice of rows n as its pieces (`_load_w_raw` at columns 0, P0 and P0 + P1), each in the
-    weights' own bits; an absent piece is a zero tile of one value, never read."""
+def _pieces_w(w_ptr, n, n_mask, row0, N, K: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
+              FLAT: tl.constexpr, LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
+    """PIECES: the weight slice of rows n (row0, row0 + 1, ...: BN rows of N) as its pieces, each in the weights' own bits
+    (`_load_w_raw` at columns 0 and P0 and, unless flat, P0 + P1; flat, the BN rows' last P2 columns end to end, [1, 1,
+    P1] or, packed, [1, 1, P1 // 2]: `_flat`); an absent piece is a zero tile of one value, never read."""
     w0 = _load_w_raw(w_ptr, n, n_mask, K, P0, LEAVE_OUT, EVICT)
     if P1 > 0:
         w1 = _load_w_raw(w_ptr, n, n_mask, K, P1, LEAVE_OUT, EVICT, P0)
     else:
         w1 = tl.zeros([1, 1, 1], dtype=tl.float32)
-    if P2 > 0:
+    if FLAT:
+        BN: tl.constexpr = n.shape[0]
+        if w_ptr.dtype.element_ty == tl.bfloat16 and K % 2 == 0:  # pairs, as `_load_w_raw` reads them
+            j = tl.arange(0, P1 // 2)
+            r = j // (P2 // 2)
+            c = (P0 + P1) // 2 + j % (P2 // 2)
+            mask = (r < BN) & (row0 + r < N) & (c < K // 2)
+            w2 = _weights(w_ptr.to(tl.pointer_type(tl.int32)) + (row0 + r) * (K // 2) + c, mask, 0, EVICT)
+        else:
+            r, c = _flat_cols(P0, P1, P2)
+            mask = (r < BN) & (row0 + r < N) & (c < K)
+            w2 = _weights(w_ptr + (row0 + r) * K + c, mask, 0.0, EVICT)
+        w2 = _made(w2[None, None, :], LEAVE_OUT, _WEIGHTS)
+    elif P2 > 0:
         w2 = _load_w_raw(w_ptr, n, n_mask, K, P2, LEAVE_OUT, EVICT, P0 + P1)
     else:
         w2 = tl.zeros([1, 1, 1], dtype=tl.float32)
@@ -255,14 +296,18 @@ def _pieces_w(w_ptr, n, n_mask, K: tl.constexpr, P0: tl.constexpr, P1: tl.conste
 
 @triton.jit
 def _pieces_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, E: tl.constexpr, EMBED: tl.constexpr,
-              P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
-    """PIECES: the residual rows [BB, E] as their pieces [BB, P0], [BB, P1], [BB, P2] (`_load_x`, zeros past E)."""
+              P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, FLAT: tl.constexpr, LEAVE_OUT: tl.constexpr = 0):
+    """PIECES: the residual rows [BB, E] as their pieces [BB, P0], [BB, P1], [BB, P2] (`_load_x`, zeros past E; the
+    third flat, [BB, P1], each value at its column `_flat_cols`: every row's copy of the piece)."""
     x0 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, tl.arange(0, P0), E, EMBED, LEAVE_OUT)
     if P1 > 0:
         x1 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, P0 + tl.arange(0, P1), E, EMBED, LEAVE_OUT)
     else:
         x1 = tl.zeros([1, 1], dtype=tl.float32)
-    if P2 > 0:
+    if FLAT:
+        _, col = _flat_cols(P0, P1, P2)
+        x2 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, col, E, EMBED, LEAVE_OUT)
+    elif P2 > 0:
         x2 = _load_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, P0 + P1 + tl.arange(0, P2), E, EMBED,
                      LEAVE_OUT)
     else:
@@ -271,51 +316,60 @@ def _pieces_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, E: tl.constexpr,
 
 
 @triton.jit
-def _ln_prefetched(w_ptr, n, n_mask, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E: tl.constexpr, N: tl.constexpr,
-                   LN_FOLD: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
+def _ln_prefetched(w_ptr, n, n_mask, row0, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E: tl.constexpr, N: tl.constexpr,
+                   LN_FOLD: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, FLAT: tl.constexpr,
                    LEAVE_OUT: tl.constexpr = 0, EVICT: tl.constexpr = 0):
-    """What a PREFETCH kernel with a layer norm before its product (ln_qkv, ln_fc: N output rows) loads before its wait:
-    its weight slice, the norm's weight g and the shift (its bias beta, or with LN_FOLD c1 [BN]) and the rows' constants
-    (the bias, or with LN_FOLD c2 [BN]), each as its pieces (`_piece`; without PIECES P0 = BE, one piece)."""
-    w0, w1, w2 = _pieces_w(w_ptr, n, n_mask, E, P0, P1, P2, LEAVE_OUT, EVICT)
-    g0, g1, g2 = _pieces_vec(ln_w, E, P0, P1, P2)
+    """What a PREFETCH kernel with a layer norm before its product (ln_qkv, ln_fc: N output rows, this program's from
+    row0) loads before its wait: its weight slice, the norm's weight g and the shift (its bias beta, or with LN_FOLD c1
+    [BN]) and the rows' constants (the bias, or with LN_FOLD c2 [BN]), each as its pieces (`_piece`; without PIECES
+    P0 = BE, one piece)."""
+    w0, w1, w2 = _pieces_w(w_ptr, n, n_mask, row0, N, E, P0, P1, P2, FLAT, LEAVE_OUT, EVICT)
+    g0, g1, g2 = _pieces_vec(ln_w, E, P0, P1, P2, FLAT)
     if LN_FOLD:
         s0 = _load_vec(c1_ptr, n, N)
         s1 = s0
         s2 = s0
         rows = _load_vec(c2_ptr, n, N)
     else:
-        s0, s1, s2 = _pieces_vec(ln_b, E, P0, P1, P2)
+        s0, s1, s2 = _pieces_vec(ln_b, E, P0, P1, P2, FLAT)
         rows = _load_vec(bias_ptr, n, N)
     return w0, w1, w2, g0, g1, g2, s0, s1, s2, rows
 
 
 @triton.jit
 def _ln_gemv_pieces(x0, x1, x2, E: tl.constexpr, eps, g0, g1, g2, s0, s1, s2, rows, w0, w1, w2, FOLD: tl.constexpr,
-                    P1: tl.constexpr, P2: tl.constexpr):
+                    P1: tl.constexpr, P2: tl.constexpr, FLAT: tl.constexpr):
     """PIECES: `_ln_gemv_one` over a row held as its pieces (`_piece`: x, g, shift and the weight slice each as up to
-    three tiles, an absent one never read, the last piece zero past E; with FOLD the shift is c1 [BN], s1 and s2 not
-    read): the statistics' sums and the products summed piece by piece, in fp32. The same products as the one tile's, summed in another order: not bit for bit."""
+    three tiles, an absent one never read, the last piece zero past E, or flat: `_flat`; with FOLD the shift is c1
+    [BN], s1 and s2 not read): the statistics' sums and the products each in one sum across the program's threads where
+    the pieces fold onto one width (`_dot_pieces`), in fp32. The same products as the one tile's, summed in another
+    order: not bit for bit."""
     if P1 > 0:  # the first piece folded onto the second's width, then one sum across threads (as `_dot_pieces`)
         BB: tl.constexpr = x0.shape[0]
         P0: tl.constexpr = x0.shape[1]
         f0, f1 = tl.reduce((tl.reshape(x0, (BB, P0 // P1, P1)), tl.reshape(x0 * x0, (BB, P0 // P1, P1))), 1, _add_pair)
-        total, squares = tl.reduce((f0 + x1, f1 + x1 * x1), 1, _add_pair)
+        f0 += x1
+        f1 += x1 * x1
+        if FLAT:  # the first row's copy of the third piece
+            x2_once = tl.where((tl.arange(0, P1) < P2)[None, :], x2, 0.0)
+            f0 += x2_once
+            f1 += x2_once * x2_once
+        total, squares = tl.reduce((f0, f1), 1, _add_pair)
     else:
         total, squares = tl.reduce((x0, x0 * x0), 1, _add_pair)
-    if P2 > 0:
+    if (P2 > 0) and not FLAT:
         t2, q2 = tl.reduce((x2, x2 * x2), 1, _add_pair)
         total += t2
         squares += q2
     mean = total * (1.0 / E)
     rstd = tl.math.rsqrt(tl.maximum(squares * (1.0 / E) - mean * mean, 0.0) + eps)
     if FOLD:
-        acc = _dot_pieces(x0 * g0[None, :], w0, x1 * g1[None, :], w1, x2 * g2[None, :], w2, P1, P2)
+        acc = _dot_pieces(x0 * g0[None, :], w0, x1 * g1[None, :], w1, x2 * g2[None, :], w2, P1, P2, FLAT)
         out = rstd[:, None] * (acc - mean[:, None] * s0[None, :]) + rows[None, :]  # s0: c1 [BN], not pieces
     else:
         m, r = mean[:, None], rstd[:, None]
         acc = _dot_pieces((x0 - m) * r * g0[None, :] + s0[None, :], w0, (x1 - m) * r * g1[None, :] + s1[None, :], w1,
-                          (x2 - m) * r * g2[None, :] + s2[None, :], w2, P1, P2)
+                          (x2 - m) * r * g2[None, :] + s2[None, :], w2, P1, P2, FLAT)
         out = acc + rows[None, :]
     return out
 
@@ -431,17 +485,20 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     and zeros: always itself (a position is never negative), but the products now wait for the position's load too,
     and ptxas issues it with the row's. The values are the same; the cost is a select for each value of the row."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
+    row0 = pid_n * BN
     if HEAD_MAJOR:  # the same blocks of BN rows, in the order of the heads
-        row, _ = _qkv_block_row(pid_n, E, DH, BN, HEAD_MAJOR)
-        n = row + tl.arange(0, BN)
+        row0, _ = _qkv_block_row(pid_n, E, DH, BN, HEAD_MAJOR)
+        n = row0 + tl.arange(0, BN)
     ke = tl.arange(0, BE)
     _pdl_launch(USE_PDL)
     P0: tl.constexpr = _piece(E, 0) if PIECES else BE
     P1: tl.constexpr = _piece(E, 1) if PIECES else 0
     P2: tl.constexpr = _piece(E, 2) if PIECES else 0
+    FLAT: tl.constexpr = _flat(BN, P1, P2)
     if PREFETCH:  # every weight of this program, before the wait (BK == BE: the whole slice; see `_ln_gemv_one`)
         w_first, w_1, w_2, g, g_1, g_2, shift, s_1, s_2, rows = _ln_prefetched(
-            w_ptr, n, n_mask, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E, 3 * E, LN_FOLD, P0, P1, P2, LEAVE_OUT, EVICT)
+            w_ptr, n, n_mask, row0, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E, 3 * E, LN_FOLD, P0, P1, P2, FLAT,
+            LEAVE_OUT, EVICT)
     elif PRELOADED:
         w_first = w_pre
     else:
@@ -456,12 +513,13 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
             tl.store(x_ptr + b[:, None] * E + ke[None, :], x0,
                      mask=_stored(b_mask[:, None] & (ke < E)[None, :], x0, LEAVE_OUT))
     if PREFETCH:
-        x, x_1, x_2 = _pieces_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, E, EMBED, P0, P1, P2, LEAVE_OUT)
+        x, x_1, x_2 = _pieces_x(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos, b, b_mask, E, EMBED, P0, P1, P2, FLAT,
+                                LEAVE_OUT)
         if POS_AT_ONCE:  # always x: the select only makes the products wait for the position's load too
             x = tl.where(pos >= 0, x, 0.0)
         if PIECES:
             out = _ln_gemv_pieces(x, x_1, x_2, E, eps, g, g_1, g_2, shift, s_1, s_2, rows, w_first, w_1, w_2, LN_FOLD,
-                                  P1, P2)
+                                  P1, P2, FLAT)
         else:
             out = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
@@ -578,25 +636,27 @@ def _ln_fc(pid, x_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, h_ptr, B, NB
            USE_PDL: tl.constexpr, PREFETCH: tl.constexpr, LEAVE_OUT: tl.constexpr, w_pre, PRELOADED: tl.constexpr,
            LN_FOLD: tl.constexpr = False, EVICT: tl.constexpr = 0, PIECES: tl.constexpr = False):
     """ln_fc_gelu_kernel's work for task `pid` (PRELOADED: as `_ln_qkv`)."""
-    _, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
+    pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, F, BB, BN)  # batch fastest
     _pdl_launch(USE_PDL)
     ke = tl.arange(0, BE)
     P0: tl.constexpr = _piece(E, 0) if PIECES else BE
     P1: tl.constexpr = _piece(E, 1) if PIECES else 0
     P2: tl.constexpr = _piece(E, 2) if PIECES else 0
+    FLAT: tl.constexpr = _flat(BN, P1, P2)
     if PREFETCH:  # the whole slice (BK == BE), the bias and the norm parameters (or their fold), before the wait
         w_first, w_1, w_2, g, g_1, g_2, shift, s_1, s_2, rows = _ln_prefetched(
-            w_ptr, n, n_mask, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E, F, LN_FOLD, P0, P1, P2, LEAVE_OUT, EVICT)
+            w_ptr, n, n_mask, pid_n * BN, ln_w, ln_b, bias_ptr, c1_ptr, c2_ptr, E, F, LN_FOLD, P0, P1, P2, FLAT,
+            LEAVE_OUT, EVICT)
     elif PRELOADED:
         w_first = w_pre
     else:
         w_first = _load_w(w_ptr, n, n_mask, 0, E, BK, LEAVE_OUT)
     _pdl_wait(USE_PDL, LEAVE_OUT)
     if PREFETCH:
-        x, x_1, x_2 = _pieces_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, E, False, P0, P1, P2, LEAVE_OUT)
+        x, x_1, x_2 = _pieces_x(x_ptr, x_ptr, x_ptr, x_ptr, 0, b, b_mask, E, False, P0, P1, P2, FLAT, LEAVE_OUT)
         if PIECES:
             y = _ln_gemv_pieces(x, x_1, x_2, E, eps, g, g_1, g_2, shift, s_1, s_2, rows, w_first, w_1, w_2, LN_FOLD,
-                                P1, P2)
+                                P1, P2, FLAT)
         else:
             y = _ln_gemv_one(x, ke < E, E, eps, g, shift, rows, w_first, LN_FOLD)
     else:
