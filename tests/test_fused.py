@@ -1182,6 +1182,23 @@ def test_issue_after_wait_prices_every_programs_path_and_the_fold_tails_over_the
     assert aot.issue_after_wait_us(replace(c, post_wait_instructions=None), 132, 1980.0) is None
 
 
+def test_resident_programs_follow_registers_in_warp_units_shared_memory_and_the_sms_limits() -> None:
+    """aot.resident and aot.waves (sm_90's occupancy rules): GPT-2 1.5B's ln_qkv at 4 warps holds two programs an SM at
+    192 registers a thread, three at 164 and 168, four at 126 (rounded up to 128 in a warp's unit of 256), five at 96,
+    and 600 programs over 132 SMs are 2.27 waves at two an SM; shared memory, warps and the 32-program limit bound too."""
+    from dataclasses import replace
+
+    from lab.step.fused import aot
+
+    c = aot.Compiled("ln_qkv", "", 192, 0, 1024, 0, 0, 2, programs=600, warps=4)
+    assert [aot.resident(replace(c, registers=r)) for r in (192, 168, 164, 126, 128, 96, 104)] == [2, 3, 3, 4, 4, 5, 4]
+    assert aot.waves(c, 132) == pytest.approx(600 / 264, rel=1e-12)
+    assert aot.resident(replace(c, registers=32, shared_bytes=100 * 1024)) == 2  # (100 + 1) KB a program of 228 KB
+    assert aot.resident(replace(c, registers=32, warps=16)) == 4  # 64 warps an SM
+    assert aot.resident(replace(c, registers=16, warps=1, shared_bytes=0)) == 32  # 32 programs an SM
+    assert aot.resident(replace(c, registers=None)) is None and aot.waves(replace(c, programs=0), 132) is None
+
+
 def test_loops_after_wait_finds_a_branch_back_between_the_wait_and_the_exit() -> None:
     from lab.step.fused import aot
 

@@ -259,6 +259,29 @@ def issue_after_wait_us(c: Compiled, sms: int, clock_mhz: float) -> float | None
     return warp_instructions / (sms * ISSUE_PER_CYCLE) / clock_mhz
 
 
+# What bounds the programs an SM holds at once on sm_90 (CUDA's occupancy rules, compute capability 9.0): registers are
+# given to a warp in units of 256, from 65,536 an SM; shared memory from 228 KB an SM, 1 KB of it reserved for each
+# program; at most 64 warps and 32 programs an SM
+SM_REGISTERS, REGISTER_UNIT, SM_SHARED, SHARED_RESERVED, SM_WARPS, SM_PROGRAMS = 65536, 256, 233472, 1024, 64, 32
+
+
+def resident(c: Compiled) -> int | None:
+    """How many of the launch's programs an SM holds at once, by its registers a thread, warps a program and shared
+    memory (None: registers unknown, or no warps)."""
+    if c.registers is None or not c.warps:
+        return None
+    per_warp = -(-c.registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    return min(SM_REGISTERS // (per_warp * c.warps), SM_SHARED // (c.shared_bytes + SHARED_RESERVED),
+               SM_WARPS // c.warps, SM_PROGRAMS)
+
+
+def waves(c: Compiled, sms: int) -> float | None:
+    """The launch's programs over what `sms` SMs hold at once (`resident`): above 1, its last programs start as the
+    first leave (at 2.3, three rounds, the last a third full)."""
+    held = resident(c)
+    return None if not held or not c.programs else c.programs / (held * sms)
+
+
 def _barriers(path: list[str]) -> int:
     """The CTA barriers (BAR.SYNC) among SASS instructions."""
     return sum(bool(re.search(r"\bBAR\.SYNC", line)) for line in path)
@@ -442,7 +465,9 @@ def main(argv: list[str] | None = None) -> int:
                       + (f"  loop {c.loop_instructions} a chunk ({c.loop_shuffles} shuffles)"
                          if c.loop_instructions is not None else "")
                       + (f"  issue after wait >= {issue:.2f} us ({c.programs} programs x {c.warps} warps)"
-                         if issue is not None else "") + f"  {cfg}")
+                         if issue is not None else "")
+                      + (f"  {resident(c)} an SM, {waves(c, plan.sms):.2f} waves" if waves(c, plan.sms) else "")
+                      + f"  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
             if layer_us:
                 print(f"  issue after the waits, a layer (its launches after the first): >= {layer_us:.2f} us "
