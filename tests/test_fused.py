@@ -274,6 +274,31 @@ def test_the_prefetch_plans_lm_head_sums_over_k_once_on_the_cards_where_that_mea
     assert bound(prefetch=True) == [sums]
 
 
+@needs_triton
+@pytest.mark.parametrize("card, dtype, width, held", [
+    (C.H100_SXM, torch.float32, 1600, True), (C.H100_SXM, torch.bfloat16, 1600, False),
+    (C.H100_SXM, torch.float32, 768, False), (C.H100_SXM, torch.bfloat16, 768, False),
+    ("NVIDIA H200", torch.float32, 1600, False), ("", torch.float32, 1600, False),
+    ("NVIDIA H100 PCIe", torch.float32, 1600, False)])
+def test_the_prefetch_plans_ln_qkv_holds_its_row_in_pieces_on_the_cards_where_that_measured_faster(
+        card: str, dtype: torch.dtype, width: int, held: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs.PIECES_FIRST: on an H100 SXM the PREFETCH path's ln_qkv binds PIECES (its row in pieces of powers of two:
+    three programs an SM) at GPT-2 1.5B fp32 (0.983-0.984x the step's time in three A/Bs), not in bf16 (1.011x) nor at
+    124M; never on a card not measured for it (the H200, an H100 PCIe) or without one (the CPU), never off the
+    PREFETCH path, and on no other kernel (ln_fc's was level or slower). A constexpr: Triton's interpreter runs it too."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert C.pieces(str(dtype), width, card) == held
+
+    def bound(kernel: str = "ln_qkv", **kw: Any) -> list[bool]:
+        return _launches_bind("PIECES", dtype, width, card=card, kernel=kernel, **kw)
+
+    assert bound(prefetch=True) == [held]
+    assert bound() == [False]  # fused-pdl: the plain gemv path
+    assert bound("ln_fc", prefetch=True) == [False]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert bound(prefetch=True) == [held]
+
+
 _H100_TILES = {("proj", torch.bfloat16, 1600): C.GemvConfig(1, 2, 2048, 2)}
 
 

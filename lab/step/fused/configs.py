@@ -289,6 +289,27 @@ def sum_once(dtype: str, n_embd: int, card: str) -> bool:
     return (card, *_shape(dtype, n_embd)) in SUM_ONCE_FIRST
 
 
+# Where the PREFETCH path's ln_qkv holds its row, weight slice and norm vectors in pieces whose widths are powers of two
+# (PIECES: projections._piece, 1600 = 1024 + 512 + 64, the third held flat; no column padded to next_pow2, where one
+# tile of 2048 pads 448), on the cards where that measured faster; keys: card, dtype name, model width. Ahead of time
+# (sm_90) 1.5B fp32's ln_qkv then holds 164 registers a thread against 192: three 4-warp programs an SM, not two, its
+# 600 programs in 1.52 waves, not 2.27 (`python -m lab.step.fused.aot` prints both). Measured with `python -m
+# lab.step.fused.ab` on an H100 SXM (card 2b24f25c, 2026-12-07, lab be5970d, three A/Bs of 5-6 rounds in 2-3 processes):
+# at 1.5B fp32 0.984x [0.980, 0.989], 0.984x [0.982, 0.988] and 0.983x [0.980, 0.987] the table's step, each process
+# 0.980-0.988x, the A/As 0.997-1.000x. Not bound: 1.5B bf16 1.011x [1.003, 1.015] (its ln_qkv holds 128 registers
+# either way), and there with a cap of 96 registers (five an SM, one wave, no spill) 1.065x; ln_fc's PIECES 1.000x in
+# bf16 and, in fp32 at a cap of 96 (five an SM), 1.005x. At 124M the second piece is narrower than a program's warps
+# span, and Triton moves its tiles through shared memory (not timed). The H200 binds it where an H200 times it
+# (docs/fused-step.md item 32).
+PIECES_FIRST = {(H100_SXM, "float32", 1600)}
+
+
+def pieces(dtype: str, n_embd: int, card: str) -> bool:
+    """Whether the PREFETCH path's ln_qkv holds its row in pieces of powers of two at this dtype and width on this card
+    (PIECES_FIRST; `card` as device_card names it, "" for none)."""
+    return (card, *_shape(dtype, n_embd)) in PIECES_FIRST
+
+
 # The PREFETCH path's tiles where a card measured others faster than TUNED_PREFETCH's (tuned on an H200); keys: card,
 # kernel, dtype name, batch, model width; values as TUNED_PREFETCH's (the whole config). Found on an H100 SXM by
 # `python -m lab.step.fused.tune --batch 1 --pdl --prefetch --from-table` (card 0e4c2277, 2026-12-06, lab 9f8e163: at

@@ -217,8 +217,9 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     normalised output. None (the default) asks for it with PDL (`FOLD_WITH_PDL`), False never. `plan.fold` says
     whether it was taken, `plan.path_reason` why not.
 
-    `card`: the name of the card whose per-card tables apply (configs.KV_AT_ONCE_FIRST, SUM_ONCE_FIRST); None takes the
-    device's (configs.device_card: "" on the CPU), a name builds that card's plan anywhere (tests, `aot --card`).
+    `card`: the name of the card whose per-card tables apply (configs.KV_AT_ONCE_FIRST, SUM_ONCE_FIRST, PIECES_FIRST);
+    None takes the device's (configs.device_card: "" on the CPU), a name builds that card's plan anywhere (tests, `aot
+    --card`).
 
     `residual`: the residual stream's dtype (x and x_scratch: every kernel reads it in fp32 and adds in fp32, and the
     residual kernels round their sums to it as they store), fp32 unless given; the weights' dtype (bf16) halves the
@@ -284,6 +285,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     evict = prefetch and C.evict_first(str(w.dtype), E)  # measured on the gemv-prefetch path only
     kv_l2 = fold and prefetch and C.kv_l2(str(w.dtype), E) and bulk_prefetch(dev)  # likewise, and only where it runs
     kv_at_once = fold and prefetch and C.kv_at_once(str(w.dtype), E, card)  # a select: the interpreter runs it too
+    pieces = {"PIECES": True} if prefetch and C.pieces(str(w.dtype), E, card) else {}  # ln_qkv's row in pieces
 
     def made(launches: list[Launch | LibraryCall]) -> FusedPlan:
         return FusedPlan(cfg, ws, launches, pdl, sms, weakref.ref(state), weakref.ref(w), prefetch, choice.path,
@@ -329,7 +331,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
             ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, *qkv_c, ws.q, cache,
             B, nbb, L, w.eps, ws.att, ws.heads, scale),
-            {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding, **ln_folding}))
+            {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding, **ln_folding, **pieces}))
         if not fold:
             launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
                 ws.q, cache, state.pos, ws.part_o, ws.part_m, ws.part_l, B, L, scale),
