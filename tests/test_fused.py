@@ -254,14 +254,15 @@ def test_the_folded_prefetch_plan_asks_for_k_and_v_at_once_on_the_cards_where_th
 @pytest.mark.parametrize("card, dtype, width, sums", [
     (C.H100_SXM, torch.bfloat16, 1600, True), (C.H100_SXM, torch.float32, 1600, False),
     (C.H100_SXM, torch.bfloat16, 768, False), (C.H100_SXM, torch.float32, 768, False),
-    ("NVIDIA H200", torch.bfloat16, 1600, False), ("", torch.bfloat16, 1600, False),
+    (C.H200, torch.bfloat16, 1600, True), (C.H200, torch.float32, 1600, False), ("", torch.bfloat16, 1600, False),
     ("NVIDIA H100 PCIe", torch.bfloat16, 1600, False)])
 def test_the_prefetch_plans_lm_head_sums_over_k_once_on_the_cards_where_that_measured_faster(
         card: str, dtype: torch.dtype, width: int, sums: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """configs.SUM_ONCE_FIRST: on an H100 SXM the PREFETCH path's lm_head binds SUM_ONCE (its products summed over K
-    once, after its loop) at GPT-2 1.5B bf16 (0.996x the step's time on two H100s), not at 1.5B fp32 or 124M (1.000x,
-    1.008x, 1.010x on the first); never on a card not measured for it (the H200, an H100 PCIe) or without one (the
-    CPU), never off the PREFETCH path. A constexpr of the kernel, so Triton's interpreter runs it too."""
+    """configs.SUM_ONCE_FIRST: on an H100 SXM and an H200 the PREFETCH path's lm_head binds SUM_ONCE (its products
+    summed over K once, after its loop) at GPT-2 1.5B bf16 (0.996x the step's time on two H100s, 0.993x on two H200s),
+    not at 1.5B fp32 or 124M (1.000x, 1.008x, 1.010x on the first); never on a card not measured for it (an H100 PCIe)
+    or without one (the CPU), never off the PREFETCH path. A constexpr of the kernel, so Triton's interpreter runs it
+    too."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert C.sum_once(str(dtype), width, card) == sums
 
@@ -278,14 +279,15 @@ def test_the_prefetch_plans_lm_head_sums_over_k_once_on_the_cards_where_that_mea
 @pytest.mark.parametrize("card, dtype, width, held", [
     (C.H100_SXM, torch.float32, 1600, True), (C.H100_SXM, torch.bfloat16, 1600, False),
     (C.H100_SXM, torch.float32, 768, False), (C.H100_SXM, torch.bfloat16, 768, False),
-    ("NVIDIA H200", torch.float32, 1600, False), ("", torch.float32, 1600, False),
+    (C.H200, torch.float32, 1600, True), (C.H200, torch.bfloat16, 1600, False), ("", torch.float32, 1600, False),
     ("NVIDIA H100 PCIe", torch.float32, 1600, False)])
 def test_the_prefetch_plans_ln_qkv_holds_its_row_in_pieces_on_the_cards_where_that_measured_faster(
         card: str, dtype: torch.dtype, width: int, held: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """configs.PIECES_FIRST: on an H100 SXM the PREFETCH path's ln_qkv binds PIECES (its row in pieces of powers of two:
-    three programs an SM) at GPT-2 1.5B fp32 (0.983-0.984x the step's time in three A/Bs), not in bf16 (1.011x) nor at
-    124M; never on a card not measured for it (the H200, an H100 PCIe) or without one (the CPU), never off the
-    PREFETCH path, and on no other kernel (ln_fc's was level or slower). A constexpr: Triton's interpreter runs it too."""
+    """configs.PIECES_FIRST: on an H100 SXM and an H200 the PREFETCH path's ln_qkv binds PIECES (its row in pieces of
+    powers of two: three programs an SM) at GPT-2 1.5B fp32 (0.983-0.984x the step's time in three A/Bs on an H100,
+    0.983x on an H200), not in bf16 (1.011x, 1.002x) nor at 124M; never on a card not measured for it (an H100 PCIe) or
+    without one (the CPU), never off the PREFETCH path, and on no other kernel (ln_fc's was level or slower). A
+    constexpr: Triton's interpreter runs it too."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert C.pieces(str(dtype), width, card) == held
 

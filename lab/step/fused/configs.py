@@ -249,6 +249,7 @@ def kv_l2(dtype: str, n_embd: int) -> bool:
 # not on another are bound on that card only, by the name CUDA gives the device (`device_card`; the CPU and Triton's
 # interpreter have none, and take the tables above as they are).
 H100_SXM = "NVIDIA H100 80GB HBM3"
+H200 = "NVIDIA H200"
 
 # Where the folded ln_qkv asks for each chunk's K and V in one round trip (KV_AT_ONCE: attention._fold_attention, the
 # scores read K through a select between K and V, so ptxas cannot issue V's loads after the scores), on the
@@ -278,9 +279,10 @@ def kv_at_once(dtype: str, n_embd: int, card: str) -> bool:
 # 2026-12-06, 0.995x, 0.996x); bound, taking it off was 1.004x [1.004, 1.005] on a third (card 283cc3be) and 1.003x
 # [1.001, 1.004] on a fourth (card ff5353a9). Not bound where it was slower or level on the first card: 124M fp32
 # 1.010x, 124M bf16 1.008x (1.009x on the fourth), 1.5B fp32 1.000x. On one H200 (card 21b832cf, 2026-12-06, three
-# processes) at 1.5B bf16 0.993x [0.991, 0.997] (0.997x, 0.992x, 0.991x; item 27): the H200 is bound only where a
-# second H200 holds it (item 17). At 1.5B bf16 the PREFETCH path is taken at batch 1 only.
-SUM_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600)}
+# processes) at 1.5B bf16 0.993x [0.991, 0.997] (0.997x, 0.992x, 0.991x; item 27), and on a second H200 (card
+# 4c62a42a, 2026-12-07, lab 28cc65b, three processes) 0.993x [0.989, 0.996] (0.996x, 0.989x, 0.995x; item 32): bound
+# on the H200 too, as on two cards (item 17). At 1.5B bf16 the PREFETCH path is taken at batch 1 only.
+SUM_ONCE_FIRST = {(H100_SXM, "bfloat16", 1600), (H200, "bfloat16", 1600)}
 
 
 def sum_once(dtype: str, n_embd: int, card: str) -> bool:
@@ -299,9 +301,10 @@ def sum_once(dtype: str, n_embd: int, card: str) -> bool:
 # 0.980-0.988x, the A/As 0.997-1.000x. Not bound: 1.5B bf16 1.011x [1.003, 1.015] (its ln_qkv holds 128 registers
 # either way), and there with a cap of 96 registers (five an SM, one wave, no spill) 1.065x; ln_fc's PIECES 1.000x in
 # bf16 and, in fp32 at a cap of 96 (five an SM), 1.005x. At 124M the second piece is narrower than a program's warps
-# span, and Triton moves its tiles through shared memory (not timed). The H200 binds it where an H200 times it
-# (docs/fused-step.md item 32).
-PIECES_FIRST = {(H100_SXM, "float32", 1600)}
+# span, and Triton moves its tiles through shared memory (not timed). On an H200 (card 4c62a42a, 2026-12-07, lab
+# 28cc65b, 6 rounds in 3 processes) at 1.5B fp32 0.983x [0.981, 0.988] (0.988x, 0.982x, 0.981x; A/A 1.000x), at
+# 1.5B bf16 1.002x: bound there too (docs/fused-step.md item 32).
+PIECES_FIRST = {(H100_SXM, "float32", 1600), (H200, "float32", 1600)}
 
 
 def pieces(dtype: str, n_embd: int, card: str) -> bool:
