@@ -1361,6 +1361,20 @@ def test_pos_at_once_issues_the_bf16_position_with_ln_qkvs_row(size: str) -> Non
 
 
 @needs_triton
+def test_pieces_split_a_row_into_powers_of_two_and_hold_the_third_flat_only_where_it_fits() -> None:
+    """projections._piece: the largest power of two, the largest in what is left, the rest rounded up (masked past the
+    row); projections._flat: the third piece end to end over the program's rows only where they fit the second's
+    width and it is a whole number of groups of four."""
+    from lab.step.fused.projections import _flat, _piece
+
+    widths = {K: [_piece(K, i) for i in range(3)] for K in (768, 1600, 3072, 6400, 64, 45, 52, 50)}
+    assert widths == {768: [512, 256, 0], 1600: [1024, 512, 64], 3072: [2048, 1024, 0], 6400: [4096, 2048, 256],
+                      64: [64, 0, 0], 45: [32, 8, 8], 52: [32, 16, 4], 50: [32, 16, 2]}
+    assert [_flat(8, 512, 64), _flat(16, 512, 64), _flat(4, 16, 4), _flat(8, 16, 2), _flat(4, 256, 0)] == [
+        True, False, True, False, False]
+
+
+@needs_triton
 @pytest.mark.slow
 def test_pieces_leaves_no_column_padded_and_fits_a_third_ln_qkv_program_on_an_sm() -> None:
     """ln_qkv's and ln_fc's PIECES (projections._piece) at GPT-2 1.5B fp32, the tables' tiles, sm_90: one tile of the

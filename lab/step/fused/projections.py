@@ -205,9 +205,10 @@ def _ln_gemv_one(x, k_mask, E: tl.constexpr, eps, g, shift, rows, w_raw, FOLD: t
 @triton.constexpr_function
 def _flat(BN, P1, P2):
     """PIECES: whether the third piece is held flat (`_pieces_w`): the BN rows' P2 columns laid end to end in one vector
-    of the second piece's width P1 (where BN * P2 fits it), so that its products join the other pieces' before their
-    one sum across the program's threads; otherwise it is a tile [BB, BN, P2] of its own, summed apart."""
-    return int(P2) > 0 and int(BN) * int(P2) <= int(P1)
+    of the second piece's width P1 (where BN * P2 fits it, and P2 is a whole number of `_dot_pieces`' groups of four),
+    so that its products join the other pieces' before their one sum across the program's threads; otherwise it is a
+    tile [BB, BN, P2] of its own, summed apart."""
+    return int(P2) >= 4 and int(BN) * int(P2) <= int(P1)
 
 
 @triton.jit
