@@ -449,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in compile_plan(plan, args.arch):
                 cfg = getattr(plan.configs.get(c.name.split(":")[0]), "__dict__", "")
                 issue = issue_after_wait_us(c, plan.sms, args.clock_mhz)
+                rounds = waves(c, plan.sms)
                 if c.name in LAYER_KERNELS and c.variant != "embed":
                     layer_us += issue or 0.0
                 print(f"  {c.name:9s} {c.variant:5s} regs {c.registers} spill {c.spill_bytes} B  "
@@ -466,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                          if c.loop_instructions is not None else "")
                       + (f"  issue after wait >= {issue:.2f} us ({c.programs} programs x {c.warps} warps)"
                          if issue is not None else "")
-                      + (f"  {resident(c)} an SM, {waves(c, plan.sms):.2f} waves" if waves(c, plan.sms) else "")
+                      + (f"  {resident(c)} an SM, {rounds:.2f} waves" if rounds else "")
                       + f"  {cfg}")
                 bad += bool(c.spill_bytes) or c.registers is None
             if layer_us:

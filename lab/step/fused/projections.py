@@ -278,9 +278,7 @@ def _pieces_w(w_ptr, n, n_mask, row0, N, K: tl.constexpr, P0: tl.constexpr, P1: 
     if FLAT:
         BN: tl.constexpr = n.shape[0]
         if w_ptr.dtype.element_ty == tl.bfloat16 and K % 2 == 0:  # pairs, as `_load_w_raw` reads them
-            j = tl.arange(0, P1 // 2)
-            r = j // (P2 // 2)
-            c = (P0 + P1) // 2 + j % (P2 // 2)
+            r, c = _flat_cols(P0 // 2, P1 // 2, P2 // 2)
             mask = (r < BN) & (row0 + r < N) & (c < K // 2)
             w2 = _weights(w_ptr.to(tl.pointer_type(tl.int32)) + (row0 + r) * (K // 2) + c, mask, 0, EVICT)
         else:
