@@ -204,6 +204,17 @@ def _launches_bind(switch: str, dtype: torch.dtype, width: int, card: str = "", 
     return [bool(x.meta.get(switch)) for x in plan.launches if x.name == kernel]
 
 
+def _binds_where_measured(switch: str, kernel: str, card: str, dtype: torch.dtype, width: int, expected: bool,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-card table's switch (configs.*_FIRST): `kernel`'s launch binds it on the PREFETCH path as `expected`, never
+    on the plain gemv path (fused-pdl), and the same in Triton's interpreter (a constexpr or a select, which it runs)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert _launches_bind(switch, dtype, width, card=card, kernel=kernel, prefetch=True) == [expected]
+    assert _launches_bind(switch, dtype, width, card=card, kernel=kernel) == [False]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert _launches_bind(switch, dtype, width, card=card, kernel=kernel, prefetch=True) == [expected]
+
+
 @needs_triton
 @pytest.mark.parametrize("dtype, width, asks", [(torch.float32, 768, True), (torch.bfloat16, 768, False),
                                                 (torch.float32, 1600, True), (torch.bfloat16, 1600, True)])
@@ -239,14 +250,8 @@ def test_the_folded_prefetch_plan_asks_for_k_and_v_at_once_on_the_cards_where_th
     without one (the CPU); never unfolded, never off the PREFETCH path. A select, so Triton's interpreter runs it too."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert C.kv_at_once(str(dtype), width, card) == asks
-
-    def bound(**kw: Any) -> list[bool]:
-        return _launches_bind("KV_AT_ONCE", dtype, width, card=card, **kw)
-
-    assert bound(prefetch=True) == [asks]
-    assert bound(prefetch=True, fold=False) == [False] and bound() == [False]
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert bound(prefetch=True) == [asks]
+    assert _launches_bind("KV_AT_ONCE", dtype, width, card=card, prefetch=True, fold=False) == [False]  # unfolded
+    _binds_where_measured("KV_AT_ONCE", "ln_qkv", card, dtype, width, asks, monkeypatch)
     assert C.device_card("cpu") == "" and C.device_card(None) == ""  # the CPU has no card: the tables every card takes
 
 
@@ -263,16 +268,8 @@ def test_the_prefetch_plans_lm_head_sums_over_k_once_on_the_cards_where_that_mea
     not at 1.5B fp32 or 124M (1.000x, 1.008x, 1.010x on the first); never on a card not measured for it (an H100 PCIe)
     or without one (the CPU), never off the PREFETCH path. A constexpr of the kernel, so Triton's interpreter runs it
     too."""
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert C.sum_once(str(dtype), width, card) == sums
-
-    def bound(**kw: Any) -> list[bool]:
-        return _launches_bind("SUM_ONCE", dtype, width, card=card, kernel="lm_head", **kw)
-
-    assert bound(prefetch=True) == [sums]
-    assert bound() == [False]  # fused-pdl: the plain gemv path
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert bound(prefetch=True) == [sums]
+    _binds_where_measured("SUM_ONCE", "lm_head", card, dtype, width, sums, monkeypatch)
 
 
 @needs_triton
@@ -288,17 +285,9 @@ def test_the_prefetch_plans_ln_qkv_holds_its_row_in_pieces_on_the_cards_where_th
     0.983x on an H200), not in bf16 (1.011x, 1.002x) nor at 124M; never on a card not measured for it (an H100 PCIe) or
     without one (the CPU), never off the PREFETCH path, and on no other kernel (ln_fc's was level or slower). A
     constexpr: Triton's interpreter runs it too."""
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert C.pieces(str(dtype), width, card) == held
-
-    def bound(kernel: str = "ln_qkv", **kw: Any) -> list[bool]:
-        return _launches_bind("PIECES", dtype, width, card=card, kernel=kernel, **kw)
-
-    assert bound(prefetch=True) == [held]
-    assert bound() == [False]  # fused-pdl: the plain gemv path
-    assert bound("ln_fc", prefetch=True) == [False]
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert bound(prefetch=True) == [held]
+    assert _launches_bind("PIECES", dtype, width, card=card, kernel="ln_fc", prefetch=True) == [False]
+    _binds_where_measured("PIECES", "ln_qkv", card, dtype, width, held, monkeypatch)
 
 
 _H100_TILES = {("proj", torch.bfloat16, 1600): C.GemvConfig(1, 2, 2048, 2)}
