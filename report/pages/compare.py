@@ -16,7 +16,9 @@ because it always differs. "Why it moved" (report.pages.why_moved) lists the man
 a move (device, driver, torch/Triton/CUDA, CPU and its dispatch speed, threads, host load, GPU clocks
 and power, image, compile cache state), the ones that differ first, ranked for each class of the
 figures that moved: the host's dispatch first for eager and launch-bound figures, the GPU, driver,
-torch/CUDA and Triton first for kernel-bound ones. Text and JSON output: report.pages.compare_text.
+torch/CUDA and Triton first for kernel-bound ones. Where the two runs measured copy rates apart, each step both ran
+is split into what follows memory speed and what does not (report.pages.bandwidth_split). Text and JSON output:
+report.pages.compare_text.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from lab.contract.marks import FACTOR, MARKS, Mark, Value, judge
 from lab.contract.names import Param as P, Status
 from lab.contract.results import MANIFEST_NAME, RESULTS_NAME, Metric, Record, Results, ResultsError, from_dict
 from lab.contract.schema import read_json
+from report.pages.bandwidth_split import BandwidthSplit, bandwidth_split
 from report.pages.why_moved import ABSENT, CLASSES, ExplainRow, FigureClass, explain, figure_class, flatten
 
 __all__ = ["FACTOR", "MARKS", "Side", "load_side", "flatten", "manifest_diff", "explain", "compare", "Comparison",
@@ -155,6 +158,9 @@ class Comparison:
     experiments_only_b: list[str] = field(default_factory=list)
     # For each class of the figures that moved (report.pages.why_moved.CLASSES), the fields ranked for it.
     why_by_class: dict[str, list[ExplainRow]] = field(default_factory=dict)
+    # Where the runs measured copy rates apart: each step both ran, split into what follows memory speed and what
+    # does not (report.pages.bandwidth_split).
+    split: BandwidthSplit = field(default_factory=BandwidthSplit)
 
     def count(self, mark: str) -> int:
         return sum(r.mark == mark for rows in (self.metrics, self.statuses, self.checks) for r in rows)
@@ -284,6 +290,7 @@ def compare(a: Side, b: Side, factor: float = FACTOR) -> Comparison:
                 out.only_b[rid] = len(rb.metrics)
             continue
         _compare_records(out, rid, ra, rb, binds)
+    out.split = bandwidth_split(a.results, b.results)
     for cls in CLASSES:
         if out.moved_of(cls):
             out.why_by_class[cls] = explain(a.manifest, b.manifest, cls, a.results, b.results)

@@ -8,14 +8,17 @@ line, a bidi override) is shown as an escape (`\\x1b`), never interpreted. JSON 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from lab.atomic import clean
 from lab.untrusted import safe
+from report.pages.bandwidth_split import BandwidthSplit, Rates, SplitRow
 from report.pages.compare import IGNORED_FIELDS, Comparison, Side
 from report.site.hosts import machine_of
 from report.pages.why_moved import CLASSES
+from lab.contract import metrics as M
 from lab.contract.marks import MARKS
 
 
@@ -98,7 +101,47 @@ def format_text(c: Comparison) -> str:
                      f"{m.experiment}.{m.name}{{{_params(m.params)}}} [{m.unit}]{reason}")
     lines += [f"Metrics only in {label}: " + ", ".join(f"{k} ({n})" for k, n in per_id.items())
               for label, per_id in (("A", c.only_a), ("B", c.only_b)) if per_id]
+    lines += split_lines(c.split)
     return "\n".join(safe(line) for line in lines) + "\n"
+
+
+def _interval(low: float | None, high: float | None, spec: str) -> str:
+    return "" if low is None or high is None else f" [{low:{spec}}, {high:{spec}}]"
+
+
+def _split_row(row: SplitRow, width: int) -> str:
+    label = f"{row.experiment}{{{_params(row.params)}}}"
+    outside = f"  ({row.caveat})" if row.caveat else ""
+    return (f"  {label:<{width}}  A {row.step_a_ms:7.4f} ms  B {row.step_b_ms:7.4f} ms  "
+            f"c {row.exposed:.2f}{_interval(row.exposed_low, row.exposed_high, '.2f')}  "
+            f"a {row.intercept_us:.0f} µs{_interval(row.intercept_low_us, row.intercept_high_us, '.0f')}{outside}")
+
+
+def _rates_line(r: Rates, n: int) -> str:
+    """An experiment's two copy rates, or why none of its steps is split (`n`: how many are)."""
+    if r.absent:
+        return f"  {r.experiment}: {r.absent}"
+    faster = "B" if r.slower == "A" else "A"
+    none = "" if n else f"; no {M.STEP_MS.name} both ran with the same {M.BYTES_PER_STEP.name}: no split"
+    return f"  {r.experiment}: A copies at {r.a_GBps:,.0f} GB/s, B at {r.b_GBps:,.0f} GB/s ({faster}'s memory " \
+           f"{r.ratio:.2f}x faster){none}"
+
+
+def split_lines(split: BandwidthSplit) -> list[str]:
+    """The section "what memory speed bought" (report.pages.bandwidth_split): for each experiment with a copy rate
+    in both runs the two rates (or why no split), then one line per step split; nothing where no experiment has."""
+    if not split:
+        return []
+    n = len(split.rows)
+    counted = f"{n} step{'s' * (n != 1)} split, each on the line through its two points" if n else "no split"
+    lines = ["", f"What memory speed bought: {counted}"]
+    lines += [_rates_line(r, sum(row.experiment == r.experiment for row in split.rows)) for r in split.rates]
+    if not split.rows:
+        return lines
+    lines.append("  c: the share of the bytes' time that shows in the step (1 all, 0 none); a: the step at unlimited "
+                 "bandwidth (a lower bound for these kernels); [95% intervals]")
+    width = max(len(f"{row.experiment}{{{_params(row.params)}}}") for row in split.rows)
+    return lines + [_split_row(row, width) for row in split.rows]
 
 
 def records(c: Comparison) -> list[dict[str, Any]]:
@@ -111,6 +154,14 @@ def records(c: Comparison) -> list[dict[str, Any]]:
          "a": ch.a, "b": ch.b, "ratio": None, "mark": ch.mark, "reason": ch.detail} for ch in c.checks] + [
         {"kind": "metric", "experiment": r.experiment, "metric": r.name, "params": r.params, "unit": r.unit,
          "a": r.a, "b": r.b, "ratio": r.ratio, "mark": r.mark, "reason": r.reason, "class": r.cls} for r in c.metrics]
+
+
+def split_json(split: BandwidthSplit) -> dict[str, Any]:
+    """The section "what memory speed bought" as records: each experiment's copy rates (with why no split, where
+    none), and each step split, with both runs' steps as A and B besides the slower and the faster."""
+    return {"rates": [dataclasses.asdict(r) | {"ratio": r.ratio, "slower": r.slower} for r in split.rates],
+            "rows": [dataclasses.asdict(row) | {"step_a_ms": row.step_a_ms, "step_b_ms": row.step_b_ms,
+                                                "consistent": row.consistent, "caveat": row.caveat} for row in split.rows]}
 
 
 def to_json(c: Comparison) -> str:
@@ -126,5 +177,6 @@ def to_json(c: Comparison) -> str:
         "records": records(c) if c.a.results is not None and c.b.results is not None else [],
         "experiments_only_in_a": c.experiments_only_a, "experiments_only_in_b": c.experiments_only_b,
         "metrics_only_in_a": c.only_a, "metrics_only_in_b": c.only_b,
+        "bandwidth_split": split_json(c.split),
     }
     return json.dumps(clean(data), indent=1, ensure_ascii=True, allow_nan=False, default=str) + "\n"

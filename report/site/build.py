@@ -40,6 +40,7 @@ from lab.contract.results import Results
 from report.draw import charts
 from report.draw.tables import Table, fmt, params_text
 from report.pages import front as front_page, history
+from report.pages.bandwidth_split import MIN_BANDWIDTH_RATIO
 from report.pages.compare import Comparison, Side, compare
 from report.pages.why_moved import CLASSES
 from report.sections import (anatomy, breakdown_charts, ceilings, costs, host, instrument, persistent, section, sweeps,
@@ -278,7 +279,7 @@ def _render(runs: list[Run], skipped: list[SkippedFile], out: Path, baseline: st
         html = env.get_template("compare.html").render(comparisons=comps, bases=bases, skipped=skipped,
                                                        title="Comparison", mark_cls=MARK_CLASS, marks=MARKS,
                                                        files=files, baseline=baseline, classes=CLASSES,
-                                                       shown=WHY_SHOWN)
+                                                       shown=WHY_SHOWN, min_bandwidth_ratio=MIN_BANDWIDTH_RATIO)
         site.compare = out / "compare.html"
         write_page(site.compare, html)
     if env.globals["has_history"]:  # written where some host and profile has several runs, as compare.html
