@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lab.contract import metrics as M
+from lab.contract import query as q
 from lab.contract.names import Param as P
 from lab.contract.results import Metric, Record, Results
 from report.pages.why_moved import figure_class
@@ -55,12 +56,19 @@ class Rates:
     experiment: str
     a_GBps: float
     b_GBps: float
-    absent: str = ""  # why no step of it is split ('' where the rates differ enough)
 
     @property
     def ratio(self) -> float:
         """The faster copy rate over the slower (at least 1)."""
         return max(self.a_GBps, self.b_GBps) / min(self.a_GBps, self.b_GBps)
+
+    @property
+    def absent(self) -> str:
+        """Why no step of it is split: '' where the rates differ by at least MIN_BANDWIDTH_RATIO."""
+        if self.ratio >= MIN_BANDWIDTH_RATIO:
+            return ""
+        return (f"the runs' copy rates differ by {(self.ratio - 1) * 100:.1f}% ({self.a_GBps:,.0f} vs "
+                f"{self.b_GBps:,.0f} GB/s): under {(MIN_BANDWIDTH_RATIO - 1) * 100:.0f}%, no split")
 
     @property
     def slower(self) -> Side:
@@ -129,9 +137,6 @@ class BandwidthSplit:
         return bool(self.rates)
 
 
-_MISSING = object()
-
-
 def _number(value: Any) -> float | None:
     """A finite number above zero, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -148,15 +153,14 @@ def _single(values: list[float | None]) -> float | None:
 
 def copy_rate(rec: Record) -> float | None:
     """The device copy bandwidth a record holds (GB/s); None where it holds none, or several that disagree."""
-    return _single([_number(m.value) for m in rec.metrics if m.name == M.BANDWIDTH_GBPS.name
-                    and m.params.get(P.KIND) == COPY and m.unit == M.BANDWIDTH_GBPS.unit])
+    return _single([_number(m.value) for m in q.all(rec, M.BANDWIDTH_GBPS, **{P.KIND: COPY})
+                    if m.unit == M.BANDWIDTH_GBPS.unit])
 
 
 def _bytes_of(rec: Record, step: Metric) -> float | None:
     """The bytes_per_step whose params are a subset of the step's; None where none is, or several disagree."""
-    return _single([_number(m.value) for m in rec.metrics if m.name == M.BYTES_PER_STEP.name
-                    and m.unit == M.BYTES_PER_STEP.unit
-                    and all(step.params.get(k, _MISSING) == v for k, v in m.params.items())])
+    return _single([_number(m.value) for m in q.all(rec, M.BYTES_PER_STEP)
+                    if m.unit == M.BYTES_PER_STEP.unit and m.params.items() <= step.params.items()])
 
 
 def _ci(step: Metric) -> tuple[float, float] | None:
@@ -183,14 +187,6 @@ def split_step(experiment: str, params: dict[str, Any], nbytes: float, slower: S
     return SplitRow(experiment, dict(params), slower, nbytes, bw_s, bw_f, x_s * 1000, x_f * 1000, t_s, t_f,
                     (t_s - t_f) / delta, c_ends[0], c_ends[1], (t_f * x_s - t_s * x_f) / delta * 1000,
                     a_ends[0], a_ends[1], figure_class(M.STEP_MS.name, params) == "dispatch")
-
-
-def _absent(a_GBps: float, b_GBps: float) -> str:
-    ratio = max(a_GBps, b_GBps) / min(a_GBps, b_GBps)
-    if ratio >= MIN_BANDWIDTH_RATIO:
-        return ""
-    return (f"the runs' copy rates differ by {(ratio - 1) * 100:.1f}% ({a_GBps:,.0f} vs {b_GBps:,.0f} GB/s): under "
-            f"{(MIN_BANDWIDTH_RATIO - 1) * 100:.0f}%, no split")
 
 
 def _steps(rec: Record) -> dict[tuple[str, str], Metric]:
@@ -231,7 +227,7 @@ def bandwidth_split(a: Results, b: Results) -> BandwidthSplit:
         bw_a, bw_b = copy_rate(ra), (copy_rate(rb) if rb is not None else None)
         if rb is None or bw_a is None or bw_b is None:
             continue
-        r = Rates(ra.id, bw_a, bw_b, _absent(bw_a, bw_b))
+        r = Rates(ra.id, bw_a, bw_b)
         rates.append(r)
         if not r.absent:
             rows += sorted(_split_record(r, ra, rb), key=lambda row: _order(row.params))

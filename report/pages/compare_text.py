@@ -159,7 +159,7 @@ def records(c: Comparison) -> list[dict[str, Any]]:
 def split_json(split: BandwidthSplit) -> dict[str, Any]:
     """The section "what memory speed bought" as records: each experiment's copy rates (with why no split, where
     none), and each step split, with both runs' steps as A and B besides the slower and the faster."""
-    return {"rates": [dataclasses.asdict(r) | {"ratio": r.ratio, "slower": r.slower} for r in split.rates],
+    return {"rates": [dataclasses.asdict(r) | {"absent": r.absent, "ratio": r.ratio, "slower": r.slower} for r in split.rates],
             "rows": [dataclasses.asdict(row) | {"step_a_ms": row.step_a_ms, "step_b_ms": row.step_b_ms,
                                                 "consistent": row.consistent, "caveat": row.caveat} for row in split.rows]}
 
