@@ -643,6 +643,35 @@ def test_an_ab_arm_reads_a_kernel_left_out_or_idled_as_a_bound_and_refuses_what_
             parse_arm(bad)
 
 
+def test_an_ab_arm_with_a_switch_that_is_timing_only_is_a_bound_and_priced_by_what_it_saved_alone() -> None:
+    """A stage left out (`LEAVE_OUT` not 0) or a kernel's FOLD bound apart from its plan's fold makes the arm a bound
+    (printed as one, its values not the step's), whatever else it changes; `LEAVE_OUT=0` and a switch of the step's
+    own kernels (HEAD_MAJOR) do not. Such an arm is priced by what it saved, never by bytes or launches it did not
+    leave out."""
+    from lab.step.fused import traffic as T
+    from lab.step.fused.ab import beyond_bytes, bound_note, left_out, parse_arm
+
+    labels = ("table", "ln_qkv:LEAVE_OUT=16", "ln_qkv:FOLD=0", "ln_qkv:LEAVE_OUT=0", "ln_qkv:HEAD_MAJOR=1",
+              "ln_qkv:LEAVE_OUT=16;proj:ABSENT=1", "proj:ABSENT=1")
+    arms = [parse_arm(x) for x in labels]
+    bound = {a.label for a in arms if a.bound}
+    assert bound == {"ln_qkv:LEAVE_OUT=16", "ln_qkv:FOLD=0", "ln_qkv:LEAVE_OUT=16;proj:ABSENT=1", "proj:ABSENT=1"}
+    assert parse_arm("ln_qkv:FOLD=0;ln_qkv:HEAD_MAJOR=1").timing_only == ["ln_qkv:FOLD=0"]
+    assert parse_arm("all:LEAVE_OUT=2").bound and parse_arm("plan:FOLD=0").timing_only == []
+    note = bound_note(arms)
+    assert note is not None and "ln_qkv:LEAVE_OUT=16, ln_qkv:FOLD=0" in note and "HEAD_MAJOR" not in note
+    assert "LEAVE_OUT=0" not in note and "timing only" in note
+    calls = T.calls(T.Shape(2, 64, 2, 100, 1, 4, 16), T.Layout("gemv-prefetch", 1, 1, fold=True, ln_fold=True), 5)
+    left = left_out(arms, {x: calls for x in labels})
+    median = dict(zip(labels, (1.0, 0.9, 0.8, 1.0, 1.0, 0.7, 0.95)))
+    rows = beyond_bytes(arms, median, left, 4000.0)
+    assert rows["ln_qkv:LEAVE_OUT=16"]["against"] == "table"
+    assert rows["ln_qkv:LEAVE_OUT=16"]["saved_us"] == pytest.approx(100.0)
+    assert rows["ln_qkv:FOLD=0"]["saved_us"] == pytest.approx(200.0)
+    assert set(rows["ln_qkv:LEAVE_OUT=16;proj:ABSENT=1"]) == {"against", "saved_us"}  # its bytes are not all it left
+    assert "bytes_us" in rows["proj:ABSENT=1"] and "ln_qkv:HEAD_MAJOR=1" not in rows
+
+
 def test_an_ab_bound_is_priced_at_the_cards_copy_rate_and_an_idle_one_against_its_absent_twin() -> None:
     """What a bound saved against the first arm, µs a step; an ABSENT arm's kernels' bytes from memory (weights, K and
     V, as lab.step.fused.traffic declares them for the table's plan) at the card's copy rate and what it saved beyond

@@ -20,6 +20,9 @@ forced, PDL where the device has it) with changes, separated by ";":
   last program, no argmax launch (`argmax_fold=True`; `=0` leaves it a launch where configs.ARGMAX_FOLD binds it);
   `plan:FOLD=0` the attention a launch of its own, not folded into ln_qkv (`fold=False`: five kernels a layer, as
   plain `fused` runs; with a bound on `attention` or `ln_qkv`, what each costs the chain apart);
+- `KERNEL:LEAVE_OUT=N` (N not 0: a stage of the kernel's work left out, lab.step.fused.stages) and a kernel's `FOLD`
+  switch (`"ln_qkv:FOLD=0"`: no count-in and no attention; the fold is the plan's, `plan:FOLD`) are timing only:
+  their arms are bounds, as below, and printed as such;
 - `KERNEL:ABSENT=1`, `KERNEL:IDLE=1`: bounds, not steps (their values are not the step's): every launch of that
   kernel left out of the plan, or made the idle kernel with its grid and warps (lab.step.fused.anatomy.without,
   idled). What a fold of that kernel's work into a neighbour could save at most (no fold takes the step below
@@ -90,12 +93,23 @@ class Arm:
     bounds: dict[str, str] = field(default_factory=dict)  # kernel -> ABSENT or IDLE (BOUNDS): a bound, not a step
 
     @property
+    def timing_only(self) -> list[str]:
+        """The arm's switches that time a part of the step, not a step (`TIMING_SWITCHES`), as `KERNEL:SWITCH=V`."""
+        return [f"{kernel}:{key}={value}" for kernel, switches in self.switches.items()
+                for key, value in switches.items() if key in TIMING_SWITCHES and TIMING_SWITCHES[key](value)]
+
+    @property
     def bound(self) -> bool:
-        """Whether the arm is a bound (a kernel left out or idled): its values are not the step's."""
-        return bool(self.bounds)
+        """Whether the arm is a bound (a kernel left out or idled, or a switch that is timing only): its values are not
+        the step's."""
+        return bool(self.bounds) or bool(self.timing_only)
 
 
 BOUNDS = ("ABSENT", "IDLE")  # an arm's `KERNEL:ABSENT=1` / `KERNEL:IDLE=1`: a bound (lab.step.fused.anatomy)
+# switches with which a kernel no longer does the step's work (their arms are bounds, whatever else they change):
+# LEAVE_OUT other than 0 leaves a stage of the kernel's work out (lab.step.fused.stages); a kernel's FOLD is its plan's
+# (`plan:FOLD` changes the fold): bound apart from the plan, the attention is done by no launch or by two
+TIMING_SWITCHES: dict[str, Callable[[int], bool]] = {"LEAVE_OUT": lambda v: v != 0, "FOLD": lambda v: True}
 PLAN = "plan"  # an arm's `plan:OPTION=V`: how its plan is built, not a kernel's switch
 # an arm's plan options: OPTION -> step.prepare's keyword arguments for its value (RESIDUAL_BF16=0 is the table's fp32)
 PLAN_OPTIONS: dict[str, Callable[[int], dict[str, Any]]] = {
@@ -291,10 +305,12 @@ def _row(out: dict[str, Any], label: str) -> str:
 
 
 def bound_note(arms: list[Arm]) -> str | None:
-    """The line printed under the rows where an arm is a bound (ABSENT, IDLE), None where none is."""
+    """The line printed under the rows where an arm is a bound (ABSENT, IDLE, a switch in TIMING_SWITCHES), None where
+    none is."""
     labels = [a.label for a in arms if a.bound]
-    return None if not labels else (f"  bounds, not steps (a kernel's launches left out or idled; their values are not "
-                                    f"the step's): {', '.join(labels)}")
+    return None if not labels else (f"  bounds, not steps (a kernel's launches left out or idled, or a part of its work "
+                                    f"left out by a switch that is timing only; their values are not the step's): "
+                                    f"{', '.join(labels)}")
 
 
 def left_out(arms: list[Arm], calls: dict[str, list[Any]]) -> dict[str, dict[str, int]]:
@@ -318,7 +334,9 @@ def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, d
     (`bytes_us`) and what leaving them out saved beyond those bytes (`beyond_us`: the launches' and hand-overs' place
     on the chain, where positive); for an arm that idles them (IDLE only) with an ABSENT arm of the same kernels, what
     their launches with their grids cost the chain by themselves (`launches_us` = IDLE - ABSENT, and `per_launch_us`;
-    the same configs, switches and plan options on both). docs/fused-step.md items 28-30 read these."""
+    the same configs, switches and plan options on both). An arm with a switch that is timing only (TIMING_SWITCHES)
+    has `saved_us` alone: the work its switch leaves out is not bytes this prices. docs/fused-step.md items 28-30 read
+    these."""
     first = next(iter(median_ms))
     kinds = {a.label: frozenset(a.bounds.values()) for a in arms if a.bound}
 
@@ -336,11 +354,11 @@ def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, d
             continue
         base = unbound_of.get(plan_of(arm), first)
         row: dict[str, Any] = {"against": base, "saved_us": (median_ms[base] - median_ms[arm.label]) * 1e3}
-        if kinds[arm.label] == {"ABSENT"} and copy_gbps:
+        if kinds[arm.label] == {"ABSENT"} and copy_gbps and not arm.timing_only:
             row["bytes_us"] = left[arm.label]["bytes"] / (copy_gbps * 1e3)
             row["beyond_us"] = row["saved_us"] - row["bytes_us"]
         twin = absent_of.get(same(arm))
-        if kinds[arm.label] == {"IDLE"} and twin in median_ms:
+        if kinds[arm.label] == {"IDLE"} and twin in median_ms and not arm.timing_only:
             row["launches_us"] = (median_ms[arm.label] - median_ms[twin]) * 1e3
             row["per_launch_us"] = row["launches_us"] / max(1, left[arm.label]["launches"])
         out[arm.label] = row
