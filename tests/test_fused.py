@@ -670,6 +670,13 @@ def test_an_ab_arm_with_a_switch_that_is_timing_only_is_a_bound_and_priced_by_wh
     assert rows["ln_qkv:FOLD=0"]["saved_us"] == pytest.approx(200.0)
     assert set(rows["ln_qkv:LEAVE_OUT=16;proj:ABSENT=1"]) == {"against", "saved_us"}  # its bytes are not all it left
     assert "bytes_us" in rows["proj:ABSENT=1"] and "ln_qkv:HEAD_MAJOR=1" not in rows
+    # against the arm of its own plan: the same switches but the timing-only one (an H200's A/B priced
+    # "ln_qkv:KV_AT_ONCE=1;ln_qkv:LEAVE_OUT=16" against the table, not against "ln_qkv:KV_AT_ONCE=1")
+    twins = [parse_arm(x) for x in ("table", "ln_qkv:KV_AT_ONCE=1", "ln_qkv:KV_AT_ONCE=1;ln_qkv:LEAVE_OUT=16")]
+    rows = beyond_bytes(twins, dict(zip([a.label for a in twins], (1.2, 1.19, 1.09))), left_out(twins, {
+        a.label: calls for a in twins}), 4000.0)
+    assert rows["ln_qkv:KV_AT_ONCE=1;ln_qkv:LEAVE_OUT=16"]["against"] == "ln_qkv:KV_AT_ONCE=1"
+    assert rows["ln_qkv:KV_AT_ONCE=1;ln_qkv:LEAVE_OUT=16"]["saved_us"] == pytest.approx(100.0)
 
 
 def test_an_ab_bound_is_priced_at_the_cards_copy_rate_and_an_idle_one_against_its_absent_twin() -> None:

@@ -340,8 +340,10 @@ def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, d
     first = next(iter(median_ms))
     kinds = {a.label: frozenset(a.bounds.values()) for a in arms if a.bound}
 
-    def plan_of(a: Arm) -> str:  # what an arm changes besides its bounds
-        return json.dumps([a.configs, a.switches, a.options], sort_keys=True)
+    def plan_of(a: Arm) -> str:  # what an arm changes besides its bounds (and its switches that are timing only)
+        timing = set(a.timing_only)
+        switches = {k: {key: v for key, v in sw.items() if f"{k}:{key}={v}" not in timing} for k, sw in a.switches.items()}
+        return json.dumps([a.configs, {k: sw for k, sw in switches.items() if sw}, a.options], sort_keys=True)
 
     def same(a: Arm) -> tuple[Any, ...]:  # an IDLE arm's ABSENT twin: the same kernels bound on the same plan
         return (frozenset(a.bounds), plan_of(a))
