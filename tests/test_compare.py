@@ -630,12 +630,15 @@ def test_every_committed_reference_gets_a_baseline_or_the_sentence_why() -> None
     # the H200's grid of 2026-12-06 (a third card), against the H200's grid before it
     assert got["h200-2026-12-06-model-scaling"] == ("h200-2026-12-05-model-scaling-main", f"the previous run of {h200}")
     # another host's first run: no run of its own host before it, so the newest other run of its profile that shares
-    # its experiment (the newest grid of the profile: the H200's of 2026-12-07, made after the H100's of that day)
+    # its experiment (the newest grid of the profile: the H200's second of 2026-12-07, made after the H100's of that day)
     h100 = "host vm (Intel(R) Xeon(R) Processor, 16 cores; NVIDIA H100 80GB HBM3, driver 580.159.04) with profile gpu"
-    assert got["h100-2026-12-05-model-scaling"] == ("h200-2026-12-07-model-scaling",
+    assert got["h100-2026-12-05-model-scaling"] == ("h200-2026-12-07-model-scaling-second-card",
                                                     f"no earlier run of {h100}: the newest other run of profile gpu")
-    # the H200's grid of 2026-12-07 (a fourth card) against the H200's grid before it, past every H100 run between them
+    # the H200's grid of 2026-12-07 (a fourth card) against the H200's grid before it, past every H100 run between them;
+    # the same day's second (a fifth card) against it
     assert got["h200-2026-12-07-model-scaling"] == ("h200-2026-12-06-model-scaling", f"the previous run of {h200}")
+    assert got["h200-2026-12-07-model-scaling-second-card"] == ("h200-2026-12-07-model-scaling",
+                                                                f"the previous run of {h200}")
     # the H100's grid of 2026-12-07 against the host's previous grid, past its whole gpu profile (which ran no grid)
     assert got["h100-2026-12-07-model-scaling"] == ("h100-2026-12-06-model-scaling-sum-once",
                                                     f"the previous run of {h100}")
