@@ -96,7 +96,7 @@ class Arm:
     def timing_only(self) -> list[str]:
         """The arm's switches that time a part of the step, not a step (`TIMING_SWITCHES`), as `KERNEL:SWITCH=V`."""
         return [f"{kernel}:{key}={value}" for kernel, switches in self.switches.items()
-                for key, value in switches.items() if key in TIMING_SWITCHES and TIMING_SWITCHES[key](value)]
+                for key, value in switches.items() if timing_switch(key, value)]
 
     @property
     def bound(self) -> bool:
@@ -110,6 +110,13 @@ BOUNDS = ("ABSENT", "IDLE")  # an arm's `KERNEL:ABSENT=1` / `KERNEL:IDLE=1`: a b
 # LEAVE_OUT other than 0 leaves a stage of the kernel's work out (lab.step.fused.stages); a kernel's FOLD is its plan's
 # (`plan:FOLD` changes the fold): bound apart from the plan, the attention is done by no launch or by two
 TIMING_SWITCHES: dict[str, Callable[[int], bool]] = {"LEAVE_OUT": lambda v: v != 0, "FOLD": lambda v: True}
+
+
+def timing_switch(key: str, value: int) -> bool:
+    """Whether a switch bound to `value` is timing only (TIMING_SWITCHES)."""
+    return key in TIMING_SWITCHES and TIMING_SWITCHES[key](value)
+
+
 PLAN = "plan"  # an arm's `plan:OPTION=V`: how its plan is built, not a kernel's switch
 # an arm's plan options: OPTION -> step.prepare's keyword arguments for its value (RESIDUAL_BF16=0 is the table's fp32)
 PLAN_OPTIONS: dict[str, Callable[[int], dict[str, Any]]] = {
@@ -341,8 +348,7 @@ def beyond_bytes(arms: list[Arm], median_ms: dict[str, float], left: dict[str, d
     kinds = {a.label: frozenset(a.bounds.values()) for a in arms if a.bound}
 
     def plan_of(a: Arm) -> str:  # what an arm changes besides its bounds (and its switches that are timing only)
-        timing = set(a.timing_only)
-        switches = {k: {key: v for key, v in sw.items() if f"{k}:{key}={v}" not in timing} for k, sw in a.switches.items()}
+        switches = {k: {key: v for key, v in sw.items() if not timing_switch(key, v)} for k, sw in a.switches.items()}
         return json.dumps([a.configs, {k: sw for k, sw in switches.items() if sw}, a.options], sort_keys=True)
 
     def same(a: Arm) -> tuple[Any, ...]:  # an IDLE arm's ABSENT twin: the same kernels bound on the same plan
