@@ -68,7 +68,7 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     assert qkv.meta["HEAD_MAJOR"] is False  # the q-K-V order at this width (configs.HEAD_MAJOR: measured shapes only)
     assert proj.args[0] is folded.workspace.att and tuple(folded.workspace.att.shape) == (3, 64)
     heads = folded.workspace.heads
-    assert heads is not None and heads.dtype == torch.int32 and heads.numel() == 2 * 4 and not heads.any()
+    assert heads is not None and heads.dtype == torch.int32 and heads.numel() == 2 * 2 * 4 and not heads.any()  # two sets
     wide = prepare(new_state(w, 1, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(1, 32, 64)})
     assert not wide.fold and "attention" in [x.name for x in wide.launches]
     assert not wide.launches[0].meta.get("HEAD_MAJOR")
@@ -1202,6 +1202,40 @@ def test_the_folded_attention_loads_q_k_and_v_first_and_kv_l2_asks_l2_for_them_b
     assert wait and before.count("cp.async.bulk.prefetch.L2") == 2 and "cp.async.bulk.prefetch.L2" not in after
 
 
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("size, dtype", [("gpt2-124M", torch.bfloat16), ("gpt2-1.5B", torch.bfloat16),
+                                         ("gpt2-1.5B", torch.float32)])
+def test_older_first_leaves_the_new_slot_alone_after_the_last_count_in_and_keeps_ln_qkvs_waves(
+        size: str, dtype: torch.dtype) -> None:
+    """attention._fold_attention's OLDER_FIRST, compiled for sm_90 as an A/B arm binds it on the table's plan: no spill,
+    PDL's two griddepcontrol instructions, three count-in atomics (the q programs' own, then the head's, from the last q
+    program and from the K and V programs), as many of ln_qkv's programs an SM as the step's build (its waves unchanged),
+    and after the head's last count-in only the new slot's step: one round trip (every load before the first exchange
+    between threads), one sum over the head's width (three CTA barriers), a few hundred instructions at most, where the
+    step's build runs the whole softmax over the reached slots (about 900 instructions and 12 barriers here)."""
+    from dataclasses import replace
+
+    from lab.contract.profiles import SHAPES, ModelSpec
+    from lab.step.fused import aot
+
+    if aot.ptxas_path() is None or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs the installed Triton's ptxas and compiled (not interpreted) kernels")
+    spec = SHAPES[size]
+    plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
+    [launch] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
+    assert launch.meta["FOLD"] and "OLDER_FIRST" not in launch.meta, launch.meta  # off unless bound
+    table, older = (aot.compile_plan(replace(plan, launches=[replace(launch, meta={**launch.meta, "OLDER_FIRST": on})]))[0]
+                    for on in (False, True))
+    assert older.registers is not None and older.registers <= 255 and older.spill_bytes == 0, older
+    assert older.grid_dependency_ops == 2 and older.atomics == 3 and table.atomics == 1, (table, older)
+    assert aot.resident(older) == aot.resident(table), (table, older)
+    if older.tail_instructions is None or table.tail_instructions is None:
+        pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
+    assert table.tail_instructions > 800 and table.tail_barriers == 12, table
+    assert older.tail_instructions < 200 and older.tail_barriers == 3 and older.tail_late_loads == 0, older
+
+
 def test_late_loads_counts_the_loads_a_tail_issues_after_its_first_exchange_between_threads() -> None:
     """aot.late_loads over disassembly lines: loads before the first shuffle or CTA barrier that follows the first load
     are one round trip; each one after it starts another."""
@@ -1647,13 +1681,12 @@ def test_gpu_sum_once_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch:
     """lm_head's SUM_ONCE (its products summed over K once, after the last chunk), bound by name as an A/B arm binds
     it, on fused-pdl-prefetch at batch 1 and plain fused at batch 3: fp32 eager's tokens and the graph's replay bit for
     bit; bf16 by the teacher-forced rule."""
-    _lm_head_variant_equals_eager(gpt2_cuda, gpt2_cuda_bf16, batch, pdl, "sum_once",
-                                  switches={"lm_head": {"SUM_ONCE": 1}})
+    _variant_equals_eager(gpt2_cuda, gpt2_cuda_bf16, batch, pdl, "sum_once", switches={"lm_head": {"SUM_ONCE": 1}})
 
 
-def _lm_head_variant_equals_eager(gpt2_cuda: Any, gpt2_cuda_bf16: Any, batch: int, pdl: bool, taken: str,
-                                  **variant: Any) -> None:
-    """A variant of lm_head (`variant`: check.free_running's and teacher_forced's keyword arguments for it; `taken`:
+def _variant_equals_eager(gpt2_cuda: Any, gpt2_cuda_bf16: Any, batch: int, pdl: bool, taken: str,
+                          **variant: Any) -> None:
+    """A variant of a kernel (`variant`: check.free_running's and teacher_forced's keyword arguments for it; `taken`:
     the run's key that says the plan took it), on fused-pdl-prefetch (pdl) or plain fused: fp32 eager's tokens and the
     graph's replay bit for bit; bf16 by the teacher-forced rule."""
     from lab.step.fused.check import free_running, teacher_forced
@@ -1673,12 +1706,24 @@ def _lm_head_variant_equals_eager(gpt2_cuda: Any, gpt2_cuda_bf16: Any, batch: in
 
 @pytest.mark.cuda
 @needs_triton
+@pytest.mark.parametrize("batch,head_major", [(1, 0), (1, 1), (2, 0)], ids=["b1", "b1-head-major", "b2"])
+def test_gpu_older_first_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch: int, head_major: int) -> None:
+    """The folded attention's OLDER_FIRST (the older slots attended by each head's last q program, the new slot added
+    by the last count-in: attention._fold_attention), bound by name as an A/B arm binds it, on fused-pdl-prefetch in the
+    q-K-V order and head by head, at one and two batch rows a program: fp32 eager's tokens and the graph's replay bit for
+    bit (whichever program is last, the sums are the same); bf16 by the teacher-forced rule."""
+    _variant_equals_eager(gpt2_cuda, gpt2_cuda_bf16, batch, True, "older_first",
+                          switches={"ln_qkv": {"OLDER_FIRST": 1, "HEAD_MAJOR": head_major}})
+
+
+@pytest.mark.cuda
+@needs_triton
 @pytest.mark.parametrize("batch,pdl", [(1, True), (3, False)], ids=["b1-pdl-prefetch", "b3"])
 def test_gpu_argmax_fold_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch: int, pdl: bool) -> None:
     """The argmax taken by lm_head's last program (step.prepare's argmax_fold: every program counts itself in, the last
     reads the candidates back through L2), on fused-pdl-prefetch at batch 1 and plain fused at batch 3: fp32 eager's
     tokens, out and position at every step and the graph's replay bit for bit; bf16 by the teacher-forced rule."""
-    _lm_head_variant_equals_eager(gpt2_cuda, gpt2_cuda_bf16, batch, pdl, "argmax_fold", argmax_fold=True)
+    _variant_equals_eager(gpt2_cuda, gpt2_cuda_bf16, batch, pdl, "argmax_fold", argmax_fold=True)
 
 
 @pytest.mark.cuda

@@ -226,6 +226,52 @@ def case_fold_head_major_switched_fp32_b1() -> dict[str, Any]:
                  overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
 
 
+OLDER_FIRST = {"ln_qkv": {"OLDER_FIRST": 1}}  # the folded attention over the older slots by the head's last q program
+
+
+@case
+def case_fold_older_first_odd_b3() -> dict[str, Any]:
+    # case_fold_odd_b3 with OLDER_FIRST (attention._fold_attention): the head's last q program attends over the slots
+    # before the position in chunks of 8 (the online softmax carries across them) and the last count-in adds the new
+    # slot, for each of the block's two batch rows (the second block's second masked)
+    from lab.step.fused import configs as C
+    from lab.step.fused.check import parse_configs
+
+    real = C.fold_slots
+    C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
+    try:
+        return _free("odd", 3, steps=2, prompt_len=20, sms=4, fold=True, switches=OLDER_FIRST,
+                     overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'))
+    finally:
+        C.fold_slots = real  # type: ignore[assignment]
+
+
+@case
+def case_fold_older_first_head_major_odd_b3() -> dict[str, Any]:
+    # the same with ln_qkv's programs head by head (each head's q programs, then its K and V programs)
+    with _measured(C.HEAD_MAJOR, ("float32", 48)):
+        return case_fold_older_first_odd_b3()
+
+
+@case
+def case_fold_older_first_fp32_b1() -> dict[str, Any]:
+    # on the PREFETCH path as the lab's fused-pdl-prefetch runs it (its layer norms folded), from a one-token prompt:
+    # the first step's older slots are one, the prompt's
+    from lab.step.fused.check import parse_configs
+
+    return _free("tiny", 1, max_len=MAX_LEN, prompt_len=1, prefetch=True, fold=True, switches=OLDER_FIRST,
+                 overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
+def case_fold_older_first_bf16_b1() -> dict[str, Any]:
+    from lab.step.fused.check import parse_configs
+
+    return _forced(1, prefetch=True, fold=True, switches=OLDER_FIRST,
+                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
+                              **parse_configs("{" + FOLD_QKV + "}")})
+
+
 def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16: bool = False,
                       change: Callable[[Any, Callable[[], Any]], Any] | None = None) -> dict[str, Any]:
     """The folded plan over odd shapes (case_fold_odd_b3's: heads 12 wide, batch blocks of 2 rows, or one of 4 on the
@@ -779,7 +825,8 @@ FP32_CASES = {  # case -> (path, batch)
     "fold-head-major-odd-b3": ("gemv", 3), "fold-head-major-switched-fp32-b1": ("gemv-prefetch", 1),
     "lm-sum-once-odd": ("gemv", 3), "argmax-fold-odd": ("gemv", 3), "fold-argmax-fold-fp32-b1": ("gemv-prefetch", 1),
     "fold-pieces-odd-b1": ("gemv-prefetch", 1), "prefetch-pieces-unfolded-oddk-b1": ("gemv-prefetch", 1),
-    "fold-pieces-flat-b1": ("gemv-prefetch", 1),
+    "fold-pieces-flat-b1": ("gemv-prefetch", 1), "fold-older-first-odd-b3": ("gemv", 3),
+    "fold-older-first-head-major-odd-b3": ("gemv", 3), "fold-older-first-fp32-b1": ("gemv-prefetch", 1),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
@@ -788,7 +835,7 @@ BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch",
               "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1),
               "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1),
               "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1), "fold-pieces-odd-bf16-b1": ("gemv-prefetch", 1),
-              "fold-pieces-flat-bf16-b1": ("gemv-prefetch", 1)}
+              "fold-pieces-flat-bf16-b1": ("gemv-prefetch", 1), "fold-older-first-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -813,6 +860,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert run["evict"] == ("evict" in name), run  # configs.EVICT_FIRST: likewise
     assert run["sum_once"] == ("sum-once" in name), run  # lm_head's SUM_ONCE, bound by name
     assert run["pieces"] == ("pieces" in name), run  # ln_qkv's and ln_fc's PIECES, likewise
+    assert run["older_first"] == ("older-first" in name), run  # the folded attention's OLDER_FIRST, likewise
     assert run.get("argmax_fold", False) == ("argmax-fold" in name), run  # configs.ARGMAX_FOLD binds none: by name
     assert run.get("heads_zero", True), run  # a folding plan's heads' counters at zero after its steps
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
@@ -838,6 +886,7 @@ def test_bf16_teacher_forced_within_bf16_rounding(worker: Worker, name: str) -> 
     assert r["ln_fold"] == (r["path"] == "gemv-prefetch"), r
     assert r["sum_once"] == ("sum-once" in name), r
     assert r["pieces"] == ("pieces" in name), r
+    assert r["older_first"] == ("older-first" in name), r
     assert r["residual"] == ("bfloat16" if "residual" in name else "float32"), r
     assert r["argmax_fold"] == ("argmax-fold" in name), r
     assert r["kernels_per_step"] == launches_per_step(r, r["n_layer"]), r

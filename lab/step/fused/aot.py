@@ -202,9 +202,11 @@ def after_wait(code: str | None) -> list[str] | None:
 def fold_tail(code: str | None) -> list[str] | None:
     """The SASS instructions of a folded ln_qkv's last program after its count-in: from the instruction after the
     first EXIT that follows the head counter's atomic (where every other program of the head leaves) to the next EXIT,
-    both exits excluded and included (None: no code, or no atomic)."""
+    both exits excluded and included (None: no code, or no atomic). With OLDER_FIRST (attention._fold_attention) the
+    count-in is the last atomic of the code (the q programs' own come first), and the tail is the new slot's step."""
     lines = [] if code is None else _instructions(code)
-    atom = _first(lines, r"\bATOMG?\b")
+    atoms = [i for i, line in enumerate(lines) if re.search(r"\bATOMG?\b", line)]
+    atom = atoms[-1] if atoms else None
     leave = None if atom is None else _first(lines, _EXIT, atom)
     return None if leave is None else _through_exit(lines, leave + 1)
 
@@ -307,7 +309,7 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
     compiled; the library's GEMMs of the gemm path (LibraryCall) are not Triton's and are left out."""
     out: list[Compiled] = []
     seen: set[tuple[str, Any]] = set()
-    heads = getattr(getattr(plan, "workspace", None), "heads", None)  # a folding plan's counters: one a tail
+    heads = getattr(getattr(plan, "workspace", None), "heads", None)  # a folding plan's counters: two a tail
     for launch in plan.launches:
         if not hasattr(launch, "kernel"):
             continue
@@ -334,7 +336,7 @@ def compile_plan(plan: Any, arch: int = 90) -> list[Compiled]:
                             None if tail is None else _barriers(tail), None if tail is None else late_loads(tail),
                             len(re.findall(r"\bcp\.async\.bulk\.prefetch\.L2\b", ptx)),
                             math.prod(launch.grid), int(launch.meta.get("num_warps", 4)),
-                            int(heads.numel()) if launch.meta.get("FOLD") and heads is not None else 0,
+                            int(heads.numel()) // 2 if launch.meta.get("FOLD") and heads is not None else 0,
                             loop is not None, None if loop is None else len(loop),
                             None if loop is None else sum(bool(re.search(r"\bSHFL\b", x)) for x in loop)))
     return out

@@ -198,10 +198,107 @@ def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constex
 
 
 @triton.jit
-def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E: tl.constexpr,
-                    H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
-                    BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                    KV_AT_ONCE: tl.constexpr = False):
+def _count_in(counter, LEAVE_OUT: tl.constexpr):
+    """The fold's count-in on `counter`: one acquire-release atomic add at GPU scope (the program's stores, issued by every
+    thread at the CTA barrier before it, visible to whoever reads its answer later; what that one wrote visible after
+    it), or relaxed with Stage.FENCE (timing only). Returns what the counter held before."""
+    if (_FENCE & LEAVE_OUT) != 0:  # (a compile-time switch, timing only: the step's build is the acq_rel add)
+        seen = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
+    else:
+        seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    return seen
+
+
+@triton.jit
+def _online(q, cache_ptr, b, h, reached, pos, B, L, scale, H: tl.constexpr, DH: tl.constexpr, BS: tl.constexpr,
+            BD: tl.constexpr, KV_AT_ONCE: tl.constexpr):
+    """The online softmax of query row `q` [BD] over head h's cache slots [0, reached) of batch row b, in chunks of BS
+    slots read through L2 (`.cg`): (m, den, num), the running max of the scores, the sum of their exps and the
+    exp-weighted sum of V [BD], unnormalised; (-inf, 0, 0) where no slot is reached. KV_AT_ONCE: as _fold_attention's
+    (its select on `pos`, the position: on the count of slots, which the loop's condition bounds, ptxas folds it)."""
+    d = tl.arange(0, BD)
+    d_mask = d < DH
+    m = tl.full([], float("-inf"), tl.float32)
+    den = tl.full([], 0.0, tl.float32)
+    num = tl.zeros([BD], dtype=tl.float32)
+    s0 = 0
+    while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)
+        slot = s0 + tl.arange(0, BS)
+        valid = slot < reached
+        mask = valid[:, None] & d_mask[None, :]
+        base = (b * H + h) * L * DH + slot[:, None] * DH + d[None, :]
+        k = tl.load(cache_ptr + base, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+        v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+        if KV_AT_ONCE:  # always k: the select only makes the scores wait for V's loads too
+            k = tl.where(pos >= 0, k, v)
+        scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=0))  # finite: every chunk holds a reached slot
+        alpha = tl.exp(m - m_new)
+        p = tl.where(valid, tl.exp(scores - m_new), 0.0)
+        den = den * alpha + tl.sum(p, axis=0)
+        num = num * alpha + tl.sum(p[:, None] * v, axis=0)
+        m = m_new
+        s0 += BS
+    return m, den, num
+
+
+@triton.jit
+def _older_slots(q_ptr, cache_ptr, pos, part_o, part_m, part_l, bb, h, B, L, scale, E: tl.constexpr, H: tl.constexpr,
+                 DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
+                 KV_AT_ONCE: tl.constexpr):
+    """OLDER_FIRST's first half, in the head's last q program: head h's attention over the slots before `pos` (written
+    by earlier steps, so no program of this launch writes them) for the BB batch rows of block bb, unnormalised, into
+    the head's first attention partial (part_o [B, H, NS, DH], part_m and part_l [B, H, NS], split 0): what the slot
+    this step writes is then added to (`_newest_slot`)."""
+    d = tl.arange(0, BD)
+    d_mask = d < DH
+    for i in tl.static_range(BB):
+        b = bb * BB + i
+        if b < B:
+            q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
+            m, den, num = _online(q, cache_ptr, b, h, tl.minimum(pos, L), pos, B, L, scale, H, DH, BS, BD, KV_AT_ONCE)
+            split = (b * H + h) * NS
+            tl.store(part_o + split * DH + d, num, mask=d_mask)
+            tl.store(part_m + split, m)
+            tl.store(part_l + split, den)
+
+
+@triton.jit
+def _newest_slot(q_ptr, cache_ptr, pos, part_o, part_m, part_l, att_ptr, bb, h, B, L, scale, E: tl.constexpr,
+                 H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BD: tl.constexpr):
+    """OLDER_FIRST's second half, in the head's last program to count in: the slot `pos` (K and V as this launch's
+    programs stored them) added to the partial over the older slots (`_older_slots`) by one more step of the online
+    softmax, normalised, into att [B, E]. Its loads (q, the new K and V rows, the partial) are independent and issued
+    together: one round trip, then one sum over the head's width."""
+    d = tl.arange(0, BD)
+    d_mask = d < DH
+    for i in tl.static_range(BB):
+        b = bb * BB + i
+        if b < B:
+            split = (b * H + h) * NS
+            q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
+            fresh = d_mask & (pos < L)  # (a full cache: its slots are all older; nothing is new)
+            at = (b * H + h) * L * DH + pos * DH + d
+            k = tl.load(cache_ptr + at, mask=fresh, other=0.0, cache_modifier=".cg").to(tl.float32)
+            v = tl.load(cache_ptr + B * H * L * DH + at, mask=fresh, other=0.0, cache_modifier=".cg").to(tl.float32)
+            num = tl.load(part_o + split * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
+            m = tl.load(part_m + split, cache_modifier=".cg")
+            den = tl.load(part_l + split, cache_modifier=".cg")
+            # always k (a position is never negative), but the sum then waits for V's and the partial's loads too, so
+            # ptxas issues them with q's and K's (without it, some after the sum's first shuffle: a second round trip)
+            k = tl.where(pos >= 0, k, v + num + m + den)
+            score = tl.where(pos < L, tl.sum(q * k, axis=0) * scale, float("-inf"))
+            m_new = tl.maximum(m, score)  # finite: slot pos, or a full cache's older slots
+            alpha = tl.exp(m - m_new)  # 0 where no slot is older (m = -inf)
+            p = tl.exp(score - m_new)  # 0 for a full cache
+            tl.store(att_ptr + b * E + h * DH + d, tl.div_rn(num * alpha + p * v, den * alpha + p), mask=d_mask)
+
+
+@triton.jit
+def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, part_o, part_m, part_l,
+                    E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
+                    BS: tl.constexpr, BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
+                    KV_AT_ONCE: tl.constexpr = False, OLDER_FIRST: tl.constexpr = False, NS: tl.constexpr = 1):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
     for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
     divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
@@ -209,11 +306,11 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     between the two and no splits to combine. HEAD_MAJOR: ln_qkv's row blocks in the order of the heads.
 
     The hand-over is the threadfence-reduction pattern: a CTA barrier (every thread's stores issued), then one
-    acquire-release atomic at GPU scope on the head's counter; the program that reads 3 * DH / BN - 1 zeroes it for the
-    next launch (every other program of the head has counted in) and reads what the others wrote through L2 (`.cg`).
-    The softmax runs online over chunks of BS slots, up to the position (the rows past `pos` cost no traffic).
-    Bytes: 4 B of atomic per program; the last one reads q, and K and V of the reached slots, once per head and
-    batch row (what the attention launch read), and writes DH fp32 per row.
+    acquire-release atomic at GPU scope on the head's counter (`_count_in`); the program that reads 3 * DH / BN - 1
+    zeroes it for the next launch (every other program of the head has counted in) and reads what the others wrote
+    through L2 (`.cg`). The softmax runs online over chunks of BS slots, up to the position (the rows past `pos` cost no
+    traffic; `_online`). Bytes: 4 B of atomic per program; the last one reads q, and K and V of the reached slots, once
+    per head and batch row (what the attention launch read), and writes DH fp32 per row.
 
     `pos` is the position as the program read it after its PDL wait (ln_qkv's `_ln_qkv` returns it: the step does not
     change it), so the last program's first loads after its count-in are q, K and V, not the position before them; and
@@ -224,56 +321,63 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     (Triton 3.6's, sm_90, at every register cap tried from 90 to 255) moves V's after the scores' multiply-adds, which
     wait for K: V's round trip then starts only once K has arrived, and the softmax's reductions hide only part of it.
     With the switch each K value the scores use is selected by `pos >= 0` between itself and its V value: always K
-    (a position is never negative), but the compiler cannot know it, so the scores depend on V's loads and ptxas issues
-    them with K's (`lab.step.fused.aot`'s `tail_late_loads` counts the tail's loads issued after its first exchange
-    between threads). The values are the same; the cost is one select a value and the registers that hold K and V at
-    once (GPT-2 124M bf16: 128 a thread against 90).
+    (a position is never negative), but the compiler cannot know it, so the scores depend on V's loads and ptxas
+    issues them with K's (`lab.step.fused.aot`'s `tail_late_loads` counts the tail's loads issued after its first
+    exchange between threads). The values are the same; the cost is one select a value and the registers that hold K
+    and V at once (GPT-2 124M bf16: 128 a thread against 90).
+
+    OLDER_FIRST (docs/fused-step.md item 35): the attention over the slots before `pos`, which needs q but no K or V of
+    this step, is taken by the head's last q program as soon as the head's q programs have counted in on a counter of
+    their own (heads_ptr's second half, [cdiv(B, BB), H] after the first), while the head's K and V programs may still
+    stream their weights (in the q-K-V order, every q program before any K or V program: ln_qkv's later waves are K and
+    V programs); it stores that partial (`_older_slots`, into the attention partials' first split, which a folded plan
+    does not otherwise use: NS the splits a head) and counts in on the head's counter with the K and V programs. The
+    last of those 2 * DH / BN + 1 count-ins adds the slot `pos` (`_newest_slot`): one round trip and one sum over the
+    head's width after the count-in, instead of the whole softmax over the reached slots. The values are those of
+    another order of the same sums (the running max starts at the older slots'). Off unless bound.
 
     LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends
-    no further (att is not written), so that the A/B tool can time what the attention after the count-in costs. With
-    Stage.FENCE also (timing only: the hand-over is then unordered) the count-in's atomic is relaxed: no release fence
-    before it, no acquire after, so that the A/B tool can time what the fence costs apart from the atomic's answer
-    (docs/fused-step.md item 31).
+    no further (att is not written; with OLDER_FIRST neither is the partial), so that the A/B tool can time what the
+    attention after the count-in costs. With Stage.FENCE also (timing only: the hand-over is then unordered) the count-in's
+    atomic is relaxed: no release fence before it, no acquire after, so that the A/B tool can time what the fence costs
+    apart from the atomic's answer (docs/fused-step.md item 31).
     """
     bb = pid % NBB
-    _, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
+    row, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
     tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
     counter = heads_ptr + bb * H + h
-    if (_FENCE & LEAVE_OUT) != 0:  # (a compile-time switch, timing only: the step's build is the acq_rel add)
-        seen = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
+    if OLDER_FIRST:
+        if row < E:  # a q program: counts in with the head's q programs; the last of them attends over the older slots
+            q_counter = heads_ptr + NBB * H + bb * H + h
+            last = _count_in(q_counter, LEAVE_OUT) == DH // BN - 1
+            if last:
+                tl.store(q_counter, 0)
+                tl.debug_barrier()  # every thread reads after the acquire
+                if (_ATTEND & LEAVE_OUT) == 0:
+                    _older_slots(q_ptr, cache_ptr, pos, part_o, part_m, part_l, bb, h, B, L, scale, E, H, DH, NS, BB,
+                                 BS, BD, KV_AT_ONCE)
+                tl.debug_barrier()  # every thread's partial issued before the program counts in for the head
+                last = _count_in(counter, LEAVE_OUT) == 2 * (DH // BN)
+        else:
+            last = _count_in(counter, LEAVE_OUT) == 2 * (DH // BN)
+        if last:
+            tl.store(counter, 0)
+            tl.debug_barrier()  # every thread reads after the acquire
+            if (_ATTEND & LEAVE_OUT) == 0:
+                _newest_slot(q_ptr, cache_ptr, pos, part_o, part_m, part_l, att_ptr, bb, h, B, L, scale, E, H, DH, NS,
+                             BB, BD)
     else:
-        seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    if seen == 3 * (DH // BN) - 1:
-        tl.store(counter, 0)
-        tl.debug_barrier()  # every thread reads after the acquire
-        if (_ATTEND & LEAVE_OUT) == 0:  # (a compile-time switch: the step's build is the code without it)
-            d = tl.arange(0, BD)
-            d_mask = d < DH
-            reached = tl.minimum(pos + 1, L)
-            for i in tl.static_range(BB):
-                b = bb * BB + i
-                if b < B:
-                    q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
-                    m = tl.full([], float("-inf"), tl.float32)
-                    den = tl.full([], 0.0, tl.float32)
-                    num = tl.zeros([BD], dtype=tl.float32)
-                    s0 = 0
-                    while s0 < reached:  # (a while loop: the interpreter's range wants constant bounds)
-                        slot = s0 + tl.arange(0, BS)
-                        valid = slot < reached
-                        mask = valid[:, None] & d_mask[None, :]
-                        base = (b * H + h) * L * DH + slot[:, None] * DH + d[None, :]
-                        k = tl.load(cache_ptr + base, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
-                        v = tl.load(cache_ptr + B * H * L * DH + base, mask=mask, other=0.0,
-                                    cache_modifier=".cg").to(tl.float32)
-                        if KV_AT_ONCE:  # always k: the select only makes the scores wait for V's loads too
-                            k = tl.where(pos >= 0, k, v)
-                        scores = tl.where(valid, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
-                        m_new = tl.maximum(m, tl.max(scores, axis=0))  # finite: every chunk holds a reached slot
-                        alpha = tl.exp(m - m_new)
-                        p = tl.where(valid, tl.exp(scores - m_new), 0.0)
-                        den = den * alpha + tl.sum(p, axis=0)
-                        num = num * alpha + tl.sum(p[:, None] * v, axis=0)
-                        m = m_new
-                        s0 += BS
-                    tl.store(att_ptr + b * E + h * DH + d, tl.div_rn(num, den), mask=d_mask)
+        seen = _count_in(counter, LEAVE_OUT)
+        if seen == 3 * (DH // BN) - 1:
+            tl.store(counter, 0)
+            tl.debug_barrier()  # every thread reads after the acquire
+            if (_ATTEND & LEAVE_OUT) == 0:  # (a compile-time switch: the step's build is the code without it)
+                d = tl.arange(0, BD)
+                d_mask = d < DH
+                reached = tl.minimum(pos + 1, L)
+                for i in tl.static_range(BB):
+                    b = bb * BB + i
+                    if b < B:
+                        q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
+                        m, den, num = _online(q, cache_ptr, b, h, reached, pos, B, L, scale, H, DH, BS, BD, KV_AT_ONCE)
+                        tl.store(att_ptr + b * E + h * DH + d, tl.div_rn(num, den), mask=d_mask)

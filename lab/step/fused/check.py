@@ -85,7 +85,7 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                               "evict": _bound(plan, "EVICT"), "kv_l2": _bound(plan, "KV_L2"),
                               "kv_at_once": _bound(plan, "KV_AT_ONCE"), "pos_at_once": _bound(plan, "POS_AT_ONCE"),
                               "res_at_once": _bound(plan, "RES_AT_ONCE"), "sum_once": _bound(plan, "SUM_ONCE"),
-                              "pieces": _bound(plan, "PIECES"),
+                              "pieces": _bound(plan, "PIECES"), "older_first": _bound(plan, "OLDER_FIRST"),
                               "heads_zero": heads_zero, "n_layer": w.n_layer,
                               "configs": {k: v.__dict__ for k, v in plan.configs.items()},
                               "kernels_per_step": len(plan.launches), "per_step": rows}
@@ -101,7 +101,8 @@ def _bound(plan: Any, switch: str) -> bool:
     asked for in one round trip, attention._fold_attention), POS_AT_ONCE (ln_qkv's position asked for with its row,
     projections._ln_qkv), RES_AT_ONCE (proj's and fc2's residual asked for with their input,
     projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv), PIECES (ln_qkv's
-    and ln_fc's rows held as tiles of powers of two, projections._piece)."""
+    and ln_fc's rows held as tiles of powers of two, projections._piece), OLDER_FIRST (the folded attention over the older
+    slots taken by a head's last q program, attention._fold_attention)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 
@@ -168,7 +169,7 @@ def teacher_forced(w_ref: Weights, w_low: Weights, batch: int, steps: int, promp
                                          and bool(torch.equal(fused.out[:, pos + 1], own)))
     return {"batch": batch, "steps": steps, "dtype": str(w_low.dtype).removeprefix("torch."),
             "path": str(plan.path), "fold": plan.fold, "ln_fold": plan.ln_fold, "sum_once": _bound(plan, "SUM_ONCE"),
-            "pieces": _bound(plan, "PIECES"),
+            "pieces": _bound(plan, "PIECES"), "older_first": _bound(plan, "OLDER_FIRST"),
             "residual": plan.residual, "argmax_fold": plan.argmax_fold, "n_layer": w_low.n_layer,
             "kernels_per_step": len(plan.launches),
             **out}

@@ -409,13 +409,15 @@ def _res_at_once(w_raw, res):
 
 @triton.jit
 def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, q_ptr,
-                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, E: tl.constexpr, H: tl.constexpr,
+                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, part_o, part_m, part_l, E: tl.constexpr,
+                  H: tl.constexpr,
                   DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
                   EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False,
-                  POS_AT_ONCE: tl.constexpr = False, PIECES: tl.constexpr = False):
+                  POS_AT_ONCE: tl.constexpr = False, PIECES: tl.constexpr = False, OLDER_FIRST: tl.constexpr = False,
+                  NS: tl.constexpr = 1):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -434,6 +436,11 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     attention into att_ptr, normalised, counting in on heads_ptr (int32 [cdiv(B, BB), H], zero between launches):
     the layer has no attention launch, and `proj` reads att as its input (FOLDED). BS: the slots of one chunk of
     that attention, BD: next_pow2(DH). Without FOLD, att_ptr, heads_ptr and scale are not read.
+
+    OLDER_FIRST (with FOLD): the head's last q program attends over the slots before the position while its K and V
+    programs still run, into the attention partials part_o, part_m and part_l (their first split; NS the splits a
+    head), and the last count-in adds the new slot (attention._fold_attention; heads_ptr then holds a second
+    [cdiv(B, BB), H] of counters, the q programs'). Off unless bound; without it the partials are not read.
 
     LN_FOLD (PREFETCH only): the layer norm folded into the product (`_ln_gemv_one`), c1_ptr and c2_ptr its
     constants; otherwise they are not read.
@@ -461,8 +468,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH,
                   LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE, PIECES)
     if FOLD:
-        _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, E, H, DH, BB,
-                        BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE)
+        _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, part_o, part_m,
+                        part_l, E, H, DH, BB, BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE, OLDER_FIRST, NS)
 
 
 @triton.jit

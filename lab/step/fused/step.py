@@ -312,12 +312,13 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     qkv = cfg["ln_qkv"]
     assert isinstance(qkv, C.GemvConfig)
     ws.att = torch.zeros(B if fold else 0, E, **f32)
-    ws.heads = torch.zeros(C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
+    # (two sets: the heads' own, and the q programs' of OLDER_FIRST, a switch: attention._fold_attention)
+    ws.heads = torch.zeros(2 * C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
     # folded, ln_qkv's programs run head by head where that measured faster (configs.head_major,
     # attention._qkv_block_row): each head's attention comes as its last program does, not all at the launch's end;
     # its heads' K and V asked into L2 before the wait where that measured faster (configs.kv_l2), and each chunk's K and
     # V in one round trip on the cards where that did (configs.kv_at_once)
-    folding = ({"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD,
+    folding = ({"FOLD": True, "BS": C.fold_slots(L, DH, qkv.num_warps), "BD": BD, "NS": NS,
                 "HEAD_MAJOR": C.head_major(str(w.dtype), E), **({"KV_L2": True} if kv_l2 else {}),
                 **({"KV_AT_ONCE": True} if kv_at_once else {})} if fold else {})
     ln_folding = {"LN_FOLD": True} if ln_fold else {}
@@ -330,7 +331,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
             ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, *qkv_c, ws.q, cache,
-            B, nbb, L, w.eps, ws.att, ws.heads, scale),
+            B, nbb, L, w.eps, ws.att, ws.heads, scale, ws.part_o, ws.part_m, ws.part_l),
             {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding, **ln_folding, **pieces}))
         if not fold:
             launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
