@@ -1211,9 +1211,12 @@ def test_older_first_leaves_the_new_slot_alone_after_the_last_count_in_and_keeps
     """attention._fold_attention's OLDER_FIRST, compiled for sm_90 as an A/B arm binds it on the table's plan: no spill,
     PDL's two griddepcontrol instructions, three count-in atomics (the q programs' own, then the head's, from the last q
     program and from the K and V programs), as many of ln_qkv's programs an SM as the step's build (its waves unchanged),
-    and after the head's last count-in only the new slot's step: one round trip (every load before the first exchange
-    between threads), one sum over the head's width (three CTA barriers), a few hundred instructions at most, where the
-    step's build runs the whole softmax over the reached slots (about 900 instructions and 12 barriers here)."""
+    and after the head's last count-in only the new slot's step: a few hundred instructions at most, where the step's
+    build runs the whole softmax over the reached slots (about 900 instructions and 12 barriers here). From memory
+    (OLDER_FIRST=1): one round trip (every load before the first exchange between threads), one sum over the head's
+    width (three CTA barriers), every count-in behind a GPU-scope fence. In words (2): only the q programs' count-in
+    fenced, the head's two relaxed."""
+    import re
     from dataclasses import replace
 
     from lab.contract.profiles import SHAPES, ModelSpec
@@ -1225,15 +1228,24 @@ def test_older_first_leaves_the_new_slot_alone_after_the_last_count_in_and_keeps
     plan = aot.plan_for_shapes(ModelSpec("two-layer", 2, spec.n_embd, spec.n_head), dtype, 1, pdl=True, prefetch=True)
     [launch] = [x for x in plan.launches if x.name == "ln_qkv" and not x.meta.get("EMBED")]
     assert launch.meta["FOLD"] and "OLDER_FIRST" not in launch.meta, launch.meta  # off unless bound
-    table, older = (aot.compile_plan(replace(plan, launches=[replace(launch, meta={**launch.meta, "OLDER_FIRST": on})]))[0]
-                    for on in (False, True))
-    assert older.registers is not None and older.registers <= 255 and older.spill_bytes == 0, older
-    assert older.grid_dependency_ops == 2 and older.atomics == 3 and table.atomics == 1, (table, older)
-    assert aot.resident(older) == aot.resident(table), (table, older)
-    if older.tail_instructions is None or table.tail_instructions is None:
+    built = {on: replace(launch, meta={**launch.meta, "OLDER_FIRST": on}) for on in (0, 1, 2)}
+    got = {on: aot.compile_plan(replace(plan, launches=[x]))[0] for on, x in built.items()}
+    table = got[0]
+    assert table.atomics == 1, table
+    for on in (1, 2):
+        k = got[on]
+        assert k.registers is not None and k.registers <= 255 and k.spill_bytes == 0, k
+        assert k.grid_dependency_ops == 2 and k.atomics == 3 and aot.resident(k) == aot.resident(table), (table, k)
+    if any(k.tail_instructions is None for k in got.values()):
         pytest.skip("the installed Triton has no nvdisasm beside its ptxas")
-    assert table.tail_instructions > 800 and table.tail_barriers == 12, table
-    assert older.tail_instructions < 200 and older.tail_barriers == 3 and older.tail_late_loads == 0, older
+    assert table.tail_instructions is not None and table.tail_instructions > 800 and table.tail_barriers == 12, table
+    memory, words = got[1], got[2]
+    assert memory.tail_instructions is not None and memory.tail_instructions < 200, memory
+    assert memory.tail_barriers == 3 and memory.tail_late_loads == 0, memory
+    assert words.tail_instructions is not None and words.tail_instructions < 200, words
+    fences = {on: len(re.findall(r"\bMEMBAR\S*GPU", aot.sass(aot.compile_launch(x).asm["cubin"]) or ""))
+              for on, x in built.items()}
+    assert fences == {0: 1, 1: 3, 2: 1}, fences
 
 
 def test_late_loads_counts_the_loads_a_tail_issues_after_its_first_exchange_between_threads() -> None:
@@ -1697,6 +1709,7 @@ def _variant_equals_eager(gpt2_cuda: Any, gpt2_cuda_bf16: Any, batch: int, pdl: 
         pytest.skip(why)
     run = free_running(gpt2_cuda, batch, steps=12, prompt_len=16, graph=True, pdl=pdl, prefetch=pdl, **variant)
     assert run[taken] and run["path"] == ("gemv-prefetch" if pdl else "gemv"), run
+    assert run["heads_zero"], run  # a folding plan's counters and words at zero after its steps
     assert_equal_run(run, FP32_REL_GPU, GPT2.n_layer)
     assert run["graph"]["out_equal_direct"] and run["graph"]["logits_identical_direct"], run["graph"]
     r = teacher_forced(gpt2_cuda, gpt2_cuda_bf16, batch, steps=12, prompt_len=16, prefetch=pdl, pdl=pdl, **variant)
@@ -1706,14 +1719,17 @@ def _variant_equals_eager(gpt2_cuda: Any, gpt2_cuda_bf16: Any, batch: int, pdl: 
 
 @pytest.mark.cuda
 @needs_triton
-@pytest.mark.parametrize("batch,head_major", [(1, 0), (1, 1), (2, 0)], ids=["b1", "b1-head-major", "b2"])
-def test_gpu_older_first_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch: int, head_major: int) -> None:
+@pytest.mark.parametrize("batch,head_major,older", [(1, 0, 1), (1, 1, 1), (2, 0, 1), (1, 0, 2), (2, 1, 2)],
+                         ids=["b1", "b1-head-major", "b2", "b1-words", "b2-head-major-words"])
+def test_gpu_older_first_equals_eager_and_replays(gpt2_cuda, gpt2_cuda_bf16, batch: int, head_major: int,
+                                                  older: int) -> None:
     """The folded attention's OLDER_FIRST (the older slots attended by each head's last q program, the new slot added
     by the last count-in: attention._fold_attention), bound by name as an A/B arm binds it, on fused-pdl-prefetch in the
-    q-K-V order and head by head, at one and two batch rows a program: fp32 eager's tokens and the graph's replay bit for
-    bit (whichever program is last, the sums are the same); bf16 by the teacher-forced rule."""
+    q-K-V order and head by head, at one and two batch rows a program, handed over through memory (1) or in flagged
+    words (2): fp32 eager's tokens and the graph's replay bit for bit (whichever program is last, the sums are the
+    same); bf16 by the teacher-forced rule."""
     _variant_equals_eager(gpt2_cuda, gpt2_cuda_bf16, batch, True, "older_first",
-                          switches={"ln_qkv": {"OLDER_FIRST": 1, "HEAD_MAJOR": head_major}})
+                          switches={"ln_qkv": {"OLDER_FIRST": older, "HEAD_MAJOR": head_major}})
 
 
 @pytest.mark.cuda

@@ -263,6 +263,49 @@ def case_fold_older_first_fp32_b1() -> dict[str, Any]:
                  overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
 
 
+WORDS = {"ln_qkv": {"OLDER_FIRST": 2}}  # ... handed over to the last count-in in flagged words, with no fence
+
+
+@case
+def case_fold_older_first_words_odd_b3() -> dict[str, Any]:
+    # case_fold_older_first_odd_b3 with OLDER_FIRST=2: every program's rows and the last q program's partial as flagged
+    # words, taken (and zeroed) by the last to count in
+    from lab.step.fused import configs as C
+    from lab.step.fused.check import parse_configs
+
+    real = C.fold_slots
+    C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
+    try:
+        return _free("odd", 3, steps=2, prompt_len=20, sms=4, fold=True, switches=WORDS,
+                     overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'))
+    finally:
+        C.fold_slots = real  # type: ignore[assignment]
+
+
+@case
+def case_fold_older_first_words_fp32_b1() -> dict[str, Any]:
+    from lab.step.fused.check import parse_configs
+
+    return _free("tiny", 1, max_len=MAX_LEN, prompt_len=1, prefetch=True, fold=True, switches=WORDS,
+                 overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
+def case_fold_older_first_words_bf16_b1() -> dict[str, Any]:
+    from lab.step.fused.check import parse_configs
+
+    return _forced(1, prefetch=True, fold=True, switches=WORDS,
+                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
+                              **parse_configs("{" + FOLD_QKV + "}")})
+
+
+@case
+def case_older_first_words_exact() -> dict[str, Any]:
+    # OLDER_FIRST=1 against OLDER_FIRST=2, step by step from the same prefill (the odd shapes, the PREFETCH path, bf16):
+    # the words carry the values memory did, so the two are bit for bit the same
+    return _with_and_without(WORDS, prefetch=True, bf16=True, base=OLDER_FIRST)
+
+
 @case
 def case_fold_older_first_bf16_b1() -> dict[str, Any]:
     from lab.step.fused.check import parse_configs
@@ -273,12 +316,14 @@ def case_fold_older_first_bf16_b1() -> dict[str, Any]:
 
 
 def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16: bool = False,
-                      change: Callable[[Any, Callable[[], Any]], Any] | None = None) -> dict[str, Any]:
+                      change: Callable[[Any, Callable[[], Any]], Any] | None = None,
+                      base: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """The folded plan over odd shapes (case_fold_odd_b3's: heads 12 wide, batch blocks of 2 rows, or one of 4 on the
     PREFETCH path, the last row masked; the reached slots in chunks of 8, so the online softmax carries across chunks)
     without and with `switches` (or `change`d: `change(plan, made)`, `made` building another plan of its state),
     step by step from the same prefill (bf16: the weights, cache and activations in bf16, even rows read as packed
-    pairs): whether each step's logits and state are bit-identical, and which launches bound a switch."""
+    pairs; `base`: switches bound on the first plan too): whether each step's logits and state are bit-identical, and
+    which launches bound a switch."""
     import torch
 
     from lab.step import decode as D
@@ -295,11 +340,13 @@ def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16:
         # PREFETCH: one chunk of the row, and the batch in one block (the rule declines a slice read twice)
         odd = K.parse_configs('{"ln_qkv": {"BB": %d, "BN": 4, "BK": %d}}' % ((4, 64) if prefetch else (2, 32)))
         plans = [S.prepare(st, w, sms=4, fold=True, overrides=odd, prefetch=prefetch) for st in states]
+        plans[0] = S.with_switches(plans[0], base) if base else plans[0]
         plans[1] = (S.with_switches(plans[1], switches) if change is None else
                     change(plans[1], lambda: S.prepare(states[1], w, sms=4, fold=True, overrides=odd, prefetch=prefetch)))
         out: dict[str, Any] = {"fold": [p.fold for p in plans], "prefetch": [p.prefetch for p in plans],
                                "identical": [], "bound": [sorted(f"{x.name}:{k}" for x in p.launches for k in
-                                                                 ("KV_AT_ONCE", "POS_AT_ONCE", "RES_AT_ONCE") if x.meta.get(k))
+                                                                 ("KV_AT_ONCE", "POS_AT_ONCE", "RES_AT_ONCE",
+                                                                  "OLDER_FIRST") if x.meta.get(k))
                                                           for p in plans]}
         for _ in range(3):
             logits = [p().clone() for p in plans]
@@ -827,6 +874,7 @@ FP32_CASES = {  # case -> (path, batch)
     "fold-pieces-odd-b1": ("gemv-prefetch", 1), "prefetch-pieces-unfolded-oddk-b1": ("gemv-prefetch", 1),
     "fold-pieces-flat-b1": ("gemv-prefetch", 1), "fold-older-first-odd-b3": ("gemv", 3),
     "fold-older-first-head-major-odd-b3": ("gemv", 3), "fold-older-first-fp32-b1": ("gemv-prefetch", 1),
+    "fold-older-first-words-odd-b3": ("gemv", 3), "fold-older-first-words-fp32-b1": ("gemv-prefetch", 1),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
@@ -835,7 +883,8 @@ BF16_CASES = {"gemv-bf16-b2": ("gemv", 2), "prefetch-bf16-b1": ("gemv-prefetch",
               "prefetch-oddk-bf16-b1": ("gemv-prefetch", 1), "prefetch-sum-once-bf16-b1": ("gemv-prefetch", 1),
               "residual-bf16-b2": ("gemv", 2), "fold-residual-bf16-b1": ("gemv-prefetch", 1),
               "fold-argmax-fold-bf16-b1": ("gemv-prefetch", 1), "fold-pieces-odd-bf16-b1": ("gemv-prefetch", 1),
-              "fold-pieces-flat-bf16-b1": ("gemv-prefetch", 1), "fold-older-first-bf16-b1": ("gemv-prefetch", 1)}
+              "fold-pieces-flat-bf16-b1": ("gemv-prefetch", 1), "fold-older-first-bf16-b1": ("gemv-prefetch", 1),
+              "fold-older-first-words-bf16-b1": ("gemv-prefetch", 1)}
 
 
 # every case: 3 s or more on an idle 2-core machine, as pyproject.toml's `slow` marker says (the first case run
@@ -862,7 +911,7 @@ def test_fp32_equals_eager(worker: Worker, name: str) -> None:
     assert run["pieces"] == ("pieces" in name), run  # ln_qkv's and ln_fc's PIECES, likewise
     assert run["older_first"] == ("older-first" in name), run  # the folded attention's OLDER_FIRST, likewise
     assert run.get("argmax_fold", False) == ("argmax-fold" in name), run  # configs.ARGMAX_FOLD binds none: by name
-    assert run.get("heads_zero", True), run  # a folding plan's heads' counters at zero after its steps
+    assert run.get("heads_zero", True), run  # a folding plan's heads' counters (and words) at zero after its steps
     if path == "gemv-prefetch":  # the variant computes its rows in one chunk
         for kernel in C.PREFETCH_KERNELS:
             odd = "odd" in name
@@ -966,6 +1015,14 @@ def test_kv_and_res_at_once_leave_the_prefetch_step_bit_for_bit_as_it_was(worker
 
 
 @pytest.mark.slow
+def test_older_first_in_words_is_older_first_in_memory_bit_for_bit(worker: Worker) -> None:
+    got = worker.run("older-first-words-exact")
+    assert got["fold"] == [True, True] and got["prefetch"] == [True, True], got
+    assert got["bound"] == [["ln_qkv:OLDER_FIRST"] * 2] * 2, got  # both layers' ln_qkv, both plans (1, then 2)
+    assert got["identical"] == [True] * 3, got
+
+
+@pytest.mark.slow
 def test_gelu_both_forms_match_torch_tanh_gelu(worker: Worker) -> None:
     """The fast form (constants folded into one power of two, the fast division) and the correctly rounded one agree
     with torch's tanh GELU to fp32 rounding in the interpreter, whose exp2 and division are numpy's; on a GPU the fast
@@ -1002,7 +1059,8 @@ def test_every_case_has_a_test() -> None:
     assert set(CASES) == set(FP32_CASES) | set(BF16_CASES) | {"plans", "anatomy", "anatomy-experiment",
                                                               "persistent-exact", "gelu", "head-major-rows",
                                                               "fold-kv-at-once-exact", "prefetch-at-once-exact",
-                                                              "prefetch-at-once-bf16-exact", "place-swapped-exact"}
+                                                              "prefetch-at-once-bf16-exact", "place-swapped-exact",
+                                                              "older-first-words-exact"}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

@@ -48,9 +48,9 @@ def test_a_plans_own_buffers_are_its_workspace_and_its_folded_constants_never_th
     layers = len(w.layers)
     assert {"ln_qkv.c1_ptr", "ln_qkv.c2_ptr", "ln_fc.c1_ptr", "ln_fc.c2_ptr"} <= set(got), sorted(got)
     assert all(len(got[k]) == layers for k in ("ln_qkv.c1_ptr", "ln_fc.c2_ptr"))  # one a layer, together
-    # (part_o, part_m and part_l: the folded ln_qkv's, for its OLDER_FIRST switch, and proj's arguments)
-    fields = {"x", "x_scratch", "q", "h", "logits", "lm_val", "lm_idx", "att", "heads", "part_o", "part_m", "part_l",
-              "pos_scratch"}
+    # (part_o, part_m, part_l and mail: the folded ln_qkv's, for its OLDER_FIRST switch; part_m and part_l proj's too)
+    fields = {"x", "x_scratch", "q", "h", "logits", "lm_val", "lm_idx", "att", "heads", "mail", "part_o", "part_m",
+              "part_l", "pos_scratch"}
     assert fields <= set(got) and set(got) - fields == {"ln_qkv.c1_ptr", "ln_qkv.c2_ptr", "ln_fc.c1_ptr",
                                                         "ln_fc.c2_ptr"}, sorted(got)
     shared = {id(t) for t in _shared(w, state)}

@@ -197,12 +197,45 @@ def _kv_to_l2(pid, cache_ptr, pos_ptr, B, NBB, L, E: tl.constexpr, H: tl.constex
                 _l2_prefetch(cache_ptr + B * H * L * DH + at, size)  # V: cache[1, b, h, :reached]
 
 
+_FULL = tl.constexpr(1 << 32)  # a word's flag (OLDER_FIRST=2: bit 32; the value's fp32 bits are bits 0-31)
+_LOW = tl.constexpr(0xFFFFFFFF)
+
+
 @triton.jit
-def _count_in(counter, LEAVE_OUT: tl.constexpr):
+def _word(value):
+    """fp32 `value` as a flagged word: its bits in bits 0-31 of an int64, the flag in bit 32 (one 8-byte store carries
+    both, so a reader sees the value and its flag together or neither, with no fence)."""
+    return (value.to(tl.int32, bitcast=True).to(tl.int64) & _LOW) | _FULL
+
+
+@triton.jit
+def _opened(word):
+    """A flagged word's value (its low 32 bits, an fp32's bits)."""
+    return (word & _LOW).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _words_put(pid, mail_ptr, out, B, NBB, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr,
+               BN: tl.constexpr, HEAD_MAJOR: tl.constexpr, KV_TY: tl.constexpr):
+    """OLDER_FIRST=2: ln_qkv's task `pid`'s rows `out` [BB, BN] as flagged words (`_word`) into its batch rows' words
+    (mail_ptr, int64 [B, 4E + 2H], zero between launches: q, K and V at their rows' columns 0-3E, each value as the
+    attention reads it: q in fp32 as the workspace holds it, K and V rounded to the cache's dtype, KV_TY, and widened
+    back), for the head's last count-in to take (`_newest_words`)."""
+    b = (pid % NBB) * BB + tl.arange(0, BB)
+    row, _ = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)
+    n = row + tl.arange(0, BN)
+    value = tl.where((n < E)[None, :], out, out.to(KV_TY).to(tl.float32))
+    tl.store(mail_ptr + b[:, None] * (4 * E + 2 * H) + n[None, :], _word(value),
+             mask=(b < B)[:, None] & (n < 3 * E)[None, :])
+
+
+@triton.jit
+def _count_in(counter, LEAVE_OUT: tl.constexpr, RELAXED: tl.constexpr = False):
     """The fold's count-in on `counter`: one acquire-release atomic add at GPU scope (the program's stores, issued by every
     thread at the CTA barrier before it, visible to whoever reads its answer later; what that one wrote visible after
-    it), or relaxed with Stage.FENCE (timing only). Returns what the counter held before."""
-    if (_FENCE & LEAVE_OUT) != 0:  # (a compile-time switch, timing only: the step's build is the acq_rel add)
+    it), or relaxed with Stage.FENCE (timing only) or RELAXED (OLDER_FIRST=2: what it hands over is in flagged words,
+    which need no fence). Returns what the counter held before."""
+    if RELAXED or (_FENCE & LEAVE_OUT) != 0:  # (compile-time switches: the step's build is the acq_rel add)
         seen = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
     else:
         seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
@@ -243,24 +276,53 @@ def _online(q, cache_ptr, b, h, reached, pos, B, L, scale, H: tl.constexpr, DH: 
 
 
 @triton.jit
-def _older_slots(q_ptr, cache_ptr, pos, part_o, part_m, part_l, bb, h, B, L, scale, E: tl.constexpr, H: tl.constexpr,
-                 DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
-                 KV_AT_ONCE: tl.constexpr):
+def _older_slots(q_ptr, cache_ptr, pos, part_o, part_m, part_l, mail_ptr, bb, h, B, L, scale, E: tl.constexpr,
+                 H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BS: tl.constexpr,
+                 BD: tl.constexpr, KV_AT_ONCE: tl.constexpr, WORDS: tl.constexpr, ATTEND: tl.constexpr):
     """OLDER_FIRST's first half, in the head's last q program: head h's attention over the slots before `pos` (written
     by earlier steps, so no program of this launch writes them) for the BB batch rows of block bb, unnormalised, into
-    the head's first attention partial (part_o [B, H, NS, DH], part_m and part_l [B, H, NS], split 0): what the slot
-    this step writes is then added to (`_newest_slot`)."""
+    the head's first attention partial (part_o [B, H, NS, DH], part_m and part_l [B, H, NS], split 0), or with WORDS as
+    flagged words (mail_ptr's columns 3E + h DH ... for the sum, 4E + 2h and 4E + 2h + 1 for the max and the sum of
+    exps): what the slot this step writes is then added to (`_newest_slot`, `_newest_words`). Not ATTEND (Stage.ATTEND
+    left out, timing only): nothing computed; with WORDS zeros are put all the same (the last count-in waits for them)."""
     d = tl.arange(0, BD)
     d_mask = d < DH
     for i in tl.static_range(BB):
         b = bb * BB + i
         if b < B:
-            q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
-            m, den, num = _online(q, cache_ptr, b, h, tl.minimum(pos, L), pos, B, L, scale, H, DH, BS, BD, KV_AT_ONCE)
-            split = (b * H + h) * NS
-            tl.store(part_o + split * DH + d, num, mask=d_mask)
-            tl.store(part_m + split, m)
-            tl.store(part_l + split, den)
+            if ATTEND:
+                q = tl.load(q_ptr + b * E + h * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
+                m, den, num = _online(q, cache_ptr, b, h, tl.minimum(pos, L), pos, B, L, scale, H, DH, BS, BD,
+                                      KV_AT_ONCE)
+            else:
+                m = tl.full([], 0.0, tl.float32)
+                den = tl.full([], 0.0, tl.float32)
+                num = tl.zeros([BD], dtype=tl.float32)
+            if WORDS:
+                at = mail_ptr + b * (4 * E + 2 * H)
+                tl.store(at + 3 * E + h * DH + d, _word(num), mask=d_mask)
+                tl.store(at + 4 * E + 2 * h, _word(m))
+                tl.store(at + 4 * E + 2 * h + 1, _word(den))
+            elif ATTEND:
+                split = (b * H + h) * NS
+                tl.store(part_o + split * DH + d, num, mask=d_mask)
+                tl.store(part_m + split, m)
+                tl.store(part_l + split, den)
+
+
+@triton.jit
+def _new_step(q, k, v, num, m, den, pos, L, scale):
+    """The slot `pos` (its K and V rows k, v [BD]; none where pos >= L, a full cache) added to an unnormalised partial
+    (num [BD], m, den) over the older slots by one more step of the online softmax, normalised: the head's output row.
+    Every load its inputs came from is asked for in one round trip: the sum waits for all of them."""
+    # always k (a position is never negative), but the sum then waits for V's and the partial's loads too, so ptxas
+    # issues them with q's and K's (without it, some after the sum's first shuffle: a second round trip)
+    k = tl.where(pos >= 0, k, v + num + m + den)
+    score = tl.where(pos < L, tl.sum(q * k, axis=0) * scale, float("-inf"))
+    m_new = tl.maximum(m, score)  # finite: slot pos, or a full cache's older slots
+    alpha = tl.exp(m - m_new)  # 0 where no slot is older (m = -inf)
+    p = tl.exp(score - m_new)  # 0 for a full cache
+    return tl.div_rn(num * alpha + p * v, den * alpha + p)
 
 
 @triton.jit
@@ -268,8 +330,8 @@ def _newest_slot(q_ptr, cache_ptr, pos, part_o, part_m, part_l, att_ptr, bb, h, 
                  H: tl.constexpr, DH: tl.constexpr, NS: tl.constexpr, BB: tl.constexpr, BD: tl.constexpr):
     """OLDER_FIRST's second half, in the head's last program to count in: the slot `pos` (K and V as this launch's
     programs stored them) added to the partial over the older slots (`_older_slots`) by one more step of the online
-    softmax, normalised, into att [B, E]. Its loads (q, the new K and V rows, the partial) are independent and issued
-    together: one round trip, then one sum over the head's width."""
+    softmax (`_new_step`), normalised, into att [B, E]. Its loads (q, the new K and V rows, the partial) are independent
+    and issued together: one round trip, then one sum over the head's width."""
     d = tl.arange(0, BD)
     d_mask = d < DH
     for i in tl.static_range(BB):
@@ -284,21 +346,55 @@ def _newest_slot(q_ptr, cache_ptr, pos, part_o, part_m, part_l, att_ptr, bb, h, 
             num = tl.load(part_o + split * DH + d, mask=d_mask, other=0.0, cache_modifier=".cg")
             m = tl.load(part_m + split, cache_modifier=".cg")
             den = tl.load(part_l + split, cache_modifier=".cg")
-            # always k (a position is never negative), but the sum then waits for V's and the partial's loads too, so
-            # ptxas issues them with q's and K's (without it, some after the sum's first shuffle: a second round trip)
-            k = tl.where(pos >= 0, k, v + num + m + den)
-            score = tl.where(pos < L, tl.sum(q * k, axis=0) * scale, float("-inf"))
-            m_new = tl.maximum(m, score)  # finite: slot pos, or a full cache's older slots
-            alpha = tl.exp(m - m_new)  # 0 where no slot is older (m = -inf)
-            p = tl.exp(score - m_new)  # 0 for a full cache
-            tl.store(att_ptr + b * E + h * DH + d, tl.div_rn(num * alpha + p * v, den * alpha + p), mask=d_mask)
+            tl.store(att_ptr + b * E + h * DH + d, _new_step(q, k, v, num, m, den, pos, L, scale), mask=d_mask)
 
 
 @triton.jit
-def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, part_o, part_m, part_l,
+def _newest_words(mail_ptr, att_ptr, pos, bb, h, B, L, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                  BB: tl.constexpr, BD: tl.constexpr, ATTEND: tl.constexpr):
+    """OLDER_FIRST=2's second half: `_newest_slot`'s step from the flagged words (`_words_put`, `_older_slots`) rather
+    than from memory: head h's q, new K and V rows and the older slots' partial, read (volatile: L1 bypassed) until every
+    word is flagged, then zeroed for the next launch; the step's output into att. The program is the head's last to
+    count in, so every word it waits for has been issued (each program issues its words before it counts in, after a
+    CTA barrier): it cannot wait for a word no program will write. Not ATTEND (timing only): the words taken and zeroed
+    all the same, nothing computed."""
+    d = tl.arange(0, BD)
+    d_mask = d < DH
+    for i in tl.static_range(BB):
+        b = bb * BB + i
+        if b < B:
+            row = mail_ptr + b * (4 * E + 2 * H)
+            at = row + h * DH + d
+            pair = row + 4 * E + 2 * h
+            wq = tl.load(at, mask=d_mask, other=_FULL, volatile=True)
+            wk = tl.load(at + E, mask=d_mask, other=_FULL, volatile=True)
+            wv = tl.load(at + 2 * E, mask=d_mask, other=_FULL, volatile=True)
+            wo = tl.load(at + 3 * E, mask=d_mask, other=_FULL, volatile=True)
+            wm = tl.load(pair, volatile=True)
+            wl = tl.load(pair + 1, volatile=True)
+            while (tl.min(((wq & wk & wv & wo) >> 32).to(tl.int32), axis=0) & ((wm & wl) >> 32).to(tl.int32)) == 0:
+                wq = tl.load(at, mask=d_mask, other=_FULL, volatile=True)  # a word not flagged yet: read them again
+                wk = tl.load(at + E, mask=d_mask, other=_FULL, volatile=True)
+                wv = tl.load(at + 2 * E, mask=d_mask, other=_FULL, volatile=True)
+                wo = tl.load(at + 3 * E, mask=d_mask, other=_FULL, volatile=True)
+                wm = tl.load(pair, volatile=True)
+                wl = tl.load(pair + 1, volatile=True)
+            zero = tl.zeros_like(wq)
+            for j in tl.static_range(4):
+                tl.store(at + j * E, zero, mask=d_mask)
+            tl.store(pair, tl.zeros_like(wm))
+            tl.store(pair + 1, tl.zeros_like(wl))
+            if ATTEND:
+                out = _new_step(_opened(wq), _opened(wk), _opened(wv), _opened(wo), _opened(wm), _opened(wl), pos, L,
+                                scale)
+                tl.store(att_ptr + b * E + h * DH + d, out, mask=d_mask)
+
+
+@triton.jit
+def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, part_o, part_m, part_l, mail_ptr,
                     E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr,
                     BS: tl.constexpr, BD: tl.constexpr, HEAD_MAJOR: tl.constexpr = False, LEAVE_OUT: tl.constexpr = 0,
-                    KV_AT_ONCE: tl.constexpr = False, OLDER_FIRST: tl.constexpr = False, NS: tl.constexpr = 1):
+                    KV_AT_ONCE: tl.constexpr = False, OLDER_FIRST: tl.constexpr = 0, NS: tl.constexpr = 1):
     """FOLD (the `ln_qkv` launch that also attends): after ln_qkv's program `pid` stored its rows, it counts itself in
     for its head; the last of the head's 3 * DH / BN programs (q, K and V rows, each program one part of one head: BN
     divides DH) then finds every q, K and V row of the head stored, and computes the head's attention for its BB
@@ -336,6 +432,13 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     head's width after the count-in, instead of the whole softmax over the reached slots. The values are those of
     another order of the same sums (the running max starts at the older slots'). Off unless bound.
 
+    OLDER_FIRST=2: the same, with the hand-over to the last count-in in flagged words (mail_ptr, `_words_put`): every
+    program has also put its rows there (ln_qkv_kernel), the last q program puts its partial there, and the K and V
+    programs and the last q program count in on the head's counter with a relaxed atomic (after a CTA barrier: no
+    release fence, so none waits for its stores to be acknowledged); the last takes the head's words once all are
+    flagged (`_newest_words`). The q programs' own count-in keeps its fence (the last of them reads q from memory). The
+    values are OLDER_FIRST=1's, bit for bit.
+
     LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends
     no further (att is not written; with OLDER_FIRST neither is the partial), so that the A/B tool can time what the
     attention after the count-in costs. With Stage.FENCE also (timing only: the hand-over is then unordered) the count-in's
@@ -347,25 +450,29 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     tl.debug_barrier()  # every thread of the program has issued its stores before one thread counts it in
     counter = heads_ptr + bb * H + h
     if OLDER_FIRST:
+        WORDS: tl.constexpr = OLDER_FIRST == 2
+        ATTEND: tl.constexpr = (_ATTEND & LEAVE_OUT) == 0  # (a compile-time switch: Stage.ATTEND, timing only)
         if row < E:  # a q program: counts in with the head's q programs; the last of them attends over the older slots
             q_counter = heads_ptr + NBB * H + bb * H + h
             last = _count_in(q_counter, LEAVE_OUT) == DH // BN - 1
             if last:
                 tl.store(q_counter, 0)
                 tl.debug_barrier()  # every thread reads after the acquire
-                if (_ATTEND & LEAVE_OUT) == 0:
-                    _older_slots(q_ptr, cache_ptr, pos, part_o, part_m, part_l, bb, h, B, L, scale, E, H, DH, NS, BB,
-                                 BS, BD, KV_AT_ONCE)
+                _older_slots(q_ptr, cache_ptr, pos, part_o, part_m, part_l, mail_ptr, bb, h, B, L, scale, E, H, DH, NS,
+                             BB, BS, BD, KV_AT_ONCE, WORDS, ATTEND)
                 tl.debug_barrier()  # every thread's partial issued before the program counts in for the head
-                last = _count_in(counter, LEAVE_OUT) == 2 * (DH // BN)
+                last = _count_in(counter, LEAVE_OUT, WORDS) == 2 * (DH // BN)
         else:
-            last = _count_in(counter, LEAVE_OUT) == 2 * (DH // BN)
+            last = _count_in(counter, LEAVE_OUT, WORDS) == 2 * (DH // BN)
         if last:
             tl.store(counter, 0)
-            tl.debug_barrier()  # every thread reads after the acquire
-            if (_ATTEND & LEAVE_OUT) == 0:
-                _newest_slot(q_ptr, cache_ptr, pos, part_o, part_m, part_l, att_ptr, bb, h, B, L, scale, E, H, DH, NS,
-                             BB, BD)
+            if WORDS:
+                _newest_words(mail_ptr, att_ptr, pos, bb, h, B, L, scale, E, H, DH, BB, BD, ATTEND)
+            else:
+                tl.debug_barrier()  # every thread reads after the acquire
+                if ATTEND:
+                    _newest_slot(q_ptr, cache_ptr, pos, part_o, part_m, part_l, att_ptr, bb, h, B, L, scale, E, H, DH,
+                                 NS, BB, BD)
     else:
         seen = _count_in(counter, LEAVE_OUT)
         if seen == 3 * (DH // BN) - 1:

@@ -75,9 +75,9 @@ def free_running(w: Weights, batch: int, steps: int, prompt_len: int = 8, max_le
                          "logit_diff": dl, "logit_scale": scale, "cache_diff": dc, "cache_scale": cscale,
                          "argmax_of_own_logits": bool(torch.equal(fused.tok[:, 0], lf.argmax(-1)))})
         direct = {"out": fused.out.clone(), "logits": lf}
-        # a folding plan's heads' counters back at zero after the steps, as the next launch must find them
-        heads = plan.workspace.heads
-        heads_zero = heads is None or bool((heads == 0).all())
+        # a folding plan's heads' counters (and its words, OLDER_FIRST=2's) back at zero after the steps, as the next
+        # launch must find them
+        heads_zero = all(t is None or bool((t == 0).all()) for t in (plan.workspace.heads, plan.workspace.mail))
     result: dict[str, Any] = {"batch": batch, "steps": steps, "dtype": str(w.dtype).removeprefix("torch."),
                               "path": str(plan.path), "card": plan.card, "prefetch": plan.prefetch, "fold": plan.fold,
                               "ln_fold": plan.ln_fold, "argmax_fold": plan.argmax_fold,

@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _qkv_block_row
+from lab.step.fused.attention import _attention_chunk, _fold_attention, _kv_to_l2, _qkv_block_row, _words_put
 from lab.step.fused.rows import (_INPUT, _WEIGHTS, _add_pair, _argmax_advance, _gelu, _ln_apply, _ln_stats, _load_vec, _load_x,
                                   _made, _pdl_launch, _pdl_wait, _row_blocks, _row_blocks_at, _stored)
 
@@ -409,14 +409,14 @@ def _res_at_once(w_raw, res):
 
 @triton.jit
 def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr, c2_ptr, q_ptr,
-                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, part_o, part_m, part_l, E: tl.constexpr,
-                  H: tl.constexpr,
+                  cache_ptr, B, NBB, L, eps, att_ptr, heads_ptr, scale, part_o, part_m, part_l, mail_ptr,
+                  E: tl.constexpr, H: tl.constexpr,
                   DH: tl.constexpr, EMBED: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   BE: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr = False,
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
                   EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False,
-                  POS_AT_ONCE: tl.constexpr = False, PIECES: tl.constexpr = False, OLDER_FIRST: tl.constexpr = False,
+                                POS_AT_ONCE: tl.constexpr = False, PIECES: tl.constexpr = False, OLDER_FIRST: tl.constexpr = 0,
                   NS: tl.constexpr = 1):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
@@ -440,7 +440,9 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     OLDER_FIRST (with FOLD): the head's last q program attends over the slots before the position while its K and V
     programs still run, into the attention partials part_o, part_m and part_l (their first split; NS the splits a
     head), and the last count-in adds the new slot (attention._fold_attention; heads_ptr then holds a second
-    [cdiv(B, BB), H] of counters, the q programs'). Off unless bound; without it the partials are not read.
+    [cdiv(B, BB), H] of counters, the q programs'). OLDER_FIRST=2: the same, handed over in flagged words instead of
+    behind fences: every program also puts its rows in mail_ptr (int64 [B, 4E + 2H], zero between launches;
+    attention._words_put). Off unless bound; without it the partials and mail_ptr are not read.
 
     LN_FOLD (PREFETCH only): the layer norm folded into the product (`_ln_gemv_one`), c1_ptr and c2_ptr its
     constants; otherwise they are not read.
@@ -464,12 +466,14 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
     (GPT-2 1.5B fp32: three 4-warp programs an SM, not two) and no products of zeros, but a sum a piece. Not bit for bit
     the one tile's sums. Off unless bound.
     """
-    pos = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr,
+    pos, out = _ln_qkv(tl.program_id(0), x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, bias_ptr, c1_ptr,
                   c2_ptr, q_ptr, cache_ptr, B, NBB, L, eps, E, H, DH, EMBED, BB, BN, BK, BE, USE_PDL, PREFETCH,
                   LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE, PIECES)
     if FOLD:
+        if OLDER_FIRST == 2:
+            _words_put(tl.program_id(0), mail_ptr, out, B, NBB, E, H, DH, BB, BN, HEAD_MAJOR, cache_ptr.dtype.element_ty)
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, part_o, part_m,
-                        part_l, E, H, DH, BB, BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE, OLDER_FIRST, NS)
+                        part_l, mail_ptr, E, H, DH, BB, BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE, OLDER_FIRST, NS)
 
 
 @triton.jit
@@ -489,7 +493,10 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     after the layer norm's statistics in bf16 (Triton 3.6's, sm_90: GPT-2 124M and 1.5B), so the stores, and with them
     the fold's count-in, wait for a second round trip. With the switch the row is selected by `pos >= 0` between itself
     and zeros: always itself (a position is never negative), but the products now wait for the position's load too,
-    and ptxas issues it with the row's. The values are the same; the cost is a select for each value of the row."""
+    and ptxas issues it with the row's. The values are the same; the cost is a select for each value of the row.
+
+    Returns (pos, out): the position and the task's output rows [BB, BN] in fp32 (the folded attention's OLDER_FIRST=2
+    puts them in flagged words)."""
     pid_n, b, n, b_mask, n_mask = _row_blocks_at(pid, NBB, B, 3 * E, BB, BN)  # batch fastest
     row0 = pid_n * BN
     if HEAD_MAJOR:  # the same blocks of BN rows, in the order of the heads
@@ -544,7 +551,7 @@ def _ln_qkv(pid, x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, b
     is_kv = n_mask & (part > 0) & (pos < L)
     tl.store(cache_ptr + off, out.to(cache_ptr.dtype.element_ty),
              mask=_stored(b_mask[:, None] & is_kv[None, :], out, LEAVE_OUT))
-    return pos
+    return pos, out
 
 
 # ------------------------------------------------------------------------------- kernel 2 of 4

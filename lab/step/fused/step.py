@@ -109,6 +109,10 @@ class Workspace:
     # between launches): ln_qkv attends and proj reads att (lab.step.fused.attention._fold_attention; empty otherwise)
     att: torch.Tensor | None = None
     heads: torch.Tensor | None = None
+    # and its words (int64 [B, 4E + 2H], every word zero between launches): where ln_qkv's programs leave their rows, and
+    # each head's last q program its partial, for the head's last count-in where OLDER_FIRST=2 is bound
+    # (attention._words_put, _newest_words; empty otherwise)
+    mail: torch.Tensor | None = None
     # where the argmax is folded into lm_head, its programs' counter (int32 [1], zero between launches: its last
     # program takes the argmax; lab.step.fused.projections.lm_head_kernel's ARGMAX_FOLD; empty otherwise)
     lm_done: torch.Tensor | None = None
@@ -314,6 +318,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
     ws.att = torch.zeros(B if fold else 0, E, **f32)
     # (two sets: the heads' own, and the q programs' of OLDER_FIRST, a switch: attention._fold_attention)
     ws.heads = torch.zeros(2 * C.cdiv(B, qkv.BB) * H if fold else 0, dtype=torch.int32, device=dev)
+    ws.mail = torch.zeros(B * (4 * E + 2 * H) if fold else 0, dtype=torch.int64, device=dev)
     # folded, ln_qkv's programs run head by head where that measured faster (configs.head_major,
     # attention._qkv_block_row): each head's attention comes as its last program does, not all at the launch's end;
     # its heads' K and V asked into L2 before the wait where that measured faster (configs.kv_l2), and each chunk's K and
@@ -331,7 +336,7 @@ def prepare(state: DecodeState, w: Weights, pdl: bool = False, sms: int | None =
         grid, meta, nbb = gemv("ln_qkv", 3 * E)
         launches.append(Launch("ln_qkv", KERNELS["ln_qkv"], grid, (
             ws.x, state.tok, w.wte, w.wpe, state.pos, lw.ln1_w, lw.ln1_b, lw.attn_w, lw.attn_b, *qkv_c, ws.q, cache,
-            B, nbb, L, w.eps, ws.att, ws.heads, scale, ws.part_o, ws.part_m, ws.part_l),
+            B, nbb, L, w.eps, ws.att, ws.heads, scale, ws.part_o, ws.part_m, ws.part_l, ws.mail),
             {"E": E, "H": H, "DH": DH, "EMBED": i == 0, "BE": BE, **meta, **folding, **ln_folding, **pieces}))
         if not fold:
             launches.append(Launch("attention", KERNELS["attention"], (B * H * NS,), (
