@@ -283,6 +283,13 @@ def case_fold_older_first_words_odd_b3() -> dict[str, Any]:
 
 
 @case
+def case_fold_older_first_words_head_major_odd_b3() -> dict[str, Any]:
+    # ... head by head: the words at the rows each program's place in that order names
+    with _measured(C.HEAD_MAJOR, ("float32", 48)):
+        return case_fold_older_first_words_odd_b3()
+
+
+@case
 def case_fold_older_first_words_fp32_b1() -> dict[str, Any]:
     from lab.step.fused.check import parse_configs
 
@@ -874,7 +881,8 @@ FP32_CASES = {  # case -> (path, batch)
     "fold-pieces-odd-b1": ("gemv-prefetch", 1), "prefetch-pieces-unfolded-oddk-b1": ("gemv-prefetch", 1),
     "fold-pieces-flat-b1": ("gemv-prefetch", 1), "fold-older-first-odd-b3": ("gemv", 3),
     "fold-older-first-head-major-odd-b3": ("gemv", 3), "fold-older-first-fp32-b1": ("gemv-prefetch", 1),
-    "fold-older-first-words-odd-b3": ("gemv", 3), "fold-older-first-words-fp32-b1": ("gemv-prefetch", 1),
+    "fold-older-first-words-odd-b3": ("gemv", 3), "fold-older-first-words-head-major-odd-b3": ("gemv", 3),
+    "fold-older-first-words-fp32-b1": ("gemv-prefetch", 1),
 }
 PERSISTENT_LAUNCHES = {"persistent-fp32-b1": 2 + 2, "persistent-stepped-odd-b3": 5 * 2 + 2,
                        "persistent-wide-odd": 2 + 2}  # a launch a layer
