@@ -68,7 +68,8 @@ def test_the_attention_folds_into_ln_qkv_where_asked_and_its_tiles_allow(tiny_fp
     assert qkv.meta["HEAD_MAJOR"] is False  # the q-K-V order at this width (configs.HEAD_MAJOR: measured shapes only)
     assert proj.args[0] is folded.workspace.att and tuple(folded.workspace.att.shape) == (3, 64)
     heads = folded.workspace.heads
-    assert heads is not None and heads.dtype == torch.int32 and heads.numel() == 2 * 2 * 4 and not heads.any()  # two sets
+    # two sets of counters: the heads' and, for OLDER_FIRST, their q programs'
+    assert heads is not None and heads.dtype == torch.int32 and heads.numel() == 2 * 2 * 4 and not heads.any()
     wide = prepare(new_state(w, 1, 24), w, fold=True, overrides={"ln_qkv": C.GemvConfig(1, 32, 64)})
     assert not wide.fold and "attention" in [x.name for x in wide.launches]
     assert not wide.launches[0].meta.get("HEAD_MAJOR")
@@ -1210,12 +1211,12 @@ def test_older_first_leaves_the_new_slot_alone_after_the_last_count_in_and_keeps
         size: str, dtype: torch.dtype) -> None:
     """attention._fold_attention's OLDER_FIRST, compiled for sm_90 as an A/B arm binds it on the table's plan: no spill,
     PDL's two griddepcontrol instructions, three count-in atomics (the q programs' own, then the head's, from the last q
-    program and from the K and V programs), as many of ln_qkv's programs an SM as the step's build (its waves unchanged),
-    and after the head's last count-in only the new slot's step: a few hundred instructions at most, where the step's
-    build runs the whole softmax over the reached slots (about 900 instructions and 12 barriers here). From memory
-    (OLDER_FIRST=1): one round trip (every load before the first exchange between threads), one sum over the head's
-    width (three CTA barriers), every count-in behind a GPU-scope fence. In words (2): only the q programs' count-in
-    fenced, the head's two relaxed."""
+    program and from the K and V programs), as many of ln_qkv's programs an SM as the step's build (its waves
+    unchanged), and after the head's last count-in only the new slot's step: a few hundred instructions at most, where
+    the step's build runs the whole softmax over the reached slots (about 900 instructions and 12 barriers here). From
+    memory (OLDER_FIRST=1): one round trip (every load before the first exchange between threads), one sum over the
+    head's width (three CTA barriers), every count-in behind a GPU-scope fence. In words (2): only the q programs'
+    count-in fenced, the head's two relaxed."""
     import re
     from dataclasses import replace
 

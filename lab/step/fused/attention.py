@@ -231,10 +231,10 @@ def _words_put(pid, mail_ptr, out, B, NBB, E: tl.constexpr, H: tl.constexpr, DH:
 
 @triton.jit
 def _count_in(counter, LEAVE_OUT: tl.constexpr, RELAXED: tl.constexpr = False):
-    """The fold's count-in on `counter`: one acquire-release atomic add at GPU scope (the program's stores, issued by every
-    thread at the CTA barrier before it, visible to whoever reads its answer later; what that one wrote visible after
-    it), or relaxed with Stage.FENCE (timing only) or RELAXED (OLDER_FIRST=2: what it hands over is in flagged words,
-    which need no fence). Returns what the counter held before."""
+    """The fold's count-in on `counter`: one acquire-release atomic add at GPU scope (the program's stores, issued by
+    every thread at the CTA barrier before it, visible to whoever reads its answer later; what that one wrote visible
+    after it), or relaxed with Stage.FENCE (timing only) or RELAXED (OLDER_FIRST=2: what it hands over is in flagged
+    words, which need no fence). Returns what the counter held before."""
     if RELAXED or (_FENCE & LEAVE_OUT) != 0:  # (compile-time switches: the step's build is the acq_rel add)
         seen = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
     else:
@@ -284,7 +284,8 @@ def _older_slots(q_ptr, cache_ptr, pos, part_o, part_m, part_l, mail_ptr, bb, h,
     the head's first attention partial (part_o [B, H, NS, DH], part_m and part_l [B, H, NS], split 0), or with WORDS as
     flagged words (mail_ptr's columns 3E + h DH ... for the sum, 4E + 2h and 4E + 2h + 1 for the max and the sum of
     exps): what the slot this step writes is then added to (`_newest_slot`, `_newest_words`). Not ATTEND (Stage.ATTEND
-    left out, timing only): nothing computed; with WORDS zeros are put all the same (the last count-in waits for them)."""
+    left out, timing only): nothing computed; with WORDS zeros are put all the same (the last count-in waits for
+    them)."""
     d = tl.arange(0, BD)
     d_mask = d < DH
     for i in tl.static_range(BB):
@@ -353,9 +354,9 @@ def _newest_slot(q_ptr, cache_ptr, pos, part_o, part_m, part_l, att_ptr, bb, h, 
 def _newest_words(mail_ptr, att_ptr, pos, bb, h, B, L, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   BB: tl.constexpr, BD: tl.constexpr, ATTEND: tl.constexpr):
     """OLDER_FIRST=2's second half: `_newest_slot`'s step from the flagged words (`_words_put`, `_older_slots`) rather
-    than from memory: head h's q, new K and V rows and the older slots' partial, read (volatile: L1 bypassed) until every
-    word is flagged, then zeroed for the next launch; the step's output into att. The program is the head's last to
-    count in, so every word it waits for has been issued (each program issues its words before it counts in, after a
+    than from memory: head h's q, new K and V rows and the older slots' partial, read (volatile: L1 bypassed) until
+    every word is flagged, then zeroed for the next launch; the step's output into att. The program is the head's last
+    to count in, so every word it waits for has been issued (each program issues its words before it counts in, after a
     CTA barrier): it cannot wait for a word no program will write. Not ATTEND (timing only): the words taken and zeroed
     all the same, nothing computed."""
     d = tl.arange(0, BD)
@@ -439,11 +440,11 @@ def _fold_attention(pid, q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, s
     flagged (`_newest_words`). The q programs' own count-in keeps its fence (the last of them reads q from memory). The
     values are OLDER_FIRST=1's, bit for bit.
 
-    LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends
-    no further (att is not written; with OLDER_FIRST neither is the partial), so that the A/B tool can time what the
-    attention after the count-in costs. With Stage.FENCE also (timing only: the hand-over is then unordered) the count-in's
-    atomic is relaxed: no release fence before it, no acquire after, so that the A/B tool can time what the fence costs
-    apart from the atomic's answer (docs/fused-step.md item 31).
+    LEAVE_OUT with Stage.ATTEND (lab.step.fused.stages; timing only): the last program zeroes the counter and attends no
+    further (att is not written; with OLDER_FIRST neither is the partial), so that the A/B tool can time what the
+    attention after the count-in costs. With Stage.FENCE also (timing only: the hand-over is then unordered) the
+    count-in's atomic is relaxed: no release fence before it, no acquire after, so that the A/B tool can time what the
+    fence costs apart from the atomic's answer (docs/fused-step.md item 31).
     """
     bb = pid % NBB
     row, h = _qkv_block_row(pid // NBB, E, DH, BN, HEAD_MAJOR)

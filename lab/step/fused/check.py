@@ -99,10 +99,10 @@ def _bound(plan: Any, switch: str) -> bool:
     configs.head_major), EVICT (the weight loads marked to leave L2 first, configs.evict_first), KV_L2 (the folded
     ln_qkv's heads' K and V asked into L2 before its wait, configs.kv_l2), KV_AT_ONCE (the folded attention's K and V
     asked for in one round trip, attention._fold_attention), POS_AT_ONCE (ln_qkv's position asked for with its row,
-    projections._ln_qkv), RES_AT_ONCE (proj's and fc2's residual asked for with their input,
-    projections._res_at_once), SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv), PIECES (ln_qkv's
-    and ln_fc's rows held as tiles of powers of two, projections._piece), OLDER_FIRST (the folded attention over the older
-    slots taken by a head's last q program, attention._fold_attention)."""
+    projections._ln_qkv), RES_AT_ONCE (proj's and fc2's residual asked for with their input, projections._res_at_once),
+    SUM_ONCE (lm_head's products summed over K once, projections._ln_gemv), PIECES (ln_qkv's and ln_fc's rows held as
+    tiles of powers of two, projections._piece), OLDER_FIRST (the folded attention over the older slots taken by a
+    head's last q program, attention._fold_attention)."""
     return any(bool(getattr(x, "meta", {}).get(switch)) for x in plan.launches)
 
 

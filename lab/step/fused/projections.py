@@ -416,8 +416,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   LEAVE_OUT: tl.constexpr = 0, FOLD: tl.constexpr = False, BS: tl.constexpr = 16,
                   BD: tl.constexpr = 16, LN_FOLD: tl.constexpr = False, HEAD_MAJOR: tl.constexpr = False,
                   EVICT: tl.constexpr = 0, KV_L2: tl.constexpr = False, KV_AT_ONCE: tl.constexpr = False,
-                                POS_AT_ONCE: tl.constexpr = False, PIECES: tl.constexpr = False, OLDER_FIRST: tl.constexpr = 0,
-                  NS: tl.constexpr = 1):
+                  POS_AT_ONCE: tl.constexpr = False, PIECES: tl.constexpr = False,
+                  OLDER_FIRST: tl.constexpr = 0, NS: tl.constexpr = 1):
     """Layer norm 1 + the QKV projection + bias + the K/V cache write (layer 0: + the embedding).
 
     GPT-2's query, key and value projections are already one [3E, E] matrix (`attn_w`, the layout
@@ -471,7 +471,8 @@ def ln_qkv_kernel(x_ptr, tok_ptr, wte_ptr, wpe_ptr, pos_ptr, ln_w, ln_b, w_ptr, 
                   LEAVE_OUT, 0, False, LN_FOLD, HEAD_MAJOR, EVICT, FOLD and KV_L2, POS_AT_ONCE, PIECES)
     if FOLD:
         if OLDER_FIRST == 2:
-            _words_put(tl.program_id(0), mail_ptr, out, B, NBB, E, H, DH, BB, BN, HEAD_MAJOR, cache_ptr.dtype.element_ty)
+            _words_put(tl.program_id(0), mail_ptr, out, B, NBB, E, H, DH, BB, BN, HEAD_MAJOR,
+                       cache_ptr.dtype.element_ty)
         _fold_attention(tl.program_id(0), q_ptr, cache_ptr, pos, att_ptr, heads_ptr, B, NBB, L, scale, part_o, part_m,
                         part_l, mail_ptr, E, H, DH, BB, BN, BS, BD, HEAD_MAJOR, LEAVE_OUT, KV_AT_ONCE, OLDER_FIRST, NS)
 

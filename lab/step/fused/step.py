@@ -109,8 +109,8 @@ class Workspace:
     # between launches): ln_qkv attends and proj reads att (lab.step.fused.attention._fold_attention; empty otherwise)
     att: torch.Tensor | None = None
     heads: torch.Tensor | None = None
-    # and its words (int64 [B, 4E + 2H], every word zero between launches): where ln_qkv's programs leave their rows, and
-    # each head's last q program its partial, for the head's last count-in where OLDER_FIRST=2 is bound
+    # and its words (int64 [B, 4E + 2H], every word zero between launches): where ln_qkv's programs leave their rows,
+    # and each head's last q program its partial, for the head's last count-in where OLDER_FIRST=2 is bound
     # (attention._words_put, _newest_words; empty otherwise)
     mail: torch.Tensor | None = None
     # where the argmax is folded into lm_head, its programs' counter (int32 [1], zero between launches: its last
