@@ -184,25 +184,27 @@ FOLD_QKV = '"ln_qkv": {"BB": 1, "BN": 8, "BK": 64}'  # a BN that divides the tin
 
 
 @case
-def case_fold_fp32_b1() -> dict[str, Any]:  # the attention folded into ln_qkv's last program of each head
+def case_fold_fp32_b1(switches: dict[str, dict[str, int]] | None = None, prompt_len: int = 8) -> dict[str, Any]:
+    # the attention folded into ln_qkv's last program of each head (`switches` bound on the plan, from a prompt of
+    # `prompt_len` tokens: the cases below that take this one)
     from lab.step.fused.check import parse_configs
 
-    return _free("tiny", 1, max_len=MAX_LEN, prefetch=True, fold=True,
+    return _free("tiny", 1, max_len=MAX_LEN, prompt_len=prompt_len, prefetch=True, fold=True, switches=switches,
                  overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
 
 
 @case
-def case_fold_odd_b3() -> dict[str, Any]:
+def case_fold_odd_b3(switches: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     # folded over odd shapes: heads 12 wide (BN 4, three programs a part), batch blocks of 2 rows (the second half
     # masked), and the reached slots in chunks of 8 (a 20-token prompt: three chunks, the last partial), so the
-    # online softmax carries across chunks
+    # online softmax carries across chunks (`switches` bound on the plan: the cases below that take this one)
     from lab.step.fused import configs as C
     from lab.step.fused.check import parse_configs
 
     real = C.fold_slots
     C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
     try:
-        return _free("odd", 3, steps=2, prompt_len=20, sms=4, fold=True,
+        return _free("odd", 3, steps=2, prompt_len=20, sms=4, fold=True, switches=switches,
                      overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'))
     finally:
         C.fold_slots = real  # type: ignore[assignment]
@@ -234,16 +236,7 @@ def case_fold_older_first_odd_b3() -> dict[str, Any]:
     # case_fold_odd_b3 with OLDER_FIRST (attention._fold_attention): the head's last q program attends over the slots
     # before the position in chunks of 8 (the online softmax carries across them) and the last count-in adds the new
     # slot, for each of the block's two batch rows (the second block's second masked)
-    from lab.step.fused import configs as C
-    from lab.step.fused.check import parse_configs
-
-    real = C.fold_slots
-    C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
-    try:
-        return _free("odd", 3, steps=2, prompt_len=20, sms=4, fold=True, switches=OLDER_FIRST,
-                     overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'))
-    finally:
-        C.fold_slots = real  # type: ignore[assignment]
+    return case_fold_odd_b3(OLDER_FIRST)
 
 
 @case
@@ -257,10 +250,7 @@ def case_fold_older_first_head_major_odd_b3() -> dict[str, Any]:
 def case_fold_older_first_fp32_b1() -> dict[str, Any]:
     # on the PREFETCH path as the lab's fused-pdl-prefetch runs it (its layer norms folded), from a one-token prompt:
     # the first step's older slots are one, the prompt's
-    from lab.step.fused.check import parse_configs
-
-    return _free("tiny", 1, max_len=MAX_LEN, prompt_len=1, prefetch=True, fold=True, switches=OLDER_FIRST,
-                 overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
+    return case_fold_fp32_b1(OLDER_FIRST, prompt_len=1)
 
 
 WORDS = {"ln_qkv": {"OLDER_FIRST": 2}}  # ... handed over to the last count-in in flagged words, with no fence
@@ -270,16 +260,7 @@ WORDS = {"ln_qkv": {"OLDER_FIRST": 2}}  # ... handed over to the last count-in i
 def case_fold_older_first_words_odd_b3() -> dict[str, Any]:
     # case_fold_older_first_odd_b3 with OLDER_FIRST=2: every program's rows and the last q program's partial as flagged
     # words, taken (and zeroed) by the last to count in
-    from lab.step.fused import configs as C
-    from lab.step.fused.check import parse_configs
-
-    real = C.fold_slots
-    C.fold_slots = lambda max_len, head_dim, num_warps: 8  # type: ignore[assignment]
-    try:
-        return _free("odd", 3, steps=2, prompt_len=20, sms=4, fold=True, switches=WORDS,
-                     overrides=parse_configs('{"ln_qkv": {"BB": 2, "BN": 4, "BK": 32}}'))
-    finally:
-        C.fold_slots = real  # type: ignore[assignment]
+    return case_fold_odd_b3(WORDS)
 
 
 @case
@@ -291,19 +272,12 @@ def case_fold_older_first_words_head_major_odd_b3() -> dict[str, Any]:
 
 @case
 def case_fold_older_first_words_fp32_b1() -> dict[str, Any]:
-    from lab.step.fused.check import parse_configs
-
-    return _free("tiny", 1, max_len=MAX_LEN, prompt_len=1, prefetch=True, fold=True, switches=WORDS,
-                 overrides={**_heuristic("tiny", 1, prefetch=True), **parse_configs("{" + FOLD_QKV + "}")})
+    return case_fold_fp32_b1(WORDS, prompt_len=1)
 
 
 @case
 def case_fold_older_first_words_bf16_b1() -> dict[str, Any]:
-    from lab.step.fused.check import parse_configs
-
-    return _forced(1, prefetch=True, fold=True, switches=WORDS,
-                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
-                              **parse_configs("{" + FOLD_QKV + "}")})
+    return case_fold_bf16_b1(WORDS)
 
 
 @case
@@ -315,11 +289,7 @@ def case_older_first_words_exact() -> dict[str, Any]:
 
 @case
 def case_fold_older_first_bf16_b1() -> dict[str, Any]:
-    from lab.step.fused.check import parse_configs
-
-    return _forced(1, prefetch=True, fold=True, switches=OLDER_FIRST,
-                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
-                              **parse_configs("{" + FOLD_QKV + "}")})
+    return case_fold_bf16_b1(OLDER_FIRST)
 
 
 def _with_and_without(switches: dict[str, dict[str, int]], prefetch: bool, bf16: bool = False,
@@ -456,11 +426,13 @@ def case_fold_argmax_fold_bf16_b1() -> dict[str, Any]:
 
 
 @case
-def case_fold_bf16_b1() -> dict[str, Any]:
+def case_fold_bf16_b1(switches: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    # (`switches` bound on the plan: the cases above that take this one)
     from lab.step.fused.check import parse_configs
 
-    return _forced(1, prefetch=True, fold=True, overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
-                                                           **parse_configs("{" + FOLD_QKV + "}")})
+    return _forced(1, prefetch=True, fold=True, switches=switches,
+                   overrides={**_heuristic("tiny", 1, prefetch=True, max_len=8 + 3 + 2),
+                              **parse_configs("{" + FOLD_QKV + "}")})
 
 
 PIECES = {"ln_qkv": {"PIECES": 1}, "ln_fc": {"PIECES": 1}}  # rows held as tiles of powers of two (projections._piece)
