@@ -1244,9 +1244,47 @@ def test_older_first_leaves_the_new_slot_alone_after_the_last_count_in_and_keeps
     assert memory.tail_instructions is not None and memory.tail_instructions < 200, memory
     assert memory.tail_barriers == 3 and memory.tail_late_loads == 0, memory
     assert words.tail_instructions is not None and words.tail_instructions < 200, words
-    fences = {on: len(re.findall(r"\bMEMBAR\S*GPU", aot.sass(aot.compile_launch(x).asm["cubin"]) or ""))
-              for on, x in built.items()}
+    codes = {on: aot.sass(aot.compile_launch(x).asm["cubin"]) or "" for on, x in built.items()}
+    fences = {on: len(re.findall(r"\bMEMBAR\S*GPU", code)) for on, code in codes.items()}
     assert fences == {0: 1, 1: 3, 2: 1}, fences
+    # the words' polling loop, left on one value the whole program shares (the flags' reduction): one per batch row
+    assert {on: aot.polls_as_one(code) for on, code in codes.items()} == {0: [], 1: [], 2: [True]}
+
+
+POLL = """\
+        /*0100*/                   LDG.E.64.STRONG.SYS R12, desc[UR12][R6.64] ;
+        /*0110*/                   LDG.E.64.STRONG.SYS R20, desc[UR12][R10.64+0xc800] ;
+.L_x_29:
+        /*0120*/                   LOP3.LUT R3, R17, R15, R13, 0x80, !PT ;
+        /*0130*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0140*/                   REDUX.MIN.S32 UR4, R3 ;
+        /*0150*/                   @P1 STS [R0], R5 ;
+        /*0160*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0170*/                   LDS R4, [UR4] ;
+        /*0180*/                   {SET}
+        /*0190*/                   @!P5 LDG.E.64.STRONG.SYS R12, desc[UR12][R6.64] ;
+        /*01a0*/                   @!P5 LDG.E.64.STRONG.SYS R20, desc[UR12][R10.64+0xc800] ;
+        /*01b0*/                   @!P5 BRA `(.L_x_29) ;
+.L_x_30:
+        /*01c0*/                   LDG.E R2, desc[UR12][R8.64] ;
+        /*01d0*/                   @P0 BRA `(.L_x_30) ;
+        /*01e0*/                   EXIT ;
+"""
+
+
+def test_polls_as_one_tells_a_loop_left_on_a_shared_value_from_one_left_on_each_threads_own_load() -> None:
+    """aot.polls_as_one over disassembly: a polling loop (strong loads, a branch back) whose predicate comes from a
+    shared-memory load alone is left by the program's threads together; one whose predicate also takes a thread's own
+    global load (the words' flags before attention._unflagged: `& ((wm & wl) >> 32)` outside the reduction) is not.
+    A loop with no strong load is not a polling loop."""
+    from lab.step.fused import aot
+
+    shared = POLL.replace("{SET}", "ISETP.NE.U32.AND P5, PT, R4, RZ, PT ;")
+    own = POLL.replace("{SET}", "LOP3.LUT P5, RZ, R4, R21, R23, 0x80, !PT ;")
+    assert aot.polls_as_one(shared) == [True]
+    assert aot.polls_as_one(own) == [False]
+    assert aot.polls_as_one(POLL.replace("STRONG.SYS", "E.64")) == []  # (no strong load: not polling)
+    assert aot.polls_as_one(None) is None
 
 
 def test_late_loads_counts_the_loads_a_tail_issues_after_its_first_exchange_between_threads() -> None:

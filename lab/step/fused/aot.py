@@ -234,6 +234,44 @@ def loops_after_wait(code: str | None) -> bool:
     return loop_after_wait(code) is not None
 
 
+def _operands(line: str) -> tuple[str, list[str]]:
+    """A SASS instruction line's opcode and operands, its guard (`@P0`, `@!P5`) and address comment left out."""
+    text = re.sub(r"/\*[0-9a-f]+\*/", "", line).strip().rstrip(";").strip()
+    text = re.sub(r"^@!?U?P\w+\s+", "", text)
+    op, _, rest = text.partition(" ")
+    return op, [x.strip() for x in rest.split(",") if x.strip()]
+
+
+def polls_as_one(code: str | None) -> list[bool] | None:
+    """For each polling loop of a disassembly (a branch back to a label above it, over a body that reloads memory with
+    strong loads: `ld.volatile`, LDG...STRONG.SYS), whether the predicate it branches on is set only from registers that
+    a shared-memory load (LDS) wrote in the body: one value the program's threads read alike, so that they leave the
+    loop together (attention._unflagged). A predicate set from a thread's own global load can differ from thread to
+    thread, and the threads then meet different CTA barriers. None without code; [] where no loop polls."""
+    if code is None:
+        return None
+    lines = code.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    found: list[bool] = []
+    for i, line in enumerate(lines):
+        branch = re.search(r"@(!?)(P\d)\s+BRA\b.*`\((\.L_x_\d+)\)", line)
+        if not branch or labels.get(branch.group(3), len(lines)) >= i:
+            continue
+        body = _instructions("\n".join(lines[labels[branch.group(3)]:i]))
+        if not any(re.search(r"\bLDG\S*\.STRONG\.SYS\b", x) for x in body):
+            continue
+        setter = next((j for j in range(len(body) - 1, -1, -1) if _operands(body[j])[1][:1] == [branch.group(2)]
+                       and not _operands(body[j])[0].startswith(("LDG", "STG", "BRA"))), None)
+        if setter is None:
+            found.append(False)
+            continue
+        sources = [x for x in _operands(body[setter])[1][1:] if re.fullmatch(r"R\d+", x)]
+        writers = [next((_operands(body[j])[0] for j in range(setter - 1, -1, -1)
+                         if _operands(body[j])[1][:1] == [reg]), "") for reg in sources]
+        found.append(bool(writers) and all(w.startswith("LDS") for w in writers))
+    return found
+
+
 def late_loads(path: list[str]) -> int:
     """The global loads (LDG) among SASS instructions (a path after a PDL wait, or a fold tail) issued after the first
     exchange between threads (SHFL, or a CTA barrier) that follows the first of them: loads whose round trip starts only

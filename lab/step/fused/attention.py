@@ -351,6 +351,17 @@ def _newest_slot(q_ptr, cache_ptr, pos, part_o, part_m, part_l, att_ptr, bb, h, 
 
 
 @triton.jit
+def _unflagged(wq, wk, wv, wo, wm, wl):
+    """Whether any of a head's words (`_newest_words`'s: the vectors [BD] and the pair of scalars) is not flagged yet, as
+    one value every thread of the program shares: the scalars' flags go into the vectors' reduction, so the answer is
+    the reduction's, read by all threads alike. (Each thread loads a scalar itself: with its flags outside the
+    reduction, one thread could see a word land that another has not yet, and the program's threads leave the polling
+    loop at different rounds, apart at its CTA barriers: it hung, docs/fused-step.md item 35.)"""
+    flags = ((wq & wk & wv & wo & (wm & wl)) >> 32).to(tl.int32)
+    return tl.min(flags, axis=0) == 0
+
+
+@triton.jit
 def _newest_words(mail_ptr, att_ptr, pos, bb, h, B, L, scale, E: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                   BB: tl.constexpr, BD: tl.constexpr, ATTEND: tl.constexpr):
     """OLDER_FIRST=2's second half: `_newest_slot`'s step from the flagged words (`_words_put`, `_older_slots`) rather
@@ -373,7 +384,7 @@ def _newest_words(mail_ptr, att_ptr, pos, bb, h, B, L, scale, E: tl.constexpr, H
             wo = tl.load(at + 3 * E, mask=d_mask, other=_FULL, volatile=True)
             wm = tl.load(pair, volatile=True)
             wl = tl.load(pair + 1, volatile=True)
-            while (tl.min(((wq & wk & wv & wo) >> 32).to(tl.int32), axis=0) & ((wm & wl) >> 32).to(tl.int32)) == 0:
+            while _unflagged(wq, wk, wv, wo, wm, wl):
                 wq = tl.load(at, mask=d_mask, other=_FULL, volatile=True)  # a word not flagged yet: read them again
                 wk = tl.load(at + E, mask=d_mask, other=_FULL, volatile=True)
                 wv = tl.load(at + 2 * E, mask=d_mask, other=_FULL, volatile=True)
