@@ -219,13 +219,23 @@ def loop_after_wait(code: str | None) -> list[str] | None:
     wait = _first(lines, r"\bACQBULK\b")
     if wait is None:
         return None
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
     end = _first(lines, _EXIT, wait)
-    for i in range(wait, len(lines) if end is None else end):
-        target = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", lines[i])
-        if target and labels.get(target.group(1), len(lines)) < i:
-            return _instructions("\n".join(lines[labels[target.group(1)]:i + 1]))
+    for start, branch in _back_branches(lines):
+        if wait <= branch < (len(lines) if end is None else end):
+            return _instructions("\n".join(lines[start:branch + 1]))
     return None
+
+
+def _back_branches(lines: list[str]) -> list[tuple[int, int]]:
+    """The loops of a disassembly's lines: (the label's line, the branch's line) for each branch back to a label above
+    it, in the branches' order."""
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    loops = []
+    for i, line in enumerate(lines):
+        target = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", line)
+        if target and labels.get(target.group(1), len(lines)) < i:
+            loops.append((labels[target.group(1)], i))
+    return loops
 
 
 def loops_after_wait(code: str | None) -> bool:
@@ -251,23 +261,20 @@ def polls_as_one(code: str | None) -> list[bool] | None:
     if code is None:
         return None
     lines = code.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
     found: list[bool] = []
-    for i, line in enumerate(lines):
-        branch = re.search(r"@(!?)(P\d)\s+BRA\b.*`\((\.L_x_\d+)\)", line)
-        if not branch or labels.get(branch.group(3), len(lines)) >= i:
+    for start, branch in _back_branches(lines):
+        guard = re.search(r"@!?(P\d)\s+BRA\b", lines[branch])
+        body = [_operands(x) for x in _instructions("\n".join(lines[start:branch]))]
+        if guard is None or not any(re.fullmatch(r"LDG\S*\.STRONG\.SYS", op) for op, _ in body):
             continue
-        body = _instructions("\n".join(lines[labels[branch.group(3)]:i]))
-        if not any(re.search(r"\bLDG\S*\.STRONG\.SYS\b", x) for x in body):
-            continue
-        setter = next((j for j in range(len(body) - 1, -1, -1) if _operands(body[j])[1][:1] == [branch.group(2)]
-                       and not _operands(body[j])[0].startswith(("LDG", "STG", "BRA"))), None)
+        setter = next((j for j in range(len(body) - 1, -1, -1) if body[j][1][:1] == [guard.group(1)]
+                       and not body[j][0].startswith(("LDG", "STG", "BRA"))), None)
         if setter is None:
             found.append(False)
             continue
-        sources = [x for x in _operands(body[setter])[1][1:] if re.fullmatch(r"R\d+", x)]
-        writers = [next((_operands(body[j])[0] for j in range(setter - 1, -1, -1)
-                         if _operands(body[j])[1][:1] == [reg]), "") for reg in sources]
+        sources = [x for x in body[setter][1][1:] if re.fullmatch(r"R\d+", x)]
+        writers = [next((body[j][0] for j in range(setter - 1, -1, -1) if body[j][1][:1] == [reg]), "")
+                   for reg in sources]
         found.append(bool(writers) and all(w.startswith("LDS") for w in writers))
     return found
 
